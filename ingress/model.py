@@ -1,0 +1,200 @@
+# -*- test-case-name: tests.unit.test_model -*-
+"""
+Frozen snapshot values: the only shape in which cluster objects travel past a source.
+
+Sources (a manifests directory, the Kubernetes informers) parse API JSON once
+with L{ingress.parse} into these values; routing and the proxy never see API
+dicts.  Every value is immutable so a L{ClusterState} can be handed from an
+informer thread to a build thread to the reactor without locks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Union
+
+PATH_EXACT = "Exact"
+PATH_PREFIX = "Prefix"
+PATH_IMPLEMENTATION_SPECIFIC = "ImplementationSpecific"
+
+CONTROLLER_NAME = "twingress.io/ingress-controller"
+DEFAULT_CLASS_NAME = "twingress"
+DEFAULT_CLASS_ANNOTATION = "ingressclass.kubernetes.io/is-default-class"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ObjectRef:
+    """Kind, namespace and name: how problems and routes name the object they come from."""
+
+    kind: str
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        if self.namespace:
+            return f"{self.kind}/{self.namespace}/{self.name}"
+        return f"{self.kind}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectMeta:
+    """The metadata fields we use; C{creation_timestamp} is RFC 3339 text (sorts as time)."""
+
+    namespace: str
+    name: str
+    uid: str = ""
+    resource_version: str = ""
+    generation: int = 0
+    creation_timestamp: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict, compare=False)
+    annotations: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    def age_key(self) -> tuple[str, str, str]:
+        """Oldest first, then namespace/name: the order that decides every conflict."""
+        return (self.creation_timestamp or "9999", self.namespace, self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceBackendPort:
+    """A Service port named by number or by name (exactly one is set)."""
+
+    number: Optional[int] = None
+    name: Optional[str] = None
+
+    def __str__(self) -> str:
+        return str(self.number) if self.number is not None else str(self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class IngressBackend:
+    """C{service.name} + C{service.port}; resource backends are not supported (C{service_name} empty)."""
+
+    service_name: str
+    port: ServiceBackendPort
+
+
+@dataclass(frozen=True, slots=True)
+class HTTPIngressPath:
+    path: str
+    path_type: str
+    backend: IngressBackend
+
+
+@dataclass(frozen=True, slots=True)
+class IngressRule:
+    """C{host} is lower-case without a trailing dot; empty means every host."""
+
+    host: str
+    paths: tuple[HTTPIngressPath, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class IngressTLS:
+    hosts: tuple[str, ...]
+    secret_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ingress:
+    meta: ObjectMeta
+    ingress_class_name: Optional[str]
+    default_backend: Optional[IngressBackend]
+    rules: tuple[IngressRule, ...]
+    tls: tuple[IngressTLS, ...] = ()
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef("Ingress", self.meta.namespace, self.meta.name)
+
+
+@dataclass(frozen=True, slots=True)
+class IngressClass:
+    meta: ObjectMeta
+    controller: str
+
+    @property
+    def is_default(self) -> bool:
+        return self.meta.annotations.get(DEFAULT_CLASS_ANNOTATION, "") == "true"
+
+
+@dataclass(frozen=True, slots=True)
+class ServicePort:
+    name: str
+    port: int
+    target_port: Union[int, str, None]
+    protocol: str = "TCP"
+
+
+@dataclass(frozen=True, slots=True)
+class Service:
+    meta: ObjectMeta
+    type: str
+    ports: tuple[ServicePort, ...]
+    external_name: str = ""
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef("Service", self.meta.namespace, self.meta.name)
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointPort:
+    name: str
+    port: int
+    protocol: str = "TCP"
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One endpoint of a slice; C{ready} is true when the condition is true or absent (API rule)."""
+
+    addresses: tuple[str, ...]
+    ready: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointSlice:
+    meta: ObjectMeta
+    service_name: str
+    address_type: str
+    ports: tuple[EndpointPort, ...]
+    endpoints: tuple[Endpoint, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TLSSecret:
+    """A C{kubernetes.io/tls} Secret: PEM bytes as stored, validated later by the TLS layer."""
+
+    meta: ObjectMeta
+    cert_pem: bytes
+    key_pem: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterState:
+    """
+    Everything the routing build needs, in one immutable snapshot.
+
+    Maps are keyed by (namespace, name).  C{problems} carries what the source
+    could not parse, so that it reaches /debug/routes and metrics together with
+    what routing itself rejects.
+    """
+
+    ingresses: tuple[Ingress, ...] = ()
+    ingress_classes: tuple[IngressClass, ...] = ()
+    services: Mapping[tuple[str, str], Service] = field(default_factory=dict)
+    endpoint_slices: tuple[EndpointSlice, ...] = ()
+    secrets: Mapping[tuple[str, str], TLSSecret] = field(default_factory=dict)
+    problems: tuple["Problem", ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Why an object (or part of one) was skipped: logged, counted, and shown in status where it can be."""
+
+    ref: ObjectRef
+    reason: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.ref}: {self.reason}: {self.message}"

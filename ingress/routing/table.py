@@ -1,0 +1,172 @@
+# -*- test-case-name: tests.unit.test_routing -*-
+"""
+The immutable routing table the proxy reads on every request.
+
+Lookups are dictionary probes: a host probe (exact, then one-label wildcard,
+then the host-less rules), then one probe per path element, so their cost does
+not grow with the number of Ingresses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+from ingress.model import ObjectRef, Problem
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    """
+    Where a backend's traffic goes: ready pod addresses, or an ExternalName.
+
+    C{key} ("namespace/service:port") names the upstream across tables, so the
+    proxy can keep its balancer position when a new table arrives.
+    """
+
+    key: str
+    endpoints: tuple[tuple[str, int], ...]
+    external_name: str = ""
+    external_port: int = 0
+
+    @property
+    def targets(self) -> tuple[tuple[str, int], ...]:
+        """Addresses to connect to: pod endpoints, or the ExternalName host."""
+        if self.external_name:
+            return ((self.external_name, self.external_port),)
+        return self.endpoints
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """What a matched request is sent to, and the Ingress that said so (the metrics label)."""
+
+    name: str  # "namespace/ingress"
+    source: ObjectRef
+    upstream: Upstream
+    path: str = ""
+    path_type: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HostRoutes:
+    """
+    The paths of one host.
+
+    C{exact} maps a whole path to its route; C{prefixes} maps a normalised
+    prefix (path elements joined by "/", no leading or trailing slash, "" for
+    "/") to its route.
+    """
+
+    exact: Mapping[str, Route] = field(default_factory=dict)
+    prefixes: Mapping[str, Route] = field(default_factory=dict)
+
+    def match(self, path: str) -> Optional[Route]:
+        """Exact first (it is always the longest match), then prefixes from the longest."""
+        route = self.exact.get(path)
+        if route is not None:
+            return route
+        prefixes = self.prefixes
+        if not prefixes:
+            return None
+        elements = [e for e in path.split("/") if e]
+        for n in range(len(elements), -1, -1):
+            route = prefixes.get("/".join(elements[:n]))
+            if route is not None:
+                return route
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingTable:
+    """
+    One generation of routing: built by L{ingress.routing.build}, swapped whole.
+
+    C{hosts} holds exact host names, C{wildcards} the suffix after "*." of
+    wildcard hosts, C{any_host} the rules without a host.
+    """
+
+    generation: int = 0
+    hosts: Mapping[str, HostRoutes] = field(default_factory=dict)
+    wildcards: Mapping[str, HostRoutes] = field(default_factory=dict)
+    any_host: Optional[HostRoutes] = None
+    default_route: Optional[Route] = None
+    problems: tuple[Problem, ...] = ()
+
+    def host_routes(self, host: str) -> Optional[HostRoutes]:
+        """The rules that own C{host} (already normalised): exact beats wildcard beats host-less."""
+        routes = self.hosts.get(host)
+        if routes is not None:
+            return routes
+        dot = host.find(".")
+        if dot > 0:
+            routes = self.wildcards.get(host[dot + 1 :])
+            if routes is not None:
+                return routes
+        return self.any_host
+
+    def match(self, host: str, path: str) -> Optional[Route]:
+        """
+        The route for a request, or None for 404.
+
+        C{host} must be normalised with L{normalize_host}; C{path} is the path
+        part of the request target (no query).  A host that owns rules but
+        none of whose paths match falls to the default backend, as in the
+        Ingress specification.
+        """
+        routes = self.host_routes(host)
+        if routes is not None:
+            route = routes.match(path)
+            if route is not None:
+                return route
+        return self.default_route
+
+    def to_json(self) -> dict[str, Any]:
+        """The table for /debug/routes: plain JSON types only."""
+
+        def dump_host(routes: HostRoutes) -> dict[str, Any]:
+            def dump(route: Route) -> dict[str, Any]:
+                return {
+                    "route": route.name,
+                    "upstream": route.upstream.key,
+                    "endpoints": [f"{h}:{p}" for h, p in route.upstream.targets],
+                }
+
+            return {
+                "exact": {p: dump(r) for p, r in sorted(routes.exact.items())},
+                "prefix": {"/" + p: dump(r) for p, r in sorted(routes.prefixes.items())},
+            }
+
+        return {
+            "generation": self.generation,
+            "hosts": {h: dump_host(r) for h, r in sorted(self.hosts.items())},
+            "wildcards": {"*." + h: dump_host(r) for h, r in sorted(self.wildcards.items())},
+            "anyHost": dump_host(self.any_host) if self.any_host else None,
+            "defaultBackend": (
+                {"route": self.default_route.name, "upstream": self.default_route.upstream.key}
+                if self.default_route
+                else None
+            ),
+            "problems": [
+                {"object": str(p.ref), "reason": p.reason, "message": p.message} for p in self.problems
+            ],
+        }
+
+
+def normalize_host(host: str) -> str:
+    """
+    Lower-case, without port and trailing dot: the form every host key takes.
+
+    Handles bracketed IPv6 literals ("[::1]:80").
+    """
+    if host.startswith("["):
+        end = host.find("]")
+        host = host[: end + 1] if end > 0 else host
+    else:
+        colon = host.rfind(":")
+        if colon >= 0:
+            host = host[:colon]
+    return host.rstrip(".").lower()
+
+
+EMPTY_TABLE = RoutingTable()
