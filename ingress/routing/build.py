@@ -1,0 +1,279 @@
+# -*- test-case-name: tests.unit.test_routing -*-
+"""
+C{build(state) -> RoutingTable}: networking.k8s.io/v1 Ingress semantics, as a pure function.
+
+Every decision that depends on more than one object (which Ingresses are
+ours, who wins a conflicting path or default backend, which addresses a
+backend has) is made here, once per snapshot, so that a request only does
+dictionary probes.  Ingresses are processed oldest first and every index is
+built once per call, which keeps the result independent of input order and
+the cost linear in the size of the cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Optional
+
+from ingress.model import (
+    CONTROLLER_NAME,
+    DEFAULT_CLASS_NAME,
+    PATH_EXACT,
+    ClusterState,
+    EndpointSlice,
+    Ingress,
+    IngressBackend,
+    IngressClass,
+    Problem,
+    Service,
+    ServiceBackendPort,
+    ServicePort,
+)
+from ingress.routing.table import HostRoutes, Route, RoutingTable, Upstream
+
+LEGACY_CLASS_ANNOTATION = "kubernetes.io/ingress.class"
+ROUTED_ADDRESS_TYPES = frozenset({"IPv4", "IPv6"})
+
+_Issue = tuple[str, str]
+"""A (reason, message) pair that becomes a L{Problem} for each Ingress that hits it."""
+
+
+def build(
+    state: ClusterState,
+    *,
+    class_name: str = DEFAULT_CLASS_NAME,
+    controller_name: str = CONTROLLER_NAME,
+    generation: int = 0,
+) -> RoutingTable:
+    """
+    The routing table for C{state}: our Ingresses' rules, merged across Ingresses.
+
+    Nothing in C{state} makes this raise: a missing Service or a conflicting
+    path is reported in C{problems} and the rest of the table is built.
+    """
+    ingresses = select_ingresses(state, class_name=class_name, controller_name=controller_name)
+    routes = _RouteBuilder(_Backends(state))
+    for ingress in ingresses:
+        routes.add_rules(ingress)
+    default_route = routes.default_route(ingresses)
+    return RoutingTable(
+        generation=generation,
+        hosts=_freeze(routes.hosts),
+        wildcards=_freeze(routes.wildcards),
+        any_host=routes.any_host.freeze() if routes.any_host.routes else None,
+        default_route=default_route,
+        problems=_sorted_problems(state.problems) + _sorted_problems(set(routes.problems)),
+    )
+
+
+def select_ingresses(
+    state: ClusterState,
+    *,
+    class_name: str = DEFAULT_CLASS_NAME,
+    controller_name: str = CONTROLLER_NAME,
+) -> tuple[Ingress, ...]:
+    """
+    The Ingresses this controller serves, oldest first (the order that resolves conflicts).
+
+    Also what the status controller needs: these are the Ingresses whose
+    status we own.  Ingresses of other controllers are not problems.
+    """
+    classes = {c.meta.name: c for c in state.ingress_classes}
+    default_is_ours = any(c.is_default and c.controller == controller_name for c in classes.values())
+    ours = [
+        ingress
+        for ingress in state.ingresses
+        if _is_ours(ingress, classes, class_name, controller_name, default_is_ours)
+    ]
+    ours.sort(key=lambda i: (i.meta.age_key(), i.meta.uid))
+    return tuple(ours)
+
+
+def _is_ours(
+    ingress: Ingress,
+    classes: Mapping[str, IngressClass],
+    class_name: str,
+    controller_name: str,
+    default_is_ours: bool,
+) -> bool:
+    """
+    spec.ingressClassName first, then the legacy annotation, then the default class.
+
+    A class that exists decides by its controller, even when it carries our
+    class name: two controllers must never serve one Ingress.  Our class name
+    alone is enough when no IngressClass of that name exists (a manifests
+    directory without one).
+    """
+    name = ingress.ingress_class_name
+    if name:
+        ingress_class = classes.get(name)
+        if ingress_class is not None:
+            return ingress_class.controller == controller_name
+        return name == class_name
+    legacy = ingress.meta.annotations.get(LEGACY_CLASS_ANNOTATION, "")
+    if legacy:
+        return legacy == class_name
+    return default_is_ours
+
+
+def prefix_key(path: str) -> str:
+    """
+    The key of a Prefix path in L{HostRoutes.prefixes}: its elements without empty ones.
+
+    "/" -> "", "/foo/" -> "foo", "/a//b" -> "a/b": matching is element-wise,
+    so trailing slashes never matter and "/aaa" does not match "/aaaccc".
+    """
+    return "/".join(element for element in path.split("/") if element)
+
+
+class _Backends:
+    """
+    Backend to L{Upstream}, with the Service and EndpointSlice indexes built once per build.
+
+    One Upstream object per key, so that routes sharing a backend share it
+    (and the proxy's pools keyed by it).
+    """
+
+    def __init__(self, state: ClusterState) -> None:
+        self._services: Mapping[tuple[str, str], Service] = state.services
+        self._slices: dict[tuple[str, str], list[EndpointSlice]] = {}
+        for endpoint_slice in state.endpoint_slices:
+            if endpoint_slice.service_name and endpoint_slice.address_type in ROUTED_ADDRESS_TYPES:
+                key = (endpoint_slice.meta.namespace, endpoint_slice.service_name)
+                self._slices.setdefault(key, []).append(endpoint_slice)
+        self._upstreams: dict[str, tuple[Upstream, Optional[_Issue]]] = {}
+
+    def upstream(self, namespace: str, backend: IngressBackend) -> tuple[Upstream, Optional[_Issue]]:
+        """The shared Upstream for a backend, and what is wrong with it (if anything)."""
+        key = f"{namespace}/{backend.service_name}:{backend.port}"
+        found = self._upstreams.get(key)
+        if found is None:
+            found = self._upstreams[key] = self._resolve(key, namespace, backend)
+        return found
+
+    def _resolve(self, key: str, namespace: str, backend: IngressBackend) -> tuple[Upstream, Optional[_Issue]]:
+        """An unusable backend still gets an (empty) Upstream: its route answers 503, not 404."""
+        empty = Upstream(key, ())
+        if not backend.service_name:
+            return empty, ("UnsupportedBackend", "resource backends are not supported")
+        service = self._services.get((namespace, backend.service_name))
+        if service is None:
+            return empty, ("ServiceNotFound", f'Service "{namespace}/{backend.service_name}" not found')
+        service_port = _find_port(service.ports, backend.port)
+        if service.type == "ExternalName":
+            number = backend.port.number
+            if number is None and service_port is not None:
+                number = service_port.port
+            if number is not None:
+                return Upstream(key, (), external_name=service.external_name, external_port=number), None
+        if service_port is None:
+            message = f'Service "{namespace}/{backend.service_name}" has no port {backend.port}'
+            return empty, ("PortNotFound", message)
+        return Upstream(key, self._endpoints(namespace, service.meta.name, service_port)), None
+
+    def _endpoints(self, namespace: str, service_name: str, port: ServicePort) -> tuple[tuple[str, int], ...]:
+        """Ready addresses from every slice of the Service, at the slice port named like the ServicePort."""
+        found: set[tuple[str, int]] = set()
+        for endpoint_slice in self._slices.get((namespace, service_name), ()):
+            number = next((p.port for p in endpoint_slice.ports if p.name == port.name), None)
+            if number is None:
+                continue
+            for endpoint in endpoint_slice.endpoints:
+                if endpoint.ready:
+                    found.update((address, number) for address in endpoint.addresses)
+        return tuple(sorted(found))
+
+
+def _find_port(ports: Iterable[ServicePort], wanted: ServiceBackendPort) -> Optional[ServicePort]:
+    """By name, or by number (TCP first: 53/TCP and 53/UDP may both exist, and HTTP is TCP)."""
+    if wanted.number is None:
+        return next((p for p in ports if p.name == wanted.name), None)
+    matches = sorted((p for p in ports if p.port == wanted.number), key=lambda p: p.protocol != "TCP")
+    return matches[0] if matches else None
+
+
+@dataclass
+class _HostPaths:
+    """The mutable paths of one host while building; frozen into a L{HostRoutes} at the end."""
+
+    exact: dict[str, Route] = field(default_factory=dict)
+    prefixes: dict[str, Route] = field(default_factory=dict)
+
+    @property
+    def routes(self) -> bool:
+        return bool(self.exact or self.prefixes)
+
+    def freeze(self) -> HostRoutes:
+        return HostRoutes(exact=self.exact, prefixes=self.prefixes)
+
+
+class _RouteBuilder:
+    """Claims (host, path) slots for Ingresses given oldest first: the first claim wins."""
+
+    def __init__(self, backends: _Backends) -> None:
+        self.backends = backends
+        self.hosts: dict[str, _HostPaths] = {}
+        self.wildcards: dict[str, _HostPaths] = {}
+        self.any_host = _HostPaths()
+        self.problems: list[Problem] = []
+
+    def _paths_of(self, host: str) -> _HostPaths:
+        if not host:
+            return self.any_host
+        if host.startswith("*."):
+            return self.wildcards.setdefault(host[2:], _HostPaths())
+        return self.hosts.setdefault(host, _HostPaths())
+
+    def add_rules(self, ingress: Ingress) -> None:
+        """Every path of every rule; a rule without paths adds nothing (and claims no host)."""
+        for rule in ingress.rules:
+            if not rule.paths:
+                continue
+            paths = self._paths_of(rule.host)
+            for http_path in rule.paths:
+                if http_path.path_type == PATH_EXACT:
+                    slots, key = paths.exact, http_path.path
+                else:  # Prefix, and ImplementationSpecific which we define as Prefix
+                    slots, key = paths.prefixes, prefix_key(http_path.path)
+                winner = slots.get(key)
+                if winner is None:
+                    slots[key] = self.route(ingress, http_path.backend, http_path.path, http_path.path_type)
+                else:
+                    where = f'host "{rule.host or "*"}" {http_path.path_type} path "{http_path.path}"'
+                    self._conflict(ingress, winner, where)
+
+    def default_route(self, ingresses: Iterable[Ingress]) -> Optional[Route]:
+        """The oldest default backend among our Ingresses; the others are reported, not used."""
+        winner: Optional[Route] = None
+        for ingress in ingresses:
+            if ingress.default_backend is None:
+                continue
+            if winner is None:
+                winner = self.route(ingress, ingress.default_backend, "", "")
+            else:
+                self._conflict(ingress, winner, "spec.defaultBackend")
+        return winner
+
+    def route(self, ingress: Ingress, backend: IngressBackend, path: str, path_type: str) -> Route:
+        """A route to C{backend}, resolved in the Ingress's own namespace."""
+        upstream, issue = self.backends.upstream(ingress.meta.namespace, backend)
+        if issue is not None:
+            self.problems.append(Problem(ingress.ref, *issue))
+        name = f"{ingress.meta.namespace}/{ingress.meta.name}"
+        return Route(name=name, source=ingress.ref, upstream=upstream, path=path, path_type=path_type)
+
+    def _conflict(self, loser: Ingress, winner: Route, what: str) -> None:
+        """The loser is told who won: the oldest Ingress, then namespace/name, then rule order."""
+        message = f"{what} ignored: Ingress {winner.name} claimed it first"
+        if winner.source == loser.ref:
+            message += " (earlier in the same Ingress)"
+        self.problems.append(Problem(loser.ref, "Conflict", message))
+
+
+def _freeze(paths: Mapping[str, _HostPaths]) -> dict[str, HostRoutes]:
+    return {host: host_paths.freeze() for host, host_paths in paths.items()}
+
+
+def _sorted_problems(problems: Iterable[Problem]) -> tuple[Problem, ...]:
+    """Problems in a stable order (object, reason, message): the table must not depend on input order."""
+    return tuple(sorted(problems, key=lambda p: (p.ref, p.reason, p.message)))
