@@ -1,0 +1,90 @@
+# -*- test-case-name: tests.proxy.test_admin -*-
+"""
+The admin listener: /healthz, /readyz, /metrics and /debug/routes.
+
+Loopback-only by default (C{--admin tcp:10254:interface=127.0.0.1}): the
+route dump shows every host and endpoint, which is not for the internet.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from twisted.web.resource import Resource
+from twisted.web.server import Request, Site
+
+from ingress.live import LiveTable
+from ingress.metrics import Metrics
+
+ReadinessCheck = Callable[[], tuple[bool, dict[str, object]]]
+
+
+class _Leaf(Resource):
+    isLeaf = True
+
+    def __init__(self, render: Callable[[Request], bytes]) -> None:
+        super().__init__()
+        self._render = render
+
+    def render_GET(self, request: Request) -> bytes:
+        return self._render(request)
+
+
+class Admin:
+    """
+    Builds the admin Site.  Readiness is the conjunction of every registered
+    check (the first table is live, the sources have synced, not draining),
+    each contributing detail to the /readyz body.
+    """
+
+    def __init__(self, live: LiveTable, metrics: Metrics) -> None:
+        self.live = live
+        self.metrics = metrics
+        self.checks: list[ReadinessCheck] = [self._table_check]
+
+    def _table_check(self) -> tuple[bool, dict[str, object]]:
+        return self.live.ready, {"table": "live" if self.live.ready else "not built yet", "generation": self.live.table.generation}
+
+    def add_check(self, check: ReadinessCheck) -> None:
+        self.checks.append(check)
+
+    def readiness(self) -> tuple[bool, dict[str, object]]:
+        ready = True
+        detail: dict[str, object] = {}
+        for check in self.checks:
+            ok, info = check()
+            ready = ready and ok
+            detail.update(info)
+        return ready, detail
+
+    def _healthz(self, request: Request) -> bytes:
+        request.setHeader(b"content-type", b"text/plain")
+        return b"ok\n"
+
+    def _readyz(self, request: Request) -> bytes:
+        ready, detail = self.readiness()
+        request.setResponseCode(200 if ready else 503)
+        request.setHeader(b"content-type", b"application/json")
+        return json.dumps({"ready": ready, **detail}).encode() + b"\n"
+
+    def _metrics(self, request: Request) -> bytes:
+        request.setHeader(b"content-type", CONTENT_TYPE_LATEST.encode())
+        return generate_latest(self.metrics.registry)
+
+    def _routes(self, request: Request) -> bytes:
+        request.setHeader(b"content-type", b"application/json")
+        return json.dumps(self.live.table.to_json(), indent=2).encode() + b"\n"
+
+    def site(self) -> Site:
+        root = Resource()
+        root.putChild(b"healthz", _Leaf(self._healthz))
+        root.putChild(b"readyz", _Leaf(self._readyz))
+        root.putChild(b"metrics", _Leaf(self._metrics))
+        debug = Resource()
+        debug.putChild(b"routes", _Leaf(self._routes))
+        root.putChild(b"debug", debug)
+        site = Site(root)
+        site.log = lambda request: None  # type: ignore[method-assign]
+        return site

@@ -1,0 +1,110 @@
+# -*- test-case-name: tests.proxy.test_builder -*-
+"""
+Rebuilding the routing table off the reactor thread, one build at a time.
+
+Sources call L{TableBuilder.submit} (on the reactor thread) with a function
+that produces a snapshot.  Submissions are debounced and coalesced: while a
+build runs, later submissions collapse into one more build with the newest
+snapshot function.  The finished table is swapped in on the reactor thread.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional
+
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorThreads, IReactorTime
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.python.threadpool import ThreadPool
+
+from ingress.live import LiveTable
+from ingress.metrics import Metrics
+from ingress.model import ClusterState
+from ingress.routing.table import RoutingTable
+
+log = Logger()
+
+Snapshot = Callable[[], ClusterState]
+BuildFunction = Callable[[ClusterState, int], RoutingTable]
+
+
+class TableBuilder:
+    """Debounced, coalescing table builds on a dedicated worker thread."""
+
+    def __init__(
+        self,
+        reactor: IReactorTime,
+        live: LiveTable,
+        metrics: Metrics,
+        build: BuildFunction,
+        debounce: float = 0.05,
+    ) -> None:
+        self.reactor = reactor
+        self.live = live
+        self.metrics = metrics
+        self.build = build
+        self.debounce = debounce
+        self.generation = 0
+        self._next: Optional[Snapshot] = None
+        self._timer: Optional[object] = None
+        self._running = False
+        self._pool = ThreadPool(1, 1, name="twingress-build")
+
+    def start(self) -> None:
+        self._pool.start()
+
+    def stop(self) -> None:
+        self._pool.stop()
+
+    def submit(self, snapshot: Snapshot) -> None:
+        """Ask for a build from C{snapshot} (reactor thread); the newest request wins."""
+        self._next = snapshot
+        if self._timer is None and not self._running:
+            self._timer = self.reactor.callLater(self.debounce, self._start_build)
+
+    def _start_build(self) -> None:
+        self._timer = None
+        snapshot, self._next = self._next, None
+        if snapshot is None:
+            return
+        self._running = True
+        self.generation += 1
+        generation = self.generation
+        d: Deferred[tuple[RoutingTable, float]] = deferToThreadPool(
+            self.reactor, self._pool, self._build_timed, snapshot, generation  # type: ignore[arg-type]
+        )
+        d.addCallbacks(self._built, self._failed)
+        d.addBoth(self._done)
+
+    def _build_timed(self, snapshot: Snapshot, generation: int) -> tuple[RoutingTable, float]:
+        started = time.perf_counter()
+        table = self.build(snapshot(), generation)
+        return table, time.perf_counter() - started
+
+    def _built(self, result: tuple[RoutingTable, float]) -> None:
+        table, seconds = result
+        self.metrics.build_seconds.observe(seconds)
+        self.metrics.table_generation.set(table.generation)
+        self.metrics.set_problems([p.reason for p in table.problems])
+        for problem in table.problems:
+            log.warn("skipped {problem}", problem=str(problem))
+        self.live.swap(table)
+        log.info(
+            "routing table {generation} live: {hosts} hosts, {problems} problems, built in {ms:.1f} ms",
+            generation=table.generation,
+            hosts=len(table.hosts) + len(table.wildcards),
+            problems=len(table.problems),
+            ms=seconds * 1000,
+        )
+
+    def _failed(self, failure: Failure) -> None:
+        self.metrics.source_errors.labels("build").inc()
+        log.failure("routing table build failed; the last good table stays live", failure)
+
+    def _done(self, _: object) -> None:
+        self._running = False
+        if self._next is not None:
+            self._timer = self.reactor.callLater(self.debounce, self._start_build)

@@ -1,0 +1,80 @@
+"""
+Prometheus metrics, all named C{twingress_*}.
+
+Labels stay bounded: a route is "namespace/ingress" (never a raw path or
+host), a status is the numeric code.  Label children are cached so the
+per-request cost is one dict probe and an increment.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+NO_ROUTE = "-"
+
+
+class Metrics:
+    """One registry's worth of twingress metrics (tests make their own registry)."""
+
+    def __init__(self, registry: Optional[CollectorRegistry] = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "twingress_http_requests", "HTTP requests answered, by route and status code", ["route", "status"], registry=r
+        )
+        self.upstream_latency = Histogram(
+            "twingress_upstream_response_seconds",
+            "Time from sending a request upstream to its response head, by route",
+            ["route"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=r,
+        )
+        self.open_connections = Gauge(
+            "twingress_open_connections", "Client connections open now, by listener", ["listener"], registry=r
+        )
+        self.upstream_failures = Counter(
+            "twingress_upstream_failures", "Upstream connect failures and resets, by reason", ["reason"], registry=r
+        )
+        self.build_seconds = Histogram(
+            "twingress_table_build_seconds",
+            "Time to build a routing table from a snapshot",
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10),
+            registry=r,
+        )
+        self.table_generation = Gauge("twingress_table_generation", "Generation of the live routing table", registry=r)
+        self.table_routes = Gauge("twingress_table_routes", "Routes in the live routing table", registry=r)
+        self.problems = Gauge(
+            "twingress_object_problems", "Objects (or parts) skipped in the live table, by reason", ["reason"], registry=r
+        )
+        self.source_errors = Counter(
+            "twingress_source_errors", "Errors reading a configuration source, by source", ["source"], registry=r
+        )
+        self.malformed_requests = Counter(
+            "twingress_http_malformed_requests", "Requests refused before routing, by status code", ["status"], registry=r
+        )
+        self._request_children: dict[tuple[str, int], Counter] = {}
+        self._latency_children: dict[str, Histogram] = {}
+        self._problem_reasons: set[str] = set()
+
+    def request_done(self, route: str, status: int) -> None:
+        child = self._request_children.get((route, status))
+        if child is None:
+            child = self._request_children[(route, status)] = self.requests.labels(route, str(status))
+        child.inc()
+
+    def upstream_answered(self, route: str, seconds: float) -> None:
+        child = self._latency_children.get(route)
+        if child is None:
+            child = self._latency_children[route] = self.upstream_latency.labels(route)
+        child.observe(seconds)
+
+    def set_problems(self, reasons: list[str]) -> None:
+        """Replace the problem gauge: reasons that went away drop to zero."""
+        counts: dict[str, int] = {}
+        for reason in reasons:
+            counts[reason] = counts.get(reason, 0) + 1
+        for reason in self._problem_reasons | set(counts):
+            self.problems.labels(reason).set(counts.get(reason, 0))
+        self._problem_reasons |= set(counts)

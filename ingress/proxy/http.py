@@ -1,0 +1,567 @@
+# -*- test-case-name: tests.proxy.test_http_proxy -*-
+"""
+The HTTP/1.1 reverse proxy: one protocol instance per client connection.
+
+A connection handles one request at a time: pipelined requests wait in the
+buffer (responses stay in order) and reading pauses when too many wait.  A
+request's head is parsed strictly (L{ingress.proxy.h1}), routed once against
+the table live at that moment, and forwarded with its Host unchanged; bodies
+in both directions are passed through as raw bytes with their own framing,
+with backpressure both ways.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+from twisted.internet.interfaces import IAddress, IDelayedCall, IReactorTCP, IReactorTime
+from twisted.internet.protocol import Factory, Protocol, connectionDone
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from ingress.live import LiveTable
+from ingress.metrics import NO_ROUTE, Metrics
+from ingress.proxy import h1
+from ingress.proxy.fastwrite import direct_writer
+from ingress.proxy.forwarding import ForwardedFor, request_head_bytes, response_head_bytes
+from ingress.proxy.responses import error_response
+from ingress.proxy.settings import ProxySettings
+from ingress.proxy.upstream import Address, UpstreamConnection, UpstreamPool
+from ingress.routing.table import Route, normalize_host
+
+log = Logger()
+
+_HEAD, _BODY, _AWAIT, _TUNNEL, _CLOSED = range(5)
+_IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"PUT", b"DELETE", b"TRACE"})
+_PENDING_LIMIT = 1 << 20
+
+
+class HTTPProxyFactory(Factory):
+    """Shared pieces of every client connection on one listener."""
+
+    noisy = False
+
+    def __init__(
+        self,
+        live: LiveTable,
+        pool: UpstreamPool,
+        settings: ProxySettings,
+        metrics: Metrics,
+        reactor: IReactorTime,
+        scheme: bytes = b"http",
+        listener: str = "http",
+    ) -> None:
+        self.live = live
+        self.pool = pool
+        self.settings = settings
+        self.metrics = metrics
+        self.reactor = reactor
+        self.scheme = scheme
+        self.listener = listener
+        self.connections: set["HTTPProxyProtocol"] = set()
+        self._open_gauge = metrics.open_connections.labels(listener)
+
+    def buildProtocol(self, addr: IAddress) -> "HTTPProxyProtocol":
+        return HTTPProxyProtocol(self)
+
+    def opened(self, protocol: "HTTPProxyProtocol") -> None:
+        self.connections.add(protocol)
+        self._open_gauge.inc()
+
+    def closed(self, protocol: "HTTPProxyProtocol") -> None:
+        self.connections.discard(protocol)
+        self._open_gauge.dec()
+
+
+class HTTPProxyProtocol(Protocol):
+    """
+    The client side of the proxy.
+
+    It is its transport's producer (a slow client pauses the upstream
+    connection) and the upstream connection's sink (L{upstream.ResponseSink}).
+    """
+
+    def __init__(self, factory: HTTPProxyFactory) -> None:
+        self.factory = factory
+        self.settings = factory.settings
+        self._buffer = b""
+        self._state = _HEAD
+        self._timer: Optional[IDelayedCall] = None
+        self._timer_kind = ""
+        self._read_pauses: set[str] = set()
+        self._client_full = False
+        self._forwarded: Optional[ForwardedFor] = None
+        self._driving = False
+        self._request_id = 0
+        self._reset_request()
+
+    def _reset_request(self) -> None:
+        self.request_method = b""
+        self._request: Optional[h1.Head] = None
+        self._route: Optional[Route] = None
+        self._upstream: Optional[UpstreamConnection] = None
+        self._connecting: object = None
+        self._pending: list[bytes] = []
+        self._pending_size = 0
+        self._body_remaining = 0
+        self._body_framer: Optional[h1.ChunkedFramer] = None
+        self._request_complete = False
+        self._responded = False
+        self._keep_alive = True
+        self._decode: Optional[h1.ChunkedFramer] = None
+        self._attempts = 0
+        self._tried: Optional[Address] = None
+        self._head_bytes = b""
+        self._sent_at = 0.0
+        self._status = 0
+        self._request_id += 1
+
+    # -- connection lifecycle -------------------------------------------------
+
+    def connectionMade(self) -> None:
+        self.factory.opened(self)
+        if hasattr(self.transport, "setTcpNoDelay"):
+            self.transport.setTcpNoDelay(True)  # responses are written whole; never wait for an ACK
+        self.transport.registerProducer(self, True)
+        self._write = direct_writer(self.transport)
+        self._forwarded = ForwardedFor.for_transport(self.transport, self.factory.scheme)
+        self._set_timer(self.settings.header_timeout, "idle")
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        self._state = _CLOSED
+        self._cancel_timer()
+        self.factory.closed(self)
+        upstream, self._upstream = self._upstream, None
+        if upstream is not None:
+            upstream.owner = None
+            upstream.transport.abortConnection()
+        if self._connecting is not None:
+            self._connecting.disconnect()  # type: ignore[attr-defined]
+            self._connecting = None
+
+    # IPushProducer for our transport: a slow client pauses the upstream's reads.
+    def pauseProducing(self) -> None:
+        self._client_full = True
+        if self._upstream is not None:
+            self._upstream.transport.pauseProducing()
+
+    def resumeProducing(self) -> None:
+        self._client_full = False
+        if self._upstream is not None:
+            self._upstream.transport.resumeProducing()
+
+    def stopProducing(self) -> None:
+        pass
+
+    def _pause_reading(self, reason: str) -> None:
+        if not self._read_pauses:
+            self.transport.pauseProducing()
+        self._read_pauses.add(reason)
+
+    def _resume_reading(self, reason: str) -> None:
+        if reason in self._read_pauses:
+            self._read_pauses.discard(reason)
+            if not self._read_pauses and self._state != _CLOSED:
+                self.transport.resumeProducing()
+
+    # -- timers ---------------------------------------------------------------
+
+    def _set_timer(self, seconds: float, kind: str) -> None:
+        self._timer_kind = kind
+        if self._timer is not None and self._timer.active():
+            self._timer.reset(seconds)
+        else:
+            self._timer = self.factory.reactor.callLater(seconds, self._timed_out)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+
+    def _timed_out(self) -> None:
+        self._timer = None
+        kind = self._timer_kind
+        if kind == "idle":
+            self._close()
+        elif kind == "header":
+            self._refuse(408, "request head not received in time")
+        else:
+            self.factory.metrics.upstream_failures.labels("timeout").inc()
+            self._fail_upstream(504, "upstream timed out")
+
+    # -- reading requests -----------------------------------------------------
+
+    def dataReceived(self, data: bytes) -> None:
+        state = self._state
+        if state == _TUNNEL:
+            if self._upstream is not None:
+                self._upstream.write(data)
+            return
+        if state == _CLOSED:
+            return
+        self._buffer = self._buffer + data if self._buffer else data
+        self._drive()
+
+    def _drive(self) -> None:
+        """Advance through heads and bodies as far as the buffer allows (never re-entered)."""
+        self._driving = True
+        try:
+            self._drive_once()
+        finally:
+            self._driving = False
+
+    def _drive_once(self) -> None:
+        while self._buffer:
+            state = self._state
+            if state == _HEAD:
+                if not self._read_head():
+                    return
+            elif state == _BODY:
+                self._read_body()
+            else:
+                if state == _AWAIT and len(self._buffer) > self.settings.max_head_bytes:
+                    self._pause_reading("pipeline")
+                return
+
+    def _read_head(self) -> bool:
+        buffer = self._buffer
+        if buffer[:2] == h1.CRLF:
+            self._buffer = buffer.lstrip(b"\r\n")  # RFC 9112 2.2: ignore empty lines before a request
+            return bool(self._buffer)
+        end = h1.find_head_end(buffer)
+        if end < 0:
+            try:
+                h1.check_incomplete_head(buffer, self.settings.max_request_line, self.settings.max_head_bytes)
+            except h1.HTTPError as error:
+                self._refuse(error.status, error.detail)
+                return False
+            if self._timer_kind != "header":
+                self._set_timer(self.settings.header_timeout, "header")
+            return False
+        if end > self.settings.max_head_bytes:
+            self._refuse(431, "header section too large")
+            return False
+        self._buffer = buffer[end:]
+        try:
+            head = h1.parse_request_head(buffer[:end], self.settings.max_header_fields)
+        except h1.HTTPError as error:
+            self._refuse(error.status, error.detail)
+            return False
+        self._begin(head)
+        return self._state != _CLOSED
+
+    def _begin(self, head: h1.Head) -> None:
+        """Route a parsed head and start forwarding it."""
+        self._request = head
+        self.request_method = head.method
+        self._set_timer(self.settings.upstream_timeout, "upstream")
+        framing = head.framing
+        if framing.content_length and framing.content_length > self.settings.max_body_bytes:
+            self._refuse(413, "request body too large")
+            return
+        if head.method == b"CONNECT":
+            self._refuse(405, "CONNECT is not proxied")
+            return
+        host, path = _host_and_path(head)
+        route = self.factory.live.table.match(normalize_host(host), path)
+        if route is None:
+            self._answer_locally(404)
+            return
+        self._route = route
+        self._keep_alive = head.keep_alive
+        self._head_bytes = request_head_bytes(head, self._forwarded, host)  # type: ignore[arg-type]
+        if framing.chunked:
+            self._body_framer = h1.ChunkedFramer()
+            self._state = _BODY
+        elif framing.content_length:
+            self._body_remaining = framing.content_length
+            self._state = _BODY
+        else:
+            self._request_complete = True
+            self._state = _AWAIT
+        self._dispatch()
+
+    def _read_body(self) -> None:
+        data = self._buffer
+        framer = self._body_framer
+        if framer is not None:
+            try:
+                used = framer.feed(data)
+            except h1.HTTPError as error:
+                self._refuse(error.status, error.detail)
+                return
+            if framer.total > self.settings.max_body_bytes:
+                self._refuse(413, "request body too large")
+                return
+            chunk, self._buffer = (data, b"") if used == len(data) else (data[:used], data[used:])
+            done = framer.done
+        else:
+            take = self._body_remaining
+            chunk, self._buffer = (data, b"") if take >= len(data) else (data[:take], data[take:])
+            self._body_remaining -= len(chunk)
+            done = self._body_remaining == 0
+        if self._timer_kind == "upstream" and self._timer is not None:
+            self._timer.reset(self.settings.upstream_timeout)
+        self._send_upstream(chunk)
+        if done:
+            self._request_complete = True
+            self._state = _AWAIT
+
+    def _send_upstream(self, data: bytes) -> None:
+        upstream = self._upstream
+        if upstream is not None:
+            upstream.write(data)
+            return
+        self._pending.append(data)
+        self._pending_size += len(data)
+        if self._pending_size > _PENDING_LIMIT:
+            self._pause_reading("connecting")
+
+    # -- talking to the upstream ----------------------------------------------
+
+    def _dispatch(self) -> None:
+        """Pick an endpoint and send the request there (pooled connection first)."""
+        route = self._route
+        assert route is not None
+        pool = self.factory.pool
+        address = pool.choose(route.upstream, exclude=self._tried)
+        if address is None:
+            if self._tried is None:
+                self._answer_locally(503)
+            else:
+                self._fail_upstream(502, "no other endpoint to retry on")
+            return
+        self._attempts += 1
+        self._tried = address
+        connection = pool.take_idle(address)
+        if connection is not None:
+            self._bind(connection)
+        else:
+            request_id = self._request_id
+            self._connecting = pool.connect(
+                address,
+                lambda connection: self._connected(connection, request_id),
+                lambda address, detail, timed_out: self._connect_failed(address, detail, timed_out, request_id),
+            )
+
+    def _connected(self, connection: UpstreamConnection, request_id: int) -> None:
+        if request_id != self._request_id or self._state == _CLOSED:
+            connection.transport.loseConnection()  # the request was answered meanwhile
+            return
+        self._connecting = None
+        self.factory.pool.mark_up(connection.address)
+        self._bind(connection)
+
+    def _connect_failed(self, address: Address, detail: str, timed_out: bool, request_id: int) -> None:
+        if request_id != self._request_id or self._state == _CLOSED:
+            return
+        self._connecting = None
+        pool = self.factory.pool
+        pool.mark_down(address)
+        self.factory.metrics.upstream_failures.labels("connect-timeout" if timed_out else "connect").inc()
+        log.warn("upstream {address} failed: {detail}", address=f"{address[0]}:{address[1]}", detail=detail)
+        if self._attempts < 2 and self._route is not None and len(self._route.upstream.targets) > 1:
+            self._dispatch()
+            return
+        self._fail_upstream(504 if timed_out else 502, detail)
+
+    def _bind(self, connection: UpstreamConnection) -> None:
+        self._upstream = connection
+        if self._client_full:
+            connection.transport.pauseProducing()
+        pending = self._pending
+        self._sent_at = time.monotonic()
+        if pending:
+            data = self._head_bytes + b"".join(pending)
+            self._pending = []
+            self._pending_size = 0
+            self._resume_reading("connecting")
+        else:
+            data = self._head_bytes
+        connection.start(self, data)
+
+    # ResponseSink: what the upstream connection reports.
+
+    def upstream_head(self, head: h1.Head, body: bytes, complete: bool) -> None:
+        request = self._request
+        assert request is not None and self._route is not None
+        if head.status < 200 and head.status != 101:
+            if request.version >= (1, 1):
+                self._write(response_head_bytes(head, request, self.settings.server_name, True, False))
+            return
+        if not self._responded:
+            self.factory.metrics.upstream_answered(self._route.name, time.monotonic() - self._sent_at)
+        self._responded = True
+        self._status = head.status
+        if head.status == 101:
+            self._switch_to_tunnel(head, body)
+            return
+        decode = head.framing.chunked and request.version < (1, 1)
+        keep = (
+            self._keep_alive
+            and self._request_complete
+            and not head.framing.until_close
+            and not decode
+        )
+        self._keep_alive = keep
+        if decode:
+            self._decode = h1.ChunkedFramer(decode=True)
+        out = response_head_bytes(head, request, self.settings.server_name, keep, decode)
+        if body:
+            out += self._decoded(body) if decode else body
+        self._write(out)
+
+    def upstream_data(self, data: bytes) -> None:
+        if self._decode is not None:
+            data = self._decoded(data)
+        self._write(data)
+        if self._timer is not None and self._timer_kind == "upstream":
+            self._timer.reset(self.settings.upstream_timeout)
+
+    def _decoded(self, data: bytes) -> bytes:
+        framer = self._decode
+        assert framer is not None
+        framer.feed(data)
+        payload = b"".join(framer.payload)
+        framer.payload.clear()
+        return payload
+
+    def upstream_tunnel_data(self, data: bytes) -> None:
+        self._write(data)
+
+    def upstream_write_paused(self, paused: bool) -> None:
+        if paused:
+            self._pause_reading("upstream")
+        else:
+            self._resume_reading("upstream")
+
+    def upstream_done(self) -> None:
+        if self._state == _TUNNEL:
+            self._upstream = None
+            self._close()
+            return
+        upstream, self._upstream = self._upstream, None
+        if upstream is not None:
+            if self._client_full:
+                upstream.transport.resumeProducing()
+            if self._request_complete:
+                self.factory.pool.release(upstream)
+            else:
+                upstream.transport.loseConnection()
+        self._finish(self._status)
+
+    def upstream_failed(self, status: int, detail: str, responded: bool) -> None:
+        upstream, self._upstream = self._upstream, None
+        reused = upstream is not None and upstream.reused
+        if self._state == _CLOSED:
+            return
+        if upstream is not None and self._client_full:
+            upstream.transport.resumeProducing()
+        if not responded and not self._responded:
+            self.factory.metrics.upstream_failures.labels("reset").inc()
+            if self._can_retry(reused):
+                self._tried = None if reused else self._tried
+                self._dispatch()
+                return
+        self._fail_upstream(status, detail)
+
+    def _can_retry(self, reused: bool) -> bool:
+        """Only requests that surely did not reach an application are sent again."""
+        request = self._request
+        if request is None or self._attempts >= 2 or request.method not in _IDEMPOTENT:
+            return False
+        no_body = not request.framing.chunked and not request.framing.content_length
+        return no_body and (reused or len(self._route.upstream.targets) > 1)  # type: ignore[union-attr]
+
+    def _fail_upstream(self, status: int, detail: str) -> None:
+        """An upstream problem: answer it if nothing was sent yet, else cut the client off."""
+        upstream, self._upstream = self._upstream, None
+        if upstream is not None:
+            upstream.owner = None
+            upstream.transport.abortConnection()
+        if self._connecting is not None:
+            self._connecting.disconnect()  # type: ignore[attr-defined]
+            self._connecting = None
+        log.info("upstream error {status} for {route}: {detail}", status=status, route=self._route_name(), detail=detail)
+        if self._responded:
+            self.factory.metrics.request_done(self._route_name(), self._status)
+            self._state = _CLOSED
+            self.transport.abortConnection()
+            return
+        self._answer_locally(status, close=not self._request_complete)
+
+    def _switch_to_tunnel(self, head: h1.Head, body: bytes) -> None:
+        request = self._request
+        if not request or not request.upgrade or self._upstream is None:
+            self._fail_upstream(502, "101 for a request that asked for no upgrade")
+            return
+        self._state = _TUNNEL
+        self._cancel_timer()
+        self._write(response_head_bytes(head, request, self.settings.server_name, True, False) + body)
+        self.factory.metrics.request_done(self._route_name(), 101)
+        leftover, self._buffer = self._buffer, b""
+        if leftover:
+            self._upstream.write(leftover)
+
+    # -- finishing ------------------------------------------------------------
+
+    def _route_name(self) -> str:
+        return self._route.name if self._route is not None else NO_ROUTE
+
+    def _finish(self, status: int) -> None:
+        """A response is complete: keep the connection for the next request, or close it."""
+        self.factory.metrics.request_done(self._route_name(), status)
+        if not self._keep_alive or not self._request_complete:
+            self._close()
+            return
+        self._reset_request()
+        self._state = _HEAD
+        self._set_timer(self.settings.keepalive_timeout, "idle")
+        self._resume_reading("pipeline")
+        if self._buffer and not self._driving:
+            self._drive()
+
+    def _answer_locally(self, status: int, close: bool = False) -> None:
+        """Answer without an upstream (404, 503, 502...); close if the body was not read."""
+        request = self._request
+        unread_body = request is not None and not self._request_complete and request.framing.has_body
+        close = close or unread_body or not self._keep_alive or (request is not None and not request.keep_alive)
+        self._keep_alive = not close
+        self._request_complete = self._request_complete or not unread_body
+        self._write(error_response(status, self.settings.server_name, close))
+        self._finish(status)
+
+    def _refuse(self, status: int, detail: str) -> None:
+        """A request we will not parse further: answer and close (RFC 9112 requires it)."""
+        self.factory.metrics.malformed_requests.labels(str(status)).inc()
+        log.info("refused request from {peer}: {status} {detail}", peer=self._forwarded.ip if self._forwarded else "?", status=status, detail=detail)
+        if self._responded:
+            self._state = _CLOSED
+            self.transport.abortConnection()
+            return
+        self._write(error_response(status, self.settings.server_name, True))
+        self.factory.metrics.request_done(self._route_name(), status)
+        self._close()
+
+    def _close(self) -> None:
+        self._state = _CLOSED
+        self._buffer = b""
+        self._cancel_timer()
+        self.transport.unregisterProducer()
+        self.transport.loseConnection()
+
+
+def _host_and_path(head: h1.Head) -> tuple[str, str]:
+    """The routing host and path: from the Host field, or from an absolute-form target."""
+    target = head.target
+    if target[:1] == b"/":
+        path = target.split(b"?", 1)[0]
+        return head.host.decode("latin-1"), path.decode("latin-1")
+    lower = target[:8].lower()
+    if lower.startswith(b"http://") or lower.startswith(b"https://"):
+        rest = target.split(b"//", 1)[1]
+        authority, slash, path = rest.partition(b"/")
+        path = (slash + path).split(b"?", 1)[0] or b"/"
+        return authority.decode("latin-1"), path.decode("latin-1")
+    return head.host.decode("latin-1"), "*" if target == b"*" else "/"

@@ -1,0 +1,48 @@
+"""Response heads the proxy writes itself: error answers, the Date cache, and the reason phrases."""
+
+from __future__ import annotations
+
+import time
+from email.utils import formatdate
+from http import HTTPStatus
+
+_date_second = -1
+_date_value = b""
+
+
+def http_date() -> bytes:
+    """The current IMF-fixdate, formatted at most once a second (it is on every response)."""
+    global _date_second, _date_value
+    now = int(time.time())
+    if now != _date_second:
+        _date_second = now
+        _date_value = formatdate(now, usegmt=True).encode("ascii")
+    return _date_value
+
+
+def reason_phrase(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode("ascii")
+    except ValueError:
+        return b"Unknown"
+
+
+def error_response(status: int, server: bytes, close: bool, extra: tuple[tuple[bytes, bytes], ...] = ()) -> bytes:
+    """
+    A complete short plain-text response: status line, Date, Server, length, body.
+
+    The body names the status only: details go to the log, never to the client.
+    """
+    phrase = reason_phrase(status)
+    body = b"%d %s\n" % (status, phrase)
+    lines = [
+        b"HTTP/1.1 %d %s" % (status, phrase),
+        b"Date: " + http_date(),
+        b"Server: " + server,
+        b"Content-Type: text/plain; charset=utf-8",
+        b"Content-Length: %d" % len(body),
+    ]
+    lines.extend(name + b": " + value for name, value in extra)
+    if close:
+        lines.append(b"Connection: close")
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body

@@ -1,0 +1,28 @@
+"""Limits and timeouts of the HTTP proxy, with defaults an edge proxy can run with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ProxySettings:
+    """
+    Every limit the proxy enforces; the twistd options map onto these one to one.
+
+    Defaults follow what operators know from nginx: 8 KiB request line, 32 KiB
+    of headers, 60 s upstream timeouts, 75 s keep-alive.
+    """
+
+    max_request_line: int = 8192
+    max_head_bytes: int = 32768
+    max_header_fields: int = 100
+    max_body_bytes: int = 1 << 30
+    header_timeout: float = 10.0
+    keepalive_timeout: float = 75.0
+    connect_timeout: float = 5.0
+    upstream_timeout: float = 60.0
+    upstream_idle_timeout: float = 30.0
+    max_idle_per_endpoint: int = 64
+    fail_timeout: float = 5.0
+    server_name: bytes = b"twingress"

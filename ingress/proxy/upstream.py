@@ -1,0 +1,357 @@
+# -*- test-case-name: tests.proxy.test_http_proxy -*-
+"""
+Upstream side of the HTTP proxy: connections to endpoints, their keep-alive
+pools, round-robin balancing and passive health.
+
+Pools are keyed by endpoint address, not by route, so a new routing table
+that keeps an endpoint keeps its warm connections.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Protocol as TypingProtocol
+
+from twisted.internet.interfaces import IDelayedCall, IReactorTCP, IReactorTime
+from twisted.internet.protocol import ClientFactory, Protocol, connectionDone
+from twisted.python.failure import Failure
+
+from ingress.proxy import h1
+from ingress.proxy.fastwrite import direct_writer
+from ingress.proxy.settings import ProxySettings
+from ingress.routing.table import Upstream
+
+Address = tuple[str, int]
+
+_HEAD, _BODY, _TUNNEL, _DONE = range(4)
+
+
+class ResponseSink(TypingProtocol):
+    """What an upstream connection reports to the downstream request that owns it."""
+
+    request_method: bytes
+
+    def upstream_head(self, head: h1.Head, body: bytes, complete: bool) -> None: ...
+
+    def upstream_data(self, data: bytes) -> None: ...
+
+    def upstream_done(self) -> None: ...
+
+    def upstream_failed(self, status: int, detail: str, responded: bool) -> None: ...
+
+    def upstream_tunnel_data(self, data: bytes) -> None: ...
+
+    def upstream_write_paused(self, paused: bool) -> None: ...
+
+
+class UpstreamConnection(Protocol):
+    """
+    One connection to an endpoint; owned by one request at a time, pooled between.
+
+    It frames the response (head, then body by length, chunks or close) and
+    hands the raw bytes to its owner, and registers itself as the producer of
+    its own transport so a full upstream send buffer pauses the client.
+    """
+
+    def __init__(self, pool: "UpstreamPool", address: Address) -> None:
+        self.pool = pool
+        self.address = address
+        self.owner: Optional[ResponseSink] = None
+        self.reused = False
+        self.got_bytes = False
+        self._buffer = b""
+        self._state = _HEAD
+        self._remaining = 0
+        self._framer: Optional[h1.ChunkedFramer] = None
+        self._keep_alive = False
+        self._idle_timer: Optional[IDelayedCall] = None
+        self._on_connect: Optional[Callable[["UpstreamConnection"], None]] = None
+
+    def connectionMade(self) -> None:
+        self.transport.setTcpNoDelay(True)  # heads are written whole; never wait for an ACK
+        self.transport.registerProducer(self, True)
+        self.write = direct_writer(self.transport)
+        callback, self._on_connect = self._on_connect, None
+        if callback is not None:
+            callback(self)
+
+    # IPushProducer for our own transport: a full send buffer pauses the client's reads.
+    def pauseProducing(self) -> None:
+        if self.owner is not None:
+            self.owner.upstream_write_paused(True)
+
+    def resumeProducing(self) -> None:
+        if self.owner is not None:
+            self.owner.upstream_write_paused(False)
+
+    def stopProducing(self) -> None:
+        pass
+
+    def start(self, owner: ResponseSink, data: bytes) -> None:
+        """Take a request: reset response framing and send its first bytes."""
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        self.owner = owner
+        self.got_bytes = False
+        self._state = _HEAD
+        self._buffer = b""
+        self.write(data)
+
+    def dataReceived(self, data: bytes) -> None:
+        owner = self.owner
+        if owner is None:
+            # An idle connection must stay silent; anything else desynchronises it.
+            self.transport.abortConnection()
+            return
+        self.got_bytes = True
+        state = self._state
+        if state == _BODY:
+            self._body(owner, data)
+        elif state == _HEAD:
+            self._head(owner, data)
+        elif state == _TUNNEL:
+            owner.upstream_tunnel_data(data)
+        else:
+            self.transport.abortConnection()
+
+    def _head(self, owner: ResponseSink, data: bytes) -> None:
+        buffer = self._buffer + data if self._buffer else data
+        while True:
+            end = h1.find_head_end(buffer)
+            if end < 0:
+                if len(buffer) > self.pool.settings.max_head_bytes:
+                    self._fail(owner, 502, "upstream response head too large")
+                else:
+                    self._buffer = buffer
+                return
+            try:
+                head = h1.parse_response_head(buffer[:end], owner.request_method)
+            except h1.HTTPError as error:
+                self._fail(owner, 502, error.detail)
+                return
+            rest = buffer[end:]
+            if head.status == 101:
+                self._buffer = b""
+                self._state = _TUNNEL
+                owner.upstream_head(head, rest, False)
+                return
+            if head.status < 200:
+                owner.upstream_head(head, b"", False)
+                buffer = rest
+                continue
+            self._buffer = b""
+            self._start_body(owner, head, rest)
+            return
+
+    def _start_body(self, owner: ResponseSink, head: h1.Head, rest: bytes) -> None:
+        framing = head.framing
+        self._keep_alive = head.keep_alive and not framing.until_close
+        if framing.content_length is not None:
+            length = framing.content_length
+            if len(rest) >= length:
+                if len(rest) > length:
+                    self._keep_alive = False
+                self._state = _DONE
+                owner.upstream_head(head, rest[:length], True)
+                self._finish(owner)
+                return
+            self._remaining = length - len(rest)
+            self._state = _BODY
+            owner.upstream_head(head, rest, False)
+            return
+        self._framer = h1.ChunkedFramer() if framing.chunked else None
+        self._state = _BODY
+        owner.upstream_head(head, b"", False)
+        if rest:
+            self._body(owner, rest)
+
+    def _body(self, owner: ResponseSink, data: bytes) -> None:
+        framer = self._framer
+        if framer is not None:
+            try:
+                used = framer.feed(data)
+            except h1.HTTPError as error:
+                self._fail(owner, 502, f"upstream: {error.detail}")
+                return
+            if used:
+                owner.upstream_data(data[:used] if used < len(data) else data)
+            if framer.done:
+                if used < len(data):
+                    self._keep_alive = False
+                self._framer = None
+                self._finish(owner)
+            return
+        if self._remaining:
+            size = len(data)
+            if size >= self._remaining:
+                if size > self._remaining:
+                    self._keep_alive = False
+                    data = data[: self._remaining]
+                self._remaining = 0
+                owner.upstream_data(data)
+                self._finish(owner)
+            else:
+                self._remaining -= size
+                owner.upstream_data(data)
+            return
+        owner.upstream_data(data)  # delimited by close
+
+    def _finish(self, owner: ResponseSink) -> None:
+        self._state = _DONE
+        self.owner = None
+        owner.upstream_done()
+        # The owner hands us back with release() when its request is fully sent.
+
+    def _fail(self, owner: ResponseSink, status: int, detail: str) -> None:
+        self.owner = None
+        self._state = _DONE
+        self.transport.abortConnection()
+        owner.upstream_failed(status, detail, responded=self.got_bytes)
+
+    @property
+    def reusable(self) -> bool:
+        """A connection whose last response ended cleanly and asked for no close."""
+        return self._state == _DONE and self._keep_alive and self.connected
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        self.connected = False
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        self.pool.forget(self)
+        owner, self.owner = self.owner, None
+        if owner is None:
+            return
+        if self._state == _BODY and self._framer is None and not self._remaining:
+            owner.upstream_done()  # a close-delimited body ends here
+        elif self._state == _TUNNEL:
+            owner.upstream_done()
+        else:
+            owner.upstream_failed(502, "upstream closed the connection", responded=self.got_bytes)
+
+    def idle(self, timeout: float, reactor: IReactorTime) -> None:
+        """Park in the pool: close after C{timeout} unused."""
+        self._idle_timer = reactor.callLater(timeout, self.transport.loseConnection)
+
+
+class _Connector(ClientFactory):
+    """Builds one L{UpstreamConnection} and reports success or failure once."""
+
+    protocol = UpstreamConnection  # type: ignore[assignment]
+    noisy = False
+
+    def __init__(
+        self,
+        pool: "UpstreamPool",
+        address: Address,
+        connected: Callable[[UpstreamConnection], None],
+        failed: Callable[[Address, str, bool], None],
+    ) -> None:
+        self.pool = pool
+        self.address = address
+        self.connected = connected
+        self.failed = failed
+
+    def buildProtocol(self, addr: object) -> UpstreamConnection:
+        connection = UpstreamConnection(self.pool, self.address)
+        connection._on_connect = self.connected
+        return connection
+
+    def clientConnectionFailed(self, connector: object, reason: Failure) -> None:
+        from twisted.internet.error import TimeoutError as ConnectTimeout
+
+        timed_out = reason.check(ConnectTimeout) is not None
+        self.failed(self.address, reason.getErrorMessage(), timed_out)
+
+
+class UpstreamPool:
+    """
+    Idle keep-alive connections per endpoint, round-robin positions per
+    upstream, and passive health: an endpoint that refused or timed out is
+    skipped for C{fail_timeout} seconds unless nothing else is left.
+    """
+
+    def __init__(self, reactor: IReactorTCP, settings: ProxySettings) -> None:
+        self.reactor = reactor
+        self.settings = settings
+        self._idle: dict[Address, list[UpstreamConnection]] = {}
+        self._next: dict[str, int] = {}
+        self._down_until: dict[Address, float] = {}
+
+    def choose(self, upstream: Upstream, exclude: Optional[Address] = None) -> Optional[Address]:
+        """The next endpoint in turn that is not marked down (or any, if all are)."""
+        targets = upstream.targets
+        count = len(targets)
+        if not count:
+            return None
+        start = self._next.get(upstream.key, 0)
+        down = self._down_until
+        now = self.reactor.seconds() if down else 0.0  # type: ignore[attr-defined]
+        fallback = None
+        for step in range(count):
+            index = (start + step) % count
+            address = targets[index]
+            if address == exclude:
+                continue
+            if down and down.get(address, 0.0) > now:
+                fallback = fallback or (index, address)
+                continue
+            self._next[upstream.key] = index + 1
+            return address
+        if fallback is None:
+            return None
+        self._next[upstream.key] = fallback[0] + 1
+        return fallback[1]
+
+    def mark_down(self, address: Address) -> None:
+        self._down_until[address] = self.reactor.seconds() + self.settings.fail_timeout  # type: ignore[attr-defined]
+
+    def mark_up(self, address: Address) -> None:
+        self._down_until.pop(address, None)
+
+    def take_idle(self, address: Address) -> Optional[UpstreamConnection]:
+        """A pooled connection to C{address}, most recently used first (warmest)."""
+        idle = self._idle.get(address)
+        while idle:
+            connection = idle.pop()
+            if connection.connected:
+                connection.reused = True
+                return connection
+        return None
+
+    def connect(
+        self,
+        address: Address,
+        connected: Callable[[UpstreamConnection], None],
+        failed: Callable[[Address, str, bool], None],
+    ) -> object:
+        """Open a new connection; exactly one of the callbacks runs later."""
+        factory = _Connector(self, address, connected, failed)
+        return self.reactor.connectTCP(address[0], address[1], factory, timeout=self.settings.connect_timeout)
+
+    def release(self, connection: UpstreamConnection) -> None:
+        """Pool a connection whose exchange finished, or close it if it can't be reused."""
+        idle = self._idle.setdefault(connection.address, [])
+        if not connection.reusable or len(idle) >= self.settings.max_idle_per_endpoint:
+            connection.transport.loseConnection()
+            return
+        connection.reused = False
+        idle.append(connection)
+        connection.idle(self.settings.upstream_idle_timeout, self.reactor)  # type: ignore[arg-type]
+
+    def forget(self, connection: UpstreamConnection) -> None:
+        idle = self._idle.get(connection.address)
+        if idle and connection in idle:
+            idle.remove(connection)
+            if not idle:
+                del self._idle[connection.address]
+
+    def close_idle(self) -> None:
+        """Close every pooled connection (shutdown, tests)."""
+        for idle in list(self._idle.values()):
+            for connection in list(idle):
+                connection.transport.loseConnection()
+        self._idle.clear()
+
+    def idle_count(self) -> int:
+        return sum(len(v) for v in self._idle.values())

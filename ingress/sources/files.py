@@ -1,0 +1,132 @@
+# -*- test-case-name: tests.proxy.test_files_source -*-
+"""
+The manifests-directory source: the embedded default, demos and data-plane tests.
+
+Every C{*.yaml}, C{*.yml} and C{*.json} file in the directory is read
+(multi-document YAML; a JSON file may hold one object, a list, or a v1 List).
+The directory is polled: a change of any file's name, size or modification
+time submits a new snapshot.  A file that fails to parse is reported and its
+last good content stays in use, so one bad edit never empties the table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Iterable, Mapping, Optional
+
+import yaml
+from twisted.application.service import Service
+from twisted.internet.interfaces import IReactorTime
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+
+from ingress.builder import TableBuilder
+from ingress.metrics import Metrics
+from ingress.model import ClusterState, ObjectRef, Problem
+from ingress.parse import state_from_objects
+
+log = Logger()
+
+SUFFIXES = (".yaml", ".yml", ".json")
+Fingerprint = tuple[tuple[str, int, int], ...]
+
+
+def scan(directory: str) -> Fingerprint:
+    """Name, size and mtime of every manifest file: cheap enough to poll every second."""
+    entries = []
+    with os.scandir(directory) as it:
+        for entry in it:
+            if entry.name.endswith(SUFFIXES) and not entry.name.startswith(".") and entry.is_file():
+                stat = entry.stat()
+                entries.append((entry.name, stat.st_size, stat.st_mtime_ns))
+    return tuple(sorted(entries))
+
+
+def load_documents(path: str) -> list[Mapping[str, Any]]:
+    """The API objects in one file; raises ValueError (with the parser's message) when unreadable."""
+    with open(path, "rb") as f:
+        text = f.read()
+    try:
+        if path.endswith(".json"):
+            loaded: Iterable[Any] = [json.loads(text)]
+        else:
+            loaded = list(yaml.safe_load_all(text))
+    except (yaml.YAMLError, json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(str(error).replace("\n", " ")) from None
+    objects: list[Mapping[str, Any]] = []
+    for document in loaded:
+        if document is None:
+            continue
+        if isinstance(document, list):
+            objects.extend(document)
+        elif isinstance(document, dict) and document.get("kind", "").endswith("List") and "items" in document:
+            objects.extend(document["items"])
+        elif isinstance(document, dict):
+            objects.append(document)
+        else:
+            raise ValueError(f"a document is a {type(document).__name__}, not an object")
+    if not all(isinstance(o, dict) for o in objects):
+        raise ValueError("a list item is not an object")
+    return objects
+
+
+class ManifestsSource(Service):
+    """Polls a directory and submits a snapshot to the builder whenever it changes."""
+
+    def __init__(
+        self, directory: str, builder: TableBuilder, metrics: Metrics, reactor: IReactorTime, interval: float = 1.0
+    ) -> None:
+        self.directory = directory
+        self.builder = builder
+        self.metrics = metrics
+        self.reactor = reactor
+        self.interval = interval
+        self._fingerprint: Optional[Fingerprint] = None
+        self._good: dict[str, list[Mapping[str, Any]]] = {}
+        self._loop: Optional[LoopingCall] = None
+
+    def startService(self) -> None:
+        super().startService()
+        self._loop = LoopingCall(self.poll)
+        self._loop.clock = self.reactor
+        self._loop.start(self.interval, now=True)
+
+    def stopService(self) -> None:
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+        return super().stopService()
+
+    def poll(self) -> None:
+        try:
+            fingerprint = scan(self.directory)
+        except OSError as error:
+            self.metrics.source_errors.labels("manifests").inc()
+            log.error("cannot read manifests directory {dir}: {error}", dir=self.directory, error=str(error))
+            return
+        if fingerprint != self._fingerprint:
+            self._fingerprint = fingerprint
+            names = [name for name, _, _ in fingerprint]
+            self.builder.submit(lambda: self.snapshot(names))
+
+    def snapshot(self, names: list[str]) -> ClusterState:
+        """Read every file (build thread); bad files keep their last good objects."""
+        objects: list[Mapping[str, Any]] = []
+        problems: list[Problem] = []
+        good: dict[str, list[Mapping[str, Any]]] = {}
+        for name in names:
+            try:
+                good[name] = load_documents(os.path.join(self.directory, name))
+            except (OSError, ValueError) as error:
+                self.reactor.callFromThread(self.metrics.source_errors.labels("manifests").inc)  # type: ignore[attr-defined]
+                log.error("manifest {file} is invalid, keeping its last good content: {error}", file=name, error=str(error))
+                problems.append(Problem(ObjectRef("File", "", name), "InvalidManifest", str(error)))
+                if name in self._good:
+                    good[name] = self._good[name]
+            objects.extend(good.get(name, ()))
+        self._good = good
+        state = state_from_objects(objects)
+        if problems:
+            state = dataclasses.replace(state, problems=tuple(problems) + state.problems)
+        return state

@@ -1,0 +1,163 @@
+# -*- test-case-name: tests.e2e.test_twistd -*-
+"""
+twistd wiring: C{twistd -n ingress [options]} builds one MultiService with a
+child per listener and per source.
+
+Listeners are endpoint descriptions (strports); an empty value turns one off.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+from twisted.application.internet import StreamServerEndpointService
+from twisted.application.service import IService, MultiService, Service
+from twisted.internet.endpoints import serverFromString
+from twisted.python import usage
+
+from ingress import __version__
+from ingress.admin import Admin
+from ingress.builder import TableBuilder
+from ingress.live import LiveTable
+from ingress.metrics import Metrics
+from ingress.model import CONTROLLER_NAME, DEFAULT_CLASS_NAME, ClusterState
+from ingress.proxy.http import HTTPProxyFactory
+from ingress.proxy.settings import ProxySettings
+from ingress.proxy.upstream import UpstreamPool
+from ingress.routing import build
+from ingress.routing.table import RoutingTable
+from ingress.sources.files import ManifestsSource
+
+_SIZE_SUFFIXES = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """A byte count like nginx writes it: 512, 64k, 10m, 1g."""
+    text = text.strip().lower()
+    multiplier = _SIZE_SUFFIXES.get(text[-1:], 1)
+    digits = text[:-1] if text[-1:] in _SIZE_SUFFIXES else text
+    if not digits.isdigit():
+        raise usage.UsageError(f"not a size: {text!r} (use e.g. 8192, 64k, 10m, 1g)")
+    return int(digits) * multiplier
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise ValueError("must be > 0")
+    return value
+
+
+_LIMITS = [
+    # option, settings field, converter, help
+    ("max-request-line", "max_request_line", parse_size, "Longest request line (414 beyond)."),
+    ("max-header-size", "max_head_bytes", parse_size, "Largest request head (431 beyond)."),
+    ("max-header-fields", "max_header_fields", int, "Most header fields in a request (431 beyond)."),
+    ("max-body-size", "max_body_bytes", parse_size, "Largest request body (413 beyond)."),
+    ("header-timeout", "header_timeout", _positive_float, "Seconds to receive a request head (408 after)."),
+    ("keepalive-timeout", "keepalive_timeout", _positive_float, "Seconds an idle client connection is kept."),
+    ("connect-timeout", "connect_timeout", _positive_float, "Seconds to connect to an endpoint."),
+    ("upstream-timeout", "upstream_timeout", _positive_float, "Seconds without progress from an upstream (504)."),
+    ("upstream-idle-timeout", "upstream_idle_timeout", _positive_float, "Seconds a pooled upstream connection is kept."),
+    ("upstream-fail-timeout", "fail_timeout", _positive_float, "Seconds an endpoint that failed is skipped."),
+]
+
+
+class Options(usage.Options):
+    """Command line of C{twistd ingress}."""
+
+    synopsis = "[options]"
+    longdesc = (
+        "twingress: a Kubernetes ingress proxy with an embedded controller. "
+        "Routes HTTP by networking.k8s.io/v1 Ingress objects read from a manifests "
+        "directory (--manifests) or a cluster. Listeners are Twisted endpoint "
+        "descriptions; an empty value turns a listener off."
+    )
+    optParameters: list[list[Any]] = [
+        ["http", None, "tcp:80", "Endpoint of the plain HTTP listener ('' turns it off)."],
+        ["admin", None, "tcp:10254:interface=127.0.0.1", "Endpoint of the admin listener: /healthz /readyz /metrics /debug/routes."],
+        ["manifests", None, None, "Directory of Kubernetes manifests (YAML/JSON) to route by, instead of a cluster."],
+        ["poll-interval", None, 1.0, "Seconds between scans of the manifests directory.", _positive_float],
+        ["ingress-class", None, DEFAULT_CLASS_NAME, "IngressClass name this controller serves."],
+        ["controller-name", None, CONTROLLER_NAME, "spec.controller value of IngressClasses this controller serves."],
+    ] + [[name, None, None, help + f" Default: {getattr(ProxySettings(), field)}."] for name, field, _, help in _LIMITS]
+
+    def opt_version(self) -> None:
+        """Print the version and exit."""
+        print(f"twingress {__version__}")
+        raise SystemExit(0)
+
+    def postOptions(self) -> None:
+        if not self["manifests"]:
+            raise usage.UsageError(
+                "no configuration source: give --manifests DIR (a directory of manifests); "
+                "cluster sources (--kubeconfig, in-cluster) are not available in this build"
+            )
+        if not os.path.isdir(self["manifests"]):
+            raise usage.UsageError(f"--manifests {self['manifests']!r} is not a directory")
+        overrides = {}
+        for name, field, convert, _ in _LIMITS:
+            if self[name] is not None:
+                try:
+                    overrides[field] = convert(self[name])
+                except ValueError as error:
+                    raise usage.UsageError(f"--{name}: {error}") from None
+        self["settings"] = ProxySettings(**overrides)
+
+
+class _BuilderService(Service):
+    """Starts and stops the build thread with the application."""
+
+    def __init__(self, builder: TableBuilder) -> None:
+        self.builder = builder
+
+    def startService(self) -> None:
+        super().startService()
+        self.builder.start()
+
+    def stopService(self) -> Any:
+        self.builder.stop()
+        return super().stopService()
+
+
+def makeService(options: Options, reactor: Optional[Any] = None) -> IService:
+    """Wire listeners, sources and the builder into one MultiService."""
+    if reactor is None:
+        from twisted.internet import reactor as default_reactor
+
+        reactor = default_reactor
+    settings: ProxySettings = options["settings"]
+    metrics = Metrics()
+    live = LiveTable()
+    live.subscribe(lambda table: metrics.table_routes.set(_route_count(table)))
+    class_name, controller = options["ingress-class"], options["controller-name"]
+
+    def build_table(state: ClusterState, generation: int) -> RoutingTable:
+        return build(state, class_name=class_name, controller_name=controller, generation=generation)
+
+    builder = TableBuilder(reactor, live, metrics, build_table)
+    top = MultiService()
+    _BuilderService(builder).setServiceParent(top)
+    ManifestsSource(options["manifests"], builder, metrics, reactor, options["poll-interval"]).setServiceParent(top)
+    pool = UpstreamPool(reactor, settings)
+    if options["http"]:
+        factory = HTTPProxyFactory(live, pool, settings, metrics, reactor)
+        _listen(reactor, options["http"], factory, top, "http")
+    if options["admin"]:
+        _listen(reactor, options["admin"], Admin(live, metrics).site(), top, "admin")
+    return top
+
+
+def _listen(reactor: Any, description: str, factory: Any, parent: MultiService, name: str) -> None:
+    service = StreamServerEndpointService(serverFromString(reactor, description), factory)
+    service._raiseSynchronously = True  # a port in use fails startup instead of logging and going on
+    service.setName(name)
+    service.setServiceParent(parent)
+
+
+def _route_count(table: RoutingTable) -> int:
+    groups = list(table.hosts.values()) + list(table.wildcards.values())
+    if table.any_host is not None:
+        groups.append(table.any_host)
+    return sum(len(g.exact) + len(g.prefixes) for g in groups) + (1 if table.default_route else 0)
