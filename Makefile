@@ -1,0 +1,38 @@
+# twingress: two commands work on a fresh machine.
+#   make run   the proxy on the bundled quickstart (no cluster needed)
+#   make test  installs everything (venv, Debian packages, the Kubernetes test control plane) and runs every test
+PYTHON3 ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: run test venv system-packages testenv bench clean
+
+$(STAMP): setup.cfg pyproject.toml
+	$(PYTHON3) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]' --config-settings editable_mode=compat
+	touch $@
+
+venv: $(STAMP)
+
+run: $(STAMP)
+	examples/quickstart/run.sh
+
+system-packages:
+	testenv/system-packages.sh
+
+testenv:
+	testenv/build.sh
+
+# The test run lives in a private network namespace (pod-like 10.244.0.x addresses on its lo);
+# everything that needs the network (pip, apt, go) happens before it.
+test: $(STAMP) system-packages testenv
+	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP) system-packages
+	$(PY) bench/http_bench.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Install the Debian packages the tests and benchmarks use, when any is missing:
+# curl and openssl (real clients), iproute2 + util-linux (the tests' network namespace),
+# nginx and wrk (benchmarks' reference), socat (stream tests).
+# Idempotent and quick when everything is present; needs root (or sudo) only to install.
+set -euo pipefail
+
+need=()
+for pair in curl:curl openssl:openssl ip:iproute2 unshare:util-linux nginx:nginx wrk:wrk socat:socat taskset:util-linux; do
+    cmd=${pair%%:*}; pkg=${pair#*:}
+    command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || need+=("$pkg")
+done
+[ ${#need[@]} -eq 0 ] && exit 0
+
+sudo=""
+if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null || { echo "system-packages: need root to install: ${need[*]}" >&2; exit 1; }
+    sudo=sudo
+fi
+echo "system-packages: installing ${need[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

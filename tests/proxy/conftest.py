@@ -1,0 +1,36 @@
+"""Fixtures for data-plane tests: echo backends and a twingress process on a manifests directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from tests.support import EchoBackend, Manifests, Twingress
+
+
+@pytest.fixture
+def manifests(tmp_path: Path) -> Manifests:
+    path = tmp_path / "manifests"
+    path.mkdir()
+    return Manifests(path)
+
+
+@pytest.fixture(scope="module")
+def echo_pair() -> Iterator[tuple[EchoBackend, EchoBackend]]:
+    """Two echo backends on different loopback addresses (127.0.0.1, 127.0.0.2)."""
+    a = EchoBackend("pod-a", "127.0.0.1")
+    b = EchoBackend("pod-b", "127.0.0.2")
+    yield a, b
+    a.stop()
+    b.stop()
+
+
+@pytest.fixture
+def proxy(manifests: Manifests, echo_pair: tuple[EchoBackend, EchoBackend]) -> Iterator[Twingress]:
+    """twingress routing host "echo.test" to both echo backends."""
+    manifests.route("echo", "echo.test", [b.address for b in echo_pair])
+    process = Twingress(manifests.path)
+    yield process
+    process.stop()

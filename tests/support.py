@@ -1,0 +1,232 @@
+"""
+Real processes for data-plane tests: echo backends and twingress itself, each
+a subprocess on loopback, configured through a manifests directory.
+
+Tests talk to them with real clients (sockets, http.client, curl), so what is
+tested is what an operator runs: C{twistd -n ingress --manifests DIR}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+TWISTD = [sys.executable, "-c", "import sys; from twisted.scripts.twistd import run; sys.exit(run())"]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(host: str, port: int, process: Optional[subprocess.Popen[bytes]] = None, timeout: float = 15.0) -> None:
+    """Until C{host:port} accepts; fails early (with its output) if the process exits."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"process exited with {process.returncode}")
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"{host}:{port} did not accept within {timeout}s")
+
+
+class EchoBackend:
+    """C{python -m ingress.echo} on C{host:port}, named C{name} in its answers."""
+
+    def __init__(self, name: str, host: str = "127.0.0.1", port: Optional[int] = None) -> None:
+        self.name = name
+        self.host = host
+        self.port = port or free_port(host)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "ingress.echo", "--listen", f"tcp:{self.port}:interface={host}", "--name", name],
+            cwd=ROOT,
+        )
+        wait_for_port(host, self.port, self.process)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return (self.host, self.port)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@dataclass
+class Manifests:
+    """A manifests directory with helpers that write Services, EndpointSlices and Ingresses."""
+
+    path: Path
+    written: list[str] = field(default_factory=list)
+
+    def write(self, name: str, *objects: dict) -> None:
+        """Write (or replace) one file atomically: the source never sees half a file."""
+        target = self.path / name
+        tmp = self.path / f".{name}.tmp"
+        tmp.write_text(yaml.safe_dump_all(objects))
+        os.replace(tmp, target)
+        self.written.append(name)
+
+    def remove(self, name: str) -> None:
+        (self.path / name).unlink()
+
+    def service(self, name: str, endpoints: Sequence[tuple[str, int]], namespace: str = "default", ready: bool = True) -> list[dict]:
+        """A selector-less Service on port 80 ("http") and one EndpointSlice with C{endpoints}."""
+        target_port = endpoints[0][1] if endpoints else 8080
+        return [
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"ports": [{"name": "http", "port": 80, "targetPort": target_port}]},
+            },
+            {
+                "apiVersion": "discovery.k8s.io/v1",
+                "kind": "EndpointSlice",
+                "metadata": {"name": f"{name}-1", "namespace": namespace, "labels": {"kubernetes.io/service-name": name}},
+                "addressType": "IPv4",
+                "ports": [{"name": "http", "port": target_port}],
+                "endpoints": [{"addresses": [h], "conditions": {"ready": ready}} for h, _ in endpoints],
+            },
+        ]
+
+    @staticmethod
+    def ingress(name: str, host: str, service: str, path: str = "/", path_type: str = "Prefix", namespace: str = "default", **spec: object) -> dict:
+        rule: dict = {"http": {"paths": [{"path": path, "pathType": path_type, "backend": {"service": {"name": service, "port": {"number": 80}}}}]}}
+        if host:
+            rule["host"] = host
+        return {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "Ingress",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"ingressClassName": "twingress", "rules": [rule], **spec},
+        }
+
+    def route(self, name: str, host: str, backends: Sequence[tuple[str, int]], path: str = "/") -> None:
+        """One file with a Service, its EndpointSlice and an Ingress routing C{host}+C{path} to it."""
+        self.write(f"{name}.yaml", *self.service(name, backends), self.ingress(name, host, name, path))
+
+
+class Twingress:
+    """C{twistd -n ingress --manifests DIR} on free loopback ports, ready when /readyz says so."""
+
+    def __init__(self, manifests: Path, *args: str, log_path: Optional[Path] = None) -> None:
+        self.http_port = free_port()
+        self.admin_port = free_port()
+        self.log_path = log_path or manifests.parent / f"twingress-{self.http_port}.log"
+        command = TWISTD + [
+            "--pidfile=",
+            "--logfile=-",
+            "-n",
+            "ingress",
+            "--manifests",
+            str(manifests),
+            "--poll-interval",
+            "0.2",
+            "--http",
+            f"tcp:{self.http_port}:interface=127.0.0.1",
+            "--admin",
+            f"tcp:{self.admin_port}:interface=127.0.0.1",
+            *args,
+        ]
+        self._log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(command, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
+        try:
+            self.wait_ready()
+        except Exception:
+            self.stop()
+            raise RuntimeError(f"twingress did not become ready:\n{self.log()[-4000:]}")
+
+    def wait_ready(self, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError("exited")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/readyz", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise TimeoutError("not ready")
+
+    def admin(self, path: str) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}{path}", timeout=5) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def routes(self) -> dict:
+        return json.loads(self.admin("/debug/routes")[1])
+
+    def generation(self) -> int:
+        return int(self.routes()["generation"])
+
+    def wait_generation_above(self, generation: int, timeout: float = 5.0) -> int:
+        """Until a table newer than C{generation} is live; returns the new generation."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            current = self.generation()
+            if current > generation:
+                return current
+            time.sleep(0.02)
+        raise TimeoutError(f"no table newer than {generation} within {timeout}s")
+
+    def rss_bytes(self) -> int:
+        with open(f"/proc/{self.process.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmRSS")
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+
+
+def raw_exchange(port: int, data: bytes, timeout: float = 5.0, host: str = "127.0.0.1") -> bytes:
+    """Send raw bytes, half-close nothing, read until the server closes (or timeout)."""
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        s.sendall(data)
+        chunks = []
+        try:
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        except socket.timeout:
+            chunks.append(b"<timeout>")
+        return b"".join(chunks)
