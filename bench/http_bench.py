@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+"""
+HTTP reverse-proxy benchmark: twingress as a ratio to nginx, both measured in the same run.
+
+One nginx backend answers C{200 "hello world\\n"}.  In turn, and never at the same
+time, wrk drives: the backend directly, an nginx reverse proxy configured like an
+ingress, and twingress (C{twistd -n ingress --manifests DIR}).  Each proxy under
+test is pinned to one CPU, the backend and wrk to the other.  See bench/README.md.
+
+Run with the project venv::
+
+    .venv/bin/python bench/http_bench.py [--duration 10] [--json out.json] [--skip-twingress]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import cpuload  # noqa: E402
+import procs  # noqa: E402
+import targets  # noqa: E402
+import wrk  # noqa: E402
+from report import DIRECT, IDLE_LIMIT, NGINX, REPO, TWINGRESS, TargetResult, finish  # noqa: E402
+
+
+class BenchFailed(RuntimeError):
+    """The harness itself cannot go on (missing tool, backend down)."""
+
+
+# --- command line and environment ---------------------------------------------------------
+
+def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    """The command line; every knob has a default that makes a sensible 2-core run."""
+    p = argparse.ArgumentParser(description=__doc__.strip().split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--duration", type=int, default=10, help="measured seconds per target (10)")
+    p.add_argument("--warmup", type=int, default=3, help="warm-up seconds per target (3)")
+    p.add_argument("--connections", type=int, default=32, help="wrk -c (32)")
+    p.add_argument("--threads", type=int, default=1, help="wrk -t (1)")
+    p.add_argument("--proxy-cpu", type=int, default=0, help="CPU for the proxy under test (0)")
+    p.add_argument("--load-cpu", type=int, default=1, help="CPU for the backend and wrk (1)")
+    p.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx",
+                   help="nginx binary (%(default)s)")
+    p.add_argument("--twingress-cmd", default=targets.DEFAULT_TWINGRESS_CMD,
+                   help="twingress command template; {venv_bin}, {manifests}, {port} (and "
+                        "{backend_port}) are filled in, then it is split like a shell would "
+                        "(default: %(default)s)")
+    p.add_argument("--skip-twingress", action="store_true",
+                   help="measure only direct and nginx-proxy (to check the harness)")
+    p.add_argument("--start-timeout", type=float, default=20.0,
+                   help="seconds to wait for a process to listen and to proxy (20)")
+    p.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
+                   help="before starting, wait up to this long for both CPUs to be under "
+                        f"{IDLE_LIMIT:.0f}%% busy (0: just measure and warn)")
+    p.add_argument("--json", type=Path, metavar="PATH", help="also write the results here")
+    p.add_argument("--keep-logs", action="store_true",
+                   help="copy the process logs next to --json (or into the cwd) at the end")
+    args = p.parse_args(argv)
+    if args.duration < 1 or args.warmup < 0 or args.connections < args.threads:
+        p.error("need --duration >= 1, --warmup >= 0 and --connections >= --threads")
+    return args
+
+
+def check_environment(args: argparse.Namespace) -> None:
+    """The tools are installed and both CPUs are ours to use."""
+    missing = [t for t in (args.nginx, "wrk", "taskset") if not shutil.which(t)]
+    if missing:
+        raise BenchFailed(f"missing {', '.join(missing)}: run bench/setup.sh")
+    allowed = os.sched_getaffinity(0)
+    wanted = {args.proxy_cpu, args.load_cpu}
+    if len(wanted) != 2 or not wanted <= allowed:
+        raise BenchFailed(f"need two distinct CPUs from {sorted(allowed)} for --proxy-cpu "
+                          f"and --load-cpu, got {args.proxy_cpu} and {args.load_cpu}")
+
+
+def install_signal_handlers() -> None:
+    """SIGTERM and SIGHUP unwind like Ctrl-C does, so every child is stopped."""
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGHUP, interrupt)
+
+
+# --- one target ---------------------------------------------------------------------------
+
+def fetch(port: int) -> tuple[int, bytes]:
+    """One plain GET / with the benchmark's Host header; (status, body)."""
+    conn = http.client.HTTPConnection(procs.LOOPBACK, port, timeout=2)
+    try:
+        conn.request("GET", "/", headers={"Host": targets.HOST})
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def wait_until_proxied(proc: procs.Proc, port: int, timeout: float) -> None:
+    """Poll until GET / answers 200 with the backend's body (routes may load after listening)."""
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    while time.monotonic() < deadline:
+        if proc.popen.poll() is not None:
+            raise procs.StartError(f"{proc.name} exited with code {proc.popen.returncode}; "
+                                   f"its output:\n{proc.tail()}")
+        try:
+            status, body = fetch(port)
+        except (OSError, http.client.HTTPException) as e:
+            last = f"{type(e).__name__}: {e}"
+        else:
+            if status == 200 and body == targets.BODY:
+                return
+            last = f"HTTP {status} {body[:200]!r}"
+        time.sleep(0.1)
+    raise procs.StartError(f"{proc.name} on 127.0.0.1:{port} did not return 200 {targets.BODY!r} "
+                           f"for Host {targets.HOST} within {timeout:.0f} s (last: {last}); "
+                           f"its output:\n{proc.tail()}")
+
+
+def run_wrk(args: argparse.Namespace, port: int, seconds: int) -> wrk.WrkResult:
+    """wrk against 127.0.0.1:port on the load CPU."""
+    result, _ = wrk.run(f"http://{procs.LOOPBACK}:{port}/", targets.HOST, seconds,
+                        args.connections, args.threads, args.load_cpu)
+    return result
+
+
+def measure(args: argparse.Namespace, name: str, proc: procs.Proc, port: int) -> TargetResult:
+    """Check that the target answers correctly, warm it up, then take the measured run."""
+    print(f"==> {name}: checking, warming up {args.warmup} s, measuring {args.duration} s",
+          flush=True)
+    wait_until_proxied(proc, port, args.start_timeout)
+    out = TargetResult(name)
+    if args.warmup:
+        out.warmup_errors = run_wrk(args, port, args.warmup).errors
+    before, used_before = cpuload.cpu_times(), cpuload.group_cpu_seconds(proc.pid)
+    out.result = run_wrk(args, port, args.duration)
+    cpus = [args.proxy_cpu, args.load_cpu]
+    out.cpu_busy = cpuload.busy_percent(before, cpuload.cpu_times(), cpus)
+    out.target_cpu_seconds = round(cpuload.group_cpu_seconds(proc.pid) - used_before, 2)
+    if proc.popen.poll() is not None:
+        out.failure = f"{proc.name} exited during the run; its output:\n{proc.tail()}"
+    return out
+
+
+# --- the run ------------------------------------------------------------------------------
+
+class Bench:
+    """Owns the temp dir and the children (through the caller's ExitStack)."""
+
+    def __init__(self, args: argparse.Namespace, stack: ExitStack, workdir: Path) -> None:
+        self.args = args
+        self.stack = stack
+        self.workdir = workdir
+        self.background: dict[str, float] = {}
+
+    def spawn(self, name: str, argv: list[str], port: int, cpu: int,
+              env: Optional[dict[str, str]] = None) -> procs.Proc:
+        """Start a child pinned to C{cpu}, register its cleanup, wait for it to listen."""
+        proc = procs.start(name, argv, self.workdir, cpu, env=env, cwd=REPO)
+        self.stack.callback(procs.stop, proc)
+        procs.wait_for_port(proc, port, self.args.start_timeout)
+        return proc
+
+    def nginx(self, name: str, conf: str, port: int, cpu: int) -> procs.Proc:
+        argv = [self.args.nginx, *targets.write_nginx_conf(self.workdir, name, conf)]
+        return self.spawn(name, argv, port, cpu)
+
+    def twingress(self, port: int, backend_port: int) -> procs.Proc:
+        manifests = self.workdir / "manifests"
+        targets.write_manifests(manifests, backend_port)
+        argv = targets.twingress_argv(self.args.twingress_cmd, Path(sys.prefix) / "bin",
+                                      manifests, port, backend_port)
+        pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+        env = os.environ | {"PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1"}
+        return self.spawn(TWINGRESS, argv, port, self.args.proxy_cpu, env=env)
+
+    def proxy_run(self, name: str, backend_port: int) -> TargetResult:
+        """Start one proxy on the proxy CPU, measure it, stop it (so runs never overlap)."""
+        port = procs.free_port()
+        try:
+            if name == NGINX:
+                conf = targets.proxy_conf(self.workdir, port, backend_port)
+                proc = self.nginx(NGINX, conf, port, self.args.proxy_cpu)
+            else:
+                proc = self.twingress(port, backend_port)
+            try:
+                return measure(self.args, name, proc, port)
+            finally:
+                procs.stop(proc)
+        except (procs.StartError, wrk.WrkError) as e:
+            return TargetResult(name, failure=str(e))
+
+    def run(self) -> list[TargetResult]:
+        """Backend up for the whole run; then direct, nginx-proxy and twingress in turn."""
+        cpus = [self.args.proxy_cpu, self.args.load_cpu]
+        self.background = cpuload.wait_for_idle(cpus, IDLE_LIMIT, self.args.wait_idle)
+        backend_port = procs.free_port()
+        backend = self.nginx("backend", targets.backend_conf(self.workdir, backend_port),
+                             backend_port, self.args.load_cpu)
+        results = [measure(self.args, DIRECT, backend, backend_port)]
+        results.append(self.proxy_run(NGINX, backend_port))
+        if not self.args.skip_twingress:
+            results.append(self.proxy_run(TWINGRESS, backend_port))
+        if backend.popen.poll() is not None:
+            raise BenchFailed(f"the backend exited during the run:\n{backend.tail()}")
+        return results
+
+    def keep_logs(self, into: Path) -> None:
+        """Copy the children's logs, the nginx configs and the manifests out of the temp dir."""
+        into.mkdir(parents=True, exist_ok=True)
+        for path in [*self.workdir.glob("*.log"), *self.workdir.glob("*.conf")]:
+            shutil.copy(path, into / path.name)
+        if (self.workdir / "manifests").is_dir():
+            shutil.copytree(self.workdir / "manifests", into / "manifests", dirs_exist_ok=True)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    install_signal_handlers()
+    try:
+        check_environment(args)
+        with ExitStack() as stack:
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="twbench-")))
+            bench = Bench(args, stack, workdir)
+            try:
+                results = bench.run()
+            finally:
+                if args.keep_logs:
+                    bench.keep_logs((args.json.parent if args.json else Path.cwd()) / "bench-logs")
+    except KeyboardInterrupt:
+        print("\ninterrupted: all benchmark processes stopped", file=sys.stderr)
+        return 130
+    except (BenchFailed, procs.StartError, wrk.WrkError) as e:
+        print(f"FAILED {e}", file=sys.stderr)
+        return 1
+    return finish(results, args, bench.background)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""What the HTTP benchmark runs: nginx configs (backend, reference proxy), twingress manifests."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import yaml
+
+HOST = "bench.local"
+BODY = b"hello world\n"
+KEEPALIVE_REQUESTS = 100_000_000
+SERVICE = "bench"
+NAMESPACE = "default"
+
+DEFAULT_TWINGRESS_CMD = (
+    "{venv_bin}/twistd --pidfile= -n ingress --manifests {manifests}"
+    " --http tcp:{port}:interface=127.0.0.1 --admin ''"
+)
+
+
+def _nginx_main(workdir: Path, name: str, http_body: str) -> str:
+    """The parts every nginx here shares: foreground, one worker, no logs, private temp paths."""
+    tmp = workdir / f"{name}-tmp"
+    return f"""
+daemon off;
+master_process on;
+worker_processes 1;
+pid {workdir / (name + '.pid')};
+error_log stderr warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {tmp}/body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+    keepalive_requests {KEEPALIVE_REQUESTS};
+    keepalive_timeout 300s;
+{http_body}
+}}
+"""
+
+
+def backend_conf(workdir: Path, port: int) -> str:
+    """An nginx that answers every request with 200 and L{BODY}."""
+    body = BODY.decode().replace("\n", "\\n")
+    server = f"""
+    server {{
+        listen 127.0.0.1:{port} backlog=4096;
+        location / {{
+            default_type text/plain;
+            return 200 "{body}";
+        }}
+    }}"""
+    return _nginx_main(workdir, "backend", server)
+
+
+def proxy_conf(workdir: Path, port: int, backend_port: int) -> str:
+    """The reference: nginx as an ingress would configure it, with upstream keep-alive."""
+    server = f"""
+    upstream b {{
+        server 127.0.0.1:{backend_port};
+        keepalive 64;
+        keepalive_requests {KEEPALIVE_REQUESTS};
+    }}
+    server {{
+        listen 127.0.0.1:{port} backlog=4096;
+        location / {{
+            proxy_pass http://b;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host $host;
+            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+            proxy_set_header X-Real-IP $remote_addr;
+        }}
+    }}"""
+    return _nginx_main(workdir, "nginx-proxy", server)
+
+
+def write_nginx_conf(workdir: Path, name: str, text: str) -> list[str]:
+    """Write C{name}.conf (and its temp dir); return the nginx arguments that run it."""
+    (workdir / f"{name}-tmp").mkdir(exist_ok=True)
+    conf = workdir / f"{name}.conf"
+    conf.write_text(text)
+    return ["-p", str(workdir), "-e", "stderr", "-c", str(conf)]
+
+
+def manifests(backend_port: int) -> dict[str, dict]:
+    """Service, EndpointSlice, IngressClass and Ingress routing C{bench.local/} to the backend."""
+    meta = {"namespace": NAMESPACE}
+    return {
+        "service.yaml": {
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": meta | {"name": SERVICE},
+            "spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP",
+                                "targetPort": backend_port}]},
+        },
+        "endpointslice.yaml": {
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": meta | {"name": f"{SERVICE}-1",
+                                "labels": {"kubernetes.io/service-name": SERVICE}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": True}}],
+            "ports": [{"name": "http", "port": backend_port, "protocol": "TCP"}],
+        },
+        "ingressclass.yaml": {
+            "apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
+            "metadata": {"name": "twingress"},
+            "spec": {"controller": "twingress.io/ingress-controller"},
+        },
+        "ingress.yaml": {
+            "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": meta | {"name": SERVICE},
+            "spec": {
+                "ingressClassName": "twingress",
+                "rules": [{"host": HOST, "http": {"paths": [{
+                    "path": "/", "pathType": "Prefix",
+                    "backend": {"service": {"name": SERVICE, "port": {"number": 80}}},
+                }]}}],
+            },
+        },
+    }
+
+
+def write_manifests(directory: Path, backend_port: int) -> None:
+    """One object per YAML file, as C{kubectl apply -f DIR} would read them."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, obj in manifests(backend_port).items():
+        (directory / name).write_text(yaml.safe_dump(obj, sort_keys=False))
+
+
+def twingress_argv(template: str, venv_bin: Path, manifests_dir: Path, port: int,
+                   backend_port: int) -> list[str]:
+    """Fill the placeholders into the command template, then split it like a shell would.
+
+    C{{venv_bin}}, C{{manifests}} and C{{port}} are what twingress needs;
+    C{{backend_port}} lets a stand-in proxy (socat, say) check the harness itself.
+    """
+    return shlex.split(template.format(
+        venv_bin=shlex.quote(str(venv_bin)),
+        manifests=shlex.quote(str(manifests_dir)),
+        port=port,
+        backend_port=backend_port,
+    ))
