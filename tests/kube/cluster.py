@@ -1,0 +1,553 @@
+"""A real Kubernetes control plane for tests: etcd, kube-apiserver, kube-controller-manager.
+
+The binaries come from ``testenv/build.sh`` (a cache directory keyed by version). Everything a
+run needs (certificates, keys, kubeconfigs, etcd data, logs) is generated into a work directory
+at start; nothing secret is committed.
+
+Inside ``testenv/netns-run`` the pod-like address 10.244.0.1 exists on ``lo``: the apiserver then
+listens on all addresses of the private namespace and advertises 10.244.0.1. Outside it, the
+apiserver listens on and advertises 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes
+import datetime
+import ipaddress
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BUILD_SCRIPT = REPO_ROOT / "testenv" / "build.sh"
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
+BIN_DIR_ENV = "TWINGRESS_KUBE_BIN_DIR"
+
+POD_NETWORK_ADDRESS = "10.244.0.1"
+SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
+SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+CONTROLLERS = "garbagecollector,namespace,serviceaccount-token,serviceaccount"
+
+LOG_TAIL_LINES = 40
+
+
+class ClusterStartError(RuntimeError):
+    """A component did not start; the message carries the tail of its log."""
+
+
+# --- where the binaries are -----------------------------------------------------------------
+
+
+def bin_dir() -> Path:
+    """The directory with the binaries: $TWINGRESS_KUBE_BIN_DIR, else what build.sh names."""
+    override = os.environ.get(BIN_DIR_ENV)
+    if override:
+        return Path(override)
+    out = subprocess.run(
+        [str(BUILD_SCRIPT), "--print-bin-dir"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return Path(out.strip().splitlines()[-1])
+
+
+def missing_binaries(directory: Path) -> list[str]:
+    return [b for b in BINARIES if not os.access(directory / b, os.X_OK)]
+
+
+# --- small helpers ----------------------------------------------------------------------------
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def address_exists(address: str) -> bool:
+    """True if ADDRESS is assigned to an interface here (we can bind to it)."""
+    try:
+        with socket.socket() as s:
+            s.bind((address, 0))
+    except OSError:
+        return False
+    return True
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _urlopen(url, *, context: ssl.SSLContext | None = None, timeout: float = 5.0):
+    """urlopen that ignores http(s)_proxy from the environment: everything here is local."""
+    handlers: list = [urllib.request.ProxyHandler({})]
+    if context is not None:
+        handlers.append(urllib.request.HTTPSHandler(context=context))
+    return urllib.request.build_opener(*handlers).open(url, timeout=timeout)
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    # If pytest dies without tearing down, the kernel kills the component (PR_SET_PDEATHSIG).
+    # The signal is tied to the thread that started the child: start components from the
+    # main thread.
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+
+
+class Component:
+    """One child process whose output goes to a log file (appended across restarts)."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path):
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self) -> None:
+        assert not self.running, f"{self.name} is already running"
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n===== {time.strftime('%H:%M:%S')} starting {self.name}\n".encode())
+            log.flush()
+            self.process = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,
+            )
+
+    def stop(self, timeout: float = 10.0) -> None:
+        proc, self.process = self.process, None
+        if proc is None or proc.poll() is not None:
+            return
+        if timeout <= 0:
+            proc.kill()
+            proc.wait()
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def failure(self, what: str) -> ClusterStartError:
+        state = "is running"
+        if self.process is not None and self.process.poll() is not None:
+            state = f"exited with status {self.process.returncode}"
+        return ClusterStartError(
+            f"{self.name} {what} ({state}). Last lines of {self.log_path}:\n"
+            f"{log_tail(self.log_path)}"
+        )
+
+    def wait_until(self, check, what: str, timeout: float) -> None:
+        """Poll CHECK() until true; fail early if the process exits."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if not self.running:
+                raise self.failure(f"did not become {what}")
+            with contextlib.suppress(OSError, ssl.SSLError, urllib.error.URLError):
+                if check():
+                    return
+            if time.monotonic() > deadline:
+                raise self.failure(f"did not become {what} within {timeout:.0f}s")
+            time.sleep(0.1)
+
+
+# --- certificates -----------------------------------------------------------------------------
+
+
+def _pem_key(key) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def _pem_cert(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _name(common_name: str, organization: str | None = None) -> x509.Name:
+    attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization)] if organization else []
+    return x509.Name([*attrs, x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def _certificate(subject: x509.Name, issuer=None, *, usage=None, names=(), ips=()):
+    """A fresh P-256 key and a certificate for it, valid for a week. Without ISSUER (a
+    (key, cert) pair) it is a self-signed CA; USAGE is an ExtendedKeyUsageOID for leaves."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    is_ca = issuer is None
+    issuer_key, issuer_cert = issuer if issuer else (key, None)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    flags = dict.fromkeys(
+        ["content_commitment", "key_encipherment", "data_encipherment", "key_agreement",
+         "encipher_only", "decipher_only"], False
+    )
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer_cert.subject if issuer_cert else subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=7))
+        .add_extension(x509.BasicConstraints(ca=is_ca, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(digital_signature=True, key_cert_sign=is_ca, crl_sign=is_ca, **flags),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()), False
+        )
+    )
+    if usage is not None:
+        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    sans = [x509.DNSName(n) for n in names] + [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    return key, builder.sign(issuer_key, hashes.SHA256())
+
+
+def _write(path: Path, data: bytes, private: bool = False) -> Path:
+    path.write_bytes(data)
+    if private:
+        path.chmod(0o600)
+    return path
+
+
+# --- the cluster --------------------------------------------------------------------------------
+
+
+class KubeCluster:
+    """etcd + kube-apiserver + kube-controller-manager, all in WORKDIR.
+
+    Attributes for tests: ``kubeconfig`` (admin, system:masters), ``server`` (https URL),
+    ``bin_dir``, ``etcd_endpoint`` (http URL), ``ca_file``, ``admin_cert_file``,
+    ``admin_key_file``, ``advertise_address``, ``in_netns``, ``workdir``, ``log_dir``.
+    Methods: ``start()``, ``stop()``, ``stop_apiserver()``, ``start_apiserver()``,
+    ``compact_etcd()``.
+    """
+
+    def __init__(
+        self,
+        bin_dir: Path,
+        workdir: Path,
+        *,
+        extra_apiserver_args: list[str] | tuple[str, ...] = (),
+        extra_controller_manager_args: list[str] | tuple[str, ...] = (),
+        start_timeout: float = 90.0,
+    ):
+        self.bin_dir = Path(bin_dir)
+        self.workdir = Path(workdir)
+        self.start_timeout = start_timeout
+        self.pki_dir = self.workdir / "pki"
+        self.log_dir = self.workdir / "logs"
+        self.etcd_data_dir = self.workdir / "etcd-data"
+
+        self.in_netns = address_exists(POD_NETWORK_ADDRESS)
+        self.advertise_address = POD_NETWORK_ADDRESS if self.in_netns else "127.0.0.1"
+        # In the private namespace nothing else can reach it, so listen on all its addresses
+        # (the advertised one included); outside it, only on loopback.
+        self.bind_address = "0.0.0.0" if self.in_netns else "127.0.0.1"
+
+        self.etcd_port = free_port()
+        self.etcd_peer_port = free_port()
+        self.apiserver_port = free_port()
+        self.controller_manager_port = free_port()
+        self.etcd_endpoint = f"http://127.0.0.1:{self.etcd_port}"
+        self.server = f"https://127.0.0.1:{self.apiserver_port}"
+
+        self.kubeconfig = self.workdir / "admin.kubeconfig"
+        self.controller_manager_kubeconfig = self.workdir / "controller-manager.kubeconfig"
+        self.ca_file = self.pki_dir / "ca.crt"
+        self.admin_cert_file = self.pki_dir / "admin.crt"
+        self.admin_key_file = self.pki_dir / "admin.key"
+
+        self._extra_apiserver_args = list(extra_apiserver_args)
+        self._extra_controller_manager_args = list(extra_controller_manager_args)
+        self._etcd: Component | None = None
+        self._apiserver: Component | None = None
+        self._controller_manager: Component | None = None
+        self.startup_seconds: dict[str, float] = {}
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> KubeCluster:
+        """Generate credentials, start all three components and wait for them. On failure,
+        everything already started is stopped and ClusterStartError says why."""
+        t0 = time.monotonic()
+        try:
+            for d in (self.pki_dir, self.log_dir, self.etcd_data_dir):
+                d.mkdir(parents=True, exist_ok=True)
+            self._generate_credentials()
+            self.startup_seconds["credentials"] = time.monotonic() - t0
+
+            t = time.monotonic()
+            self._etcd = Component("etcd", self._etcd_argv(), self.log_dir / "etcd.log")
+            self._etcd.start()
+            self._etcd.wait_until(self._etcd_healthy, "healthy", self.start_timeout)
+            self.startup_seconds["etcd"] = time.monotonic() - t
+
+            t = time.monotonic()
+            self._apiserver = Component(
+                "kube-apiserver", self._apiserver_argv(), self.log_dir / "kube-apiserver.log"
+            )
+            self.start_apiserver()
+            self.startup_seconds["kube-apiserver"] = time.monotonic() - t
+
+            t = time.monotonic()
+            self._controller_manager = Component(
+                "kube-controller-manager",
+                self._controller_manager_argv(),
+                self.log_dir / "kube-controller-manager.log",
+            )
+            self._controller_manager.start()
+            self._controller_manager.wait_until(
+                self._controller_manager_healthy, "healthy", self.start_timeout
+            )
+            self.startup_seconds["kube-controller-manager"] = time.monotonic() - t
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_seconds["total"] = time.monotonic() - t0
+        return self
+
+    def stop(self) -> None:
+        """Stop everything (terminate, then kill after a grace period); idempotent."""
+        for component in (self._controller_manager, self._apiserver, self._etcd):
+            if component is not None:
+                component.stop()
+
+    def stop_apiserver(self, graceful: bool = True) -> None:
+        """Stop kube-apiserver only (etcd and its data stay); new connections are refused.
+        graceful=False kills it (SIGKILL) like a crash: open connections break at once."""
+        assert self._apiserver is not None, "the cluster was not started"
+        self._apiserver.stop(timeout=10.0 if graceful else 0.0)
+
+    def start_apiserver(self) -> None:
+        """(Re)start kube-apiserver on the same port, with the same etcd data, and wait until
+        /readyz answers ok."""
+        assert self._apiserver is not None, "the cluster was not started"
+        self._apiserver.start()
+        self._apiserver.wait_until(self._apiserver_ready, "ready", self.start_timeout)
+
+    @property
+    def apiserver_running(self) -> bool:
+        return self._apiserver is not None and self._apiserver.running
+
+    def __enter__(self) -> KubeCluster:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- etcd ---------------------------------------------------------------------------------
+
+    def _etcd_post(self, path: str, body: dict) -> dict:
+        request = urllib.request.Request(
+            self.etcd_endpoint + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with _urlopen(request, timeout=10) as response:
+            return json.load(response)
+
+    def etcd_revision(self) -> int:
+        status = self._etcd_post("/v3/maintenance/status", {})
+        return int(status["header"]["revision"])
+
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to its current revision (so that older resourceVersions
+        are gone: watches from them get 410 Gone once the apiserver's watch cache has moved
+        on). Returns the revision compacted to."""
+        revision = self.etcd_revision()
+        self._etcd_post("/v3/kv/compaction", {"revision": str(revision), "physical": True})
+        return revision
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _generate_credentials(self) -> None:
+        pki = self.pki_dir
+        ca = _certificate(_name("twingress-test-ca"))
+        server = ExtendedKeyUsageOID.SERVER_AUTH
+        client = ExtendedKeyUsageOID.CLIENT_AUTH
+        # With --use-service-account-credentials=false every controller acts as the
+        # controller-manager user, and the bootstrap role system:kube-controller-manager does
+        # not cover what they do (the garbage collector deletes anything): make it an admin.
+        for stem, (key, cert) in {
+            "ca": ca,
+            "apiserver": _certificate(
+                _name("kube-apiserver"), ca, usage=server,
+                names=["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                       "kubernetes.default.svc.cluster.local"],
+                ips=sorted({"127.0.0.1", self.advertise_address, "10.96.0.1"}),
+            ),
+            "admin": _certificate(_name("twingress-test-admin", "system:masters"), ca, usage=client),
+            "controller-manager": _certificate(
+                _name("system:kube-controller-manager", "system:masters"), ca, usage=client
+            ),
+        }.items():
+            _write(pki / f"{stem}.crt", _pem_cert(cert))
+            if stem != "ca":
+                _write(pki / f"{stem}.key", _pem_key(key), private=True)
+
+        sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        _write(pki / "sa.key", _pem_key(sa_key), private=True)
+        _write(
+            pki / "sa.pub",
+            sa_key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            ),
+        )
+
+        self._write_kubeconfig(self.kubeconfig, "admin", self.admin_cert_file, self.admin_key_file)
+        self._write_kubeconfig(
+            self.controller_manager_kubeconfig,
+            "kube-controller-manager",
+            pki / "controller-manager.crt",
+            pki / "controller-manager.key",
+        )
+
+    def _write_kubeconfig(self, path: Path, user: str, cert: Path, key: Path) -> None:
+        def b64(p: Path) -> str:
+            return base64.b64encode(p.read_bytes()).decode()
+
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "twingress-test",
+                    "cluster": {
+                        "server": self.server,
+                        "certificate-authority-data": b64(self.ca_file),
+                    },
+                }
+            ],
+            "users": [
+                {
+                    "name": user,
+                    "user": {
+                        "client-certificate-data": b64(cert),
+                        "client-key-data": b64(key),
+                    },
+                }
+            ],
+            "contexts": [
+                {"name": user, "context": {"cluster": "twingress-test", "user": user}}
+            ],
+            "current-context": user,
+            "preferences": {},
+        }
+        # JSON is YAML; every kubeconfig reader accepts it.
+        _write(path, json.dumps(config, indent=2).encode(), private=True)
+
+    def _etcd_argv(self) -> list[str]:
+        peer = f"http://127.0.0.1:{self.etcd_peer_port}"
+        return [
+            str(self.bin_dir / "etcd"),
+            "--name=test",
+            f"--data-dir={self.etcd_data_dir}",
+            f"--listen-client-urls={self.etcd_endpoint}",
+            f"--advertise-client-urls={self.etcd_endpoint}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=test={peer}",
+            "--initial-cluster-state=new",
+            "--unsafe-no-fsync",  # test data: speed over durability
+            "--log-level=warn",
+        ]
+
+    def _apiserver_argv(self) -> list[str]:
+        pki = self.pki_dir
+        return [
+            str(self.bin_dir / "kube-apiserver"),
+            f"--etcd-servers={self.etcd_endpoint}",
+            f"--bind-address={self.bind_address}",
+            f"--secure-port={self.apiserver_port}",
+            f"--advertise-address={self.advertise_address}",
+            f"--cert-dir={self.workdir / 'apiserver-certs'}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={self.ca_file}",
+            "--authorization-mode=Node,RBAC",
+            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+            # On SIGTERM, end open watches within 2s instead of waiting (up to a minute) for
+            # the clients to close them: stop_apiserver() then takes about a second.
+            "--shutdown-watch-termination-grace-period=2s",
+            "--profiling=false",
+            *self._extra_apiserver_args,
+        ]
+
+    def _controller_manager_argv(self) -> list[str]:
+        pki = self.pki_dir
+        kubeconfig = self.controller_manager_kubeconfig
+        return [
+            str(self.bin_dir / "kube-controller-manager"),
+            f"--kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self.controller_manager_port}",
+            f"--cert-dir={self.workdir / 'controller-manager-certs'}",
+            f"--controllers={CONTROLLERS}",
+            "--use-service-account-credentials=false",
+            "--leader-elect=false",
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--root-ca-file={self.ca_file}",
+            "--profiling=false",
+            *self._extra_controller_manager_args,
+        ]
+
+    def _etcd_healthy(self) -> bool:
+        with _urlopen(self.etcd_endpoint + "/health", timeout=2) as response:
+            return json.load(response).get("health") == "true"
+
+    def admin_ssl_context(self) -> ssl.SSLContext:
+        """An SSL context that trusts the test CA and presents the admin certificate."""
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        context.load_cert_chain(str(self.admin_cert_file), str(self.admin_key_file))
+        return context
+
+    def _apiserver_ready(self) -> bool:
+        try:
+            with _urlopen(self.server + "/readyz", context=self.admin_ssl_context()) as response:
+                return response.status == 200
+        except urllib.error.HTTPError:  # 500 while post-start hooks are still running
+            return False
+
+    def _controller_manager_healthy(self) -> bool:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE  # self-signed serving cert
+        url = f"https://127.0.0.1:{self.controller_manager_port}/healthz"
+        try:
+            with _urlopen(url, context=context) as response:
+                return response.status == 200
+        except urllib.error.HTTPError:
+            return False
