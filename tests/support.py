@@ -91,24 +91,33 @@ class Manifests:
         (self.path / name).unlink()
 
     def service(self, name: str, endpoints: Sequence[tuple[str, int]], namespace: str = "default", ready: bool = True) -> list[dict]:
-        """A selector-less Service on port 80 ("http") and one EndpointSlice with C{endpoints}."""
+        """
+        A selector-less Service on port 80 ("http") and its EndpointSlices:
+        one slice per distinct endpoint port (a slice has one port list for all
+        its endpoints), as the EndpointSlice controller would write them.
+        """
         target_port = endpoints[0][1] if endpoints else 8080
-        return [
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": {"name": name, "namespace": namespace},
-                "spec": {"ports": [{"name": "http", "port": 80, "targetPort": target_port}]},
-            },
+        by_port: dict[int, list[str]] = {}
+        for host, port in endpoints:
+            by_port.setdefault(port, []).append(host)
+        slices = [
             {
                 "apiVersion": "discovery.k8s.io/v1",
                 "kind": "EndpointSlice",
-                "metadata": {"name": f"{name}-1", "namespace": namespace, "labels": {"kubernetes.io/service-name": name}},
+                "metadata": {"name": f"{name}-{i}", "namespace": namespace, "labels": {"kubernetes.io/service-name": name}},
                 "addressType": "IPv4",
-                "ports": [{"name": "http", "port": target_port}],
-                "endpoints": [{"addresses": [h], "conditions": {"ready": ready}} for h, _ in endpoints],
-            },
+                "ports": [{"name": "http", "port": port}],
+                "endpoints": [{"addresses": [h], "conditions": {"ready": ready}} for h in hosts],
+            }
+            for i, (port, hosts) in enumerate(sorted(by_port.items()), start=1)
         ]
+        service = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"ports": [{"name": "http", "port": 80, "targetPort": target_port}]},
+        }
+        return [service, *slices]
 
     @staticmethod
     def ingress(name: str, host: str, service: str, path: str = "/", path_type: str = "Prefix", namespace: str = "default", **spec: object) -> dict:

@@ -18,7 +18,7 @@ request than this module in CPython.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 CRLF = b"\r\n"
@@ -26,7 +26,7 @@ HEAD_END = b"\r\n\r\n"
 
 _TOKEN = rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
 _VCHAR_OBS = rb"[\x21-\x7e\x80-\xff]"
-_FIELD_LINE = rb"%s:[ \t]*(?:%s(?:[ \t\x21-\x7e\x80-\xff]*%s)?)?[ \t]*" % (_TOKEN, _VCHAR_OBS, _VCHAR_OBS)
+_FIELD_LINE = rb"%s:[\t \x21-\x7e\x80-\xff]*" % _TOKEN  # value: VCHAR, obs-text, SP, HTAB
 # A whole field section: zero or more field lines, each followed by CRLF.
 _FIELDS_RE = re.compile(rb"(?:%s\r\n)*" % _FIELD_LINE)
 _REQUEST_LINE_RE = re.compile(rb"(%s) ([\x21-\x7e]+) HTTP/([0-9])\.([0-9])" % _TOKEN)
@@ -35,8 +35,16 @@ _CHUNK_SIZE_RE = re.compile(
     rb"([0-9A-Fa-f]{1,16})((?:[ \t]*;[ \t]*%s(?:[ \t]*=[ \t]*(?:%s|\"(?:[\t \x21\x23-\x5b\x5d-\x7e\x80-\xff]|\\[\t \x21-\x7e\x80-\xff])*\"))?)*)[ \t]*"
     % (_TOKEN, _TOKEN)
 )
+# The fields a proxy consults (searched for at line starts of the lower-cased section).
+_INTERESTING = tuple(
+    b"\n" + name + b":"
+    for name in (b"content-length", b"transfer-encoding", b"connection", b"host", b"upgrade", b"expect", b"date", b"server")
+)
 _BARE_LF_RE = re.compile(rb"(?<!\r)\n|\r(?!\n)")
 _DIGITS_RE = re.compile(rb"[0-9]{1,18}")
+# RFC 9110 7.2 / RFC 3986: uri-host [ ":" port ]; IP literals in brackets.
+_HOST_RE = re.compile(rb"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::[0-9]*)?")
+_METHOD_PREFIX_RE = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]*(?: |\r|$)")
 
 # Hop-by-hop fields (RFC 9110 7.6.1 and the classic list): never forwarded.
 HOP_BY_HOP = frozenset(
@@ -57,6 +65,9 @@ Field = tuple[bytes, bytes, bytes]
 """A header field: (name as received, lower-cased name, value without surrounding whitespace)."""
 
 
+_NO_TOKENS: frozenset[bytes] = frozenset()
+
+
 class HTTPError(Exception):
     """A message we refuse: C{status} is what the client is told, C{detail} goes to the log."""
 
@@ -66,7 +77,7 @@ class HTTPError(Exception):
         self.detail = detail
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Framing:
     """How a message body is delimited; exactly one applies."""
 
@@ -79,17 +90,22 @@ class Framing:
         return self.chunked or self.until_close or bool(self.content_length)
 
 
+_NO_BODY = Framing(content_length=0)
+
+
 @dataclass(slots=True)
 class Head:
     """
     A parsed request or response head.
 
-    C{fields} keeps the names as received (forwarded as is) beside their lower-cased form;
+    C{block} is the field section exactly as received (each line ending in
+    CRLF): it is forwarded by filtering lines out of it, never rebuilt field
+    by field.  The few fields a proxy consults are pulled out at parse time;
     C{connection} holds the lower-cased tokens of every Connection field.
     """
 
     version: tuple[int, int]
-    fields: list[Field]
+    block: bytes
     connection: frozenset[bytes]
     framing: Framing
     method: bytes = b""
@@ -99,7 +115,8 @@ class Head:
     host: bytes = b""
     upgrade: bytes = b""
     expect_continue: bool = False
-    extra: dict[bytes, bytes] = field(default_factory=dict)
+    has_date: bool = False
+    has_server: bool = False
 
     @property
     def keep_alive(self) -> bool:
@@ -109,6 +126,11 @@ class Head:
         if self.version >= (1, 1):
             return True
         return b"keep-alive" in self.connection
+
+    @property
+    def fields(self) -> list[Field]:
+        """Every field as (name as received, lower-cased name, value): for the slow paths and tests."""
+        return split_fields(self.block)
 
 
 def find_head_end(buffer: bytes | bytearray, start: int = 0) -> int:
@@ -124,6 +146,8 @@ def check_incomplete_head(buffer: bytes | bytearray, max_line: int, max_head: in
     Called only while a head is still incomplete, so its cost stays off the
     common path.
     """
+    if _METHOD_PREFIX_RE.match(buffer) is None:
+        raise HTTPError(400, "not an HTTP request")  # garbage is refused now, not at the header timeout
     scan = buffer[:-1] if buffer.endswith(b"\r") else buffer  # its LF may be in the next read
     if _BARE_LF_RE.search(scan) is not None:
         raise HTTPError(400, "bare CR or LF in head")
@@ -134,33 +158,52 @@ def check_incomplete_head(buffer: bytes | bytearray, max_line: int, max_head: in
         raise HTTPError(431, "header section too large")
 
 
-def _split_fields(block: bytes, max_fields: int) -> list[Field]:
-    """Validate a field section (each line followed by CRLF) and split it into pairs."""
-    if _FIELDS_RE.fullmatch(block) is None:
-        raise HTTPError(400, "malformed header field")
-    lines = block.split(CRLF)
-    lines.pop()  # the empty string after the final CRLF
-    if len(lines) > max_fields:
-        raise HTTPError(431, "too many header fields")
+def split_fields(block: bytes) -> list[Field]:
+    """Split a validated field section into (name, lower-cased name, value) triples."""
     fields = []
-    for line in lines:
+    for line in block.split(CRLF)[:-1]:
         name, _, value = line.partition(b":")
         fields.append((name, name.lower(), value.strip(b" \t")))
     return fields
 
 
-def _framing(fields: list[Field], is_request: bool) -> tuple[Framing, dict[bytes, bytes]]:
+def _check_fields(block: bytes, max_fields: int) -> list[tuple[bytes, bytes]]:
+    """
+    Validate a field section and return the fields a proxy consults, as (lower-cased name, value).
+
+    The whole section is checked by one regular expression and the
+    interesting fields are found by substring search, so a head costs a few
+    C-level scans instead of a Python loop over every line.
+    """
+    if _FIELDS_RE.fullmatch(block) is None:
+        raise HTTPError(400, "malformed header field")
+    if block.count(b"\n") > max_fields:
+        raise HTTPError(431, "too many header fields")
+    lowered = b"\n" + block.lower()  # offsets in lowered are one past those in block
+    found = []
+    for key in _INTERESTING:
+        at = lowered.find(key)
+        while at >= 0:
+            start = at + len(key)
+            end = lowered.find(b"\r", start)
+            found.append((key[1:-1], block[start - 1 : end - 1].strip(b" \t")))
+            at = lowered.find(key, end)
+    return found
+
+
+def _framing(fields: list[tuple[bytes, bytes]], is_request: bool) -> tuple[Framing, dict[bytes, bytes]]:
     """
     Body framing from Transfer-Encoding and Content-Length (RFC 9112 6.3).
 
     Both present, several different lengths, a non-final or unknown coding:
     all refused, because proxies that disagree on framing are how requests
-    get smuggled.  Also returns the single-valued fields a proxy consults.
+    get smuggled.  Also returns the other consulted fields, joined by ", "
+    when repeated.
     """
     lengths: set[bytes] = set()
     codings: list[bytes] = []
     seen: dict[bytes, bytes] = {}
-    for _, lower, value in fields:
+    for lower, value in fields:
         if lower == b"content-length":
             for part in value.split(b","):
                 part = part.strip(b" \t")
@@ -188,14 +231,14 @@ def _framing(fields: list[Field], is_request: bool) -> tuple[Framing, dict[bytes
     if lengths:
         return Framing(content_length=int(lengths.pop())), seen
     if is_request:
-        return Framing(content_length=0), seen
+        return _NO_BODY, seen
     return Framing(until_close=True), seen
 
 
 def _connection_tokens(seen: dict[bytes, bytes]) -> frozenset[bytes]:
     value = seen.get(b"connection")
     if not value:
-        return frozenset()
+        return _NO_TOKENS
     return frozenset(t.strip(b" \t").lower() for t in value.split(b",") if t.strip(b" \t"))
 
 
@@ -212,28 +255,20 @@ def parse_request_head(block: bytes, max_fields: int = 100) -> Head:
     method, target, major, minor = match.groups()
     if major != b"1":
         raise HTTPError(505, "HTTP version not supported")
-    fields = _split_fields(block[line_end + 2 : -2], max_fields)
-    framing, seen = _framing(fields, is_request=True)
+    section = block[line_end + 2 : -2]
+    framing, seen = _framing(_check_fields(section, max_fields), is_request=True)
     version = (1, int(minor))
     host = seen.get(b"host")
     if version >= (1, 1) and host is None:
         raise HTTPError(400, "missing Host")
-    if host is not None and b"," in host:
-        raise HTTPError(400, "several Host fields")
+    if host is not None and (b"," in host or _HOST_RE.fullmatch(host) is None):
+        raise HTTPError(400, "several Host fields" if b"," in host else "invalid Host")
+    if version < (1, 1) and framing.chunked:
+        raise HTTPError(400, "Transfer-Encoding in an HTTP/1.0 request")  # RFC 9112 6.1: faulty framing
     connection = _connection_tokens(seen)
     upgrade = seen.get(b"upgrade", b"") if b"upgrade" in connection else b""
-    expect = seen.get(b"expect", b"").lower() == b"100-continue" and version >= (1, 1)
-    return Head(
-        version=version,
-        fields=fields,
-        connection=connection,
-        framing=framing,
-        method=method,
-        target=target,
-        host=host or b"",
-        upgrade=upgrade,
-        expect_continue=expect,
-    )
+    expect = version >= (1, 1) and seen.get(b"expect", b"").lower() == b"100-continue"
+    return Head(version, section, connection, framing, method, target, 0, b"", host or b"", upgrade, expect)
 
 
 def parse_response_head(block: bytes, request_method: bytes, max_fields: int = 200) -> Head:
@@ -250,23 +285,25 @@ def parse_response_head(block: bytes, request_method: bytes, max_fields: int = 2
     if major != b"1":
         raise HTTPError(502, "unsupported HTTP version from upstream")
     status = int(status_text)
+    section = block[line_end + 2 : -2]
     try:
-        fields = _split_fields(block[line_end + 2 : -2], max_fields)
-        framing, seen = _framing(fields, is_request=False)
+        framing, seen = _framing(_check_fields(section, max_fields), is_request=False)
     except HTTPError as error:
         raise HTTPError(502, f"upstream: {error.detail}") from None
     if request_method == b"HEAD" or status < 200 or status in (204, 304):
-        framing = Framing(content_length=0)
+        framing = _NO_BODY
     elif request_method == b"CONNECT" and 200 <= status < 300:
         framing = Framing(until_close=True)
     return Head(
-        version=(1, int(minor)),
-        fields=fields,
-        connection=_connection_tokens(seen),
-        framing=framing,
+        (1, int(minor)),
+        section,
+        _connection_tokens(seen),
+        framing,
         status=status,
         reason=reason or b"",
         upgrade=seen.get(b"upgrade", b""),
+        has_date=b"date" in seen,
+        has_server=b"server" in seen,
     )
 
 

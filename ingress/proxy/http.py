@@ -242,6 +242,9 @@ class HTTPProxyProtocol(Protocol):
         if end > self.settings.max_head_bytes:
             self._refuse(431, "header section too large")
             return False
+        if buffer.find(h1.CRLF, 0, end) > self.settings.max_request_line:
+            self._refuse(414, "request line too long")
+            return False
         self._buffer = buffer[end:]
         try:
             head = h1.parse_request_head(buffer[:end], self.settings.max_header_fields)

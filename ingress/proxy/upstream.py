@@ -88,9 +88,9 @@ class UpstreamConnection(Protocol):
 
     def start(self, owner: ResponseSink, data: bytes) -> None:
         """Take a request: reset response framing and send its first bytes."""
-        if self._idle_timer is not None:
+        if self._idle_timer is not None and self._idle_timer.active():
             self._idle_timer.cancel()
-            self._idle_timer = None
+        self._idle_timer = None
         self.owner = owner
         self.got_bytes = False
         self._state = _HEAD
@@ -215,9 +215,9 @@ class UpstreamConnection(Protocol):
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self.connected = False
-        if self._idle_timer is not None:
+        if self._idle_timer is not None and self._idle_timer.active():
             self._idle_timer.cancel()
-            self._idle_timer = None
+        self._idle_timer = None
         self.pool.forget(self)
         owner, self.owner = self.owner, None
         if owner is None:

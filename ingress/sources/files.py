@@ -30,17 +30,18 @@ from ingress.parse import state_from_objects
 log = Logger()
 
 SUFFIXES = (".yaml", ".yml", ".json")
-Fingerprint = tuple[tuple[str, int, int], ...]
+Fingerprint = tuple[tuple[str, int, int, int, int], ...]
 
 
 def scan(directory: str) -> Fingerprint:
-    """Name, size and mtime of every manifest file: cheap enough to poll every second."""
+    """Name, size, mtime, inode and ctime of every manifest file: cheap enough to poll every second."""
     entries = []
     with os.scandir(directory) as it:
         for entry in it:
             if entry.name.endswith(SUFFIXES) and not entry.name.startswith(".") and entry.is_file():
                 stat = entry.stat()
-                entries.append((entry.name, stat.st_size, stat.st_mtime_ns))
+                # inode and ctime too: a file replaced by one of equal size and mtime (cp -p, rsync) is new
+                entries.append((entry.name, stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_ctime_ns))
     return tuple(sorted(entries))
 
 
@@ -107,7 +108,7 @@ class ManifestsSource(Service):
             return
         if fingerprint != self._fingerprint:
             self._fingerprint = fingerprint
-            names = [name for name, _, _ in fingerprint]
+            names = [entry[0] for entry in fingerprint]
             self.builder.submit(lambda: self.snapshot(names))
 
     def snapshot(self, names: list[str]) -> ClusterState:
