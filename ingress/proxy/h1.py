@@ -35,10 +35,10 @@ _CHUNK_SIZE_RE = re.compile(
     rb"([0-9A-Fa-f]{1,16})((?:[ \t]*;[ \t]*%s(?:[ \t]*=[ \t]*(?:%s|\"(?:[\t \x21\x23-\x5b\x5d-\x7e\x80-\xff]|\\[\t \x21-\x7e\x80-\xff])*\"))?)*)[ \t]*"
     % (_TOKEN, _TOKEN)
 )
-# The fields a proxy consults (searched for at line starts of the lower-cased section).
-_INTERESTING = tuple(
-    b"\n" + name + b":"
-    for name in (b"content-length", b"transfer-encoding", b"connection", b"host", b"upgrade", b"expect", b"date", b"server")
+# The fields a proxy consults, found in the lower-cased section (values come back lower-cased:
+# every one of them is case-insensitive or only tested for presence).
+_INTERESTING_RE = re.compile(
+    rb"\n(content-length|transfer-encoding|connection|host|upgrade|expect|date|server):[ \t]*([^\r]*)"
 )
 _BARE_LF_RE = re.compile(rb"(?<!\r)\n|\r(?!\n)")
 _DIGITS_RE = re.compile(rb"[0-9]{1,18}")
@@ -172,23 +172,14 @@ def _check_fields(block: bytes, max_fields: int) -> list[tuple[bytes, bytes]]:
     Validate a field section and return the fields a proxy consults, as (lower-cased name, value).
 
     The whole section is checked by one regular expression and the
-    interesting fields are found by substring search, so a head costs a few
-    C-level scans instead of a Python loop over every line.
+    interesting fields are found by another, so a head costs a few C-level
+    scans instead of a Python loop over every line.
     """
     if _FIELDS_RE.fullmatch(block) is None:
         raise HTTPError(400, "malformed header field")
     if block.count(b"\n") > max_fields:
         raise HTTPError(431, "too many header fields")
-    lowered = b"\n" + block.lower()  # offsets in lowered are one past those in block
-    found = []
-    for key in _INTERESTING:
-        at = lowered.find(key)
-        while at >= 0:
-            start = at + len(key)
-            end = lowered.find(b"\r", start)
-            found.append((key[1:-1], block[start - 1 : end - 1].strip(b" \t")))
-            at = lowered.find(key, end)
-    return found
+    return _INTERESTING_RE.findall(b"\n" + block.lower())
 
 
 def _framing(fields: list[tuple[bytes, bytes]], is_request: bool) -> tuple[Framing, dict[bytes, bytes]]:
@@ -204,7 +195,12 @@ def _framing(fields: list[tuple[bytes, bytes]], is_request: bool) -> tuple[Frami
     codings: list[bytes] = []
     seen: dict[bytes, bytes] = {}
     for lower, value in fields:
+        if value[-1:] in b" \t":
+            value = value.rstrip(b" \t")
         if lower == b"content-length":
+            if value.isdigit() and len(value) < 19:
+                lengths.add(value)
+                continue
             for part in value.split(b","):
                 part = part.strip(b" \t")
                 if _DIGITS_RE.fullmatch(part) is None:
@@ -235,11 +231,20 @@ def _framing(fields: list[tuple[bytes, bytes]], is_request: bool) -> tuple[Frami
     return Framing(until_close=True), seen
 
 
+_TOKEN_SETS: dict[bytes, frozenset[bytes]] = {}
+
+
 def _connection_tokens(seen: dict[bytes, bytes]) -> frozenset[bytes]:
+    """The Connection tokens; the few distinct values seen in practice are parsed once."""
     value = seen.get(b"connection")
     if not value:
         return _NO_TOKENS
-    return frozenset(t.strip(b" \t").lower() for t in value.split(b",") if t.strip(b" \t"))
+    tokens = _TOKEN_SETS.get(value)
+    if tokens is None:
+        tokens = frozenset(t.strip(b" \t").lower() for t in value.split(b",") if t.strip(b" \t"))
+        if len(_TOKEN_SETS) < 256:
+            _TOKEN_SETS[value] = tokens
+    return tokens
 
 
 def parse_request_head(block: bytes, max_fields: int = 100) -> Head:

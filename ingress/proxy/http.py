@@ -267,7 +267,7 @@ class HTTPProxyProtocol(Protocol):
             self._refuse(405, "CONNECT is not proxied")
             return
         host, path = _host_and_path(head)
-        route = self.factory.live.table.match(normalize_host(host), path)
+        route = self.factory.live.table.match(_routing_host(host), path)
         if route is None:
             self._answer_locally(404)
             return
@@ -553,6 +553,20 @@ class HTTPProxyProtocol(Protocol):
         self._cancel_timer()
         self.transport.unregisterProducer()
         self.transport.loseConnection()
+
+
+_ROUTING_HOSTS: dict[str, str] = {}
+
+
+def _routing_host(host: str) -> str:
+    """normalize_host, remembered for the hosts actually seen (bounded: Host is client input)."""
+    routing = _ROUTING_HOSTS.get(host)
+    if routing is None:
+        routing = normalize_host(host)
+        if len(_ROUTING_HOSTS) >= 4096:
+            _ROUTING_HOSTS.clear()
+        _ROUTING_HOSTS[host] = routing
+    return routing
 
 
 def _host_and_path(head: h1.Head) -> tuple[str, str]:

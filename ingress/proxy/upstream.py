@@ -63,7 +63,7 @@ class UpstreamConnection(Protocol):
         self._remaining = 0
         self._framer: Optional[h1.ChunkedFramer] = None
         self._keep_alive = False
-        self._idle_timer: Optional[IDelayedCall] = None
+        self.idle_since = 0.0
         self._on_connect: Optional[Callable[["UpstreamConnection"], None]] = None
 
     def connectionMade(self) -> None:
@@ -88,9 +88,6 @@ class UpstreamConnection(Protocol):
 
     def start(self, owner: ResponseSink, data: bytes) -> None:
         """Take a request: reset response framing and send its first bytes."""
-        if self._idle_timer is not None and self._idle_timer.active():
-            self._idle_timer.cancel()
-        self._idle_timer = None
         self.owner = owner
         self.got_bytes = False
         self._state = _HEAD
@@ -215,9 +212,6 @@ class UpstreamConnection(Protocol):
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self.connected = False
-        if self._idle_timer is not None and self._idle_timer.active():
-            self._idle_timer.cancel()
-        self._idle_timer = None
         self.pool.forget(self)
         owner, self.owner = self.owner, None
         if owner is None:
@@ -229,9 +223,6 @@ class UpstreamConnection(Protocol):
         else:
             owner.upstream_failed(502, "upstream closed the connection", responded=self.got_bytes)
 
-    def idle(self, timeout: float, reactor: IReactorTime) -> None:
-        """Park in the pool: close after C{timeout} unused."""
-        self._idle_timer = reactor.callLater(timeout, self.transport.loseConnection)
 
 
 class _Connector(ClientFactory):
@@ -277,6 +268,7 @@ class UpstreamPool:
         self._idle: dict[Address, list[UpstreamConnection]] = {}
         self._next: dict[str, int] = {}
         self._down_until: dict[Address, float] = {}
+        self._sweeper: Optional[IDelayedCall] = None
 
     def choose(self, upstream: Upstream, exclude: Optional[Address] = None) -> Optional[Address]:
         """The next endpoint in turn that is not marked down (or any, if all are)."""
@@ -336,8 +328,27 @@ class UpstreamPool:
             connection.transport.loseConnection()
             return
         connection.reused = False
+        connection.idle_since = self.reactor.seconds()  # type: ignore[attr-defined]
         idle.append(connection)
-        connection.idle(self.settings.upstream_idle_timeout, self.reactor)  # type: ignore[arg-type]
+        if self._sweeper is None:
+            self._sweeper = self.reactor.callLater(self.settings.upstream_idle_timeout / 2, self._sweep)  # type: ignore[attr-defined]
+
+    def _sweep(self) -> None:
+        """
+        Close connections idle longer than the idle timeout.
+
+        One timer for the whole pool instead of one per parked connection:
+        parking and unparking happen on every request, sweeping twice per
+        timeout.  Idle lists are most-recently-used last, so the stale ones
+        are at the front.
+        """
+        self._sweeper = None
+        deadline = self.reactor.seconds() - self.settings.upstream_idle_timeout  # type: ignore[attr-defined]
+        for idle in list(self._idle.values()):
+            while idle and idle[0].idle_since <= deadline:
+                idle.pop(0).transport.loseConnection()
+        if any(self._idle.values()):
+            self._sweeper = self.reactor.callLater(self.settings.upstream_idle_timeout / 2, self._sweep)  # type: ignore[attr-defined]
 
     def forget(self, connection: UpstreamConnection) -> None:
         idle = self._idle.get(connection.address)
@@ -352,6 +363,9 @@ class UpstreamPool:
             for connection in list(idle):
                 connection.transport.loseConnection()
         self._idle.clear()
+        if self._sweeper is not None and self._sweeper.active():
+            self._sweeper.cancel()
+        self._sweeper = None
 
     def idle_count(self) -> int:
         return sum(len(v) for v in self._idle.values())
