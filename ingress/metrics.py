@@ -54,6 +54,13 @@ class Metrics:
         self.malformed_requests = Counter(
             "twingress_http_malformed_requests", "Requests refused before routing, by status code", ["status"], registry=r
         )
+        self.kube_connected = Gauge(
+            "twingress_kube_connected", "1 while the informer's list/watch is connected, by kind", ["kind"], registry=r
+        )
+        self.kube_relists = Counter("twingress_kube_relists", "Full lists (initial, after 410 Gone or errors), by kind", ["kind"], registry=r)
+        self.kube_watch_restarts = Counter(
+            "twingress_kube_watch_restarts", "Watches that ended and were re-established, by kind", ["kind"], registry=r
+        )
         self._request_children: dict[tuple[str, int], Counter] = {}
         self._latency_children: dict[str, Histogram] = {}
         self._problem_reasons: set[str] = set()

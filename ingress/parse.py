@@ -530,10 +530,11 @@ def state_from_objects(objects: Iterable[Mapping[str, Any]]) -> ClusterState:
         except ParseError as error:
             value = Problem(ref, error.reason, error.message)
         latest[(ref.kind, ref.namespace, ref.name)] = (handler, value)
-    return _collect(latest.values())
+    return collect(latest.values())
 
 
-def _collect(outcomes: Iterable[tuple[Kind, Any]]) -> ClusterState:
+def collect(outcomes: Iterable[tuple[Kind, Any]]) -> ClusterState:
+    """A L{ClusterState} from parsed values (and Problems), each with the L{Kind} it was parsed as."""
     fields: dict[str, Any] = {}
     problems: list[Problem] = []
     for handler, value in outcomes:

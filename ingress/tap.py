@@ -28,6 +28,8 @@ from ingress.proxy.upstream import UpstreamPool
 from ingress.routing import build
 from ingress.routing.table import RoutingTable
 from ingress.sources.files import ManifestsSource
+from ingress.sources.kube.client import KubeClient, in_cluster_available
+from ingress.sources.kube.source import KubeSource
 
 _SIZE_SUFFIXES = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
@@ -78,6 +80,8 @@ class Options(usage.Options):
         ["http", None, "tcp:80", "Endpoint of the plain HTTP listener ('' turns it off)."],
         ["admin", None, "tcp:10254:interface=127.0.0.1", "Endpoint of the admin listener: /healthz /readyz /metrics /debug/routes."],
         ["manifests", None, None, "Directory of Kubernetes manifests (YAML/JSON) to route by, instead of a cluster."],
+        ["kubeconfig", None, None, "kubeconfig file of the cluster to watch (default: in-cluster service account)."],
+        ["watch-namespace", None, "", "Watch only this namespace ('' = all namespaces)."],
         ["poll-interval", None, 1.0, "Seconds between scans of the manifests directory.", _positive_float],
         ["ingress-class", None, DEFAULT_CLASS_NAME, "IngressClass name this controller serves."],
         ["controller-name", None, CONTROLLER_NAME, "spec.controller value of IngressClasses this controller serves."],
@@ -89,13 +93,7 @@ class Options(usage.Options):
         raise SystemExit(0)
 
     def postOptions(self) -> None:
-        if not self["manifests"]:
-            raise usage.UsageError(
-                "no configuration source: give --manifests DIR (a directory of manifests); "
-                "cluster sources (--kubeconfig, in-cluster) are not available in this build"
-            )
-        if not os.path.isdir(self["manifests"]):
-            raise usage.UsageError(f"--manifests {self['manifests']!r} is not a directory")
+        self["source"] = self._source()
         overrides = {}
         for name, field, convert, _ in _LIMITS:
             if self[name] is not None:
@@ -104,6 +102,25 @@ class Options(usage.Options):
                 except ValueError as error:
                     raise usage.UsageError(f"--{name}: {error}") from None
         self["settings"] = ProxySettings(**overrides)
+
+    def _source(self) -> str:
+        """Which configuration source: "manifests", "kubeconfig" or "in-cluster"; exactly one."""
+        if self["manifests"] and self["kubeconfig"]:
+            raise usage.UsageError("give either --manifests or --kubeconfig, not both")
+        if self["manifests"]:
+            if not os.path.isdir(self["manifests"]):
+                raise usage.UsageError(f"--manifests {self['manifests']!r} is not a directory")
+            return "manifests"
+        if self["kubeconfig"]:
+            if not os.path.isfile(self["kubeconfig"]):
+                raise usage.UsageError(f"--kubeconfig {self['kubeconfig']!r} is not a file")
+            return "kubeconfig"
+        if in_cluster_available():
+            return "in-cluster"
+        raise usage.UsageError(
+            "no configuration source: give --manifests DIR (a directory of manifests) or "
+            "--kubeconfig PATH, or run in a pod with a service-account token"
+        )
 
 
 class _BuilderService(Service):
@@ -139,13 +156,20 @@ def makeService(options: Options, reactor: Optional[Any] = None) -> IService:
     builder = TableBuilder(reactor, live, metrics, build_table)
     top = MultiService()
     _BuilderService(builder).setServiceParent(top)
-    ManifestsSource(options["manifests"], builder, metrics, reactor, options["poll-interval"]).setServiceParent(top)
+    admin = Admin(live, metrics)
+    if options["source"] == "manifests":
+        ManifestsSource(options["manifests"], builder, metrics, reactor, options["poll-interval"]).setServiceParent(top)
+    else:
+        kubeconfig = options["kubeconfig"]
+        source = KubeSource(lambda: KubeClient(kubeconfig), builder, metrics, reactor, options["watch-namespace"])
+        source.setServiceParent(top)
+        admin.add_check(source.readiness)
     pool = UpstreamPool(reactor, settings)
     if options["http"]:
         factory = HTTPProxyFactory(live, pool, settings, metrics, reactor)
         _listen(reactor, options["http"], factory, top, "http")
     if options["admin"]:
-        _listen(reactor, options["admin"], Admin(live, metrics).site(), top, "admin")
+        _listen(reactor, options["admin"], admin.site(), top, "admin")
     return top
 
 

@@ -1,0 +1,247 @@
+# -*- test-case-name: tests.kube.test_faults -*-
+"""
+One informer per watched kind: list, then watch from the list's
+resourceVersion, on a dedicated daemon thread.
+
+The protocol (as client-go's Reflector): list with pagination, replace the
+store atomically, watch with bookmarks and a server-side timeout, follow the
+resourceVersion through events and bookmarks, relist on 410 Gone, rebuild the
+client on 401, back off exponentially with jitter on any other error.  A
+client read timeout longer than the bookmark interval notices dead
+connections.  Nothing here touches the reactor: changes are reported through
+C{on_change}, which the source hands over with C{callFromThread}.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional
+
+from twisted.logger import Logger
+
+from ingress.parse import ParseError, object_ref, parse_object
+from ingress.model import Problem
+from ingress.sources.kube.client import APIError, KubeClient
+
+log = Logger()
+
+LIST_PAGE = 500
+WATCH_SECONDS = 300  # server-side; jittered so watches don't all end together
+READ_TIMEOUT = 90.0  # > the ~60 s bookmark interval: a silent connection is a dead one
+BACKOFF_START, BACKOFF_CAP = 0.5, 30.0
+
+
+class Gone(Exception):
+    """The resourceVersion is too old (410): only a relist can continue."""
+
+
+@dataclass(frozen=True)
+class Resource:
+    """What to watch: its API path (all namespaces or one), kind and optional field selector."""
+
+    kind: str
+    api_version: str
+    plural: str
+    namespaced: bool = True
+    field_selector: str = ""
+
+    def path(self, namespace: str = "") -> str:
+        base = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+        if self.namespaced and namespace:
+            return f"{base}/namespaces/{namespace}/{self.plural}"
+        return f"{base}/{self.plural}"
+
+
+class Store:
+    """
+    The informer's view of one kind: key → model value or L{Problem}.
+
+    Written by the reflector thread, read by the build thread: a lock guards
+    it and readers get a copy.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: dict[tuple[str, str], Any] = {}
+
+    def replace(self, items: dict[tuple[str, str], Any]) -> None:
+        with self._lock:
+            self._items = items
+
+    def put(self, key: tuple[str, str], value: Any) -> None:
+        with self._lock:
+            self._items[key] = value
+
+    def delete(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            self._items.pop(key, None)
+
+    def values(self) -> list[Any]:
+        with self._lock:
+            return list(self._items.values())
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("namespace", "")), str(meta.get("name", "")))
+
+
+def parse_item(obj: Mapping[str, Any]) -> Any:
+    """A model value, None (ignored), or a Problem for an object we cannot use."""
+    try:
+        return parse_object(obj)
+    except ParseError as error:
+        return Problem(object_ref(obj), error.reason, error.message)
+
+
+class Reflector:
+    """List+watch one L{Resource} into a L{Store}, forever, until L{stop}."""
+
+    def __init__(
+        self,
+        client_factory: Callable[[], KubeClient],
+        resource: Resource,
+        on_change: Callable[[], None],
+        on_status: Callable[["Reflector"], None],
+        namespace: str = "",
+    ) -> None:
+        self.client_factory = client_factory
+        self.client = client_factory()
+        self.resource = resource
+        self.namespace = namespace
+        self.store = Store()
+        self.on_change = on_change
+        self.on_status = on_status
+        self.synced = False
+        self.connected = False
+        self.relists = 0
+        self.watch_restarts = 0
+        self.last_error = ""
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"reflector-{resource.kind}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def _run(self) -> None:
+        backoff = BACKOFF_START
+        while not self._stopped.is_set():
+            try:
+                version = self._list()
+                backoff = BACKOFF_START
+                self._watch(version)
+            except Gone:
+                log.info("{kind}: resourceVersion too old, relisting", kind=self.resource.kind)
+                continue
+            except APIError as error:
+                if error.status == 410:  # "too old resource version" on the watch request itself
+                    log.info("{kind}: resourceVersion too old, relisting", kind=self.resource.kind)
+                    continue
+                self._failed(error)
+                if self._stopped.wait(backoff * random.uniform(0.8, 1.2)):
+                    return
+                backoff = min(backoff * 2, BACKOFF_CAP)
+            except Exception as error:  # noqa: BLE001 - an informer must never die
+                self._failed(error)
+                if self._stopped.wait(backoff * random.uniform(0.8, 1.2)):
+                    return
+                backoff = min(backoff * 2, BACKOFF_CAP)
+
+    def _failed(self, error: Exception) -> None:
+        self.last_error = str(error)[:300]
+        self._set_connected(False)
+        if isinstance(error, APIError) and error.status == 401:
+            log.warn("{kind}: unauthorized, reloading credentials", kind=self.resource.kind)
+            try:
+                self.client = self.client_factory()
+            except Exception as reload_error:  # noqa: BLE001
+                log.error("{kind}: cannot reload credentials: {e}", kind=self.resource.kind, e=str(reload_error))
+        else:
+            log.warn("{kind}: list/watch failed: {error}", kind=self.resource.kind, error=self.last_error)
+
+    def _set_connected(self, connected: bool) -> None:
+        if connected != self.connected:
+            self.connected = connected
+            self.on_status(self)
+
+    def _list(self) -> str:
+        """List every page, then replace the store in one step; returns the list's resourceVersion."""
+        query: dict[str, Any] = {"limit": LIST_PAGE}
+        if self.resource.field_selector:
+            query["fieldSelector"] = self.resource.field_selector
+        items: dict[tuple[str, str], Any] = {}
+        while True:
+            page = self.client.request("GET", self.resource.path(self.namespace), query, timeout=(5.0, 60.0))
+            for obj in page.get("items") or ():
+                obj.setdefault("apiVersion", self.resource.api_version)
+                obj.setdefault("kind", self.resource.kind)
+                value = parse_item(obj)
+                if value is not None:
+                    items[_key(obj)] = value
+            meta = page.get("metadata") or {}
+            if not meta.get("continue"):
+                version = str(meta.get("resourceVersion", ""))
+                break
+            query["continue"] = meta["continue"]
+        self.store.replace(items)
+        self.relists += 1
+        first = not self.synced
+        self.synced = True
+        self._set_connected(True)
+        if first:
+            self.on_status(self)
+        self.on_change()
+        return version
+
+    def _watch(self, version: str) -> None:
+        """Watch from C{version} until stopped; each server-side timeout just re-watches."""
+        while not self._stopped.is_set():
+            query: dict[str, Any] = {
+                "watch": "true",
+                "resourceVersion": version,
+                "allowWatchBookmarks": "true",
+                "timeoutSeconds": int(WATCH_SECONDS * random.uniform(0.8, 1.2)),
+            }
+            if self.resource.field_selector:
+                query["fieldSelector"] = self.resource.field_selector
+            stream = self.client.stream_lines(self.resource.path(self.namespace), query, timeout=(5.0, READ_TIMEOUT))
+            self._set_connected(True)
+            for event in stream:
+                if self._stopped.is_set():
+                    return
+                version = self._apply(event, version)
+            self.watch_restarts += 1
+            self.on_status(self)
+
+    def _apply(self, event: Mapping[str, Any], version: str) -> str:
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            code = obj.get("code")
+            if code == 410:
+                raise Gone()
+            raise APIError(int(code or 500), str(obj.get("message", "watch error")), obj)
+        new_version = str((obj.get("metadata") or {}).get("resourceVersion", "")) or version
+        if kind == "BOOKMARK":
+            return new_version
+        obj.setdefault("apiVersion", self.resource.api_version)
+        obj.setdefault("kind", self.resource.kind)
+        key = _key(obj)
+        if kind == "DELETED":
+            self.store.delete(key)
+        else:
+            value = parse_item(obj)
+            if value is None:
+                self.store.delete(key)  # e.g. a Secret whose type changed away from TLS
+            else:
+                self.store.put(key, value)
+        self.on_change()
+        return new_version

@@ -1,0 +1,127 @@
+# -*- test-case-name: tests.kube.test_routing_live -*-
+"""
+The cluster source: one L{Reflector} per kind, and the hand-over to the reactor.
+
+Reflector threads call C{on_change}; that crosses to the reactor with
+C{callFromThread}, where the builder debounces and coalesces: a burst of
+changes becomes one or two builds.  Nothing is built until every informer has
+synced, so the first table is never half a cluster.  When the apiserver goes
+away the informers keep their stores and the proxy keeps its last table
+(static stability); /readyz detail and metrics report it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from twisted.application.service import Service
+from twisted.logger import Logger
+
+from ingress.builder import TableBuilder
+from ingress.metrics import Metrics
+from ingress.model import ClusterState
+from ingress.parse import KINDS, collect
+from ingress.sources.kube.client import KubeClient
+from ingress.sources.kube.reflector import Reflector, Resource
+
+log = Logger()
+
+RESOURCES = (
+    Resource("Ingress", "networking.k8s.io/v1", "ingresses"),
+    Resource("IngressClass", "networking.k8s.io/v1", "ingressclasses", namespaced=False),
+    Resource("Service", "v1", "services"),
+    Resource("EndpointSlice", "discovery.k8s.io/v1", "endpointslices"),
+    Resource("Secret", "v1", "secrets", field_selector="type=kubernetes.io/tls"),
+)
+
+
+class KubeSource(Service):
+    """Runs the informers and submits a snapshot of their stores on every change."""
+
+    def __init__(
+        self,
+        client_factory: Callable[[], KubeClient],
+        builder: TableBuilder,
+        metrics: Metrics,
+        reactor: Any,
+        namespace: str = "",
+        resources: tuple[Resource, ...] = RESOURCES,
+    ) -> None:
+        self.client_factory = client_factory
+        self.builder = builder
+        self.metrics = metrics
+        self.reactor = reactor
+        self.namespace = namespace
+        self.resources = resources
+        self.reflectors: list[Reflector] = []
+        self._seen: dict[str, tuple[int, int]] = {}
+        self._trigger: Optional[object] = None
+
+    def startService(self) -> None:
+        super().startService()
+        for resource in self.resources:
+            reflector = Reflector(
+                self.client_factory,
+                resource,
+                on_change=lambda: self.reactor.callFromThread(self._changed),
+                on_status=lambda r: self.reactor.callFromThread(self._status, r),
+                namespace=self.namespace,
+            )
+            self.reflectors.append(reflector)
+            self.metrics.kube_connected.labels(resource.kind).set(0)
+            reflector.start()
+        self._trigger = self.reactor.addSystemEventTrigger("before", "shutdown", self._stop_reflectors)
+        log.info(
+            "watching {kinds} in {scope}",
+            kinds=", ".join(r.kind for r in self.resources),
+            scope=f"namespace {self.namespace}" if self.namespace else "all namespaces",
+        )
+
+    def stopService(self) -> Any:
+        self._stop_reflectors()
+        return super().stopService()
+
+    def _stop_reflectors(self) -> None:
+        for reflector in self.reflectors:
+            reflector.stop()
+
+    @property
+    def synced(self) -> bool:
+        return bool(self.reflectors) and all(r.synced for r in self.reflectors)
+
+    def _changed(self) -> None:
+        if self.synced:
+            self.builder.submit(self.snapshot)
+
+    def _status(self, reflector: Reflector) -> None:
+        kind = reflector.resource.kind
+        self.metrics.kube_connected.labels(kind).set(1 if reflector.connected else 0)
+        relists, restarts = self._seen.get(kind, (0, 0))
+        if reflector.relists > relists:
+            self.metrics.kube_relists.labels(kind).inc(reflector.relists - relists)
+        if reflector.watch_restarts > restarts:
+            self.metrics.kube_watch_restarts.labels(kind).inc(reflector.watch_restarts - restarts)
+        self._seen[kind] = (reflector.relists, reflector.watch_restarts)
+        if not reflector.connected and reflector.last_error:
+            self.metrics.source_errors.labels("kube").inc()
+
+    def snapshot(self) -> ClusterState:
+        """Every store's values as one ClusterState (build thread; stores hand out copies)."""
+        outcomes = []
+        for reflector in self.reflectors:
+            handler = KINDS[(reflector.resource.api_version, reflector.resource.kind)]
+            outcomes.extend((handler, value) for value in reflector.store.values())
+        return collect(outcomes)
+
+    def readiness(self) -> tuple[bool, dict[str, object]]:
+        """Ready once every informer synced; later disconnections are reported, not failed on."""
+        informers = {
+            r.resource.kind: {
+                "synced": r.synced,
+                "connected": r.connected,
+                "objects": len(r.store),
+                **({"lastError": r.last_error} if r.last_error and not r.connected else {}),
+            }
+            for r in self.reflectors
+        }
+        return self.synced, {"informers": informers}
