@@ -2,8 +2,8 @@
 Prometheus metrics, all named C{twingress_*}.
 
 Labels stay bounded: a route is "namespace/ingress" (never a raw path or
-host), a status is the numeric code.  Label children are cached so the
-per-request cost is one dict probe and an increment.
+host), a status is the numeric code.  The per-request metrics live in
+L{ingress.request_metrics}, built for the hot path.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Optional
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from ingress.request_metrics import RequestMetrics
 
 NO_ROUTE = "-"
 
@@ -21,16 +23,10 @@ class Metrics:
     def __init__(self, registry: Optional[CollectorRegistry] = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
-        self.requests = Counter(
-            "twingress_http_requests", "HTTP requests answered, by route and status code", ["route", "status"], registry=r
-        )
-        self.upstream_latency = Histogram(
-            "twingress_upstream_response_seconds",
-            "Time from sending a request upstream to its response head, by route",
-            ["route"],
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
-            registry=r,
-        )
+        self.per_request = RequestMetrics()
+        r.register(self.per_request)
+        self.request_done = self.per_request.request_done
+        self.upstream_answered = self.per_request.upstream_answered
         self.open_connections = Gauge(
             "twingress_open_connections", "Client connections open now, by listener", ["listener"], registry=r
         )
@@ -61,21 +57,7 @@ class Metrics:
         self.kube_watch_restarts = Counter(
             "twingress_kube_watch_restarts", "Watches that ended and were re-established, by kind", ["kind"], registry=r
         )
-        self._request_children: dict[tuple[str, int], Counter] = {}
-        self._latency_children: dict[str, Histogram] = {}
         self._problem_reasons: set[str] = set()
-
-    def request_done(self, route: str, status: int) -> None:
-        child = self._request_children.get((route, status))
-        if child is None:
-            child = self._request_children[(route, status)] = self.requests.labels(route, str(status))
-        child.inc()
-
-    def upstream_answered(self, route: str, seconds: float) -> None:
-        child = self._latency_children.get(route)
-        if child is None:
-            child = self._latency_children[route] = self.upstream_latency.labels(route)
-        child.observe(seconds)
 
     def set_problems(self, reasons: list[str]) -> None:
         """Replace the problem gauge: reasons that went away drop to zero."""

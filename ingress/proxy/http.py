@@ -89,6 +89,7 @@ class HTTPProxyProtocol(Protocol):
         self._state = _HEAD
         self._timer: Optional[IDelayedCall] = None
         self._timer_kind = ""
+        self._deadline = 0.0
         self._read_pauses: set[str] = set()
         self._client_full = False
         self._forwarded: Optional[ForwardedFor] = None
@@ -168,19 +169,40 @@ class HTTPProxyProtocol(Protocol):
     # -- timers ---------------------------------------------------------------
 
     def _set_timer(self, seconds: float, kind: str) -> None:
+        """
+        Arm the connection's one timer: idle, header, or upstream progress.
+
+        Lazy: moving the deadline later (every request does) is an attribute
+        store; the DelayedCall, when it fires early, re-arms for the rest.
+        """
         self._timer_kind = kind
-        if self._timer is not None and self._timer.active():
-            self._timer.reset(seconds)
-        else:
-            self._timer = self.factory.reactor.callLater(seconds, self._timed_out)
+        reactor = self.factory.reactor
+        self._deadline = deadline = reactor.seconds() + seconds
+        timer = self._timer
+        if timer is None:
+            self._timer = reactor.callLater(seconds, self._timer_fired)
+        elif deadline < timer.getTime():
+            timer.reset(seconds)
+
+    def _touch_timer(self) -> None:
+        """Progress was made: push the current deadline out by its full length again."""
+        if self._timer_kind == "upstream":
+            self._deadline = self.factory.reactor.seconds() + self.settings.upstream_timeout
 
     def _cancel_timer(self) -> None:
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
         self._timer = None
 
-    def _timed_out(self) -> None:
+    def _timer_fired(self) -> None:
         self._timer = None
+        remaining = self._deadline - self.factory.reactor.seconds()
+        if remaining > 0:
+            self._timer = self.factory.reactor.callLater(remaining, self._timer_fired)
+            return
+        self._timed_out()
+
+    def _timed_out(self) -> None:
         kind = self._timer_kind
         if kind == "idle":
             self._close()
@@ -304,8 +326,7 @@ class HTTPProxyProtocol(Protocol):
             chunk, self._buffer = (data, b"") if take >= len(data) else (data[:take], data[take:])
             self._body_remaining -= len(chunk)
             done = self._body_remaining == 0
-        if self._timer_kind == "upstream" and self._timer is not None:
-            self._timer.reset(self.settings.upstream_timeout)
+        self._touch_timer()
         self._send_upstream(chunk)
         if done:
             self._request_complete = True
@@ -419,8 +440,7 @@ class HTTPProxyProtocol(Protocol):
         if self._decode is not None:
             data = self._decoded(data)
         self._write(data)
-        if self._timer is not None and self._timer_kind == "upstream":
-            self._timer.reset(self.settings.upstream_timeout)
+        self._touch_timer()
 
     def _decoded(self, data: bytes) -> bytes:
         framer = self._decode
