@@ -1,0 +1,74 @@
+"""The builder coalesces bursts of changes and keeps the last good table when a build fails."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest_twisted
+from twisted.internet import reactor
+from twisted.internet.defer import Deferred
+from twisted.internet.task import deferLater
+
+from ingress.builder import TableBuilder
+from ingress.live import LiveTable
+from ingress.metrics import Metrics
+from ingress.model import ClusterState
+from ingress.routing.table import RoutingTable
+
+
+def _sleep(seconds: float) -> Deferred[Any]:
+    return deferLater(reactor, seconds, lambda: None)
+
+
+@pytest_twisted.inlineCallbacks
+def test_a_burst_of_100_changes_in_50_ms_makes_one_or_two_builds() -> Any:
+    builds: list[int] = []
+
+    def build(state: ClusterState, generation: int) -> RoutingTable:
+        builds.append(generation)
+        return RoutingTable(generation=generation)
+
+    live = LiveTable()
+    builder = TableBuilder(reactor, live, Metrics(), build, debounce=0.05)
+    builder.start()
+    try:
+        started = reactor.seconds()
+        for i in range(100):  # 100 changes spread over 50 ms, as informer events would arrive
+            reactor.callLater(i * 0.0005, builder.submit, ClusterState)
+        yield _sleep(0.06)
+        burst = reactor.seconds() - started
+        yield _sleep(0.5)
+    finally:
+        builder.stop()
+    # One build per debounce window at most: a burst inside 50 ms is one or two builds; a loaded
+    # machine may stretch the burst itself, and then it may span one more window.
+    windows = 1 + int(burst / 0.05)
+    print(f"{len(builds)} builds for 100 changes over {burst * 1000:.1f} ms")
+    assert 1 <= len(builds) <= max(2, windows + 1), (builds, burst)
+    assert live.ready and live.table.generation == builds[-1]
+
+
+@pytest_twisted.inlineCallbacks
+def test_a_failing_build_keeps_the_last_good_table() -> Any:
+    def build(state: ClusterState, generation: int) -> RoutingTable:
+        if generation == 2:
+            raise ValueError("broken snapshot")
+        return RoutingTable(generation=generation)
+
+    live = LiveTable()
+    metrics = Metrics()
+    builder = TableBuilder(reactor, live, metrics, build, debounce=0.01)
+    builder.start()
+    try:
+        builder.submit(ClusterState)
+        yield _sleep(0.2)
+        assert live.table.generation == 1
+        builder.submit(ClusterState)
+        yield _sleep(0.2)
+        assert live.table.generation == 1  # generation 2 failed: 1 stays live
+        assert metrics.registry.get_sample_value("twingress_source_errors_total", {"source": "build"}) == 1
+        builder.submit(ClusterState)
+        yield _sleep(0.2)
+        assert live.table.generation == 3
+    finally:
+        builder.stop()
