@@ -12,10 +12,9 @@ with backpressure both ways.
 
 from __future__ import annotations
 
-import time
 from typing import Optional
 
-from twisted.internet.interfaces import IAddress, IDelayedCall, IReactorTCP, IReactorTime
+from twisted.internet.interfaces import IAddress, IDelayedCall, IReactorTime
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -24,16 +23,17 @@ from ingress.live import LiveTable
 from ingress.metrics import NO_ROUTE, Metrics
 from ingress.proxy import h1
 from ingress.proxy.fastwrite import direct_writer
-from ingress.proxy.forwarding import ForwardedFor, request_head_bytes, response_head_bytes
+from ingress.proxy.forwarding import ForwardedFor, request_head_bytes
 from ingress.proxy.responses import error_response
 from ingress.proxy.settings import ProxySettings
-from ingress.proxy.upstream import Address, UpstreamConnection, UpstreamPool
-from ingress.routing.table import Route, normalize_host
+from ingress.proxy.relay import AWAIT, BODY, CLOSED, HEAD, TUNNEL, UpstreamRelay
+from ingress.proxy.upstream import Address, UpstreamConnection
+from ingress.proxy.target import host_and_path, routing_host
+from ingress.proxy.upstream import UpstreamPool
+from ingress.routing.table import Route
 
 log = Logger()
 
-_HEAD, _BODY, _AWAIT, _TUNNEL, _CLOSED = range(5)
-_IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"PUT", b"DELETE", b"TRACE"})
 _PENDING_LIMIT = 1 << 20
 
 
@@ -74,7 +74,7 @@ class HTTPProxyFactory(Factory):
         self._open_gauge.dec()
 
 
-class HTTPProxyProtocol(Protocol):
+class HTTPProxyProtocol(UpstreamRelay, Protocol):
     """
     The client side of the proxy.
 
@@ -86,7 +86,7 @@ class HTTPProxyProtocol(Protocol):
         self.factory = factory
         self.settings = factory.settings
         self._buffer = b""
-        self._state = _HEAD
+        self._state = HEAD
         self._timer: Optional[IDelayedCall] = None
         self._timer_kind = ""
         self._deadline = 0.0
@@ -130,7 +130,7 @@ class HTTPProxyProtocol(Protocol):
         self._set_timer(self.settings.header_timeout, "idle")
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
-        self._state = _CLOSED
+        self._state = CLOSED
         self._cancel_timer()
         self.factory.closed(self)
         upstream, self._upstream = self._upstream, None
@@ -163,7 +163,7 @@ class HTTPProxyProtocol(Protocol):
     def _resume_reading(self, reason: str) -> None:
         if reason in self._read_pauses:
             self._read_pauses.discard(reason)
-            if not self._read_pauses and self._state != _CLOSED:
+            if not self._read_pauses and self._state != CLOSED:
                 self.transport.resumeProducing()
 
     # -- timers ---------------------------------------------------------------
@@ -216,11 +216,11 @@ class HTTPProxyProtocol(Protocol):
 
     def dataReceived(self, data: bytes) -> None:
         state = self._state
-        if state == _TUNNEL:
+        if state == TUNNEL:
             if self._upstream is not None:
                 self._upstream.write(data)
             return
-        if state == _CLOSED:
+        if state == CLOSED:
             return
         self._buffer = self._buffer + data if self._buffer else data
         self._drive()
@@ -236,13 +236,13 @@ class HTTPProxyProtocol(Protocol):
     def _drive_once(self) -> None:
         while self._buffer:
             state = self._state
-            if state == _HEAD:
+            if state == HEAD:
                 if not self._read_head():
                     return
-            elif state == _BODY:
+            elif state == BODY:
                 self._read_body()
             else:
-                if state == _AWAIT and len(self._buffer) > self.settings.max_head_bytes:
+                if state == AWAIT and len(self._buffer) > self.settings.max_head_bytes:
                     self._pause_reading("pipeline")
                 return
 
@@ -274,7 +274,7 @@ class HTTPProxyProtocol(Protocol):
             self._refuse(error.status, error.detail)
             return False
         self._begin(head)
-        return self._state != _CLOSED
+        return self._state != CLOSED
 
     def _begin(self, head: h1.Head) -> None:
         """Route a parsed head and start forwarding it."""
@@ -288,8 +288,8 @@ class HTTPProxyProtocol(Protocol):
         if head.method == b"CONNECT":
             self._refuse(405, "CONNECT is not proxied")
             return
-        host, path = _host_and_path(head)
-        route = self.factory.live.table.match(_routing_host(host), path)
+        host, path = host_and_path(head)
+        route = self.factory.live.table.match(routing_host(host), path)
         if route is None:
             self._answer_locally(404)
             return
@@ -298,13 +298,13 @@ class HTTPProxyProtocol(Protocol):
         self._head_bytes = request_head_bytes(head, self._forwarded, host)  # type: ignore[arg-type]
         if framing.chunked:
             self._body_framer = h1.ChunkedFramer()
-            self._state = _BODY
+            self._state = BODY
         elif framing.content_length:
             self._body_remaining = framing.content_length
-            self._state = _BODY
+            self._state = BODY
         else:
             self._request_complete = True
-            self._state = _AWAIT
+            self._state = AWAIT
         self._dispatch()
 
     def _read_body(self) -> None:
@@ -330,7 +330,7 @@ class HTTPProxyProtocol(Protocol):
         self._send_upstream(chunk)
         if done:
             self._request_complete = True
-            self._state = _AWAIT
+            self._state = AWAIT
 
     def _send_upstream(self, data: bytes) -> None:
         upstream = self._upstream
@@ -341,191 +341,6 @@ class HTTPProxyProtocol(Protocol):
         self._pending_size += len(data)
         if self._pending_size > _PENDING_LIMIT:
             self._pause_reading("connecting")
-
-    # -- talking to the upstream ----------------------------------------------
-
-    def _dispatch(self) -> None:
-        """Pick an endpoint and send the request there (pooled connection first)."""
-        route = self._route
-        assert route is not None
-        pool = self.factory.pool
-        address = pool.choose(route.upstream, exclude=self._tried)
-        if address is None:
-            if self._tried is None:
-                self._answer_locally(503)
-            else:
-                self._fail_upstream(502, "no other endpoint to retry on")
-            return
-        self._attempts += 1
-        self._tried = address
-        connection = pool.take_idle(address)
-        if connection is not None:
-            self._bind(connection)
-        else:
-            request_id = self._request_id
-            self._connecting = pool.connect(
-                address,
-                lambda connection: self._connected(connection, request_id),
-                lambda address, detail, timed_out: self._connect_failed(address, detail, timed_out, request_id),
-            )
-
-    def _connected(self, connection: UpstreamConnection, request_id: int) -> None:
-        if request_id != self._request_id or self._state == _CLOSED:
-            connection.transport.loseConnection()  # the request was answered meanwhile
-            return
-        self._connecting = None
-        self.factory.pool.mark_up(connection.address)
-        self._bind(connection)
-
-    def _connect_failed(self, address: Address, detail: str, timed_out: bool, request_id: int) -> None:
-        if request_id != self._request_id or self._state == _CLOSED:
-            return
-        self._connecting = None
-        pool = self.factory.pool
-        pool.mark_down(address)
-        self.factory.metrics.upstream_failures.labels("connect-timeout" if timed_out else "connect").inc()
-        log.warn("upstream {address} failed: {detail}", address=f"{address[0]}:{address[1]}", detail=detail)
-        if self._attempts < 2 and self._route is not None and len(self._route.upstream.targets) > 1:
-            self._dispatch()
-            return
-        self._fail_upstream(504 if timed_out else 502, detail)
-
-    def _bind(self, connection: UpstreamConnection) -> None:
-        self._upstream = connection
-        if self._client_full:
-            connection.transport.pauseProducing()
-        pending = self._pending
-        self._sent_at = time.monotonic()
-        if pending:
-            data = self._head_bytes + b"".join(pending)
-            self._pending = []
-            self._pending_size = 0
-            self._resume_reading("connecting")
-        else:
-            data = self._head_bytes
-        connection.start(self, data)
-
-    # ResponseSink: what the upstream connection reports.
-
-    def upstream_head(self, head: h1.Head, body: bytes, complete: bool) -> None:
-        request = self._request
-        assert request is not None and self._route is not None
-        if head.status < 200 and head.status != 101:
-            if request.version >= (1, 1):
-                self._write(response_head_bytes(head, request, self.settings.server_name, True, False))
-            return
-        if not self._responded:
-            self.factory.metrics.upstream_answered(self._route.name, time.monotonic() - self._sent_at)
-        self._responded = True
-        self._status = head.status
-        if head.status == 101:
-            self._switch_to_tunnel(head, body)
-            return
-        decode = head.framing.chunked and request.version < (1, 1)
-        keep = (
-            self._keep_alive
-            and self._request_complete
-            and not head.framing.until_close
-            and not decode
-        )
-        self._keep_alive = keep
-        if decode:
-            self._decode = h1.ChunkedFramer(decode=True)
-        out = response_head_bytes(head, request, self.settings.server_name, keep, decode)
-        if body:
-            out += self._decoded(body) if decode else body
-        self._write(out)
-
-    def upstream_data(self, data: bytes) -> None:
-        if self._decode is not None:
-            data = self._decoded(data)
-        self._write(data)
-        self._touch_timer()
-
-    def _decoded(self, data: bytes) -> bytes:
-        framer = self._decode
-        assert framer is not None
-        framer.feed(data)
-        payload = b"".join(framer.payload)
-        framer.payload.clear()
-        return payload
-
-    def upstream_tunnel_data(self, data: bytes) -> None:
-        self._write(data)
-
-    def upstream_write_paused(self, paused: bool) -> None:
-        if paused:
-            self._pause_reading("upstream")
-        else:
-            self._resume_reading("upstream")
-
-    def upstream_done(self) -> None:
-        if self._state == _TUNNEL:
-            self._upstream = None
-            self._close()
-            return
-        upstream, self._upstream = self._upstream, None
-        if upstream is not None:
-            if self._client_full:
-                upstream.transport.resumeProducing()
-            if self._request_complete:
-                self.factory.pool.release(upstream)
-            else:
-                upstream.transport.loseConnection()
-        self._finish(self._status)
-
-    def upstream_failed(self, status: int, detail: str, responded: bool) -> None:
-        upstream, self._upstream = self._upstream, None
-        reused = upstream is not None and upstream.reused
-        if self._state == _CLOSED:
-            return
-        if upstream is not None and self._client_full:
-            upstream.transport.resumeProducing()
-        if not responded and not self._responded:
-            self.factory.metrics.upstream_failures.labels("reset").inc()
-            if self._can_retry(reused):
-                self._tried = None if reused else self._tried
-                self._dispatch()
-                return
-        self._fail_upstream(status, detail)
-
-    def _can_retry(self, reused: bool) -> bool:
-        """Only requests that surely did not reach an application are sent again."""
-        request = self._request
-        if request is None or self._attempts >= 2 or request.method not in _IDEMPOTENT:
-            return False
-        no_body = not request.framing.chunked and not request.framing.content_length
-        return no_body and (reused or len(self._route.upstream.targets) > 1)  # type: ignore[union-attr]
-
-    def _fail_upstream(self, status: int, detail: str) -> None:
-        """An upstream problem: answer it if nothing was sent yet, else cut the client off."""
-        upstream, self._upstream = self._upstream, None
-        if upstream is not None:
-            upstream.owner = None
-            upstream.transport.abortConnection()
-        if self._connecting is not None:
-            self._connecting.disconnect()  # type: ignore[attr-defined]
-            self._connecting = None
-        log.info("upstream error {status} for {route}: {detail}", status=status, route=self._route_name(), detail=detail)
-        if self._responded:
-            self.factory.metrics.request_done(self._route_name(), self._status)
-            self._state = _CLOSED
-            self.transport.abortConnection()
-            return
-        self._answer_locally(status, close=not self._request_complete)
-
-    def _switch_to_tunnel(self, head: h1.Head, body: bytes) -> None:
-        request = self._request
-        if not request or not request.upgrade or self._upstream is None:
-            self._fail_upstream(502, "101 for a request that asked for no upgrade")
-            return
-        self._state = _TUNNEL
-        self._cancel_timer()
-        self._write(response_head_bytes(head, request, self.settings.server_name, True, False) + body)
-        self.factory.metrics.request_done(self._route_name(), 101)
-        leftover, self._buffer = self._buffer, b""
-        if leftover:
-            self._upstream.write(leftover)
 
     # -- finishing ------------------------------------------------------------
 
@@ -539,7 +354,7 @@ class HTTPProxyProtocol(Protocol):
             self._close()
             return
         self._reset_request()
-        self._state = _HEAD
+        self._state = HEAD
         self._set_timer(self.settings.keepalive_timeout, "idle")
         self._resume_reading("pipeline")
         if self._buffer and not self._driving:
@@ -560,7 +375,7 @@ class HTTPProxyProtocol(Protocol):
         self.factory.metrics.malformed_requests.labels(str(status)).inc()
         log.info("refused request from {peer}: {status} {detail}", peer=self._forwarded.ip if self._forwarded else "?", status=status, detail=detail)
         if self._responded:
-            self._state = _CLOSED
+            self._state = CLOSED
             self.transport.abortConnection()
             return
         self._write(error_response(status, self.settings.server_name, True))
@@ -568,37 +383,8 @@ class HTTPProxyProtocol(Protocol):
         self._close()
 
     def _close(self) -> None:
-        self._state = _CLOSED
+        self._state = CLOSED
         self._buffer = b""
         self._cancel_timer()
         self.transport.unregisterProducer()
         self.transport.loseConnection()
-
-
-_ROUTING_HOSTS: dict[str, str] = {}
-
-
-def _routing_host(host: str) -> str:
-    """normalize_host, remembered for the hosts actually seen (bounded: Host is client input)."""
-    routing = _ROUTING_HOSTS.get(host)
-    if routing is None:
-        routing = normalize_host(host)
-        if len(_ROUTING_HOSTS) >= 4096:
-            _ROUTING_HOSTS.clear()
-        _ROUTING_HOSTS[host] = routing
-    return routing
-
-
-def _host_and_path(head: h1.Head) -> tuple[str, str]:
-    """The routing host and path: from the Host field, or from an absolute-form target."""
-    target = head.target
-    if target[:1] == b"/":
-        path = target.split(b"?", 1)[0]
-        return head.host.decode("latin-1"), path.decode("latin-1")
-    lower = target[:8].lower()
-    if lower.startswith(b"http://") or lower.startswith(b"https://"):
-        rest = target.split(b"//", 1)[1]
-        authority, slash, path = rest.partition(b"/")
-        path = (slash + path).split(b"?", 1)[0] or b"/"
-        return authority.decode("latin-1"), path.decode("latin-1")
-    return head.host.decode("latin-1"), "*" if target == b"*" else "/"

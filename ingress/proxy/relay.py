@@ -1,0 +1,220 @@
+# -*- test-case-name: tests.proxy.test_http_behaviour -*-
+"""
+The upstream half of a client connection: choosing an endpoint, connecting or
+reusing a pooled connection, retrying once, and relaying the response back.
+
+L{UpstreamRelay} is a mixin of L{ingress.proxy.http.HTTPProxyProtocol}: the
+two halves share one request's state, so they stay one object per
+connection (no extra allocation per request), split in two files by what
+they talk to.  It is the L{ingress.proxy.upstream.ResponseSink} the upstream
+connection reports to.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from twisted.logger import Logger
+
+from ingress.proxy import h1
+from ingress.proxy.forwarding import response_head_bytes
+from ingress.proxy.upstream import Address, UpstreamConnection
+
+if TYPE_CHECKING:
+    from ingress.proxy.http import HTTPProxyProtocol as _Base
+else:
+    _Base = object
+
+log = Logger()
+
+_IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"PUT", b"DELETE", b"TRACE"})
+# The states of a client connection (shared with http.py).
+HEAD, BODY, AWAIT, TUNNEL, CLOSED = range(5)
+
+
+class UpstreamRelay(_Base):
+    """Dispatch, retry and response relay for the request a connection is serving."""
+
+    def _dispatch(self) -> None:
+        """Pick an endpoint and send the request there (pooled connection first)."""
+        route = self._route
+        assert route is not None
+        pool = self.factory.pool
+        address = pool.choose(route.upstream, exclude=self._tried)
+        if address is None:
+            if self._tried is None:
+                self._answer_locally(503)
+            else:
+                self._fail_upstream(502, "no other endpoint to retry on")
+            return
+        self._attempts += 1
+        self._tried = address
+        connection = pool.take_idle(address)
+        if connection is not None:
+            self._bind(connection)
+        else:
+            request_id = self._request_id
+            self._connecting = pool.connect(
+                address,
+                lambda connection: self._connected(connection, request_id),
+                lambda address, detail, timed_out: self._connect_failed(address, detail, timed_out, request_id),
+            )
+
+    def _connected(self, connection: UpstreamConnection, request_id: int) -> None:
+        if request_id != self._request_id or self._state == CLOSED:
+            connection.transport.loseConnection()  # the request was answered meanwhile
+            return
+        self._connecting = None
+        self.factory.pool.mark_up(connection.address)
+        self._bind(connection)
+
+    def _connect_failed(self, address: Address, detail: str, timed_out: bool, request_id: int) -> None:
+        if request_id != self._request_id or self._state == CLOSED:
+            return
+        self._connecting = None
+        pool = self.factory.pool
+        pool.mark_down(address)
+        self.factory.metrics.upstream_failures.labels("connect-timeout" if timed_out else "connect").inc()
+        log.warn("upstream {address} failed: {detail}", address=f"{address[0]}:{address[1]}", detail=detail)
+        if self._attempts < 2 and self._route is not None and len(self._route.upstream.targets) > 1:
+            self._dispatch()
+            return
+        self._fail_upstream(504 if timed_out else 502, detail)
+
+    def _bind(self, connection: UpstreamConnection) -> None:
+        self._upstream = connection
+        if self._client_full:
+            connection.transport.pauseProducing()
+        pending = self._pending
+        self._sent_at = time.monotonic()
+        if pending:
+            data = self._head_bytes + b"".join(pending)
+            self._pending = []
+            self._pending_size = 0
+            self._resume_reading("connecting")
+        else:
+            data = self._head_bytes
+        connection.start(self, data)
+
+    # ResponseSink: what the upstream connection reports.
+
+    def upstream_head(self, head: h1.Head, body: bytes, complete: bool) -> None:
+        request = self._request
+        assert request is not None and self._route is not None
+        if head.status < 200 and head.status != 101:
+            if request.version >= (1, 1):
+                self._write(response_head_bytes(head, request, self.settings.server_name, True, False))
+            return
+        if not self._responded:
+            self.factory.metrics.upstream_answered(self._route.name, time.monotonic() - self._sent_at)
+        self._responded = True
+        self._status = head.status
+        if head.status == 101:
+            self._switch_to_tunnel(head, body)
+            return
+        decode = head.framing.chunked and request.version < (1, 1)
+        keep = (
+            self._keep_alive
+            and self._request_complete
+            and not head.framing.until_close
+            and not decode
+        )
+        self._keep_alive = keep
+        if decode:
+            self._decode = h1.ChunkedFramer(decode=True)
+        out = response_head_bytes(head, request, self.settings.server_name, keep, decode)
+        if body:
+            out += self._decoded(body) if decode else body
+        self._write(out)
+
+    def upstream_data(self, data: bytes) -> None:
+        if self._decode is not None:
+            data = self._decoded(data)
+        self._write(data)
+        self._touch_timer()
+
+    def _decoded(self, data: bytes) -> bytes:
+        framer = self._decode
+        assert framer is not None
+        framer.feed(data)
+        payload = b"".join(framer.payload)
+        framer.payload.clear()
+        return payload
+
+    def upstream_tunnel_data(self, data: bytes) -> None:
+        self._write(data)
+
+    def upstream_write_paused(self, paused: bool) -> None:
+        if paused:
+            self._pause_reading("upstream")
+        else:
+            self._resume_reading("upstream")
+
+    def upstream_done(self) -> None:
+        if self._state == TUNNEL:
+            self._upstream = None
+            self._close()
+            return
+        upstream, self._upstream = self._upstream, None
+        if upstream is not None:
+            if self._client_full:
+                upstream.transport.resumeProducing()
+            if self._request_complete:
+                self.factory.pool.release(upstream)
+            else:
+                upstream.transport.loseConnection()
+        self._finish(self._status)
+
+    def upstream_failed(self, status: int, detail: str, responded: bool) -> None:
+        upstream, self._upstream = self._upstream, None
+        reused = upstream is not None and upstream.reused
+        if self._state == CLOSED:
+            return
+        if upstream is not None and self._client_full:
+            upstream.transport.resumeProducing()
+        if not responded and not self._responded:
+            self.factory.metrics.upstream_failures.labels("reset").inc()
+            if self._can_retry(reused):
+                self._tried = None if reused else self._tried
+                self._dispatch()
+                return
+        self._fail_upstream(status, detail)
+
+    def _can_retry(self, reused: bool) -> bool:
+        """Only requests that surely did not reach an application are sent again."""
+        request = self._request
+        if request is None or self._attempts >= 2 or request.method not in _IDEMPOTENT:
+            return False
+        no_body = not request.framing.chunked and not request.framing.content_length
+        return no_body and (reused or len(self._route.upstream.targets) > 1)  # type: ignore[union-attr]
+
+    def _fail_upstream(self, status: int, detail: str) -> None:
+        """An upstream problem: answer it if nothing was sent yet, else cut the client off."""
+        upstream, self._upstream = self._upstream, None
+        if upstream is not None:
+            upstream.owner = None
+            upstream.transport.abortConnection()
+        if self._connecting is not None:
+            self._connecting.disconnect()  # type: ignore[attr-defined]
+            self._connecting = None
+        log.info("upstream error {status} for {route}: {detail}", status=status, route=self._route_name(), detail=detail)
+        if self._responded:
+            self.factory.metrics.request_done(self._route_name(), self._status)
+            self._state = CLOSED
+            self.transport.abortConnection()
+            return
+        self._answer_locally(status, close=not self._request_complete)
+
+    def _switch_to_tunnel(self, head: h1.Head, body: bytes) -> None:
+        request = self._request
+        if not request or not request.upgrade or self._upstream is None:
+            self._fail_upstream(502, "101 for a request that asked for no upgrade")
+            return
+        self._state = TUNNEL
+        self._cancel_timer()
+        self._write(response_head_bytes(head, request, self.settings.server_name, True, False) + body)
+        self.factory.metrics.request_done(self._route_name(), 101)
+        leftover, self._buffer = self._buffer, b""
+        if leftover:
+            self._upstream.write(leftover)
