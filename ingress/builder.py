@@ -14,7 +14,7 @@ import time
 from typing import Callable, Optional
 
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IReactorThreads, IReactorTime
+from twisted.internet.interfaces import IReactorTime
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.failure import Failure

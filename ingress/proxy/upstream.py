@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Protocol as TypingProtocol
 
-from twisted.internet.interfaces import IDelayedCall, IReactorTCP, IReactorTime
+from twisted.internet.interfaces import IDelayedCall, IReactorTCP
 from twisted.internet.protocol import ClientFactory, Protocol, connectionDone
 from twisted.python.failure import Failure
 

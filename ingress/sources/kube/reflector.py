@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping
 
 from twisted.logger import Logger
 
