@@ -89,8 +89,16 @@ class KubeClient:
             raw.release_conn()
 
     def stream_lines(self, path: str, query: dict[str, Any], timeout: tuple[float, float]) -> Iterator[dict[str, Any]]:
-        """A watch: one JSON event per line, until the server ends the stream (or the read times out)."""
-        raw = self._open("GET", path, query, None, timeout)
+        """
+        A watch: one JSON event per line, until the server ends the stream (or the read times out).
+
+        The request is made here, before the first event is asked for, so an
+        error answer (410, 401...) raises from this call.
+        """
+        return self._lines(self._open("GET", path, query, None, timeout))
+
+    @staticmethod
+    def _lines(raw: Any) -> Iterator[dict[str, Any]]:
         pending = b""
         try:
             for chunk in raw.stream(65536, decode_content=False):

@@ -122,6 +122,7 @@ class Reflector:
         self.relists = 0
         self.watch_restarts = 0
         self.last_error = ""
+        self._version = ""  # the last resourceVersion seen; empty means "list first"
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"reflector-{resource.kind}", daemon=True)
 
@@ -132,28 +133,35 @@ class Reflector:
         self._stopped.set()
 
     def _run(self) -> None:
+        """
+        List once, then watch; a broken watch is resumed from the last
+        resourceVersion seen (after a backoff), and only 410 Gone - or a
+        failed list - starts over with a list, as client-go does: a reset
+        connection must not cost a relist of 10k objects.
+        """
         backoff = BACKOFF_START
         while not self._stopped.is_set():
             try:
-                version = self._list()
-                backoff = BACKOFF_START
-                self._watch(version)
+                if not self._version:
+                    self._version = self._list()
+                    backoff = BACKOFF_START
+                self._watch()
             except Gone:
                 log.info("{kind}: resourceVersion too old, relisting", kind=self.resource.kind)
+                self._version = ""
                 continue
-            except APIError as error:
-                if error.status == 410:  # "too old resource version" on the watch request itself
+            except Exception as error:  # noqa: BLE001 - an informer must never die
+                if isinstance(error, APIError) and error.status == 410:  # on the watch request itself
                     log.info("{kind}: resourceVersion too old, relisting", kind=self.resource.kind)
+                    self._version = ""
                     continue
                 self._failed(error)
                 if self._stopped.wait(backoff * random.uniform(0.8, 1.2)):
                     return
                 backoff = min(backoff * 2, BACKOFF_CAP)
-            except Exception as error:  # noqa: BLE001 - an informer must never die
-                self._failed(error)
-                if self._stopped.wait(backoff * random.uniform(0.8, 1.2)):
-                    return
-                backoff = min(backoff * 2, BACKOFF_CAP)
+                if self._version:
+                    self.watch_restarts += 1
+                    self.on_status(self)
 
     def _failed(self, error: Exception) -> None:
         self.last_error = str(error)[:300]
@@ -193,20 +201,18 @@ class Reflector:
             query["continue"] = meta["continue"]
         self.store.replace(items)
         self.relists += 1
-        first = not self.synced
         self.synced = True
-        self._set_connected(True)
-        if first:
-            self.on_status(self)
+        self.connected = True
+        self.on_status(self)
         self.on_change()
         return version
 
-    def _watch(self, version: str) -> None:
-        """Watch from C{version} until stopped; each server-side timeout just re-watches."""
+    def _watch(self) -> None:
+        """Watch from the current resourceVersion until stopped; a server-side timeout just re-watches."""
         while not self._stopped.is_set():
             query: dict[str, Any] = {
                 "watch": "true",
-                "resourceVersion": version,
+                "resourceVersion": self._version,
                 "allowWatchBookmarks": "true",
                 "timeoutSeconds": int(WATCH_SECONDS * random.uniform(0.8, 1.2)),
             }
@@ -217,7 +223,7 @@ class Reflector:
             for event in stream:
                 if self._stopped.is_set():
                     return
-                version = self._apply(event, version)
+                self._version = self._apply(event, self._version)
             self.watch_restarts += 1
             self.on_status(self)
 
