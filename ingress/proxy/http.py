@@ -133,13 +133,7 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         self._state = CLOSED
         self._cancel_timer()
         self.factory.closed(self)
-        upstream, self._upstream = self._upstream, None
-        if upstream is not None:
-            upstream.owner = None
-            upstream.transport.abortConnection()
-        if self._connecting is not None:
-            self._connecting.disconnect()  # type: ignore[attr-defined]
-            self._connecting = None
+        self._drop_upstream()
 
     # IPushProducer for our transport: a slow client pauses the upstream's reads.
     def pauseProducing(self) -> None:

@@ -189,8 +189,8 @@ class UpstreamRelay(_Base):
         no_body = not request.framing.chunked and not request.framing.content_length
         return no_body and (reused or len(self._route.upstream.targets) > 1)  # type: ignore[union-attr]
 
-    def _fail_upstream(self, status: int, detail: str) -> None:
-        """An upstream problem: answer it if nothing was sent yet, else cut the client off."""
+    def _drop_upstream(self) -> None:
+        """Abort the upstream connection (or the attempt to open one) of the current request."""
         upstream, self._upstream = self._upstream, None
         if upstream is not None:
             upstream.owner = None
@@ -198,6 +198,10 @@ class UpstreamRelay(_Base):
         if self._connecting is not None:
             self._connecting.disconnect()  # type: ignore[attr-defined]
             self._connecting = None
+
+    def _fail_upstream(self, status: int, detail: str) -> None:
+        """An upstream problem: answer it if nothing was sent yet, else cut the client off."""
+        self._drop_upstream()
         log.info("upstream error {status} for {route}: {detail}", status=status, route=self._route_name(), detail=detail)
         if self._responded:
             self.factory.metrics.request_done(self._route_name(), self._status)
