@@ -10,6 +10,7 @@ snapshot function.  The finished table is swapped in on the reactor thread.
 
 from __future__ import annotations
 
+import gc
 import time
 from typing import Callable, Optional
 
@@ -80,8 +81,20 @@ class TableBuilder:
         d.addBoth(self._done)
 
     def _build_timed(self, snapshot: Snapshot, generation: int) -> tuple[RoutingTable, float]:
+        """
+        Build with the cyclic garbage collector paused: a 10k-Ingress build
+        allocates hundreds of thousands of acyclic values, and the full
+        collections they trigger doubled its time (measured 0.34 s without,
+        up to 0.64 s with).  Reference counting still frees everything.
+        """
         started = time.perf_counter()
-        table = self.build(snapshot(), generation)
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            table = self.build(snapshot(), generation)
+        finally:
+            if collecting:
+                gc.enable()
         return table, time.perf_counter() - started
 
     def _built(self, result: tuple[RoutingTable, float]) -> None:
