@@ -120,4 +120,6 @@ class TableBuilder:
     def _done(self, _: object) -> None:
         self._running = False
         if self._next is not None:
-            self._timer = self.reactor.callLater(self.debounce, self._start_build)
+            # Changes that came in during the build were coalesced already: build again at once
+            # instead of adding the debounce to the wait.
+            self._timer = self.reactor.callLater(0, self._start_build)
