@@ -102,8 +102,10 @@ class TableBuilder:
         self.metrics.build_seconds.observe(seconds)
         self.metrics.table_generation.set(table.generation)
         self.metrics.set_problems([p.reason for p in table.problems])
+        previous = set(self.live.table.problems)
         for problem in table.problems:
-            log.warn("skipped {problem}", problem=str(problem))
+            if problem not in previous:  # each problem is logged once, when it appears
+                log.warn("skipped {problem}", problem=str(problem))
         self.live.swap(table)
         log.info(
             "routing table {generation} live: {hosts} hosts, {problems} problems, built in {ms:.1f} ms",
