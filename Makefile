@@ -12,7 +12,10 @@ PYTEST_ARGS ?=
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON3) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]' --config-settings editable_mode=compat
+	$(PY) -m pip install -q -e '.[test]'
+	# The source tree on sys.path too, so twistd finds twisted/plugins/ingress_plugin.py
+	# (an editable install's import hook does not expose plugin directories).
+	$(PY) -c "import os, sysconfig; open(os.path.join(sysconfig.get_path('purelib'), 'twingress-source.pth'), 'w').write(os.getcwd() + '\n')"
 	touch $@
 
 venv: $(STAMP)
