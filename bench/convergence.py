@@ -273,6 +273,7 @@ class Twingress:
             "--kubeconfig", str(kubeconfig),
             "--http", f"tcp:{self.http_port}:interface=127.0.0.1",
             "--admin", f"tcp:{self.admin_port}:interface=127.0.0.1",
+            "--https", "",
         ]  # fmt: skip
         self.proc = procs.start(name, argv, log_dir, cpu=None, cwd=REPO)
         self.proxy = Http(self.http_port)

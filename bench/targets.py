@@ -15,7 +15,7 @@ NAMESPACE = "default"
 
 DEFAULT_TWINGRESS_CMD = (
     "{venv_bin}/twistd --pidfile= -n ingress --manifests {manifests}"
-    " --http tcp:{port}:interface=127.0.0.1 --admin ''"
+    " --http tcp:{port}:interface=127.0.0.1 --admin '' --https ''"
 )
 
 

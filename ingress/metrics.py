@@ -50,6 +50,15 @@ class Metrics:
         self.malformed_requests = Counter(
             "twingress_http_malformed_requests", "Requests refused before routing, by status code", ["status"], registry=r
         )
+        self.tls_certificate_errors = Counter(
+            "twingress_tls_certificate_errors", "TLS Secrets (or hosts of one) skipped, by reason", ["reason"], registry=r
+        )
+        self.tls_not_after = Gauge(
+            "twingress_tls_certificate_not_after_seconds",
+            "Expiry (Unix time) of each loaded TLS certificate",
+            ["namespace", "secret"],
+            registry=r,
+        )
         self.kube_connected = Gauge(
             "twingress_kube_connected", "1 while the informer's list/watch is connected, by kind", ["kind"], registry=r
         )

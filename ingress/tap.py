@@ -14,6 +14,7 @@ from typing import Any, Optional
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import IService, MultiService, Service
 from twisted.internet.endpoints import serverFromString
+from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.python import usage
 
 from ingress import __version__
@@ -24,6 +25,7 @@ from ingress.metrics import Metrics
 from ingress.model import CONTROLLER_NAME, DEFAULT_CLASS_NAME, ClusterState
 from ingress.proxy.http import HTTPProxyFactory
 from ingress.proxy.settings import ProxySettings
+from ingress.proxy.tls import MODERN_CIPHERS, CertificateStore, SNIConnectionCreator, load_certificate, self_signed_certificate
 from ingress.proxy.upstream import UpstreamPool
 from ingress.routing import build
 from ingress.routing.table import RoutingTable
@@ -78,6 +80,10 @@ class Options(usage.Options):
     )
     optParameters: list[list[Any]] = [
         ["http", None, "tcp:80", "Endpoint of the plain HTTP listener ('' turns it off)."],
+        ["https", None, "tcp:443", "Endpoint of the TLS listener, SNI-selected certificates ('' turns it off)."],
+        ["default-certificate", None, None, "NAMESPACE/NAME of the TLS Secret served when no host matches (default: self-signed, made at start)."],
+        ["tls-min-version", None, "1.2", "Lowest TLS version accepted: 1.2 or 1.3."],
+        ["tls-ciphers", None, MODERN_CIPHERS, "OpenSSL cipher list for TLS 1.2 (TLS 1.3 suites are OpenSSL's)."],
         ["admin", None, "tcp:10254:interface=127.0.0.1", "Endpoint of the admin listener: /healthz /readyz /metrics /debug/routes."],
         ["manifests", None, None, "Directory of Kubernetes manifests (YAML/JSON) to route by, instead of a cluster."],
         ["kubeconfig", None, None, "kubeconfig file of the cluster to watch (default: in-cluster service account)."],
@@ -94,6 +100,12 @@ class Options(usage.Options):
 
     def postOptions(self) -> None:
         self["source"] = self._source()
+        if self["tls-min-version"] not in ("1.2", "1.3"):
+            raise usage.UsageError("--tls-min-version must be 1.2 or 1.3")
+        default = self["default-certificate"]
+        if default and (default.count("/") != 1 or not all(default.split("/"))):
+            raise usage.UsageError("--default-certificate takes NAMESPACE/NAME")
+        self["default-certificate-key"] = tuple(default.split("/")) if default else None
         overrides = {}
         for name, field, convert, _ in _LIMITS:
             if self[name] is not None:
@@ -150,8 +162,16 @@ def makeService(options: Options, reactor: Optional[Any] = None) -> IService:
     live.subscribe(lambda table: metrics.table_routes.set(_route_count(table)))
     class_name, controller = options["ingress-class"], options["controller-name"]
 
+    default_certificate = options["default-certificate-key"]
+
     def build_table(state: ClusterState, generation: int) -> RoutingTable:
-        return build(state, class_name=class_name, controller_name=controller, generation=generation)
+        return build(
+            state,
+            class_name=class_name,
+            controller_name=controller,
+            generation=generation,
+            default_certificate=default_certificate,
+        )
 
     builder = TableBuilder(reactor, live, metrics, build_table)
     top = MultiService()
@@ -168,6 +188,13 @@ def makeService(options: Options, reactor: Optional[Any] = None) -> IService:
     if options["http"]:
         factory = HTTPProxyFactory(live, pool, settings, metrics, reactor)
         _listen(reactor, options["http"], factory, top, "http")
+    if options["https"]:
+        store = CertificateStore(
+            metrics, load_certificate(*self_signed_certificate()), options["tls-min-version"], options["tls-ciphers"]
+        )
+        live.subscribe(store.update)
+        https = HTTPProxyFactory(live, pool, settings, metrics, reactor, scheme=b"https", listener="https")
+        _listen(reactor, options["https"], TLSMemoryBIOFactory(SNIConnectionCreator(store), False, https), top, "https")
     if options["admin"]:
         _listen(reactor, options["admin"], admin.site(), top, "admin")
     return top

@@ -156,6 +156,8 @@ class Twingress:
             f"tcp:{self.http_port}:interface=127.0.0.1",
             "--admin",
             f"tcp:{self.admin_port}:interface=127.0.0.1",
+            "--https",
+            "",  # off unless a test asks for it (args come after and win)
             *args,
         ]
         self._log = open(self.log_path, "wb")

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # `make run`: the quickstart demo with no cluster. Starts three echo backends on loopback
 # (the "pods" of examples/quickstart/services.yaml) and twingress in front of them:
-# HTTP on 127.0.0.1:8080, admin on 127.0.0.1:10254. Ctrl-C stops everything.
+# HTTP on 127.0.0.1:8080, HTTPS on 127.0.0.1:8443 (the generated default certificate),
+# admin on 127.0.0.1:10254. Ctrl-C stops everything.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 py=${PYTHON:-.venv/bin/python}
 http=${HTTP:-tcp:8080:interface=127.0.0.1}
 admin=${ADMIN:-tcp:10254:interface=127.0.0.1}
+https=${HTTPS:-tcp:8443:interface=127.0.0.1}
 
 pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
@@ -19,6 +21,6 @@ trap cleanup EXIT INT TERM
 echo "twingress: http on ${http}, admin on ${admin}; try:"
 echo "  curl -H 'Host: echo.example.com' http://127.0.0.1:8080/"
 "$py" -c "import sys; from twisted.scripts.twistd import run; sys.exit(run())" \
-    --pidfile= -n ingress --manifests examples/quickstart --http "$http" --admin "$admin" "$@" &
+    --pidfile= -n ingress --manifests examples/quickstart --http "$http" --https "$https" --admin "$admin" "$@" &
 pids+=($!)
 wait "${pids[-1]}"

@@ -29,6 +29,7 @@ from ingress.model import (
     ServiceBackendPort,
     ServicePort,
 )
+from ingress.routing.certs import build_certificates
 from ingress.routing.table import HostRoutes, Route, RoutingTable, Upstream
 
 LEGACY_CLASS_ANNOTATION = "kubernetes.io/ingress.class"
@@ -44,6 +45,7 @@ def build(
     class_name: str = DEFAULT_CLASS_NAME,
     controller_name: str = CONTROLLER_NAME,
     generation: int = 0,
+    default_certificate: Optional[tuple[str, str]] = None,
 ) -> RoutingTable:
     """
     The routing table for C{state}: our Ingresses' rules, merged across Ingresses.
@@ -56,13 +58,15 @@ def build(
     for ingress in ingresses:
         routes.add_rules(ingress)
     default_route = routes.default_route(ingresses)
+    certificates, tls_problems = build_certificates(state, ingresses, default_certificate)
     return RoutingTable(
         generation=generation,
         hosts=_freeze(routes.hosts),
         wildcards=_freeze(routes.wildcards),
         any_host=routes.any_host.freeze() if routes.any_host.routes else None,
         default_route=default_route,
-        problems=_sorted_problems(state.problems) + _sorted_problems(set(routes.problems)),
+        problems=_sorted_problems(state.problems) + _sorted_problems(set(routes.problems) | set(tls_problems)),
+        certificates=certificates,
     )
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from ingress.model import ObjectRef, Problem
+from ingress.routing.certs import EMPTY_CERTIFICATES, CertificateTable
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,7 @@ class RoutingTable:
     any_host: Optional[HostRoutes] = None
     default_route: Optional[Route] = None
     problems: tuple[Problem, ...] = ()
+    certificates: "CertificateTable" = field(default_factory=lambda: EMPTY_CERTIFICATES)
 
     def host_routes(self, host: str) -> Optional[HostRoutes]:
         """The rules that own C{host} (already normalised): exact beats wildcard beats host-less."""
@@ -147,6 +149,10 @@ class RoutingTable:
                 if self.default_route
                 else None
             ),
+            "certificates": {
+                **{h: "/".join(k) for h, k in sorted(self.certificates.exact.items())},
+                **{"*." + h: "/".join(k) for h, k in sorted(self.certificates.wildcards.items())},
+            },
             "problems": [
                 {"object": str(p.ref), "reason": p.reason, "message": p.message} for p in self.problems
             ],

@@ -1,0 +1,250 @@
+# -*- test-case-name: tests.proxy.test_tls -*-
+"""
+TLS termination with SNI: one pyOpenSSL context per certificate version,
+chosen per connection by the name the client asked for.
+
+Every connection starts on the default context, whose servername callback
+switches it to the host's context: exact host, then a wildcard covering one
+label, then the default certificate.  Contexts are built completely before
+first use and never changed (pyOpenSSL refuses changes to a context that has
+made a connection), and cached by Secret version, so a routing swap only
+builds contexts for Secrets that changed; connections already established
+keep theirs.  The callback never raises: since pyOpenSSL 26 an exception
+there aborts the handshake.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any, Optional
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from OpenSSL import SSL, crypto
+from twisted.internet.interfaces import IOpenSSLServerConnectionCreator
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from ingress.metrics import Metrics
+from ingress.model import TLSSecret
+from ingress.routing.certs import CertificateTable, SecretKey
+from ingress.routing.table import RoutingTable
+
+log = Logger()
+
+# TLS 1.2 suites: ECDHE with AEAD only (TLS 1.3 suites are all AEAD and OpenSSL's defaults).
+MODERN_CIPHERS = (
+    "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
+    "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"
+    "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305"
+)
+_MIN_VERSIONS = {"1.2": SSL.TLS1_2_VERSION, "1.3": SSL.TLS1_3_VERSION}
+ALPN = [b"http/1.1"]
+
+
+class CertificateError(Exception):
+    """A Secret we cannot serve; C{reason} is the metric label."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def self_signed_certificate() -> tuple[bytes, bytes]:
+    """A fresh default certificate (never a key shipped in the repo): EC P-256, one year."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "twingress default certificate")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=365))
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+
+
+def _select_alpn(connection: SSL.Connection, offered: list[bytes]) -> bytes:
+    return b"http/1.1" if b"http/1.1" in offered else SSL.NO_OVERLAPPING_PROTOCOLS
+
+
+class LoadedCertificate:
+    """A built context and what the TLS layer knows of its certificate."""
+
+    def __init__(self, context: SSL.Context, names: list[str], not_after: datetime.datetime) -> None:
+        self.context = context
+        self.names = names
+        self.not_after = not_after
+
+    def covers(self, host: str) -> bool:
+        """RFC 6125: an exact SAN, or a wildcard SAN covering exactly the first label."""
+        for name in self.names:
+            if name == host:
+                return True
+            if name.startswith("*.") and "." in host and host.split(".", 1)[1] == name[2:]:
+                return True
+        return False
+
+
+def load_certificate(cert_pem: bytes, key_pem: bytes, min_version: str = "1.2", ciphers: str = MODERN_CIPHERS) -> LoadedCertificate:
+    """Validate a PEM certificate chain and key and build its context; raises L{CertificateError}."""
+    try:
+        chain = x509.load_pem_x509_certificates(cert_pem)
+    except ValueError as error:
+        raise CertificateError("unparsable", f"certificate: {error}") from None
+    leaf = chain[0]
+    not_after = leaf.not_valid_after_utc
+    if not_after < datetime.datetime.now(datetime.timezone.utc):
+        raise CertificateError("expired", f"certificate expired on {not_after.isoformat()}")
+    try:
+        key = crypto.load_privatekey(crypto.FILETYPE_PEM, key_pem)
+    except crypto.Error as error:
+        raise CertificateError("unparsable", f"private key: {error}") from None
+    context = SSL.Context(SSL.TLS_SERVER_METHOD)
+    context.set_min_proto_version(_MIN_VERSIONS[min_version])
+    context.set_options(SSL.OP_NO_COMPRESSION | SSL.OP_CIPHER_SERVER_PREFERENCE | SSL.OP_NO_RENEGOTIATION)
+    context.set_cipher_list(ciphers.encode())
+    context.set_session_id(b"twingress")
+    context.set_alpn_select_callback(_select_alpn)
+    context.use_certificate(crypto.X509.from_cryptography(leaf))
+    for intermediate in chain[1:]:
+        context.add_extra_chain_cert(crypto.X509.from_cryptography(intermediate))
+    context.use_privatekey(key)
+    try:
+        context.check_privatekey()
+    except SSL.Error:
+        raise CertificateError("key-mismatch", "private key does not match the certificate") from None
+    return LoadedCertificate(context, _names(leaf), not_after)
+
+
+def _names(cert: x509.Certificate) -> list[str]:
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        return [n.lower().rstrip(".") for n in san.get_values_for_type(x509.DNSName)]
+    except x509.ExtensionNotFound:
+        return [a.value.lower() for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME) if isinstance(a.value, str)]
+
+
+class CertificateStore:
+    """
+    Host → context, rebuilt on every routing swap from the table's certificates.
+
+    Contexts are cached by Secret content; a Secret that fails validation is
+    logged and counted once per version, and its hosts use the default.
+    """
+
+    def __init__(self, metrics: Metrics, default: LoadedCertificate, min_version: str = "1.2", ciphers: str = MODERN_CIPHERS) -> None:
+        self.metrics = metrics
+        self.default = default
+        self.min_version = min_version
+        self.ciphers = ciphers
+        self.default_context = self._default_context(default)
+        self._exact: dict[str, SSL.Context] = {}
+        self._wildcards: dict[str, SSL.Context] = {}
+        self._cache: dict[tuple[SecretKey, bytes, bytes], Optional[LoadedCertificate]] = {}
+        self._expiry_labels: set[SecretKey] = set()
+        self._named_default: Optional[LoadedCertificate] = None
+        self._pem: dict[SecretKey, tuple[bytes, bytes]] = {}
+
+    def _default_context(self, default: LoadedCertificate) -> SSL.Context:
+        """The context every connection starts on; it carries the SNI callback, so it is a copy of its own."""
+        context = default.context
+        context.set_tlsext_servername_callback(self._switch)
+        return context
+
+    def _switch(self, connection: SSL.Connection) -> None:
+        try:
+            raw = connection.get_servername()
+            if not raw:
+                return
+            host = raw.decode("ascii", "replace").lower().rstrip(".")
+            context = self.lookup(host)
+            if context is not None:
+                connection.set_context(context)
+        except Exception:  # noqa: BLE001 - an exception here would abort the handshake
+            log.failure("SNI lookup failed; serving the default certificate")
+
+    def lookup(self, host: str) -> Optional[SSL.Context]:
+        context = self._exact.get(host)
+        if context is not None:
+            return context
+        dot = host.find(".")
+        return self._wildcards.get(host[dot + 1 :]) if dot > 0 else None
+
+    def update(self, table: RoutingTable) -> None:
+        """Adopt a new table's certificates (reactor thread; only changed Secrets are built)."""
+        certificates = table.certificates
+        loaded: dict[SecretKey, Optional[LoadedCertificate]] = {}
+        cache: dict[tuple[SecretKey, bytes, bytes], Optional[LoadedCertificate]] = {}
+        self._pem = {key: (secret.cert_pem, secret.key_pem) for key, secret in certificates.secrets.items()}
+        for key, secret in certificates.secrets.items():
+            cache_key = (key, secret.cert_pem, secret.key_pem)
+            if cache_key in self._cache:
+                cache[cache_key] = self._cache[cache_key]
+            else:
+                cache[cache_key] = self._load(key, secret)
+            loaded[key] = cache[cache_key]
+        self._cache = cache
+        self._adopt_default(certificates.default, loaded)
+        self._exact, self._wildcards = self._host_maps(certificates, loaded)
+        self._export_expiry(loaded)
+
+    def _adopt_default(self, key: Optional[SecretKey], loaded: dict[SecretKey, Optional[LoadedCertificate]]) -> None:
+        """--default-certificate: once its Secret loads, it replaces the generated one (whole, never mutated)."""
+        cert = loaded.get(key) if key is not None else None
+        if cert is not None and cert is not self._named_default:
+            self._named_default = cert
+            default = load_certificate(*self._pem[key], self.min_version, self.ciphers)  # type: ignore[index]
+            self.default_context = self._default_context(default)
+
+    def _load(self, key: SecretKey, secret: TLSSecret) -> Optional[LoadedCertificate]:
+        try:
+            return load_certificate(secret.cert_pem, secret.key_pem, self.min_version, self.ciphers)
+        except CertificateError as error:
+            self.metrics.tls_certificate_errors.labels(error.reason).inc()
+            log.warn("TLS secret {secret} skipped ({reason}): {error}; its hosts get the default certificate", secret="/".join(key), reason=error.reason, error=str(error))
+            return None
+
+    def _host_maps(
+        self, certificates: CertificateTable, loaded: dict[SecretKey, Optional[LoadedCertificate]]
+    ) -> tuple[dict[str, SSL.Context], dict[str, SSL.Context]]:
+        exact: dict[str, SSL.Context] = {}
+        wildcards: dict[str, SSL.Context] = {}
+        for hosts, target, prefix in ((certificates.exact, exact, ""), (certificates.wildcards, wildcards, "*.")):
+            for host, key in hosts.items():
+                cert = loaded.get(key)
+                if cert is None:
+                    continue
+                if not cert.covers(prefix + host):
+                    self.metrics.tls_certificate_errors.labels("host-not-covered").inc()
+                    log.warn("TLS secret {secret} does not cover {host}; it gets the default certificate", secret="/".join(key), host=prefix + host)
+                    continue
+                target[host] = cert.context
+        return exact, wildcards
+
+    def _export_expiry(self, loaded: dict[SecretKey, Optional[LoadedCertificate]]) -> None:
+        gauge = self.metrics.tls_not_after
+        current = {key for key, cert in loaded.items() if cert is not None}
+        for key in self._expiry_labels - current:
+            gauge.remove(*key)
+        for key in current:
+            gauge.labels(*key).set(loaded[key].not_after.timestamp())  # type: ignore[union-attr]
+        self._expiry_labels = current
+
+
+@implementer(IOpenSSLServerConnectionCreator)
+class SNIConnectionCreator:
+    """Makes each server-side TLS connection on the default context; SNI switches it."""
+
+    def __init__(self, store: CertificateStore) -> None:
+        self.store = store
+
+    def serverConnectionForTLS(self, tlsProtocol: Any) -> SSL.Connection:
+        return SSL.Connection(self.store.default_context, None)

@@ -1,0 +1,91 @@
+# -*- test-case-name: tests.unit.test_routing_certs -*-
+"""
+Which certificate serves which host: C{spec.tls} of our Ingresses, resolved to Secrets.
+
+Pure like the rest of routing: it only pairs names.  Whether a Secret holds
+a usable certificate (parsable, key matching, not expired, covering the
+host) is the TLS layer's business when it builds a context; a host whose
+certificate it rejects falls back to the default certificate there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Optional
+
+from ingress.model import ClusterState, Ingress, ObjectRef, Problem, TLSSecret
+
+SecretKey = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class CertificateTable:
+    """
+    Host → Secret for TLS termination.
+
+    C{exact} maps a host, C{wildcards} the suffix after "*." of a wildcard
+    host; C{secrets} holds every Secret named, so the TLS layer never looks
+    anything up elsewhere.
+    """
+
+    exact: Mapping[str, SecretKey] = field(default_factory=dict)
+    wildcards: Mapping[str, SecretKey] = field(default_factory=dict)
+    secrets: Mapping[SecretKey, TLSSecret] = field(default_factory=dict)
+    default: Optional[SecretKey] = None
+
+    def secret_for(self, host: str) -> Optional[SecretKey]:
+        """Exact host first, then a wildcard covering exactly one more label, else None (default)."""
+        key = self.exact.get(host)
+        if key is not None:
+            return key
+        dot = host.find(".")
+        if dot > 0:
+            return self.wildcards.get(host[dot + 1 :])
+        return None
+
+    def hosts_of(self, key: SecretKey) -> list[str]:
+        """The hosts a Secret is named for (wildcards as "*.suffix"): what its certificate must cover."""
+        hosts = [h for h, k in self.exact.items() if k == key]
+        return hosts + ["*." + s for s, k in self.wildcards.items() if k == key]
+
+
+EMPTY_CERTIFICATES = CertificateTable()
+
+
+def build_certificates(
+    state: ClusterState, ingresses: Iterable[Ingress], default: Optional[SecretKey] = None
+) -> tuple[CertificateTable, list[Problem]]:
+    """
+    Pair the hosts of C{spec.tls} with Secrets of the Ingress's own namespace.
+
+    C{ingresses} come oldest first: the oldest Ingress naming a host wins it;
+    a missing Secret is a problem and its hosts keep the default certificate.
+    """
+    exact: dict[str, SecretKey] = {}
+    wildcards: dict[str, SecretKey] = {}
+    secrets: dict[SecretKey, TLSSecret] = {}
+    problems: list[Problem] = []
+    for ingress in ingresses:
+        namespace = ingress.meta.namespace
+        for tls in ingress.tls:
+            if not tls.secret_name:
+                continue
+            key = (namespace, tls.secret_name)
+            secret = state.secrets.get(key)
+            if secret is None:
+                problems.append(Problem(ingress.ref, "SecretNotFound", f"TLS secret {namespace}/{tls.secret_name} not found"))
+                continue
+            secrets[key] = secret
+            for host in tls.hosts:
+                if host.startswith("*."):
+                    wildcards.setdefault(host[2:], key)
+                else:
+                    exact.setdefault(host, key)
+    if default is not None:
+        if default in state.secrets:
+            secrets[default] = state.secrets[default]
+        else:
+            problems.append(
+                Problem(ObjectRef("Secret", default[0], default[1]), "SecretNotFound", "--default-certificate Secret not found")
+            )
+    return CertificateTable(exact, wildcards, secrets, default if default in secrets else None), problems
