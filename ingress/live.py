@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from typing import Callable
 
+from twisted.logger import Logger
+
 from ingress.routing.table import EMPTY_TABLE, RoutingTable
+
+log = Logger()
 
 TableListener = Callable[[RoutingTable], None]
 
@@ -31,4 +35,7 @@ class LiveTable:
         self.table = table
         self.ready = True
         for listener in self._listeners:
-            listener(table)
+            try:
+                listener(table)
+            except Exception:  # one listener's failure must not keep the others on the old table
+                log.failure("a routing table listener failed")

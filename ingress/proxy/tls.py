@@ -113,11 +113,11 @@ def load_certificate(cert_pem: bytes, key_pem: bytes, min_version: str = "1.2", 
     context.set_cipher_list(ciphers.encode())
     context.set_session_id(b"twingress")
     context.set_alpn_select_callback(_select_alpn)
-    context.use_certificate(crypto.X509.from_cryptography(leaf))
-    for intermediate in chain[1:]:
-        context.add_extra_chain_cert(crypto.X509.from_cryptography(intermediate))
-    context.use_privatekey(key)
     try:
+        context.use_certificate(crypto.X509.from_cryptography(leaf))
+        for intermediate in chain[1:]:
+            context.add_extra_chain_cert(crypto.X509.from_cryptography(intermediate))
+        context.use_privatekey(key)  # OpenSSL already refuses a key that does not match here
         context.check_privatekey()
     except SSL.Error:
         raise CertificateError("key-mismatch", "private key does not match the certificate") from None
@@ -206,7 +206,10 @@ class CertificateStore:
 
     def _load(self, key: SecretKey, secret: TLSSecret) -> Optional[LoadedCertificate]:
         try:
-            return load_certificate(secret.cert_pem, secret.key_pem, self.min_version, self.ciphers)
+            try:
+                return load_certificate(secret.cert_pem, secret.key_pem, self.min_version, self.ciphers)
+            except (ValueError, TypeError, SSL.Error, crypto.Error) as unexpected:  # never let one Secret stop the rest
+                raise CertificateError("invalid", str(unexpected)) from None
         except CertificateError as error:
             self.metrics.tls_certificate_errors.labels(error.reason).inc()
             log.warn("TLS secret {secret} skipped ({reason}): {error}; its hosts get the default certificate", secret="/".join(key), reason=error.reason, error=str(error))
