@@ -86,7 +86,9 @@ def request_head_bytes(request: h1.Head, forwarded: ForwardedFor, host: str) -> 
     )
 
 
-def response_head_bytes(response: h1.Head, request: h1.Head, server: bytes, keep_alive: bool, decode: bool) -> bytes:
+def response_head_bytes(
+    response: h1.Head, request: h1.Head, server: bytes, keep_alive: bool, decode: bool, hsts: str = ""
+) -> bytes:
     """
     The head sent to the client: the upstream's fields less hop-by-hop ones,
     always with Date and Server, and the Connection field our decision needs.
@@ -103,6 +105,8 @@ def response_head_bytes(response: h1.Head, request: h1.Head, server: bytes, keep
         extra = b"Date: %s\r\n" % http_date()
     if not response.has_server:
         extra += b"Server: %s\r\n" % server
+    if hsts:
+        extra += b"Strict-Transport-Security: %s\r\n" % hsts.encode("ascii")
     if status == 101:
         extra += b"Connection: upgrade\r\nUpgrade: %s\r\n" % response.upgrade
     elif status >= 200:

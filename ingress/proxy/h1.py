@@ -133,6 +133,13 @@ class Head:
         return split_fields(self.block)
 
 
+def host_without_port(host: bytes) -> bytes:
+    """A Host value without its port (bracketed IPv6 literals kept whole)."""
+    if host.startswith(b"["):
+        return host[: host.find(b"]") + 1]
+    return host.rsplit(b":", 1)[0] if b":" in host else host
+
+
 def find_head_end(buffer: bytes | bytearray, start: int = 0) -> int:
     """Index just past the blank line that ends a head, or -1 while incomplete."""
     end = buffer.find(HEAD_END, start)

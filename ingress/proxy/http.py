@@ -287,6 +287,10 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         if route is None:
             self._answer_locally(404)
             return
+        if route.redirect_https and self.factory.scheme == b"http":
+            self._route = route
+            self._answer_locally(308, location=b"https://%s%s" % (h1.host_without_port(head.host), _path_and_query(head.target)))
+            return
         self._route = route
         self._keep_alive = head.keep_alive
         self._head_bytes = request_head_bytes(head, self._forwarded, host)  # type: ignore[arg-type]
@@ -354,14 +358,15 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         if self._buffer and not self._driving:
             self._drive()
 
-    def _answer_locally(self, status: int, close: bool = False) -> None:
+    def _answer_locally(self, status: int, close: bool = False, location: bytes = b"") -> None:
         """Answer without an upstream (404, 503, 502...); close if the body was not read."""
         request = self._request
         unread_body = request is not None and not self._request_complete and request.framing.has_body
         close = close or unread_body or not self._keep_alive or (request is not None and not request.keep_alive)
         self._keep_alive = not close
         self._request_complete = self._request_complete or not unread_body
-        self._write(error_response(status, self.settings.server_name, close))
+        extra = ((b"Location", location),) if location else ()
+        self._write(error_response(status, self.settings.server_name, close, extra))
         self._finish(status)
 
     def _refuse(self, status: int, detail: str) -> None:
@@ -382,3 +387,12 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         self._cancel_timer()
         self.transport.unregisterProducer()
         self.transport.loseConnection()
+
+
+def _path_and_query(target: bytes) -> bytes:
+    """The origin-form of a target (absolute-form targets lose scheme and authority)."""
+    if target[:1] == b"/":
+        return target
+    rest = target.split(b"//", 1)[-1]
+    slash = rest.find(b"/")
+    return rest[slash:] if slash >= 0 else b"/"

@@ -123,7 +123,8 @@ class UpstreamRelay(_Base):
         self._keep_alive = keep
         if decode:
             self._decode = h1.ChunkedFramer(decode=True)
-        out = response_head_bytes(head, request, self.settings.server_name, keep, decode)
+        hsts = self._route.hsts if self.factory.scheme == b"https" else ""
+        out = response_head_bytes(head, request, self.settings.server_name, keep, decode, hsts)
         if body:
             out += self._decoded(body) if decode else body
         self._write(out)

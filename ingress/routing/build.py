@@ -29,7 +29,7 @@ from ingress.model import (
     ServiceBackendPort,
     ServicePort,
 )
-from ingress.routing.certs import build_certificates
+from ingress.routing.certs import build_certificates, tls_hosts, with_tls_options
 from ingress.routing.table import HostRoutes, Route, RoutingTable, Upstream
 
 LEGACY_CLASS_ANNOTATION = "kubernetes.io/ingress.class"
@@ -54,7 +54,7 @@ def build(
     path is reported in C{problems} and the rest of the table is built.
     """
     ingresses = select_ingresses(state, class_name=class_name, controller_name=controller_name)
-    routes = _RouteBuilder(_Backends(state))
+    routes = _RouteBuilder(_Backends(state), tls_hosts(ingresses))
     for ingress in ingresses:
         routes.add_rules(ingress)
     default_route = routes.default_route(ingresses)
@@ -214,8 +214,9 @@ class _HostPaths:
 class _RouteBuilder:
     """Claims (host, path) slots for Ingresses given oldest first: the first claim wins."""
 
-    def __init__(self, backends: _Backends) -> None:
+    def __init__(self, backends: _Backends, tls_hosts: frozenset[str] = frozenset()) -> None:
         self.backends = backends
+        self.tls_hosts = tls_hosts
         self.hosts: dict[str, _HostPaths] = {}
         self.wildcards: dict[str, _HostPaths] = {}
         self.any_host = _HostPaths()
@@ -241,7 +242,8 @@ class _RouteBuilder:
                     slots, key = paths.prefixes, prefix_key(http_path.path)
                 winner = slots.get(key)
                 if winner is None:
-                    slots[key] = self.route(ingress, http_path.backend, http_path.path, http_path.path_type)
+                    route = self.route(ingress, http_path.backend, http_path.path, http_path.path_type)
+                    slots[key] = with_tls_options(route, ingress, rule.host, self.tls_hosts)
                 else:
                     where = f'host "{rule.host or "*"}" {http_path.path_type} path "{http_path.path}"'
                     self._conflict(ingress, winner, where)

@@ -10,10 +10,11 @@ certificate it rejects falls back to the default certificate there.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping, Optional
 
 from ingress.model import ClusterState, Ingress, ObjectRef, Problem, TLSSecret
+from ingress.routing.route import Route
 
 SecretKey = tuple[str, str]
 
@@ -89,3 +90,27 @@ def build_certificates(
                 Problem(ObjectRef("Secret", default[0], default[1]), "SecretNotFound", "--default-certificate Secret not found")
             )
     return CertificateTable(exact, wildcards, secrets, default if default in secrets else None), problems
+
+
+SSL_REDIRECT_ANNOTATION = "twingress.io/ssl-redirect"
+HSTS_MAX_AGE_ANNOTATION = "twingress.io/hsts-max-age"
+
+
+def tls_hosts(ingresses: Iterable[Ingress]) -> frozenset[str]:
+    """Every host (or "*.suffix") that some Ingress of ours configures TLS for."""
+    return frozenset(host for ingress in ingresses for tls in ingress.tls for host in tls.hosts)
+
+
+def with_tls_options(route: Route, ingress: Ingress, host: str, secured: frozenset[str]) -> Route:
+    """
+    The route with its Ingress's TLS behaviour: a host with TLS redirects
+    plain HTTP to HTTPS (308) unless C{twingress.io/ssl-redirect: "false"};
+    C{twingress.io/hsts-max-age} adds HSTS to HTTPS answers.
+    """
+    annotations = ingress.meta.annotations
+    redirect = bool(host) and host in secured and annotations.get(SSL_REDIRECT_ANNOTATION, "true").lower() != "false"
+    max_age = annotations.get(HSTS_MAX_AGE_ANNOTATION, "").strip()
+    hsts = f"max-age={max_age}" if max_age.isdigit() else ""
+    if not redirect and not hsts:
+        return route
+    return replace(route, redirect_https=redirect, hsts=hsts)

@@ -12,41 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from ingress.model import ObjectRef, Problem
+from ingress.model import Problem
 from ingress.routing.certs import EMPTY_CERTIFICATES, CertificateTable
+from ingress.routing.route import Route, Upstream
 
-
-@dataclass(frozen=True, slots=True)
-class Upstream:
-    """
-    Where a backend's traffic goes: ready pod addresses, or an ExternalName.
-
-    C{key} ("namespace/service:port") names the upstream across tables, so the
-    proxy can keep its balancer position when a new table arrives.
-    """
-
-    key: str
-    endpoints: tuple[tuple[str, int], ...]
-    external_name: str = ""
-    external_port: int = 0
-
-    @property
-    def targets(self) -> tuple[tuple[str, int], ...]:
-        """Addresses to connect to: pod endpoints, or the ExternalName host."""
-        if self.external_name:
-            return ((self.external_name, self.external_port),)
-        return self.endpoints
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """What a matched request is sent to, and the Ingress that said so (the metrics label)."""
-
-    name: str  # "namespace/ingress"
-    source: ObjectRef
-    upstream: Upstream
-    path: str = ""
-    path_type: str = ""
+__all__ = ["EMPTY_TABLE", "HostRoutes", "Route", "RoutingTable", "Upstream", "normalize_host"]
 
 
 @dataclass(frozen=True, slots=True)

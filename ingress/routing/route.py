@@ -1,0 +1,43 @@
+# -*- test-case-name: tests.unit.test_routing -*-
+"""What a request is routed to: a L{Route} (the Ingress that said so, its options) and its L{Upstream}."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ingress.model import ObjectRef
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    """
+    Where a backend's traffic goes: ready pod addresses, or an ExternalName.
+
+    C{key} ("namespace/service:port") names the upstream across tables, so the
+    proxy can keep its balancer position when a new table arrives.
+    """
+
+    key: str
+    endpoints: tuple[tuple[str, int], ...]
+    external_name: str = ""
+    external_port: int = 0
+
+    @property
+    def targets(self) -> tuple[tuple[str, int], ...]:
+        """Addresses to connect to: pod endpoints, or the ExternalName host."""
+        if self.external_name:
+            return ((self.external_name, self.external_port),)
+        return self.endpoints
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """What a matched request is sent to, and the Ingress that said so (the metrics label)."""
+
+    name: str  # "namespace/ingress"
+    source: ObjectRef
+    upstream: Upstream
+    path: str = ""
+    path_type: str = ""
+    redirect_https: bool = False  # plain HTTP gets 308 to https (the host has TLS)
+    hsts: str = ""  # Strict-Transport-Security value for HTTPS answers
