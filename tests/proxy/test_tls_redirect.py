@@ -1,0 +1,62 @@
+"""HTTP→HTTPS redirects and HSTS, through real sockets (curl for the TLS side)."""
+
+from __future__ import annotations
+
+import http.client
+import subprocess
+from typing import Iterator
+
+import pytest
+
+from tests.support import EchoBackend, Manifests, Twingress, free_port
+
+
+@pytest.fixture(scope="module")
+def redirect_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twingress]:
+    echo = EchoBackend("pod-r")
+    path = tmp_path_factory.mktemp("redirect")
+    manifests = Manifests(path)
+    secured = Manifests.ingress("secured", "r.test", "echo", tls=[{"hosts": ["r.test"], "secretName": "r-tls"}])
+    secured["metadata"]["annotations"] = {"twingress.io/hsts-max-age": "600"}
+    optout = Manifests.ingress("optout", "n.test", "echo", tls=[{"hosts": ["n.test"], "secretName": "r-tls"}])
+    optout["metadata"]["annotations"] = {"twingress.io/ssl-redirect": "false"}
+    manifests.write("all.yaml", *manifests.service("echo", [echo.address]), secured, optout)
+    https_port = free_port()
+    proxy = Twingress(path, "--https", f"tcp:{https_port}:interface=127.0.0.1")
+    proxy.https_port = https_port  # type: ignore[attr-defined]
+    yield proxy
+    proxy.stop()
+    echo.stop()
+
+
+def _get(port: int, host: str, target: str) -> http.client.HTTPResponse:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    conn.request("GET", target, headers={"Host": host})
+    response = conn.getresponse()
+    response.read()
+    return response
+
+
+def test_plain_http_to_a_tls_host_is_redirected_with_path_and_query(redirect_proxy: Twingress) -> None:
+    response = _get(redirect_proxy.http_port, "r.test:8080", "/a/b?c=d")
+    assert response.status == 308
+    assert response.getheader("Location") == "https://r.test/a/b?c=d"
+
+
+def test_redirect_can_be_turned_off_per_ingress(redirect_proxy: Twingress) -> None:
+    assert _get(redirect_proxy.http_port, "n.test", "/").status == 200
+
+
+def test_https_answers_carry_hsts_and_x_forwarded_proto(redirect_proxy: Twingress) -> None:
+    port = redirect_proxy.https_port  # type: ignore[attr-defined]
+    done = subprocess.run(
+        ["curl", "-sk", "-D", "-", "--resolve", f"r.test:{port}:127.0.0.1", f"https://r.test:{port}/x"],
+        capture_output=True,
+        timeout=20,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    head, _, body = done.stdout.partition("\n\n")  # text mode: CRLF arrives as LF
+    assert head.startswith("HTTP/1.1 200")
+    assert "strict-transport-security: max-age=600" in head.lower()
+    assert '"X-Forwarded-Proto": ["https"]' in body
