@@ -60,3 +60,32 @@ def test_https_answers_carry_hsts_and_x_forwarded_proto(redirect_proxy: Twingres
     assert head.startswith("HTTP/1.1 200")
     assert "strict-transport-security: max-age=600" in head.lower()
     assert '"X-Forwarded-Proto": ["https"]' in body
+
+
+def test_a_stalled_handshake_is_closed_and_the_listener_keeps_serving(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A client that connects to the TLS port and never finishes its handshake is cut off by the header timeout."""
+    import socket
+    import time
+
+    path = tmp_path_factory.mktemp("stall")
+    https_port = free_port()
+    proxy = Twingress(path, "--https", f"tcp:{https_port}:interface=127.0.0.1", "--header-timeout", "1")
+    try:
+        with socket.create_connection(("127.0.0.1", https_port), timeout=10) as stalled:
+            stalled.sendall(b"\x16\x03\x01\x00")  # the start of a ClientHello record, then nothing
+            started = time.monotonic()
+            try:
+                closed = stalled.recv(1024) == b""  # closed by the server (recv would time out otherwise)
+            except ConnectionResetError:
+                closed = True  # mid-handshake there is no TLS session to close politely: a reset is a close
+            assert closed
+            assert time.monotonic() - started < 10
+        done = subprocess.run(
+            ["curl", "-sk", "-o", "/dev/null", "-w", "%{http_code}", f"https://127.0.0.1:{https_port}/"],
+            capture_output=True,
+            timeout=20,
+            text=True,
+        )
+        assert done.stdout == "404"  # the listener still answers (no route in an empty directory)
+    finally:
+        proxy.stop()
