@@ -30,6 +30,8 @@ log = Logger()
 
 Snapshot = Callable[[], ClusterState]
 BuildFunction = Callable[[ClusterState, int], RoutingTable]
+Preparer = Callable[[RoutingTable], Callable[[], None]]
+"""Runs on the build thread with a new table; returns what to do on the reactor thread before the swap."""
 
 
 class TableBuilder:
@@ -53,6 +55,7 @@ class TableBuilder:
         self._timer: Optional[object] = None
         self._running = False
         self._pool = ThreadPool(1, 1, name="twingress-build")
+        self.preparers: list[Preparer] = []
 
     def start(self) -> None:
         self._pool.start()
@@ -74,13 +77,13 @@ class TableBuilder:
         self._running = True
         self.generation += 1
         generation = self.generation
-        d: Deferred[tuple[RoutingTable, float]] = deferToThreadPool(
+        d: Deferred[tuple[RoutingTable, float, list[Callable[[], None]]]] = deferToThreadPool(
             self.reactor, self._pool, self._build_timed, snapshot, generation  # type: ignore[arg-type]
         )
         d.addCallbacks(self._built, self._failed)
         d.addBoth(self._done)
 
-    def _build_timed(self, snapshot: Snapshot, generation: int) -> tuple[RoutingTable, float]:
+    def _build_timed(self, snapshot: Snapshot, generation: int) -> tuple[RoutingTable, float, list[Callable[[], None]]]:
         """
         Build with the cyclic garbage collector paused: a 10k-Ingress build
         allocates hundreds of thousands of acyclic values, and the full
@@ -95,10 +98,13 @@ class TableBuilder:
         finally:
             if collecting:
                 gc.enable()
-        return table, time.perf_counter() - started
+        commits = [prepare(table) for prepare in self.preparers]
+        return table, time.perf_counter() - started, commits
 
-    def _built(self, result: tuple[RoutingTable, float]) -> None:
-        table, seconds = result
+    def _built(self, result: tuple[RoutingTable, float, list[Callable[[], None]]]) -> None:
+        table, seconds, commits = result
+        for commit in commits:
+            commit()
         self.metrics.build_seconds.observe(seconds)
         self.metrics.table_generation.set(table.generation)
         self.metrics.set_problems([p.reason for p in table.problems])

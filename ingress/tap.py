@@ -192,7 +192,7 @@ def makeService(options: Options, reactor: Optional[Any] = None) -> IService:
         store = CertificateStore(
             metrics, load_certificate(*self_signed_certificate()), options["tls-min-version"], options["tls-ciphers"]
         )
-        live.subscribe(store.update)
+        builder.preparers.append(store.prepare)  # contexts are built on the build thread
         https = HTTPProxyFactory(live, pool, settings, metrics, reactor, scheme=b"https", listener="https")
         _listen(reactor, options["https"], TLSMemoryBIOFactory(SNIConnectionCreator(store), False, https), top, "https")
     if options["admin"]:

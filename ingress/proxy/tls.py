@@ -16,7 +16,7 @@ there aborts the handshake.
 from __future__ import annotations
 
 import datetime
-from typing import Any, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -151,7 +151,6 @@ class CertificateStore:
         self._cache: dict[tuple[SecretKey, bytes, bytes], Optional[LoadedCertificate]] = {}
         self._expiry_labels: set[SecretKey] = set()
         self._named_default: Optional[LoadedCertificate] = None
-        self._pem: dict[SecretKey, tuple[bytes, bytes]] = {}
 
     def _default_context(self, default: LoadedCertificate) -> SSL.Context:
         """The context every connection starts on; it carries the SNI callback, so it is a copy of its own."""
@@ -179,11 +178,18 @@ class CertificateStore:
         return self._wildcards.get(host[dot + 1 :]) if dot > 0 else None
 
     def update(self, table: RoutingTable) -> None:
-        """Adopt a new table's certificates (reactor thread; only changed Secrets are built)."""
+        """Adopt a new table's certificates at once (tests, and callers without a build thread)."""
+        self.prepare(table)()
+
+    def prepare(self, table: RoutingTable) -> Callable[[], None]:
+        """
+        Build contexts for the Secrets that changed (build thread: a bulk change
+        must not stall the reactor) and return the commit that swaps them in
+        (reactor thread).  Builds are serial, so only one prepare runs at a time.
+        """
         certificates = table.certificates
         loaded: dict[SecretKey, Optional[LoadedCertificate]] = {}
         cache: dict[tuple[SecretKey, bytes, bytes], Optional[LoadedCertificate]] = {}
-        self._pem = {key: (secret.cert_pem, secret.key_pem) for key, secret in certificates.secrets.items()}
         for key, secret in certificates.secrets.items():
             cache_key = (key, secret.cert_pem, secret.key_pem)
             if cache_key in self._cache:
@@ -191,18 +197,31 @@ class CertificateStore:
             else:
                 cache[cache_key] = self._load(key, secret)
             loaded[key] = cache[cache_key]
+        default = self._new_default(certificates.default, loaded, certificates.secrets)
+        exact, wildcards = self._host_maps(certificates, loaded)
         self._cache = cache
-        self._adopt_default(certificates.default, loaded)
-        self._exact, self._wildcards = self._host_maps(certificates, loaded)
-        self._export_expiry(loaded)
 
-    def _adopt_default(self, key: Optional[SecretKey], loaded: dict[SecretKey, Optional[LoadedCertificate]]) -> None:
-        """--default-certificate: once its Secret loads, it replaces the generated one (whole, never mutated)."""
+        def commit() -> None:
+            if default is not None:
+                self.default_context = default
+            self._exact, self._wildcards = exact, wildcards
+            self._export_expiry(loaded)
+
+        return commit
+
+    def _new_default(
+        self,
+        key: Optional[SecretKey],
+        loaded: dict[SecretKey, Optional[LoadedCertificate]],
+        secrets: Mapping[SecretKey, TLSSecret],
+    ) -> Optional[SSL.Context]:
+        """--default-certificate: once its Secret loads, a context of its own replaces the generated one."""
         cert = loaded.get(key) if key is not None else None
-        if cert is not None and cert is not self._named_default:
-            self._named_default = cert
-            default = load_certificate(*self._pem[key], self.min_version, self.ciphers)  # type: ignore[index]
-            self.default_context = self._default_context(default)
+        if cert is None or cert is self._named_default:
+            return None
+        self._named_default = cert
+        secret = secrets[key]  # type: ignore[index]
+        return self._default_context(load_certificate(secret.cert_pem, secret.key_pem, self.min_version, self.ciphers))
 
     def _load(self, key: SecretKey, secret: TLSSecret) -> Optional[LoadedCertificate]:
         try:
