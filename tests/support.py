@@ -136,6 +136,28 @@ class Manifests:
         self.write(f"{name}.yaml", *self.service(name, backends), self.ingress(name, host, name, path))
 
 
+def twistd_command(source: Sequence[str], http_port: int, admin_port: int, args: Sequence[str]) -> list[str]:
+    """
+    The twistd command line every test process uses: one configuration
+    source, HTTP and admin on the given loopback ports, HTTPS off unless
+    C{args} (which come last and win) turn it on.
+    """
+    return TWISTD + [
+        "--pidfile=",
+        "--logfile=-",
+        "-n",
+        "ingress",
+        *source,
+        "--http",
+        f"tcp:{http_port}:interface=127.0.0.1",
+        "--admin",
+        f"tcp:{admin_port}:interface=127.0.0.1",
+        "--https",
+        "",
+        *args,
+    ]
+
+
 class Twingress:
     """C{twistd -n ingress --manifests DIR} on free loopback ports, ready when /readyz says so."""
 
@@ -143,23 +165,9 @@ class Twingress:
         self.http_port = free_port()
         self.admin_port = free_port()
         self.log_path = log_path or manifests.parent / f"twingress-{self.http_port}.log"
-        command = TWISTD + [
-            "--pidfile=",
-            "--logfile=-",
-            "-n",
-            "ingress",
-            "--manifests",
-            str(manifests),
-            "--poll-interval",
-            "0.2",
-            "--http",
-            f"tcp:{self.http_port}:interface=127.0.0.1",
-            "--admin",
-            f"tcp:{self.admin_port}:interface=127.0.0.1",
-            "--https",
-            "",  # off unless a test asks for it (args come after and win)
-            *args,
-        ]
+        command = twistd_command(
+            ["--manifests", str(manifests), "--poll-interval", "0.2"], self.http_port, self.admin_port, args
+        )
         self._log = open(self.log_path, "wb")
         self.process = subprocess.Popen(command, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
         try:

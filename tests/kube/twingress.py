@@ -39,7 +39,7 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from tests.support import ROOT, TWISTD, EchoBackend, Twingress, free_port
+from tests.support import ROOT, EchoBackend, Twingress, free_port, twistd_command
 
 INGRESS_CLASS = "twingress"
 CONTROLLER = "twingress.io/ingress-controller"
@@ -144,21 +144,7 @@ class KubeTwingress(Twingress):
         self.admin_port = free_port()
         self.log_path = log_path
         self.args = args
-        command = TWISTD + [
-            "--pidfile=",
-            "--logfile=-",
-            "-n",
-            "ingress",
-            "--kubeconfig",
-            str(self.kubeconfig),
-            "--http",
-            f"tcp:{self.http_port}:interface=127.0.0.1",
-            "--admin",
-            f"tcp:{self.admin_port}:interface=127.0.0.1",
-            "--https",
-            "",  # off unless a test asks for it (args come after and win)
-            *args,
-        ]
+        command = twistd_command(["--kubeconfig", str(self.kubeconfig)], self.http_port, self.admin_port, args)
         self.command = command
         self._log = open(self.log_path, "wb")
         self.process = subprocess.Popen(command, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
