@@ -12,7 +12,8 @@ https=${HTTPS:-tcp:8443:interface=127.0.0.1}
 
 pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT          # once: a second SIGTERM would make twistd log a double reactor stop
+trap 'exit 130' INT TERM
 
 "$py" -m ingress.echo --listen tcp:8081:interface=127.0.0.1 --name echo-pod-a & pids+=($!)
 "$py" -m ingress.echo --listen tcp:8081:interface=127.0.0.2 --name echo-pod-b & pids+=($!)
