@@ -23,6 +23,7 @@ from ingress.builder import TableBuilder
 from ingress.live import LiveTable
 from ingress.metrics import Metrics
 from ingress.model import CONTROLLER_NAME, DEFAULT_CLASS_NAME, ClusterState
+from ingress.proxy.front import TLSFrontFactory
 from ingress.proxy.http import HTTPProxyFactory
 from ingress.proxy.settings import ProxySettings
 from ingress.proxy.tls import MODERN_CIPHERS, CertificateStore, SNIConnectionCreator, load_certificate, self_signed_certificate
@@ -194,7 +195,9 @@ def makeService(options: Options, reactor: Optional[Any] = None) -> IService:
         )
         builder.preparers.append(store.prepare)  # contexts are built on the build thread
         https = HTTPProxyFactory(live, pool, settings, metrics, reactor, scheme=b"https", listener="https")
-        _listen(reactor, options["https"], TLSMemoryBIOFactory(SNIConnectionCreator(store), False, https), top, "https")
+        terminate = TLSMemoryBIOFactory(SNIConnectionCreator(store), False, https)
+        front = TLSFrontFactory(terminate, live, pool, reactor, settings.header_timeout)
+        _listen(reactor, options["https"], front, top, "https")
     if options["admin"]:
         _listen(reactor, options["admin"], admin.site(), top, "admin")
     return top

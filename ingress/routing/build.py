@@ -29,7 +29,7 @@ from ingress.model import (
     ServiceBackendPort,
     ServicePort,
 )
-from ingress.routing.certs import build_certificates, tls_hosts, with_tls_options
+from ingress.routing.certs import build_certificates, passthrough_upstreams, tls_hosts, with_tls_options
 from ingress.routing.table import HostRoutes, Route, RoutingTable, Upstream
 
 LEGACY_CLASS_ANNOTATION = "kubernetes.io/ingress.class"
@@ -59,10 +59,12 @@ def build(
         routes.add_rules(ingress)
     default_route = routes.default_route(ingresses)
     certificates, tls_problems = build_certificates(state, ingresses, default_certificate)
+    hosts, wildcards = _freeze(routes.hosts), _freeze(routes.wildcards)
     return RoutingTable(
         generation=generation,
-        hosts=_freeze(routes.hosts),
-        wildcards=_freeze(routes.wildcards),
+        hosts=hosts,
+        wildcards=wildcards,
+        passthrough=passthrough_upstreams(ingresses, hosts, wildcards),
         any_host=routes.any_host.freeze() if routes.any_host.routes else None,
         default_route=default_route,
         problems=_sorted_problems(state.problems) + _sorted_problems(set(routes.problems) | set(tls_problems)),

@@ -11,10 +11,10 @@ certificate it rejects falls back to the default certificate there.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 from ingress.model import ClusterState, Ingress, ObjectRef, Problem, TLSSecret
-from ingress.routing.route import Route
+from ingress.routing.route import Route, Upstream
 
 SecretKey = tuple[str, str]
 
@@ -114,3 +114,26 @@ def with_tls_options(route: Route, ingress: Ingress, host: str, secured: frozens
     if not redirect and not hsts:
         return route
     return replace(route, redirect_https=redirect, hsts=hsts)
+
+
+SSL_PASSTHROUGH_ANNOTATION = "twingress.io/ssl-passthrough"
+
+
+def passthrough_upstreams(ingresses: Iterable[Ingress], hosts: Mapping[str, Any], wildcards: Mapping[str, Any]) -> dict[str, Upstream]:
+    """
+    Hosts whose TLS is passed through raw: C{twingress.io/ssl-passthrough: "true"}
+    sends the host's connections to the backend of its C{/} rule, chosen by the
+    SNI name alone (nothing of HTTP is visible).  Keys are hosts or "*.suffix".
+    """
+    passthrough: dict[str, Upstream] = {}
+    for ingress in ingresses:
+        if ingress.meta.annotations.get(SSL_PASSTHROUGH_ANNOTATION, "").lower() != "true":
+            continue
+        for rule in ingress.rules:
+            if not rule.host or rule.host in passthrough:
+                continue
+            routes = wildcards.get(rule.host[2:]) if rule.host.startswith("*.") else hosts.get(rule.host)
+            route = routes.match("/") if routes is not None else None
+            if route is not None and route.source == ingress.ref:
+                passthrough[rule.host] = route.upstream
+    return passthrough

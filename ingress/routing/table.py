@@ -64,6 +64,14 @@ class RoutingTable:
     default_route: Optional[Route] = None
     problems: tuple[Problem, ...] = ()
     certificates: "CertificateTable" = field(default_factory=lambda: EMPTY_CERTIFICATES)
+    passthrough: Mapping[str, Upstream] = field(default_factory=dict)
+
+    def passthrough_for(self, host: str) -> Optional[Upstream]:
+        """The upstream that gets this SNI name's raw TLS, if its host is passed through."""
+        upstream = self.passthrough.get(host)
+        if upstream is None and "." in host:
+            upstream = self.passthrough.get("*." + host.split(".", 1)[1])
+        return upstream
 
     def host_routes(self, host: str) -> Optional[HostRoutes]:
         """The rules that own C{host} (already normalised): exact beats wildcard beats host-less."""
@@ -123,6 +131,7 @@ class RoutingTable:
                 **{h: "/".join(k) for h, k in sorted(self.certificates.exact.items())},
                 **{"*." + h: "/".join(k) for h, k in sorted(self.certificates.wildcards.items())},
             },
+            "passthrough": {h: u.key for h, u in sorted(self.passthrough.items())},
             "problems": [
                 {"object": str(p.ref), "reason": p.reason, "message": p.message} for p in self.problems
             ],
