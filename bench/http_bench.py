@@ -18,13 +18,12 @@ import argparse
 import http.client
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -32,6 +31,7 @@ import cpuload  # noqa: E402
 import procs  # noqa: E402
 import targets  # noqa: E402
 import wrk  # noqa: E402
+from harness import Harness, install_signal_handlers  # noqa: E402
 from report import DIRECT, IDLE_LIMIT, NGINX, REPO, TWINGRESS, TargetResult, finish  # noqa: E402
 
 
@@ -83,14 +83,6 @@ def check_environment(args: argparse.Namespace) -> None:
     if len(wanted) != 2 or not wanted <= allowed:
         raise BenchFailed(f"need two distinct CPUs from {sorted(allowed)} for --proxy-cpu "
                           f"and --load-cpu, got {args.proxy_cpu} and {args.load_cpu}")
-
-
-def install_signal_handlers() -> None:
-    """SIGTERM and SIGHUP unwind like Ctrl-C does, so every child is stopped."""
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-    signal.signal(signal.SIGTERM, interrupt)
-    signal.signal(signal.SIGHUP, interrupt)
 
 
 # --- one target ---------------------------------------------------------------------------
@@ -155,26 +147,12 @@ def measure(args: argparse.Namespace, name: str, proc: procs.Proc, port: int) ->
 
 # --- the run ------------------------------------------------------------------------------
 
-class Bench:
-    """Owns the temp dir and the children (through the caller's ExitStack)."""
+class Bench(Harness):
+    """The HTTP comparison: direct backend, nginx proxy, twingress."""
 
     def __init__(self, args: argparse.Namespace, stack: ExitStack, workdir: Path) -> None:
-        self.args = args
-        self.stack = stack
-        self.workdir = workdir
+        super().__init__(args, stack, workdir)
         self.background: dict[str, float] = {}
-
-    def spawn(self, name: str, argv: list[str], port: int, cpu: int,
-              env: Optional[dict[str, str]] = None) -> procs.Proc:
-        """Start a child pinned to C{cpu}, register its cleanup, wait for it to listen."""
-        proc = procs.start(name, argv, self.workdir, cpu, env=env, cwd=REPO)
-        self.stack.callback(procs.stop, proc)
-        procs.wait_for_port(proc, port, self.args.start_timeout)
-        return proc
-
-    def nginx(self, name: str, conf: str, port: int, cpu: int) -> procs.Proc:
-        argv = [self.args.nginx, *targets.write_nginx_conf(self.workdir, name, conf)]
-        return self.spawn(name, argv, port, cpu)
 
     def twingress(self, port: int, backend_port: int) -> procs.Proc:
         manifests = self.workdir / "manifests"
@@ -215,15 +193,6 @@ class Bench:
         if backend.popen.poll() is not None:
             raise BenchFailed(f"the backend exited during the run:\n{backend.tail()}")
         return results
-
-    def keep_logs(self, into: Path) -> None:
-        """Copy the children's logs, the nginx configs and the manifests out of the temp dir."""
-        into.mkdir(parents=True, exist_ok=True)
-        for path in [*self.workdir.glob("*.log"), *self.workdir.glob("*.conf")]:
-            shutil.copy(path, into / path.name)
-        if (self.workdir / "manifests").is_dir():
-            shutil.copytree(self.workdir / "manifests", into / "manifests", dirs_exist_ok=True)
-
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)

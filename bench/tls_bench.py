@@ -25,7 +25,6 @@ import json
 import os
 import platform
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -45,6 +44,7 @@ import procs  # noqa: E402
 import targets  # noqa: E402
 import tls_handshakes  # noqa: E402
 import wrk  # noqa: E402
+from harness import Harness, install_signal_handlers  # noqa: E402
 from report import IDLE_LIMIT, REPO, environment  # noqa: E402
 
 from cryptography import x509  # noqa: E402
@@ -326,25 +326,14 @@ def rss_mib(pid: int) -> Optional[float]:
     return None
 
 
-class Bench:
+class Bench(Harness):
+    """The TLS comparison: handshakes and keep-alive HTTPS against nginx, SNI with 1 vs 10k certificates."""
+
     def __init__(self, args: argparse.Namespace, stack: ExitStack, workdir: Path) -> None:
-        self.args = args
-        self.stack = stack
-        self.workdir = workdir
+        super().__init__(args, stack, workdir)
         self.cpus = [args.proxy_cpu, args.load_cpu]
 
     # processes
-
-    def spawn(self, name: str, argv: list[str], port: int, cpu: int,
-              env: Optional[dict[str, str]] = None) -> procs.Proc:
-        proc = procs.start(name, argv, self.workdir, cpu, env=env, cwd=REPO)
-        self.stack.callback(procs.stop, proc)
-        procs.wait_for_port(proc, port, self.args.start_timeout)
-        return proc
-
-    def nginx(self, name: str, conf: str, port: int, cpu: int) -> procs.Proc:
-        return self.spawn(name, [self.args.nginx, *targets.write_nginx_conf(self.workdir, name,
-                                                                             conf)], port, cpu)
 
     def twingress(self, name: str, manifests: Path, port: int, admin_port: int) -> procs.Proc:
         argv = [a.replace("{admin_port}", str(admin_port)) for a in targets.twingress_argv(
@@ -530,12 +519,6 @@ class Bench:
             raise BenchFailed(f"the backend exited during the run:\n{backend.tail()}")
         return main, sni
 
-    def keep_logs(self, into: Path) -> None:
-        into.mkdir(parents=True, exist_ok=True)
-        for path in [*self.workdir.glob("*.log"), *self.workdir.glob("*.conf")]:
-            shutil.copy(path, into / path.name)
-
-
 # --- report -----------------------------------------------------------------------------
 
 def _fmt(value: Optional[float], spec: str, suffix: str = "") -> str:
@@ -649,13 +632,6 @@ def _pyopenssl_version() -> str:
     """The OpenSSL twingress uses (pyOpenSSL's, through cryptography), not the system one."""
     from OpenSSL import SSL
     return SSL.SSLeay_version(SSL.SSLEAY_VERSION).decode()
-
-
-def install_signal_handlers() -> None:
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-    signal.signal(signal.SIGTERM, interrupt)
-    signal.signal(signal.SIGHUP, interrupt)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

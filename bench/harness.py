@@ -1,0 +1,56 @@
+"""
+What every side-by-side benchmark here shares: its children (started pinned,
+stopped through the caller's ExitStack) and its logs, and signals that unwind
+like Ctrl-C so no child is left behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any, Optional
+
+import procs
+import targets
+from report import REPO
+
+
+def install_signal_handlers() -> None:
+    """SIGTERM and SIGHUP unwind like Ctrl-C does, so every child is stopped."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGHUP, interrupt)
+
+
+class Harness:
+    """Owns the temp dir and the children (through the caller's ExitStack)."""
+
+    def __init__(self, args: argparse.Namespace, stack: ExitStack, workdir: Path) -> None:
+        self.args = args
+        self.stack = stack
+        self.workdir = workdir
+
+    def spawn(self, name: str, argv: list[str], port: int, cpu: int, env: Optional[dict[str, str]] = None) -> procs.Proc:
+        """Start a child pinned to C{cpu}, register its cleanup, wait for it to listen."""
+        proc = procs.start(name, argv, self.workdir, cpu, env=env, cwd=REPO)
+        self.stack.callback(procs.stop, proc)
+        procs.wait_for_port(proc, port, self.args.start_timeout)
+        return proc
+
+    def nginx(self, name: str, conf: str, port: int, cpu: int) -> procs.Proc:
+        argv = [self.args.nginx, *targets.write_nginx_conf(self.workdir, name, conf)]
+        return self.spawn(name, argv, port, cpu)
+
+    def keep_logs(self, into: Path) -> None:
+        """Copy the children's logs, the nginx configs and the manifests out of the temp dir."""
+        into.mkdir(parents=True, exist_ok=True)
+        for path in [*self.workdir.glob("*.log"), *self.workdir.glob("*.conf")]:
+            shutil.copy(path, into / path.name)
+        if (self.workdir / "manifests").is_dir():
+            shutil.copytree(self.workdir / "manifests", into / "manifests", dirs_exist_ok=True)
