@@ -10,6 +10,8 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from tests.kube.twingress import gone
+
 pytestmark = pytest.mark.kube
 
 POLL_TIMEOUT = 60.0
@@ -24,16 +26,6 @@ def wait_for(predicate, what: str, timeout: float = POLL_TIMEOUT, interval: floa
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(interval)
-
-
-def gone(read) -> bool:
-    try:
-        read()
-    except ApiException as e:
-        if e.status == 404:
-            return True
-        raise
-    return False
 
 
 @pytest.fixture

@@ -368,7 +368,7 @@ class Kube:
         current = self.networking.read_ingress_class(name)
         if current.spec.controller != controller:
             self.delete_ingress_class(name)
-            wait_until(lambda: self._gone(lambda: self.networking.read_ingress_class(name)), 30, f"IngressClass {name} deleted")
+            wait_until(lambda: gone(lambda: self.networking.read_ingress_class(name)), 30, f"IngressClass {name} deleted")
             return self._dict(self.networking.create_ingress_class(body))
         body["metadata"]["resourceVersion"] = current.metadata.resource_version
         return self._dict(self.networking.replace_ingress_class(name, body))
@@ -431,7 +431,7 @@ class Kube:
         return self._dict(self.networking.read_namespaced_ingress(name, namespace))
 
     def ingress_exists(self, namespace: str, name: str) -> bool:
-        return not self._gone(lambda: self.networking.read_namespaced_ingress(name, namespace))
+        return not gone(lambda: self.networking.read_namespaced_ingress(name, namespace))
 
     # ConfigMaps (churn that moves resourceVersions on)
 
@@ -447,15 +447,17 @@ class Kube:
     def _dict(self, obj: Any) -> dict:
         return self.api.sanitize_for_serialization(obj)
 
-    @staticmethod
-    def _gone(read: Callable[[], Any]) -> bool:
-        try:
-            read()
-        except ApiException as e:
-            if e.status == 404:
-                return True
-            raise
-        return False
+
+
+def gone(read: Callable[[], Any]) -> bool:
+    """True when reading the object answers 404; any other error is raised."""
+    try:
+        read()
+    except ApiException as e:
+        if e.status == 404:
+            return True
+        raise
+    return False
 
 
 def _ignore_404(call: Callable[[], Any]) -> None:
