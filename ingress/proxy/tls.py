@@ -177,10 +177,6 @@ class CertificateStore:
         dot = host.find(".")
         return self._wildcards.get(host[dot + 1 :]) if dot > 0 else None
 
-    def update(self, table: RoutingTable) -> None:
-        """Adopt a new table's certificates at once (tests, and callers without a build thread)."""
-        self.prepare(table)()
-
     def prepare(self, table: RoutingTable) -> Callable[[], None]:
         """
         Build contexts for the Secrets that changed (build thread: a bulk change

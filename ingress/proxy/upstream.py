@@ -356,16 +356,3 @@ class UpstreamPool:
             idle.remove(connection)
             if not idle:
                 del self._idle[connection.address]
-
-    def close_idle(self) -> None:
-        """Close every pooled connection (shutdown, tests)."""
-        for idle in list(self._idle.values()):
-            for connection in list(idle):
-                connection.transport.loseConnection()
-        self._idle.clear()
-        if self._sweeper is not None and self._sweeper.active():
-            self._sweeper.cancel()
-        self._sweeper = None
-
-    def idle_count(self) -> int:
-        return sum(len(v) for v in self._idle.values())
