@@ -47,7 +47,9 @@ from ingress.model import (
     IngressClass,
     IngressRule,
     IngressTLS,
+    Node,
     ObjectMeta,
+    Pod,
     Service,
     ServiceBackendPort,
     ServicePort,
@@ -152,7 +154,22 @@ def parse_ingress(obj: Mapping[str, Any], meta: ObjectMeta) -> Ingress:
         raise _required("spec", "either defaultBackend or rules must be specified")
     tls = tuple(_parse_tls(t, f"spec.tls[{i}]") for i, t in enumerate(_list(spec.get("tls"), "spec.tls")))
     class_name = _str(spec.get("ingressClassName"), "spec.ingressClassName") or None
-    return Ingress(meta, class_name, default_backend, rules, tls)
+    return Ingress(meta, class_name, default_backend, rules, tls, _load_balancer(obj.get("status")))
+
+
+def _load_balancer(status: Any) -> tuple[str, ...]:
+    """C{status.loadBalancer.ingress} as its ip or hostname strings; the status controller compares these."""
+    balancer = _mapping(_mapping(status, "status").get("loadBalancer"), "status.loadBalancer")
+    entries = _list(balancer.get("ingress"), "status.loadBalancer.ingress")
+    addresses = []
+    for i, entry in enumerate(entries):
+        item = _mapping(entry, f"status.loadBalancer.ingress[{i}]")
+        address = _str(item.get("ip"), f"status.loadBalancer.ingress[{i}].ip") or _str(
+            item.get("hostname"), f"status.loadBalancer.ingress[{i}].hostname"
+        )
+        if address:
+            addresses.append(address)
+    return tuple(addresses)
 
 
 def parse_ingress_class(obj: Mapping[str, Any], meta: ObjectMeta) -> IngressClass:
@@ -279,3 +296,25 @@ def parse_secret(obj: Mapping[str, Any], meta: ObjectMeta) -> Optional[TLSSecret
     if _str(obj.get("type"), "type", "Opaque") != TLS_SECRET_TYPE:
         return None
     return TLSSecret(meta, _secret_value(obj, "tls.crt"), _secret_value(obj, "tls.key"))
+
+
+# -- v1 Pod and Node: only our own pods and their nodes, for the Ingress status addresses
+
+
+def parse_pod(obj: Mapping[str, Any], meta: ObjectMeta) -> Pod:
+    """Where a pod runs and whether it is Ready (only then does it receive traffic)."""
+    spec, status = _mapping(obj.get("spec"), "spec"), _mapping(obj.get("status"), "status")
+    conditions = _list(status.get("conditions"), "status.conditions")
+    ready = any(
+        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True" for c in conditions
+    )
+    return Pod(meta, _str(spec.get("nodeName"), "spec.nodeName"), _str(status.get("hostIP"), "status.hostIP"), ready)
+
+
+def parse_node(obj: Mapping[str, Any], meta: ObjectMeta) -> Node:
+    status = _mapping(obj.get("status"), "status")
+    addresses = []
+    for i, entry in enumerate(_list(status.get("addresses"), "status.addresses")):
+        item = _mapping(entry, f"status.addresses[{i}]")
+        addresses.append((_str(item.get("type"), f"status.addresses[{i}].type"), _str(item.get("address"), f"status.addresses[{i}].address")))
+    return Node(meta, tuple(addresses))

@@ -37,6 +37,17 @@ class ObjectRef:
 
 
 @dataclass(frozen=True, slots=True)
+class OwnerReference:
+    """An C{ownerReferences} entry: who garbage-collects the object, and whether it is the managing controller."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+    controller: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ObjectMeta:
     """The metadata fields we use; C{creation_timestamp} is RFC 3339 text (sorts as time)."""
 
@@ -48,6 +59,11 @@ class ObjectMeta:
     creation_timestamp: str = ""
     labels: Mapping[str, str] = field(default_factory=dict, compare=False)
     annotations: Mapping[str, str] = field(default_factory=dict, compare=False)
+    owner_references: tuple[OwnerReference, ...] = field(default=(), compare=False)
+
+    def controller_ref(self) -> Optional[OwnerReference]:
+        """The owner with C{controller: true}, if any (the API allows at most one)."""
+        return next((o for o in self.owner_references if o.controller), None)
 
     def age_key(self) -> tuple[str, str, str]:
         """Oldest first, then namespace/name: the order that decides every conflict."""
@@ -101,6 +117,7 @@ class Ingress:
     default_backend: Optional[IngressBackend]
     rules: tuple[IngressRule, ...]
     tls: tuple[IngressTLS, ...] = ()
+    load_balancer: tuple[str, ...] = ()  # status.loadBalancer.ingress: each entry's ip or hostname
 
     @property
     def ref(self) -> ObjectRef:
@@ -168,6 +185,24 @@ class TLSSecret:
     meta: ObjectMeta
     cert_pem: bytes
     key_pem: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    """What the status controller needs of one of our own pods: where it runs and whether it serves."""
+
+    meta: ObjectMeta
+    node_name: str
+    host_ip: str
+    ready: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A node's addresses as (type, address) pairs, in the API's order (ExternalIP, InternalIP, Hostname...)."""
+
+    meta: ObjectMeta
+    addresses: tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional
 
-from ingress._fields import ParseError, _int, _mapping, _required, _str, _string_map, _timestamp, parse_host
+from ingress._fields import ParseError, _int, _list, _mapping, _required, _str, _string_map, _timestamp, parse_host
 from ingress._parse_kinds import (
     ADDRESS_TYPES,
     PATH_TYPES,
@@ -31,10 +31,12 @@ from ingress._parse_kinds import (
     parse_endpoint_slice,
     parse_ingress,
     parse_ingress_class,
+    parse_node,
+    parse_pod,
     parse_secret,
     parse_service,
 )
-from ingress.model import ClusterState, ObjectMeta, ObjectRef, Problem
+from ingress.model import ClusterState, ObjectMeta, ObjectRef, OwnerReference, Problem
 
 __all__ = [
     "ADDRESS_TYPES",
@@ -54,6 +56,8 @@ __all__ = [
     "parse_ingress",
     "parse_ingress_class",
     "parse_meta",
+    "parse_node",
+    "parse_pod",
     "parse_object",
     "parse_secret",
     "parse_service",
@@ -80,6 +84,21 @@ def parse_meta(obj: Mapping[str, Any], *, namespaced: bool = True) -> ObjectMeta
         creation_timestamp=_timestamp(meta.get("creationTimestamp"), "metadata.creationTimestamp"),
         labels=_string_map(meta.get("labels"), "metadata.labels"),
         annotations=_string_map(meta.get("annotations"), "metadata.annotations"),
+        owner_references=tuple(
+            _owner_reference(o, f"metadata.ownerReferences[{i}]")
+            for i, o in enumerate(_list(meta.get("ownerReferences"), "metadata.ownerReferences"))
+        ),
+    )
+
+
+def _owner_reference(value: Any, path: str) -> OwnerReference:
+    item = _mapping(value, path)
+    return OwnerReference(
+        api_version=_str(item.get("apiVersion"), f"{path}.apiVersion"),
+        kind=_str(item.get("kind"), f"{path}.kind"),
+        name=_str(item.get("name"), f"{path}.name"),
+        uid=_str(item.get("uid"), f"{path}.uid"),
+        controller=item.get("controller") is True,
     )
 
 
@@ -98,7 +117,7 @@ class Kind:
     api_version: str
     kind: str
     parse: Callable[[Mapping[str, Any], ObjectMeta], Any]
-    state_field: str
+    state_field: Optional[str]  # None: watched for the controllers, not part of a ClusterState
     keyed: bool = False  # a Mapping keyed by (namespace, name) instead of a tuple
     namespaced: bool = True
 
@@ -111,6 +130,8 @@ KINDS: dict[tuple[str, str], Kind] = {
         Kind("v1", "Service", parse_service, "services", keyed=True),
         Kind("discovery.k8s.io/v1", "EndpointSlice", parse_endpoint_slice, "endpoint_slices"),
         Kind("v1", "Secret", parse_secret, "secrets", keyed=True),
+        Kind("v1", "Pod", parse_pod, None),
+        Kind("v1", "Node", parse_node, None, namespaced=False),
     )
 }
 """Every (apiVersion, kind) we parse; objects of any other kind are ignored."""
@@ -179,7 +200,7 @@ def collect(outcomes: Iterable[tuple[Kind, Any]]) -> ClusterState:
     for handler, value in outcomes:
         if isinstance(value, Problem):
             problems.append(value)
-        elif value is None:
+        elif value is None or handler.state_field is None:
             continue
         elif handler.keyed:
             fields.setdefault(handler.state_field, {})[(value.meta.namespace, value.meta.name)] = value

@@ -18,6 +18,7 @@ from ingress.model import (
     IngressBackend,
     IngressRule,
     ObjectRef,
+    OwnerReference,
     ServiceBackendPort,
     ServicePort,
 )
@@ -503,8 +504,56 @@ def test_kinds_handled() -> None:
         ("v1", "Service"),
         ("discovery.k8s.io/v1", "EndpointSlice"),
         ("v1", "Secret"),
+        ("v1", "Pod"),
+        ("v1", "Node"),
     }
-    assert {k.state_field for k in KINDS.values()} <= set(ClusterState.__dataclass_fields__)
+    assert {k.state_field for k in KINDS.values() if k.state_field} <= set(ClusterState.__dataclass_fields__)
+
+
+def test_controller_only_kinds_stay_out_of_the_snapshot() -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "n"}, "spec": {"nodeName": "a"}}
+    assert state_from_objects([pod]) == ClusterState()
+
+
+def test_owner_references_and_controller_ref() -> None:
+    obj = service()
+    obj["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "name": "d", "uid": "u1"},
+        {"apiVersion": "v1", "kind": "Service", "name": "web", "uid": "u2", "controller": True},
+    ]
+    meta = parse_object(obj).meta
+    assert [o.uid for o in meta.owner_references] == ["u1", "u2"]
+    assert meta.controller_ref() == OwnerReference("v1", "Service", "web", "u2", controller=True)
+
+
+def test_ingress_status_addresses() -> None:
+    obj = ingress(rule("a.example"))
+    obj["status"] = {"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}, {"hostname": "lb.example.com"}, {}]}}
+    assert parse_object(obj).load_balancer == ("192.0.2.1", "lb.example.com")
+    assert parse_object(ingress(rule())).load_balancer == ()
+
+
+def test_pod_ready_and_node_addresses() -> None:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "n"},
+        "spec": {"nodeName": "edge-1"},
+        "status": {"hostIP": "10.0.0.5", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    parsed = parse_object(pod)
+    assert (parsed.node_name, parsed.host_ip, parsed.ready) == ("edge-1", "10.0.0.5", True)
+    pod["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    assert parse_object(pod).ready is False
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "edge-1"},
+        "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.5"}, {"type": "ExternalIP", "address": "203.0.113.9"}]},
+    }
+    parsed = parse_object(node)
+    assert parsed.meta.namespace == ""
+    assert parsed.addresses == (("InternalIP", "10.0.0.5"), ("ExternalIP", "203.0.113.9"))
 
 
 @pytest.mark.parametrize(
