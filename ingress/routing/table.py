@@ -15,6 +15,7 @@ from typing import Any, Mapping, Optional
 from ingress.model import Problem
 from ingress.routing.certs import EMPTY_CERTIFICATES, CertificateTable
 from ingress.routing.route import Route, Upstream
+from ingress.routing.streams import StreamRoute
 
 __all__ = ["EMPTY_TABLE", "HostRoutes", "Route", "RoutingTable", "Upstream", "normalize_host"]
 
@@ -65,6 +66,7 @@ class RoutingTable:
     problems: tuple[Problem, ...] = ()
     certificates: "CertificateTable" = field(default_factory=lambda: EMPTY_CERTIFICATES)
     passthrough: Mapping[str, Upstream] = field(default_factory=dict)
+    streams: Mapping[tuple[str, int], "StreamRoute"] = field(default_factory=dict)  # (protocol, port) → route
 
     def passthrough_for(self, host: str) -> Optional[Upstream]:
         """The upstream that gets this SNI name's raw TLS, if its host is passed through."""
