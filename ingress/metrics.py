@@ -66,6 +66,28 @@ class Metrics:
         self.kube_watch_restarts = Counter(
             "twingress_kube_watch_restarts", "Watches that ended and were re-established, by kind", ["kind"], registry=r
         )
+        # Stream listeners (TCP and UDP): labelled by route ("namespace/name"), so bounded by the objects.
+        self.stream_connections = Counter(
+            "twingress_stream_connections", "TCP connections or UDP sessions opened, by route and protocol", ["route", "protocol"], registry=r
+        )
+        self.stream_active = Gauge(
+            "twingress_stream_active", "TCP connections or UDP sessions open now, by route and protocol", ["route", "protocol"], registry=r
+        )
+        self.stream_bytes = Counter(
+            "twingress_stream_bytes",
+            "Bytes relayed, by route, protocol and direction (upstream: client to upstream; downstream: back)",
+            ["route", "protocol", "direction"],
+            registry=r,
+        )
+        self.stream_upstream_errors = Counter(
+            "twingress_stream_upstream_errors", "Stream upstream failures, by route, protocol and reason", ["route", "protocol", "reason"], registry=r
+        )
+        self.stream_dropped = Counter(
+            "twingress_stream_udp_dropped", "UDP datagrams dropped, by route and reason", ["route", "reason"], registry=r
+        )
+        self.stream_listener_errors = Counter(
+            "twingress_stream_listener_errors", "Stream listeners that failed to open, by protocol and port", ["protocol", "port"], registry=r
+        )
         self._problem_reasons: set[str] = set()
 
     def set_problems(self, reasons: list[str]) -> None:
