@@ -27,6 +27,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
@@ -43,6 +44,9 @@ SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 CONTROLLERS = "garbagecollector,namespace,serviceaccount-token,serviceaccount"
 
 LOG_TAIL_LINES = 40
+
+CRDS = (REPO_ROOT / "k8s" / "streamingress-crd.yaml",)
+"""Installed at start, from the files we ship (one source of truth for the schema)."""
 
 
 class ClusterStartError(RuntimeError):
@@ -330,6 +334,11 @@ class KubeCluster:
                 self._controller_manager_healthy, "healthy", self.start_timeout
             )
             self.startup_seconds["kube-controller-manager"] = time.monotonic() - t
+
+            t = time.monotonic()
+            for crd in CRDS:
+                self.install_crd(crd)
+            self.startup_seconds["crds"] = time.monotonic() - t
         except BaseException:
             self.stop()
             raise
@@ -364,6 +373,30 @@ class KubeCluster:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+    def install_crd(self, path: Path) -> None:
+        """Create the CustomResourceDefinition in C{path} and wait until it is Established
+        (before that, its resource answers 404)."""
+        body = yaml.safe_load(path.read_text())
+        request = urllib.request.Request(
+            self.server + "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with _urlopen(request, context=self.admin_ssl_context(), timeout=10):
+                pass
+        except urllib.error.HTTPError as error:
+            raise ClusterStartError(f"CRD {path.name} rejected: {error.code} {error.read()[:2000]!r}") from None
+        url = f"{self.server}/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{body['metadata']['name']}"
+
+        def established() -> bool:
+            with _urlopen(url, context=self.admin_ssl_context()) as response:
+                conditions = (json.load(response).get("status") or {}).get("conditions") or []
+            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+        assert self._apiserver is not None
+        self._apiserver.wait_until(established, f"CRD {body['metadata']['name']} established", self.start_timeout)
 
     # -- etcd ---------------------------------------------------------------------------------
 
