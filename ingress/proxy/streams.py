@@ -1,0 +1,208 @@
+# -*- test-case-name: tests.proxy.test_tcp_streams -*-
+"""
+The stream listener manager: keeps one listening socket per (protocol, port)
+of the live table's C{streams}.
+
+On every table it compares the routes with the open listeners: a new key is
+opened, a changed route moves the listener's traffic (its factory or
+protocol gets the new route: new connections and sessions follow it, open
+ones keep theirs), a removed key stops listening at once and its remaining
+connections are cut off after the drain timeout.  A port that cannot be
+bound is logged once, counted, and remembered in L{failures} (for
+/debug/routes and the StreamIngress status); the other listeners are not
+affected, and binding is tried again with each new table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Union
+
+from twisted.internet.endpoints import quoteStringArgument, serverFromString
+from twisted.internet.error import CannotListenError
+from twisted.logger import Logger
+
+from ingress.metrics import Metrics
+from ingress.proxy.tcp import TCPStreamFactory
+from ingress.proxy.udp import DEFAULT_MAX_SESSIONS, UDPStreamListener
+from ingress.proxy.upstream import UpstreamPool
+from ingress.routing.streams import TCP, StreamRoute
+from ingress.routing.table import RoutingTable
+
+log = Logger()
+
+Key = tuple[str, int]
+Handler = Union[TCPStreamFactory, UDPStreamListener]
+
+
+@dataclass
+class _Listener:
+    route: StreamRoute
+    handler: Handler
+    port: Any  # IListeningPort
+
+
+@dataclass
+class _Draining:
+    key: Key
+    listener: _Listener
+    timer: Any  # IDelayedCall
+
+
+class StreamListeners:
+    """Opens, moves and closes the stream listeners as tables arrive (reactor thread only)."""
+
+    def __init__(
+        self,
+        reactor: Any,
+        pool: UpstreamPool,
+        metrics: Metrics,
+        interface: str = "",
+        drain_timeout: float = 30.0,
+        max_udp_sessions: int = DEFAULT_MAX_SESSIONS,
+    ) -> None:
+        self.reactor = reactor
+        self.pool = pool
+        self.metrics = metrics
+        self.interface = interface
+        self.drain_timeout = drain_timeout
+        self.max_udp_sessions = max_udp_sessions
+        self.listeners: dict[Key, _Listener] = {}
+        self.failures: dict[Key, str] = {}
+        self._draining: dict[int, _Draining] = {}
+
+    def apply(self, table: RoutingTable) -> None:
+        """Make the listeners match C{table.streams} (a L{LiveTable} listener)."""
+        self.update(table.streams)
+
+    def update(self, streams: Mapping[Key, StreamRoute]) -> None:
+        for key in [k for k in self.listeners if k not in streams]:
+            self._close(key)
+        for key in [k for k in self.failures if k not in streams]:
+            del self.failures[key]
+        for key, route in streams.items():
+            listener = self.listeners.get(key)
+            if listener is None:
+                self._open(key, route)
+            elif listener.route != route:
+                listener.route = listener.handler.route = route
+
+    def _open(self, key: Key, route: StreamRoute) -> None:
+        if self._revive(key, route):
+            return
+        try:
+            handler, port = self._listen(route)
+        except CannotListenError as error:
+            self._failed(key, route, str(error.socketError or error))
+            return
+        if self.failures.pop(key, None) is not None:
+            log.info("stream listener {protocol}:{port} ({route}) is open now", protocol=key[0], port=key[1], route=route.name)
+        self.listeners[key] = _Listener(route, handler, port)
+
+    def _listen(self, route: StreamRoute) -> tuple[Handler, Any]:
+        """Bind one listener; raises CannotListenError."""
+        if route.protocol == TCP:
+            factory = TCPStreamFactory(route, self.pool, self.metrics, self.reactor)
+            return factory, self._listen_tcp(route.port, factory)
+        listener = UDPStreamListener(route, self.pool, self.metrics, self.reactor, self.max_udp_sessions)
+        return listener, self.reactor.listenUDP(route.port, listener, interface=self.interface, maxPacketSize=65535)
+
+    def _listen_tcp(self, port: int, factory: TCPStreamFactory) -> Any:
+        """
+        serverFromString(...).listen() with the result taken synchronously:
+        the TCP endpoints bind before returning their Deferred, so the failure
+        (or the port) is known here and recorded with the rest of this table.
+        """
+        description = f"tcp:{port}"
+        if self.interface:
+            description += ":interface=" + quoteStringArgument(self.interface)
+        outcome: list[Any] = []
+        serverFromString(self.reactor, description).listen(factory).addBoth(outcome.append)
+        if not outcome:
+            raise CannotListenError(self.interface, port, OSError("the endpoint did not bind synchronously"))
+        result = outcome[0]
+        if hasattr(result, "raiseException"):
+            result.raiseException()
+        return result
+
+    def _failed(self, key: Key, route: StreamRoute, detail: str) -> None:
+        known = self.failures.get(key)
+        self.failures[key] = detail
+        if known == detail:
+            return  # retried with a newer table, same answer: already logged and counted
+        self.metrics.stream_listener_errors.labels(key[0], str(key[1])).inc()
+        log.error(
+            "stream listener {protocol}:{port} for {route} cannot be opened: {detail}; the other listeners keep working",
+            protocol=key[0],
+            port=key[1],
+            route=route.name,
+            detail=detail,
+        )
+
+    def _close(self, key: Key) -> None:
+        """Stop listening now; cut the remaining connections after the drain timeout."""
+        listener = self.listeners.pop(key)
+        handler = listener.handler
+        if isinstance(handler, UDPStreamListener):
+            # A UDP session's replies leave through the listening socket, so it stays bound until the
+            # drain ends; it only stops taking new clients.
+            handler.accepting = False
+        else:
+            listener.port.stopListening()
+        draining = _Draining(key, listener, None)
+        draining.timer = self.reactor.callLater(self.drain_timeout, self._end_drain, draining)
+        self._draining[id(draining)] = draining
+        log.info("stream listener {protocol}:{port} closed ({route} removed)", protocol=key[0], port=key[1], route=listener.route.name)
+
+    def _revive(self, key: Key, route: StreamRoute) -> bool:
+        """A UDP port whose route comes back while it drains is still bound: take it back into service."""
+        for ident, draining in list(self._draining.items()):
+            handler = draining.listener.handler
+            if draining.key == key and isinstance(handler, UDPStreamListener):
+                del self._draining[ident]
+                draining.timer.cancel()
+                handler.accepting = True
+                draining.listener.route = handler.route = route
+                self.listeners[key] = draining.listener
+                return True
+        return False
+
+    def _end_drain(self, draining: _Draining) -> None:
+        self._draining.pop(id(draining), None)
+        key, handler = draining.key, draining.listener.handler
+        if isinstance(handler, UDPStreamListener):
+            count = handler.close_sessions()
+            draining.listener.port.stopListening()
+        else:
+            count = handler.abort_all()
+        if count:
+            log.info("stream {protocol}:{port}: drain over, closed {count} connections", protocol=key[0], port=key[1], count=count)
+
+    def stop(self) -> None:
+        """Close everything now (shutdown), draining listeners too."""
+        for draining in list(self._draining.values()):
+            draining.timer.cancel()
+            self._end_drain(draining)
+        for key in list(self.listeners):
+            listener = self.listeners.pop(key)
+            listener.port.stopListening()
+            if isinstance(listener.handler, UDPStreamListener):
+                listener.handler.close_sessions()
+            else:
+                listener.handler.abort_all()
+
+    def to_json(self) -> dict[str, Any]:
+        """Listener state for /debug/routes: what is open, to where, and what failed to bind."""
+        return {
+            "listening": {
+                f"{protocol}:{port}": {
+                    "route": listener.route.name,
+                    "upstream": listener.route.upstream.key,
+                    "endpoints": [f"{h}:{p}" for h, p in listener.route.upstream.targets],
+                    "proxyProtocol": listener.route.proxy_protocol,
+                    "open": len(listener.handler.relays if isinstance(listener.handler, TCPStreamFactory) else listener.handler.sessions),
+                }
+                for (protocol, port), listener in sorted(self.listeners.items())
+            },
+            "failed": {f"{protocol}:{port}": detail for (protocol, port), detail in sorted(self.failures.items())},
+        }

@@ -1,0 +1,224 @@
+# -*- test-case-name: tests.proxy.test_udp_streams -*-
+"""
+UDP forwarding: a session per client address, each with its own connected
+upstream socket.
+
+A session's socket is connected to one endpoint, so the kernel delivers only
+that endpoint's replies to it and they go back to exactly the client that
+owns the session; replies from anyone else are dropped by the kernel.  A
+session ends after C{idle_timeout} seconds without a datagram either way, or
+when its endpoint refuses (ICMP port unreachable): the client's next
+datagram then opens a new session, on another endpoint, since the refusing
+one is marked down in the shared L{UpstreamPool}.  The number of sessions is
+capped: datagrams of new clients beyond the cap are dropped and counted.
+
+Datagrams are sent with the sockets' own C{send}/C{sendto}: Twisted's
+C{write} checks the address on every call, and a full socket buffer
+(EAGAIN, ENOBUFS) must drop the datagram, as a router would, not raise.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from twisted.internet.abstract import isIPAddress, isIPv6Address
+from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.protocol import DatagramProtocol
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from ingress.metrics import Metrics
+from ingress.proxy.upstream import Address, UpstreamPool
+from ingress.routing.streams import UDP, StreamRoute
+
+log = Logger()
+
+MAX_DATAGRAM = 65535  # Twisted's default of 8192 would truncate larger datagrams
+DEFAULT_MAX_SESSIONS = 10000
+MAX_PENDING = 16  # datagrams kept while an external upstream's name resolves
+
+
+class UDPStreamListener(DatagramProtocol):
+    """
+    The listening socket of one UDP stream route.
+
+    C{route} is replaced when the table moves the listener's traffic: new
+    sessions use the new route, open ones keep their endpoint.
+    """
+
+    noisy = False
+
+    def __init__(
+        self, route: StreamRoute, pool: UpstreamPool, metrics: Metrics, reactor: Any, max_sessions: int = DEFAULT_MAX_SESSIONS
+    ) -> None:
+        self.route = route
+        self.pool = pool
+        self.metrics = metrics
+        self.reactor = reactor
+        self.max_sessions = max_sessions
+        self.sessions: dict[Any, UDPSession] = {}
+        self.accepting = True  # False while a removed listener drains
+        self._sendto: Callable[[bytes, Any], int] = _no_socket
+
+    def startProtocol(self) -> None:
+        self._sendto = self.transport.socket.sendto
+
+    def datagramReceived(self, data: bytes, addr: Any) -> None:
+        session = self.sessions.get(addr)
+        if session is None:
+            session = self._open(addr)
+            if session is None:
+                return
+        session.send(data)
+
+    def _open(self, client: Any) -> Optional["UDPSession"]:
+        route = self.route
+        if len(self.sessions) >= self.max_sessions or not self.accepting:
+            self.drop(route, "session-limit" if self.accepting else "listener-closed")
+            return None
+        target = self.pool.choose(route.upstream)
+        if target is None:
+            self.drop(route, "no-endpoint")
+            return None
+        session = UDPSession(self, client, route, target)
+        try:
+            session.start()
+        except OSError as error:  # out of sockets or ports: this datagram is lost, the listener lives
+            log.warn("stream {route}: cannot open an upstream socket: {error}", route=route.name, error=error)
+            self.drop(route, "socket")
+            return None
+        self.sessions[client] = session
+        self.metrics.stream_connections.labels(route.name, UDP).inc()
+        self.metrics.stream_active.labels(route.name, UDP).inc()
+        return session
+
+    def reply(self, data: bytes, client: Any, route: StreamRoute) -> None:
+        """Send an upstream's datagram to the client of its session."""
+        try:
+            self._sendto(data, client)
+        except OSError:
+            self.drop(route, "send")
+
+    def drop(self, route: StreamRoute, reason: str) -> None:
+        self.metrics.stream_dropped.labels(route.name, reason).inc()
+
+    def session_closed(self, session: "UDPSession") -> None:
+        if self.sessions.get(session.client) is session:
+            del self.sessions[session.client]
+        self.metrics.stream_active.labels(session.route.name, UDP).dec()
+
+    def close_sessions(self) -> int:
+        """End every session (the listener was removed and its drain time is over)."""
+        sessions = list(self.sessions.values())
+        for session in sessions:
+            session.close()
+        return len(sessions)
+
+    def stopProtocol(self) -> None:
+        self._sendto = _no_socket
+
+
+class UDPSession(DatagramProtocol):
+    """One client's traffic: a socket connected to the endpoint chosen for it."""
+
+    noisy = False
+
+    def __init__(self, listener: UDPStreamListener, client: Any, route: StreamRoute, target: Address) -> None:
+        self.listener = listener
+        self.client = client
+        self.route = route
+        self.target = target
+        self.clock: Callable[[], float] = listener.reactor.seconds
+        self.last_active = self.clock()
+        self.closed = False
+        self._pending: Optional[list[bytes]] = []
+        self._send: Callable[[bytes], int] = _no_socket
+        self._port: Any = None
+        self._timer: Optional[IDelayedCall] = None
+        bytes_ = listener.metrics.stream_bytes
+        self._count_up = bytes_.labels(route.name, UDP, "upstream").inc
+        self._count_down = bytes_.labels(route.name, UDP, "downstream").inc
+
+    def start(self) -> None:
+        """Bind the session's socket (raises OSError), then connect it once the target's IP is known."""
+        host = self.target[0]
+        interface = "::" if isIPv6Address(host) else ""
+        self._port = self.listener.reactor.listenUDP(0, self, interface=interface, maxPacketSize=MAX_DATAGRAM)
+        self._timer = self.listener.reactor.callLater(self.route.idle_timeout, self._check_idle)
+        if isIPAddress(host) or isIPv6Address(host):
+            self._connect(host)
+        else:
+            self.listener.reactor.resolve(host).addCallbacks(self._connect, self._unresolved)
+
+    def _connect(self, ip: str) -> None:
+        if self.closed:
+            return
+        self.transport.connect(ip, self.target[1])
+        self._send = self.transport.socket.send
+        pending, self._pending = self._pending, None
+        for data in pending or ():
+            self._forward(data)
+
+    def _unresolved(self, reason: Failure) -> None:
+        self._error("resolve", reason.getErrorMessage())
+
+    def send(self, data: bytes) -> None:
+        """A datagram from the client."""
+        self.last_active = self.clock()
+        pending = self._pending
+        if pending is None:
+            self._forward(data)
+        elif len(pending) < MAX_PENDING:
+            pending.append(data)
+        else:
+            self.listener.drop(self.route, "pending")
+
+    def _forward(self, data: bytes) -> None:
+        try:
+            self._send(data)
+        except ConnectionRefusedError:
+            self.connectionRefused()
+            return
+        except OSError:
+            self.listener.drop(self.route, "send")
+            return
+        self._count_up(len(data))
+
+    def datagramReceived(self, data: bytes, addr: Any) -> None:
+        self.last_active = self.clock()
+        self._count_down(len(data))
+        self.listener.reply(data, self.client, self.route)
+
+    def connectionRefused(self) -> None:
+        """ICMP port unreachable from the endpoint: skip it for a while, end this session."""
+        self.listener.pool.mark_down(self.target)
+        self._error("refused", "port unreachable")
+
+    def _error(self, reason: str, detail: str) -> None:
+        self.listener.metrics.stream_upstream_errors.labels(self.route.name, UDP, reason).inc()
+        log.info("stream {route}: upstream {host}:{port}: {detail}", route=self.route.name, host=self.target[0], port=self.target[1], detail=detail)
+        self.close()
+
+    def _check_idle(self) -> None:
+        self._timer = None
+        left = self.last_active + self.route.idle_timeout - self.clock()
+        if left > 0:
+            self._timer = self.listener.reactor.callLater(left, self._check_idle)
+        else:
+            self.close()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+        self._send = _no_socket
+        if self._port is not None:
+            self._port.stopListening()
+        self.listener.session_closed(self)
+
+
+def _no_socket(*args: Any) -> int:
+    raise OSError("socket closed")

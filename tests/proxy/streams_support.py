@@ -1,0 +1,153 @@
+"""
+What the stream tests share: routes built directly (no Kubernetes), real
+upstream servers on loopback sockets in the test's reactor, and waiting.
+
+The proxy under test runs in the test's own reactor (a L{StreamListeners} fed
+tables by hand); clients are plain blocking sockets run in threads, so the
+reactor keeps turning while they wait.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any, Callable, Optional, Sequence
+
+import pytest_twisted
+from twisted.internet import reactor
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IHalfCloseableProtocol
+from twisted.internet.protocol import DatagramProtocol, Factory, Protocol
+from twisted.internet.task import deferLater
+from zope.interface import implementer
+
+from ingress.model import ObjectRef
+from ingress.routing.route import Upstream
+from ingress.routing.streams import StreamRoute
+
+Address = tuple[str, int]
+
+
+def stream_route(
+    protocol: str,
+    port: int,
+    targets: Sequence[Address],
+    name: str = "default/stream",
+    proxy_protocol: Optional[str] = None,
+    idle_timeout: float = 60.0,
+) -> StreamRoute:
+    """A route as the builder would make it for a StreamIngress C{name} (upstream key from the name)."""
+    namespace, object_name = name.split("/")
+    return StreamRoute(
+        protocol=protocol,
+        port=port,
+        name=name,
+        source=ObjectRef("StreamIngress", namespace, object_name),
+        upstream=Upstream(key=f"{name}-upstream", endpoints=tuple(targets)),
+        proxy_protocol=proxy_protocol,
+        idle_timeout=idle_timeout,
+    )
+
+
+def free_port(kind: int = socket.SOCK_STREAM, host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def sleep(seconds: float) -> Deferred[Any]:
+    return deferLater(reactor, seconds, lambda: None)
+
+
+@pytest_twisted.inlineCallbacks
+def until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    """Let the reactor run until C{predicate()} holds (generous: a loaded machine is slow, not wrong)."""
+    deadline = reactor.seconds() + timeout
+    while not predicate():
+        assert reactor.seconds() < deadline, f"{what} not reached within {timeout}s"
+        yield sleep(0.01)
+
+
+@implementer(IHalfCloseableProtocol)
+class EchoProtocol(Protocol):
+    """
+    Echoes every byte; says its name first if the factory has one.  On the
+    client's EOF it sends C{b"<eof>"} and closes: the half-close test's reply.
+    """
+
+    def connectionMade(self) -> None:
+        self.factory.connections.append(self)
+        if self.factory.name:
+            self.transport.write(self.factory.name + b"\n")
+
+    def dataReceived(self, data: bytes) -> None:
+        self.transport.write(data)
+
+    def readConnectionLost(self) -> None:
+        self.transport.write(b"<eof>")
+        self.transport.loseConnection()
+
+    def writeConnectionLost(self) -> None:
+        pass
+
+
+class EchoFactory(Factory):
+    protocol = EchoProtocol
+    noisy = False
+
+    def __init__(self, name: bytes = b"") -> None:
+        self.name = name
+        self.connections: list[EchoProtocol] = []
+
+
+def tcp_echo(host: str = "127.0.0.1", name: bytes = b"") -> tuple[Any, EchoFactory]:
+    """A listening echo server on a free port of C{host}: (port object, factory)."""
+    factory = EchoFactory(name)
+    port = reactor.listenTCP(0, factory, interface=host)
+    return port, factory
+
+
+class UDPEcho(DatagramProtocol):
+    """Answers each datagram with C{prefix + datagram}, to whoever sent it."""
+
+    noisy = False
+
+    def __init__(self, prefix: bytes = b"") -> None:
+        self.prefix = prefix
+        self.peers: set[Address] = set()
+
+    def datagramReceived(self, data: bytes, addr: Address) -> None:
+        self.peers.add(addr)
+        self.transport.write(self.prefix + data, addr)
+
+
+def udp_echo(host: str = "127.0.0.1", prefix: bytes = b"") -> tuple[Any, UDPEcho]:
+    echo = UDPEcho(prefix)
+    return reactor.listenUDP(0, echo, interface=host, maxPacketSize=65535), echo
+
+
+def recv_all(sock: socket.socket, limit: int = 1 << 20) -> bytes:
+    """Read until EOF (or C{limit} bytes)."""
+    chunks, size = [], 0
+    while size < limit:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def recv_exactly(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def metric(metrics: Any, name: str, **labels: str) -> float:
+    """A sample's value from the registry (0 if it has none yet)."""
+    value = metrics.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else float(value)
