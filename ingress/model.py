@@ -221,6 +221,8 @@ class ClusterState:
     endpoint_slices: tuple[EndpointSlice, ...] = ()
     secrets: Mapping[tuple[str, str], TLSSecret] = field(default_factory=dict)
     problems: tuple["Problem", ...] = ()
+    stream_ingresses: tuple["StreamIngress", ...] = ()
+    config_maps: Mapping[tuple[str, str], "ConfigMap"] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,3 +235,45 @@ class Problem:
 
     def __str__(self) -> str:
         return f"{self.ref}: {self.reason}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamIngress:
+    """
+    A twingress.io/v1alpha1 StreamIngress: one TCP or UDP port, to a Service or an external host.
+
+    Exactly one of C{service} (with C{service_namespace}, already defaulted to
+    the object's own) and C{external_host} is set; an external upstream's port
+    is always a number.  C{idle_timeout} is None for the listener's default.
+    Entries of the ingress-nginx tcp/udp-services ConfigMaps are parsed into
+    this shape too, with the ConfigMap's metadata.
+    """
+
+    meta: ObjectMeta
+    protocol: str
+    listen: int
+    port: ServiceBackendPort
+    service: str = ""
+    service_namespace: str = ""
+    external_host: str = ""
+    proxy_protocol: Optional[str] = None
+    idle_timeout: Optional[float] = None
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef("StreamIngress", self.meta.namespace, self.meta.name)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigMap:
+    """
+    A ConfigMap's string data, kept for the ingress-nginx tcp/udp-services maps.
+
+    Only the two maps named on the command line are ever read as stream
+    entries, so parsing records what is wrong (C{invalid}: messages) instead of
+    failing: an unrelated ConfigMap in a manifests directory is not a problem.
+    """
+
+    meta: ObjectMeta
+    data: tuple[tuple[str, str], ...] = ()
+    invalid: tuple[str, ...] = ()

@@ -12,7 +12,8 @@ This module is the public entry: the kinds we handle (L{KINDS}), dispatch and
 the snapshot.  The work is in two private modules, re-exported here, so import
 everything from C{ingress.parse}: L{ingress._fields} (typed field access and
 the API server's value checks, with L{ParseError}) and L{ingress._parse_kinds}
-(one parser per kind).
+(one parser per kind) and L{ingress._parse_streams} (StreamIngress and the
+ingress-nginx stream ConfigMaps).
 """
 
 from __future__ import annotations
@@ -36,6 +37,13 @@ from ingress._parse_kinds import (
     parse_secret,
     parse_service,
 )
+from ingress._parse_streams import (
+    PROXY_PROTOCOLS,
+    STREAM_PROTOCOLS,
+    parse_config_map,
+    parse_stream_entry,
+    parse_stream_ingress,
+)
 from ingress.model import ClusterState, ObjectMeta, ObjectRef, OwnerReference, Problem
 
 __all__ = [
@@ -43,8 +51,10 @@ __all__ = [
     "KINDS",
     "PATH_TYPES",
     "PROTOCOLS",
+    "PROXY_PROTOCOLS",
     "SERVICE_NAME_LABEL",
     "SERVICE_TYPES",
+    "STREAM_PROTOCOLS",
     "TLS_SECRET_TYPE",
     "Kind",
     "ParseError",
@@ -52,6 +62,7 @@ __all__ = [
     "kind_of",
     "object_ref",
     "parse_endpoint_slice",
+    "parse_config_map",
     "parse_host",
     "parse_ingress",
     "parse_ingress_class",
@@ -61,6 +72,8 @@ __all__ = [
     "parse_object",
     "parse_secret",
     "parse_service",
+    "parse_stream_entry",
+    "parse_stream_ingress",
     "state_from_objects",
 ]
 
@@ -132,6 +145,8 @@ KINDS: dict[tuple[str, str], Kind] = {
         Kind("v1", "Secret", parse_secret, "secrets", keyed=True),
         Kind("v1", "Pod", parse_pod, None),
         Kind("v1", "Node", parse_node, None, namespaced=False),
+        Kind("twingress.io/v1alpha1", "StreamIngress", parse_stream_ingress, "stream_ingresses"),
+        Kind("v1", "ConfigMap", parse_config_map, "config_maps", keyed=True),  # read only for the stream maps named
     )
 }
 """Every (apiVersion, kind) we parse; objects of any other kind are ignored."""
