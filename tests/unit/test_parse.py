@@ -484,13 +484,12 @@ def test_invalid_tls_secret(fields: dict[str, Any], reason: str) -> None:
 @pytest.mark.parametrize(
     "obj",
     [
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta("c"), "data": {}},
         {**ingress(rule()), "apiVersion": "extensions/v1beta1"},
-        {"apiVersion": "twingress.io/v1alpha1", "kind": "StreamIngress", "metadata": meta("s")},
+        {"apiVersion": "twingress.io/v1beta1", "kind": "StreamIngress", "metadata": meta("s")},
         {"metadata": meta("x")},
         {"apiVersion": ["v1"], "kind": "Service"},
     ],
-    ids=["configmap", "old-ingress-version", "stream-ingress-not-yet", "no-kind", "api-version-not-a-string"],
+    ids=["old-ingress-version", "stream-ingress-other-version", "no-kind", "api-version-not-a-string"],
 )
 def test_unknown_kinds_are_ignored(obj: dict[str, Any]) -> None:
     assert parse_object(obj) is None
@@ -506,6 +505,8 @@ def test_kinds_handled() -> None:
         ("v1", "Secret"),
         ("v1", "Pod"),
         ("v1", "Node"),
+        ("twingress.io/v1alpha1", "StreamIngress"),
+        ("v1", "ConfigMap"),
     }
     assert {k.state_field for k in KINDS.values() if k.state_field} <= set(ClusterState.__dataclass_fields__)
 
