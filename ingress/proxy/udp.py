@@ -194,6 +194,15 @@ class UDPSession(DatagramProtocol):
         self.listener.pool.mark_down(self.target)
         self._error("refused", "port unreachable")
 
+    def stopProtocol(self) -> None:
+        """
+        The socket went away without us closing it: the reactor drops a UDP
+        socket on EPOLLERR, which is how a queued ICMP "port unreachable"
+        shows up before any recv() sees ECONNREFUSED.
+        """
+        if not self.closed:
+            self.connectionRefused()
+
     def _error(self, reason: str, detail: str) -> None:
         self.listener.metrics.stream_upstream_errors.labels(self.route.name, UDP, reason).inc()
         log.info("stream {route}: upstream {host}:{port}: {detail}", route=self.route.name, host=self.target[0], port=self.target[1], detail=detail)
