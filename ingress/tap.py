@@ -20,6 +20,9 @@ from twisted.python import usage
 from ingress import __version__
 from ingress.admin import Admin
 from ingress.builder import TableBuilder
+from ingress.controllers.manager import ControllerManager, ControllerOptions
+from ingress.controllers.metrics import ControllerMetrics
+from ingress.controllers.options import CONTROLLER_PARAMETERS, controller_options
 from ingress.live import LiveTable
 from ingress.metrics import Metrics
 from ingress.model import CONTROLLER_NAME, DEFAULT_CLASS_NAME, ClusterState
@@ -92,7 +95,7 @@ class Options(usage.Options):
         ["poll-interval", None, 1.0, "Seconds between scans of the manifests directory.", _positive_float],
         ["ingress-class", None, DEFAULT_CLASS_NAME, "IngressClass name this controller serves."],
         ["controller-name", None, CONTROLLER_NAME, "spec.controller value of IngressClasses this controller serves."],
-    ] + [[name, None, None, help + f" Default: {getattr(ProxySettings(), field)}."] for name, field, _, help in _LIMITS]
+    ] + CONTROLLER_PARAMETERS + [[name, None, None, help + f" Default: {getattr(ProxySettings(), field)}."] for name, field, _, help in _LIMITS]
 
     def opt_version(self) -> None:
         """Print the version and exit."""
@@ -115,6 +118,7 @@ class Options(usage.Options):
                 except ValueError as error:
                     raise usage.UsageError(f"--{name}: {error}") from None
         self["settings"] = ProxySettings(**overrides)
+        self["controllers"] = controller_options(self, self["ingress-class"], self["controller-name"])
 
     def _source(self) -> str:
         """Which configuration source: "manifests", "kubeconfig" or "in-cluster"; exactly one."""
@@ -185,6 +189,10 @@ def makeService(options: Options, reactor: Optional[Any] = None) -> IService:
         source = KubeSource(lambda: KubeClient(kubeconfig), builder, metrics, reactor, options["watch-namespace"])
         source.setServiceParent(top)
         admin.add_check(source.readiness)
+        controllers: Optional[ControllerOptions] = options["controllers"]
+        if controllers is not None:
+            manager = ControllerManager(lambda: KubeClient(kubeconfig), source, controllers, ControllerMetrics(metrics.registry), reactor)
+            manager.setServiceParent(top)
     pool = UpstreamPool(reactor, settings)
     if options["http"]:
         factory = HTTPProxyFactory(live, pool, settings, metrics, reactor)

@@ -19,6 +19,8 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+MERGE_PATCH = "application/merge-patch+json"  # RFC 7386: send only the fields we own
+FIELD_MANAGER = "twingress"  # how our writes appear in managedFields
 
 
 class APIError(Exception):
@@ -61,12 +63,20 @@ class KubeClient:
     def server(self) -> str:
         return str(self.api.configuration.host)
 
-    def _open(self, method: str, path: str, query: Optional[dict[str, Any]], body: Any, timeout: tuple[float, float]) -> Any:
+    def _open(
+        self,
+        method: str,
+        path: str,
+        query: Optional[dict[str, Any]],
+        body: Any,
+        timeout: tuple[float, float],
+        content_type: str = "application/json",
+    ) -> Any:
         url_path = path + ("?" + urlencode(query) if query else "")
         method, url, headers, body_out, post = self.api.param_serialize(
             method,
             url_path,
-            header_params={"Accept": "application/json", **({"Content-Type": "application/json"} if body is not None else {})},
+            header_params={"Accept": "application/json", **({"Content-Type": content_type} if body is not None else {})},
             body=body,
             auth_settings=["BearerToken"],
         )
@@ -79,10 +89,21 @@ class KubeClient:
         return raw
 
     def request(
-        self, method: str, path: str, query: Optional[dict[str, Any]] = None, body: Any = None, timeout: tuple[float, float] = (5.0, 30.0)
+        self,
+        method: str,
+        path: str,
+        query: Optional[dict[str, Any]] = None,
+        body: Any = None,
+        timeout: tuple[float, float] = (5.0, 30.0),
+        content_type: str = "application/json",
     ) -> dict[str, Any]:
-        """One request, its JSON answer as plain dicts; raises L{APIError} on a non-2xx."""
-        raw = self._open(method, path, query, body, timeout)
+        """
+        One request, its JSON answer as plain dicts; raises L{APIError} on a non-2xx.
+
+        C{content_type} is C{application/merge-patch+json} for the PATCHes the
+        controllers send (only the fields they own).
+        """
+        raw = self._open(method, path, query, body, timeout, content_type)
         try:
             return json.loads(raw.data) if raw.data else {}
         finally:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from twisted.logger import Logger
 
@@ -46,6 +46,16 @@ class Resource:
     plural: str
     namespaced: bool = True
     field_selector: str = ""
+    label_selector: str = ""
+
+    def selectors(self) -> dict[str, str]:
+        """The list/watch query's selectors, when set."""
+        query = {}
+        if self.field_selector:
+            query["fieldSelector"] = self.field_selector
+        if self.label_selector:
+            query["labelSelector"] = self.label_selector
+        return query
 
     def path(self, namespace: str = "") -> str:
         base = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
@@ -66,9 +76,16 @@ class Store:
         self._lock = threading.Lock()
         self._items: dict[tuple[str, str], Any] = {}
 
-    def replace(self, items: dict[tuple[str, str], Any]) -> None:
+    def replace(self, items: dict[tuple[str, str], Any]) -> set[tuple[str, str]]:
+        """Swap in a relist's items; returns the keys that changed (added, removed or different)."""
         with self._lock:
-            self._items = items
+            old, self._items = self._items, items
+        return {k for k in old.keys() | items.keys() if old.get(k) != items.get(k)}
+
+    def get(self, key: tuple[str, str]) -> Any:
+        """The value stored under (namespace, name), or None."""
+        with self._lock:
+            return self._items.get(key)
 
     def put(self, key: tuple[str, str], value: Any) -> None:
         with self._lock:
@@ -81,6 +98,10 @@ class Store:
     def values(self) -> list[Any]:
         with self._lock:
             return list(self._items.values())
+
+    def keys(self) -> list[tuple[str, str]]:
+        with self._lock:
+            return list(self._items)
 
     def __len__(self) -> int:
         return len(self._items)
@@ -117,6 +138,7 @@ class Reflector:
         self.store = Store()
         self.on_change = on_change
         self.on_status = on_status
+        self.key_listeners: list[Callable[[tuple[str, str]], None]] = []  # called on this thread, per changed key
         self.synced = False
         self.connected = False
         self.relists = 0
@@ -182,9 +204,7 @@ class Reflector:
 
     def _list(self) -> str:
         """List every page, then replace the store in one step; returns the list's resourceVersion."""
-        query: dict[str, Any] = {"limit": LIST_PAGE}
-        if self.resource.field_selector:
-            query["fieldSelector"] = self.resource.field_selector
+        query: dict[str, Any] = {"limit": LIST_PAGE, **self.resource.selectors()}
         items: dict[tuple[str, str], Any] = {}
         while True:
             page = self.client.request("GET", self.resource.path(self.namespace), query, timeout=(5.0, 60.0))
@@ -199,7 +219,7 @@ class Reflector:
                 version = str(meta.get("resourceVersion", ""))
                 break
             query["continue"] = meta["continue"]
-        self.store.replace(items)
+        self._notify(self.store.replace(items))
         self.relists += 1
         self.synced = True
         self.connected = True
@@ -215,9 +235,8 @@ class Reflector:
                 "resourceVersion": self._version,
                 "allowWatchBookmarks": "true",
                 "timeoutSeconds": int(WATCH_SECONDS * random.uniform(0.8, 1.2)),
+                **self.resource.selectors(),
             }
-            if self.resource.field_selector:
-                query["fieldSelector"] = self.resource.field_selector
             stream = self.client.stream_lines(self.resource.path(self.namespace), query, timeout=(5.0, READ_TIMEOUT))
             self._set_connected(True)
             for event in stream:
@@ -248,5 +267,12 @@ class Reflector:
                 self.store.delete(key)  # e.g. a Secret whose type changed away from TLS
             else:
                 self.store.put(key, value)
+        self._notify((key,))
         self.on_change()
         return new_version
+
+    def _notify(self, keys: Iterable[tuple[str, str]]) -> None:
+        """Tell the key listeners (the controllers' queues) which objects changed."""
+        for listener in self.key_listeners:
+            for key in keys:
+                listener(key)

@@ -22,7 +22,7 @@ from ingress.metrics import Metrics
 from ingress.model import ClusterState
 from ingress.parse import KINDS, collect
 from ingress.sources.kube.client import KubeClient
-from ingress.sources.kube.reflector import Reflector, Resource
+from ingress.sources.kube.reflector import Reflector, Resource, Store
 
 log = Logger()
 
@@ -84,6 +84,20 @@ class KubeSource(Service):
     def _stop_reflectors(self) -> None:
         for reflector in self.reflectors:
             reflector.stop()
+
+    def _reflector(self, kind: str) -> Reflector:
+        for reflector in self.reflectors:
+            if reflector.resource.kind == kind:
+                return reflector
+        raise KeyError(f"{kind} is not watched")
+
+    def store(self, kind: str) -> Store:
+        """The informer store of C{kind}: what the controllers read instead of asking the API."""
+        return self._reflector(kind).store
+
+    def on_key(self, kind: str, listener: Callable[[tuple[str, str]], None]) -> None:
+        """Call C{listener(key)} on the informer's thread for every changed object of C{kind}."""
+        self._reflector(kind).key_listeners.append(listener)
 
     @property
     def synced(self) -> bool:

@@ -1,0 +1,224 @@
+# -*- test-case-name: tests.kube.test_leader -*-
+"""
+The embedded controller: leader election, then the generator and status
+loops, fed by the cluster source's informers.
+
+Every replica watches; only the Lease holder enqueues and writes.  Informer
+threads report changed keys straight into the work queues (thread-safe; the
+reactor is not involved).  Campaigning starts only once the informers have
+synced, so a new leader never acts on half a cluster; when it becomes leader
+it enqueues every key from the stores (a full resync), and it resyncs again
+periodically.  Losing the Lease empties the queues; in-flight syncs fail the
+leadership check before their next write.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable, Optional
+
+from twisted.application.service import Service
+from twisted.internet.defer import Deferred
+from twisted.internet.task import LoopingCall
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
+
+from ingress.controllers.events import EventRecorder
+from ingress.controllers.generated import GeneratorConfig
+from ingress.controllers.leader import ElectionConfig, LeaderElector
+from ingress.controllers.loop import ControllerLoop
+from ingress.controllers.metrics import ControllerMetrics
+from ingress.controllers.servicegen import ServiceIngressSync
+from ingress.controllers.status import IngressStatusSync, PublishedAddresses
+from ingress.sources.kube.client import KubeClient
+from ingress.sources.kube.reflector import Reflector, Resource
+from ingress.sources.kube.source import KubeSource
+
+log = Logger()
+
+GENERATOR, STATUS = "servicegen", "status"
+
+
+@dataclass(frozen=True)
+class ControllerOptions:
+    election: ElectionConfig
+    generator: GeneratorConfig
+    controller_name: str
+    generate: bool = True
+    update_status: bool = True
+    workers: int = 5
+    publish_addresses: tuple[str, ...] = ()
+    status_pod_selector: str = "app.kubernetes.io/name=twingress"
+    resync_period: float = 600.0
+
+
+class ControllerManager(Service):
+    """Owns the elector, the loops and (for status addresses) the Pod and Node informers."""
+
+    name = "controllers"
+
+    def __init__(
+        self,
+        client_factory: Callable[[], KubeClient],
+        source: KubeSource,
+        options: ControllerOptions,
+        metrics: ControllerMetrics,
+        reactor: Any,
+    ) -> None:
+        self.client_factory = client_factory
+        self.source = source
+        self.options = options
+        self.metrics = metrics
+        self.reactor = reactor
+        self.loops: dict[str, ControllerLoop] = {}
+        self.extra_reflectors: list[Reflector] = []
+        self.elector = LeaderElector(client_factory, options.election, self._started_leading, self._stopped_leading)
+        self._active = False
+        self._waiting: Optional[LoopingCall] = None
+        self._resync = LoopingCall(self._enqueue_all)
+        self._resync.clock = reactor
+
+    # -- lifecycle (reactor thread)
+
+    def startService(self) -> None:
+        super().startService()
+        addresses = self._addresses()
+        if self.options.generate:
+            self._add_loop(GENERATOR, self._generator_sync())
+        if self.options.update_status:
+            self._add_loop(STATUS, self._status_sync(addresses))
+        self._subscribe()
+        for loop in self.loops.values():
+            loop.start()
+        self._waiting = LoopingCall(self._campaign_when_synced)
+        self._waiting.clock = self.reactor
+        self._waiting.start(0.2)
+
+    def stopService(self) -> Deferred[None]:
+        """Stop writing, release the Lease (so a successor takes over at once), stop the threads."""
+        super().stopService()
+        for call in (self._waiting, self._resync):
+            if call is not None and call.running:
+                call.stop()
+        for reflector in self.extra_reflectors:
+            reflector.stop()
+        return deferToThreadPool(self.reactor, self.reactor.getThreadPool(), self._stop_threads)
+
+    def _stop_threads(self) -> None:
+        self.elector.stop()
+        for loop in self.loops.values():
+            loop.stop()
+
+    def _campaign_when_synced(self) -> None:
+        if self.source.synced and all(r.synced for r in self.extra_reflectors):
+            assert self._waiting is not None
+            self._waiting.stop()
+            log.info("controllers: informers synced, campaigning for lease {ns}/{name} as {me}",
+                     ns=self.options.election.namespace, name=self.options.election.name, me=self.options.election.identity)
+            self.elector.start()
+
+    # -- wiring
+
+    def _add_loop(self, name: str, sync: Callable[[Any], None]) -> None:
+        self.loops[name] = ControllerLoop(name, sync, self.options.workers, self.metrics)
+
+    def _write_gate(self) -> None:
+        self.elector.check()
+
+    def _counter(self, controller: str) -> Callable[[str, str], None]:
+        return lambda kind, verb: self.metrics.api_writes.labels(controller, kind, verb).inc()
+
+    def _generator_sync(self) -> ServiceIngressSync:
+        client = self.client_factory()
+        events = EventRecorder(client, self.options.election.identity, self._write_gate, lambda: self._counter(GENERATOR)("Event", "create"))
+        return ServiceIngressSync(
+            client,
+            self.source.store("Service"),
+            self.source.store("Ingress"),
+            self.options.generator,
+            events,
+            self._write_gate,
+            self._counter(GENERATOR),
+        )
+
+    def _status_sync(self, addresses: PublishedAddresses) -> IngressStatusSync:
+        return IngressStatusSync(
+            self.client_factory(),
+            self.source.store("Ingress"),
+            self.source.store("IngressClass"),
+            addresses,
+            self.options.generator.class_name,
+            self.options.controller_name,
+            self._write_gate,
+            self._counter(STATUS),
+        )
+
+    def _addresses(self) -> PublishedAddresses:
+        """Static addresses, or our pods' nodes (two more informers, only when status needs them)."""
+        if self.options.publish_addresses or not self.options.update_status:
+            return PublishedAddresses(self.options.publish_addresses)
+        namespace = self.options.election.namespace
+        pods = Resource("Pod", "v1", "pods", label_selector=self.options.status_pod_selector)
+        nodes = Resource("Node", "v1", "nodes", namespaced=False)
+        for resource, scope in ((pods, namespace), (nodes, "")):
+            reflector = Reflector(self.client_factory, resource, on_change=lambda: None, on_status=lambda r: None, namespace=scope)
+            reflector.key_listeners.append(lambda key: self._enqueue_all_status())
+            self.extra_reflectors.append(reflector)
+            reflector.start()
+        return PublishedAddresses((), self.extra_reflectors[0].store, self.extra_reflectors[1].store)
+
+    def _subscribe(self) -> None:
+        """Changed keys go to the loops that care (informer threads; ignored unless we lead)."""
+        if GENERATOR in self.loops:
+            self.source.on_key("Service", self._enqueuer(GENERATOR))
+            self.source.on_key("Ingress", self._enqueuer(GENERATOR))  # generated Ingresses share their Service's key
+        if STATUS in self.loops:
+            self.source.on_key("Ingress", self._enqueuer(STATUS))
+            self.source.on_key("IngressClass", lambda key: self._enqueue_all_status())
+
+    def _enqueuer(self, loop: str) -> Callable[[Hashable], None]:
+        queue = self.loops[loop].queue
+
+        def enqueue(key: Hashable) -> None:
+            if self._active:
+                queue.add(key)
+
+        return enqueue
+
+    def _enqueue_all_status(self) -> None:
+        if self._active and STATUS in self.loops:
+            for key in self.source.store("Ingress").keys():
+                self.loops[STATUS].queue.add(key)
+
+    def _enqueue_all(self) -> None:
+        """Every key from the stores: on becoming leader and every resync period."""
+        if not self._active:
+            return
+        if GENERATOR in self.loops:
+            for key in self.source.store("Service").keys():
+                self.loops[GENERATOR].queue.add(key)
+        self._enqueue_all_status()
+
+    # -- leadership (election thread)
+
+    def _started_leading(self) -> None:
+        self._active = True
+        self.metrics.leader.set(1)
+        self.metrics.leader_transitions.inc()
+        self._enqueue_all()
+        self.reactor.callFromThread(self._start_resync)
+
+    def _start_resync(self) -> None:
+        if self._active and not self._resync.running:
+            self._resync.start(self.options.resync_period, now=False)
+
+    def _stopped_leading(self) -> None:
+        self._active = False
+        self.metrics.leader.set(0)
+        for loop in self.loops.values():
+            loop.queue.clear()
+        self.reactor.callFromThread(self._stop_resync)
+
+    def _stop_resync(self) -> None:
+        if self._resync.running:
+            self._resync.stop()
