@@ -18,6 +18,7 @@ import sys
 import pytest
 
 from tests.kube import cluster
+from tests.kube.twingress import echo, ingress_classes, kube, namespace, relay, relayed, twingress  # noqa: F401 - fixtures for every kube test
 
 REQUIRE_ENV = "TWINGRESS_REQUIRE_KUBE"
 

@@ -23,14 +23,7 @@ from tests.kube.controller_support import (
     wait_ingress,
     wait_no_ingress,
 )
-from tests.kube.twingress import (  # noqa: F401 - fixtures
-    Kube,
-    echo,
-    kube,
-    namespace,
-    twingress,
-    wait_until,
-)
+from tests.kube.twingress import Kube
 
 STATUS_ADDRESS = ("--publish-status-address", "192.0.2.10")
 
@@ -164,8 +157,8 @@ def test_invalid_annotations_give_a_warning_and_no_ingress(kube: Kube, namespace
         "badpath": {"path": "relative"},
         "badsecret": {"tls_secret": "Not A Name"},
     }
-    for name, annotations in cases.items():
-        create_annotated_service(kube, namespace, name, **annotations)
+    for name, values in cases.items():
+        create_annotated_service(kube, namespace, name, **values)
     for name in cases:
         event = wait_event(kube, namespace, name, "InvalidAnnotation")
         assert event["type"] == "Warning"
