@@ -18,7 +18,11 @@ import sys
 import pytest
 
 from tests.kube import cluster
-from tests.kube.twingress import echo, ingress_classes, kube, namespace, relay, relayed, twingress  # noqa: F401 - fixtures for every kube test
+from tests.kube import twingress as _fixtures
+
+# The fixtures of tests/kube/twingress.py, for every kube test module without imports.
+kube, namespace, echo, twingress = _fixtures.kube, _fixtures.namespace, _fixtures.echo, _fixtures.twingress
+ingress_classes, relay, relayed = _fixtures.ingress_classes, _fixtures.relay, _fixtures.relayed
 
 REQUIRE_ENV = "TWINGRESS_REQUIRE_KUBE"
 
@@ -51,20 +55,20 @@ def kube_cluster(tmp_path_factory):
             "the first build takes a while)"
         )
 
-    kube = cluster.KubeCluster(bin_dir, tmp_path_factory.mktemp("kube"))
+    control_plane = cluster.KubeCluster(bin_dir, tmp_path_factory.mktemp("kube"))
     try:
-        kube.start()
+        control_plane.start()
     except cluster.ClusterStartError as e:
         print(e, file=sys.stderr)
         pytest.fail(f"the kube test cluster did not start: {e}", pytrace=False)
-    if not kube.in_netns:
+    if not control_plane.in_netns:
         print(
             f"kube_cluster: {cluster.POD_NETWORK_ADDRESS} does not exist here, so the apiserver "
             "advertises 127.0.0.1; run the tests under testenv/netns-run for pod addresses",
             file=sys.stderr,
         )
     try:
-        yield kube
+        yield control_plane
     finally:
-        kube.stop()
-        shutil.rmtree(kube.etcd_data_dir, ignore_errors=True)  # logs and pki stay
+        control_plane.stop()
+        shutil.rmtree(control_plane.etcd_data_dir, ignore_errors=True)  # logs and pki stay
