@@ -30,6 +30,7 @@ from ingress.model import (
     ServicePort,
 )
 from ingress.routing.certs import build_certificates, passthrough_upstreams, tls_hosts, with_tls_options
+from ingress.routing.streams import build_streams
 from ingress.routing.table import HostRoutes, Route, RoutingTable, Upstream
 
 LEGACY_CLASS_ANNOTATION = "kubernetes.io/ingress.class"
@@ -46,15 +47,24 @@ def build(
     controller_name: str = CONTROLLER_NAME,
     generation: int = 0,
     default_certificate: Optional[tuple[str, str]] = None,
+    tcp_services: Optional[tuple[str, str]] = None,
+    udp_services: Optional[tuple[str, str]] = None,
+    reserved_ports: Mapping[int, str] = {},
 ) -> RoutingTable:
     """
-    The routing table for C{state}: our Ingresses' rules, merged across Ingresses.
+    The routing table for C{state}: our Ingresses' rules, merged across Ingresses, and the streams.
 
     Nothing in C{state} makes this raise: a missing Service or a conflicting
     path is reported in C{problems} and the rest of the table is built.
+    C{tcp_services}/C{udp_services} and C{reserved_ports} are for
+    L{ingress.routing.streams.build_streams}.
     """
     ingresses = select_ingresses(state, class_name=class_name, controller_name=controller_name)
-    routes = _RouteBuilder(_Backends(state), tls_hosts(ingresses))
+    backends = _Backends(state)
+    streams = build_streams(
+        state, backends.upstream, tcp_services=tcp_services, udp_services=udp_services, reserved_ports=reserved_ports
+    )
+    routes = _RouteBuilder(backends, tls_hosts(ingresses))
     for ingress in ingresses:
         routes.add_rules(ingress)
     default_route = routes.default_route(ingresses)
@@ -67,8 +77,11 @@ def build(
         passthrough=passthrough_upstreams(ingresses, hosts, wildcards),
         any_host=routes.any_host.freeze() if routes.any_host.routes else None,
         default_route=default_route,
-        problems=_sorted_problems(state.problems) + _sorted_problems(set(routes.problems) | set(tls_problems)),
+        problems=_sorted_problems(state.problems)
+        + _sorted_problems(set(routes.problems) | set(tls_problems) | set(streams.problems)),
         certificates=certificates,
+        streams=streams.streams,
+        stream_conditions=streams.conditions,
     )
 
 
@@ -149,15 +162,20 @@ class _Backends:
                 self._slices.setdefault(key, []).append(endpoint_slice)
         self._upstreams: dict[str, tuple[Upstream, Optional[_Issue]]] = {}
 
-    def upstream(self, namespace: str, backend: IngressBackend) -> tuple[Upstream, Optional[_Issue]]:
-        """The shared Upstream for a backend, and what is wrong with it (if anything)."""
-        key = f"{namespace}/{backend.service_name}:{backend.port}"
+    def upstream(self, namespace: str, backend: IngressBackend, protocol: str = "TCP") -> tuple[Upstream, Optional[_Issue]]:
+        """
+        The shared Upstream for a backend, and what is wrong with it (if anything).
+
+        C{protocol} is the Service port's protocol the caller needs (HTTP and TCP
+        streams: "TCP"; UDP streams: "UDP"); a UDP upstream's key ends in "/UDP".
+        """
+        key = f"{namespace}/{backend.service_name}:{backend.port}" + ("" if protocol == "TCP" else f"/{protocol}")
         found = self._upstreams.get(key)
         if found is None:
-            found = self._upstreams[key] = self._resolve(key, namespace, backend)
+            found = self._upstreams[key] = self._resolve(key, namespace, backend, protocol)
         return found
 
-    def _resolve(self, key: str, namespace: str, backend: IngressBackend) -> tuple[Upstream, Optional[_Issue]]:
+    def _resolve(self, key: str, namespace: str, backend: IngressBackend, protocol: str) -> tuple[Upstream, Optional[_Issue]]:
         """An unusable backend still gets an (empty) Upstream: its route answers 503, not 404."""
         empty = Upstream(key, ())
         if not backend.service_name:
@@ -165,7 +183,7 @@ class _Backends:
         service = self._services.get((namespace, backend.service_name))
         if service is None:
             return empty, ("ServiceNotFound", f'Service "{namespace}/{backend.service_name}" not found')
-        service_port = _find_port(service.ports, backend.port)
+        service_port = _find_port(service.ports, backend.port, protocol)
         if service.type == "ExternalName":
             number = backend.port.number
             if number is None and service_port is not None:
@@ -175,6 +193,9 @@ class _Backends:
         if service_port is None:
             message = f'Service "{namespace}/{backend.service_name}" has no port {backend.port}'
             return empty, ("PortNotFound", message)
+        if service_port.protocol != protocol:
+            message = f'Service "{namespace}/{backend.service_name}" port {backend.port} is {service_port.protocol}, not {protocol}'
+            return empty, ("ProtocolMismatch", message)
         return Upstream(key, self._endpoints(namespace, service.meta.name, service_port)), None
 
     def _endpoints(self, namespace: str, service_name: str, port: ServicePort) -> tuple[tuple[str, int], ...]:
@@ -190,11 +211,11 @@ class _Backends:
         return tuple(sorted(found))
 
 
-def _find_port(ports: Iterable[ServicePort], wanted: ServiceBackendPort) -> Optional[ServicePort]:
-    """By name, or by number (TCP first: 53/TCP and 53/UDP may both exist, and HTTP is TCP)."""
+def _find_port(ports: Iterable[ServicePort], wanted: ServiceBackendPort, protocol: str = "TCP") -> Optional[ServicePort]:
+    """By name, or by number (C{protocol} first: 53/TCP and 53/UDP may both exist; HTTP is TCP)."""
     if wanted.number is None:
         return next((p for p in ports if p.name == wanted.name), None)
-    matches = sorted((p for p in ports if p.port == wanted.number), key=lambda p: p.protocol != "TCP")
+    matches = sorted((p for p in ports if p.port == wanted.number), key=lambda p: p.protocol != protocol)
     return matches[0] if matches else None
 
 

@@ -15,7 +15,8 @@ from typing import Any, Mapping, Optional
 from ingress.model import Problem
 from ingress.routing.certs import EMPTY_CERTIFICATES, CertificateTable
 from ingress.routing.route import Route, Upstream
-from ingress.routing.streams import StreamRoute
+from ingress.model import ObjectRef
+from ingress.routing.streams import StreamCondition, StreamRoute, streams_json
 
 __all__ = ["EMPTY_TABLE", "HostRoutes", "Route", "RoutingTable", "Upstream", "normalize_host"]
 
@@ -67,6 +68,7 @@ class RoutingTable:
     certificates: "CertificateTable" = field(default_factory=lambda: EMPTY_CERTIFICATES)
     passthrough: Mapping[str, Upstream] = field(default_factory=dict)
     streams: Mapping[tuple[str, int], "StreamRoute"] = field(default_factory=dict)  # (protocol, port) → route
+    stream_conditions: Mapping[ObjectRef, tuple[StreamCondition, ...]] = field(default_factory=dict)  # for status
 
     def passthrough_for(self, host: str) -> Optional[Upstream]:
         """The upstream that gets this SNI name's raw TLS, if its host is passed through."""
@@ -134,6 +136,7 @@ class RoutingTable:
                 **{"*." + h: "/".join(k) for h, k in sorted(self.certificates.wildcards.items())},
             },
             "passthrough": {h: u.key for h, u in sorted(self.passthrough.items())},
+            **streams_json(self.streams, self.stream_conditions),
             "problems": [
                 {"object": str(p.ref), "reason": p.reason, "message": p.message} for p in self.problems
             ],
