@@ -86,6 +86,8 @@ class Options(usage.Options):
         ["http", None, "tcp:80", "Endpoint of the plain HTTP listener ('' turns it off)."],
         ["https", None, "tcp:443", "Endpoint of the TLS listener, SNI-selected certificates ('' turns it off)."],
         ["default-certificate", None, None, "NAMESPACE/NAME of the TLS Secret served when no host matches (default: self-signed, made at start)."],
+        ["tcp-services-configmap", None, None, "NAMESPACE/NAME of an ingress-nginx tcp-services ConfigMap (\"<port>\": \"<ns>/<svc>:<port>[::PROXY]\") to serve as TCP streams."],
+        ["udp-services-configmap", None, None, "NAMESPACE/NAME of an ingress-nginx udp-services ConfigMap (\"<port>\": \"<ns>/<svc>:<port>\") to serve as UDP streams."],
         ["tls-min-version", None, "1.2", "Lowest TLS version accepted: 1.2 or 1.3."],
         ["tls-ciphers", None, MODERN_CIPHERS, "OpenSSL cipher list for TLS 1.2 (TLS 1.3 suites are OpenSSL's)."],
         ["admin", None, "tcp:10254:interface=127.0.0.1", "Endpoint of the admin listener: /healthz /readyz /metrics /debug/routes."],
@@ -106,10 +108,11 @@ class Options(usage.Options):
         self["source"] = self._source()
         if self["tls-min-version"] not in ("1.2", "1.3"):
             raise usage.UsageError("--tls-min-version must be 1.2 or 1.3")
-        default = self["default-certificate"]
-        if default and (default.count("/") != 1 or not all(default.split("/"))):
-            raise usage.UsageError("--default-certificate takes NAMESPACE/NAME")
-        self["default-certificate-key"] = tuple(default.split("/")) if default else None
+        for option in ("default-certificate", "tcp-services-configmap", "udp-services-configmap"):
+            self[f"{option}-key"] = _namespaced_name(self[option], option)
+        self["reserved-ports"] = {
+            port: name for name in ("http", "https", "admin") if (port := listener_port(self[name] or "")) is not None
+        }
         overrides = {}
         for name, field, convert, _ in _LIMITS:
             if self[name] is not None:
@@ -155,6 +158,34 @@ class _BuilderService(Service):
         return super().stopService()
 
 
+def _namespaced_name(value: Optional[str], option: str) -> Optional[tuple[str, str]]:
+    """An option's NAMESPACE/NAME as a (namespace, name) key; None when not given."""
+    if not value:
+        return None
+    if value.count("/") != 1 or not all(value.split("/")):
+        raise usage.UsageError(f"--{option} takes NAMESPACE/NAME")
+    namespace, name = value.split("/")
+    return (namespace, name)
+
+
+def listener_port(description: str) -> Optional[int]:
+    """
+    The TCP port of a tcp, tcp6 or ssl endpoint description ("tcp:80", "tcp:port=80:interface=::1").
+
+    Stream listeners must not take our own listeners' ports; other endpoint
+    types (unix sockets, systemd) hold none.
+    """
+    kind, _, rest = description.partition(":")
+    if kind not in ("tcp", "tcp6", "ssl") or not rest:
+        return None
+    arguments = rest.split(":")
+    for argument in arguments:
+        key, equals, value = argument.partition("=")
+        if equals and key == "port" and value.isdigit():
+            return int(value)
+    return int(arguments[0]) if arguments[0].isdigit() else None
+
+
 def makeService(options: Options, reactor: Optional[Any] = None) -> IService:
     """Wire listeners, sources and the builder into one MultiService."""
     if reactor is None:
@@ -176,6 +207,9 @@ def makeService(options: Options, reactor: Optional[Any] = None) -> IService:
             controller_name=controller,
             generation=generation,
             default_certificate=default_certificate,
+            tcp_services=options["tcp-services-configmap-key"],
+            udp_services=options["udp-services-configmap-key"],
+            reserved_ports=options["reserved-ports"],
         )
 
     builder = TableBuilder(reactor, live, metrics, build_table)
@@ -186,7 +220,10 @@ def makeService(options: Options, reactor: Optional[Any] = None) -> IService:
         ManifestsSource(options["manifests"], builder, metrics, reactor, options["poll-interval"]).setServiceParent(top)
     else:
         kubeconfig = options["kubeconfig"]
-        source = KubeSource(lambda: KubeClient(kubeconfig), builder, metrics, reactor, options["watch-namespace"])
+        stream_maps = [k for k in (options["tcp-services-configmap-key"], options["udp-services-configmap-key"]) if k]
+        source = KubeSource(
+            lambda: KubeClient(kubeconfig), builder, metrics, reactor, options["watch-namespace"], config_maps=stream_maps
+        )
         source.setServiceParent(top)
         admin.add_check(source.readiness)
         controllers: Optional[ControllerOptions] = options["controllers"]

@@ -357,3 +357,33 @@ def test_debug_routes_json() -> None:
         "message": "not listening: TCP port 5432 is already taken by StreamIngress default/pg, which is older",
     }
     assert [c["type"] for c in dump["streamConditions"]["default/pg"]] == ["Accepted", "Conflict", "ResolvedRefs"]
+
+
+# -- the command line: which ConfigMaps, and the ports of our own listeners
+
+
+@pytest.mark.parametrize(
+    "description, port",
+    [("tcp:80", 80), ("tcp:port=8443:interface=127.0.0.1", 8443), ("tcp:10254:interface=127.0.0.1", 10254),
+     ("ssl:443:privateKey=k.pem", 443), ("tcp6:port=81", 81), ("unix:/run/x.sock", None), ("", None),
+     ("systemd:domain=INET:index=0", None)],
+)
+def test_listener_port(description: str, port: Optional[int]) -> None:
+    from ingress.tap import listener_port
+
+    assert listener_port(description) == port
+
+
+def test_options_name_the_config_maps_and_reserve_our_ports(tmp_path) -> None:
+    from twisted.python.usage import UsageError
+
+    from ingress.tap import Options
+
+    options = Options()
+    options.parseOptions(["--manifests", str(tmp_path), "--http", "tcp:8080", "--https", "", "--tcp-services-configmap", "ingress/tcp"])
+    assert options["tcp-services-configmap-key"] == ("ingress", "tcp")
+    assert options["udp-services-configmap-key"] is None
+    assert options["reserved-ports"] == {8080: "http", 10254: "admin"}
+    for bad in ("tcp", "a/b/c", "/x", "x/"):
+        with pytest.raises(UsageError, match="--udp-services-configmap takes NAMESPACE/NAME"):
+            Options().parseOptions(["--manifests", str(tmp_path), "--udp-services-configmap", bad])

@@ -187,7 +187,8 @@ class Reflector:
 
     def _failed(self, error: Exception) -> None:
         self.last_error = str(error)[:300]
-        self._set_connected(False)
+        self.connected = False
+        self.on_status(self)  # every failure, also those before a first list (a kind that is not installed)
         if isinstance(error, APIError) and error.status == 401:
             log.warn("{kind}: unauthorized, reloading credentials", kind=self.resource.kind)
             try:

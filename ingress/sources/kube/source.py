@@ -5,14 +5,18 @@ The cluster source: one L{Reflector} per kind, and the hand-over to the reactor.
 Reflector threads call C{on_change}; that crosses to the reactor with
 C{callFromThread}, where the builder debounces and coalesces: a burst of
 changes becomes one or two builds.  Nothing is built until every informer has
-synced, so the first table is never half a cluster.  When the apiserver goes
-away the informers keep their stores and the proxy keeps its last table
-(static stability); /readyz detail and metrics report it.
+synced, so the first table is never half a cluster - except for the optional
+kinds (L{OPTIONAL_KINDS}: StreamIngress, whose CRD may not be installed, and
+the stream ConfigMaps): one of those whose list is refused (404, 403) is
+logged, reported in /readyz and retried with backoff, and holds up neither
+the first table nor readiness; its streams come with its first good list.
+When the apiserver goes away the informers keep their stores and the proxy
+keeps its last table (static stability); /readyz detail and metrics report it.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from twisted.application.service import Service
 from twisted.logger import Logger
@@ -32,7 +36,24 @@ RESOURCES = (
     Resource("Service", "v1", "services"),
     Resource("EndpointSlice", "discovery.k8s.io/v1", "endpointslices"),
     Resource("Secret", "v1", "secrets", field_selector="type=kubernetes.io/tls"),
+    Resource("StreamIngress", "twingress.io/v1alpha1", "streamingresses"),
 )
+
+OPTIONAL_KINDS = frozenset({"StreamIngress", "ConfigMap"})
+"""Kinds whose refused list does not hold up the first table (see the module docstring)."""
+
+
+def config_map_resource(name: str) -> Resource:
+    """One named ConfigMap (an ingress-nginx stream map): a field selector on its name, in its namespace."""
+    return Resource("ConfigMap", "v1", "configmaps", field_selector=f"metadata.name={name}")
+
+
+def informer_name(reflector: Reflector) -> str:
+    """The kind, or "ConfigMap namespace/name" for a single named object: metrics label and /readyz key."""
+    selector = reflector.resource.field_selector
+    if selector.startswith("metadata.name="):
+        return f"{reflector.resource.kind} {reflector.namespace}/{selector.partition('=')[2]}"
+    return reflector.resource.kind
 
 
 class KubeSource(Service):
@@ -46,6 +67,7 @@ class KubeSource(Service):
         reactor: Any,
         namespace: str = "",
         resources: tuple[Resource, ...] = RESOURCES,
+        config_maps: Iterable[tuple[str, str]] = (),
     ) -> None:
         self.client_factory = client_factory
         self.builder = builder
@@ -53,27 +75,31 @@ class KubeSource(Service):
         self.reactor = reactor
         self.namespace = namespace
         self.resources = resources
+        self.config_maps = tuple(dict.fromkeys(config_maps))  # (namespace, name), each watched once
         self.reflectors: list[Reflector] = []
+        self._warned: set[str] = set()
         self._seen: dict[str, tuple[int, int]] = {}
         self._trigger: Optional[object] = None
 
     def startService(self) -> None:
         super().startService()
-        for resource in self.resources:
+        watched = [(resource, self.namespace) for resource in self.resources]
+        watched += [(config_map_resource(name), namespace) for namespace, name in self.config_maps]
+        for resource, namespace in watched:
             reflector = Reflector(
                 self.client_factory,
                 resource,
                 on_change=lambda: self.reactor.callFromThread(self._changed),
                 on_status=lambda r: self.reactor.callFromThread(self._status, r),
-                namespace=self.namespace,
+                namespace=namespace,
             )
             self.reflectors.append(reflector)
-            self.metrics.kube_connected.labels(resource.kind).set(0)
+            self.metrics.kube_connected.labels(informer_name(reflector)).set(0)
             reflector.start()
         self._trigger = self.reactor.addSystemEventTrigger("before", "shutdown", self._stop_reflectors)
         log.info(
             "watching {kinds} in {scope}",
-            kinds=", ".join(r.kind for r in self.resources),
+            kinds=", ".join(informer_name(r) for r in self.reflectors),
             scope=f"namespace {self.namespace}" if self.namespace else "all namespaces",
         )
 
@@ -101,14 +127,24 @@ class KubeSource(Service):
 
     @property
     def synced(self) -> bool:
-        return bool(self.reflectors) and all(r.synced for r in self.reflectors)
+        """Every informer listed once; an optional one may have been refused instead (module docstring)."""
+        return bool(self.reflectors) and all(r.synced or _refused(r) for r in self.reflectors)
 
     def _changed(self) -> None:
         if self.synced:
             self.builder.submit(self.snapshot)
 
     def _status(self, reflector: Reflector) -> None:
-        kind = reflector.resource.kind
+        kind = informer_name(reflector)
+        if not reflector.synced and _refused(reflector) and kind not in self._warned:
+            self._warned.add(kind)
+            log.warn(
+                "{kind}: list refused ({error}); routing goes on without it and retries. "
+                "StreamIngress needs its CRD (kubectl apply -k k8s/) and RBAC to list and watch it",
+                kind=kind,
+                error=reflector.last_error,
+            )
+            self._changed()  # it may have been the last informer the first table waited for
         self.metrics.kube_connected.labels(kind).set(1 if reflector.connected else 0)
         relists, restarts = self._seen.get(kind, (0, 0))
         if reflector.relists > relists:
@@ -130,7 +166,7 @@ class KubeSource(Service):
     def readiness(self) -> tuple[bool, dict[str, object]]:
         """Ready once every informer synced; later disconnections are reported, not failed on."""
         informers = {
-            r.resource.kind: {
+            informer_name(r): {
                 "synced": r.synced,
                 "connected": r.connected,
                 "objects": len(r.store),
@@ -139,3 +175,8 @@ class KubeSource(Service):
             for r in self.reflectors
         }
         return self.synced, {"informers": informers}
+
+
+def _refused(reflector: Reflector) -> bool:
+    """An optional kind whose list the apiserver refused: not installed (404) or not allowed (403)."""
+    return reflector.resource.kind in OPTIONAL_KINDS and reflector.last_error.startswith(("404", "403"))

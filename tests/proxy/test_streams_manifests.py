@@ -1,0 +1,93 @@
+"""
+Stream objects from a manifests directory (C{twistd -n ingress --manifests DIR}): StreamIngresses
+and the ingress-nginx tcp/udp-services ConfigMaps named on the command line become the same
+stream routes, conditions and problems as from a cluster, and follow edits of the files.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from tests.support import Manifests, Twingress, free_port
+
+
+def stream(name: str, listen: int, ns: str = "default", created: str = "2024-01-01T00:00:00Z", **spec: Any) -> dict:
+    spec = {"listen": listen, "upstream": {"service": "db", "port": 80}, **spec}
+    metadata = {"name": name, "namespace": ns, "creationTimestamp": created}
+    return {"apiVersion": "twingress.io/v1alpha1", "kind": "StreamIngress", "metadata": metadata, "spec": spec}
+
+
+def config_map(name: str, data: dict[str, str], ns: str = "ingress") -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}, "data": data}
+
+
+def wait_for(check: Callable[[], Any], what: str, timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout}s")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def twingress(manifests: Manifests) -> Iterator[Callable[..., Twingress]]:
+    started: list[Twingress] = []
+
+    def start(*args: str) -> Twingress:
+        started.append(Twingress(manifests.path, *args))
+        return started[-1]
+
+    yield start
+    for process in started:
+        process.stop()
+
+
+def test_stream_objects_from_files(manifests: Manifests, twingress: Callable[..., Twingress]) -> None:
+    first, second, entry = free_port(), free_port(), free_port()
+    manifests.write("db.yaml", *manifests.service("db", [("10.1.0.1", 5432), ("10.1.0.2", 5432)]))
+    manifests.write("streams.yaml", stream("pg", first, proxyProtocol="v2"), stream("bad", 0))
+    manifests.write("maps.yaml", config_map("tcp-services", {str(entry): "default/db:http::PROXY"}), config_map("unrelated", {"x": "y"}))
+    proxy = twingress("--tcp-services-configmap", "ingress/tcp-services")
+
+    routes = proxy.routes()
+    assert routes["streams"] == {
+        f"TCP/{first}": {
+            "route": "default/pg", "source": "StreamIngress/default/pg", "upstream": "default/db:80",
+            "endpoints": ["10.1.0.1:5432", "10.1.0.2:5432"], "proxyProtocol": "v2", "idleTimeout": 600.0,
+        },
+        f"TCP/{entry}": {
+            "route": f"ingress/tcp-services:{entry}", "source": "ConfigMap/ingress/tcp-services", "upstream": "default/db:http",
+            "endpoints": ["10.1.0.1:5432", "10.1.0.2:5432"], "proxyProtocol": "v1", "idleTimeout": 600.0,
+        },
+    }
+    assert {c["type"]: c["status"] for c in routes["streamConditions"]["default/pg"]} == {
+        "Accepted": "True", "ResolvedRefs": "True", "Conflict": "False"}
+    assert routes["streamConditions"]["default/bad"][0]["reason"] == "Invalid"
+    assert [(p["object"], p["reason"]) for p in routes["problems"]] == [("StreamIngress/default/bad", "Invalid")]
+
+    # An edit moves the stream; a newer one on the same port loses; the admin port is refused.
+    generation = proxy.generation()
+    manifests.write(
+        "streams.yaml",
+        stream("pg", second),
+        stream("late", second, created="2024-02-01T00:00:00Z"),
+        stream("admin", proxy.admin_port),
+    )
+    proxy.wait_generation_above(generation)
+    wait_for(lambda: f"TCP/{second}" in proxy.routes()["streams"], "the stream moved")
+    routes = proxy.routes()
+    assert sorted(routes["streams"]) == sorted([f"TCP/{second}", f"TCP/{entry}"])
+    assert routes["streams"][f"TCP/{second}"]["route"] == "default/pg"
+    late = {c["type"]: c["reason"] for c in routes["streamConditions"]["default/late"]}
+    assert late == {"Accepted": "PortConflict", "Conflict": "PortConflict", "ResolvedRefs": "ResolvedRefs"}
+    admin = {c["type"]: c["message"] for c in routes["streamConditions"]["default/admin"]}
+    assert admin["Conflict"] == f"TCP port {proxy.admin_port} is twingress's own admin listener"
+
+    manifests.remove("streams.yaml")
+    wait_for(lambda: sorted(proxy.routes()["streams"]) == [f"TCP/{entry}"], "only the ConfigMap entry left")
