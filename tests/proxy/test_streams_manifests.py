@@ -6,11 +6,11 @@ stream routes, conditions and problems as from a cluster, and follow edits of th
 
 from __future__ import annotations
 
-import time
 from typing import Any, Callable, Iterator
 
 import pytest
 
+from tests.kube.twingress import wait_until
 from tests.support import Manifests, Twingress, free_port
 
 
@@ -22,17 +22,6 @@ def stream(name: str, listen: int, ns: str = "default", created: str = "2024-01-
 
 def config_map(name: str, data: dict[str, str], ns: str = "ingress") -> dict:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}, "data": data}
-
-
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout}s")
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -80,7 +69,7 @@ def test_stream_objects_from_files(manifests: Manifests, twingress: Callable[...
         stream("admin", proxy.admin_port),
     )
     proxy.wait_generation_above(generation)
-    wait_for(lambda: f"TCP/{second}" in proxy.routes()["streams"], "the stream moved")
+    wait_until(lambda: f"TCP/{second}" in proxy.routes()["streams"], 10, "the stream moved")
     routes = proxy.routes()
     assert sorted(routes["streams"]) == sorted([f"TCP/{second}", f"TCP/{entry}"])
     assert routes["streams"][f"TCP/{second}"]["route"] == "default/pg"
@@ -90,4 +79,4 @@ def test_stream_objects_from_files(manifests: Manifests, twingress: Callable[...
     assert admin["Conflict"] == f"TCP port {proxy.admin_port} is twingress's own admin listener"
 
     manifests.remove("streams.yaml")
-    wait_for(lambda: sorted(proxy.routes()["streams"]) == [f"TCP/{entry}"], "only the ConfigMap entry left")
+    wait_until(lambda: sorted(proxy.routes()["streams"]) == [f"TCP/{entry}"], 10, "only the ConfigMap entry left")
