@@ -19,8 +19,12 @@ MANAGED_BY = ("app.kubernetes.io/managed-by", "twingress")
 
 
 def controller_args(namespace: str, *extra: str, lease: str = "lease") -> tuple[str, ...]:
-    """Options of a twingress whose controllers use a Lease of this test only."""
+    """
+    Options of a twingress whose controllers use a Lease of this test only and see only the
+    test's namespace (every test's twingress leads its own Lease, so each must write only there).
+    """
     return (
+        "--watch-namespace", namespace,
         "--leader-election-namespace", namespace,
         "--leader-election-id", f"{lease}-{namespace}"[:63],
         *extra,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Iterator
 
 import pytest
+from kubernetes.client.rest import ApiException
 
 from tests.kube.controller_support import load_balancer, read_ingress, start_controller, wait_ingress, writes
 from tests.kube.twingress import Kube, wait_until
@@ -91,8 +92,12 @@ def set_pod_ready(kube: Kube, namespace: str, name: str, host_ip: str, ready: bo
 
 
 def test_addresses_of_the_nodes_running_ready_pods(kube: Kube, namespace: str, twingress, nodes: list[str]) -> None:
-    # pods need their service account; the controller-manager makes "default" soon after the namespace
-    wait_until(lambda: kube.core.read_namespaced_service_account("default", namespace), what="the default service account")
+    # pods need their service account (the controller-manager may have made "default" already)
+    try:
+        kube.core.create_namespaced_service_account(namespace, {"metadata": {"name": "default"}})
+    except ApiException as error:
+        if error.status != 409:
+            raise
     create_ready_pod(kube, namespace, "twingress-a", nodes[0], "10.0.0.5")
     create_ready_pod(kube, namespace, "twingress-b", nodes[1], "10.0.0.6")
     create_ready_pod(kube, namespace, "twingress-c", nodes[1], "10.0.0.6", ready=False)

@@ -171,3 +171,14 @@ def test_invalid_annotations_give_a_warning_and_no_ingress(kube: Kube, namespace
     set_annotations(kube, namespace, "badport", {"ingress/port": "80"})
     assert backend_port(wait_ingress(kube, namespace, "badport")) == {"number": 80}
     assert proxy.process.poll() is None
+
+
+def test_generate_ingresses_false_turns_the_generator_off(kube: Kube, namespace: str, twingress) -> None:
+    start_controller(twingress, namespace, *STATUS_ADDRESS, "--generate-ingresses", "false")
+    create_annotated_service(kube, namespace, "quiet")
+    # the status controller still runs: once it has written a later Ingress's status, the
+    # annotated Service (created before) has long been seen, and nothing was generated for it
+    kube.create_service(namespace, "plain")
+    kube.create_ingress(namespace, "marker", f"marker.{namespace}.example.com", "plain")
+    wait_ingress(kube, namespace, "marker", lambda i: (i.get("status") or {}).get("loadBalancer", {}).get("ingress"), "marker status")
+    assert read_ingress(kube, namespace, "quiet") is None
