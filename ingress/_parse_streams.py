@@ -24,17 +24,37 @@ from ingress._fields import (
     _int,
     _invalid,
     _is_ip,
+    _list,
     _mapping,
     _port_number,
     _required,
     _str,
+    _timestamp,
 )
-from ingress.model import ConfigMap, ObjectMeta, ServiceBackendPort, StreamIngress
+from ingress.model import Condition, ConfigMap, ObjectMeta, ServiceBackendPort, StreamIngress
 
 STREAM_PROTOCOLS = ("TCP", "UDP")
 PROXY_PROTOCOLS = ("v1", "v2")
 MAX_IDLE_TIMEOUT = 86400
 PROXY = "PROXY"
+
+
+def _status_conditions(status: Any) -> tuple[Condition, ...]:
+    """The conditions the leader wrote last; the status writer compares before it writes again."""
+    found = []
+    for i, entry in enumerate(_list(_mapping(status, "status").get("conditions"), "status.conditions")):
+        item = _mapping(entry, f"status.conditions[{i}]")
+        found.append(
+            Condition(
+                type=_str(item.get("type"), f"status.conditions[{i}].type"),
+                status=_str(item.get("status"), f"status.conditions[{i}].status"),
+                reason=_str(item.get("reason"), f"status.conditions[{i}].reason"),
+                message=_str(item.get("message"), f"status.conditions[{i}].message"),
+                observed_generation=_int(item.get("observedGeneration"), f"status.conditions[{i}].observedGeneration") or 0,
+                last_transition_time=_timestamp(item.get("lastTransitionTime"), f"status.conditions[{i}].lastTransitionTime"),
+            )
+        )
+    return tuple(found)
 
 
 def parse_stream_ingress(obj: Mapping[str, Any], meta: ObjectMeta) -> StreamIngress:
@@ -61,7 +81,11 @@ def parse_stream_ingress(obj: Mapping[str, Any], meta: ObjectMeta) -> StreamIngr
     idle = _int(spec.get("idleTimeout"), "spec.idleTimeout")
     if idle is not None and not 1 <= idle <= MAX_IDLE_TIMEOUT:
         raise _invalid("spec.idleTimeout", idle, f"must be between 1 and {MAX_IDLE_TIMEOUT} seconds")
-    common = dict(proxy_protocol=proxy_protocol, idle_timeout=None if idle is None else float(idle))
+    common = dict(
+        proxy_protocol=proxy_protocol,
+        idle_timeout=None if idle is None else float(idle),
+        status_conditions=_status_conditions(obj.get("status")),
+    )
     if external:
         host = _external_host(upstream, port)
         return StreamIngress(meta, protocol, listen, port, external_host=host, **common)  # type: ignore[arg-type]

@@ -238,6 +238,18 @@ class Problem:
 
 
 @dataclass(frozen=True, slots=True)
+class Condition:
+    """A metav1.Condition as found in an object's status (what the status writer compares with)."""
+
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+    observed_generation: int = 0
+    last_transition_time: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class StreamIngress:
     """
     A twingress.io/v1alpha1 StreamIngress: one TCP or UDP port, to a Service or an external host.
@@ -258,6 +270,7 @@ class StreamIngress:
     external_host: str = ""
     proxy_protocol: Optional[str] = None
     idle_timeout: Optional[float] = None
+    status_conditions: tuple[Condition, ...] = field(default=(), compare=False)  # written by the leader
 
     @property
     def ref(self) -> ObjectRef:

@@ -228,7 +228,9 @@ def makeService(options: Options, reactor: Optional[Any] = None) -> IService:
         admin.add_check(source.readiness)
         controllers: Optional[ControllerOptions] = options["controllers"]
         if controllers is not None:
-            manager = ControllerManager(lambda: KubeClient(kubeconfig), source, controllers, ControllerMetrics(metrics.registry), reactor)
+            manager = ControllerManager(
+                lambda: KubeClient(kubeconfig), source, controllers, ControllerMetrics(metrics.registry), reactor, live
+            )
             manager.setServiceParent(top)
     pool = UpstreamPool(reactor, settings)
     if options["http"]:

@@ -15,7 +15,7 @@ leadership check before their next write.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Optional
+from typing import Any, Callable, Hashable, Mapping, Optional
 
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred
@@ -30,13 +30,17 @@ from ingress.controllers.loop import ControllerLoop
 from ingress.controllers.metrics import ControllerMetrics
 from ingress.controllers.servicegen import ServiceIngressSync
 from ingress.controllers.status import IngressStatusSync, PublishedAddresses
+from ingress.controllers.streamstatus import StreamStatusSync
+from ingress.live import LiveTable
+from ingress.routing.table import RoutingTable
 from ingress.sources.kube.client import KubeClient
 from ingress.sources.kube.reflector import Reflector, Resource
 from ingress.sources.kube.source import KubeSource
 
 log = Logger()
 
-GENERATOR, STATUS = "servicegen", "status"
+GENERATOR, STATUS, STREAM_STATUS = "servicegen", "status", "streamstatus"
+NO_FAILURES: Callable[[], Mapping[tuple[str, int], str]] = dict
 
 
 @dataclass(frozen=True)
@@ -64,8 +68,12 @@ class ControllerManager(Service):
         options: ControllerOptions,
         metrics: ControllerMetrics,
         reactor: Any,
+        live: Optional[LiveTable] = None,
+        listen_failures: Callable[[], Mapping[tuple[str, int], str]] = NO_FAILURES,
     ) -> None:
         self.client_factory = client_factory
+        self.live = live
+        self.listen_failures = listen_failures
         self.source = source
         self.options = options
         self.metrics = metrics
@@ -87,6 +95,12 @@ class ControllerManager(Service):
             self._add_loop(GENERATOR, self._generator_sync())
         if self.options.update_status:
             self._add_loop(STATUS, self._status_sync(addresses))
+            if self.live is not None and self.source.watches("StreamIngress"):
+                self._stream_status = StreamStatusSync(
+                    self.client_factory(), self.source.store("StreamIngress"), self._write_gate, self._counter(STREAM_STATUS)
+                )
+                self._add_loop(STREAM_STATUS, self._stream_status)
+                self.live.subscribe(self._table_changed)
         self._subscribe()
         for loop in self.loops.values():
             loop.start()
@@ -175,6 +189,14 @@ class ControllerManager(Service):
         if STATUS in self.loops:
             self.source.on_key("Ingress", self._enqueuer(STATUS))
             self.source.on_key("IngressClass", lambda key: self._enqueue_all_status())
+        if STREAM_STATUS in self.loops:
+            self.source.on_key("StreamIngress", self._enqueuer(STREAM_STATUS))
+
+    def _table_changed(self, table: RoutingTable) -> None:
+        """A new table (reactor thread): queue the StreamIngresses whose conditions changed."""
+        enqueue = self._enqueuer(STREAM_STATUS)
+        for key in self._stream_status.table_changed(table, self.listen_failures()):
+            enqueue(key)
 
     def _enqueuer(self, loop: str) -> Callable[[Hashable], None]:
         queue = self.loops[loop].queue
@@ -197,6 +219,9 @@ class ControllerManager(Service):
         if GENERATOR in self.loops:
             for key in self.source.store("Service").keys():
                 self.loops[GENERATOR].queue.add(key)
+        if STREAM_STATUS in self.loops:
+            for key in self.source.store("StreamIngress").keys():
+                self.loops[STREAM_STATUS].queue.add(key)
         self._enqueue_all_status()
 
     # -- leadership (election thread)

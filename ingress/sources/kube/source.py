@@ -117,6 +117,9 @@ class KubeSource(Service):
                 return reflector
         raise KeyError(f"{kind} is not watched")
 
+    def watches(self, kind: str) -> bool:
+        return any(r.resource.kind == kind for r in self.reflectors)
+
     def store(self, kind: str) -> Store:
         """The informer store of C{kind}: what the controllers read instead of asking the API."""
         return self._reflector(kind).store

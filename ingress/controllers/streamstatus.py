@@ -1,0 +1,114 @@
+# -*- test-case-name: tests.kube.test_stream_status -*-
+"""
+StreamIngress status: the conditions the routing build decided (Accepted,
+ResolvedRefs, Conflict), written by the leader.
+
+The build puts each StreamIngress's conditions on the routing table; this
+controller keeps the latest table's view (handed over from the reactor
+thread) and syncs one StreamIngress key at a time: it writes C{status} only
+when a condition's status, reason, message or observed generation differs
+from what the object shows, and keeps C{lastTransitionTime} unless the
+condition's status flips - the metav1.Condition rules.  A listener the
+leader itself failed to bind is reported as C{Accepted=False, reason
+PortUnavailable} (on a DaemonSet every node binds the same ports, so the
+leader's failure is everyone's likely failure).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Mapping
+
+from ingress.controllers.leader import micro_time
+from ingress.model import Condition, ObjectRef, StreamIngress
+from ingress.routing.streams import StreamCondition
+from ingress.routing.table import RoutingTable
+from ingress.sources.kube.client import FIELD_MANAGER, MERGE_PATCH, KubeClient
+from ingress.sources.kube.reflector import Store
+
+
+def desired_conditions(
+    ref: ObjectRef, table: RoutingTable, failures: Mapping[tuple[str, int], str]
+) -> tuple[StreamCondition, ...]:
+    """The table's conditions for C{ref}, with Accepted turned False where the leader could not bind."""
+    conditions = table.stream_conditions.get(ref, ())
+    failed = [(key, detail) for key, detail in failures.items() if (route := table.streams.get(key)) is not None and route.source == ref]
+    if not failed:
+        return conditions
+    (protocol, port), detail = failed[0]
+    generation = conditions[0].observed_generation if conditions else 0
+    refused = StreamCondition("Accepted", "False", "PortUnavailable", f"cannot listen on {protocol} port {port}: {detail}", generation)
+    return tuple(refused if c.type == "Accepted" else c for c in conditions)
+
+
+def merged(current: tuple[Condition, ...], desired: tuple[StreamCondition, ...], now: str) -> list[dict[str, Any]]:
+    """The status conditions to write: C{lastTransitionTime} moves only when a condition's status changes."""
+    previous = {c.type: c for c in current}
+    result = []
+    for condition in desired:
+        before = previous.get(condition.type)
+        since = before.last_transition_time if before is not None and before.status == condition.status and before.last_transition_time else now
+        result.append({**condition.to_json(), "lastTransitionTime": since})
+    return result
+
+
+def differs(current: tuple[Condition, ...], desired: tuple[StreamCondition, ...]) -> bool:
+    have = sorted((c.type, c.status, c.reason, c.message, c.observed_generation) for c in current)
+    want = sorted((c.type, c.status, c.reason, c.message, c.observed_generation) for c in desired)
+    return have != want
+
+
+class StreamStatusSync:
+    """The sync function of the stream status controller, one StreamIngress key at a time."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        streams: Store,
+        before_write: Callable[[], None],
+        count_write: Callable[[str, str], None],
+    ) -> None:
+        self.client = client
+        self.streams = streams
+        self.before_write = before_write
+        self.count_write = count_write
+        self._table = RoutingTable()
+        self._failures: Mapping[tuple[str, int], str] = {}
+        self._lock = threading.Lock()
+
+    def table_changed(self, table: RoutingTable, failures: Mapping[tuple[str, int], str]) -> list[tuple[str, str]]:
+        """
+        Keep the new table and a copy of the listeners that failed to bind
+        (reactor thread); returns the keys whose conditions changed.
+        """
+        with self._lock:
+            old, self._table = self._table, table
+            self._failures = dict(failures)
+        refs = set(old.stream_conditions) | set(table.stream_conditions)
+        return [
+            (ref.namespace, ref.name)
+            for ref in refs
+            if ref.kind == "StreamIngress" and old.stream_conditions.get(ref) != table.stream_conditions.get(ref)
+        ]
+
+    def __call__(self, key: tuple[str, str]) -> None:
+        stream = self.streams.get(key)
+        if not isinstance(stream, StreamIngress):
+            return
+        with self._lock:
+            table, failures = self._table, self._failures
+        desired = desired_conditions(stream.ref, table, failures)
+        if not desired or desired[0].observed_generation < stream.meta.generation:
+            return  # the table has not caught up with this version yet: its own table will come
+        if not differs(stream.status_conditions, desired):
+            return
+        self.before_write()
+        body = {
+            "status": {
+                "observedGeneration": desired[0].observed_generation,
+                "conditions": merged(stream.status_conditions, desired, micro_time()[:19] + "Z"),
+            }
+        }
+        path = f"/apis/twingress.io/v1alpha1/namespaces/{stream.meta.namespace}/streamingresses/{stream.meta.name}/status"
+        self.client.request("PATCH", path, {"fieldManager": FIELD_MANAGER}, body=body, content_type=MERGE_PATCH)
+        self.count_write("StreamIngress", "patch-status")
