@@ -23,6 +23,14 @@ from tests.kube.controller_support import (
     wait_ingress,
     wait_no_ingress,
 )
+import pytest
+
+from ingress.controllers.events import EventRecorder
+from ingress.controllers.generated import GeneratorConfig
+from ingress.controllers.servicegen import ServiceIngressSync
+from ingress.parse import parse_object
+from ingress.sources.kube.client import APIError, KubeClient
+from ingress.sources.kube.reflector import Store
 from tests.kube.twingress import Kube
 
 STATUS_ADDRESS = ("--publish-status-address", "192.0.2.10")
@@ -182,3 +190,29 @@ def test_generate_ingresses_false_turns_the_generator_off(kube: Kube, namespace:
     kube.create_ingress(namespace, "marker", f"marker.{namespace}.example.com", "plain")
     wait_ingress(kube, namespace, "marker", lambda i: (i.get("status") or {}).get("loadBalancer", {}).get("ingress"), "marker status")
     assert read_ingress(kube, namespace, "quiet") is None
+
+
+def test_a_restore_from_a_stale_store_is_refused_with_409_and_succeeds_on_fresh_data(kube_cluster, kube: Kube, namespace: str) -> None:
+    """The optimistic-concurrency guard, in-process against the real apiserver (no twingress process)."""
+    service = create_annotated_service(kube, namespace, "cas")
+    config = GeneratorConfig("twingress")
+    api = KubeClient(str(kube_cluster.kubeconfig))
+    services, ingresses = Store(), Store()
+    services.put((namespace, "cas"), parse_object({"apiVersion": "v1", "kind": "Service", **service}))
+    sync = ServiceIngressSync(api, services, ingresses, config, EventRecorder(api, "test", lambda: None, lambda: None), lambda: None, lambda kind, verb: None)
+    sync((namespace, "cas"))  # creates it
+    created = kube._dict(kube.networking.read_namespaced_ingress("cas", namespace))
+    kube.networking.patch_namespaced_ingress("cas", namespace, {"spec": {"ingressClassName": "other"}})  # drift, rv moves on
+
+    stale = {**created, "apiVersion": "networking.k8s.io/v1", "kind": "Ingress"}
+    stale["spec"] = {**stale["spec"], "ingressClassName": "other"}  # the drift, but at the old resourceVersion
+    ingresses.put((namespace, "cas"), parse_object(stale))
+    with pytest.raises(APIError) as refused:
+        sync((namespace, "cas"))
+    assert refused.value.status == 409
+
+    fresh = {**kube._dict(kube.networking.read_namespaced_ingress("cas", namespace)), "apiVersion": "networking.k8s.io/v1", "kind": "Ingress"}
+    ingresses.put((namespace, "cas"), parse_object(fresh))
+    sync((namespace, "cas"))
+    assert read_ingress(kube, namespace, "cas")["spec"]["ingressClassName"] == "twingress"
+    api.close()
