@@ -36,13 +36,18 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 import pytest
+import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from tests.support import ROOT, EchoBackend, Twingress, free_port, twistd_command
 
-INGRESS_CLASS = "twingress"
-CONTROLLER = "twingress.io/ingress-controller"
+SHIPPED_INGRESS_CLASS = ROOT / "k8s" / "ingressclass.yaml"
+"""The IngressClass an operator installs: the tests' classes are built from it (one source of truth)."""
+
+_shipped_class = yaml.safe_load(SHIPPED_INGRESS_CLASS.read_text())
+INGRESS_CLASS: str = _shipped_class["metadata"]["name"]
+CONTROLLER: str = _shipped_class["spec"]["controller"]
 DEFAULT_CLASS_ANNOTATION = "ingressclass.kubernetes.io/is-default-class"
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
@@ -348,13 +353,13 @@ class Kube:
 
     @staticmethod
     def ingress_class_body(name: str, controller: str = CONTROLLER, default: Optional[bool] = None) -> dict:
-        annotations = {} if default is None else {DEFAULT_CLASS_ANNOTATION: "true" if default else "false"}
-        return {
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "IngressClass",
-            "metadata": {"name": name, "annotations": annotations},
-            "spec": {"controller": controller},
-        }
+        """The shipped IngressClass (k8s/ingressclass.yaml); another name or controller for the
+        tests of other classes, the default-class annotation when C{default} is given."""
+        body = yaml.safe_load(SHIPPED_INGRESS_CLASS.read_text())
+        body["metadata"]["name"] = name
+        body["metadata"]["annotations"] = {} if default is None else {DEFAULT_CLASS_ANNOTATION: "true" if default else "false"}
+        body["spec"]["controller"] = controller
+        return body
 
     def put_ingress_class(self, name: str, controller: str = CONTROLLER, default: Optional[bool] = None) -> dict:
         """Create the IngressClass, or replace it (controller is immutable: a different one is
