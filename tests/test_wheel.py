@@ -1,0 +1,92 @@
+"""
+The Dockerfile's build, without Docker: its build context, its `pip wheel`, its offline install
+into a fresh environment, and its entrypoint finding the twistd plugin there.
+
+This proves what the image depends on and no other test sees, because the development venv
+runs twingress from the source tree: that the wheel carries twisted/plugins/ingress_plugin.py
+(setup.cfg's packaging) and every module, that the dependencies resolve from the wheels alone,
+and that `twistd ingress` then knows our options.
+
+The test runs in the network namespace of the test run, where no package index is reachable:
+`pip wheel` and `pip install` read only the wheelhouse `make wheelhouse` fills beforehand
+(dependencies, setuptools, wheel) and the wheels built here, as the image's stage 2 reads only
+stage 1's.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+import re
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+from tests.support import ROOT
+
+DOCKERFILE = ROOT / "Dockerfile"
+WHEELHOUSE = Path(os.environ.get("TWINGRESS_WHEELHOUSE") or Path.home() / ".cache" / "twingress" / "wheelhouse")
+OPTIONS = ("--kubeconfig", "--manifests", "--http", "--https", "--admin", "--leader-election-id", "--tcp-services-configmap")
+
+
+def build_stage_sources() -> list[str]:
+    """What the build stage COPYs from the context (the first stage, up to the next FROM)."""
+    build_stage = DOCKERFILE.read_text().split("\nFROM ")[1]
+    sources: list[str] = []
+    for line in build_stage.splitlines():
+        if line.startswith("COPY ") and "--from" not in line:
+            sources.extend(line.split()[1:-1])
+    return sources
+
+
+def dockerfile_version() -> str:
+    match = re.search(r"^ARG VERSION=(\S+)$", DOCKERFILE.read_text(), re.MULTILINE)
+    assert match, "the Dockerfile has no ARG VERSION"
+    return match.group(1)
+
+
+def setup_cfg_version() -> str:
+    parser = configparser.ConfigParser()
+    parser.read(ROOT / "setup.cfg")
+    return parser["metadata"]["version"]
+
+
+def test_the_image_version_is_the_package_version() -> None:
+    assert dockerfile_version() == setup_cfg_version()
+
+
+def test_wheel_built_as_the_dockerfile_does_installs_and_runs_twistd_ingress(tmp_path: Path) -> None:
+    context = tmp_path / "src"
+    context.mkdir()
+    for source in build_stage_sources():
+        path = ROOT / source
+        if path.is_dir():
+            shutil.copytree(path, context / source, ignore=shutil.ignore_patterns("__pycache__", "dropin.cache"))
+        else:
+            shutil.copy2(path, context / source)
+    assert (WHEELHOUSE / ".stamp").exists(), f"no wheelhouse at {WHEELHOUSE}: run `make wheelhouse` (make test does)"
+    wheels = tmp_path / "wheels"
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-cache-dir"]
+    offline = ["--no-index", f"--find-links={WHEELHOUSE}"]
+    subprocess.run([*pip, "wheel", "-q", *offline, "--wheel-dir", str(wheels), str(context)], check=True, cwd=tmp_path)
+
+    ours = list(wheels.glob(f"twingress-{setup_cfg_version()}-*.whl"))
+    assert len(ours) == 1, sorted(p.name for p in wheels.iterdir())
+    listing = subprocess.run([sys.executable, "-m", "zipfile", "-l", str(ours[0])], check=True, capture_output=True, text=True).stdout
+    assert "twisted/plugins/ingress_plugin.py" in listing
+    assert "twisted/plugins/__init__.py" not in listing  # it would shadow Twisted's own plugins package
+
+    environment = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(environment)
+    python = environment / "bin" / "python"
+    install = [str(python), "-m", "pip", "install", "-q", "--no-index", f"--find-links={wheels}", f"twingress=={setup_cfg_version()}"]
+    subprocess.run(install, check=True, cwd=tmp_path)
+
+    where = subprocess.run([str(python), "-c", "import ingress; print(ingress.__file__)"], check=True, capture_output=True, text=True, cwd=tmp_path)
+    assert where.stdout.startswith(str(environment)), where.stdout  # the installed copy, not the source tree
+    helped = subprocess.run([str(environment / "bin" / "twistd"), "ingress", "--help"], capture_output=True, text=True, cwd=tmp_path)
+    assert helped.returncode == 0, helped.stderr
+    missing = [option for option in OPTIONS if option not in helped.stdout]
+    assert not missing, helped.stdout
