@@ -60,12 +60,16 @@ def permissions(objects: list[dict]) -> list[Permission]:
     return found
 
 
-def install(api: client.ApiClient, objects: list[dict]) -> None:
+def install(api: client.ApiClient, objects: list[dict], dry_run: bool = False) -> None:
+    """Server-side apply each object; with C{dry_run} the apiserver validates and stores nothing."""
     dynamic = DynamicClient(api)
     for obj in objects:
         resource = dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
         namespace = obj["metadata"].get("namespace") if resource.namespaced else None
-        dynamic.server_side_apply(resource, body=obj, namespace=namespace, field_manager=FIELD_MANAGER, force_conflicts=True)
+        dynamic.server_side_apply(
+            resource, body=obj, namespace=namespace, field_manager=FIELD_MANAGER, force_conflicts=True,
+            dry_run="All" if dry_run else None,
+        )
 
 
 def uninstall(api: client.ApiClient) -> None:

@@ -26,6 +26,7 @@ from typing import Callable, Iterator
 import pytest
 from kubernetes import client, config
 
+from ingress import tap
 from tests.kube import install_support as install
 from tests.kube import kustomize
 from tests.kube.controller_support import (
@@ -34,6 +35,7 @@ from tests.kube.controller_support import (
 from tests.kube.streams_support import Streams, stream_body, wait_conditions, wait_stream
 from tests.kube.twingress import Kube, KubeTwingress, _log_sections, free_port, host_for, wait_until
 from tests.proxy.certs import CertificateAuthority, tls_secret
+from tests.support import ROOT
 
 FORBIDDEN = re.compile(r"\b403: |forbidden", re.IGNORECASE)
 STREAM_MAP = "tcp-services"
@@ -94,6 +96,43 @@ def run(kube_cluster, installed, kube: Kube, namespace: str, monkeypatch, reques
     yield Run(kube, namespace, start, lease, kube_cluster.kubeconfig)
     for process in started:
         process.stop()
+
+
+# --- what the manifests say ------------------------------------------------------------------------
+
+
+def daemonset(objects: list[dict]) -> dict:
+    return kustomize.find(objects, "DaemonSet", "twingress")["spec"]["template"]
+
+
+def test_the_daemonset_runs_hardened_on_the_node_network() -> None:
+    pod = daemonset(install.rendered())
+    spec, (container,) = pod["spec"], pod["spec"]["containers"]
+    assert pod["metadata"]["labels"]["app.kubernetes.io/name"] == "twingress"  # --status-pod-selector's default
+    assert (spec["hostNetwork"], spec["dnsPolicy"], spec["serviceAccountName"]) == (True, "ClusterFirstWithHostNet", "twingress")
+    defaults = tap.Options()
+    assert spec["terminationGracePeriodSeconds"] > defaults["shutdown-delay"] + defaults["drain-timeout"]
+    assert spec["securityContext"]["runAsNonRoot"] and spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    security = container["securityContext"]
+    assert security["capabilities"] == {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}
+    assert security["readOnlyRootFilesystem"] and not security["allowPrivilegeEscalation"]
+    assert {p["containerPort"] for p in container["ports"]} == {80, 443, 10254}
+    assert "--admin=tcp:10254:interface=$(HOST_IP)" in container["args"]
+    assert (container["livenessProbe"]["httpGet"]["path"], container["readinessProbe"]["httpGet"]["path"]) == ("/healthz", "/readyz")
+    fields = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
+    assert fields == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace", "HOST_IP": "status.hostIP"}
+    assert set(container["resources"]) == {"requests", "limits"}
+    tap.Options().parseOptions(["--manifests", str(ROOT / "examples"), *container["args"]])  # twistd accepts them
+
+
+def test_the_edge_overlay_adds_placement_and_is_valid(installed) -> None:
+    api, _ = installed
+    objects = kustomize.render(install.BASE / "overlays" / "edge")
+    spec = daemonset(objects)["spec"]
+    assert spec["nodeSelector"] == {"node-role.kubernetes.io/edge": ""}
+    assert spec["tolerations"][0]["key"] == "node-role.kubernetes.io/edge"
+    assert spec["containers"] == daemonset(install.rendered())["spec"]["containers"]  # the rest is the base's
+    install.install(api, objects, dry_run=True)  # the apiserver validates every object
 
 
 # --- everything works as the ServiceAccount -----------------------------------------------------
