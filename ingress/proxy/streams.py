@@ -70,12 +70,15 @@ class StreamListeners:
         self.listeners: dict[Key, _Listener] = {}
         self.failures: dict[Key, str] = {}
         self._draining: dict[int, _Draining] = {}
+        self._shutting_down = False
 
     def apply(self, table: RoutingTable) -> None:
         """Make the listeners match C{table.streams} (a L{LiveTable} listener)."""
         self.update(table.streams)
 
     def update(self, streams: Mapping[Key, StreamRoute]) -> None:
+        if self._shutting_down:
+            return  # a table that arrives during the shutdown drain opens nothing
         for key in [k for k in self.listeners if k not in streams]:
             self._close(key)
         for key in [k for k in self.failures if k not in streams]:
@@ -177,6 +180,26 @@ class StreamListeners:
             count = handler.abort_all()
         if count:
             log.info("stream {protocol}:{port}: drain over, closed {count} connections", protocol=key[0], port=key[1], count=count)
+
+    def drain(self) -> None:
+        """Shutdown drain (L{ingress.drain}): take no new connections or sessions; open ones go on."""
+        self._shutting_down = True
+        for listener in self.listeners.values():
+            if isinstance(listener.handler, UDPStreamListener):
+                listener.handler.accepting = False  # replies still leave through the bound socket
+            else:
+                listener.port.stopListening()
+
+    def open_count(self) -> int:
+        """TCP connections and UDP sessions open, on every listener, draining ones included."""
+        handlers = [listener.handler for listener in self.listeners.values()] + [d.listener.handler for d in self._draining.values()]
+        return sum(len(h.relays) if isinstance(h, TCPStreamFactory) else len(h.sessions) for h in handlers)
+
+    def abort_all(self) -> int:
+        """End of the shutdown drain: close everything; returns how many connections and sessions were open."""
+        count = self.open_count()
+        self.stop()
+        return count
 
     def stop(self) -> None:
         """Close everything now (shutdown), draining listeners too."""
