@@ -40,7 +40,7 @@ def main(path: str) -> None:
         )
         for spec in specs
     ]
-    legacy_log.startLogging(sys.stderr)
+    legacy_log.startLogging(sys.stderr, setStdout=False)
     live = LiveTable()
     listeners = StreamListeners(reactor, UpstreamPool(reactor, ProxySettings()), Metrics(), interface="127.0.0.1")
     live.subscribe(listeners.apply)

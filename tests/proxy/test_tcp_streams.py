@@ -6,9 +6,16 @@ receiver, and listeners opened, moved and closed as tables change.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import signal
 import socket
+import subprocess
+import sys
+import threading
 import time
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
@@ -26,6 +33,8 @@ from ingress.proxy.upstream import UpstreamPool
 from ingress.routing.table import RoutingTable
 from tests.proxy.proxy_header import parse_proxy_header
 from tests.proxy.streams_support import free_port, metric, recv_all, recv_exactly, stream_route, tcp_echo, until
+from tests.proxy.test_streaming import GROWTH_LIMIT, RSSSampler
+from tests.support import ROOT, wait_for_port
 
 MB = 1 << 20
 
@@ -331,3 +340,82 @@ def test_port_in_use_is_reported_and_the_others_keep_working(
     listeners.apply(streams)  # the port is free now: the next table opens it
     assert listeners.failures == {}
     assert (yield deferToThread(greeting, busy_port)) == b"up"
+
+
+class _RunnerProcess:
+    """The stream data plane alone in a subprocess (tests.proxy.stream_runner): its RSS is the proxy's own."""
+
+    def __init__(self, routes_file: Path) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.proxy.stream_runner", str(routes_file)], cwd=ROOT, stdout=subprocess.PIPE
+        )
+        assert self.process.stdout is not None and self.process.stdout.readline().strip() == b"ready"
+
+    def rss_bytes(self) -> int:
+        with open(f"/proc/{self.process.pid}/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(10)
+
+
+@pytest.fixture(scope="module")
+def socat_echo() -> Iterator[int]:
+    """An echo server that is not ours: socat copying each connection back to itself through a pipe."""
+    port = free_port()
+    # -t: after one side's EOF, wait up to 60 s (not 0.5) for the echo of what is still in flight
+    process = subprocess.Popen(
+        ["socat", "-t", "60", f"TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork", "PIPE"], start_new_session=True
+    )
+    wait_for_port("127.0.0.1", port, process)
+    yield port
+    os.killpg(process.pid, signal.SIGTERM)  # the forked children too
+    process.wait(10)
+
+
+def _echo_through(port: int, size: int, sampler: RSSSampler) -> tuple[int, str, str]:
+    """Send C{size} bytes while reading the echo back; returns (bytes back, sha256 sent, sha256 received)."""
+    block = hashlib.sha256(b"seed").digest() * (256 * 1024 // 32)
+    sent_digest = hashlib.sha256()
+    with socket.create_connection(("127.0.0.1", port), timeout=120) as s:
+
+        def send() -> None:
+            remaining = size
+            while remaining:
+                piece = block[: min(len(block), remaining)]
+                s.sendall(piece)
+                sent_digest.update(piece)
+                remaining -= len(piece)
+            s.shutdown(socket.SHUT_WR)
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        got, digest = 0, hashlib.sha256()
+        while True:
+            data = s.recv(1 << 20)
+            if not data:
+                break
+            got += len(data)
+            digest.update(data)
+        sender.join()
+        sampler.sample()
+    return got, sent_digest.hexdigest(), digest.hexdigest()
+
+
+@pytest.mark.parametrize("size", [MB, 1024 * MB], ids=["1MB", "1GB"])
+def test_echo_through_a_proxy_process_with_flat_memory(size: int, socat_echo: int, tmp_path: Path) -> None:
+    port = free_port()
+    routes = tmp_path / "routes.json"
+    routes.write_text(json.dumps([{"protocol": "TCP", "port": port, "targets": [["127.0.0.1", socat_echo]]}]))
+    proxy = _RunnerProcess(routes)
+    try:
+        _echo_through(port, 8 * MB, RSSSampler(proxy))  # warm up: buffers and code paths
+        with RSSSampler(proxy) as sampler:
+            got, sent, received = _echo_through(port, size, sampler)
+        print(sampler.report(f"{size // MB} MB echo"))
+        assert got == size
+        assert received == sent
+        assert sampler.growth < GROWTH_LIMIT, sampler.report(f"{size // MB} MB echo")
+    finally:
+        proxy.stop()
