@@ -18,12 +18,16 @@ from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.python import usage
 
 from ingress import __version__
+from ingress.accesslog import FORMATS as ACCESS_LOG_FORMATS
+from ingress.accesslog import AccessLog
 from ingress.admin import Admin
 from ingress.builder import TableBuilder
 from ingress.controllers.manager import ControllerManager, ControllerOptions
 from ingress.controllers.metrics import ControllerMetrics
 from ingress.controllers.options import CONTROLLER_PARAMETERS, controller_options
+from ingress.drain import GracefulShutdown, HTTPConnections
 from ingress.live import LiveTable
+from ingress.logs import LOG_FORMATS, LoggingRoot
 from ingress.metrics import Metrics
 from ingress.model import CONTROLLER_NAME, DEFAULT_CLASS_NAME, ClusterState
 from ingress.proxy.front import TLSFrontFactory
@@ -48,6 +52,13 @@ def parse_size(text: str) -> int:
     if not digits.isdigit():
         raise usage.UsageError(f"not a size: {text!r} (use e.g. 8192, 64k, 10m, 1g)")
     return int(digits) * multiplier
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise ValueError(f"{text} is negative")
+    return value
 
 
 def _positive_float(text: str) -> float:
@@ -97,6 +108,11 @@ class Options(usage.Options):
         ["poll-interval", None, 1.0, "Seconds between scans of the manifests directory.", _positive_float],
         ["ingress-class", None, DEFAULT_CLASS_NAME, "IngressClass name this controller serves."],
         ["controller-name", None, CONTROLLER_NAME, "spec.controller value of IngressClasses this controller serves."],
+        ["shutdown-delay", None, 5.0, "Seconds between SIGTERM (/readyz turns 503) and the listeners closing.", _seconds],
+        ["drain-timeout", None, 30.0, "Seconds open requests and streams get after the listeners close.", _seconds],
+        ["log-format", None, "text", "Process log: text (twistd's) or json (one object per line, on stdout)."],
+        ["access-log", None, "-", "Access log: '-' (stdout), a file path (reopened on SIGUSR1) or 'off'."],
+        ["access-log-format", None, "text", "Access log lines: text (combined log format + fields) or json."],
     ] + CONTROLLER_PARAMETERS + [[name, None, None, help + f" Default: {getattr(ProxySettings(), field)}."] for name, field, _, help in _LIMITS]
 
     def opt_version(self) -> None:
@@ -108,6 +124,9 @@ class Options(usage.Options):
         self["source"] = self._source()
         if self["tls-min-version"] not in ("1.2", "1.3"):
             raise usage.UsageError("--tls-min-version must be 1.2 or 1.3")
+        for option, choices in (("log-format", LOG_FORMATS), ("access-log-format", ACCESS_LOG_FORMATS)):
+            if self[option] not in choices:
+                raise usage.UsageError(f"--{option} must be one of: {', '.join(choices)}")
         for option in ("default-certificate", "tcp-services-configmap", "udp-services-configmap"):
             self[f"{option}-key"] = _namespaced_name(self[option], option)
         self["reserved-ports"] = {
@@ -213,7 +232,11 @@ def makeService(options: Options, reactor: Optional[Any] = None) -> IService:
         )
 
     builder = TableBuilder(reactor, live, metrics, build_table)
-    top = MultiService()
+    top = LoggingRoot(options["log-format"])
+    access_log = None
+    if options["access-log"] != "off":
+        access_log = AccessLog(reactor, options["access-log"], options["access-log-format"])
+        access_log.setServiceParent(top)
     _BuilderService(builder).setServiceParent(top)
     admin = Admin(live, metrics)
     if options["source"] == "manifests":
@@ -233,28 +256,35 @@ def makeService(options: Options, reactor: Optional[Any] = None) -> IService:
             )
             manager.setServiceParent(top)
     pool = UpstreamPool(reactor, settings)
+    listeners, drainables = [], []
     if options["http"]:
-        factory = HTTPProxyFactory(live, pool, settings, metrics, reactor)
-        _listen(reactor, options["http"], factory, top, "http")
+        factory = HTTPProxyFactory(live, pool, settings, metrics, reactor, access_log=access_log)
+        listeners.append(_listen(reactor, options["http"], factory, top, "http"))
+        drainables.append(HTTPConnections(factory))
     if options["https"]:
         store = CertificateStore(
             metrics, load_certificate(*self_signed_certificate()), options["tls-min-version"], options["tls-ciphers"]
         )
         builder.preparers.append(store.prepare)  # contexts are built on the build thread
-        https = HTTPProxyFactory(live, pool, settings, metrics, reactor, scheme=b"https", listener="https")
+        https = HTTPProxyFactory(live, pool, settings, metrics, reactor, scheme=b"https", listener="https", access_log=access_log)
+        drainables.append(HTTPConnections(https))
         terminate = TLSMemoryBIOFactory(SNIConnectionCreator(store), False, https)
         front = TLSFrontFactory(terminate, live, pool, reactor, settings.header_timeout)
-        _listen(reactor, options["https"], front, top, "https")
+        listeners.append(_listen(reactor, options["https"], front, top, "https"))
+    shutdown = GracefulShutdown(reactor, listeners, drainables, options["shutdown-delay"], options["drain-timeout"])
+    shutdown.setServiceParent(top)
+    admin.add_check(shutdown.readiness)
     if options["admin"]:
         _listen(reactor, options["admin"], admin.site(), top, "admin")
     return top
 
 
-def _listen(reactor: Any, description: str, factory: Any, parent: MultiService, name: str) -> None:
+def _listen(reactor: Any, description: str, factory: Any, parent: MultiService, name: str) -> IService:
     service = StreamServerEndpointService(serverFromString(reactor, description), factory)
     service._raiseSynchronously = True  # a port in use fails startup instead of logging and going on
     service.setName(name)
     service.setServiceParent(parent)
+    return service
 
 
 def _route_count(table: RoutingTable) -> int:

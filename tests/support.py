@@ -140,7 +140,8 @@ def twistd_command(source: Sequence[str], http_port: int, admin_port: int, args:
     """
     The twistd command line every test process uses: one configuration
     source, HTTP and admin on the given loopback ports, HTTPS off unless
-    C{args} (which come last and win) turn it on.
+    C{args} (which come last and win) turn it on, and no shutdown delay
+    (tests stop their processes with SIGTERM; only the drain tests wait).
     """
     return TWISTD + [
         "--pidfile=",
@@ -154,6 +155,8 @@ def twistd_command(source: Sequence[str], http_port: int, admin_port: int, args:
         f"tcp:{admin_port}:interface=127.0.0.1",
         "--https",
         "",
+        "--shutdown-delay",
+        "0",
         *args,
     ]
 

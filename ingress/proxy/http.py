@@ -12,7 +12,8 @@ with backpressure both ways.
 
 from __future__ import annotations
 
-from typing import Optional
+import time
+from typing import Any, Optional
 
 from twisted.internet.interfaces import IAddress, IDelayedCall, IReactorTime
 from twisted.internet.protocol import Factory, Protocol, connectionDone
@@ -51,6 +52,7 @@ class HTTPProxyFactory(Factory):
         reactor: IReactorTime,
         scheme: bytes = b"http",
         listener: str = "http",
+        access_log: Optional[Any] = None,
     ) -> None:
         self.live = live
         self.pool = pool
@@ -59,7 +61,9 @@ class HTTPProxyFactory(Factory):
         self.reactor = reactor
         self.scheme = scheme
         self.listener = listener
+        self.access_log = access_log  # an ingress.accesslog.AccessLog, or None when off
         self.connections: set["HTTPProxyProtocol"] = set()
+        self.draining = False  # shutdown: every response says Connection: close
         self._open_gauge = metrics.open_connections.labels(listener)
 
     def buildProtocol(self, addr: IAddress) -> "HTTPProxyProtocol":
@@ -115,6 +119,8 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         self._tried: Optional[Address] = None
         self._head_bytes = b""
         self._sent_at = 0.0
+        self._started_at = 0.0
+        self._body_sent = 0
         self._status = 0
         self._request_id += 1
 
@@ -148,6 +154,13 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
 
     def stopProducing(self) -> None:
         pass
+
+    def drain(self) -> None:
+        """Shutdown: close now if idle between requests, else after the response under way."""
+        if self._state == HEAD and not self._buffer:
+            self._close()
+        else:
+            self._keep_alive = False  # the next response head says Connection: close
 
     def _pause_reading(self, reason: str) -> None:
         if not self._read_pauses:
@@ -274,6 +287,8 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         """Route a parsed head and start forwarding it."""
         self._request = head
         self.request_method = head.method
+        self._started_at = time.monotonic()
+        self._keep_alive = head.keep_alive and not self.factory.draining
         self._set_timer(self.settings.upstream_timeout, "upstream")
         framing = head.framing
         if framing.content_length and framing.content_length > self.settings.max_body_bytes:
@@ -292,7 +307,6 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
             self._answer_locally(308, location=b"https://%s%s" % (h1.host_without_port(head.host), _path_and_query(head.target)))
             return
         self._route = route
-        self._keep_alive = head.keep_alive
         self._head_bytes = request_head_bytes(head, self._forwarded, host)  # type: ignore[arg-type]
         if framing.chunked:
             self._body_framer = h1.ChunkedFramer()
@@ -347,7 +361,7 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
 
     def _finish(self, status: int) -> None:
         """A response is complete: keep the connection for the next request, or close it."""
-        self.factory.metrics.request_done(self._route_name(), status)
+        self._request_done(status)
         if not self._keep_alive or not self._request_complete:
             self._close()
             return
@@ -366,7 +380,7 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         self._keep_alive = not close
         self._request_complete = self._request_complete or not unread_body
         extra = ((b"Location", location),) if location else ()
-        self._write(error_response(status, self.settings.server_name, close, extra))
+        self._write_local(error_response(status, self.settings.server_name, close, extra))
         self._finish(status)
 
     def _refuse(self, status: int, detail: str) -> None:
@@ -377,9 +391,19 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
             self._state = CLOSED
             self.transport.abortConnection()
             return
-        self._write(error_response(status, self.settings.server_name, True))
-        self.factory.metrics.request_done(self._route_name(), status)
+        self._write_local(error_response(status, self.settings.server_name, True))
+        self._request_done(status)
         self._close()
+
+    def _write_local(self, response: bytes) -> None:
+        self._body_sent = len(response) - response.find(b"\r\n\r\n") - 4
+        self._write(response)
+
+    def _request_done(self, status: int) -> None:
+        """A response is complete (or cut): count it, and log it when the access log is on."""
+        self.factory.metrics.request_done(self._route_name(), status)
+        if self.factory.access_log is not None:
+            self.factory.access_log.record(self, status)
 
     def _close(self) -> None:
         self._state = CLOSED

@@ -126,12 +126,15 @@ class UpstreamRelay(_Base):
         hsts = self._route.hsts if self.factory.scheme == b"https" else ""
         out = response_head_bytes(head, request, self.settings.server_name, keep, decode, hsts)
         if body:
-            out += self._decoded(body) if decode else body
+            body = self._decoded(body) if decode else body
+            out += body
+        self._body_sent = len(body)
         self._write(out)
 
     def upstream_data(self, data: bytes) -> None:
         if self._decode is not None:
             data = self._decoded(data)
+        self._body_sent += len(data)
         self._write(data)
         self._touch_timer()
 
@@ -205,7 +208,7 @@ class UpstreamRelay(_Base):
         self._drop_upstream()
         log.info("upstream error {status} for {route}: {detail}", status=status, route=self._route_name(), detail=detail)
         if self._responded:
-            self.factory.metrics.request_done(self._route_name(), self._status)
+            self._request_done(self._status)
             self._state = CLOSED
             self.transport.abortConnection()
             return
@@ -219,7 +222,7 @@ class UpstreamRelay(_Base):
         self._state = TUNNEL
         self._cancel_timer()
         self._write(response_head_bytes(head, request, self.settings.server_name, True, False) + body)
-        self.factory.metrics.request_done(self._route_name(), 101)
+        self._request_done(101)
         leftover, self._buffer = self._buffer, b""
         if leftover:
             self._upstream.write(leftover)

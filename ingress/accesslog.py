@@ -1,0 +1,221 @@
+# -*- test-case-name: tests.proxy.test_logs -*-
+"""
+The access log: one line per HTTP request answered, as text or JSON.
+
+Text (the combined log format, then named fields)::
+
+    10.0.0.7 - - [22/Nov/2026:04:47:06 +0000] "GET /a?b=1 HTTP/1.1" 200 512 "-" "curl/8.5"
+    host=echo.test route=default/echo upstream=10.244.0.5:8080 duration=0.004 upstream_duration=0.003
+
+(on one line).  It is on the proxy's hot path, so a line is formatted from
+the connection's own attributes with one C{%} and appended to a buffer; the
+buffer is written when it passes 64 KiB or half a second after its first
+line, whichever comes first, and on shutdown.  A file is opened for append
+and reopened on SIGUSR1 (logrotate's C{postrotate}); "-" is standard output,
+the stream a container runtime collects.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+from typing import Any, Callable, Optional
+
+from twisted.application.service import Service
+from twisted.internet.interfaces import IDelayedCall
+from twisted.logger import Logger
+
+log = Logger()
+
+_FLUSH_BYTES = 1 << 16
+_FLUSH_SECONDS = 0.5
+_UNSAFE = re.compile(rb'[^\x20-\x7e]|["\\]')
+_AGENT_REFERER = re.compile(rb"^(referer|user-agent)[ \t]*:[ \t]*([^\r\n]*?)[ \t]*\r?$", re.IGNORECASE | re.MULTILINE)
+_VERSIONS = {(1, 1): "HTTP/1.1", (1, 0): "HTTP/1.0"}
+
+
+def _escape(value: bytes) -> str:
+    """Client bytes for a quoted text field: printable ASCII kept, the rest (and quotes) as \\xHH."""
+    if not _UNSAFE.search(value):
+        return value.decode("ascii")
+    return "".join(chr(b) if 0x20 <= b < 0x7F and b not in (0x22, 0x5C) else f"\\x{b:02x}" for b in value)
+
+
+def _text(value: bytes) -> str:
+    return value.decode("utf-8", "backslashreplace")
+
+
+class _Clock:
+    """The wall-clock parts of a line, formatted at most once a second."""
+
+    def __init__(self) -> None:
+        self.second = -1
+        self.common = ""
+        self.iso = ""
+
+    def now(self) -> float:
+        now = time.time()
+        if int(now) != self.second:
+            self.second = int(now)
+            stamp = time.gmtime(self.second)
+            self.common = time.strftime("%d/%b/%Y:%H:%M:%S +0000", stamp)
+            self.iso = time.strftime("%Y-%m-%dT%H:%M:%S", stamp)
+        return now
+
+
+def request_fields(connection: Any, status: int, clock: _Clock) -> dict[str, Any]:
+    """What one line says, read off the client connection (L{ingress.proxy.http.HTTPProxyProtocol})."""
+    now, mono = clock.now(), time.monotonic()
+    head = connection._request
+    agent = referer = b""
+    if head is not None:
+        for name, value in _AGENT_REFERER.findall(head.block):
+            if name.lower() == b"referer":
+                referer = value
+            else:
+                agent = value
+    route, upstream = connection._route, connection._tried
+    return {
+        "now": now,
+        "client": connection._forwarded.ip if connection._forwarded is not None else "-",
+        "head": head,
+        "status": status,
+        "bytes": connection._body_sent,
+        "referer": referer,
+        "user_agent": agent,
+        "route": route.name if route is not None else None,
+        "upstream": f"{upstream[0]}:{upstream[1]}" if upstream is not None else None,
+        "duration": mono - connection._started_at if head is not None else None,
+        "upstream_duration": mono - connection._sent_at if connection._sent_at else None,
+    }
+
+
+def text_line(f: dict[str, Any], clock: _Clock) -> str:
+    head = f["head"]
+    if head is not None:
+        request = f"{_escape(head.method)} {_escape(head.target)} {_VERSIONS.get(head.version, 'HTTP/%d.%d' % head.version)}"
+        host = _escape(head.host) or "-"
+    else:
+        request, host = "-", "-"
+    upstream_duration = f["upstream_duration"]
+    return '%s - - [%s] "%s" %d %d "%s" "%s" host=%s route=%s upstream=%s duration=%s upstream_duration=%s\n' % (
+        f["client"],
+        clock.common,
+        request,
+        f["status"],
+        f["bytes"],
+        _escape(f["referer"]) or "-",
+        _escape(f["user_agent"]) or "-",
+        host,
+        f["route"] or "-",
+        f["upstream"] or "-",
+        "%.3f" % f["duration"] if f["duration"] is not None else "-",
+        "%.3f" % upstream_duration if upstream_duration is not None else "-",
+    )
+
+
+def json_line(f: dict[str, Any], clock: _Clock) -> str:
+    head = f["head"]
+    record = {
+        "time": f"{clock.iso}.{int((f['now'] % 1) * 1000):03d}Z",
+        "client": f["client"],
+        "method": _text(head.method) if head is not None else None,
+        "path": _text(head.target) if head is not None else None,
+        "version": _VERSIONS.get(head.version, "HTTP/%d.%d" % head.version) if head is not None else None,
+        "status": f["status"],
+        "bytes": f["bytes"],
+        "referer": _text(f["referer"]) or None,
+        "user_agent": _text(f["user_agent"]) or None,
+        "host": (_text(head.host) or None) if head is not None else None,
+        "route": f["route"],
+        "upstream": f["upstream"],
+        "duration": round(f["duration"], 6) if f["duration"] is not None else None,
+        "upstream_duration": round(f["upstream_duration"], 6) if f["upstream_duration"] is not None else None,
+    }
+    return json.dumps(record, ensure_ascii=False) + "\n"
+
+
+FORMATS: dict[str, Callable[[dict[str, Any], _Clock], str]] = {"text": text_line, "json": json_line}
+
+
+class AccessLog(Service):
+    """
+    Buffers formatted lines and writes them to a file descriptor.
+
+    Started and stopped with the application: the file is opened (and the
+    SIGUSR1 handler installed) on start, the buffer written out on stop.
+    """
+
+    def __init__(self, reactor: Any, destination: str, line_format: str = "text") -> None:
+        self.reactor = reactor
+        self.destination = destination
+        self._format = FORMATS[line_format]
+        self._clock = _Clock()
+        self._lines: list[str] = []
+        self._size = 0
+        self._fd = -1
+        self._flush_call: Optional[IDelayedCall] = None
+
+    def startService(self) -> None:
+        super().startService()
+        self._open()
+        if self.destination != "-":
+            previous = signal.getsignal(signal.SIGUSR1)
+
+            def on_usr1(number: int, frame: Any) -> None:
+                self.reactor.callFromThread(self.reopen)
+                if callable(previous):
+                    previous(number, frame)  # twistd's own --logfile rotation, when it has one
+
+            signal.signal(signal.SIGUSR1, on_usr1)
+
+    def stopService(self) -> None:
+        super().stopService()
+        self.flush()
+        if self.destination != "-" and self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def _open(self) -> None:
+        if self.destination == "-":
+            self._fd = 1
+        else:
+            self._fd = os.open(self.destination, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def reopen(self) -> None:
+        """Write what is buffered, close and open the path again (after logrotate moved it)."""
+        self.flush()
+        if self.destination == "-":
+            return
+        os.close(self._fd)
+        self._open()
+        log.info("access log reopened: {path}", path=self.destination)
+
+    def record(self, connection: Any, status: int) -> None:
+        """One request is answered: buffer its line (reactor thread)."""
+        line = self._format(request_fields(connection, status, self._clock), self._clock)
+        self._lines.append(line)
+        self._size += len(line)
+        if self._size >= _FLUSH_BYTES:
+            self.flush()
+        elif self._flush_call is None:
+            self._flush_call = self.reactor.callLater(_FLUSH_SECONDS, self.flush)
+
+    def flush(self) -> None:
+        if self._flush_call is not None:
+            if self._flush_call.active():
+                self._flush_call.cancel()
+            self._flush_call = None
+        if not self._lines or self._fd < 0:
+            return
+        data = "".join(self._lines).encode("utf-8", "backslashreplace")
+        self._lines.clear()
+        self._size = 0
+        try:
+            while data:
+                data = data[os.write(self._fd, data):]
+        except OSError as error:
+            log.error("access log {path} not written: {error}", path=self.destination, error=error)

@@ -1,0 +1,176 @@
+# -*- test-case-name: tests.proxy.test_drain -*-
+"""
+Graceful shutdown on SIGTERM (and SIGINT): drain, then stop with exit status 0.
+
+The order is the one a load balancer in front of a DaemonSet needs:
+
+ 1. at once, /readyz answers 503 (C{"draining": true}) and the listeners
+    still accept, so traffic arriving before the balancer notices is served;
+ 2. after C{shutdown_delay}, the listeners stop listening, idle keep-alive
+    connections are closed, and busy ones answer their current request with
+    C{Connection: close} and close after it; streams go on;
+ 3. when nothing is open any more, or C{drain_timeout} after step 2 (the
+    rest is then aborted and counted in the log), C{reactor.stop()}: the
+    services stop as usual (the controllers release their Lease) and twistd
+    exits 0.
+
+Why the handlers are ours: the reactor's SIGTERM handler stops at once and
+twistd then re-raises the signal, so the process would end with -15 and no
+drain.  twistd starts the application before C{reactor.run()}, which
+installs the reactor's handlers; ours are installed after that
+(C{callWhenRunning}) and replace them.  A second signal during the drain
+ends it at once (still exit 0).
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any, Callable, Optional, Protocol, Sequence
+
+from twisted.application.service import IService, Service
+from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+
+log = Logger()
+
+_POLL_SECONDS = 0.05
+
+
+class Drainable(Protocol):
+    """Something that holds client connections or streams open: an HTTP listener, the stream listeners."""
+
+    def drain(self) -> None:
+        """Take no new work; close what is idle; let the rest finish."""
+
+    def open_count(self) -> int:
+        """Connections (or sessions) still open."""
+
+    def abort_all(self) -> int:
+        """Cut everything still open; returns how many."""
+
+
+class HTTPConnections:
+    """The L{Drainable} view of one HTTP listener's client connections (an L{HTTPProxyFactory})."""
+
+    def __init__(self, factory: Any) -> None:
+        self.factory = factory
+
+    def drain(self) -> None:
+        self.factory.draining = True
+        for connection in list(self.factory.connections):
+            connection.drain()
+
+    def open_count(self) -> int:
+        return len(self.factory.connections)
+
+    def abort_all(self) -> int:
+        connections = list(self.factory.connections)
+        for connection in connections:
+            connection.transport.abortConnection()
+        return len(connections)
+
+
+class GracefulShutdown(Service):
+    """
+    Takes SIGTERM/SIGINT and runs the drain.  C{listeners} are the services
+    whose ports stop listening after the shutdown delay; C{drainables} hold
+    what stays open after that.
+    """
+
+    def __init__(
+        self,
+        reactor: Any,
+        listeners: Sequence[IService],
+        drainables: Sequence[Drainable],
+        shutdown_delay: float = 5.0,
+        drain_timeout: float = 30.0,
+        stop: Optional[Callable[[], None]] = None,
+    ) -> None:
+        self.reactor = reactor
+        self.listeners = list(listeners)
+        self.drainables = list(drainables)
+        self.shutdown_delay = shutdown_delay
+        self.drain_timeout = drain_timeout
+        self._stop = stop if stop is not None else reactor.stop
+        self.draining = False
+        self.finished = False
+        self._delay: Optional[IDelayedCall] = None
+        self._timeout: Optional[IDelayedCall] = None
+        self._poll: Optional[LoopingCall] = None
+
+    def readiness(self) -> tuple[bool, dict[str, object]]:
+        """An admin readiness check: not ready from the first moment of a drain."""
+        return not self.draining, {"draining": self.draining}
+
+    def startService(self) -> None:
+        super().startService()
+        self.reactor.callWhenRunning(self._take_signals)
+
+    def _take_signals(self) -> None:
+        for number in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(number, self._on_signal)
+
+    def _on_signal(self, number: int, frame: Any) -> None:
+        self.reactor.callFromThread(self.begin, signal.Signals(number).name)
+
+    def begin(self, reason: str = "SIGTERM") -> None:
+        """Start the drain (a second call ends it now)."""
+        if self.finished:
+            return
+        if self.draining:
+            log.warn("{reason} during the drain: stopping now", reason=reason)
+            self._end("interrupted")
+            return
+        self.draining = True
+        log.info(
+            "{reason}: draining; not ready now, listeners close in {delay}s, open requests then get {timeout}s",
+            reason=reason,
+            delay=self.shutdown_delay,
+            timeout=self.drain_timeout,
+        )
+        self._delay = self.reactor.callLater(self.shutdown_delay, self._close_listeners)
+
+    def _close_listeners(self) -> None:
+        self._delay = None
+        for service in self.listeners:
+            if service.running:
+                service.stopService()
+        for drainable in self.drainables:
+            drainable.drain()
+        log.info("listeners closed; waiting for {count} open connections", count=self._open_count())
+        self._timeout = self.reactor.callLater(self.drain_timeout, self._end, "timeout")
+        self._poll = LoopingCall(self._check)
+        self._poll.clock = self.reactor
+        self._poll.start(_POLL_SECONDS, now=True)
+
+    def _open_count(self) -> int:
+        return sum(d.open_count() for d in self.drainables)
+
+    def _check(self) -> None:
+        if self._open_count() == 0:
+            self._end("drained")
+
+    def _end(self, why: str) -> None:
+        if self.finished:
+            return
+        self._cancel_timers()
+        aborted = sum(d.abort_all() for d in self.drainables) if why != "drained" else 0
+        if aborted:
+            log.warn("drain over ({why}): aborted {count} connections still open; stopping", why=why, count=aborted)
+        else:
+            log.info("drain over ({why}): no connections left open; stopping", why=why)
+        self._stop()
+
+    def stopService(self) -> Any:
+        """Stopped some other way (twistd, tests): nothing more to drain."""
+        self._cancel_timers()
+        return super().stopService()
+
+    def _cancel_timers(self) -> None:
+        self.finished = True
+        for call in (self._delay, self._timeout):
+            if call is not None and call.active():
+                call.cancel()
+        if self._poll is not None and self._poll.running:
+            self._poll.stop()
