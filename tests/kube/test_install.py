@@ -138,10 +138,9 @@ def test_the_edge_overlay_adds_placement_and_is_valid(installed) -> None:
 # --- everything works as the ServiceAccount -----------------------------------------------------
 
 
-def test_twingress_serves_everything_as_its_service_account(kube_cluster, run: Run, echo, tmp_path: Path) -> None:
+def test_twingress_serves_everything_as_its_service_account(kube_cluster, run: Run, echo, node_and_pod: str, tmp_path: Path) -> None:
     kube, namespace = run.kube, run.namespace
     streams = Streams(kube_cluster.kubeconfig)
-    make_node_and_pod(kube, namespace)
     stream_port, map_port, https_port = free_port(), free_port(), free_port()
     streams.put_config_map(install.NAMESPACE, STREAM_MAP, {str(map_port): f"{namespace}/web:80"})
     proxy = run.start("--https", f"tcp:{https_port}:interface=127.0.0.1", *STREAM_MAP_ARGS)
@@ -198,7 +197,8 @@ def stream_status(streams: Streams, namespace: str, name: str) -> dict[str, str]
     return {c["type"]: c["status"] for c in conditions}
 
 
-def make_node_and_pod(kube: Kube, namespace: str) -> None:
+@pytest.fixture
+def node_and_pod(installed, kube: Kube, namespace: str) -> Iterator[str]:
     """A Node with an ExternalIP and a ready twingress pod on it in twingress (no kubelet runs)."""
     node = f"edge-{namespace}"[:63]
     kube.core.create_node({"metadata": {"name": node}})
@@ -213,6 +213,9 @@ def make_node_and_pod(kube: Kube, namespace: str) -> None:
     kube.core.create_namespaced_pod(install.NAMESPACE, pod)
     status = {"phase": "Running", "hostIP": "10.0.0.7", "conditions": [{"type": "Ready", "status": "True"}]}
     kube.core.patch_namespaced_pod_status(node, install.NAMESPACE, {"status": status})
+    yield node
+    kube.core.delete_namespaced_pod(node, install.NAMESPACE, grace_period_seconds=0)
+    kube.core.delete_node(node)
 
 
 # --- each verb is needed -------------------------------------------------------------------------
