@@ -71,8 +71,7 @@ class Run:
     namespace: str
     start: Callable[..., KubeTwingress]
     lease: str
-    kubeconfig: Path
-    """The admin's."""
+    admin_kubeconfig: Path
 
 
 @pytest.fixture
@@ -314,7 +313,7 @@ def status_refused(run: Run) -> None:
 
 def stream_status_refused(run: Run) -> None:
     proxy = run.start()
-    streams = Streams(run.kubeconfig)
+    streams = Streams(run.admin_kubeconfig)
     try:
         streams.create(stream_body(run.namespace, "pg", free_port(), external=True, upstream={"host": "192.0.2.9", "port": 5432}))
         logged(proxy, r"streamstatus: sync of .* failed, retrying: 403", "the StreamIngress status patch refused")
