@@ -4,6 +4,10 @@ at once, keeps accepting for the shutdown delay, then closes the listeners,
 closes idle keep-alive connections, lets requests in flight finish (with
 C{Connection: close}) and exits 0; what is still running at the drain
 timeout is cut, and the exit is still 0.
+
+Stream listeners are not in the twistd wiring yet: their part of the drain
+(L{StreamListeners} as a drainable) is tested here in-process, with real
+sockets.
 """
 
 from __future__ import annotations
@@ -15,10 +19,20 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
+import pytest_twisted
+from twisted.internet import reactor
+from twisted.internet.threads import deferToThread
 
+from ingress.drain import GracefulShutdown
+from ingress.metrics import Metrics
+from ingress.proxy.settings import ProxySettings
+from ingress.proxy.streams import StreamListeners
+from ingress.proxy.upstream import UpstreamPool
+from ingress.routing.table import RoutingTable
+from tests.proxy.streams_support import free_port, recv_exactly, stream_route, tcp_echo, until
 from tests.support import EchoBackend, Manifests, Twingress
 
 SHUTDOWN_DELAY = 3.0
@@ -153,3 +167,65 @@ def test_a_second_signal_ends_the_drain_at_once(manifests: Manifests, backend: E
         assert "SIGINT during the drain: stopping now" in process.log()
     finally:
         process.stop()
+
+
+@pytest.fixture
+def stream() -> Iterator[tuple[StreamListeners, RoutingTable]]:
+    """Stream listeners in this process with one TCP route to an echo server; the table not applied yet."""
+    echo, _ = tcp_echo()
+    streams = StreamListeners(reactor, UpstreamPool(reactor, ProxySettings()), Metrics(), interface="127.0.0.1")
+    route = stream_route("TCP", free_port(), [("127.0.0.1", echo.getHost().port)])
+    yield streams, RoutingTable(streams={route.key: route})
+    streams.stop()
+    echo.stopListening()
+
+
+def _connect(port: int) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=10)
+
+
+@pytest_twisted.inlineCallbacks
+def test_open_streams_finish_during_the_drain(stream: tuple[StreamListeners, RoutingTable]) -> Any:
+    streams, table = stream
+    port = next(iter(table.streams))[1]
+    streams.apply(table)
+    client = yield deferToThread(_connect, port)
+    stopped: list[bool] = []
+    shutdown = GracefulShutdown(reactor, [], [streams], shutdown_delay=0.1, drain_timeout=30, stop=lambda: stopped.append(True))
+    shutdown.begin()
+    assert shutdown.readiness() == (False, {"draining": True})
+    yield until(lambda: shutdown._poll is not None, what="listeners closed")
+    with pytest.raises(ConnectionRefusedError):
+        yield deferToThread(_connect, port)
+    streams.apply(table)  # a table arriving during the drain opens nothing again
+    with pytest.raises(ConnectionRefusedError):
+        yield deferToThread(_connect, port)
+    yield deferToThread(client.sendall, b"still open")
+    assert (yield deferToThread(recv_exactly, client, 10)) == b"still open"
+    assert streams.open_count() == 1 and not stopped
+    client.close()
+    yield until(lambda: stopped, what="stop once the stream ended")
+    assert streams.open_count() == 0
+
+
+@pytest_twisted.inlineCallbacks
+def test_streams_open_at_the_drain_timeout_are_cut(stream: tuple[StreamListeners, RoutingTable]) -> Any:
+    streams, table = stream
+    streams.apply(table)
+    client = yield deferToThread(_connect, next(iter(table.streams))[1])
+    yield until(lambda: streams.open_count() == 1, what="the stream open")
+    stopped: list[bool] = []
+    shutdown = GracefulShutdown(reactor, [], [streams], shutdown_delay=0, drain_timeout=0.5, stop=lambda: stopped.append(True))
+    shutdown.begin()
+    yield until(lambda: stopped, what="stop at the drain timeout")
+    assert streams.open_count() == 0
+    assert (yield deferToThread(_closed, client)), "the client's stream was closed"
+    client.close()
+
+
+def _closed(client: socket.socket) -> bool:
+    """EOF or reset (an aborted stream is reset)."""
+    try:
+        return client.recv(1) == b""
+    except ConnectionResetError:
+        return True
