@@ -31,9 +31,20 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 # Only the wheels, from a bind mount: no index, no build tools, nothing left in a layer.
 # Then fill Twisted's plugin cache now: the root filesystem is read-only at run time.
+# The interpreter gets the file capability cap_net_bind_service: a non-root process keeps a
+# capability across execve only through its executable's file capabilities (Kubernetes sets no
+# ambient capabilities), so without it `capabilities.add: [NET_BIND_SERVICE]` cannot let uid 10001
+# bind :80 and :443. It adds nothing beyond that permitted set, so no_new_privs
+# (allowPrivilegeEscalation: false) does not strip it.
+# hadolint ignore=DL3008
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     pip install --no-cache-dir --no-index --find-links=/wheels "twingress==${VERSION}" \
     && python -c "from twisted.plugin import IPlugin, getPlugins; list(getPlugins(IPlugin))" \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends libcap2-bin \
+    && setcap cap_net_bind_service=+ep "$(readlink -f /usr/local/bin/python3)" \
+    && apt-get purge -y --auto-remove libcap2-bin \
+    && rm -rf /var/lib/apt/lists/* \
     && groupadd --gid 10001 twingress \
     && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin twingress
 
