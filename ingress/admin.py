@@ -43,6 +43,7 @@ class Admin:
         self.live = live
         self.metrics = metrics
         self.checks: list[ReadinessCheck] = [self._table_check]
+        self.route_sections: dict[str, Callable[[], object]] = {}  # extra /debug/routes keys, e.g. listener state
 
     def _table_check(self) -> tuple[bool, dict[str, object]]:
         return self.live.ready, {"table": "live" if self.live.ready else "not built yet", "generation": self.live.table.generation}
@@ -75,7 +76,10 @@ class Admin:
 
     def _routes(self, request: Request) -> bytes:
         request.setHeader(b"content-type", b"application/json")
-        return json.dumps(self.live.table.to_json(), indent=2).encode() + b"\n"
+        dump = self.live.table.to_json()
+        for key, section in self.route_sections.items():
+            dump[key] = section()
+        return json.dumps(dump, indent=2).encode() + b"\n"
 
     def site(self) -> Site:
         root = Resource()
