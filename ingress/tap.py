@@ -127,6 +127,8 @@ class Options(usage.Options):
         for option, choices in (("log-format", LOG_FORMATS), ("access-log-format", ACCESS_LOG_FORMATS)):
             if self[option] not in choices:
                 raise usage.UsageError(f"--{option} must be one of: {', '.join(choices)}")
+        if self["access-log"] not in ("-", "off"):
+            _check_writable(self["access-log"])
         for option in ("default-certificate", "tcp-services-configmap", "udp-services-configmap"):
             self[f"{option}-key"] = _namespaced_name(self[option], option)
         self["reserved-ports"] = {
@@ -185,6 +187,14 @@ def _namespaced_name(value: Optional[str], option: str) -> Optional[tuple[str, s
         raise usage.UsageError(f"--{option} takes NAMESPACE/NAME")
     namespace, name = value.split("/")
     return (namespace, name)
+
+
+def _check_writable(path: str) -> None:
+    """Refuse an access log path that cannot be opened at the command line, not at first request."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+    except OSError as error:
+        raise usage.UsageError(f"--access-log {path!r}: {error.strerror} (give -, a writable path or off)") from None
 
 
 def listener_port(description: str) -> Optional[int]:

@@ -13,13 +13,14 @@ with backpressure both ways.
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Optional
 
 from twisted.internet.interfaces import IAddress, IDelayedCall, IReactorTime
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from ingress.accesslog import AccessLog
 from ingress.live import LiveTable
 from ingress.metrics import NO_ROUTE, Metrics
 from ingress.proxy import h1
@@ -52,7 +53,7 @@ class HTTPProxyFactory(Factory):
         reactor: IReactorTime,
         scheme: bytes = b"http",
         listener: str = "http",
-        access_log: Optional[Any] = None,
+        access_log: Optional[AccessLog] = None,
     ) -> None:
         self.live = live
         self.pool = pool
@@ -61,7 +62,7 @@ class HTTPProxyFactory(Factory):
         self.reactor = reactor
         self.scheme = scheme
         self.listener = listener
-        self.access_log = access_log  # an ingress.accesslog.AccessLog, or None when off
+        self.access_log = access_log  # None when off
         self.connections: set["HTTPProxyProtocol"] = set()
         self.draining = False  # shutdown: every response says Connection: close
         self._open_gauge = metrics.open_connections.labels(listener)

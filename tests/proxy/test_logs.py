@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
+from twisted.python import usage
 
+from ingress.tap import Options
 from tests.support import EchoBackend, Manifests, Twingress, free_port
 
 PROCESS_KEYS = {"timestamp", "level", "system", "message"}
@@ -184,6 +186,20 @@ def test_access_log_off(routes: Manifests) -> None:
         assert "/quiet" not in process.log()
     finally:
         process.stop()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--log-format", "xml"], "--log-format must be one of: text, json"),
+        (["--access-log-format", "csv"], "--access-log-format must be one of: text, json"),
+        (["--access-log", "/nonexistent/dir/access.log"], "No such file or directory"),
+        (["--access-log", ""], "give -, a writable path or off"),
+    ],
+)
+def test_bad_log_options_are_refused(tmp_path: Path, args: list[str], message: str) -> None:
+    with pytest.raises(usage.UsageError, match=message):
+        Options().parseOptions(["--manifests", str(tmp_path), *args])
 
 
 def _read(path: Path) -> str:
