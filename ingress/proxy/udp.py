@@ -19,13 +19,15 @@ C{write} checks the address on every call, and a full socket buffer
 
 from __future__ import annotations
 
+import socket
 from typing import Any, Callable, Optional
 
 from twisted.internet.abstract import isIPAddress, isIPv6Address
-from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.interfaces import IDelayedCall, IReadDescriptor
 from twisted.internet.protocol import DatagramProtocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+from zope.interface import implementer
 
 from ingress.metrics import Metrics
 from ingress.proxy.upstream import Address, UpstreamPool
@@ -36,6 +38,8 @@ log = Logger()
 MAX_DATAGRAM = 65535  # Twisted's default of 8192 would truncate larger datagrams
 DEFAULT_MAX_SESSIONS = 10000
 MAX_PENDING = 16  # datagrams kept while an external upstream's name resolves
+READ_BATCH = 64  # replies read per wake-up of a session socket, as Twisted's UDP ports do by bytes
+FLUSH_BYTES = 1 << 20  # byte metrics are added per MiB and when a session ends
 
 
 class UDPStreamListener(DatagramProtocol):
@@ -118,10 +122,17 @@ class UDPStreamListener(DatagramProtocol):
         self._sendto = _no_socket
 
 
-class UDPSession(DatagramProtocol):
-    """One client's traffic: a socket connected to the endpoint chosen for it."""
+@implementer(IReadDescriptor)
+class UDPSession:
+    """
+    One client's traffic: a socket connected to the endpoint chosen for it.
 
-    noisy = False
+    The socket is read by the reactor directly (an L{IReadDescriptor}), not
+    through C{listenUDP}: a Twisted UDP port logs a line each time one is
+    opened, which for a session per client would be a log line per client,
+    and its generic read loop costs more than this one, which does nothing
+    but hand each reply to the listening socket.
+    """
 
     def __init__(self, listener: UDPStreamListener, client: Any, route: StreamRoute, target: Address) -> None:
         self.listener = listener
@@ -131,19 +142,17 @@ class UDPSession(DatagramProtocol):
         self.clock: Callable[[], float] = listener.reactor.seconds
         self.last_active = self.clock()
         self.closed = False
+        self.socket: Optional[socket.socket] = None
         self._pending: Optional[list[bytes]] = []
         self._send: Callable[[bytes], int] = _no_socket
-        self._port: Any = None
         self._timer: Optional[IDelayedCall] = None
-        bytes_ = listener.metrics.stream_bytes
-        self._count_up = bytes_.labels(route.name, UDP, "upstream").inc
-        self._count_down = bytes_.labels(route.name, UDP, "downstream").inc
+        self._up = self._down = 0  # bytes not yet added to the metrics
 
     def start(self) -> None:
-        """Bind the session's socket (raises OSError), then connect it once the target's IP is known."""
+        """Open the session's socket (raises OSError), and connect it once the target's IP is known."""
         host = self.target[0]
-        interface = "::" if isIPv6Address(host) else ""
-        self._port = self.listener.reactor.listenUDP(0, self, interface=interface, maxPacketSize=MAX_DATAGRAM)
+        self.socket = socket.socket(socket.AF_INET6 if isIPv6Address(host) else socket.AF_INET, socket.SOCK_DGRAM)
+        self.socket.setblocking(False)
         self._timer = self.listener.reactor.callLater(self.route.idle_timeout, self._check_idle)
         if isIPAddress(host) or isIPv6Address(host):
             self._connect(host)
@@ -151,10 +160,15 @@ class UDPSession(DatagramProtocol):
             self.listener.reactor.resolve(host).addCallbacks(self._connect, self._unresolved)
 
     def _connect(self, ip: str) -> None:
-        if self.closed:
+        if self.closed or self.socket is None:
             return
-        self.transport.connect(ip, self.target[1])
-        self._send = self.transport.socket.send
+        try:
+            self.socket.connect((ip, self.target[1]))
+        except OSError as error:
+            self._error("socket", str(error))
+            return
+        self._send = self.socket.send
+        self.listener.reactor.addReader(self)
         pending, self._pending = self._pending, None
         for data in pending or ():
             self._forward(data)
@@ -182,34 +196,69 @@ class UDPSession(DatagramProtocol):
         except OSError:
             self.listener.drop(self.route, "send")
             return
-        self._count_up(len(data))
+        self._up += len(data)
+        if self._up >= FLUSH_BYTES:
+            self._flush()
 
-    def datagramReceived(self, data: bytes, addr: Any) -> None:
+    # IReadDescriptor
+
+    def fileno(self) -> int:
+        return self.socket.fileno() if self.socket is not None else -1
+
+    def logPrefix(self) -> str:
+        return "UDPSession"
+
+    def doRead(self) -> None:
+        """The endpoint's replies, up to a batch per wake-up, to the client of this session."""
+        recv = self.socket.recv  # type: ignore[union-attr]
+        reply, client, route = self.listener.reply, self.client, self.route
+        for _ in range(READ_BATCH):
+            try:
+                data = recv(MAX_DATAGRAM)
+            except BlockingIOError:
+                break
+            except ConnectionRefusedError:
+                self.connectionRefused()
+                return
+            except OSError as error:
+                self._error("recv", str(error))
+                return
+            self._down += len(data)
+            reply(data, client, route)
         self.last_active = self.clock()
-        self._count_down(len(data))
-        self.listener.reply(data, self.client, self.route)
+        if self._down >= FLUSH_BYTES:
+            self._flush()
+
+    def connectionLost(self, reason: Failure) -> None:
+        """
+        The reactor dropped the socket: epoll reports a queued ICMP "port
+        unreachable" as an error event before any recv() sees ECONNREFUSED.
+        """
+        if not self.closed:
+            self.connectionRefused()
 
     def connectionRefused(self) -> None:
         """ICMP port unreachable from the endpoint: skip it for a while, end this session."""
         self.listener.pool.mark_down(self.target)
         self._error("refused", "port unreachable")
 
-    def stopProtocol(self) -> None:
-        """
-        The socket went away without us closing it: the reactor drops a UDP
-        socket on EPOLLERR, which is how a queued ICMP "port unreachable"
-        shows up before any recv() sees ECONNREFUSED.
-        """
-        if not self.closed:
-            self.connectionRefused()
-
     def _error(self, reason: str, detail: str) -> None:
         self.listener.metrics.stream_upstream_errors.labels(self.route.name, UDP, reason).inc()
         log.info("stream {route}: upstream {host}:{port}: {detail}", route=self.route.name, host=self.target[0], port=self.target[1], detail=detail)
         self.close()
 
+    def _flush(self) -> None:
+        """Add the bytes counted since the last flush to the metrics (per MiB, and at the end: not per datagram)."""
+        counter = self.listener.metrics.stream_bytes
+        if self._up:
+            counter.labels(self.route.name, UDP, "upstream").inc(self._up)
+        if self._down:
+            counter.labels(self.route.name, UDP, "downstream").inc(self._down)
+        self._up = self._down = 0
+
     def _check_idle(self) -> None:
         self._timer = None
+        self._flush()
         left = self.last_active + self.route.idle_timeout - self.clock()
         if left > 0:
             self._timer = self.listener.reactor.callLater(left, self._check_idle)
@@ -224,8 +273,11 @@ class UDPSession(DatagramProtocol):
             self._timer.cancel()
         self._timer = None
         self._send = _no_socket
-        if self._port is not None:
-            self._port.stopListening()
+        self._flush()
+        if self.socket is not None:
+            if self._pending is None:
+                self.listener.reactor.removeReader(self)
+            self.socket.close()
         self.listener.session_closed(self)
 
 

@@ -109,6 +109,8 @@ def test_100_concurrent_clients_each_get_only_their_own_replies(
     assert len(protocol.peers) == 100  # one upstream socket per client session
     assert metric(metrics, "twingress_stream_connections_total", route=ROUTE, protocol="UDP") == 100
     assert metric(metrics, "twingress_stream_active", route=ROUTE, protocol="UDP") == 100
+    listeners.stop()  # byte counts are added per MiB and when a session ends
+    assert metric(metrics, "twingress_stream_active", route=ROUTE, protocol="UDP") == 0
     sent = sum(len(f"client {i} message {n}") for i in range(100) for n in range(20))
     assert metric(metrics, "twingress_stream_bytes_total", route=ROUTE, protocol="UDP", direction="upstream") == sent
     assert metric(metrics, "twingress_stream_bytes_total", route=ROUTE, protocol="UDP", direction="downstream") == sent + 5 * 2000
