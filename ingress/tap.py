@@ -33,6 +33,7 @@ from ingress.model import CONTROLLER_NAME, DEFAULT_CLASS_NAME, ClusterState
 from ingress.proxy.front import TLSFrontFactory
 from ingress.proxy.http import HTTPProxyFactory
 from ingress.proxy.settings import ProxySettings
+from ingress.proxy.streams import StreamListeners
 from ingress.proxy.tls import MODERN_CIPHERS, CertificateStore, SNIConnectionCreator, load_certificate, self_signed_certificate
 from ingress.proxy.upstream import UpstreamPool
 from ingress.routing import build
@@ -113,6 +114,8 @@ class Options(usage.Options):
         ["log-format", None, "text", "Process log: text (twistd's) or json (one object per line, on stdout)."],
         ["access-log", None, "-", "Access log: '-' (stdout), a file path (reopened on SIGUSR1) or 'off'."],
         ["access-log-format", None, "text", "Access log lines: text (combined log format + fields) or json."],
+        ["stream-interface", None, "", "Address the TCP/UDP stream listeners bind ('' = every IPv4 address, :: = IPv6 and IPv4)."],
+        ["stream-drain-timeout", None, 30.0, "Seconds a removed stream's open connections are kept before they are closed.", _seconds],
     ] + CONTROLLER_PARAMETERS + [[name, None, None, help + f" Default: {getattr(ProxySettings(), field)}."] for name, field, _, help in _LIMITS]
 
     def opt_version(self) -> None:
@@ -249,6 +252,11 @@ def makeService(options: Options, reactor: Optional[Any] = None) -> IService:
         access_log.setServiceParent(top)
     _BuilderService(builder).setServiceParent(top)
     admin = Admin(live, metrics)
+    pool = UpstreamPool(reactor, settings)
+    # Subscribed before the controllers, so a table's bind failures are known when status is written.
+    streams = StreamListeners(reactor, pool, metrics, options["stream-interface"], options["stream-drain-timeout"])
+    live.subscribe(streams.apply)
+    admin.route_sections["streamListeners"] = streams.to_json
     if options["source"] == "manifests":
         ManifestsSource(options["manifests"], builder, metrics, reactor, options["poll-interval"]).setServiceParent(top)
     else:
@@ -262,11 +270,12 @@ def makeService(options: Options, reactor: Optional[Any] = None) -> IService:
         controllers: Optional[ControllerOptions] = options["controllers"]
         if controllers is not None:
             manager = ControllerManager(
-                lambda: KubeClient(kubeconfig), source, controllers, ControllerMetrics(metrics.registry), reactor, live
+                lambda: KubeClient(kubeconfig), source, controllers, ControllerMetrics(metrics.registry), reactor, live,
+                listen_failures=lambda: streams.failures,
             )
             manager.setServiceParent(top)
-    pool = UpstreamPool(reactor, settings)
-    listeners, drainables = [], []
+    listeners: list[IService] = []
+    drainables: list[Any] = [streams]
     if options["http"]:
         factory = HTTPProxyFactory(live, pool, settings, metrics, reactor, access_log=access_log)
         listeners.append(_listen(reactor, options["http"], factory, top, "http"))
