@@ -4,12 +4,17 @@ StreamIngresses and the ingress-nginx stream ConfigMaps in the test cluster, for
 - L{Streams}: create, replace, delete and read StreamIngresses (plain dict bodies, through the
   C{kubernetes} client's custom objects API) and the tcp/udp-services ConfigMaps.
 - L{stream_entry}, L{wait_stream}: the C{streams} part of /debug/routes, and waiting on it.
-- L{streams} (fixture): a L{Streams} on the session cluster.
+- L{StreamEchoes}: TCP and UDP echo servers (threads, stdlib sockets) on pod-like addresses,
+  each answering with its name first, so a test sees which endpoint a stream reached.
+- L{streams}, L{stream_echoes} (fixtures).
 """
 
 from __future__ import annotations
 
 import json
+import socket
+import socketserver
+import threading
 from typing import Any, Callable, Iterator, Optional
 
 import pytest
@@ -139,3 +144,73 @@ def streams(kube_cluster) -> Iterator[Streams]:
     api = Streams(kube_cluster.kubeconfig)
     yield api
     api.close()
+
+
+class _TCPEchoHandler(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        self.request.sendall(self.server.name + b":")  # type: ignore[attr-defined]
+        while data := self.request.recv(65536):
+            self.request.sendall(data)
+
+
+class _UDPEchoHandler(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        data, sock = self.request
+        sock.sendto(self.server.name + b":" + data, self.client_address)  # type: ignore[attr-defined]
+
+
+class _TCPEchoServer(socketserver.ThreadingTCPServer):
+    daemon_threads = allow_reuse_address = True
+
+
+class _UDPEchoServer(socketserver.ThreadingUDPServer):
+    daemon_threads = allow_reuse_address = True
+
+
+class StreamEchoes:
+    """Echo servers named by the caller, on C{host:port}; all stopped by L{close}."""
+
+    def __init__(self) -> None:
+        self.servers: list[socketserver.BaseServer] = []
+
+    def start(self, protocol: str, name: str, host: str, port: int) -> None:
+        server: socketserver.BaseServer
+        if protocol == "TCP":
+            server = _TCPEchoServer((host, port), _TCPEchoHandler)
+        else:
+            server = _UDPEchoServer((host, port), _UDPEchoHandler)
+        server.name = name.encode()  # type: ignore[attr-defined]
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+        self.servers.append(server)
+
+    def close(self) -> None:
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()
+
+
+def tcp_exchange(port: int, data: bytes, timeout: float = 5.0) -> bytes:
+    """Connect to the proxy's TCP stream port, send C{data}, half-close, read the whole answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def udp_exchange(port: int, data: bytes, timeout: float = 2.0) -> bytes:
+    """One datagram to the proxy's UDP stream port and the one reply (socket.timeout if none)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(("127.0.0.1", port))
+        sock.send(data)
+        return sock.recv(65535)
+
+
+@pytest.fixture
+def stream_echoes() -> Iterator[StreamEchoes]:
+    echoes = StreamEchoes()
+    yield echoes
+    echoes.close()

@@ -8,6 +8,8 @@ stream routes and conditions, shown in /debug/routes.
 from __future__ import annotations
 
 import json
+import re
+import socket
 import time
 
 import pytest
@@ -16,11 +18,19 @@ from kubernetes.client import ApiException
 
 from tests.kube import cluster
 from tests.kube import streams_support
-from tests.kube.streams_support import stream_body, stream_conditions, stream_entries, wait_conditions, wait_stream
-from tests.kube.twingress import RECONNECT_TIMEOUT, host_for, wait_until
+from tests.kube.streams_support import (
+    stream_body,
+    stream_conditions,
+    stream_entries,
+    tcp_exchange,
+    udp_exchange,
+    wait_conditions,
+    wait_stream,
+)
+from tests.kube.twingress import RECONNECT_TIMEOUT, host_for, next_pod_ip, wait_until
 from tests.support import free_port
 
-streams = streams_support.streams  # fixture
+streams, stream_echoes = streams_support.streams, streams_support.stream_echoes  # fixtures
 
 pytestmark = pytest.mark.kube
 
@@ -219,3 +229,76 @@ def _crd_gone(extensions, name: str) -> bool:
     except ApiException as error:
         return error.status == 404
     return False
+
+
+# -- real traffic through listeners made from StreamIngresses
+
+
+def _same_port(hosts: list[str]) -> int:
+    """A port free on every one of C{hosts} (an EndpointSlice has one port for all its endpoints)."""
+    while True:
+        port = free_port(hosts[0])
+        if all(_free(host, port) for host in hosts[1:]):
+            return port
+
+
+def _free(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def test_traffic_follows_stream_ingresses(kube, streams, stream_echoes, namespace, twingress):
+    hosts = [next_pod_ip(), next_pod_ip()]
+    target = _same_port(hosts)
+    for protocol in ("TCP", "UDP"):
+        for index, host in enumerate(hosts):
+            stream_echoes.start(protocol, f"{protocol.lower()}-{index}", host, target)
+    _service(kube, namespace, "echo", hosts, target)
+    kube.core.create_namespaced_service(namespace, {"metadata": {"name": "udp-echo"}, "spec": {"ports": [{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": target}]}})
+    kube.discovery.create_namespaced_endpoint_slice(namespace, {
+        "metadata": {"name": "udp-echo-1", "labels": {"kubernetes.io/service-name": "udp-echo"}},
+        "addressType": "IPv4", "ports": [{"name": "dns", "port": target, "protocol": "UDP"}],
+        "endpoints": [{"addresses": [h]} for h in hosts]})
+    proxy = twingress()
+    first, second, udp = free_port(), free_port(), free_port()
+
+    streams.create(stream_body(namespace, "tcp", first, service="echo", port=80))
+    streams.create(stream_body(namespace, "udp", udp, service="udp-echo", port="dns", protocol="UDP"))
+    wait_until(lambda: tcp_exchange(first, b"hello"), what="the TCP listener")
+    answers = {tcp_exchange(first, b"hello") for _ in range(6)}
+    assert answers == {b"tcp-0:hello", b"tcp-1:hello"}  # round-robin over the ready endpoints
+    wait_until(lambda: udp_exchange(udp, b"hello"), what="the UDP listener")
+    replies = [udp_exchange(udp, f"ping {i}".encode()).split(b":", 1) for i in range(6)]  # a new session each
+    assert [payload for _, payload in replies] == [f"ping {i}".encode() for i in range(6)]
+    assert {name for name, _ in replies} == {b"udp-0", b"udp-1"}
+
+    # proxyProtocol: the upstream gets a PROXY v1 header naming the client before its bytes.
+    proxied = free_port()
+    streams.create(stream_body(namespace, "proxied", proxied, service="echo", port=80, proxyProtocol="v1"))
+    answer = wait_until(lambda: tcp_exchange(proxied, b"hello"), what="the PROXY listener")
+    assert re.fullmatch(rb"tcp-[01]:PROXY TCP4 127\.0\.0\.1 127\.0\.0\.1 \d+ %d\r\nhello" % proxied, answer), answer
+
+    # The port moves: the old one closes, the new one forwards; one endpoint goes unready.
+    streams.replace(stream_body(namespace, "tcp", second, service="echo", port=80))
+    wait_until(lambda: _refused(first), what="the old port closed")
+    kube.put_endpoint_slice(namespace, "echo-1", "echo", [hosts[0], (hosts[1], False)], target)
+    wait_until(lambda: {tcp_exchange(second, b"x") for _ in range(4)} == {b"tcp-0:x"}, what="the new port, one endpoint")
+
+    for name in ("tcp", "udp", "proxied"):
+        streams.delete(namespace, name)
+    wait_until(lambda: _refused(second), what="the listener closed")
+    assert not {f"TCP/{second}", f"UDP/{udp}"} & set(stream_entries(proxy))
+    with pytest.raises(OSError):  # socket.timeout, or ECONNREFUSED from the ICMP port unreachable
+        udp_exchange(udp, b"anyone?")
