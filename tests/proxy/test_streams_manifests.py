@@ -1,7 +1,8 @@
 """
 Stream objects from a manifests directory (C{twistd -n ingress --manifests DIR}): StreamIngresses
 and the ingress-nginx tcp/udp-services ConfigMaps named on the command line become the same
-stream routes, conditions and problems as from a cluster, and follow edits of the files.
+stream routes, conditions and problems as from a cluster, follow edits of the files, and carry
+traffic.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from tests.kube.streams_support import StreamEchoes, tcp_exchange, udp_exchange
 from tests.kube.twingress import wait_until
 from tests.support import Manifests, Twingress, free_port
 
@@ -80,3 +82,24 @@ def test_stream_objects_from_files(manifests: Manifests, twingress: Callable[...
 
     manifests.remove("streams.yaml")
     wait_until(lambda: sorted(proxy.routes()["streams"]) == [f"TCP/{entry}"], 10, "only the ConfigMap entry left")
+
+
+def test_config_map_entry_carries_traffic(manifests: Manifests, twingress: Callable[..., Twingress]) -> None:
+    echoes = StreamEchoes()
+    target, listen, udp = free_port(), free_port(), free_port()
+    echoes.start("TCP", "pod", "127.0.0.1", target)
+    echoes.start("UDP", "pod", "127.0.0.1", target)
+    try:
+        dns = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "dns", "namespace": "default"},
+               "spec": {"ports": [{"name": "dns", "port": 53, "protocol": "UDP"}]}}
+        dns_slice = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+                     "metadata": {"name": "dns-1", "namespace": "default", "labels": {"kubernetes.io/service-name": "dns"}},
+                     "ports": [{"name": "dns", "port": target, "protocol": "UDP"}], "endpoints": [{"addresses": ["127.0.0.1"]}]}
+        manifests.write("svc.yaml", *manifests.service("db", [("127.0.0.1", target)]), dns, dns_slice)
+        manifests.write("maps.yaml", config_map("tcp", {str(listen): "default/db:80"}), config_map("udp", {str(udp): "default/dns:dns"}))
+        twingress("--tcp-services-configmap", "ingress/tcp", "--udp-services-configmap", "ingress/udp")
+
+        assert wait_until(lambda: tcp_exchange(listen, b"hello"), 10, "the TCP listener") == b"pod:hello"
+        assert wait_until(lambda: udp_exchange(udp, b"hello"), 10, "the UDP listener") == b"pod:hello"
+    finally:
+        echoes.close()
