@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cpuload  # noqa: E402
 import procs  # noqa: E402
 from harness import Harness, install_signal_handlers  # noqa: E402
-from report import REPO  # noqa: E402
+from report import IDLE_LIMIT, REPO  # noqa: E402
 
 DIRECT, HAPROXY, SOCAT, TWINGRESS = "direct", "haproxy", "socat", "twingress"
 TWINGRESS_CMD = (
@@ -89,6 +89,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--json", type=Path)
     p.add_argument("--keep-logs", type=Path)
     p.add_argument("--skip-twingress", action="store_true")
+    p.add_argument("--wait-idle", type=float, default=0.0, help="wait up to this many seconds for both CPUs to be idle first")
     p.add_argument("--twingress-cmd", default=TWINGRESS_CMD,
                    help="template: {venv_bin} {manifests} {routes} {port} {admin_port} {tcp_backend} {udp_backend}")
     return p.parse_args(argv)
@@ -229,6 +230,19 @@ def ratio(value: Optional[float], reference: Optional[float]) -> Optional[float]
     return round(value / reference, 3) if value and reference else None
 
 
+def notes(results: list[Result], proxy_cpu: int, background: dict[str, float]) -> list[str]:
+    """Why a run's ratios may not be trusted: someone else's work on the CPUs."""
+    found = []
+    if background and max(background.values()) >= IDLE_LIMIT:
+        found.append(f"the machine was busy before the run ({background}): rerun with --wait-idle")
+    direct = next((r for r in results if r.name == DIRECT), None)
+    for run, busy in (direct.busy.items() if direct else []):
+        if busy.get(f"cpu{proxy_cpu}", 0.0) >= IDLE_LIMIT:
+            found.append(f"the proxy CPU was {busy[f'cpu{proxy_cpu}']:.0f}% busy in the direct {run} run, with no proxy on it"
+                         " (the kernel's loopback work for the load, or other processes)")
+    return found
+
+
 def report(results: list[Result]) -> dict[str, Any]:
     by_name = {r.name: r for r in results}
     ref_tcp, ref_udp = by_name.get(HAPROXY, Result("")), by_name.get(SOCAT, Result(""))
@@ -276,6 +290,8 @@ def print_table(data: dict[str, Any], streams: int) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     install_signal_handlers()
+    cpus = [args.proxy_cpu, args.load_cpu]
+    background = cpuload.wait_for_idle(cpus, IDLE_LIMIT, args.wait_idle) if args.wait_idle else cpuload.background_busy(cpus)
     try:
         with ExitStack() as stack:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="twstream-")))
@@ -291,7 +307,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"FAILED: {error}", file=sys.stderr)
         return 1
     data = report(results)
+    data["background_busy_percent"] = background
+    data["notes"] = notes(results, args.proxy_cpu, background)
+    data["config"] = {k: v if not isinstance(v, Path) else str(v) for k, v in vars(args).items()}
     print_table(data, args.streams)
+    for note in data["notes"]:
+        print(f"note: {note}")
     if args.json:
         args.json.write_text(json.dumps(data, indent=2) + "\n")
     return 1 if any(r.failure for r in results) else 0
