@@ -267,7 +267,9 @@ def versions() -> dict[str, str]:
         done = subprocess.run(argv, capture_output=True, text=True)
         return (done.stdout or done.stderr).strip().splitlines()[0] if (done.stdout or done.stderr).strip() else "?"
 
-    return {"haproxy": first_line(["haproxy", "-v"]), "socat": first_line(["socat", "-V"]).split("version")[-1].strip(),
+    socat = subprocess.run(["socat", "-V"], capture_output=True, text=True).stdout
+    socat_version = next((line.split("version", 1)[1].split()[0] for line in socat.splitlines() if "socat version" in line), "?")
+    return {"haproxy": first_line(["haproxy", "-v"]), "socat": socat_version,
             "iperf3": first_line(["iperf3", "--version"]), "python": sys.version.split()[0],
             "commit": first_line(["git", "-C", str(REPO), "describe", "--always", "--dirty"])}
 
