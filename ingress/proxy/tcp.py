@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from twisted.internet.error import TimeoutError as ConnectTimeout
-from twisted.internet.interfaces import IDelayedCall, IHalfCloseableProtocol
+from twisted.internet.interfaces import IHalfCloseableProtocol
 from twisted.internet.protocol import ClientFactory, Factory, Protocol, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -31,6 +31,7 @@ from zope.interface import implementer
 from ingress.metrics import Metrics
 from ingress.proxy import proxyproto
 from ingress.proxy.fastwrite import direct_writer
+from ingress.proxy.idle import IdleTimer
 from ingress.proxy.upstream import Address, UpstreamPool
 from ingress.routing.streams import TCP, StreamRoute
 
@@ -127,7 +128,7 @@ class TCPRelay:
         self.tried: Optional[Address] = None
         self.connecting: Any = None
         self.closed = False
-        self._timer: Optional[IDelayedCall] = None
+        self._idle: Optional[IdleTimer] = None
 
     # -- setting up
 
@@ -169,7 +170,7 @@ class TCPRelay:
         client.registerProducer(transport, True)
         transport.registerProducer(client, True)
         self.last_active = self.clock()
-        self._arm_timer(self.route.idle_timeout)
+        self._idle = IdleTimer(self.factory.reactor, self.route.idle_timeout, lambda: self.last_active, self._idle_out)
         client.resumeProducing()
 
     def connect_failed(self, address: Address, reason: Failure) -> None:
@@ -209,16 +210,8 @@ class TCPRelay:
         else:
             writer.loseWriteConnection()
 
-    def _arm_timer(self, delay: float) -> None:
-        self._timer = self.factory.reactor.callLater(delay, self._check_idle)
-
-    def _check_idle(self) -> None:
-        """Close when no byte moved for idle_timeout; else wait for the rest of it."""
-        self._timer = None
-        left = self.last_active + self.route.idle_timeout - self.clock()
-        if left > 0:
-            self._arm_timer(left)
-            return
+    def _idle_out(self) -> None:
+        """No byte moved either way for idle_timeout."""
         log.info("stream {route}: idle for {seconds}s, closing", route=self.route.name, seconds=self.route.idle_timeout)
         self._close()
 
@@ -262,9 +255,8 @@ class TCPRelay:
         if self.closed:
             return
         self.closed = True
-        if self._timer is not None and self._timer.active():
-            self._timer.cancel()
-        self._timer = None
+        if self._idle is not None:
+            self._idle.cancel()
         self.factory.relays.discard(self)
         self.factory.metrics.stream_active.labels(self.route.name, TCP).dec()
 

@@ -23,13 +23,14 @@ import socket
 from typing import Any, Callable, Optional
 
 from twisted.internet.abstract import isIPAddress, isIPv6Address
-from twisted.internet.interfaces import IDelayedCall, IReadDescriptor
+from twisted.internet.interfaces import IReadDescriptor
 from twisted.internet.protocol import DatagramProtocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ingress.metrics import Metrics
+from ingress.proxy.idle import IdleTimer
 from ingress.proxy.upstream import Address, UpstreamPool
 from ingress.routing.streams import UDP, StreamRoute
 
@@ -145,7 +146,7 @@ class UDPSession:
         self.socket: Optional[socket.socket] = None
         self._pending: Optional[list[bytes]] = []
         self._send: Callable[[bytes], int] = _no_socket
-        self._timer: Optional[IDelayedCall] = None
+        self._idle: Optional[IdleTimer] = None
         self._up = self._down = 0  # bytes not yet added to the metrics
 
     def start(self) -> None:
@@ -153,7 +154,7 @@ class UDPSession:
         host = self.target[0]
         self.socket = socket.socket(socket.AF_INET6 if isIPv6Address(host) else socket.AF_INET, socket.SOCK_DGRAM)
         self.socket.setblocking(False)
-        self._timer = self.listener.reactor.callLater(self.route.idle_timeout, self._check_idle)
+        self._idle = IdleTimer(self.listener.reactor, self.route.idle_timeout, self._last_active_flushed, self.close)
         if isIPAddress(host) or isIPv6Address(host):
             self._connect(host)
         else:
@@ -256,22 +257,17 @@ class UDPSession:
             counter.labels(self.route.name, UDP, "downstream").inc(self._down)
         self._up = self._down = 0
 
-    def _check_idle(self) -> None:
-        self._timer = None
+    def _last_active_flushed(self) -> float:
+        """For the idle timer, which also brings the byte metrics of a long session up to date."""
         self._flush()
-        left = self.last_active + self.route.idle_timeout - self.clock()
-        if left > 0:
-            self._timer = self.listener.reactor.callLater(left, self._check_idle)
-        else:
-            self.close()
+        return self.last_active
 
     def close(self) -> None:
         if self.closed:
             return
         self.closed = True
-        if self._timer is not None and self._timer.active():
-            self._timer.cancel()
-        self._timer = None
+        if self._idle is not None:
+            self._idle.cancel()
         self._send = _no_socket
         self._flush()
         if self.socket is not None:

@@ -10,8 +10,9 @@ reactor keeps turning while they wait.
 from __future__ import annotations
 
 import socket
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
+import pytest
 import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
@@ -20,9 +21,11 @@ from twisted.internet.protocol import DatagramProtocol, Factory, Protocol
 from twisted.internet.task import deferLater
 from zope.interface import implementer
 
+from ingress.metrics import Metrics
 from ingress.model import ObjectRef
 from ingress.routing.route import Upstream
 from ingress.routing.streams import StreamRoute
+from ingress.routing.table import RoutingTable
 
 Address = tuple[str, int]
 
@@ -46,6 +49,26 @@ def stream_route(
         proxy_protocol=proxy_protocol,
         idle_timeout=idle_timeout,
     )
+
+
+def table(*routes: StreamRoute) -> RoutingTable:
+    """A routing table with just these stream routes."""
+    return RoutingTable(streams={r.key: r for r in routes})
+
+
+@pytest.fixture
+def metrics() -> Metrics:
+    """A registry of the test's own."""
+    return Metrics()
+
+
+@pytest.fixture
+def servers() -> Iterator[list[Any]]:
+    """Listening ports (TCP or UDP) a test makes, closed after it."""
+    ports: list[Any] = []
+    yield ports
+    for port in ports:
+        port.stopListening()
 
 
 def free_port(kind: int = socket.SOCK_STREAM, host: str = "127.0.0.1") -> int:

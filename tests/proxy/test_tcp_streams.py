@@ -30,18 +30,17 @@ from ingress.metrics import Metrics
 from ingress.proxy.settings import ProxySettings
 from ingress.proxy.streams import StreamListeners
 from ingress.proxy.upstream import UpstreamPool
-from ingress.routing.table import RoutingTable
 from tests.proxy.proxy_header import parse_proxy_header
-from tests.proxy.streams_support import free_port, metric, recv_all, recv_exactly, stream_route, tcp_echo, until
+from tests.proxy import streams_support
+from tests.proxy.streams_support import free_port, metric, recv_all, recv_exactly, stream_route, tcp_echo, until, table
 from tests.proxy.test_streaming import GROWTH_LIMIT, RSSSampler
 from tests.support import ROOT, wait_for_port
 
 MB = 1 << 20
 
 
-@pytest.fixture
-def metrics() -> Metrics:
-    return Metrics()
+metrics = streams_support.metrics
+servers = streams_support.servers
 
 
 @pytest.fixture
@@ -52,23 +51,10 @@ def listeners(metrics: Metrics) -> Iterator[StreamListeners]:
     manager.stop()
 
 
-@pytest.fixture
-def servers() -> Iterator[list[Any]]:
-    """Listening ports made by a test, closed after it."""
-    ports: list[Any] = []
-    yield ports
-    for port in ports:
-        port.stopListening()
-
-
 def serve(servers: list[Any], name: bytes = b"", host: str = "127.0.0.1") -> tuple[tuple[str, int], Any]:
     port, factory = tcp_echo(host, name)
     servers.append(port)
     return (host, port.getHost().port), factory
-
-
-def table(*routes: Any) -> RoutingTable:
-    return RoutingTable(streams={r.key: r for r in routes})
 
 
 def exchange(port: int, data: bytes, half_close: bool = True, timeout: float = 10.0) -> bytes:

@@ -20,15 +20,14 @@ from ingress.metrics import Metrics
 from ingress.proxy.settings import ProxySettings
 from ingress.proxy.streams import StreamListeners
 from ingress.proxy.upstream import UpstreamPool
-from ingress.routing.table import RoutingTable
-from tests.proxy.streams_support import free_port, metric, stream_route, udp_echo, until
+from tests.proxy import streams_support
+from tests.proxy.streams_support import free_port, metric, stream_route, udp_echo, until, table
 
 ROUTE = "default/stream"
 
 
-@pytest.fixture
-def metrics() -> Metrics:
-    return Metrics()
+metrics = streams_support.metrics
+servers = streams_support.servers
 
 
 @pytest.fixture
@@ -39,22 +38,10 @@ def listeners(metrics: Metrics) -> Iterator[StreamListeners]:
     manager.stop()
 
 
-@pytest.fixture
-def servers() -> Iterator[list[Any]]:
-    ports: list[Any] = []
-    yield ports
-    for port in ports:
-        port.stopListening()
-
-
 def echo(servers: list[Any], prefix: bytes = b"", host: str = "127.0.0.1") -> tuple[tuple[str, int], Any]:
     port, protocol = udp_echo(host, prefix)
     servers.append(port)
     return (host, port.getHost().port), protocol
-
-
-def table(*routes: Any) -> RoutingTable:
-    return RoutingTable(streams={r.key: r for r in routes})
 
 
 def ask(port: int, data: bytes, sock: socket.socket | None = None, timeout: float = 5.0) -> bytes:
