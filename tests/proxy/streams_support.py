@@ -23,6 +23,9 @@ from zope.interface import implementer
 
 from ingress.metrics import Metrics
 from ingress.model import ObjectRef
+from ingress.proxy.settings import ProxySettings
+from ingress.proxy.streams import StreamListeners
+from ingress.proxy.upstream import UpstreamPool
 from ingress.routing.route import Upstream
 from ingress.routing.streams import StreamRoute
 from ingress.routing.table import RoutingTable
@@ -54,6 +57,12 @@ def stream_route(
 def table(*routes: StreamRoute) -> RoutingTable:
     """A routing table with just these stream routes."""
     return RoutingTable(streams={r.key: r for r in routes})
+
+
+def stream_listeners(metrics: Metrics, **settings: Any) -> StreamListeners:
+    """Listeners on 127.0.0.1 in the test's reactor, with a pool of their own (C{settings}) and a 0.5 s drain."""
+    pool = UpstreamPool(reactor, ProxySettings(**settings))
+    return StreamListeners(reactor, pool, metrics, interface="127.0.0.1", drain_timeout=0.5)
 
 
 @pytest.fixture

@@ -27,12 +27,10 @@ from twisted.internet.threads import deferToThread
 from zope.interface import implementer
 
 from ingress.metrics import Metrics
-from ingress.proxy.settings import ProxySettings
 from ingress.proxy.streams import StreamListeners
-from ingress.proxy.upstream import UpstreamPool
 from tests.proxy.proxy_header import parse_proxy_header
 from tests.proxy import streams_support
-from tests.proxy.streams_support import free_port, metric, recv_all, recv_exactly, stream_route, tcp_echo, until, table
+from tests.proxy.streams_support import free_port, metric, stream_listeners, recv_all, recv_exactly, stream_route, tcp_echo, until, table
 from tests.proxy.test_streaming import GROWTH_LIMIT, RSSSampler
 from tests.support import ROOT, wait_for_port
 
@@ -45,8 +43,7 @@ servers = streams_support.servers
 
 @pytest.fixture
 def listeners(metrics: Metrics) -> Iterator[StreamListeners]:
-    pool = UpstreamPool(reactor, ProxySettings(connect_timeout=1.0, fail_timeout=30.0))
-    manager = StreamListeners(reactor, pool, metrics, interface="127.0.0.1", drain_timeout=0.5)
+    manager = stream_listeners(metrics, connect_timeout=1.0, fail_timeout=30.0)
     yield manager
     manager.stop()
 

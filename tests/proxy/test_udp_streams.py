@@ -21,7 +21,7 @@ from ingress.proxy.settings import ProxySettings
 from ingress.proxy.streams import StreamListeners
 from ingress.proxy.upstream import UpstreamPool
 from tests.proxy import streams_support
-from tests.proxy.streams_support import free_port, metric, stream_route, udp_echo, until, table
+from tests.proxy.streams_support import free_port, metric, stream_listeners, stream_route, udp_echo, until, table
 
 ROUTE = "default/stream"
 
@@ -32,8 +32,7 @@ servers = streams_support.servers
 
 @pytest.fixture
 def listeners(metrics: Metrics) -> Iterator[StreamListeners]:
-    pool = UpstreamPool(reactor, ProxySettings(fail_timeout=30.0))
-    manager = StreamListeners(reactor, pool, metrics, interface="127.0.0.1", drain_timeout=0.5)
+    manager = stream_listeners(metrics, fail_timeout=30.0)
     yield manager
     manager.stop()
 
