@@ -142,6 +142,33 @@ def test_dead_upstream_closes_the_client_promptly(listeners: StreamListeners, me
     assert metric(metrics, "twingress_stream_upstream_errors_total", route="default/stream", protocol="TCP", reason="connect") == 1
 
 
+@pytest.fixture
+def blackhole() -> Iterator[int]:
+    """A port whose accept queue is full: the kernel drops further SYNs, so connecting times out."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(0)
+    port = server.getsockname()[1]
+    held = []
+    for _ in range(4):
+        client = socket.socket()
+        client.setblocking(False)
+        client.connect_ex(("127.0.0.1", port))
+        held.append(client)
+    yield port
+    for client in held:
+        client.close()
+    server.close()
+
+
+@pytest_twisted.inlineCallbacks
+def test_connect_timeout_closes_the_client(listeners: StreamListeners, metrics: Metrics, blackhole: int) -> Any:
+    port = free_port()
+    listeners.apply(table(stream_route("TCP", port, [("127.0.0.1", blackhole)])))
+    assert (yield deferToThread(_closed_promptly, port)) == b""  # after the 1 s connect timeout, within 5 s
+    assert metric(metrics, "twingress_stream_upstream_errors_total", route="default/stream", protocol="TCP", reason="connect-timeout") == 1
+
+
 @pytest_twisted.inlineCallbacks
 def test_failed_endpoint_is_skipped_and_the_connection_retried_on_another(
     listeners: StreamListeners, servers: list[Any], metrics: Metrics
