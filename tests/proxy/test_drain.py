@@ -46,6 +46,26 @@ def backend() -> Iterator[EchoBackend]:
     echo.stop()
 
 
+def starter(manifests: Path) -> Iterator[Callable[..., Twingress]]:
+    """A fixture's body: a function that starts twingress on C{manifests} with options; all stopped at the end."""
+    started: list[Twingress] = []
+
+    def run(*args: str) -> Twingress:
+        started.append(Twingress(manifests, *args))
+        return started[-1]
+
+    yield run
+    for process in started:
+        process.stop()
+
+
+@pytest.fixture
+def start(manifests: Manifests, backend: EchoBackend) -> Iterator[Callable[..., Twingress]]:
+    """Starts twingress (echo.test routed to the backend) with the given options."""
+    manifests.route("echo", "echo.test", [backend.address])
+    yield from starter(manifests.path)
+
+
 def _wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -103,70 +123,58 @@ def _idle_keepalive(port: int) -> http.client.HTTPConnection:
     return connection
 
 
-def test_sigterm_drains_then_exits_zero(tmp_path: Path, manifests: Manifests, backend: EchoBackend) -> None:
-    manifests.route("echo", "echo.test", [backend.address])
-    process = Twingress(manifests.path, "--shutdown-delay", str(SHUTDOWN_DELAY), "--drain-timeout", str(DRAIN_TIMEOUT))
-    try:
-        idle = _idle_keepalive(process.http_port)
-        slow = _InFlight(process.http_port, "/slow?delay=6")
-        time.sleep(0.3)  # the request reaches the backend before the signal
-        signalled = time.monotonic()
-        process.process.send_signal(signal.SIGTERM)
+def test_sigterm_drains_then_exits_zero(start: Callable[..., Twingress]) -> None:
+    process = start("--shutdown-delay", str(SHUTDOWN_DELAY), "--drain-timeout", str(DRAIN_TIMEOUT))
+    idle = _idle_keepalive(process.http_port)
+    slow = _InFlight(process.http_port, "/slow?delay=6")
+    time.sleep(0.3)  # the request reaches the backend before the signal
+    signalled = time.monotonic()
+    process.process.send_signal(signal.SIGTERM)
 
-        _wait_for(lambda: _readyz(process)[0] == 503, 1.0, "/readyz 503")
-        assert _readyz(process)[1]["draining"] is True
-        during = http.client.HTTPConnection("127.0.0.1", process.http_port, timeout=10)
-        during.request("GET", "/during-delay", headers={"Host": "echo.test"})
-        assert during.getresponse().status == 200, "new connections are served during the shutdown delay"
-        assert time.monotonic() - signalled < SHUTDOWN_DELAY, "the check above ran inside the delay"
-        during.close()
+    _wait_for(lambda: _readyz(process)[0] == 503, 1.0, "/readyz 503")
+    assert _readyz(process)[1]["draining"] is True
+    during = http.client.HTTPConnection("127.0.0.1", process.http_port, timeout=10)
+    during.request("GET", "/during-delay", headers={"Host": "echo.test"})
+    assert during.getresponse().status == 200, "new connections are served during the shutdown delay"
+    assert time.monotonic() - signalled < SHUTDOWN_DELAY, "the check above ran inside the delay"
+    during.close()
 
-        _wait_for(lambda: _refused(process.http_port), SHUTDOWN_DELAY + 5, "listener closed")
-        assert time.monotonic() - signalled >= SHUTDOWN_DELAY
-        assert process.process.poll() is None, "still running while a request is in flight"
-        assert idle.sock is not None
-        idle.sock.settimeout(5)
-        assert idle.sock.recv(1) == b"", "the idle keep-alive connection is closed"
+    _wait_for(lambda: _refused(process.http_port), SHUTDOWN_DELAY + 5, "listener closed")
+    assert time.monotonic() - signalled >= SHUTDOWN_DELAY
+    assert process.process.poll() is None, "still running while a request is in flight"
+    assert idle.sock is not None
+    idle.sock.settimeout(5)
+    assert idle.sock.recv(1) == b"", "the idle keep-alive connection is closed"
 
-        slow.join(DRAIN_TIMEOUT)
-        assert slow.error is None, slow.error
-        assert slow.status == 200
-        assert slow.headers.get("connection") == "close"
-        code = process.process.wait(DRAIN_TIMEOUT)
-        assert code == 0, process.log()[-3000:]
-        assert time.monotonic() - signalled < SHUTDOWN_DELAY + DRAIN_TIMEOUT, "exited before the drain timeout"
-        assert "drain over (drained)" in process.log()
-    finally:
-        process.stop()
+    slow.join(DRAIN_TIMEOUT)
+    assert slow.error is None, slow.error
+    assert slow.status == 200
+    assert slow.headers.get("connection") == "close"
+    code = process.process.wait(DRAIN_TIMEOUT)
+    assert code == 0, process.log()[-3000:]
+    assert time.monotonic() - signalled < SHUTDOWN_DELAY + DRAIN_TIMEOUT, "exited before the drain timeout"
+    assert "drain over (drained)" in process.log()
 
 
-def test_request_still_running_at_the_drain_timeout_is_cut(manifests: Manifests, backend: EchoBackend) -> None:
-    manifests.route("echo", "echo.test", [backend.address])
-    process = Twingress(manifests.path, "--shutdown-delay", "0.2", "--drain-timeout", "1")
-    try:
-        slow = _InFlight(process.http_port, "/stuck?delay=60")
-        time.sleep(0.3)
-        process.process.send_signal(signal.SIGTERM)
-        code = process.process.wait(30)  # well before the request's 60 s
-        assert code == 0, process.log()[-3000:]
-        slow.join(10)
-        assert slow.status == 0 and slow.error is not None, "the request was cut, not answered"
-        assert "drain over (timeout): aborted 1 connections still open" in process.log()
-    finally:
-        process.stop()
+def test_request_still_running_at_the_drain_timeout_is_cut(start: Callable[..., Twingress]) -> None:
+    process = start("--shutdown-delay", "0.2", "--drain-timeout", "1")
+    slow = _InFlight(process.http_port, "/stuck?delay=60")
+    time.sleep(0.3)
+    process.process.send_signal(signal.SIGTERM)
+    code = process.process.wait(30)  # well before the request's 60 s
+    assert code == 0, process.log()[-3000:]
+    slow.join(10)
+    assert slow.status == 0 and slow.error is not None, "the request was cut, not answered"
+    assert "drain over (timeout): aborted 1 connections still open" in process.log()
 
 
-def test_a_second_signal_ends_the_drain_at_once(manifests: Manifests, backend: EchoBackend) -> None:
-    manifests.route("echo", "echo.test", [backend.address])
-    process = Twingress(manifests.path, "--shutdown-delay", "30", "--drain-timeout", "30")
-    try:
-        process.process.send_signal(signal.SIGTERM)
-        _wait_for(lambda: _readyz(process)[0] == 503, 5.0, "/readyz 503")
-        process.process.send_signal(signal.SIGINT)
-        assert process.process.wait(20) == 0, process.log()[-3000:]
-        assert "SIGINT during the drain: stopping now" in process.log()
-    finally:
-        process.stop()
+def test_a_second_signal_ends_the_drain_at_once(start: Callable[..., Twingress]) -> None:
+    process = start("--shutdown-delay", "30", "--drain-timeout", "30")
+    process.process.send_signal(signal.SIGTERM)
+    _wait_for(lambda: _readyz(process)[0] == 503, 5.0, "/readyz 503")
+    process.process.send_signal(signal.SIGINT)
+    assert process.process.wait(20) == 0, process.log()[-3000:]
+    assert "SIGINT during the drain: stopping now" in process.log()
 
 
 @pytest.fixture

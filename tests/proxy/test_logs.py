@@ -20,6 +20,7 @@ import pytest
 from twisted.python import usage
 
 from ingress.tap import Options
+from tests.proxy.test_drain import starter
 from tests.support import EchoBackend, Manifests, Twingress, free_port
 
 PROCESS_KEYS = {"timestamp", "level", "system", "message"}
@@ -49,6 +50,12 @@ def routes(manifests: Manifests, backend: EchoBackend) -> Manifests:
     manifests.route("echo", "echo.test", [backend.address])
     manifests.route("dead", "dead.test", [("127.0.0.1", free_port())])
     return manifests
+
+
+@pytest.fixture
+def start(routes: Manifests) -> Iterator[Callable[..., Twingress]]:
+    """Starts twingress on those routes with the given options."""
+    yield from starter(routes.path)
 
 
 def _get(port: int, host: str, path: str, **headers: str) -> tuple[int, bytes]:
@@ -89,103 +96,91 @@ def _text_entries(read: Callable[[], str]) -> dict[str, dict[str, str]]:
     return found
 
 
-def test_text_access_log_and_text_process_log(routes: Manifests, backend: EchoBackend) -> None:
-    process = Twingress(routes.path)
-    try:
-        answers = _requests(process)
-        assert [answers[k][0] for k in ("ok", "missing", "dead")] == [200, 404, 502]
-        entries = _text_entries(process.log)
-        ok = entries["ok"]
-        assert ok["client"] == "127.0.0.1"
-        datetime.datetime.strptime(ok["time"], "%d/%b/%Y:%H:%M:%S %z")
-        assert ok["request"] == "GET /hello?x=1 HTTP/1.1"
-        assert (ok["status"], int(ok["bytes"])) == ("200", len(answers["ok"][1]))
-        assert (ok["referer"], ok["user_agent"]) == ("http://ref.test/a", r"probe \x221\x22")
-        assert (ok["host"], ok["route"]) == ("echo.test", "default/echo")
-        assert ok["upstream"] == f"{backend.host}:{backend.port}"
-        assert 0 <= float(ok["upstream_duration"]) <= float(ok["duration"])
+def test_text_access_log_and_text_process_log(start: Callable[..., Twingress], backend: EchoBackend) -> None:
+    process = start()
+    answers = _requests(process)
+    assert [answers[k][0] for k in ("ok", "missing", "dead")] == [200, 404, 502]
+    entries = _text_entries(process.log)
+    ok = entries["ok"]
+    assert ok["client"] == "127.0.0.1"
+    datetime.datetime.strptime(ok["time"], "%d/%b/%Y:%H:%M:%S %z")
+    assert ok["request"] == "GET /hello?x=1 HTTP/1.1"
+    assert (ok["status"], int(ok["bytes"])) == ("200", len(answers["ok"][1]))
+    assert (ok["referer"], ok["user_agent"]) == ("http://ref.test/a", r"probe \x221\x22")
+    assert (ok["host"], ok["route"]) == ("echo.test", "default/echo")
+    assert ok["upstream"] == f"{backend.host}:{backend.port}"
+    assert 0 <= float(ok["upstream_duration"]) <= float(ok["duration"])
 
-        missing = entries["missing"]
-        assert (missing["status"], missing["host"], missing["route"], missing["upstream"]) == ("404", "nobody.test", "-", "-")
-        assert int(missing["bytes"]) == len(answers["missing"][1])
-        assert missing["upstream_duration"] == "-" and float(missing["duration"]) >= 0
+    missing = entries["missing"]
+    assert (missing["status"], missing["host"], missing["route"], missing["upstream"]) == ("404", "nobody.test", "-", "-")
+    assert int(missing["bytes"]) == len(answers["missing"][1])
+    assert missing["upstream_duration"] == "-" and float(missing["duration"]) >= 0
 
-        dead = entries["dead"]
-        assert (dead["status"], dead["route"]) == ("502", "default/dead")
-        assert re.fullmatch(r"127\.0\.0\.1:\d+", dead["upstream"])
-        assert (dead["referer"], dead["user_agent"]) == ("-", "-")  # http.client sends neither
+    dead = entries["dead"]
+    assert (dead["status"], dead["route"]) == ("502", "default/dead")
+    assert re.fullmatch(r"127\.0\.0\.1:\d+", dead["upstream"])
+    assert (dead["referer"], dead["user_agent"]) == ("-", "-")  # http.client sends neither
 
-        process_lines = [line for line in process.log().splitlines() if line and not TEXT_LINE.match(line)]
-        assert process_lines and all(TWISTD_TEXT_LINE.match(line) for line in process_lines), process_lines[:5]
-        assert any("routing table 1 live" in line for line in process_lines)
-    finally:
-        process.stop()
+    process_lines = [line for line in process.log().splitlines() if line and not TEXT_LINE.match(line)]
+    assert process_lines and all(TWISTD_TEXT_LINE.match(line) for line in process_lines), process_lines[:5]
+    assert any("routing table 1 live" in line for line in process_lines)
 
 
 def _json_lines(text: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def test_json_process_log_and_json_access_log(routes: Manifests, backend: EchoBackend) -> None:
-    process = Twingress(routes.path, "--log-format", "json", "--access-log-format", "json")
-    try:
-        answers = _requests(process)
-        _wait_for_line(process.log, lambda line: '"/down"' in line)
-        records = _json_lines(process.log())  # every line is one JSON object
-        logged = [r for r in records if "level" in r]
-        access = {r["path"]: r for r in records if "level" not in r}  # access lines have no level
-        for record in logged:
-            assert PROCESS_KEYS <= record.keys(), record
-            assert record["timestamp"].endswith("Z")
-            datetime.datetime.fromisoformat(record["timestamp"].replace("Z", "+00:00"))
-            assert record["level"] in ("debug", "info", "warn", "error", "critical")
-        assert any(r["message"].startswith("twistd ") and "starting up" in r["message"] for r in logged), "twistd's own lines"
-        built = next(r for r in logged if r["system"] == "ingress.builder" and "live" in r["message"])
-        assert built["generation"] >= 1, "the event's own fields are kept"
+def test_json_process_log_and_json_access_log(start: Callable[..., Twingress], backend: EchoBackend) -> None:
+    process = start("--log-format", "json", "--access-log-format", "json")
+    answers = _requests(process)
+    _wait_for_line(process.log, lambda line: '"/down"' in line)
+    records = _json_lines(process.log())  # every line is one JSON object
+    logged = [r for r in records if "level" in r]
+    access = {r["path"]: r for r in records if "level" not in r}  # access lines have no level
+    for record in logged:
+        assert PROCESS_KEYS <= record.keys(), record
+        assert record["timestamp"].endswith("Z")
+        datetime.datetime.fromisoformat(record["timestamp"].replace("Z", "+00:00"))
+        assert record["level"] in ("debug", "info", "warn", "error", "critical")
+    assert any(r["message"].startswith("twistd ") and "starting up" in r["message"] for r in logged), "twistd's own lines"
+    built = next(r for r in logged if r["system"] == "ingress.builder" and "live" in r["message"])
+    assert built["generation"] >= 1, "the event's own fields are kept"
 
-        ok = access["/hello?x=1"]
-        assert set(ok) == ACCESS_KEYS
-        assert (ok["client"], ok["method"], ok["version"], ok["status"]) == ("127.0.0.1", "GET", "HTTP/1.1", 200)
-        assert ok["bytes"] == len(answers["ok"][1])
-        assert (ok["referer"], ok["user_agent"], ok["host"]) == ("http://ref.test/a", 'probe "1"', "echo.test")
-        assert (ok["route"], ok["upstream"]) == ("default/echo", f"{backend.host}:{backend.port}")
-        assert 0 <= ok["upstream_duration"] <= ok["duration"]
-        datetime.datetime.fromisoformat(ok["time"].replace("Z", "+00:00"))
-        missing = access["/nothing"]
-        assert (missing["status"], missing["route"], missing["upstream"], missing["upstream_duration"]) == (404, None, None, None)
-        dead = access["/down"]
-        assert (dead["status"], dead["route"]) == (502, "default/dead") and dead["upstream"].startswith("127.0.0.1:")
-    finally:
-        process.stop()
+    ok = access["/hello?x=1"]
+    assert set(ok) == ACCESS_KEYS
+    assert (ok["client"], ok["method"], ok["version"], ok["status"]) == ("127.0.0.1", "GET", "HTTP/1.1", 200)
+    assert ok["bytes"] == len(answers["ok"][1])
+    assert (ok["referer"], ok["user_agent"], ok["host"]) == ("http://ref.test/a", 'probe "1"', "echo.test")
+    assert (ok["route"], ok["upstream"]) == ("default/echo", f"{backend.host}:{backend.port}")
+    assert 0 <= ok["upstream_duration"] <= ok["duration"]
+    datetime.datetime.fromisoformat(ok["time"].replace("Z", "+00:00"))
+    missing = access["/nothing"]
+    assert (missing["status"], missing["route"], missing["upstream"], missing["upstream_duration"]) == (404, None, None, None)
+    dead = access["/down"]
+    assert (dead["status"], dead["route"]) == (502, "default/dead") and dead["upstream"].startswith("127.0.0.1:")
 
 
-def test_access_log_file_is_reopened_on_sigusr1(routes: Manifests, tmp_path: Path) -> None:
+def test_access_log_file_is_reopened_on_sigusr1(start: Callable[..., Twingress], tmp_path: Path) -> None:
     path = tmp_path / "access.log"
-    process = Twingress(routes.path, "--access-log", str(path))
-    try:
-        assert _get(process.http_port, "echo.test", "/before")[0] == 200
-        _wait_for_line(lambda: _read(path), lambda line: "/before" in line)
-        path.rename(tmp_path / "access.log.1")  # what logrotate does, then its postrotate sends SIGUSR1
-        assert _get(process.http_port, "echo.test", "/moved")[0] == 200
-        process.process.send_signal(signal.SIGUSR1)
-        _wait_for_line(process.log, lambda line: "access log reopened" in line)
-        assert _get(process.http_port, "echo.test", "/after")[0] == 200
-        _wait_for_line(lambda: _read(path), lambda line: "/after" in line)
-        rotated = _read(tmp_path / "access.log.1")
-        assert "/before" in rotated and "/moved" in rotated and "/after" not in rotated
-        assert "/hello" not in process.log() and '"GET /before' not in process.log(), "not on stdout too"
-    finally:
-        process.stop()
+    process = start("--access-log", str(path))
+    assert _get(process.http_port, "echo.test", "/before")[0] == 200
+    _wait_for_line(lambda: _read(path), lambda line: "/before" in line)
+    path.rename(tmp_path / "access.log.1")  # what logrotate does, then its postrotate sends SIGUSR1
+    assert _get(process.http_port, "echo.test", "/moved")[0] == 200
+    process.process.send_signal(signal.SIGUSR1)
+    _wait_for_line(process.log, lambda line: "access log reopened" in line)
+    assert _get(process.http_port, "echo.test", "/after")[0] == 200
+    _wait_for_line(lambda: _read(path), lambda line: "/after" in line)
+    rotated = _read(tmp_path / "access.log.1")
+    assert "/before" in rotated and "/moved" in rotated and "/after" not in rotated
+    assert "/hello" not in process.log() and '"GET /before' not in process.log(), "not on stdout too"
 
 
-def test_access_log_off(routes: Manifests) -> None:
-    process = Twingress(routes.path, "--access-log", "off")
-    try:
-        assert _get(process.http_port, "echo.test", "/quiet")[0] == 200
-        time.sleep(1.0)  # longer than the access log's flush interval
-        assert "/quiet" not in process.log()
-    finally:
-        process.stop()
+def test_access_log_off(start: Callable[..., Twingress]) -> None:
+    process = start("--access-log", "off")
+    assert _get(process.http_port, "echo.test", "/quiet")[0] == 200
+    time.sleep(1.0)  # longer than the access log's flush interval
+    assert "/quiet" not in process.log()
 
 
 @pytest.mark.parametrize(
