@@ -5,9 +5,9 @@ closes idle keep-alive connections, lets requests in flight finish (with
 C{Connection: close}) and exits 0; what is still running at the drain
 timeout is cut, and the exit is still 0.
 
-Stream listeners are not in the twistd wiring yet: their part of the drain
-(L{StreamListeners} as a drainable) is tested here in-process, with real
-sockets.
+An open TCP stream keeps a twistd process draining until it ends; the
+stream listeners' part of the drain is also tested in-process (the cut at
+the drain timeout), with real sockets.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from ingress.proxy.streams import StreamListeners
 from ingress.proxy.upstream import UpstreamPool
 from ingress.routing.table import RoutingTable
 from tests.proxy.streams_support import free_port, recv_exactly, stream_route, tcp_echo, until
-from tests.support import EchoBackend, Manifests, Twingress
+from tests.proxy.test_streams_twistd import stream as stream_ingress
+from tests.support import EchoBackend, Manifests, Twingress, wait_for_port
 
 SHUTDOWN_DELAY = 3.0
 DRAIN_TIMEOUT = 20.0
@@ -175,6 +176,50 @@ def test_a_second_signal_ends_the_drain_at_once(start: Callable[..., Twingress])
     process.process.send_signal(signal.SIGINT)
     assert process.process.wait(20) == 0, process.log()[-3000:]
     assert "SIGINT during the drain: stopping now" in process.log()
+
+
+def _echo_server() -> tuple[socket.socket, int]:
+    """A TCP echo server on a thread: echoes each connection until its EOF."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                connection, _ = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=_echo, args=(connection,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server, server.getsockname()[1]
+
+
+def _echo(connection: socket.socket) -> None:
+    with connection:
+        while data := connection.recv(65536):
+            connection.sendall(data)
+
+
+def test_an_open_tcp_stream_holds_the_drain_until_it_ends(manifests: Manifests, start: Callable[..., Twingress]) -> None:
+    server, upstream = _echo_server()
+    listen = free_port()
+    manifests.write("stream.yaml", stream_ingress("db", "TCP", listen, upstream))
+    process = start("--stream-interface", "127.0.0.1", "--shutdown-delay", "0.5", "--drain-timeout", str(DRAIN_TIMEOUT))
+    try:
+        wait_for_port("127.0.0.1", listen, process.process)
+        client = _connect(listen)
+        client.sendall(b"before")
+        assert recv_exactly(client, 6) == b"before"
+        process.process.send_signal(signal.SIGTERM)
+        _wait_for(lambda: _refused(listen), 10, "stream listener closed")
+        client.sendall(b"after")
+        assert recv_exactly(client, 5) == b"after", "the open stream still flows"
+        assert process.process.poll() is None, "still running while the stream is open"
+        client.close()
+        assert process.process.wait(DRAIN_TIMEOUT) == 0, process.log()[-3000:]
+        assert "drain over (drained)" in process.log()
+    finally:
+        server.close()
 
 
 @pytest.fixture
