@@ -33,6 +33,7 @@ from ingress.proxy.streams import StreamListeners
 from ingress.proxy.upstream import UpstreamPool
 from ingress.routing.table import RoutingTable
 from tests.proxy.streams_support import free_port, recv_exactly, stream_route, tcp_echo, until
+from tests.kube.twingress import wait_until
 from tests.proxy.test_streams_twistd import stream as stream_ingress
 from tests.support import EchoBackend, Manifests, Twingress, wait_for_port
 
@@ -65,15 +66,6 @@ def start(manifests: Manifests, backend: EchoBackend) -> Iterator[Callable[..., 
     """Starts twingress (echo.test routed to the backend) with the given options."""
     manifests.route("echo", "echo.test", [backend.address])
     yield from starter(manifests.path)
-
-
-def _wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"not within {timeout}s: {what}")
 
 
 def _readyz(process: Twingress) -> tuple[int, dict]:
@@ -132,7 +124,7 @@ def test_sigterm_drains_then_exits_zero(start: Callable[..., Twingress]) -> None
     signalled = time.monotonic()
     process.process.send_signal(signal.SIGTERM)
 
-    _wait_for(lambda: _readyz(process)[0] == 503, 1.0, "/readyz 503")
+    wait_until(lambda: _readyz(process)[0] == 503, timeout=1.0, what="/readyz 503", interval=0.02)
     assert _readyz(process)[1]["draining"] is True
     during = http.client.HTTPConnection("127.0.0.1", process.http_port, timeout=10)
     during.request("GET", "/during-delay", headers={"Host": "echo.test"})
@@ -140,7 +132,7 @@ def test_sigterm_drains_then_exits_zero(start: Callable[..., Twingress]) -> None
     assert time.monotonic() - signalled < SHUTDOWN_DELAY, "the check above ran inside the delay"
     during.close()
 
-    _wait_for(lambda: _refused(process.http_port), SHUTDOWN_DELAY + 5, "listener closed")
+    wait_until(lambda: _refused(process.http_port), timeout=SHUTDOWN_DELAY + 5, what="listener closed", interval=0.02)
     assert time.monotonic() - signalled >= SHUTDOWN_DELAY
     assert process.process.poll() is None, "still running while a request is in flight"
     assert idle.sock is not None
@@ -172,7 +164,7 @@ def test_request_still_running_at_the_drain_timeout_is_cut(start: Callable[..., 
 def test_a_second_signal_ends_the_drain_at_once(start: Callable[..., Twingress]) -> None:
     process = start("--shutdown-delay", "30", "--drain-timeout", "30")
     process.process.send_signal(signal.SIGTERM)
-    _wait_for(lambda: _readyz(process)[0] == 503, 5.0, "/readyz 503")
+    wait_until(lambda: _readyz(process)[0] == 503, timeout=5.0, what="/readyz 503", interval=0.02)
     process.process.send_signal(signal.SIGINT)
     assert process.process.wait(20) == 0, process.log()[-3000:]
     assert "SIGINT during the drain: stopping now" in process.log()
@@ -211,7 +203,7 @@ def test_an_open_tcp_stream_holds_the_drain_until_it_ends(manifests: Manifests, 
         client.sendall(b"before")
         assert recv_exactly(client, 6) == b"before"
         process.process.send_signal(signal.SIGTERM)
-        _wait_for(lambda: _refused(listen), 10, "stream listener closed")
+        wait_until(lambda: _refused(listen), timeout=10, what="stream listener closed", interval=0.02)
         client.sendall(b"after")
         assert recv_exactly(client, 5) == b"after", "the open stream still flows"
         assert process.process.poll() is None, "still running while the stream is open"
