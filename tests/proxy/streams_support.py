@@ -66,6 +66,14 @@ def stream_listeners(metrics: Metrics, **settings: Any) -> StreamListeners:
 
 
 @pytest.fixture
+def listeners(metrics: Metrics) -> Iterator[StreamListeners]:
+    """Stream listeners whose pool gives up connecting after 1 s and skips a failed endpoint for 30 s."""
+    manager = stream_listeners(metrics, connect_timeout=1.0, fail_timeout=30.0)
+    yield manager
+    manager.stop()
+
+
+@pytest.fixture
 def metrics() -> Metrics:
     """A registry of the test's own."""
     return Metrics()
@@ -107,6 +115,7 @@ class EchoProtocol(Protocol):
     """
 
     def connectionMade(self) -> None:
+        self.transport.registerProducer(self.transport, True)  # a full send buffer stops our reads
         self.factory.connections.append(self)
         if self.factory.name:
             self.transport.write(self.factory.name + b"\n")
@@ -183,3 +192,12 @@ def metric(metrics: Any, name: str, **labels: str) -> float:
     """A sample's value from the registry (0 if it has none yet)."""
     value = metrics.registry.get_sample_value(name, labels)
     return 0.0 if value is None else float(value)
+
+
+if __name__ == "__main__":
+    # python -m tests.proxy.streams_support PORT: the TCP echo server alone, for a proxy in another process
+    import sys
+
+    echo_factory = EchoFactory()
+    reactor.listenTCP(int(sys.argv[1]), echo_factory, interface="127.0.0.1")
+    reactor.run()
