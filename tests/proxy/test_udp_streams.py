@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import socket
 import threading
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import pytest_twisted
@@ -21,20 +21,14 @@ from ingress.proxy.settings import ProxySettings
 from ingress.proxy.streams import StreamListeners
 from ingress.proxy.upstream import UpstreamPool
 from tests.proxy import streams_support
-from tests.proxy.streams_support import free_port, metric, stream_listeners, stream_route, udp_echo, until, table
+from tests.proxy.streams_support import free_port, metric, stream_route, udp_echo, until, table
 
 ROUTE = "default/stream"
 
 
 metrics = streams_support.metrics
 servers = streams_support.servers
-
-
-@pytest.fixture
-def listeners(metrics: Metrics) -> Iterator[StreamListeners]:
-    manager = stream_listeners(metrics, fail_timeout=30.0)
-    yield manager
-    manager.stop()
+listeners = streams_support.listeners
 
 
 def echo(servers: list[Any], prefix: bytes = b"", host: str = "127.0.0.1") -> tuple[tuple[str, int], Any]:
