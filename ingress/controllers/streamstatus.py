@@ -79,17 +79,22 @@ class StreamStatusSync:
     def table_changed(self, table: RoutingTable, failures: Mapping[tuple[str, int], str]) -> list[tuple[str, str]]:
         """
         Keep the new table and a copy of the listeners that failed to bind
-        (reactor thread); returns the keys whose conditions changed.
+        (reactor thread); returns the keys whose conditions changed, by the
+        build or by a listener that failed or bound again.
         """
         with self._lock:
             old, self._table = self._table, table
-            self._failures = dict(failures)
-        refs = set(old.stream_conditions) | set(table.stream_conditions)
-        return [
-            (ref.namespace, ref.name)
-            for ref in refs
-            if ref.kind == "StreamIngress" and old.stream_conditions.get(ref) != table.stream_conditions.get(ref)
-        ]
+            old_failures, self._failures = self._failures, dict(failures)
+        refs = {
+            ref
+            for ref in set(old.stream_conditions) | set(table.stream_conditions)
+            if old.stream_conditions.get(ref) != table.stream_conditions.get(ref)
+        }
+        for key in set(old_failures.items()) ^ set(self._failures.items()):
+            for route in (old.streams.get(key[0]), table.streams.get(key[0])):
+                if route is not None:
+                    refs.add(route.source)
+        return [(ref.namespace, ref.name) for ref in refs if ref.kind == "StreamIngress"]
 
     def __call__(self, key: tuple[str, str]) -> None:
         stream = self.streams.get(key)

@@ -5,6 +5,8 @@ lastTransitionTime kept while a condition holds, and no write when nothing chang
 
 from __future__ import annotations
 
+import socket
+
 from tests.kube.controller_support import start_controller, writes
 from tests.kube.streams_support import Streams, stream_body, streams  # noqa: F401 - fixture
 from tests.kube.twingress import Kube, free_port, wait_until
@@ -56,3 +58,21 @@ def test_conditions_are_written_by_the_leader_and_follow_changes(kube: Kube, str
     streams.create(stream_body(namespace, "marker", free_port(), service="db", port=5432))
     wait_status(streams, namespace, "marker", {"Accepted": ("True", "Accepted")})
     assert writes(proxy, kind="StreamIngress") == before + 1
+
+
+def test_a_port_the_leader_cannot_bind_is_reported_and_recovers(kube: Kube, streams: Streams, namespace: str, twingress) -> None:
+    start_controller(twingress, namespace, "--publish-status-address", "192.0.2.61")
+    kube.create_service(namespace, "db", port=5432)
+    taken = socket.socket()
+    taken.bind(("0.0.0.0", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    try:
+        streams.create(stream_body(namespace, "blocked", port, service="db", port=5432))
+        refused = wait_status(streams, namespace, "blocked", {"Accepted": ("False", "PortUnavailable"), "ResolvedRefs": ("True", "ResolvedRefs")})
+        assert f"TCP port {port}" in refused["Accepted"]["message"]
+    finally:
+        taken.close()
+    # the next table tries again: an unrelated change makes one
+    streams.create(stream_body(namespace, "other", free_port(), service="db", port=5432))
+    wait_status(streams, namespace, "blocked", {"Accepted": ("True", "Accepted")})
