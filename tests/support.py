@@ -25,9 +25,17 @@ ROOT = Path(__file__).resolve().parent.parent
 TWISTD = [sys.executable, "-c", "import sys; from twisted.scripts.twistd import run; sys.exit(run())"]
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
+def free_port(host: str = "127.0.0.1", kind: int = socket.SOCK_STREAM) -> int:
+    """
+    A port nothing uses on any address now (probed on the wildcard address), for C{host}.
+
+    Probing on C{host} alone is not enough: twingress binds stream listeners on
+    every address, which fails if an echo backend listens on the same port of
+    a 10.244.0.x address.
+    """
+    del host  # free on the wildcard means free on every address
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("0.0.0.0", 0))
         return int(s.getsockname()[1])
 
 

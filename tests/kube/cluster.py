@@ -33,6 +33,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from tests.support import free_port
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "testenv" / "build.sh"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
@@ -75,12 +77,6 @@ def missing_binaries(directory: Path) -> list[str]:
 
 
 # --- small helpers ----------------------------------------------------------------------------
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def address_exists(address: str) -> bool:

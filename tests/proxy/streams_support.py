@@ -88,12 +88,6 @@ def servers() -> Iterator[list[Any]]:
         port.stopListening()
 
 
-def free_port(kind: int = socket.SOCK_STREAM, host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 def sleep(seconds: float) -> Deferred[Any]:
     return deferLater(reactor, seconds, lambda: None)
 

@@ -32,7 +32,8 @@ from ingress.proxy.settings import ProxySettings
 from ingress.proxy.streams import StreamListeners
 from ingress.proxy.upstream import UpstreamPool
 from ingress.routing.table import RoutingTable
-from tests.proxy.streams_support import free_port, recv_exactly, stream_route, tcp_echo, until
+from tests.support import free_port
+from tests.proxy.streams_support import recv_exactly, stream_route, tcp_echo, until
 from tests.kube.twingress import wait_until
 from tests.proxy.test_streams_twistd import stream as stream_ingress
 from tests.support import EchoBackend, Manifests, Twingress, wait_for_port

@@ -21,7 +21,8 @@ from ingress.proxy.settings import ProxySettings
 from ingress.proxy.streams import StreamListeners
 from ingress.proxy.upstream import UpstreamPool
 from tests.proxy import streams_support
-from tests.proxy.streams_support import free_port, metric, stream_route, udp_echo, until, table
+from tests.support import free_port
+from tests.proxy.streams_support import metric, stream_route, udp_echo, until, table
 
 ROUTE = "default/stream"
 
@@ -81,7 +82,7 @@ def test_100_concurrent_clients_each_get_only_their_own_replies(
     listeners: StreamListeners, servers: list[Any], metrics: Metrics
 ) -> Any:
     upstream, protocol = echo(servers, b"echo:")
-    port = free_port(socket.SOCK_DGRAM)
+    port = free_port(kind=socket.SOCK_DGRAM)
     listeners.apply(table(stream_route("UDP", port, [upstream])))
     answers = yield deferToThread(many_clients, port, 100, 20)
     for index, got in enumerate(answers):
@@ -99,7 +100,7 @@ def test_100_concurrent_clients_each_get_only_their_own_replies(
 @pytest_twisted.inlineCallbacks
 def test_large_datagrams_are_not_truncated(listeners: StreamListeners, servers: list[Any]) -> Any:
     upstream, _ = echo(servers)
-    port = free_port(socket.SOCK_DGRAM)
+    port = free_port(kind=socket.SOCK_DGRAM)
     listeners.apply(table(stream_route("UDP", port, [upstream])))
     payload = bytes(range(256)) * 200  # 51,200 bytes: far above Twisted's default 8192
     assert (yield deferToThread(ask, port, payload)) == payload
@@ -110,7 +111,7 @@ def test_idle_sessions_expire_and_the_client_gets_a_new_one(
     listeners: StreamListeners, servers: list[Any], metrics: Metrics
 ) -> Any:
     upstream, protocol = echo(servers)
-    port = free_port(socket.SOCK_DGRAM)
+    port = free_port(kind=socket.SOCK_DGRAM)
     listeners.apply(table(stream_route("UDP", port, [upstream], idle_timeout=0.3)))
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         assert (yield deferToThread(ask, port, b"one", s)) == b"one"
@@ -127,7 +128,7 @@ def test_idle_sessions_expire_and_the_client_gets_a_new_one(
 def test_sessions_beyond_the_cap_are_dropped_and_counted(servers: list[Any], metrics: Metrics) -> Any:
     upstream, _ = echo(servers)
     manager = StreamListeners(reactor, UpstreamPool(reactor, ProxySettings()), metrics, interface="127.0.0.1", max_udp_sessions=2)
-    port = free_port(socket.SOCK_DGRAM)
+    port = free_port(kind=socket.SOCK_DGRAM)
     manager.apply(table(stream_route("UDP", port, [upstream])))
     sockets = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(3)]
     try:
@@ -149,14 +150,14 @@ def test_new_sessions_go_round_robin_and_skip_a_refusing_endpoint(
 ) -> Any:
     a, _ = echo(servers, b"a:")
     b, _ = echo(servers, b"b:", host="127.0.0.2")
-    port = free_port(socket.SOCK_DGRAM)
+    port = free_port(kind=socket.SOCK_DGRAM)
     listeners.apply(table(stream_route("UDP", port, [a, b])))
     first = []
     for n in range(4):
         first.append((yield deferToThread(ask, port, b"%d" % n))[:2])
     assert sorted(first) == [b"a:", b"a:", b"b:", b"b:"] and first[0] != first[1]
 
-    dead = ("127.0.0.1", free_port(socket.SOCK_DGRAM))
+    dead = ("127.0.0.1", free_port(kind=socket.SOCK_DGRAM))
     moved = stream_route("UDP", port, [dead, b])
     listeners.apply(table(moved))
 
@@ -180,7 +181,7 @@ def test_new_sessions_go_round_robin_and_skip_a_refusing_endpoint(
 def test_udp_listener_moves_and_closes_with_the_table(listeners: StreamListeners, servers: list[Any]) -> Any:
     a, _ = echo(servers, b"a:")
     b, _ = echo(servers, b"b:")
-    port = free_port(socket.SOCK_DGRAM)
+    port = free_port(kind=socket.SOCK_DGRAM)
     listeners.apply(table(stream_route("UDP", port, [a])))
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as held:
         assert (yield deferToThread(ask, port, b"1", held)) == b"a:1"
@@ -201,7 +202,7 @@ def test_udp_port_in_use_is_reported(listeners: StreamListeners, servers: list[A
     upstream, _ = echo(servers)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as busy:
         busy.bind(("127.0.0.1", 0))
-        busy_port, good_port = busy.getsockname()[1], free_port(socket.SOCK_DGRAM)
+        busy_port, good_port = busy.getsockname()[1], free_port(kind=socket.SOCK_DGRAM)
         listeners.apply(table(stream_route("UDP", busy_port, [upstream]), stream_route("UDP", good_port, [upstream])))
         assert list(listeners.failures) == [("UDP", busy_port)]
         assert metric(metrics, "twingress_stream_listener_errors_total", protocol="UDP", port=str(busy_port)) == 1
