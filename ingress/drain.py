@@ -71,6 +71,22 @@ class HTTPConnections:
         return len(connections)
 
 
+class PassthroughConnections:
+    """The L{Drainable} view of the TLS passthrough relays: they finish on their own, or are cut at the timeout."""
+
+    def __init__(self, factory: Any) -> None:
+        self.factory = factory
+
+    def drain(self) -> None:
+        pass  # raw TLS: nothing to tell the client; the relay ends when either side closes
+
+    def open_count(self) -> int:
+        return len(self.factory.relays)
+
+    def abort_all(self) -> int:
+        return int(self.factory.abort_all())
+
+
 class GracefulShutdown(Service):
     """
     Takes SIGTERM/SIGINT and runs the drain.  C{listeners} are the services

@@ -25,7 +25,7 @@ from ingress.builder import TableBuilder
 from ingress.controllers.manager import ControllerManager, ControllerOptions
 from ingress.controllers.metrics import ControllerMetrics
 from ingress.controllers.options import CONTROLLER_PARAMETERS, controller_options
-from ingress.drain import GracefulShutdown, HTTPConnections
+from ingress.drain import GracefulShutdown, HTTPConnections, PassthroughConnections
 from ingress.live import LiveTable
 from ingress.logs import LOG_FORMATS, LoggingRoot
 from ingress.metrics import Metrics
@@ -288,7 +288,8 @@ def makeService(options: Options, reactor: Optional[Any] = None) -> IService:
         https = HTTPProxyFactory(live, pool, settings, metrics, reactor, scheme=b"https", listener="https", access_log=access_log)
         drainables.append(HTTPConnections(https))
         terminate = TLSMemoryBIOFactory(SNIConnectionCreator(store), False, https)
-        front = TLSFrontFactory(terminate, live, pool, reactor, settings.header_timeout)
+        front = TLSFrontFactory(terminate, live, pool, reactor, settings.header_timeout, metrics)
+        drainables.append(PassthroughConnections(front.passthrough))
         listeners.append(_listen(reactor, options["https"], front, top, "https"))
     shutdown = GracefulShutdown(reactor, listeners, drainables, options["shutdown-delay"], options["drain-timeout"])
     shutdown.setServiceParent(top)

@@ -6,7 +6,11 @@ connection to TLS termination.
 
 Handing over replaces the transport's protocol with the terminating one and
 replays the bytes read so far, so the terminated path costs one extra
-C{dataReceived} per connection and nothing per request.
+C{dataReceived} per connection and nothing per request.  A passed-through
+connection becomes a TCP stream relay (L{ingress.proxy.tcp}): backpressure,
+half-close, connect and idle timeouts, a retry on another endpoint, passive
+health, the stream metrics (route C{passthrough/<namespace>/<service>:<port>})
+and the shutdown drain come with it.
 """
 
 from __future__ import annotations
@@ -14,15 +18,17 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from twisted.internet.interfaces import IDelayedCall
-from twisted.internet.protocol import ClientFactory, Factory, Protocol, connectionDone
-from twisted.logger import Logger
+from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
 
 from ingress.live import LiveTable
+from ingress.metrics import Metrics
+from ingress.model import ObjectRef
 from ingress.proxy import sni
+from ingress.proxy.tcp import TCPStreamFactory
 from ingress.proxy.upstream import UpstreamPool
-
-log = Logger()
+from ingress.routing.route import Upstream
+from ingress.routing.streams import TCP, StreamRoute
 
 
 class TLSFrontFactory(Factory):
@@ -30,18 +36,32 @@ class TLSFrontFactory(Factory):
 
     noisy = False
 
-    def __init__(self, terminate: Factory, live: LiveTable, pool: UpstreamPool, reactor: Any, hello_timeout: float) -> None:
+    def __init__(
+        self, terminate: Factory, live: LiveTable, pool: UpstreamPool, reactor: Any, hello_timeout: float, metrics: Metrics
+    ) -> None:
         self.terminate = terminate
         self.live = live
         self.pool = pool
         self.reactor = reactor
         self.hello_timeout = hello_timeout
+        self.passthrough = TCPStreamFactory(None, pool, metrics, reactor)  # its relays: what the drain waits for
+        self._routes: dict[Upstream, StreamRoute] = {}
 
     def doStart(self) -> None:
         self.terminate.doStart()
 
     def doStop(self) -> None:
         self.terminate.doStop()
+
+    def route_for(self, upstream: Upstream) -> StreamRoute:
+        """The stream route of a passthrough upstream (one per upstream value: the metrics label is its key)."""
+        route = self._routes.get(upstream)
+        if route is None:
+            if len(self._routes) > 10_000:  # upstreams of old tables: start over rather than grow
+                self._routes.clear()
+            name = f"passthrough/{upstream.key}"
+            route = self._routes[upstream] = StreamRoute(TCP, 0, name, ObjectRef("Passthrough", "", upstream.key), upstream)
+        return route
 
     def buildProtocol(self, addr: Any) -> "TLSFront":
         front = TLSFront(self)
@@ -71,12 +91,8 @@ class TLSFront(Protocol):
         if upstream is None:
             self._terminate()
             return
-        address = self.factory.pool.choose(upstream)
-        if address is None:
-            log.info("passthrough for {name}: no ready endpoint", name=name)
-            self.transport.abortConnection()
-            return
-        self._pass_through(address)
+        buffered, self._buffer = self._buffer, b""
+        self.factory.passthrough.adopt(self.transport, self.factory.route_for(upstream), buffered)
 
     def _terminate(self) -> None:
         """Give the connection (and what was read) to the terminating protocol."""
@@ -86,13 +102,6 @@ class TLSFront(Protocol):
         buffered, self._buffer = self._buffer, b""
         inner.dataReceived(buffered)
 
-    def _pass_through(self, address: tuple[str, int]) -> None:
-        splice = Splice(self.transport, self._buffer)
-        self._buffer = b""
-        self.transport.protocol = splice.client_side
-        self.transport.pauseProducing()  # until the backend answers the connect
-        self.factory.reactor.connectTCP(address[0], address[1], _SpliceConnector(splice), timeout=self.factory.pool.settings.connect_timeout)
-
     def _cancel_timer(self) -> None:
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
@@ -100,62 +109,3 @@ class TLSFront(Protocol):
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._cancel_timer()
-
-
-class Splice:
-    """Two TCP connections joined byte for byte, each the other's producer (backpressure both ways)."""
-
-    def __init__(self, client: Any, first_bytes: bytes) -> None:
-        self.client = client
-        self.first_bytes = first_bytes
-        self.backend: Any = None
-        self.client_side = _SpliceSide(self, is_client=True)
-
-    def backend_connected(self, transport: Any) -> None:
-        self.backend = transport
-        transport.write(self.first_bytes)
-        self.first_bytes = b""
-        self.client.registerProducer(transport, True)
-        transport.registerProducer(self.client, True)
-        self.client.resumeProducing()
-
-    def closed(self, is_client: bool) -> None:
-        other = self.backend if is_client else self.client
-        if other is not None:
-            other.loseConnection()
-
-
-class _SpliceSide(Protocol):
-    def __init__(self, splice: Splice, is_client: bool) -> None:
-        self.splice = splice
-        self.is_client = is_client
-
-    def dataReceived(self, data: bytes) -> None:
-        other = self.splice.backend if self.is_client else self.splice.client
-        if other is not None:
-            other.write(data)
-
-    def connectionLost(self, reason: Failure = connectionDone) -> None:
-        self.splice.closed(self.is_client)
-
-
-class _SpliceConnector(ClientFactory):
-    noisy = False
-
-    def __init__(self, splice: Splice) -> None:
-        self.splice = splice
-
-    def buildProtocol(self, addr: Any) -> _SpliceSide:
-        side = _SpliceSide(self.splice, is_client=False)
-        original = side.makeConnection
-
-        def connected(transport: Any) -> None:
-            original(transport)
-            self.splice.backend_connected(transport)
-
-        side.makeConnection = connected  # type: ignore[method-assign]
-        return side
-
-    def clientConnectionFailed(self, connector: Any, reason: Failure) -> None:
-        log.info("passthrough backend unreachable: {reason}", reason=reason.getErrorMessage())
-        self.splice.client.abortConnection()

@@ -50,15 +50,26 @@ class TCPStreamFactory(Factory):
 
     noisy = False
 
-    def __init__(self, route: StreamRoute, pool: UpstreamPool, metrics: Metrics, reactor: Any) -> None:
-        self.route = route
+    def __init__(self, route: Optional[StreamRoute], pool: UpstreamPool, metrics: Metrics, reactor: Any) -> None:
+        self.route = route  # None for the TLS passthrough, whose route is chosen per connection
         self.pool = pool
         self.metrics = metrics
         self.reactor = reactor
         self.relays: set["TCPRelay"] = set()
 
     def buildProtocol(self, addr: Any) -> "_Side":
+        assert self.route is not None
         return TCPRelay(self, self.route).client_side
+
+    def adopt(self, transport: Any, route: StreamRoute, first_bytes: bytes) -> None:
+        """
+        Splice an already accepted connection (the TLS front door, once the
+        SNI name chose passthrough): C{first_bytes}, read before the choice,
+        go to the upstream first.
+        """
+        relay = TCPRelay(self, route, first_bytes)
+        transport.protocol = relay.client_side
+        relay.client_side.makeConnection(transport)
 
     def abort_all(self) -> int:
         """Cut off every open connection (the listener was removed and its drain time is over)."""
@@ -115,9 +126,10 @@ def _discard_count(amount: float) -> None:
 class TCPRelay:
     """One client connection and its upstream connection, joined."""
 
-    def __init__(self, factory: TCPStreamFactory, route: StreamRoute) -> None:
+    def __init__(self, factory: TCPStreamFactory, route: StreamRoute, first_bytes: bytes = b"") -> None:
         self.factory = factory
         self.route = route
+        self.first_bytes = first_bytes
         self.clock: Callable[[], float] = factory.reactor.seconds
         self.last_active = 0.0
         self.client_side = _Side(self, is_client=True)
@@ -162,6 +174,9 @@ class TCPRelay:
         client = self.client
         if self.route.proxy_protocol:
             transport.write(proxyproto.header(self.route.proxy_protocol, _ip_port(client.getPeer()), _ip_port(client.getHost())))
+        if self.first_bytes:
+            transport.write(self.first_bytes)
+            self.first_bytes = b""
         bytes_ = self.factory.metrics.stream_bytes
         self.client_side.forward = direct_writer(transport)
         self.client_side.count = bytes_.labels(self.route.name, TCP, "upstream").inc

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import socket
+import ssl
 import subprocess
+import threading
 from typing import Iterator
 
 import pytest
@@ -31,8 +34,48 @@ def tls_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     server.wait(10)
 
 
+class UntilEOFBackend:
+    """A plain TCP peer that reads until the client's EOF, then answers how many bytes it got, then closes."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return
+            with connection:
+                received = b""
+                while chunk := connection.recv(65536):
+                    received += chunk
+                connection.sendall(b"got %d bytes" % len(received))
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def client_hello(server_name: str) -> bytes:
+    """The first flight of a real TLS client for C{server_name} (Python's ssl, no socket)."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname=server_name)
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
 @pytest.fixture(scope="module")
-def passthrough_proxy(tmp_path_factory: pytest.TempPathFactory, tls_backend: int) -> Iterator[Twingress]:
+def raw_backend() -> Iterator[UntilEOFBackend]:
+    backend = UntilEOFBackend()
+    yield backend
+    backend.close()
+
+
+@pytest.fixture(scope="module")
+def passthrough_proxy(tmp_path_factory: pytest.TempPathFactory, tls_backend: int, raw_backend: UntilEOFBackend) -> Iterator[Twingress]:
     echo = EchoBackend("pod-t")
     path = tmp_path_factory.mktemp("passthrough")
     manifests = Manifests(path)
@@ -40,6 +83,9 @@ def passthrough_proxy(tmp_path_factory: pytest.TempPathFactory, tls_backend: int
     passthrough["metadata"]["annotations"] = {"twingress.io/ssl-passthrough": "true"}
     manifests.write("backend.yaml", *manifests.service("tlsbackend", [("127.0.0.1", tls_backend)]), passthrough)
     manifests.write("echo.yaml", *manifests.service("echo", [echo.address]), Manifests.ingress("term", "term.test", "echo"))
+    raw = Manifests.ingress("raw", "raw.test", "rawbackend")
+    raw["metadata"]["annotations"] = {"twingress.io/ssl-passthrough": "true"}
+    manifests.write("raw.yaml", *manifests.service("rawbackend", [("127.0.0.1", raw_backend.port)]), raw)
     https_port = free_port()
     proxy = Twingress(path, "--https", f"tcp:{https_port}:interface=127.0.0.1")
     proxy.https_port = https_port  # type: ignore[attr-defined]
@@ -81,4 +127,18 @@ def test_other_hosts_on_the_same_listener_are_still_terminated(passthrough_proxy
 
 
 def test_routes_show_the_passthrough(passthrough_proxy: Twingress) -> None:
-    assert passthrough_proxy.routes()["passthrough"] == {"pt.test": "default/tlsbackend:80"}
+    assert passthrough_proxy.routes()["passthrough"] == {"pt.test": "default/tlsbackend:80", "raw.test": "default/rawbackend:80"}
+
+
+def test_passthrough_passes_a_half_close_on_and_the_answer_back(passthrough_proxy: Twingress) -> None:
+    """The client's EOF reaches the backend as EOF (not a close), and the backend's answer still comes back."""
+    hello = client_hello("raw.test")
+    with socket.create_connection(("127.0.0.1", passthrough_proxy.https_port), timeout=10) as client:  # type: ignore[attr-defined]
+        client.sendall(hello + b"x" * 100_000)
+        client.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := client.recv(65536):
+            answer += chunk
+    assert answer == b"got %d bytes" % (len(hello) + 100_000)
+    metrics = passthrough_proxy.admin("/metrics")[1].decode()
+    assert 'twingress_stream_connections_total{protocol="TCP",route="passthrough/default/rawbackend:80"}' in metrics
