@@ -32,11 +32,11 @@ from ingress.proxy.settings import ProxySettings
 from ingress.proxy.streams import StreamListeners
 from ingress.proxy.upstream import UpstreamPool
 from ingress.routing.table import RoutingTable
-from tests.support import free_port
-from tests.proxy.streams_support import recv_exactly, stream_route, tcp_echo, until
 from tests.kube.twingress import wait_until
+from tests.proxy.streams_support import recv_exactly, stream_route, tcp_echo, until
 from tests.proxy.test_streams_twistd import stream as stream_ingress
-from tests.support import EchoBackend, Manifests, Twingress, wait_for_port
+from tests.proxy.test_tls_passthrough import UntilEOFBackend, client_hello
+from tests.support import EchoBackend, Manifests, Twingress, free_port, wait_for_port
 
 SHUTDOWN_DELAY = 3.0
 DRAIN_TIMEOUT = 20.0
@@ -213,6 +213,34 @@ def test_an_open_tcp_stream_holds_the_drain_until_it_ends(manifests: Manifests, 
         assert "drain over (drained)" in process.log()
     finally:
         server.close()
+
+
+def test_an_open_tls_passthrough_holds_the_drain_until_it_ends(manifests: Manifests, start: Callable[..., Twingress]) -> None:
+    backend = UntilEOFBackend()
+    passthrough = Manifests.ingress("raw", "raw.test", "rawbackend")
+    passthrough["metadata"]["annotations"] = {"twingress.io/ssl-passthrough": "true"}
+    manifests.write("raw.yaml", *manifests.service("rawbackend", [("127.0.0.1", backend.port)]), passthrough)
+    https = free_port()
+    process = start("--https", f"tcp:{https}:interface=127.0.0.1", "--shutdown-delay", "0.5", "--drain-timeout", str(DRAIN_TIMEOUT))
+    try:
+        client = _connect(https)
+        hello = client_hello("raw.test")
+        client.sendall(hello)
+        wait_until(lambda: "passthrough/default/rawbackend:80" in process.admin("/metrics")[1].decode(), what="the relay counted")
+        process.process.send_signal(signal.SIGTERM)
+        wait_until(lambda: _refused(https), timeout=10, what="https listener closed", interval=0.02)
+        client.sendall(b"after")
+        assert process.process.poll() is None, "still running while the passthrough connection is open"
+        client.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := client.recv(100):
+            answer += chunk
+        assert answer == b"got %d bytes" % (len(hello) + 5), "the open connection still flows both ways"
+        client.close()
+        assert process.process.wait(DRAIN_TIMEOUT) == 0, process.log()[-3000:]
+        assert "drain over (drained)" in process.log()
+    finally:
+        backend.close()
 
 
 @pytest.fixture
