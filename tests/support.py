@@ -39,6 +39,15 @@ def free_port(host: str = "127.0.0.1", kind: int = socket.SOCK_STREAM) -> int:
         return int(s.getsockname()[1])
 
 
+def refused(port: int, host: str = "127.0.0.1") -> bool:
+    """True when a TCP connect to C{host:port} is refused (nothing listens there any more)."""
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
 def wait_for_port(host: str, port: int, process: Optional[subprocess.Popen[bytes]] = None, timeout: float = 15.0) -> None:
     """Until C{host:port} accepts; fails early (with its output) if the process exits."""
     deadline = time.monotonic() + timeout

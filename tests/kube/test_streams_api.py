@@ -28,7 +28,7 @@ from tests.kube.streams_support import (
     wait_stream,
 )
 from tests.kube.twingress import RECONNECT_TIMEOUT, host_for, next_pod_ip, wait_until
-from tests.support import free_port
+from tests.support import free_port, refused
 
 streams, stream_echoes = streams_support.streams, streams_support.stream_echoes  # fixtures
 
@@ -251,14 +251,6 @@ def _free(host: str, port: int) -> bool:
     return True
 
 
-def _refused(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=2).close()
-    except ConnectionRefusedError:
-        return True
-    return False
-
-
 def test_traffic_follows_stream_ingresses(kube, streams, stream_echoes, namespace, twingress):
     hosts = [next_pod_ip(), next_pod_ip()]
     target = _same_port(hosts)
@@ -292,13 +284,13 @@ def test_traffic_follows_stream_ingresses(kube, streams, stream_echoes, namespac
 
     # The port moves: the old one closes, the new one forwards; one endpoint goes unready.
     streams.replace(stream_body(namespace, "tcp", second, service="echo", port=80))
-    wait_until(lambda: _refused(first), what="the old port closed")
+    wait_until(lambda: refused(first), what="the old port closed")
     kube.put_endpoint_slice(namespace, "echo-1", "echo", [hosts[0], (hosts[1], False)], target)
     wait_until(lambda: {tcp_exchange(second, b"x") for _ in range(4)} == {b"tcp-0:x"}, what="the new port, one endpoint")
 
     for name in ("tcp", "udp", "proxied"):
         streams.delete(namespace, name)
-    wait_until(lambda: _refused(second), what="the listener closed")
+    wait_until(lambda: refused(second), what="the listener closed")
     assert not {f"TCP/{second}", f"UDP/{udp}"} & set(stream_entries(proxy))
     with pytest.raises(OSError):  # socket.timeout, or ECONNREFUSED from the ICMP port unreachable
         udp_exchange(udp, b"anyone?")

@@ -36,7 +36,7 @@ from tests.kube.twingress import wait_until
 from tests.proxy.streams_support import recv_exactly, stream_route, tcp_echo, until
 from tests.proxy.test_streams_twistd import stream as stream_ingress
 from tests.proxy.test_tls_passthrough import UntilEOFBackend, client_hello
-from tests.support import EchoBackend, Manifests, Twingress, free_port, wait_for_port
+from tests.support import EchoBackend, Manifests, Twingress, free_port, refused, wait_for_port
 
 SHUTDOWN_DELAY = 3.0
 DRAIN_TIMEOUT = 20.0
@@ -72,14 +72,6 @@ def start(manifests: Manifests, backend: EchoBackend) -> Iterator[Callable[..., 
 def _readyz(process: Twingress) -> tuple[int, dict]:
     status, body = process.admin("/readyz")
     return status, json.loads(body)
-
-
-def _refused(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    except ConnectionRefusedError:
-        return True
-    return False
 
 
 class _InFlight:
@@ -133,7 +125,7 @@ def test_sigterm_drains_then_exits_zero(start: Callable[..., Twingress]) -> None
     assert time.monotonic() - signalled < SHUTDOWN_DELAY, "the check above ran inside the delay"
     during.close()
 
-    wait_until(lambda: _refused(process.http_port), timeout=SHUTDOWN_DELAY + 5, what="listener closed", interval=0.02)
+    wait_until(lambda: refused(process.http_port), timeout=SHUTDOWN_DELAY + 5, what="listener closed", interval=0.02)
     assert time.monotonic() - signalled >= SHUTDOWN_DELAY
     assert process.process.poll() is None, "still running while a request is in flight"
     assert idle.sock is not None
@@ -204,7 +196,7 @@ def test_an_open_tcp_stream_holds_the_drain_until_it_ends(manifests: Manifests, 
         client.sendall(b"before")
         assert recv_exactly(client, 6) == b"before"
         process.process.send_signal(signal.SIGTERM)
-        wait_until(lambda: _refused(listen), timeout=10, what="stream listener closed", interval=0.02)
+        wait_until(lambda: refused(listen), timeout=10, what="stream listener closed", interval=0.02)
         client.sendall(b"after")
         assert recv_exactly(client, 5) == b"after", "the open stream still flows"
         assert process.process.poll() is None, "still running while the stream is open"
@@ -228,7 +220,7 @@ def test_an_open_tls_passthrough_holds_the_drain_until_it_ends(manifests: Manife
         client.sendall(hello)
         wait_until(lambda: "passthrough/default/rawbackend:80" in process.admin("/metrics")[1].decode(), what="the relay counted")
         process.process.send_signal(signal.SIGTERM)
-        wait_until(lambda: _refused(https), timeout=10, what="https listener closed", interval=0.02)
+        wait_until(lambda: refused(https), timeout=10, what="https listener closed", interval=0.02)
         client.sendall(b"after")
         assert process.process.poll() is None, "still running while the passthrough connection is open"
         client.shutdown(socket.SHUT_WR)
