@@ -1,17 +1,21 @@
 #!/bin/sh
 # Install what the benchmarks in bench/ need: nginx (backend and reference proxy),
 # wrk (load generator), taskset (util-linux, CPU pinning), and for stream_bench.py
-# haproxy and socat (reference proxies), iperf3 (TCP load) and a C compiler (its UDP
-# load tool).  Idempotent: does nothing when all are already on PATH (or in /usr/sbin).
+# haproxy and socat (reference proxies) and iperf3 (TCP load).  Its UDP load tool
+# (bench/udpload) needs Go, which this does not install: the same Go as testenv/build.sh
+# ($GO, go on PATH, or /usr/local/go/bin/go; https://go.dev/dl/).
+# Idempotent: does nothing when all are already on PATH (or in /usr/sbin).
 set -eu
 
 have() { command -v "$1" >/dev/null 2>&1; }
 have_nginx() { have nginx || [ -x /usr/sbin/nginx ]; }
 
-have_streams() { (have haproxy || [ -x /usr/sbin/haproxy ]) && have socat && have iperf3 && have cc; }
+have_streams() { (have haproxy || [ -x /usr/sbin/haproxy ]) && have socat && have iperf3; }
+have_go() { [ -n "${GO:-}" ] && [ -x "$GO" ] || have go || [ -x /usr/local/go/bin/go ]; }
+have_go || echo "bench/setup.sh: warning: no Go toolchain; stream_bench.py needs one for its UDP load" >&2
 
 if have_nginx && have wrk && have taskset && have_streams; then
-    echo "bench/setup.sh: nginx, wrk, taskset, haproxy, socat, iperf3 and cc already installed"
+    echo "bench/setup.sh: nginx, wrk, taskset, haproxy, socat and iperf3 already installed"
     exit 0
 fi
 
@@ -23,7 +27,7 @@ fi
 
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update
-$SUDO apt-get install -y nginx wrk util-linux haproxy socat iperf3 gcc libc6-dev
+$SUDO apt-get install -y nginx wrk util-linux haproxy socat iperf3
 
 # The nginx package may start a system nginx on :80; the benchmark does not use it
 # (it runs its own nginx instances on free 127.0.0.1 ports).

@@ -5,8 +5,8 @@ streams) as a ratio to HAProxy, and its UDP packets/s as a ratio to socat,
 each forwarding the same traffic in the same run.  See bench/README.md.
 
 TCP load is iperf3 (client and server on the load CPU); UDP load is
-bench/udp_load.c (built with cc into the temp dir): an echo server and a
-closed-loop generator keeping a window of datagrams in flight per client.
+bench/udpload (Go, built with go build into the temp dir): an echo server and
+a closed-loop generator keeping a window of datagrams in flight per client.
 Targets run one after the other, each proxy alone on the proxy CPU.
 
 Run with the project venv::
@@ -21,6 +21,7 @@ import datetime
 import json
 import os
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -103,10 +104,17 @@ class StreamBench(Harness):
         self.echo_port = procs.free_port()
 
     def _build_udp_load(self) -> Path:
+        """The Go UDP tool, found as testenv/build.sh finds Go ($GO, go on PATH, /usr/local/go/bin/go)."""
         binary = self.workdir / "udp_load"
-        done = subprocess.run(["cc", "-O2", "-o", str(binary), str(REPO / "bench" / "udp_load.c")], capture_output=True, text=True)
+        go = os.environ.get("GO") or shutil.which("go") or "/usr/local/go/bin/go"
+        env = os.environ | {"CGO_ENABLED": "0", "GO111MODULE": "on"}
+        try:
+            done = subprocess.run([go, "build", "-o", str(binary), "."], cwd=REPO / "bench" / "udpload",
+                                  env=env, capture_output=True, text=True)
+        except OSError as error:
+            raise BenchFailed(f"no Go toolchain to build bench/udpload ({go}: {error}); set GO=/path/to/go") from error
         if done.returncode:
-            raise BenchFailed(f"cc udp_load.c failed:\n{done.stderr}")
+            raise BenchFailed(f"go build bench/udpload failed:\n{done.stderr}")
         return binary
 
     def start_backends(self) -> None:

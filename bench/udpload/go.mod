@@ -1,0 +1,3 @@
+module twingress.local/bench/udpload
+
+go 1.22
