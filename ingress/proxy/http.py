@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from twisted.internet.interfaces import IAddress, IDelayedCall, IReactorTime
+from twisted.internet.interfaces import IAddress, IReactorTime
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -26,6 +26,7 @@ from ingress.metrics import NO_ROUTE, Metrics
 from ingress.proxy import h1
 from ingress.proxy.fastwrite import direct_writer
 from ingress.proxy.forwarding import ForwardedFor, request_head_bytes
+from ingress.proxy.idle import Deadline
 from ingress.proxy.responses import error_response
 from ingress.proxy.settings import ProxySettings
 from ingress.proxy.relay import AWAIT, BODY, CLOSED, HEAD, TUNNEL, UpstreamRelay
@@ -92,9 +93,7 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         self.settings = factory.settings
         self._buffer = b""
         self._state = HEAD
-        self._timer: Optional[IDelayedCall] = None
-        self._timer_kind = ""
-        self._deadline = 0.0
+        self._timer = Deadline(factory.reactor, self._timed_out)  # idle, header or upstream progress
         self._read_pauses: set[str] = set()
         self._client_full = False
         self._forwarded: Optional[ForwardedFor] = None
@@ -134,11 +133,11 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         self.transport.registerProducer(self, True)
         self._write = direct_writer(self.transport)
         self._forwarded = ForwardedFor.for_transport(self.transport, self.factory.scheme)
-        self._set_timer(self.settings.header_timeout, "idle")
+        self._timer.set(self.settings.header_timeout, "idle")
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._state = CLOSED
-        self._cancel_timer()
+        self._timer.cancel()
         self.factory.closed(self)
         self._drop_upstream()
 
@@ -176,42 +175,12 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
 
     # -- timers ---------------------------------------------------------------
 
-    def _set_timer(self, seconds: float, kind: str) -> None:
-        """
-        Arm the connection's one timer: idle, header, or upstream progress.
-
-        Lazy: moving the deadline later (every request does) is an attribute
-        store; the DelayedCall, when it fires early, re-arms for the rest.
-        """
-        self._timer_kind = kind
-        reactor = self.factory.reactor
-        self._deadline = deadline = reactor.seconds() + seconds
-        timer = self._timer
-        if timer is None:
-            self._timer = reactor.callLater(seconds, self._timer_fired)
-        elif deadline < timer.getTime():
-            timer.reset(seconds)
-
     def _touch_timer(self) -> None:
-        """Progress was made: push the current deadline out by its full length again."""
-        if self._timer_kind == "upstream":
-            self._deadline = self.factory.reactor.seconds() + self.settings.upstream_timeout
+        """Progress was made: push the upstream deadline out by its full length again."""
+        if self._timer.kind == "upstream":
+            self._timer.push(self.settings.upstream_timeout)
 
-    def _cancel_timer(self) -> None:
-        if self._timer is not None and self._timer.active():
-            self._timer.cancel()
-        self._timer = None
-
-    def _timer_fired(self) -> None:
-        self._timer = None
-        remaining = self._deadline - self.factory.reactor.seconds()
-        if remaining > 0:
-            self._timer = self.factory.reactor.callLater(remaining, self._timer_fired)
-            return
-        self._timed_out()
-
-    def _timed_out(self) -> None:
-        kind = self._timer_kind
+    def _timed_out(self, kind: str) -> None:
         if kind == "idle":
             self._close()
         elif kind == "header":
@@ -266,8 +235,8 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
             except h1.HTTPError as error:
                 self._refuse(error.status, error.detail)
                 return False
-            if self._timer_kind != "header":
-                self._set_timer(self.settings.header_timeout, "header")
+            if self._timer.kind != "header":
+                self._timer.set(self.settings.header_timeout, "header")
             return False
         if end > self.settings.max_head_bytes:
             self._refuse(431, "header section too large")
@@ -290,7 +259,7 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         self.request_method = head.method
         self._started_at = time.monotonic()
         self._keep_alive = head.keep_alive and not self.factory.draining
-        self._set_timer(self.settings.upstream_timeout, "upstream")
+        self._timer.set(self.settings.upstream_timeout, "upstream")
         framing = head.framing
         if framing.content_length and framing.content_length > self.settings.max_body_bytes:
             self._refuse(413, "request body too large")
@@ -368,7 +337,7 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
             return
         self._reset_request()
         self._state = HEAD
-        self._set_timer(self.settings.keepalive_timeout, "idle")
+        self._timer.set(self.settings.keepalive_timeout, "idle")
         self._resume_reading("pipeline")
         if self._buffer and not self._driving:
             self._drive()
@@ -409,7 +378,7 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
     def _close(self) -> None:
         self._state = CLOSED
         self._buffer = b""
-        self._cancel_timer()
+        self._timer.cancel()
         self.transport.unregisterProducer()
         self.transport.loseConnection()
 

@@ -1,11 +1,12 @@
 # -*- test-case-name: tests.proxy.test_tcp_streams -*-
 """
-An idle timeout for streams that does not cost a timer operation per packet.
+Timeouts that do not cost a timer operation per packet or per request.
 
 Resetting a C{DelayedCall} on every read would move it in the reactor's heap
-each time; instead the stream stores the time of its last activity (one
-attribute write per read) and the one timer, when it fires, either closes
-the stream or sleeps for the rest of the timeout.
+each time; instead the time that matters is stored (one attribute write) and
+the one timer, when it fires early, sleeps for the rest.  L{IdleTimer} serves
+streams (time since the last activity); L{Deadline} serves HTTP client
+connections (one deadline at a time: idle, header or upstream progress).
 """
 
 from __future__ import annotations
@@ -37,3 +38,47 @@ class IdleTimer:
         call, self._call = self._call, None
         if call is not None and call.active():
             call.cancel()
+
+
+class Deadline:
+    """
+    A connection's one deadline, of a named C{kind}; C{on_expiry(kind)} is
+    called when it passes.
+
+    Moving the deadline later (every request does) is an attribute store; the
+    DelayedCall, when it fires early, re-arms for the rest.  Only an earlier
+    deadline moves the DelayedCall itself.
+    """
+
+    def __init__(self, reactor: Any, on_expiry: Callable[[str], None]) -> None:
+        self.reactor = reactor
+        self.on_expiry = on_expiry
+        self.kind = ""
+        self._at = 0.0
+        self._call: Optional[IDelayedCall] = None
+
+    def set(self, seconds: float, kind: str) -> None:
+        self.kind = kind
+        self._at = at = self.reactor.seconds() + seconds
+        call = self._call
+        if call is None:
+            self._call = self.reactor.callLater(seconds, self._fired)
+        elif at < call.getTime():
+            call.reset(seconds)
+
+    def push(self, seconds: float) -> None:
+        """Progress: the same kind of deadline, C{seconds} from now."""
+        self._at = self.reactor.seconds() + seconds
+
+    def cancel(self) -> None:
+        call, self._call = self._call, None
+        if call is not None and call.active():
+            call.cancel()
+
+    def _fired(self) -> None:
+        self._call = None
+        remaining = self._at - self.reactor.seconds()
+        if remaining > 0:
+            self._call = self.reactor.callLater(remaining, self._fired)
+            return
+        self.on_expiry(self.kind)

@@ -220,7 +220,7 @@ class UpstreamRelay(_Base):
             self._fail_upstream(502, "101 for a request that asked for no upgrade")
             return
         self._state = TUNNEL
-        self._cancel_timer()
+        self._timer.cancel()
         self._write(response_head_bytes(head, request, self.settings.server_name, True, False) + body)
         self._request_done(101)
         leftover, self._buffer = self._buffer, b""
