@@ -28,10 +28,9 @@ from ingress.metrics import Metrics
 from ingress.proxy.streams import StreamListeners
 from tests.proxy.proxy_header import parse_proxy_header
 from tests.proxy import streams_support
-from tests.support import free_port
-from tests.proxy.streams_support import metric, recv_all, recv_exactly, stream_route, tcp_echo, until, table
+from tests.proxy.streams_support import metric, recv_all, recv_exactly, stream_route, table, tcp_echo, until
 from tests.proxy.test_streaming import GROWTH_LIMIT, RSSSampler
-from tests.support import ROOT, wait_for_port
+from tests.support import ROOT, free_port, wait_for_port
 
 MB = 1 << 20
 

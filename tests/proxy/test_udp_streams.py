@@ -21,8 +21,8 @@ from ingress.proxy.settings import ProxySettings
 from ingress.proxy.streams import StreamListeners
 from ingress.proxy.upstream import UpstreamPool
 from tests.proxy import streams_support
+from tests.proxy.streams_support import metric, stream_route, table, udp_echo, until
 from tests.support import free_port
-from tests.proxy.streams_support import metric, stream_route, udp_echo, until, table
 
 ROUTE = "default/stream"
 
