@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
 
 from twisted.logger import Logger
 
 from ingress.controllers.leader import micro_time
 from ingress.model import CONTROLLER_NAME, ObjectMeta
-from ingress.sources.kube.client import KubeClient
+from ingress.controllers.writer import LeaderWriter
 
 log = Logger()
 
@@ -30,11 +29,9 @@ _MAX_REMEMBERED = 10_000
 class EventRecorder:
     """Creates Events about Services (C{regarding}) and, optionally, the Ingress involved (C{related})."""
 
-    def __init__(self, client: KubeClient, instance: str, before_write: Callable[[], None], count_write: Callable[[], None]) -> None:
-        self.client = client
+    def __init__(self, writer: LeaderWriter, instance: str) -> None:
+        self.writer = writer
         self.instance = instance
-        self.before_write = before_write
-        self.count_write = count_write
         self._recent: dict[tuple[str, str, str, str], float] = {}
         self._lock = threading.Lock()
 
@@ -64,9 +61,8 @@ class EventRecorder:
         if related:
             body["related"] = {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "namespace": about.namespace, "name": related}
         try:
-            self.before_write()
-            self.client.request("POST", f"/apis/events.k8s.io/v1/namespaces/{about.namespace}/events", body=body, timeout=(2.0, 10.0))
-            self.count_write()
+            path = f"/apis/events.k8s.io/v1/namespaces/{about.namespace}/events"
+            self.writer.request("POST", path, "Event", "create", body, timeout=(2.0, 10.0))
         except Exception as error:  # noqa: BLE001 - an Event is never worth failing a sync for
             log.warn("event {reason} about {ns}/{name} not recorded: {error}", reason=reason, ns=about.namespace, name=about.name, error=str(error)[:200])
 

@@ -31,6 +31,7 @@ from ingress.controllers.metrics import ControllerMetrics
 from ingress.controllers.servicegen import ServiceIngressSync
 from ingress.controllers.status import IngressStatusSync, PublishedAddresses
 from ingress.controllers.streamstatus import StreamStatusSync
+from ingress.controllers.writer import LeaderWriter
 from ingress.live import LiveTable
 from ingress.routing.table import RoutingTable
 from ingress.sources.kube.client import KubeClient
@@ -96,9 +97,7 @@ class ControllerManager(Service):
         if self.options.update_status:
             self._add_loop(STATUS, self._status_sync(addresses))
             if self.live is not None and self.source.watches("StreamIngress"):
-                self._stream_status = StreamStatusSync(
-                    self.client_factory(), self.source.store("StreamIngress"), self._write_gate, self._counter(STREAM_STATUS)
-                )
+                self._stream_status = StreamStatusSync(self._writer(STREAM_STATUS), self.source.store("StreamIngress"))
                 self._add_loop(STREAM_STATUS, self._stream_status)
                 self.live.subscribe(self._table_changed)
         self._subscribe()
@@ -136,35 +135,27 @@ class ControllerManager(Service):
     def _add_loop(self, name: str, sync: Callable[[Any], None]) -> None:
         self.loops[name] = ControllerLoop(name, sync, self.options.workers, self.metrics)
 
-    def _write_gate(self) -> None:
-        self.elector.check()
+    def _writer(self, controller: str) -> LeaderWriter:
+        """A client of the controller's own whose writes are gated by the Lease and counted under its name."""
 
-    def _counter(self, controller: str) -> Callable[[str, str], None]:
-        return lambda kind, verb: self.metrics.api_writes.labels(controller, kind, verb).inc()
+        def count(kind: str, verb: str) -> None:
+            self.metrics.api_writes.labels(controller, kind, verb).inc()
+
+        return LeaderWriter(self.client_factory(), self.elector.check, count)
 
     def _generator_sync(self) -> ServiceIngressSync:
-        client = self.client_factory()
-        events = EventRecorder(client, self.options.election.identity, self._write_gate, lambda: self._counter(GENERATOR)("Event", "create"))
-        return ServiceIngressSync(
-            client,
-            self.source.store("Service"),
-            self.source.store("Ingress"),
-            self.options.generator,
-            events,
-            self._write_gate,
-            self._counter(GENERATOR),
-        )
+        writer = self._writer(GENERATOR)
+        events = EventRecorder(writer, self.options.election.identity)
+        return ServiceIngressSync(writer, self.source.store("Service"), self.source.store("Ingress"), self.options.generator, events)
 
     def _status_sync(self, addresses: PublishedAddresses) -> IngressStatusSync:
         return IngressStatusSync(
-            self.client_factory(),
+            self._writer(STATUS),
             self.source.store("Ingress"),
             self.source.store("IngressClass"),
             addresses,
             self.options.generator.class_name,
             self.options.controller_name,
-            self._write_gate,
-            self._counter(STATUS),
         )
 
     def _addresses(self) -> PublishedAddresses:

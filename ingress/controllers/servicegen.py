@@ -22,7 +22,7 @@ leadership check.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from twisted.logger import Logger
 
@@ -38,7 +38,8 @@ from ingress.controllers.generated import (
     restore_patch,
 )
 from ingress.model import Ingress, Service
-from ingress.sources.kube.client import FIELD_MANAGER, MERGE_PATCH, APIError, KubeClient
+from ingress.controllers.writer import LeaderWriter
+from ingress.sources.kube.client import MERGE_PATCH, APIError
 from ingress.sources.kube.reflector import Store
 
 log = Logger()
@@ -50,21 +51,17 @@ class ServiceIngressSync:
 
     def __init__(
         self,
-        client: KubeClient,
+        writer: LeaderWriter,
         services: Store,
         ingresses: Store,
         config: GeneratorConfig,
         events: EventRecorder,
-        before_write: Callable[[], None],
-        count_write: Callable[[str, str], None],
     ) -> None:
-        self.client = client
+        self.writer = writer
         self.services = services
         self.ingresses = ingresses
         self.config = config
         self.events = events
-        self.before_write = before_write
-        self.count_write = count_write
 
     def __call__(self, key: tuple[str, str]) -> None:
         service = self.services.get(key)
@@ -97,22 +94,18 @@ class ServiceIngressSync:
         return f"{base}/{name}" if name else base
 
     def _create(self, service: Service, desired: dict[str, Any]) -> None:
-        self.before_write()
         try:
-            self.client.request("POST", self._path(service.meta.namespace), {"fieldManager": FIELD_MANAGER}, body=desired)
+            self.writer.request("POST", self._path(service.meta.namespace), "Ingress", "create", desired)
         except APIError as error:
             if error.status == 409:  # our store is behind: the next event about it syncs again
                 raise RetryLater("Ingress already exists (store not caught up yet)") from None
             raise
-        self.count_write("Ingress", "create")
         log.info("created Ingress {ns}/{name} for its Service", ns=service.meta.namespace, name=service.meta.name)
         self.events.record(service.meta, "Service", NORMAL, "IngressCreated", "Create", f"created Ingress {service.meta.name}", related=service.meta.name)
 
     def _restore(self, service: Service, current: Ingress, desired: dict[str, Any]) -> None:
-        self.before_write()
         path = self._path(service.meta.namespace, service.meta.name)
-        self.client.request("PATCH", path, {"fieldManager": FIELD_MANAGER}, body=restore_patch(current, desired), content_type=MERGE_PATCH)
-        self.count_write("Ingress", "patch")
+        self.writer.request("PATCH", path, "Ingress", "patch", restore_patch(current, desired), MERGE_PATCH)
         log.info("updated Ingress {ns}/{name} to match its Service", ns=service.meta.namespace, name=service.meta.name)
         self.events.record(
             service.meta, "Service", NORMAL, "IngressUpdated", "Update",
@@ -120,15 +113,13 @@ class ServiceIngressSync:
         )
 
     def _delete(self, service: Service, current: Ingress) -> None:
-        self.before_write()
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": current.meta.uid}}
         try:
-            self.client.request("DELETE", self._path(service.meta.namespace, service.meta.name), body=body)
+            self.writer.request("DELETE", self._path(service.meta.namespace, service.meta.name), "Ingress", "delete", body)
         except APIError as error:
             if error.status in (404, 409):  # already gone, or replaced by another object of that name
                 return
             raise
-        self.count_write("Ingress", "delete")
         log.info("deleted Ingress {ns}/{name}: its Service no longer asks for one", ns=service.meta.namespace, name=service.meta.name)
         self.events.record(
             service.meta, "Service", NORMAL, "IngressDeleted", "Delete",

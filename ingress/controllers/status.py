@@ -14,11 +14,12 @@ resync costs no writes.
 from __future__ import annotations
 
 import ipaddress
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from ingress.model import ClusterState, IngressClass, Ingress, Node, Pod
 from ingress.routing.build import select_ingresses
-from ingress.sources.kube.client import FIELD_MANAGER, MERGE_PATCH, KubeClient
+from ingress.controllers.writer import LeaderWriter
+from ingress.sources.kube.client import MERGE_PATCH
 from ingress.sources.kube.reflector import Store
 
 ADDRESS_PREFERENCE = ("ExternalIP", "InternalIP", "ExternalDNS", "Hostname")
@@ -70,23 +71,19 @@ class IngressStatusSync:
 
     def __init__(
         self,
-        client: KubeClient,
+        writer: LeaderWriter,
         ingresses: Store,
         classes: Store,
         addresses: PublishedAddresses,
         class_name: str,
         controller_name: str,
-        before_write: Callable[[], None],
-        count_write: Callable[[str, str], None],
     ) -> None:
-        self.client = client
+        self.writer = writer
         self.ingresses = ingresses
         self.classes = classes
         self.addresses = addresses
         self.class_name = class_name
         self.controller_name = controller_name
-        self.before_write = before_write
-        self.count_write = count_write
 
     def __call__(self, key: tuple[str, str]) -> None:
         ingress = self.ingresses.get(key)
@@ -108,8 +105,6 @@ class IngressStatusSync:
         return bool(select_ingresses(state, class_name=self.class_name, controller_name=self.controller_name))
 
     def _write(self, ingress: Ingress, addresses: tuple[str, ...]) -> None:
-        self.before_write()
         body: dict[str, Any] = {"status": {"loadBalancer": {"ingress": load_balancer_entries(addresses) or None}}}
         path = f"/apis/networking.k8s.io/v1/namespaces/{ingress.meta.namespace}/ingresses/{ingress.meta.name}/status"
-        self.client.request("PATCH", path, {"fieldManager": FIELD_MANAGER}, body=body, content_type=MERGE_PATCH)
-        self.count_write("Ingress", "patch-status")
+        self.writer.request("PATCH", path, "Ingress", "patch-status", body, MERGE_PATCH)

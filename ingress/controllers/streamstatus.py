@@ -17,13 +17,14 @@ leader's failure is everyone's likely failure).
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from ingress.controllers.leader import micro_time
 from ingress.model import Condition, ObjectRef, StreamIngress
 from ingress.routing.streams import StreamCondition
 from ingress.routing.table import RoutingTable
-from ingress.sources.kube.client import FIELD_MANAGER, MERGE_PATCH, KubeClient
+from ingress.controllers.writer import LeaderWriter
+from ingress.sources.kube.client import MERGE_PATCH
 from ingress.sources.kube.reflector import Store
 
 
@@ -63,15 +64,11 @@ class StreamStatusSync:
 
     def __init__(
         self,
-        client: KubeClient,
+        writer: LeaderWriter,
         streams: Store,
-        before_write: Callable[[], None],
-        count_write: Callable[[str, str], None],
     ) -> None:
-        self.client = client
+        self.writer = writer
         self.streams = streams
-        self.before_write = before_write
-        self.count_write = count_write
         self._table = RoutingTable()
         self._failures: Mapping[tuple[str, int], str] = {}
         self._lock = threading.Lock()
@@ -107,7 +104,6 @@ class StreamStatusSync:
             return  # the table has not caught up with this version yet: its own table will come
         if not differs(stream.status_conditions, desired):
             return
-        self.before_write()
         body = {
             "status": {
                 "observedGeneration": desired[0].observed_generation,
@@ -115,5 +111,4 @@ class StreamStatusSync:
             }
         }
         path = f"/apis/twingress.io/v1alpha1/namespaces/{stream.meta.namespace}/streamingresses/{stream.meta.name}/status"
-        self.client.request("PATCH", path, {"fieldManager": FIELD_MANAGER}, body=body, content_type=MERGE_PATCH)
-        self.count_write("StreamIngress", "patch-status")
+        self.writer.request("PATCH", path, "StreamIngress", "patch-status", body, MERGE_PATCH)

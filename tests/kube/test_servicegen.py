@@ -28,6 +28,7 @@ import pytest
 from ingress.controllers.events import EventRecorder
 from ingress.controllers.generated import GeneratorConfig
 from ingress.controllers.servicegen import ServiceIngressSync
+from ingress.controllers.writer import LeaderWriter
 from ingress.parse import parse_object
 from ingress.sources.kube.client import APIError, KubeClient
 from ingress.sources.kube.reflector import Store
@@ -199,7 +200,8 @@ def test_a_restore_from_a_stale_store_is_refused_with_409_and_succeeds_on_fresh_
     api = KubeClient(str(kube_cluster.kubeconfig))
     services, ingresses = Store(), Store()
     services.put((namespace, "cas"), parse_object({"apiVersion": "v1", "kind": "Service", **service}))
-    sync = ServiceIngressSync(api, services, ingresses, config, EventRecorder(api, "test", lambda: None, lambda: None), lambda: None, lambda kind, verb: None)
+    writer = LeaderWriter(api, lambda: None, lambda kind, verb: None)
+    sync = ServiceIngressSync(writer, services, ingresses, config, EventRecorder(writer, "test"))
     sync((namespace, "cas"))  # creates it
     created = kube._dict(kube.networking.read_namespaced_ingress("cas", namespace))
     kube.networking.patch_namespaced_ingress("cas", namespace, {"spec": {"ingressClassName": "other"}})  # drift, rv moves on
