@@ -109,7 +109,7 @@ def nginx_tls_conf(workdir: Path, port: int, backend_port: int, cert: Path, key:
     listen = f"listen 127.0.0.1:{port} backlog=4096;"
     if listen not in plain:
         raise BenchFailed(f"targets.proxy_conf changed: no {listen!r} to add TLS to")
-    from ingress.proxy.tls import MODERN_CIPHERS  # the same TLS 1.2 suites as twingress
+    from ingress.proxy.tls.termination import MODERN_CIPHERS  # the same TLS 1.2 suites as twingress
     return plain.replace(listen, f"""listen 127.0.0.1:{port} ssl backlog=4096;
         ssl_certificate {cert};
         ssl_certificate_key {key};

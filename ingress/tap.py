@@ -18,24 +18,24 @@ from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.python import usage
 
 from ingress import __version__
-from ingress.accesslog import FORMATS as ACCESS_LOG_FORMATS
-from ingress.accesslog import AccessLog
-from ingress.admin import Admin
-from ingress.builder import TableBuilder
+from ingress.observe.accesslog import FORMATS as ACCESS_LOG_FORMATS
+from ingress.observe.accesslog import AccessLog
+from ingress.observe.admin import Admin
+from ingress.process.builder import TableBuilder
 from ingress.controllers.manager import ControllerManager, ControllerOptions
 from ingress.controllers.metrics import ControllerMetrics
 from ingress.controllers.options import CONTROLLER_PARAMETERS, controller_options
-from ingress.drain import GracefulShutdown, HTTPConnections, PassthroughConnections
-from ingress.live import LiveTable
-from ingress.logs import LOG_FORMATS, LoggingRoot
-from ingress.metrics import Metrics
+from ingress.process.drain import GracefulShutdown, HTTPConnections, PassthroughConnections
+from ingress.process.live import LiveTable
+from ingress.observe.logs import LOG_FORMATS, LoggingRoot
+from ingress.observe.metrics import Metrics
 from ingress.model import CONTROLLER_NAME, DEFAULT_CLASS_NAME, ClusterState
-from ingress.proxy.front import TLSFrontFactory
-from ingress.proxy.http import HTTPProxyFactory
-from ingress.proxy.settings import ProxySettings
-from ingress.proxy.streams import StreamListeners
-from ingress.proxy.tls import MODERN_CIPHERS, CertificateStore, SNIConnectionCreator, load_certificate, self_signed_certificate
-from ingress.proxy.upstream import UpstreamPool
+from ingress.proxy.tls.front import TLSFrontFactory
+from ingress.proxy.http.server import HTTPProxyFactory
+from ingress.proxy.http.settings import ProxySettings
+from ingress.proxy.streams.listeners import StreamListeners
+from ingress.proxy.tls.termination import MODERN_CIPHERS, CertificateStore, SNIConnectionCreator, load_certificate, self_signed_certificate
+from ingress.proxy.http.upstream import UpstreamPool
 from ingress.routing import build
 from ingress.routing.table import RoutingTable
 from ingress.sources.files import ManifestsSource

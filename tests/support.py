@@ -63,14 +63,14 @@ def wait_for_port(host: str, port: int, process: Optional[subprocess.Popen[bytes
 
 
 class EchoBackend:
-    """C{python -m ingress.echo} on C{host:port}, named C{name} in its answers."""
+    """C{python examples/echo.py} on C{host:port}, named C{name} in its answers."""
 
     def __init__(self, name: str, host: str = "127.0.0.1", port: Optional[int] = None) -> None:
         self.name = name
         self.host = host
         self.port = port or free_port(host)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "ingress.echo", "--listen", f"tcp:{self.port}:interface={host}", "--name", name],
+            [sys.executable, str(ROOT / "examples" / "echo.py"), "--listen", f"tcp:{self.port}:interface={host}", "--name", name],
             cwd=ROOT,
         )
         wait_for_port(host, self.port, self.process)

@@ -15,9 +15,9 @@ cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap cleanup EXIT          # once: a second SIGTERM would make twistd log a double reactor stop
 trap 'exit 130' INT TERM
 
-"$py" -m ingress.echo --listen tcp:8081:interface=127.0.0.1 --name echo-pod-a & pids+=($!)
-"$py" -m ingress.echo --listen tcp:8081:interface=127.0.0.2 --name echo-pod-b & pids+=($!)
-"$py" -m ingress.echo --listen tcp:8082:interface=127.0.0.1 --name api-pod-a & pids+=($!)
+"$py" examples/echo.py --listen tcp:8081:interface=127.0.0.1 --name echo-pod-a & pids+=($!)
+"$py" examples/echo.py --listen tcp:8081:interface=127.0.0.2 --name echo-pod-b & pids+=($!)
+"$py" examples/echo.py --listen tcp:8082:interface=127.0.0.1 --name api-pod-a & pids+=($!)
 
 echo "twingress: http on ${http}, admin on ${admin}; try:"
 echo "  curl -H 'Host: echo.example.com' http://127.0.0.1:8080/"

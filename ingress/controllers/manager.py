@@ -32,7 +32,7 @@ from ingress.controllers.servicegen import ServiceIngressSync
 from ingress.controllers.status import IngressStatusSync, PublishedAddresses
 from ingress.controllers.streamstatus import StreamStatusSync
 from ingress.controllers.writer import LeaderWriter
-from ingress.live import LiveTable
+from ingress.process.live import LiveTable
 from ingress.routing.table import RoutingTable
 from ingress.sources.kube.client import KubeClient
 from ingress.sources.kube.reflector import Reflector, Resource

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Optional
 
 from ingress.model import ClusterState, ConfigMap, IngressBackend, ObjectRef, Problem, StreamIngress
-from ingress.parse import ParseError, parse_stream_entry
+from ingress.model.parse import ParseError, parse_stream_entry
 from ingress.routing.route import Upstream
 
 TCP, UDP = "TCP", "UDP"

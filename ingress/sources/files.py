@@ -22,10 +22,10 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
-from ingress.builder import TableBuilder
-from ingress.metrics import Metrics
+from ingress.process.builder import TableBuilder
+from ingress.observe.metrics import Metrics
 from ingress.model import ClusterState, ObjectRef, Problem
-from ingress.parse import state_from_objects
+from ingress.model.parse import state_from_objects
 
 log = Logger()
 

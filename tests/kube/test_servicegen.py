@@ -29,7 +29,7 @@ from ingress.controllers.events import EventRecorder
 from ingress.controllers.generated import GeneratorConfig
 from ingress.controllers.servicegen import ServiceIngressSync
 from ingress.controllers.writer import LeaderWriter
-from ingress.parse import parse_object
+from ingress.model.parse import parse_object
 from ingress.sources.kube.client import APIError, KubeClient
 from ingress.sources.kube.reflector import Store
 from tests.kube.twingress import Kube

@@ -1,6 +1,6 @@
 """
 A PROXY protocol receiver's parser (v1 and v2, TCP), written from the spec
-independently of L{ingress.proxy.proxyproto}: what an upstream such as
+independently of L{ingress.proxy.streams.proxyproto}: what an upstream such as
 haproxy with C{accept-proxy} would make of the header the proxy sends.
 """
 

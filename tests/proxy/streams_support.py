@@ -21,11 +21,11 @@ from twisted.internet.protocol import DatagramProtocol, Factory, Protocol
 from twisted.internet.task import deferLater
 from zope.interface import implementer
 
-from ingress.metrics import Metrics
+from ingress.observe.metrics import Metrics
 from ingress.model import ObjectRef
-from ingress.proxy.settings import ProxySettings
-from ingress.proxy.streams import StreamListeners
-from ingress.proxy.upstream import UpstreamPool
+from ingress.proxy.http.settings import ProxySettings
+from ingress.proxy.streams.listeners import StreamListeners
+from ingress.proxy.http.upstream import UpstreamPool
 from ingress.routing.route import Upstream
 from ingress.routing.streams import StreamRoute
 from ingress.routing.table import RoutingTable

@@ -26,11 +26,11 @@ import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.threads import deferToThread
 
-from ingress.drain import GracefulShutdown
-from ingress.metrics import Metrics
-from ingress.proxy.settings import ProxySettings
-from ingress.proxy.streams import StreamListeners
-from ingress.proxy.upstream import UpstreamPool
+from ingress.process.drain import GracefulShutdown
+from ingress.observe.metrics import Metrics
+from ingress.proxy.http.settings import ProxySettings
+from ingress.proxy.streams.listeners import StreamListeners
+from ingress.proxy.http.upstream import UpstreamPool
 from ingress.routing.table import RoutingTable
 from tests.kube.twingress import wait_until
 from tests.proxy.streams_support import recv_exactly, stream_route, tcp_echo, until

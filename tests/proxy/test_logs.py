@@ -143,7 +143,7 @@ def test_json_process_log_and_json_access_log(start: Callable[..., Twingress], b
         datetime.datetime.fromisoformat(record["timestamp"].replace("Z", "+00:00"))
         assert record["level"] in ("debug", "info", "warn", "error", "critical")
     assert any(r["message"].startswith("twistd ") and "starting up" in r["message"] for r in logged), "twistd's own lines"
-    built = next(r for r in logged if r["system"] == "ingress.builder" and "live" in r["message"])
+    built = next(r for r in logged if r["system"] == "ingress.process.builder" and "live" in r["message"])
     assert built["generation"] >= 1, "the event's own fields are kept"
 
     ok = access["/hello?x=1"]

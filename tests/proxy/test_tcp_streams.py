@@ -24,8 +24,8 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.threads import deferToThread
 from zope.interface import implementer
 
-from ingress.metrics import Metrics
-from ingress.proxy.streams import StreamListeners
+from ingress.observe.metrics import Metrics
+from ingress.proxy.streams.listeners import StreamListeners
 from tests.proxy.proxy_header import parse_proxy_header
 from tests.proxy import streams_support
 from tests.proxy.streams_support import metric, recv_all, recv_exactly, stream_route, table, tcp_echo, until

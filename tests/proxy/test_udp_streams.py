@@ -16,10 +16,10 @@ import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.threads import deferToThread
 
-from ingress.metrics import Metrics
-from ingress.proxy.settings import ProxySettings
-from ingress.proxy.streams import StreamListeners
-from ingress.proxy.upstream import UpstreamPool
+from ingress.observe.metrics import Metrics
+from ingress.proxy.http.settings import ProxySettings
+from ingress.proxy.streams.listeners import StreamListeners
+from ingress.proxy.http.upstream import UpstreamPool
 from tests.proxy import streams_support
 from tests.proxy.streams_support import metric, stream_route, table, udp_echo, until
 from tests.support import free_port

@@ -16,7 +16,7 @@ from ingress.controllers.generated import (
     is_owned_by,
     restore_patch,
 )
-from ingress.parse import parse_object
+from ingress.model.parse import parse_object
 
 CONFIG = GeneratorConfig("twingress")
 

@@ -1,5 +1,5 @@
 """
-Tests for L{ingress.proxy.h1}: strict HTTP/1.1 framing (RFC 9110, RFC 9112).
+Tests for L{ingress.proxy.http.h1}: strict HTTP/1.1 framing (RFC 9110, RFC 9112).
 
 Table-driven: every case is a message as bytes and what the parser must make
 of it, a L{h1.Head} (fields, framing, persistence) or an L{h1.HTTPError} with
@@ -12,8 +12,8 @@ from typing import Any, Optional
 
 import pytest
 
-from ingress.proxy import h1
-from ingress.proxy.h1 import ChunkedFramer, Framing, HTTPError
+from ingress.proxy.http import h1
+from ingress.proxy.http.h1 import ChunkedFramer, Framing, HTTPError
 
 
 def head(*lines: bytes) -> bytes:

@@ -1,5 +1,5 @@
 """
-Tests for L{ingress.parse}: API dicts to model values, and what is rejected.
+Tests for L{ingress.model.parse}: API dicts to model values, and what is rejected.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from ingress.model import (
     ServiceBackendPort,
     ServicePort,
 )
-from ingress.parse import KINDS, ParseError, object_ref, parse_object, state_from_objects
+from ingress.model.parse import KINDS, ParseError, object_ref, parse_object, state_from_objects
 
 # -- compact builders for API dicts
 

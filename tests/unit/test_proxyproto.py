@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from ingress.proxy import proxyproto
+from ingress.proxy.streams import proxyproto
 
 SIG = bytes.fromhex("0D0A0D0A000D0A515549540A")  # the 12-byte v2 signature as the spec lists it
 

@@ -1,7 +1,7 @@
 """
 Tests for L{ingress.routing.build} and the lookups of L{ingress.routing.table}.
 
-States are written as API dicts (through L{ingress.parse.state_from_objects}),
+States are written as API dicts (through L{ingress.model.parse.state_from_objects}),
 the way a manifests directory gives them, so each case reads like a manifest.
 """
 
@@ -14,7 +14,7 @@ from typing import Any, Optional
 import pytest
 
 from ingress.model import CONTROLLER_NAME, ClusterState, ObjectRef, Problem
-from ingress.parse import state_from_objects
+from ingress.model.parse import state_from_objects
 from ingress.routing import RoutingTable, build, normalize_host
 from ingress.routing.build import prefix_key, select_ingresses
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from ingress.model import ObjectMeta, TLSSecret
-from ingress.parse import state_from_objects
+from ingress.model.parse import state_from_objects
 from ingress.routing import build
 
 

@@ -7,7 +7,7 @@ from typing import Optional
 
 import pytest
 
-from ingress.proxy import sni
+from ingress.proxy.tls import sni
 
 
 def client_hello(server_name: Optional[str]) -> bytes:

@@ -1,5 +1,5 @@
 """
-Tests for the stream API side: L{ingress.parse} of StreamIngress and the ingress-nginx stream
+Tests for the stream API side: L{ingress.model.parse} of StreamIngress and the ingress-nginx stream
 ConfigMaps, and L{ingress.routing.streams.build_streams} through L{ingress.routing.build}.
 
 States are written as API dicts, the way a manifests directory gives them.
@@ -13,7 +13,7 @@ from typing import Any, Optional
 import pytest
 
 from ingress.model import ObjectRef, Problem, ServiceBackendPort
-from ingress.parse import ParseError, parse_meta, parse_object, parse_stream_entry, state_from_objects
+from ingress.model.parse import ParseError, parse_meta, parse_object, parse_stream_entry, state_from_objects
 from ingress.routing import build
 from ingress.routing.streams import StreamCondition
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from twisted.logger import Logger
 
-from ingress.parse import ParseError, object_ref, parse_object
+from ingress.model.parse import ParseError, object_ref, parse_object
 from ingress.model import Problem
 from ingress.sources.kube.client import APIError, KubeClient
 

@@ -21,10 +21,10 @@ from typing import Any, Callable, Iterable, Optional
 from twisted.application.service import Service
 from twisted.logger import Logger
 
-from ingress.builder import TableBuilder
-from ingress.metrics import Metrics
+from ingress.process.builder import TableBuilder
+from ingress.observe.metrics import Metrics
 from ingress.model import ClusterState
-from ingress.parse import KINDS, collect
+from ingress.model.parse import KINDS, collect
 from ingress.sources.kube.client import KubeClient
 from ingress.sources.kube.reflector import Reflector, Resource, Store
 

@@ -7,7 +7,7 @@ connection to TLS termination.
 Handing over replaces the transport's protocol with the terminating one and
 replays the bytes read so far, so the terminated path costs one extra
 C{dataReceived} per connection and nothing per request.  A passed-through
-connection becomes a TCP stream relay (L{ingress.proxy.tcp}): backpressure,
+connection becomes a TCP stream relay (L{ingress.proxy.streams.tcp}): backpressure,
 half-close, connect and idle timeouts, a retry on another endpoint, passive
 health, the stream metrics (route C{passthrough/<namespace>/<service>:<port>})
 and the shutdown drain come with it.
@@ -21,12 +21,12 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
 
-from ingress.live import LiveTable
-from ingress.metrics import Metrics
+from ingress.process.live import LiveTable
+from ingress.observe.metrics import Metrics
 from ingress.model import ObjectRef
-from ingress.proxy import sni
-from ingress.proxy.tcp import TCPStreamFactory
-from ingress.proxy.upstream import UpstreamPool
+from ingress.proxy.tls import sni
+from ingress.proxy.streams.tcp import TCPStreamFactory
+from ingress.proxy.http.upstream import UpstreamPool
 from ingress.routing.route import Upstream
 from ingress.routing.streams import TCP, StreamRoute
 

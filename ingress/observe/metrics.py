@@ -3,7 +3,7 @@ Prometheus metrics, all named C{twingress_*}.
 
 Labels stay bounded: a route is "namespace/ingress" (never a raw path or
 host), a status is the numeric code.  The per-request metrics live in
-L{ingress.request_metrics}, built for the hot path.
+L{ingress.observe.request_metrics}, built for the hot path.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Optional
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from ingress.request_metrics import RequestMetrics
+from ingress.observe.request_metrics import RequestMetrics
 
 NO_ROUTE = "-"
 

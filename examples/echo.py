@@ -1,6 +1,6 @@
-# -*- test-case-name: tests.proxy.test_echo -*-
 """
-A small echo backend: the demo's pods and the tests' real upstream.
+A small echo backend: the demo's pods and the tests' real upstream.  Not part of the
+product (it is not in the C{ingress} package or the image); it needs only Twisted.
 
 C{GET /anything} answers JSON with the method, path, Host, protocol version,
 headers and the backend's own name.  Query parameters make it useful for
@@ -9,7 +9,7 @@ tests: C{status=N} sets the status, C{size=N} streams N bytes
 A request body is hashed while it streams in (C{body_sha256},
 C{body_bytes}).  C{/ws} is a WebSocket echo.
 
-Run it with C{python -m ingress.echo --listen tcp:8081 --name pod-a}.
+Run it with C{python examples/echo.py --listen tcp:8081 --name pod-a}.
 """
 
 from __future__ import annotations

@@ -29,9 +29,9 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from ingress.metrics import Metrics
+from ingress.observe.metrics import Metrics
 from ingress.proxy.idle import IdleTimer
-from ingress.proxy.upstream import Address, UpstreamPool
+from ingress.proxy.http.upstream import Address, UpstreamPool
 from ingress.routing.streams import UDP, StreamRoute
 
 log = Logger()

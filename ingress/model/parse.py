@@ -10,9 +10,9 @@ went through an API server.  Pure: no I/O, no Twisted.
 
 This module is the public entry: the kinds we handle (L{KINDS}), dispatch and
 the snapshot.  The work is in two private modules, re-exported here, so import
-everything from C{ingress.parse}: L{ingress._fields} (typed field access and
-the API server's value checks, with L{ParseError}) and L{ingress._parse_kinds}
-(one parser per kind) and L{ingress._parse_streams} (StreamIngress and the
+everything from C{ingress.model.parse}: L{ingress.model._fields} (typed field access and
+the API server's value checks, with L{ParseError}) and L{ingress.model._kinds}
+(one parser per kind) and L{ingress.model._streams} (StreamIngress and the
 ingress-nginx stream ConfigMaps).
 """
 
@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional
 
-from ingress._fields import ParseError, _int, _list, _mapping, _required, _str, _string_map, _timestamp, parse_host
-from ingress._parse_kinds import (
+from ingress.model._fields import ParseError, _int, _list, _mapping, _required, _str, _string_map, _timestamp, parse_host
+from ingress.model._kinds import (
     ADDRESS_TYPES,
     PATH_TYPES,
     PROTOCOLS,
@@ -37,7 +37,7 @@ from ingress._parse_kinds import (
     parse_secret,
     parse_service,
 )
-from ingress._parse_streams import (
+from ingress.model._streams import (
     PROXY_PROTOCOLS,
     STREAM_PROTOCOLS,
     parse_config_map,

@@ -2,8 +2,13 @@
 """
 Frozen snapshot values: the only shape in which cluster objects travel past a source.
 
+This package holds the values; its modules turn API JSON into them: L{parse}
+(the public entry points), with L{_fields} (typed field access and the API
+server's value checks), L{_kinds} (one parser per kind) and L{_streams}
+(StreamIngress and the stream ConfigMaps).
+
 Sources (a manifests directory, the Kubernetes informers) parse API JSON once
-with L{ingress.parse} into these values; routing and the proxy never see API
+with L{ingress.model.parse} into these values; routing and the proxy never see API
 dicts.  Every value is immutable so a L{ClusterState} can be handed from an
 informer thread to a build thread to the reactor without locks.
 """

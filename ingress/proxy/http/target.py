@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ingress.proxy import h1
+from ingress.proxy.http import h1
 from ingress.routing.table import normalize_host
 
 _ROUTING_HOSTS: dict[str, str] = {}

@@ -8,14 +8,14 @@ through an API server.  L{parse_config_map} keeps any ConfigMap's string data
 without judging it; L{parse_stream_entry} reads one entry of the two maps the
 command line names, in ingress-nginx's format
 C{"<port>": "<namespace>/<service>:<port>[:PROXY][:PROXY]"}, into the same
-shape as a StreamIngress.  Re-exported by L{ingress.parse}.  Pure: no I/O.
+shape as a StreamIngress.  Re-exported by L{ingress.model.parse}.  Pure: no I/O.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from ingress._fields import (
+from ingress.model._fields import (
     _DNS_1035_LABEL,
     _DNS_1123_LABEL,
     _IANA_SVC_NAME,

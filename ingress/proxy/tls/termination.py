@@ -27,7 +27,7 @@ from twisted.internet.interfaces import IOpenSSLServerConnectionCreator
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from ingress.metrics import Metrics
+from ingress.observe.metrics import Metrics
 from ingress.model import TLSSecret
 from ingress.routing.certs import CertificateTable, SecretKey
 from ingress.routing.table import RoutingTable

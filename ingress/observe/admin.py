@@ -15,8 +15,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from twisted.web.resource import Resource
 from twisted.web.server import Request, Site
 
-from ingress.live import LiveTable
-from ingress.metrics import Metrics
+from ingress.process.live import LiveTable
+from ingress.observe.metrics import Metrics
 
 ReadinessCheck = Callable[[], tuple[bool, dict[str, object]]]
 

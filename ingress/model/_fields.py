@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.unit.test_parse -*-
 """
-Typed field access and the API server's value checks, for L{ingress.parse}.
+Typed field access and the API server's value checks, for L{ingress.model.parse}.
 
 Manifests from a directory never went through an API server, and API JSON is
 only dicts, lists and scalars of whatever type the author wrote; so every read
@@ -10,10 +10,10 @@ wrong value reaching routing.  The name, host, path and address checks copy
 k8s.io/apimachinery util/validation and the networking validation, so a file
 is rejected where the API server would have rejected it.
 
-Kept apart from the per-kind parsers (L{ingress._parse_kinds}) because these
+Kept apart from the per-kind parsers (L{ingress.model._kinds}) because these
 know nothing about any kind: they are the vocabulary those parsers are written
 in.  L{ParseError} is defined here because these helpers raise it.  Private:
-import L{ParseError} and L{parse_host} from L{ingress.parse}, which re-exports
+import L{ParseError} and L{parse_host} from L{ingress.model.parse}, which re-exports
 them.  Pure: no I/O, no Twisted.
 """
 

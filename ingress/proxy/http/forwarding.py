@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from twisted.internet.interfaces import ITransport
 
-from ingress.proxy import h1
-from ingress.proxy.responses import http_date, reason_phrase
+from ingress.proxy.http import h1
+from ingress.proxy.http.responses import http_date, reason_phrase
 
 _FORWARDING = frozenset(
     {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host", b"x-forwarded-port", b"x-real-ip", b"forwarded"}

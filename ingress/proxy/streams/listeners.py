@@ -22,10 +22,10 @@ from twisted.internet.endpoints import quoteStringArgument, serverFromString
 from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
-from ingress.metrics import Metrics
-from ingress.proxy.tcp import TCPStreamFactory
-from ingress.proxy.udp import DEFAULT_MAX_SESSIONS, UDPStreamListener
-from ingress.proxy.upstream import UpstreamPool
+from ingress.observe.metrics import Metrics
+from ingress.proxy.streams.tcp import TCPStreamFactory
+from ingress.proxy.streams.udp import DEFAULT_MAX_SESSIONS, UDPStreamListener
+from ingress.proxy.http.upstream import UpstreamPool
 from ingress.routing.streams import TCP, StreamRoute
 from ingress.routing.table import RoutingTable
 
@@ -182,7 +182,7 @@ class StreamListeners:
             log.info("stream {protocol}:{port}: drain over, closed {count} connections", protocol=key[0], port=key[1], count=count)
 
     def drain(self) -> None:
-        """Shutdown drain (L{ingress.drain}): take no new connections or sessions; open ones go on."""
+        """Shutdown drain (L{ingress.process.drain}): take no new connections or sessions; open ones go on."""
         self._shutting_down = True
         for listener in self.listeners.values():
             if isinstance(listener.handler, UDPStreamListener):

@@ -28,11 +28,11 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from ingress.metrics import Metrics
-from ingress.proxy import proxyproto
-from ingress.proxy.fastwrite import direct_writer
+from ingress.observe.metrics import Metrics
+from ingress.proxy.streams import proxyproto
+from ingress.proxy.http.fastwrite import direct_writer
 from ingress.proxy.idle import IdleTimer
-from ingress.proxy.upstream import Address, UpstreamPool
+from ingress.proxy.http.upstream import Address, UpstreamPool
 from ingress.routing.streams import TCP, StreamRoute
 
 log = Logger()

@@ -10,7 +10,7 @@ L{ILogObserver} component on the Application, then its own text observer
 middle way: L{LoggingRoot}, the top service, sets the component on the
 Application that twistd makes it a child of, so everything logged (twistd's
 own lines too, and what was logged before logging began) is JSON.
-C{twistd --logger ingress.logs.json_observer} does the same from twistd's
+C{twistd --logger ingress.observe.logs.json_observer} does the same from twistd's
 side of the command line.
 """
 
@@ -72,7 +72,7 @@ def event_as_json(event: LogEvent) -> str:
 
 
 def json_observer(out: Optional[IO[str]] = None) -> FileLogObserver:
-    """A JSON-lines observer on C{out} (stdout by default); usable as C{twistd --logger ingress.logs.json_observer}."""
+    """A JSON-lines observer on C{out} (stdout by default); usable as C{twistd --logger ingress.observe.logs.json_observer}."""
     return FileLogObserver(out if out is not None else sys.stdout, event_as_json)
 
 

@@ -4,7 +4,7 @@ The HTTP/1.1 reverse proxy: one protocol instance per client connection.
 
 A connection handles one request at a time: pipelined requests wait in the
 buffer (responses stay in order) and reading pauses when too many wait.  A
-request's head is parsed strictly (L{ingress.proxy.h1}), routed once against
+request's head is parsed strictly (L{ingress.proxy.http.h1}), routed once against
 the table live at that moment, and forwarded with its Host unchanged; bodies
 in both directions are passed through as raw bytes with their own framing,
 with backpressure both ways.
@@ -20,19 +20,19 @@ from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ingress.accesslog import AccessLog
-from ingress.live import LiveTable
-from ingress.metrics import NO_ROUTE, Metrics
-from ingress.proxy import h1
-from ingress.proxy.fastwrite import direct_writer
-from ingress.proxy.forwarding import ForwardedFor, request_head_bytes
+from ingress.observe.accesslog import AccessLog
+from ingress.process.live import LiveTable
+from ingress.observe.metrics import NO_ROUTE, Metrics
+from ingress.proxy.http import h1
+from ingress.proxy.http.fastwrite import direct_writer
+from ingress.proxy.http.forwarding import ForwardedFor, request_head_bytes
 from ingress.proxy.idle import Deadline
-from ingress.proxy.responses import error_response
-from ingress.proxy.settings import ProxySettings
-from ingress.proxy.relay import AWAIT, BODY, CLOSED, HEAD, TUNNEL, UpstreamRelay
-from ingress.proxy.upstream import Address, UpstreamConnection
-from ingress.proxy.target import host_and_path, routing_host
-from ingress.proxy.upstream import UpstreamPool
+from ingress.proxy.http.responses import error_response
+from ingress.proxy.http.settings import ProxySettings
+from ingress.proxy.http.relay import AWAIT, BODY, CLOSED, HEAD, TUNNEL, UpstreamRelay
+from ingress.proxy.http.upstream import Address, UpstreamConnection
+from ingress.proxy.http.target import host_and_path, routing_host
+from ingress.proxy.http.upstream import UpstreamPool
 from ingress.routing.table import Route
 
 log = Logger()

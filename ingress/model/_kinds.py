@@ -3,10 +3,10 @@
 One parser per API kind we handle: an object's spec (and metadata) to its L{ingress.model} value.
 
 Each public C{parse_*} function takes the object and its already parsed
-L{ObjectMeta}, and is what a L{ingress.parse.Kind} entry points at; the
+L{ObjectMeta}, and is what a L{ingress.model.parse.Kind} entry points at; the
 dispatch by apiVersion/kind, and the snapshot the values make, stay in
-L{ingress.parse}, which re-exports everything public here (import it from
-there).  Kept apart from the field helpers (L{ingress._fields}) so that this
+L{ingress.model.parse}, which re-exports everything public here (import it from
+there).  Kept apart from the field helpers (L{ingress.model._fields}) so that this
 module reads as the shape of each kind and the rules the API server and
 routing put on it.  Pure: no I/O, no Twisted.
 """
@@ -17,7 +17,7 @@ import base64
 import binascii
 from typing import Any, Mapping, Optional, Sequence
 
-from ingress._fields import (
+from ingress.model._fields import (
     _DNS_1035_LABEL,
     _DNS_1123_LABEL,
     _IANA_SVC_NAME,

@@ -21,8 +21,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
-from ingress.live import LiveTable
-from ingress.metrics import Metrics
+from ingress.process.live import LiveTable
+from ingress.observe.metrics import Metrics
 from ingress.model import ClusterState
 from ingress.routing.table import RoutingTable
 

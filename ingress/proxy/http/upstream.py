@@ -15,9 +15,9 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTCP
 from twisted.internet.protocol import ClientFactory, Protocol, connectionDone
 from twisted.python.failure import Failure
 
-from ingress.proxy import h1
-from ingress.proxy.fastwrite import direct_writer
-from ingress.proxy.settings import ProxySettings
+from ingress.proxy.http import h1
+from ingress.proxy.http.fastwrite import direct_writer
+from ingress.proxy.http.settings import ProxySettings
 from ingress.routing.table import Upstream
 
 Address = tuple[str, int]

@@ -6,7 +6,7 @@ reusing a pooled connection, retrying once, and relaying the response back.
 L{UpstreamRelay} is a mixin of L{ingress.proxy.http.HTTPProxyProtocol}: the
 two halves share one request's state, so they stay one object per
 connection (no extra allocation per request), split in two files by what
-they talk to.  It is the L{ingress.proxy.upstream.ResponseSink} the upstream
+they talk to.  It is the L{ingress.proxy.http.upstream.ResponseSink} the upstream
 connection reports to.
 """
 
@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING
 
 from twisted.logger import Logger
 
-from ingress.proxy import h1
-from ingress.proxy.forwarding import response_head_bytes
-from ingress.proxy.upstream import Address, UpstreamConnection
+from ingress.proxy.http import h1
+from ingress.proxy.http.forwarding import response_head_bytes
+from ingress.proxy.http.upstream import Address, UpstreamConnection
 
 if TYPE_CHECKING:
-    from ingress.proxy.http import HTTPProxyProtocol as _Base
+    from ingress.proxy.http.server import HTTPProxyProtocol as _Base
 else:
     _Base = object
 
