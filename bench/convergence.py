@@ -47,9 +47,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
@@ -60,6 +61,7 @@ import procs  # noqa: E402
 from kubernetes import client as k8s  # noqa: E402
 from kubernetes import config as k8s_config  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
+
 from tests.kube import cluster  # noqa: E402
 from tests.support import EchoBackend  # noqa: E402
 

@@ -21,9 +21,10 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

@@ -12,9 +12,10 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Optional
 
 LOOPBACK = "127.0.0.1"
 

@@ -31,10 +31,11 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # ingress, for its cipher list
@@ -44,13 +45,12 @@ import procs  # noqa: E402
 import targets  # noqa: E402
 import tls_handshakes  # noqa: E402
 import wrk  # noqa: E402
-from harness import Harness, install_signal_handlers  # noqa: E402
-from report import IDLE_LIMIT, REPO, environment  # noqa: E402
-
 from cryptography import x509  # noqa: E402
 from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import ec, rsa  # noqa: E402
 from cryptography.x509.oid import NameOID  # noqa: E402
+from harness import Harness, install_signal_handlers  # noqa: E402
+from report import IDLE_LIMIT, REPO, environment  # noqa: E402
 
 NGINX_TLS, TWINGRESS = "nginx-tls", "twingress"
 # wrk sends the URL's host as SNI and cannot be told otherwise: it connects to
@@ -87,7 +87,7 @@ def make_cert(key: Any, hosts: Sequence[str]) -> Cert:
     """A self-signed certificate for C{hosts} (CN = the first), valid for a day."""
     import hashlib
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
             .public_key(key.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(minutes=5))

@@ -32,7 +32,8 @@ import ssl
 import struct
 import sys
 import time
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Optional
 
 VERSIONS = {"1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
 _LINGER_RST = struct.pack("ii", 1, 0)

@@ -74,7 +74,7 @@ def _socket_errors(text: str) -> dict[str, int]:
     """wrk prints the socket errors line only when there were some."""
     m = _SOCKET_ERRORS.search(text)
     counts = [int(g) for g in m.groups()] if m else [0, 0, 0, 0]
-    return dict(zip(("connect", "read", "write", "timeout"), counts))
+    return dict(zip(("connect", "read", "write", "timeout"), counts, strict=True))
 
 
 def run(

@@ -9,7 +9,8 @@ Listeners are endpoint descriptions (strports); an empty value turns one off.
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from collections.abc import Callable
+from typing import Any, Optional, cast
 
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import IService, MultiService, Service
@@ -18,24 +19,25 @@ from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.python import usage
 
 from ingress import __version__
-from ingress.observe.accesslog import FORMATS as ACCESS_LOG_FORMATS
-from ingress.observe.accesslog import AccessLog
-from ingress.observe.admin import Admin
-from ingress.process.builder import TableBuilder
 from ingress.controllers.manager import ControllerManager, ControllerOptions
 from ingress.controllers.metrics import ControllerMetrics
 from ingress.controllers.options import CONTROLLER_PARAMETERS, controller_options
-from ingress.process.drain import GracefulShutdown, HTTPConnections, PassthroughConnections
-from ingress.process.live import LiveTable
+from ingress.model import CONTROLLER_NAME, DEFAULT_CLASS_NAME, ClusterState
+from ingress.observe.accesslog import FORMATS as ACCESS_LOG_FORMATS
+from ingress.observe.accesslog import AccessLog
+from ingress.observe.admin import Admin
 from ingress.observe.logs import LOG_FORMATS, LoggingRoot
 from ingress.observe.metrics import Metrics
-from ingress.model import CONTROLLER_NAME, DEFAULT_CLASS_NAME, ClusterState
-from ingress.proxy.tls.front import TLSFrontFactory
+from ingress.process.builder import TableBuilder
+from ingress.process.drain import GracefulShutdown, HTTPConnections, PassthroughConnections
+from ingress.process.live import LiveTable
+from ingress.process.reactor import IProcessReactor
 from ingress.proxy.http.server import HTTPProxyFactory
 from ingress.proxy.http.settings import ProxySettings
-from ingress.proxy.streams.listeners import StreamListeners
-from ingress.proxy.tls.termination import MODERN_CIPHERS, CertificateStore, SNIConnectionCreator, load_certificate, self_signed_certificate
 from ingress.proxy.http.upstream import UpstreamPool
+from ingress.proxy.streams.listeners import StreamListeners
+from ingress.proxy.tls.front import TLSFrontFactory
+from ingress.proxy.tls.termination import MODERN_CIPHERS, CertificateStore, SNIConnectionCreator, load_certificate, self_signed_certificate
 from ingress.routing import build
 from ingress.routing.table import RoutingTable
 from ingress.sources.files import ManifestsSource
@@ -69,7 +71,7 @@ def _positive_float(text: str) -> float:
     return value
 
 
-_LIMITS = [
+_LIMITS: list[tuple[str, str, Callable[[str], Any], str]] = [
     # option, settings field, converter, help
     ("max-request-line", "max_request_line", parse_size, "Longest request line (414 beyond)."),
     ("max-header-size", "max_head_bytes", parse_size, "Largest request head (431 beyond)."),
@@ -81,6 +83,10 @@ _LIMITS = [
     ("upstream-timeout", "upstream_timeout", _positive_float, "Seconds without progress from an upstream (504)."),
     ("upstream-idle-timeout", "upstream_idle_timeout", _positive_float, "Seconds a pooled upstream connection is kept."),
     ("upstream-fail-timeout", "fail_timeout", _positive_float, "Seconds an endpoint that failed is skipped."),
+]
+
+_LIMIT_PARAMETERS: list[list[Any]] = [
+    [name, None, None, help + f" Default: {getattr(ProxySettings(), field)}."] for name, field, _, help in _LIMITS
 ]
 
 
@@ -116,7 +122,9 @@ class Options(usage.Options):
         ["access-log-format", None, "text", "Access log lines: text (combined log format + fields) or json."],
         ["stream-interface", None, "", "Address the TCP/UDP stream listeners bind ('' = every IPv4 address, :: = IPv6 and IPv4)."],
         ["stream-drain-timeout", None, 30.0, "Seconds a removed stream's open connections are kept before they are closed.", _seconds],
-    ] + CONTROLLER_PARAMETERS + [[name, None, None, help + f" Default: {getattr(ProxySettings(), field)}."] for name, field, _, help in _LIMITS]
+        *CONTROLLER_PARAMETERS,
+        *_LIMIT_PARAMETERS,
+    ]
 
     def opt_version(self) -> None:
         """Print the version and exit."""
@@ -218,12 +226,13 @@ def listener_port(description: str) -> Optional[int]:
     return int(arguments[0]) if arguments[0].isdigit() else None
 
 
-def makeService(options: Options, reactor: Optional[Any] = None) -> IService:
+def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> IService:
     """Wire listeners, sources and the builder into one MultiService."""
     if reactor is None:
         from twisted.internet import reactor as default_reactor
 
-        reactor = default_reactor
+        # The global reactor provides each of IProcessReactor's parts; it does not declare the union.
+        reactor = cast(IProcessReactor, default_reactor)
     settings: ProxySettings = options["settings"]
     metrics = Metrics()
     live = LiveTable()

@@ -15,9 +15,10 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 import yaml
 
@@ -192,9 +193,9 @@ class Twingress:
         self.process = subprocess.Popen(command, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
         try:
             self.wait_ready()
-        except Exception:
+        except Exception as error:
             self.stop()
-            raise RuntimeError(f"twingress did not become ready:\n{self.log()[-4000:]}")
+            raise RuntimeError(f"twingress did not become ready:\n{self.log()[-4000:]}") from error
 
     def wait_ready(self, timeout: float = 20.0) -> None:
         deadline = time.monotonic() + timeout
@@ -266,6 +267,6 @@ def raw_exchange(port: int, data: bytes, timeout: float = 5.0, host: str = "127.
                 if not chunk:
                     break
                 chunks.append(chunk)
-        except socket.timeout:
+        except TimeoutError:
             chunks.append(b"<timeout>")
         return b"".join(chunks)

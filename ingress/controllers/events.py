@@ -16,8 +16,8 @@ import time
 from twisted.logger import Logger
 
 from ingress.controllers.leader import micro_time
-from ingress.model import CONTROLLER_NAME, ObjectMeta
 from ingress.controllers.writer import LeaderWriter
+from ingress.model import CONTROLLER_NAME, ObjectMeta
 
 log = Logger()
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ingress.model._fields import _check_dns_subdomain
 from ingress.model import Ingress, OwnerReference, Service, ServicePort
+from ingress.model._fields import _check_dns_subdomain
 from ingress.model.parse import ParseError, parse_host, parse_object
 
 ENABLE, HOST, PATH, PORT, TLS_SECRET = "ingress/http", "ingress/host", "ingress/path", "ingress/port", "ingress/tls-secret"

@@ -25,9 +25,10 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Callable, Optional
+from datetime import UTC, datetime
+from typing import Any, Optional
 
 from twisted.logger import Logger
 
@@ -40,7 +41,7 @@ NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 def micro_time(now: Optional[float] = None) -> str:
     """A MicroTime: RFC 3339 in UTC with microseconds, as the API serialises it."""
-    moment = datetime.fromtimestamp(time.time() if now is None else now, timezone.utc)
+    moment = datetime.fromtimestamp(time.time() if now is None else now, UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 

@@ -12,7 +12,7 @@ the next event or resync.  A sync that finds we are no longer the leader
 from __future__ import annotations
 
 import threading
-from typing import Callable, Hashable
+from collections.abc import Callable, Hashable
 
 from twisted.logger import Logger
 

@@ -14,8 +14,9 @@ leadership check before their next write.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Mapping, Optional
+from typing import Any, Optional
 
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred

@@ -5,7 +5,8 @@ and their conversion into a L{ControllerOptions}.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any, Optional
 
 from twisted.python import usage
 

@@ -37,8 +37,8 @@ from ingress.controllers.generated import (
     is_owned_by,
     restore_patch,
 )
-from ingress.model import Ingress, Service
 from ingress.controllers.writer import LeaderWriter
+from ingress.model import Ingress, Service
 from ingress.sources.kube.client import MERGE_PATCH, APIError
 from ingress.sources.kube.reflector import Store
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import ipaddress
 from typing import Any, Optional
 
-from ingress.model import ClusterState, IngressClass, Ingress, Node, Pod
-from ingress.routing.build import select_ingresses
 from ingress.controllers.writer import LeaderWriter
+from ingress.model import ClusterState, Ingress, IngressClass, Node, Pod
+from ingress.routing.build import select_ingresses
 from ingress.sources.kube.client import MERGE_PATCH
 from ingress.sources.kube.reflector import Store
 
@@ -48,7 +48,7 @@ class PublishedAddresses:
         node = self.nodes.get(("", node_name)) if self.nodes is not None else None
         if not isinstance(node, Node):
             return ""
-        by_type = {}
+        by_type: dict[str, str] = {}
         for type_, address in node.addresses:
             by_type.setdefault(type_, address)
         return next((by_type[t] for t in ADDRESS_PREFERENCE if t in by_type), "")

@@ -17,13 +17,14 @@ leader's failure is everyone's likely failure).
 from __future__ import annotations
 
 import threading
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ingress.controllers.leader import micro_time
+from ingress.controllers.writer import LeaderWriter
 from ingress.model import Condition, ObjectRef, StreamIngress
 from ingress.routing.streams import StreamCondition
 from ingress.routing.table import RoutingTable
-from ingress.controllers.writer import LeaderWriter
 from ingress.sources.kube.client import MERGE_PATCH
 from ingress.sources.kube.reflector import Store
 

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections import deque
 import threading
 import time
-from typing import Callable, Generic, Hashable, Optional, TypeVar
+from collections import deque
+from collections.abc import Callable, Hashable
+from typing import Generic, Optional, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 
@@ -61,7 +62,7 @@ class Backoff(Generic[K]):
         with self._lock:
             failures = self._failures.get(key, 0)
             self._failures[key] = failures + 1
-        return min(self.base * (2**failures), self.cap)
+        return min(self.base * float(2**failures), self.cap)
 
     def retries(self, key: K) -> int:
         with self._lock:

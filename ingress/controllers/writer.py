@@ -5,7 +5,8 @@ before the request, then the write counted (C{twingress_controller_api_writes_to
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ingress.sources.kube.client import FIELD_MANAGER, KubeClient
 

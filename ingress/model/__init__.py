@@ -15,8 +15,9 @@ informer thread to a build thread to the reactor without locks.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Union
+from typing import Optional, Union
 
 PATH_EXACT = "Exact"
 PATH_PREFIX = "Prefix"
@@ -225,9 +226,9 @@ class ClusterState:
     services: Mapping[tuple[str, str], Service] = field(default_factory=dict)
     endpoint_slices: tuple[EndpointSlice, ...] = ()
     secrets: Mapping[tuple[str, str], TLSSecret] = field(default_factory=dict)
-    problems: tuple["Problem", ...] = ()
-    stream_ingresses: tuple["StreamIngress", ...] = ()
-    config_maps: Mapping[tuple[str, str], "ConfigMap"] = field(default_factory=dict)
+    problems: tuple[Problem, ...] = ()
+    stream_ingresses: tuple[StreamIngress, ...] = ()
+    config_maps: Mapping[tuple[str, str], ConfigMap] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

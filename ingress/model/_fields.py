@@ -22,7 +22,8 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import re
-from typing import Any, Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
 
 from ingress.model import PATH_IMPLEMENTATION_SPECIFIC
 
@@ -178,6 +179,6 @@ def _timestamp(value: Any, path: str) -> str:
     """RFC 3339 text; YAML loaders turn unquoted timestamps into datetimes, so accept those too."""
     if isinstance(value, datetime.datetime):
         if value.tzinfo is not None:
-            value = value.astimezone(datetime.timezone.utc)
-        return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+            value = value.astimezone(datetime.UTC)
+        return str(value.strftime("%Y-%m-%dT%H:%M:%SZ"))  # value came in as Any: the datetime check does not type strftime
     return _str(value, path)

@@ -15,25 +15,9 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any, Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
 
-from ingress.model._fields import (
-    _DNS_1035_LABEL,
-    _DNS_1123_LABEL,
-    _IANA_SVC_NAME,
-    ParseError,
-    _check_dns_subdomain,
-    _int,
-    _invalid,
-    _list,
-    _mapping,
-    _parse_address,
-    _parse_path,
-    _port_number,
-    _required,
-    _str,
-    parse_host,
-)
 from ingress.model import (
     PATH_EXACT,
     PATH_IMPLEMENTATION_SPECIFIC,
@@ -54,6 +38,23 @@ from ingress.model import (
     ServiceBackendPort,
     ServicePort,
     TLSSecret,
+)
+from ingress.model._fields import (
+    _DNS_1035_LABEL,
+    _DNS_1123_LABEL,
+    _IANA_SVC_NAME,
+    ParseError,
+    _check_dns_subdomain,
+    _int,
+    _invalid,
+    _list,
+    _mapping,
+    _parse_address,
+    _parse_path,
+    _port_number,
+    _required,
+    _str,
+    parse_host,
 )
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"

@@ -13,8 +13,10 @@ shape as a StreamIngress.  Re-exported by L{ingress.model.parse}.  Pure: no I/O.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any, Optional
 
+from ingress.model import Condition, ConfigMap, ObjectMeta, ServiceBackendPort, StreamIngress
 from ingress.model._fields import (
     _DNS_1035_LABEL,
     _DNS_1123_LABEL,
@@ -31,7 +33,6 @@ from ingress.model._fields import (
     _str,
     _timestamp,
 )
-from ingress.model import Condition, ConfigMap, ObjectMeta, ServiceBackendPort, StreamIngress
 
 STREAM_PROTOCOLS = ("TCP", "UDP")
 PROXY_PROTOCOLS = ("v1", "v2")
@@ -81,16 +82,19 @@ def parse_stream_ingress(obj: Mapping[str, Any], meta: ObjectMeta) -> StreamIngr
     idle = _int(spec.get("idleTimeout"), "spec.idleTimeout")
     if idle is not None and not 1 <= idle <= MAX_IDLE_TIMEOUT:
         raise _invalid("spec.idleTimeout", idle, f"must be between 1 and {MAX_IDLE_TIMEOUT} seconds")
-    common = dict(
-        proxy_protocol=proxy_protocol,
-        idle_timeout=None if idle is None else float(idle),
-        status_conditions=_status_conditions(obj.get("status")),
-    )
+    idle_timeout = None if idle is None else float(idle)
+    conditions = _status_conditions(obj.get("status"))
     if external:
         host = _external_host(upstream, port)
-        return StreamIngress(meta, protocol, listen, port, external_host=host, **common)  # type: ignore[arg-type]
+        return StreamIngress(
+            meta, protocol, listen, port, external_host=host,
+            proxy_protocol=proxy_protocol, idle_timeout=idle_timeout, status_conditions=conditions,
+        )
     service, namespace = _service(upstream, meta.namespace)
-    return StreamIngress(meta, protocol, listen, port, service, namespace, **common)  # type: ignore[arg-type]
+    return StreamIngress(
+        meta, protocol, listen, port, service, namespace,
+        proxy_protocol=proxy_protocol, idle_timeout=idle_timeout, status_conditions=conditions,
+    )
 
 
 def _upstream_port(value: Any, path: str) -> ServiceBackendPort:

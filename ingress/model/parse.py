@@ -18,9 +18,11 @@ ingress-nginx stream ConfigMaps).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Optional
+from typing import Any, Optional
 
+from ingress.model import ClusterState, ObjectMeta, ObjectRef, OwnerReference, Problem
 from ingress.model._fields import ParseError, _int, _list, _mapping, _required, _str, _string_map, _timestamp, parse_host
 from ingress.model._kinds import (
     ADDRESS_TYPES,
@@ -44,7 +46,6 @@ from ingress.model._streams import (
     parse_stream_entry,
     parse_stream_ingress,
 )
-from ingress.model import ClusterState, ObjectMeta, ObjectRef, OwnerReference, Problem
 
 __all__ = [
     "ADDRESS_TYPES",
@@ -221,6 +222,7 @@ def collect(outcomes: Iterable[tuple[Kind, Any]]) -> ClusterState:
             fields.setdefault(handler.state_field, {})[(value.meta.namespace, value.meta.name)] = value
         else:
             fields.setdefault(handler.state_field, []).append(value)
-    values = {k: (v if isinstance(v, dict) else tuple(v)) for k, v in fields.items()}
+    # Each Kind fills its own ClusterState field: the value types differ by key, checked by the dataclass fields.
+    values: dict[str, Any] = {k: (v if isinstance(v, dict) else tuple(v)) for k, v in fields.items()}
     problems.sort(key=lambda p: (p.ref, p.reason, p.message))
     return ClusterState(**values, problems=tuple(problems))

@@ -20,9 +20,9 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Any, Callable, Optional
-
-from json.encoder import encode_basestring_ascii as _json_string  # type: ignore[attr-defined]
+from collections.abc import Callable
+from json.encoder import encode_basestring_ascii as _json_string
+from typing import Any, Optional
 
 from twisted.application.service import Service
 from twisted.internet.interfaces import IDelayedCall
@@ -110,7 +110,7 @@ def text_line(connection: Any, status: int, clock: _Clock) -> str:
         request = host = "-"
     forwarded = connection._forwarded
     return '%s - - [%s] "%s" %d %d "%s" "%s" host=%s route=%s upstream=%s duration=%s upstream_duration=%s\n' % (
-        forwarded.ip if forwarded is not None else "-",
+        forwarded.ip or "-",
         clock.common,
         request,
         status,
@@ -154,7 +154,7 @@ def json_line(connection: Any, status: int, clock: _Clock) -> str:
     ) % (
         clock.iso,
         int((now % 1) * 1000),
-        _quoted(forwarded.ip if forwarded is not None else None),
+        _quoted(forwarded.ip or None),
         method,
         path,
         version,

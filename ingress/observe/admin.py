@@ -9,14 +9,14 @@ route dump shows every host and endpoint, which is not for the internet.
 from __future__ import annotations
 
 import json
-from typing import Callable
+from collections.abc import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from twisted.web.resource import Resource
 from twisted.web.server import Request, Site
 
-from ingress.process.live import LiveTable
 from ingress.observe.metrics import Metrics
+from ingress.process.live import LiveTable
 
 ReadinessCheck = Callable[[], tuple[bool, dict[str, object]]]
 
@@ -89,6 +89,11 @@ class Admin:
         debug = Resource()
         debug.putChild(b"routes", _Leaf(self._routes))
         root.putChild(b"debug", debug)
-        site = Site(root)
-        site.log = lambda request: None  # type: ignore[method-assign]
-        return site
+        return _QuietSite(root)
+
+
+class _QuietSite(Site):
+    """The admin site: probes and scrapes every few seconds are not worth a log line each."""
+
+    def log(self, request: object) -> None:
+        pass

@@ -12,12 +12,12 @@ scraped.  Both are only touched on the reactor thread.
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Iterator
+from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+LATENCY_BUCKETS: tuple[float, ...] = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
 class RequestMetrics(Collector):
@@ -52,8 +52,8 @@ class RequestMetrics(Collector):
         )
         for route, counts in sorted(self._latency.items()):
             cumulative, buckets = 0.0, []
-            for bound, count in zip(LATENCY_BUCKETS + (float("inf"),), counts):
-                cumulative += count
+            for bound, in_bucket in zip(LATENCY_BUCKETS + (float("inf"),), counts, strict=False):  # counts ends with the sum
+                cumulative += in_bucket
                 buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
             latency.add_metric([route], buckets, sum_value=counts[-1])
         yield latency

@@ -12,18 +12,19 @@ from __future__ import annotations
 
 import gc
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
+from typing import Optional
 
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IReactorTime
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
-from ingress.process.live import LiveTable
-from ingress.observe.metrics import Metrics
 from ingress.model import ClusterState
+from ingress.observe.metrics import Metrics
+from ingress.process.live import LiveTable
+from ingress.process.reactor import IProcessReactor
 from ingress.routing.table import RoutingTable
 
 log = Logger()
@@ -39,7 +40,7 @@ class TableBuilder:
 
     def __init__(
         self,
-        reactor: IReactorTime,
+        reactor: IProcessReactor,
         live: LiveTable,
         metrics: Metrics,
         build: BuildFunction,
@@ -78,7 +79,7 @@ class TableBuilder:
         self.generation += 1
         generation = self.generation
         d: Deferred[tuple[RoutingTable, float, list[Callable[[], None]]]] = deferToThreadPool(
-            self.reactor, self._pool, self._build_timed, snapshot, generation  # type: ignore[arg-type]
+            self.reactor, self._pool, self._build_timed, snapshot, generation
         )
         d.addCallbacks(self._built, self._failed)
         d.addBoth(self._done)

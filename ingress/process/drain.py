@@ -25,7 +25,8 @@ ends it at once (still exit 0).
 from __future__ import annotations
 
 import signal
-from typing import Any, Callable, Optional, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Optional, Protocol
 
 from twisted.application.service import IService, Service
 from twisted.internet.interfaces import IDelayedCall

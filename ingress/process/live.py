@@ -8,7 +8,7 @@ touches open connections.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from twisted.logger import Logger
 

@@ -11,7 +11,8 @@ connections (one deadline at a time: idle, header or upstream progress).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
 from twisted.internet.interfaces import IDelayedCall
 

@@ -12,8 +12,9 @@ the cost linear in the size of the cluster.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Optional
+from typing import Optional
 
 from ingress.model import (
     CONTROLLER_NAME,

@@ -10,8 +10,9 @@ certificate it rejects falls back to the default certificate there.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Optional
 
 from ingress.model import ClusterState, Ingress, ObjectRef, Problem, TLSSecret
 from ingress.routing.route import Route, Upstream

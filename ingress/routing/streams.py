@@ -21,8 +21,9 @@ Pure: no I/O, no Twisted.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Optional
+from typing import Any, Optional
 
 from ingress.model import ClusterState, ConfigMap, IngressBackend, ObjectRef, Problem, StreamIngress
 from ingress.model.parse import ParseError, parse_stream_entry

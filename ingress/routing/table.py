@@ -9,13 +9,13 @@ not grow with the number of Ingresses.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
-from ingress.model import Problem
+from ingress.model import ObjectRef, Problem
 from ingress.routing.certs import EMPTY_CERTIFICATES, CertificateTable
 from ingress.routing.route import Route, Upstream
-from ingress.model import ObjectRef
 from ingress.routing.streams import StreamCondition, StreamRoute, streams_json
 
 __all__ = ["EMPTY_TABLE", "HostRoutes", "Route", "RoutingTable", "Upstream", "normalize_host"]
@@ -65,9 +65,9 @@ class RoutingTable:
     any_host: Optional[HostRoutes] = None
     default_route: Optional[Route] = None
     problems: tuple[Problem, ...] = ()
-    certificates: "CertificateTable" = field(default_factory=lambda: EMPTY_CERTIFICATES)
+    certificates: CertificateTable = field(default_factory=lambda: EMPTY_CERTIFICATES)
     passthrough: Mapping[str, Upstream] = field(default_factory=dict)
-    streams: Mapping[tuple[str, int], "StreamRoute"] = field(default_factory=dict)  # (protocol, port) → route
+    streams: Mapping[tuple[str, int], StreamRoute] = field(default_factory=dict)  # (protocol, port) → route
     stream_conditions: Mapping[ObjectRef, tuple[StreamCondition, ...]] = field(default_factory=dict)  # for status
 
     def passthrough_for(self, host: str) -> Optional[Upstream]:

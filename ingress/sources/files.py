@@ -14,18 +14,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any, Iterable, Mapping, Optional
+from collections.abc import Iterable, Mapping
+from typing import Any, Optional
 
 import yaml
 from twisted.application.service import Service
-from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
-from ingress.process.builder import TableBuilder
-from ingress.observe.metrics import Metrics
 from ingress.model import ClusterState, ObjectRef, Problem
 from ingress.model.parse import state_from_objects
+from ingress.observe.metrics import Metrics
+from ingress.process.builder import TableBuilder
+from ingress.process.reactor import IProcessReactor
 
 log = Logger()
 
@@ -77,7 +78,7 @@ class ManifestsSource(Service):
     """Polls a directory and submits a snapshot to the builder whenever it changes."""
 
     def __init__(
-        self, directory: str, builder: TableBuilder, metrics: Metrics, reactor: IReactorTime, interval: float = 1.0
+        self, directory: str, builder: TableBuilder, metrics: Metrics, reactor: IProcessReactor, interval: float = 1.0
     ) -> None:
         self.directory = directory
         self.builder = builder
@@ -97,7 +98,7 @@ class ManifestsSource(Service):
     def stopService(self) -> None:
         if self._loop is not None and self._loop.running:
             self._loop.stop()
-        return super().stopService()
+        super().stopService()
 
     def poll(self) -> None:
         try:
@@ -120,7 +121,7 @@ class ManifestsSource(Service):
             try:
                 good[name] = load_documents(os.path.join(self.directory, name))
             except (OSError, ValueError) as error:
-                self.reactor.callFromThread(self.metrics.source_errors.labels("manifests").inc)  # type: ignore[attr-defined]
+                self.reactor.callFromThread(self.metrics.source_errors.labels("manifests").inc)
                 log.error("manifest {file} is invalid, keeping its last good content: {error}", file=name, error=str(error))
                 problems.append(Problem(ObjectRef("File", "", name), "InvalidManifest", str(error)))
                 if name in self._good:

@@ -12,13 +12,8 @@ apiserver listens on and advertises 127.0.0.1.
 from __future__ import annotations
 
 import base64
-import contextlib
-import ctypes
-import datetime
-import ipaddress
 import json
 import os
-import signal
 import socket
 import ssl
 import subprocess
@@ -28,11 +23,12 @@ import urllib.request
 from pathlib import Path
 
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from tests.kube import pki
+from tests.kube.processes import ClusterStartError, Component, urlopen
 from tests.support import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -49,10 +45,6 @@ LOG_TAIL_LINES = 40
 
 CRDS = (REPO_ROOT / "k8s" / "streamingress-crd.yaml",)
 """Installed at start, from the files we ship (one source of truth for the schema)."""
-
-
-class ClusterStartError(RuntimeError):
-    """A component did not start; the message carries the tail of its log."""
 
 
 # --- where the binaries are -----------------------------------------------------------------
@@ -76,9 +68,6 @@ def missing_binaries(directory: Path) -> list[str]:
     return [b for b in BINARIES if not os.access(directory / b, os.X_OK)]
 
 
-# --- small helpers ----------------------------------------------------------------------------
-
-
 def address_exists(address: str) -> bool:
     """True if ADDRESS is assigned to an interface here (we can bind to it)."""
     try:
@@ -87,156 +76,6 @@ def address_exists(address: str) -> bool:
     except OSError:
         return False
     return True
-
-
-def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def _urlopen(url, *, context: ssl.SSLContext | None = None, timeout: float = 5.0):
-    """urlopen that ignores http(s)_proxy from the environment: everything here is local."""
-    handlers: list = [urllib.request.ProxyHandler({})]
-    if context is not None:
-        handlers.append(urllib.request.HTTPSHandler(context=context))
-    return urllib.request.build_opener(*handlers).open(url, timeout=timeout)
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    # If pytest dies without tearing down, the kernel kills the component (PR_SET_PDEATHSIG).
-    # The signal is tied to the thread that started the child: start components from the
-    # main thread.
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
-
-
-class Component:
-    """One child process whose output goes to a log file (appended across restarts)."""
-
-    def __init__(self, name: str, argv: list[str], log_path: Path):
-        self.name = name
-        self.argv = argv
-        self.log_path = log_path
-        self.process: subprocess.Popen | None = None
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def start(self) -> None:
-        assert not self.running, f"{self.name} is already running"
-        with open(self.log_path, "ab") as log:
-            log.write(f"\n===== {time.strftime('%H:%M:%S')} starting {self.name}\n".encode())
-            log.flush()
-            self.process = subprocess.Popen(
-                self.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,
-            )
-
-    def stop(self, timeout: float = 10.0) -> None:
-        proc, self.process = self.process, None
-        if proc is None or proc.poll() is not None:
-            return
-        if timeout <= 0:
-            proc.kill()
-            proc.wait()
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-    def failure(self, what: str) -> ClusterStartError:
-        state = "is running"
-        if self.process is not None and self.process.poll() is not None:
-            state = f"exited with status {self.process.returncode}"
-        return ClusterStartError(
-            f"{self.name} {what} ({state}). Last lines of {self.log_path}:\n"
-            f"{log_tail(self.log_path)}"
-        )
-
-    def wait_until(self, check, what: str, timeout: float) -> None:
-        """Poll CHECK() until true; fail early if the process exits."""
-        deadline = time.monotonic() + timeout
-        while True:
-            if not self.running:
-                raise self.failure(f"did not become {what}")
-            with contextlib.suppress(OSError, ssl.SSLError, urllib.error.URLError):
-                if check():
-                    return
-            if time.monotonic() > deadline:
-                raise self.failure(f"did not become {what} within {timeout:.0f}s")
-            time.sleep(0.1)
-
-
-# --- certificates -----------------------------------------------------------------------------
-
-
-def _pem_key(key) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-
-
-def _pem_cert(cert: x509.Certificate) -> bytes:
-    return cert.public_bytes(serialization.Encoding.PEM)
-
-
-def _name(common_name: str, organization: str | None = None) -> x509.Name:
-    attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization)] if organization else []
-    return x509.Name([*attrs, x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-
-
-def _certificate(subject: x509.Name, issuer=None, *, usage=None, names=(), ips=()):
-    """A fresh P-256 key and a certificate for it, valid for a week. Without ISSUER (a
-    (key, cert) pair) it is a self-signed CA; USAGE is an ExtendedKeyUsageOID for leaves."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    is_ca = issuer is None
-    issuer_key, issuer_cert = issuer if issuer else (key, None)
-    now = datetime.datetime.now(datetime.timezone.utc)
-    flags = dict.fromkeys(
-        ["content_commitment", "key_encipherment", "data_encipherment", "key_agreement",
-         "encipher_only", "decipher_only"], False
-    )
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer_cert.subject if issuer_cert else subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=7))
-        .add_extension(x509.BasicConstraints(ca=is_ca, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(digital_signature=True, key_cert_sign=is_ca, crl_sign=is_ca, **flags),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()), False
-        )
-    )
-    if usage is not None:
-        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-    sans = [x509.DNSName(n) for n in names] + [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
-    if sans:
-        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-    return key, builder.sign(issuer_key, hashes.SHA256())
-
-
-def _write(path: Path, data: bytes, private: bool = False) -> Path:
-    path.write_bytes(data)
-    if private:
-        path.chmod(0o600)
-    return path
 
 
 # --- the cluster --------------------------------------------------------------------------------
@@ -380,14 +219,14 @@ class KubeCluster:
             headers={"Content-Type": "application/json"},
         )
         try:
-            with _urlopen(request, context=self.admin_ssl_context(), timeout=10):
+            with urlopen(request, context=self.admin_ssl_context(), timeout=10):
                 pass
         except urllib.error.HTTPError as error:
             raise ClusterStartError(f"CRD {path.name} rejected: {error.code} {error.read()[:2000]!r}") from None
         url = f"{self.server}/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{body['metadata']['name']}"
 
         def established() -> bool:
-            with _urlopen(url, context=self.admin_ssl_context()) as response:
+            with urlopen(url, context=self.admin_ssl_context()) as response:
                 conditions = (json.load(response).get("status") or {}).get("conditions") or []
             return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
@@ -402,7 +241,7 @@ class KubeCluster:
             data=json.dumps(body).encode(),
             headers={"Content-Type": "application/json"},
         )
-        with _urlopen(request, timeout=10) as response:
+        with urlopen(request, timeout=10) as response:
             return json.load(response)
 
     def etcd_revision(self) -> int:
@@ -420,8 +259,8 @@ class KubeCluster:
     # -- internals ----------------------------------------------------------------------------
 
     def _generate_credentials(self) -> None:
-        pki = self.pki_dir
-        ca = _certificate(_name("twingress-test-ca"))
+        directory = self.pki_dir
+        ca = pki.certificate(pki.name("twingress-test-ca"))
         server = ExtendedKeyUsageOID.SERVER_AUTH
         client = ExtendedKeyUsageOID.CLIENT_AUTH
         # With --use-service-account-credentials=false every controller acts as the
@@ -429,25 +268,25 @@ class KubeCluster:
         # not cover what they do (the garbage collector deletes anything): make it an admin.
         for stem, (key, cert) in {
             "ca": ca,
-            "apiserver": _certificate(
-                _name("kube-apiserver"), ca, usage=server,
+            "apiserver": pki.certificate(
+                pki.name("kube-apiserver"), ca, usage=server,
                 names=["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
                        "kubernetes.default.svc.cluster.local"],
                 ips=sorted({"127.0.0.1", self.advertise_address, "10.96.0.1"}),
             ),
-            "admin": _certificate(_name("twingress-test-admin", "system:masters"), ca, usage=client),
-            "controller-manager": _certificate(
-                _name("system:kube-controller-manager", "system:masters"), ca, usage=client
+            "admin": pki.certificate(pki.name("twingress-test-admin", "system:masters"), ca, usage=client),
+            "controller-manager": pki.certificate(
+                pki.name("system:kube-controller-manager", "system:masters"), ca, usage=client
             ),
         }.items():
-            _write(pki / f"{stem}.crt", _pem_cert(cert))
+            pki.write(directory / f"{stem}.crt", pki.pem_cert(cert))
             if stem != "ca":
-                _write(pki / f"{stem}.key", _pem_key(key), private=True)
+                pki.write(directory / f"{stem}.key", pki.pem_key(key), private=True)
 
         sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        _write(pki / "sa.key", _pem_key(sa_key), private=True)
-        _write(
-            pki / "sa.pub",
+        pki.write(directory / "sa.key", pki.pem_key(sa_key), private=True)
+        pki.write(
+            directory / "sa.pub",
             sa_key.public_key().public_bytes(
                 serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
             ),
@@ -457,8 +296,8 @@ class KubeCluster:
         self._write_kubeconfig(
             self.controller_manager_kubeconfig,
             "kube-controller-manager",
-            pki / "controller-manager.crt",
-            pki / "controller-manager.key",
+            directory / "controller-manager.crt",
+            directory / "controller-manager.key",
         )
 
     def _write_kubeconfig(self, path: Path, user: str, cert: Path, key: Path) -> None:
@@ -493,7 +332,7 @@ class KubeCluster:
             "preferences": {},
         }
         # JSON is YAML; every kubeconfig reader accepts it.
-        _write(path, json.dumps(config, indent=2).encode(), private=True)
+        pki.write(path, json.dumps(config, indent=2).encode(), private=True)
 
     def _etcd_argv(self) -> list[str]:
         peer = f"http://127.0.0.1:{self.etcd_peer_port}"
@@ -512,7 +351,7 @@ class KubeCluster:
         ]
 
     def _apiserver_argv(self) -> list[str]:
-        pki = self.pki_dir
+        directory = self.pki_dir
         return [
             str(self.bin_dir / "kube-apiserver"),
             f"--etcd-servers={self.etcd_endpoint}",
@@ -520,13 +359,13 @@ class KubeCluster:
             f"--secure-port={self.apiserver_port}",
             f"--advertise-address={self.advertise_address}",
             f"--cert-dir={self.workdir / 'apiserver-certs'}",
-            f"--tls-cert-file={pki / 'apiserver.crt'}",
-            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--tls-cert-file={directory / 'apiserver.crt'}",
+            f"--tls-private-key-file={directory / 'apiserver.key'}",
             f"--client-ca-file={self.ca_file}",
             "--authorization-mode=Node,RBAC",
             f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
-            f"--service-account-key-file={pki / 'sa.pub'}",
-            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            f"--service-account-key-file={directory / 'sa.pub'}",
+            f"--service-account-signing-key-file={directory / 'sa.key'}",
             f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
             # On SIGTERM, end open watches within 2s instead of waiting (up to a minute) for
             # the clients to close them: stop_apiserver() then takes about a second.
@@ -536,7 +375,7 @@ class KubeCluster:
         ]
 
     def _controller_manager_argv(self) -> list[str]:
-        pki = self.pki_dir
+        directory = self.pki_dir
         kubeconfig = self.controller_manager_kubeconfig
         return [
             str(self.bin_dir / "kube-controller-manager"),
@@ -547,14 +386,14 @@ class KubeCluster:
             f"--controllers={CONTROLLERS}",
             "--use-service-account-credentials=false",
             "--leader-elect=false",
-            f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--service-account-private-key-file={directory / 'sa.key'}",
             f"--root-ca-file={self.ca_file}",
             "--profiling=false",
             *self._extra_controller_manager_args,
         ]
 
     def _etcd_healthy(self) -> bool:
-        with _urlopen(self.etcd_endpoint + "/health", timeout=2) as response:
+        with urlopen(self.etcd_endpoint + "/health", timeout=2) as response:
             return json.load(response).get("health") == "true"
 
     def admin_ssl_context(self) -> ssl.SSLContext:
@@ -565,7 +404,7 @@ class KubeCluster:
 
     def _apiserver_ready(self) -> bool:
         try:
-            with _urlopen(self.server + "/readyz", context=self.admin_ssl_context()) as response:
+            with urlopen(self.server + "/readyz", context=self.admin_ssl_context()) as response:
                 return response.status == 200
         except urllib.error.HTTPError:  # 500 while post-start hooks are still running
             return False
@@ -576,7 +415,7 @@ class KubeCluster:
         context.verify_mode = ssl.CERT_NONE  # self-signed serving cert
         url = f"https://127.0.0.1:{self.controller_manager_port}/healthz"
         try:
-            with _urlopen(url, context=context) as response:
+            with urlopen(url, context=context) as response:
                 return response.status == 200
         except urllib.error.HTTPError:
             return False

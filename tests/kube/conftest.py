@@ -10,19 +10,25 @@ Run the tests inside ``testenv/netns-run`` so that the pod-like addresses 10.244
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
 import shutil
 import subprocess
 import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Optional
 
 import pytest
 
 from tests.kube import cluster
-from tests.kube import twingress as _fixtures
-
-# The fixtures of tests/kube/twingress.py, for every kube test module without imports.
-kube, namespace, echo, twingress = _fixtures.kube, _fixtures.namespace, _fixtures.echo, _fixtures.twingress
-ingress_classes, relay, relayed = _fixtures.ingress_classes, _fixtures.relay, _fixtures.relayed
+from tests.kube.api import Kube
+from tests.kube.relay import TcpRelay, relayed_kubeconfig
+from tests.kube.streams_support import StreamEchoes, Streams
+from tests.kube.twingress import CONTROLLER, READY_TIMEOUT, KubeTwingress, log_sections, next_pod_ip
+from tests.support import EchoBackend, free_port
 
 REQUIRE_ENV = "TWINGRESS_REQUIRE_KUBE"
 
@@ -72,3 +78,105 @@ def kube_cluster(tmp_path_factory):
     finally:
         control_plane.stop()
         shutil.rmtree(control_plane.etcd_data_dir, ignore_errors=True)  # logs and pki stay
+
+
+@pytest.fixture
+def kube(kube_cluster) -> Iterator[Kube]:
+    api = Kube(kube_cluster.kubeconfig)
+    yield api
+    api.close()
+
+
+@pytest.fixture
+def namespace(kube: Kube, request) -> Iterator[str]:
+    """A fresh namespace for this test, deleted afterwards."""
+    stem = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"{stem}-{uuid.uuid4().hex[:6]}"
+    kube.create_namespace(name)
+    yield name
+    kube.delete_namespace(name)
+
+
+@pytest.fixture
+def echo() -> Iterator[Callable[..., EchoBackend]]:
+    """A factory of echo backends, each on the next pod-like address: C{echo("pod-a")}.
+    C{port} puts it on a given port (an EndpointSlice has one port for all its endpoints)."""
+    started: list[EchoBackend] = []
+
+    def start(name: str, port: Optional[int] = None) -> EchoBackend:
+        host = next_pod_ip()
+        if port is None:
+            port = free_port(host)
+        backend = EchoBackend(name, host, port)
+        started.append(backend)
+        return backend
+
+    yield start
+    for backend in started:
+        backend.stop()
+
+
+@pytest.fixture
+def twingress(kube_cluster, request, tmp_path) -> Iterator[Callable[..., KubeTwingress]]:
+    """
+    A factory: C{twingress(*args, kubeconfig=None)} starts twingress against the test cluster
+    (or through another kubeconfig, e.g. a relay's) and waits until it is ready. Every process
+    is stopped at the end; a failing test's report carries their logs.
+    """
+    sections = log_sections(request.config)
+    started: list[KubeTwingress] = []
+    sections.by_item[request.node.nodeid] = started
+    counter = itertools.count()
+
+    def start(*args: str, kubeconfig: Optional[Path] = None, ready_timeout: float = READY_TIMEOUT) -> KubeTwingress:
+        log_path = tmp_path / f"twingress-{next(counter)}.log"
+        process = KubeTwingress(kubeconfig or kube_cluster.kubeconfig, *args, log_path=log_path, ready_timeout=ready_timeout)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.stop()
+
+
+@pytest.fixture
+def ingress_classes(kube: Kube) -> Iterator[Callable[..., dict]]:
+    """C{ingress_classes(name, controller=..., default=None)} creates or replaces a
+    (cluster-scoped) IngressClass; every one is deleted at the end of the test."""
+    names: list[str] = []
+
+    def put(name: str, controller: str = CONTROLLER, default: Optional[bool] = None) -> dict:
+        names.append(name)
+        return kube.put_ingress_class(name, controller, default)
+
+    yield put
+    for name in dict.fromkeys(names):
+        kube.delete_ingress_class(name)
+
+
+@pytest.fixture
+def relay(kube_cluster) -> Iterator[TcpRelay]:
+    """A L{TcpRelay} to the apiserver's secure port."""
+    relay = TcpRelay(("127.0.0.1", kube_cluster.apiserver_port))
+    yield relay
+    relay.close()
+
+
+@pytest.fixture
+def relayed(kube_cluster, relay: TcpRelay, tmp_path: Path) -> Path:
+    """A kubeconfig that reaches the apiserver through L{relay}."""
+    return relayed_kubeconfig(kube_cluster.kubeconfig, relay, tmp_path / "relayed.kubeconfig")
+
+
+@pytest.fixture
+def streams(kube_cluster) -> Iterator[Streams]:
+    api = Streams(kube_cluster.kubeconfig)
+    yield api
+    api.close()
+
+
+@pytest.fixture
+def stream_echoes() -> Iterator[StreamEchoes]:
+    echoes = StreamEchoes()
+    yield echoes
+    echoes.close()

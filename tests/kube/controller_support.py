@@ -8,11 +8,13 @@ processes never compete with the ones under test.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
+from typing import Optional
 
 from kubernetes import client
 
-from tests.kube.twingress import Kube, KubeTwingress, gone, wait_until
+from tests.kube.api import Kube, gone
+from tests.kube.twingress import KubeTwingress, wait_until
 
 GENERATE = "ingress/http"
 MANAGED_BY = ("app.kubernetes.io/managed-by", "twingress")

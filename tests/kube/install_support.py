@@ -16,11 +16,13 @@ import copy
 import json
 from dataclasses import dataclass
 from pathlib import Path
+
 from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 
 from tests.kube import kustomize
-from tests.kube.twingress import gone, wait_until
+from tests.kube.api import gone
+from tests.kube.twingress import wait_until
 from tests.support import ROOT
 
 BASE = ROOT / "k8s"

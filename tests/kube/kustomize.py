@@ -19,8 +19,9 @@ have a C{name} merge by name, any other list is replaced, C{null} deletes a key.
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import yaml
 

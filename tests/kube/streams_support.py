@@ -15,9 +15,9 @@ import json
 import socket
 import socketserver
 import threading
-from typing import Any, Callable, Iterator, Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
-import pytest
 from kubernetes import client, config
 
 from tests.kube.twingress import CONVERGE_TIMEOUT, KubeTwingress, wait_until
@@ -139,13 +139,6 @@ def wait_conditions(
     return wait_until(probe, timeout, f"{namespace}/{name} conditions {expected}")
 
 
-@pytest.fixture
-def streams(kube_cluster) -> Iterator[Streams]:
-    api = Streams(kube_cluster.kubeconfig)
-    yield api
-    api.close()
-
-
 class _TCPEchoHandler(socketserver.BaseRequestHandler):
     def handle(self) -> None:
         self.request.sendall(self.server.name + b":")  # type: ignore[attr-defined]
@@ -207,10 +200,3 @@ def udp_exchange(port: int, data: bytes, timeout: float = 2.0) -> bytes:
         sock.connect(("127.0.0.1", port))
         sock.send(data)
         return sock.recv(65535)
-
-
-@pytest.fixture
-def stream_echoes() -> Iterator[StreamEchoes]:
-    echoes = StreamEchoes()
-    yield echoes
-    echoes.close()

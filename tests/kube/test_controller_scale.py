@@ -10,8 +10,9 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from tests.kube.api import Kube
 from tests.kube.controller_support import GENERATE, MANAGED_BY, host_of, load_balancer, service_body, start_controller, writes
-from tests.kube.twingress import Kube, wait_until
+from tests.kube.twingress import wait_until
 
 COUNT = 500
 

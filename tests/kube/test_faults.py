@@ -18,20 +18,7 @@ import urllib.request
 import pytest
 from kubernetes import client
 
-from tests.kube.twingress import (  # noqa: F401 - fixtures
-    CONVERGE_TIMEOUT,
-    RECONNECT_TIMEOUT,
-    all_informers,
-    echo,
-    host_for,
-    kube,
-    metric,
-    namespace,
-    relay,
-    relayed,
-    twingress,
-    wait_until,
-)
+from tests.kube.twingress import CONVERGE_TIMEOUT, RECONNECT_TIMEOUT, all_informers, host_for, metric, wait_until
 
 pytestmark = pytest.mark.kube
 
@@ -296,7 +283,7 @@ def test_watch_connections_cut_mid_stream_are_reestablished(kube, namespace, ech
         proxy.wait_status(host, 200, backend="pod-a", timeout=RECONNECT_TIMEOUT)
         assert relay.accepted > accepted_before  # it connected anew
         wait_until(
-            lambda: proxy.metric("twingress_kube_watch_restarts_total", kind="Ingress") > restarts_before,
+            lambda before=restarts_before: proxy.metric("twingress_kube_watch_restarts_total", kind="Ingress") > before,
             CONVERGE_TIMEOUT,
             "the Ingress watch restarted",
         )

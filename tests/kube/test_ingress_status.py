@@ -7,13 +7,14 @@ through the status subresource, as a kubelet would).
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 from kubernetes.client.rest import ApiException
 
+from tests.kube.api import Kube
 from tests.kube.controller_support import load_balancer, read_ingress, start_controller, wait_ingress, writes
-from tests.kube.twingress import Kube, wait_until
+from tests.kube.twingress import wait_until
 
 POD_LABELS = {"app.kubernetes.io/name": "twingress"}
 
@@ -69,7 +70,7 @@ def nodes(kube: Kube, namespace: str) -> Iterator[list[str]]:
         [{"type": "InternalIP", "address": "10.0.0.5"}, {"type": "ExternalIP", "address": "203.0.113.5"}],
         [{"type": "InternalIP", "address": "10.0.0.6"}, {"type": "Hostname", "address": "edge-2"}],
     ]
-    for name, node_addresses in zip(names, addresses):
+    for name, node_addresses in zip(names, addresses, strict=True):
         kube.core.create_node({"metadata": {"name": name}})
         kube.core.patch_node_status(name, {"status": {"addresses": node_addresses}})
     yield names

@@ -19,9 +19,9 @@ import re
 import socket
 import ssl
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 from kubernetes import client, config
@@ -29,11 +29,19 @@ from kubernetes import client, config
 from ingress import tap
 from tests.kube import install_support as install
 from tests.kube import kustomize
+from tests.kube.api import Kube
 from tests.kube.controller_support import (
-    create_annotated_service, events_about, lease_holder, load_balancer, read_ingress, set_annotations, wait_event, wait_ingress,
+    create_annotated_service,
+    events_about,
+    lease_holder,
+    load_balancer,
+    read_ingress,
+    set_annotations,
+    wait_event,
+    wait_ingress,
 )
 from tests.kube.streams_support import Streams, stream_body, wait_conditions, wait_stream
-from tests.kube.twingress import Kube, KubeTwingress, _log_sections, free_port, host_for, wait_until
+from tests.kube.twingress import KubeTwingress, free_port, host_for, log_sections, wait_until
 from tests.proxy.certs import CertificateAuthority, tls_secret
 from tests.support import ROOT
 
@@ -84,7 +92,7 @@ def run(kube_cluster, installed, kube: Kube, namespace: str, monkeypatch, reques
     monkeypatch.setenv("POD_NAME", f"twingress-{uuid.uuid4().hex[:5]}")
     lease = f"lease-{namespace}"[:63]
     started: list[KubeTwingress] = []
-    _log_sections(request.config).by_item[request.node.nodeid] = started
+    log_sections(request.config).by_item[request.node.nodeid] = started
 
     def start(*args: str, ready: bool = True) -> KubeTwingress:
         options = ("--watch-namespace", namespace, "--leader-election-id", lease, *args)

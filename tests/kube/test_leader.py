@@ -13,6 +13,7 @@ from __future__ import annotations
 import signal
 import time
 
+from tests.kube.api import Kube
 from tests.kube.controller_support import (
     controller_args,
     create_annotated_service,
@@ -22,7 +23,7 @@ from tests.kube.controller_support import (
     wait_ingress,
     writes,
 )
-from tests.kube.twingress import CONVERGE_TIMEOUT, Kube, KubeTwingress, wait_until
+from tests.kube.twingress import CONVERGE_TIMEOUT, KubeTwingress, wait_until
 
 LEASE, RETRY = 15.0, 2.0
 MARGIN = 4.0  # scheduling, request latency and polling on a 2-core machine

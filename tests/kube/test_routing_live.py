@@ -8,17 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.kube.twingress import (  # noqa: F401 - fixtures
-    CONTROLLER,
-    CONVERGE_TIMEOUT,
-    echo,
-    host_for,
-    ingress_classes,
-    kube,
-    namespace,
-    twingress,
-    wait_until,
-)
+from tests.kube.twingress import CONTROLLER, host_for, wait_until
 
 pytestmark = pytest.mark.kube
 

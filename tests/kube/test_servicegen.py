@@ -7,6 +7,16 @@ the status controller's writes are predictable.
 
 from __future__ import annotations
 
+import pytest
+
+from ingress.controllers.events import EventRecorder
+from ingress.controllers.generated import GeneratorConfig
+from ingress.controllers.servicegen import ServiceIngressSync
+from ingress.controllers.writer import LeaderWriter
+from ingress.model.parse import parse_object
+from ingress.sources.kube.client import APIError, KubeClient
+from ingress.sources.kube.reflector import Store
+from tests.kube.api import Kube
 from tests.kube.controller_support import (
     GENERATE,
     MANAGED_BY,
@@ -23,16 +33,6 @@ from tests.kube.controller_support import (
     wait_ingress,
     wait_no_ingress,
 )
-import pytest
-
-from ingress.controllers.events import EventRecorder
-from ingress.controllers.generated import GeneratorConfig
-from ingress.controllers.servicegen import ServiceIngressSync
-from ingress.controllers.writer import LeaderWriter
-from ingress.model.parse import parse_object
-from ingress.sources.kube.client import APIError, KubeClient
-from ingress.sources.kube.reflector import Store
-from tests.kube.twingress import Kube
 
 STATUS_ADDRESS = ("--publish-status-address", "192.0.2.10")
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import socket
 
+from tests.kube.api import Kube
 from tests.kube.controller_support import start_controller, writes
-from tests.kube.streams_support import Streams, stream_body, streams  # noqa: F401 - fixture
-from tests.kube.twingress import Kube, free_port, wait_until
+from tests.kube.streams_support import Streams, stream_body
+from tests.kube.twingress import free_port, wait_until
 
 
 def status_of(streams_api: Streams, namespace: str, name: str) -> dict:

@@ -17,7 +17,6 @@ from kubernetes import client
 from kubernetes.client import ApiException
 
 from tests.kube import cluster
-from tests.kube import streams_support
 from tests.kube.streams_support import (
     stream_body,
     stream_conditions,
@@ -29,8 +28,6 @@ from tests.kube.streams_support import (
 )
 from tests.kube.twingress import RECONNECT_TIMEOUT, host_for, next_pod_ip, wait_until
 from tests.support import free_port, refused
-
-streams, stream_echoes = streams_support.streams, streams_support.stream_echoes  # fixtures
 
 pytestmark = pytest.mark.kube
 

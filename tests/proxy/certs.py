@@ -12,9 +12,10 @@ import base64
 import datetime
 import ipaddress
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Optional, Sequence
+from typing import Literal, Optional
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -30,7 +31,7 @@ _serials = itertools.count(1000)
 
 
 def now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
+    return datetime.datetime.now(datetime.UTC)
 
 
 def new_key(key_type: KeyType = "rsa") -> rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey:
@@ -86,7 +87,7 @@ class Leaf:
     def key_pem(self, key_format: KeyFormat = "pkcs8") -> bytes:
         return key_pem(self.key, key_format)
 
-    def with_other_key(self) -> "Leaf":
+    def with_other_key(self) -> Leaf:
         """The same certificate paired with a fresh key of the same type: a key that does not match."""
         key_type: KeyType = "ec" if isinstance(self.key, ec.EllipticCurvePrivateKey) else "rsa"
         return Leaf(self.cert, new_key(key_type), list(self.chain))
@@ -95,7 +96,7 @@ class Leaf:
 class CertificateAuthority:
     """A CA (root, or intermediate when C{parent} is given) that issues leaves and sub-CAs."""
 
-    def __init__(self, name: str, parent: Optional["CertificateAuthority"] = None, key_type: KeyType = "rsa") -> None:
+    def __init__(self, name: str, parent: Optional[CertificateAuthority] = None, key_type: KeyType = "rsa") -> None:
         self.name = name
         self.parent = parent
         self.key = new_key(key_type)
@@ -140,7 +141,7 @@ class CertificateAuthority:
             return []
         return [self.cert, *self.parent.chain]
 
-    def intermediate(self, name: str, key_type: KeyType = "rsa") -> "CertificateAuthority":
+    def intermediate(self, name: str, key_type: KeyType = "rsa") -> CertificateAuthority:
         return CertificateAuthority(name, parent=self, key_type=key_type)
 
     def pem(self) -> bytes:

@@ -13,8 +13,9 @@ import hashlib
 import json
 import socket
 import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:
     from tests.support import Manifests
@@ -100,7 +101,7 @@ class RawClient:
         self.eof = False
         self.reset = False  # the peer ended the connection with RST
 
-    def __enter__(self) -> "RawClient":
+    def __enter__(self) -> RawClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -239,7 +240,7 @@ class RawClient:
         self.sock.settimeout(timeout)
         try:
             data = self.sock.recv(1)
-        except socket.timeout:
+        except TimeoutError:
             return False
         except ConnectionResetError:
             self.eof = self.reset = True
@@ -276,7 +277,7 @@ class ScriptedBackend:
     handler read in C{received}.
     """
 
-    def __init__(self, handler: Callable[[socket.socket, "ScriptedBackend"], None], host: str = "127.0.0.1") -> None:
+    def __init__(self, handler: Callable[[socket.socket, ScriptedBackend], None], host: str = "127.0.0.1") -> None:
         self.handler = handler
         self.listener = socket.socket()
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -365,7 +366,7 @@ def service_per_endpoint(name: str, endpoints: Sequence[tuple[str, int]], namesp
     return objects
 
 
-def route_each(manifests: "Manifests", name: str, host: str, endpoints: Sequence[tuple[str, int]], ready: bool = True) -> None:
+def route_each(manifests: Manifests, name: str, host: str, endpoints: Sequence[tuple[str, int]], ready: bool = True) -> None:
     """Like C{Manifests.route}, but every endpoint keeps its own port (L{service_per_endpoint})."""
     manifests.write(f"{name}.yaml", *service_per_endpoint(name, endpoints, ready=ready), manifests.ingress(name, host, name))
 
@@ -378,7 +379,8 @@ class WSClient:
 
     def __init__(self, port: int, host: str, target: str = "/ws", timeout: float = 10.0, extra_headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
         from wsproto import ConnectionType, WSConnection
-        from wsproto.events import AcceptConnection, RejectConnection, Request as WSRequest
+        from wsproto.events import AcceptConnection, RejectConnection
+        from wsproto.events import Request as WSRequest
 
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         self.ws = WSConnection(ConnectionType.CLIENT)
@@ -391,7 +393,7 @@ class WSClient:
         assert isinstance(event, AcceptConnection), event
         self.accept = event
 
-    def __enter__(self) -> "WSClient":
+    def __enter__(self) -> WSClient:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -10,7 +10,8 @@ reactor keeps turning while they wait.
 from __future__ import annotations
 
 import socket
-from typing import Any, Callable, Iterator, Optional, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Optional
 
 import pytest
 import pytest_twisted
@@ -21,11 +22,11 @@ from twisted.internet.protocol import DatagramProtocol, Factory, Protocol
 from twisted.internet.task import deferLater
 from zope.interface import implementer
 
-from ingress.observe.metrics import Metrics
 from ingress.model import ObjectRef
+from ingress.observe.metrics import Metrics
 from ingress.proxy.http.settings import ProxySettings
-from ingress.proxy.streams.listeners import StreamListeners
 from ingress.proxy.http.upstream import UpstreamPool
+from ingress.proxy.streams.listeners import StreamListeners
 from ingress.routing.route import Upstream
 from ingress.routing.streams import StreamRoute
 from ingress.routing.table import RoutingTable

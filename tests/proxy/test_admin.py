@@ -10,8 +10,9 @@ import json
 import socket
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Optional
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families

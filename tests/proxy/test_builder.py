@@ -9,10 +9,10 @@ from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
 
+from ingress.model import ClusterState
+from ingress.observe.metrics import Metrics
 from ingress.process.builder import TableBuilder
 from ingress.process.live import LiveTable
-from ingress.observe.metrics import Metrics
-from ingress.model import ClusterState
 from ingress.routing.table import RoutingTable
 
 

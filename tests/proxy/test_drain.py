@@ -18,19 +18,20 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.threads import deferToThread
 
-from ingress.process.drain import GracefulShutdown
 from ingress.observe.metrics import Metrics
+from ingress.process.drain import GracefulShutdown
 from ingress.proxy.http.settings import ProxySettings
-from ingress.proxy.streams.listeners import StreamListeners
 from ingress.proxy.http.upstream import UpstreamPool
+from ingress.proxy.streams.listeners import StreamListeners
 from ingress.routing.table import RoutingTable
 from tests.kube.twingress import wait_until
 from tests.proxy.streams_support import recv_exactly, stream_route, tcp_echo, until

@@ -15,8 +15,8 @@ import re
 import socket
 import subprocess
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

@@ -13,8 +13,9 @@ import json
 import re
 import signal
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 from twisted.python import usage

@@ -16,8 +16,9 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator, Optional
+from typing import Optional
 
 import pytest
 
@@ -92,7 +93,7 @@ def exchange(port: int, *parts: bytes, pause: float = 0.0, timeout: float = 5.0)
         while True:
             try:
                 chunk = s.recv(65536)
-            except socket.timeout:
+            except TimeoutError:
                 ending = "timeout"
                 break
             except ConnectionResetError:
@@ -282,7 +283,7 @@ def test_trickled_head_is_not_kept_alive_by_each_byte(impatient: Twingress) -> N
         try:
             while chunk := s.recv(65536):
                 received += chunk
-        except (socket.timeout, ConnectionResetError):
+        except (TimeoutError, ConnectionResetError):
             pass
     assert_refused(parse_reply(received, "eof"), 408)
     assert_still_serves(impatient)
@@ -495,7 +496,7 @@ def test_good_request_before_a_malformed_one_is_answered_first(shared: Twingress
         try:
             while chunk := s.recv(65536):
                 raw += chunk
-        except (socket.timeout, ConnectionResetError):
+        except (TimeoutError, ConnectionResetError):
             raw += b"<no close>"
     first = parse_reply(raw, "eof")
     assert first.status == 200 and b'"path": "/first"' in first.body, raw[:300]

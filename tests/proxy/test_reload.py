@@ -15,7 +15,8 @@ import os
 import select
 import socket
 import time
-from typing import Iterator, Optional
+from collections.abc import Iterator
+from typing import Optional
 
 import pytest
 import yaml

@@ -10,7 +10,7 @@ import hashlib
 import socket
 import threading
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -34,7 +34,7 @@ class RSSSampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> "RSSSampler":
+    def __enter__(self) -> RSSSampler:
         self._thread.start()
         return self
 

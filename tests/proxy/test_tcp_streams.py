@@ -13,8 +13,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import pytest_twisted
@@ -26,8 +27,8 @@ from zope.interface import implementer
 
 from ingress.observe.metrics import Metrics
 from ingress.proxy.streams.listeners import StreamListeners
-from tests.proxy.proxy_header import parse_proxy_header
 from tests.proxy import streams_support
+from tests.proxy.proxy_header import parse_proxy_header
 from tests.proxy.streams_support import metric, recv_all, recv_exactly, stream_route, table, tcp_echo, until
 from tests.proxy.test_streaming import GROWTH_LIMIT, RSSSampler
 from tests.support import ROOT, free_port, wait_for_port

@@ -23,9 +23,10 @@ import ssl
 import subprocess
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
 import pytest
 from cryptography import x509
@@ -104,10 +105,10 @@ def start(manifests: Manifests, *args: str) -> tuple[Twingress, int]:
     process = Twingress(manifests.path, "--https", f"tcp:{https_port}:interface=127.0.0.1", *args)
     try:
         wait_for_port("127.0.0.1", https_port, process.process)
-    except Exception:
+    except Exception as error:
         log = process.log()
         process.stop()
-        raise RuntimeError(f"no TLS listener on {https_port}:\n{log[-4000:]}")
+        raise RuntimeError(f"no TLS listener on {https_port}:\n{log[-4000:]}") from error
     return process, https_port
 
 
@@ -386,7 +387,7 @@ def test_unknown_sni_gets_generated_default(tls_proxy: TLSProxy, pki: PKI) -> No
     leaf = served_leaf(tls_proxy.https_port, "unknown.example.test")
     assert common_name(leaf) == GENERATED_DEFAULT_CN
     assert leaf.issuer == leaf.subject  # self-signed
-    assert leaf.serial_number not in {l.serial for l in pki.leaves.values()}
+    assert leaf.serial_number not in {leaf.serial for leaf in pki.leaves.values()}
     # curl, trusting only our root, refuses it
     done = curl(tls_proxy, "unknown.example.test")
     assert done.returncode != 0
@@ -612,10 +613,10 @@ def test_removed_secret_falls_back_to_default(tls_proxy: TLSProxy, pki: PKI) -> 
     port = tls_proxy.https_port
     assert served_leaf(port, "removed.example.test").serial_number == pki.leaves["removed"].serial
     key = ("default", "removed-tls")
-    assert key in {(l.get("namespace"), l.get("secret")) for l, _ in metric_samples(tls_proxy.process, NOT_AFTER_METRIC)}
+    assert key in {(labels.get("namespace"), labels.get("secret")) for labels, _ in metric_samples(tls_proxy.process, NOT_AFTER_METRIC)}
     tls_proxy.manifests.remove("removed.yaml")
     wait_until(lambda: is_generated_default(python_leaf(port, "removed.example.test")), what="the default certificate after removal")
-    assert key not in {(l.get("namespace"), l.get("secret")) for l, _ in metric_samples(tls_proxy.process, NOT_AFTER_METRIC)}
+    assert key not in {(labels.get("namespace"), labels.get("secret")) for labels, _ in metric_samples(tls_proxy.process, NOT_AFTER_METRIC)}
     assert served_leaf(port, "exact.example.test").serial_number == pki.leaves["exact"].serial
 
 
@@ -667,7 +668,7 @@ def test_truncated_client_hello(tls_proxy: TLSProxy, keep: int | str) -> None:
                 received += chunk
         except ConnectionResetError:
             pass
-        except socket.timeout:
+        except TimeoutError:
             pytest.fail(f"connection still open {CLIENT_TIMEOUT}s after a truncated ClientHello (received {received[:100]!r})")
     # no ServerHello for half a ClientHello: nothing, or an alert record (0x15)
     assert received == b"" or received[:1] == b"\x15", received[:100]

@@ -6,7 +6,7 @@ import socket
 import ssl
 import subprocess
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 

@@ -18,8 +18,8 @@ from twisted.internet.threads import deferToThread
 
 from ingress.observe.metrics import Metrics
 from ingress.proxy.http.settings import ProxySettings
-from ingress.proxy.streams.listeners import StreamListeners
 from ingress.proxy.http.upstream import UpstreamPool
+from ingress.proxy.streams.listeners import StreamListeners
 from tests.proxy import streams_support
 from tests.proxy.streams_support import metric, stream_route, table, udp_echo, until
 from tests.support import free_port
@@ -167,7 +167,7 @@ def test_new_sessions_go_round_robin_and_skip_a_refusing_endpoint(
         for n in range(6):
             try:
                 got.append(ask(port, b"x%d" % n, timeout=0.5)[:2])
-            except socket.timeout:
+            except TimeoutError:
                 got.append(b"lost")
         return got
 

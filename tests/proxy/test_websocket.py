@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 from wsproto.events import CloseConnection, Ping, Pong

@@ -273,7 +273,7 @@ def test_invalid_ingress(obj: dict[str, Any], reason: str, where: str) -> None:
         (meta("x", None), "default", ""),
         (meta("x", ""), "default", ""),
         (meta("x", "prod", creationTimestamp="2024-05-01T10:00:00Z"), "prod", "2024-05-01T10:00:00Z"),
-        (meta("x", creationTimestamp=datetime.datetime(2024, 5, 1, 10, 0, tzinfo=datetime.timezone.utc)),
+        (meta("x", creationTimestamp=datetime.datetime(2024, 5, 1, 10, 0, tzinfo=datetime.UTC)),
          "default", "2024-05-01T10:00:00Z"),
         (meta("x", creationTimestamp=datetime.datetime(2024, 5, 1, 12, 0,
                                                        tzinfo=datetime.timezone(datetime.timedelta(hours=2)))),

@@ -12,7 +12,8 @@ connection (TLS, tests' string transports) gets its own C{write}.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from twisted.internet import tcp
 
@@ -20,7 +21,8 @@ from twisted.internet import tcp
 def direct_writer(transport: Any) -> Callable[[bytes], None]:
     """A C{write(data)} for C{transport} that sends at once when nothing is queued."""
     if not isinstance(transport, tcp.Connection) or not hasattr(transport, "_tempDataBuffer"):
-        return transport.write  # type: ignore[no-any-return]
+        plain_write: Callable[[bytes], None] = transport.write
+        return plain_write
     send = transport.socket.send
     queued_write = transport.write
 

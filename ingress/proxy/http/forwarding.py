@@ -47,7 +47,7 @@ class ForwardedFor:
     fields: bytes  # X-Forwarded-For, X-Real-IP, X-Forwarded-Proto, X-Forwarded-Port, CRLF-terminated
 
     @classmethod
-    def for_transport(cls, transport: ITransport, scheme: bytes) -> "ForwardedFor":
+    def for_transport(cls, transport: ITransport, scheme: bytes) -> ForwardedFor:
         peer = transport.getPeer()
         local = transport.getHost()
         ip = getattr(peer, "host", "") or ""
@@ -58,6 +58,10 @@ class ForwardedFor:
             % (raw, raw, scheme, port)
         )
         return cls(ip, fields)
+
+
+UNKNOWN_PEER = ForwardedFor("", b"")
+"""A connection's forwarding fields before C{connectionMade} tells who the peer is."""
 
 
 def _without_named(block: bytes, connection: frozenset[bytes]) -> bytes:

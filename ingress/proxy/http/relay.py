@@ -13,8 +13,10 @@ connection reports to.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Optional
 
+from twisted.internet.interfaces import IConnector
 from twisted.logger import Logger
 
 from ingress.proxy.http import h1
@@ -22,9 +24,11 @@ from ingress.proxy.http.forwarding import response_head_bytes
 from ingress.proxy.http.upstream import Address, UpstreamConnection
 
 if TYPE_CHECKING:
-    from ingress.proxy.http.server import HTTPProxyProtocol as _Base
-else:
-    _Base = object
+    from ingress.proxy.http.server import HTTPProxyFactory
+    from ingress.proxy.http.settings import ProxySettings
+    from ingress.proxy.idle import Deadline
+    from ingress.proxy.transport import IConnectionTransport
+    from ingress.routing.table import Route
 
 log = Logger()
 
@@ -33,8 +37,59 @@ _IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"PUT", b"DELETE", b"TRACE
 HEAD, BODY, AWAIT, TUNNEL, CLOSED = range(5)
 
 
-class UpstreamRelay(_Base):
-    """Dispatch, retry and response relay for the request a connection is serving."""
+class UpstreamRelay:
+    """
+    Dispatch, retry and response relay for the request a connection is serving.
+
+    The annotations below are the state both halves share (set by the
+    connection half, L{ingress.proxy.http.server.HTTPProxyProtocol}), and the
+    stubs are the connection half's methods this half calls: the real ones
+    come first in the method resolution order, so the stubs never run.
+    """
+
+    transport: IConnectionTransport
+    factory: HTTPProxyFactory
+    request_method: bytes
+    settings: ProxySettings
+    _timer: Deadline
+    _write: Callable[[bytes], None]
+    _buffer: bytes
+    _state: int
+    _request: Optional[h1.Head]
+    _route: Optional[Route]
+    _upstream: Optional[UpstreamConnection]
+    _connecting: Optional[IConnector]
+    _request_id: int
+    _attempts: int
+    _tried: Optional[Address]
+    _pending: list[bytes]
+    _pending_size: int
+    _client_full: bool
+    _head_bytes: bytes
+    _sent_at: float
+    _responded: bool
+    _status: int
+    _keep_alive: bool
+    _request_complete: bool
+    _decode: Optional[h1.ChunkedFramer]
+    _body_sent: int
+
+    def _answer_locally(self, status: int, close: bool = False, location: bytes = b"") -> None: ...
+
+    def _pause_reading(self, reason: str) -> None: ...
+
+    def _resume_reading(self, reason: str) -> None: ...
+
+    def _touch_timer(self) -> None: ...
+
+    def _finish(self, status: int) -> None: ...
+
+    def _close(self) -> None: ...
+
+    def _request_done(self, status: int) -> None: ...
+
+    def _route_name(self) -> str:
+        raise NotImplementedError
 
     def _dispatch(self) -> None:
         """Pick an endpoint and send the request there (pooled connection first)."""
@@ -191,7 +246,8 @@ class UpstreamRelay(_Base):
         if request is None or self._attempts >= 2 or request.method not in _IDEMPOTENT:
             return False
         no_body = not request.framing.chunked and not request.framing.content_length
-        return no_body and (reused or len(self._route.upstream.targets) > 1)  # type: ignore[union-attr]
+        several = self._route is not None and len(self._route.upstream.targets) > 1
+        return no_body and (reused or several)
 
     def _drop_upstream(self) -> None:
         """Abort the upstream connection (or the attempt to open one) of the current request."""
@@ -200,7 +256,7 @@ class UpstreamRelay(_Base):
             upstream.owner = None
             upstream.transport.abortConnection()
         if self._connecting is not None:
-            self._connecting.disconnect()  # type: ignore[attr-defined]
+            self._connecting.disconnect()
             self._connecting = None
 
     def _fail_upstream(self, status: int, detail: str) -> None:

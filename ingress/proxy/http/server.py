@@ -15,24 +15,25 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from twisted.internet.interfaces import IAddress, IReactorTime
+from twisted.internet.interfaces import IAddress, IConnector, IPushProducer, IReactorTime
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+from zope.interface import implementer
 
 from ingress.observe.accesslog import AccessLog
-from ingress.process.live import LiveTable
 from ingress.observe.metrics import NO_ROUTE, Metrics
+from ingress.process.live import LiveTable
 from ingress.proxy.http import h1
 from ingress.proxy.http.fastwrite import direct_writer
-from ingress.proxy.http.forwarding import ForwardedFor, request_head_bytes
-from ingress.proxy.idle import Deadline
+from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor, request_head_bytes
+from ingress.proxy.http.relay import AWAIT, BODY, CLOSED, HEAD, TUNNEL, UpstreamRelay
 from ingress.proxy.http.responses import error_response
 from ingress.proxy.http.settings import ProxySettings
-from ingress.proxy.http.relay import AWAIT, BODY, CLOSED, HEAD, TUNNEL, UpstreamRelay
-from ingress.proxy.http.upstream import Address, UpstreamConnection
 from ingress.proxy.http.target import host_and_path, routing_host
-from ingress.proxy.http.upstream import UpstreamPool
+from ingress.proxy.http.upstream import Address, UpstreamConnection, UpstreamPool
+from ingress.proxy.idle import Deadline
+from ingress.proxy.transport import IConnectionTransport
 from ingress.routing.table import Route
 
 log = Logger()
@@ -40,7 +41,7 @@ log = Logger()
 _PENDING_LIMIT = 1 << 20
 
 
-class HTTPProxyFactory(Factory):
+class HTTPProxyFactory(Factory["HTTPProxyProtocol"]):
     """Shared pieces of every client connection on one listener."""
 
     noisy = False
@@ -64,22 +65,23 @@ class HTTPProxyFactory(Factory):
         self.scheme = scheme
         self.listener = listener
         self.access_log = access_log  # None when off
-        self.connections: set["HTTPProxyProtocol"] = set()
+        self.connections: set[HTTPProxyProtocol] = set()
         self.draining = False  # shutdown: every response says Connection: close
         self._open_gauge = metrics.open_connections.labels(listener)
 
-    def buildProtocol(self, addr: IAddress) -> "HTTPProxyProtocol":
+    def buildProtocol(self, addr: Optional[IAddress]) -> HTTPProxyProtocol:
         return HTTPProxyProtocol(self)
 
-    def opened(self, protocol: "HTTPProxyProtocol") -> None:
+    def opened(self, protocol: HTTPProxyProtocol) -> None:
         self.connections.add(protocol)
         self._open_gauge.inc()
 
-    def closed(self, protocol: "HTTPProxyProtocol") -> None:
+    def closed(self, protocol: HTTPProxyProtocol) -> None:
         self.connections.discard(protocol)
         self._open_gauge.dec()
 
 
+@implementer(IPushProducer)
 class HTTPProxyProtocol(UpstreamRelay, Protocol):
     """
     The client side of the proxy.
@@ -87,6 +89,8 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
     It is its transport's producer (a slow client pauses the upstream
     connection) and the upstream connection's sink (L{upstream.ResponseSink}).
     """
+
+    transport: IConnectionTransport
 
     def __init__(self, factory: HTTPProxyFactory) -> None:
         self.factory = factory
@@ -96,7 +100,7 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         self._timer = Deadline(factory.reactor, self._timed_out)  # idle, header or upstream progress
         self._read_pauses: set[str] = set()
         self._client_full = False
-        self._forwarded: Optional[ForwardedFor] = None
+        self._forwarded = UNKNOWN_PEER
         self._driving = False
         self._request_id = 0
         self._reset_request()
@@ -106,7 +110,7 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         self._request: Optional[h1.Head] = None
         self._route: Optional[Route] = None
         self._upstream: Optional[UpstreamConnection] = None
-        self._connecting: object = None
+        self._connecting: Optional[IConnector] = None
         self._pending: list[bytes] = []
         self._pending_size = 0
         self._body_remaining = 0
@@ -277,7 +281,7 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
             self._answer_locally(308, location=b"https://%s%s" % (h1.host_without_port(head.host), _path_and_query(head.target)))
             return
         self._route = route
-        self._head_bytes = request_head_bytes(head, self._forwarded, host)  # type: ignore[arg-type]
+        self._head_bytes = request_head_bytes(head, self._forwarded, host)
         if framing.chunked:
             self._body_framer = h1.ChunkedFramer()
             self._state = BODY
@@ -356,7 +360,7 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
     def _refuse(self, status: int, detail: str) -> None:
         """A request we will not parse further: answer and close (RFC 9112 requires it)."""
         self.factory.metrics.malformed_requests.labels(str(status)).inc()
-        log.info("refused request from {peer}: {status} {detail}", peer=self._forwarded.ip if self._forwarded else "?", status=status, detail=detail)
+        log.info("refused request from {peer}: {status} {detail}", peer=self._forwarded.ip or "?", status=status, detail=detail)
         if self._responded:
             self._state = CLOSED
             self.transport.abortConnection()

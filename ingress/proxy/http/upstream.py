@@ -9,15 +9,20 @@ that keeps an endpoint keeps its warm connections.
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Protocol as TypingProtocol
+from collections.abc import Callable
+from typing import Optional
+from typing import Protocol as TypingProtocol
 
-from twisted.internet.interfaces import IDelayedCall, IReactorTCP
+from twisted.internet.interfaces import IConnector, IDelayedCall, IPushProducer
 from twisted.internet.protocol import ClientFactory, Protocol, connectionDone
 from twisted.python.failure import Failure
+from zope.interface import implementer
 
+from ingress.process.reactor import IProcessReactor
 from ingress.proxy.http import h1
 from ingress.proxy.http.fastwrite import direct_writer
 from ingress.proxy.http.settings import ProxySettings
+from ingress.proxy.transport import IConnectionTransport
 from ingress.routing.table import Upstream
 
 Address = tuple[str, int]
@@ -43,6 +48,7 @@ class ResponseSink(TypingProtocol):
     def upstream_write_paused(self, paused: bool) -> None: ...
 
 
+@implementer(IPushProducer)
 class UpstreamConnection(Protocol):
     """
     One connection to an endpoint; owned by one request at a time, pooled between.
@@ -52,7 +58,9 @@ class UpstreamConnection(Protocol):
     its own transport so a full upstream send buffer pauses the client.
     """
 
-    def __init__(self, pool: "UpstreamPool", address: Address) -> None:
+    transport: IConnectionTransport
+
+    def __init__(self, pool: UpstreamPool, address: Address) -> None:
         self.pool = pool
         self.address = address
         self.owner: Optional[ResponseSink] = None
@@ -64,7 +72,7 @@ class UpstreamConnection(Protocol):
         self._framer: Optional[h1.ChunkedFramer] = None
         self._keep_alive = False
         self.idle_since = 0.0
-        self._on_connect: Optional[Callable[["UpstreamConnection"], None]] = None
+        self._on_connect: Optional[Callable[[UpstreamConnection], None]] = None
 
     def connectionMade(self) -> None:
         self.transport.setTcpNoDelay(True)  # heads are written whole; never wait for an ACK
@@ -208,7 +216,7 @@ class UpstreamConnection(Protocol):
     @property
     def reusable(self) -> bool:
         """A connection whose last response ended cleanly and asked for no close."""
-        return self._state == _DONE and self._keep_alive and self.connected
+        return self._state == _DONE and self._keep_alive and bool(self.connected)
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self.connected = False
@@ -228,12 +236,12 @@ class UpstreamConnection(Protocol):
 class _Connector(ClientFactory):
     """Builds one L{UpstreamConnection} and reports success or failure once."""
 
-    protocol = UpstreamConnection  # type: ignore[assignment]
+    protocol = UpstreamConnection
     noisy = False
 
     def __init__(
         self,
-        pool: "UpstreamPool",
+        pool: UpstreamPool,
         address: Address,
         connected: Callable[[UpstreamConnection], None],
         failed: Callable[[Address, str, bool], None],
@@ -262,7 +270,7 @@ class UpstreamPool:
     skipped for C{fail_timeout} seconds unless nothing else is left.
     """
 
-    def __init__(self, reactor: IReactorTCP, settings: ProxySettings) -> None:
+    def __init__(self, reactor: IProcessReactor, settings: ProxySettings) -> None:
         self.reactor = reactor
         self.settings = settings
         self._idle: dict[Address, list[UpstreamConnection]] = {}
@@ -278,7 +286,7 @@ class UpstreamPool:
             return None
         start = self._next.get(upstream.key, 0)
         down = self._down_until
-        now = self.reactor.seconds() if down else 0.0  # type: ignore[attr-defined]
+        now = self.reactor.seconds() if down else 0.0
         fallback = None
         for step in range(count):
             index = (start + step) % count
@@ -296,7 +304,7 @@ class UpstreamPool:
         return fallback[1]
 
     def mark_down(self, address: Address) -> None:
-        self._down_until[address] = self.reactor.seconds() + self.settings.fail_timeout  # type: ignore[attr-defined]
+        self._down_until[address] = self.reactor.seconds() + self.settings.fail_timeout
 
     def mark_up(self, address: Address) -> None:
         self._down_until.pop(address, None)
@@ -316,7 +324,7 @@ class UpstreamPool:
         address: Address,
         connected: Callable[[UpstreamConnection], None],
         failed: Callable[[Address, str, bool], None],
-    ) -> object:
+    ) -> IConnector:
         """Open a new connection; exactly one of the callbacks runs later."""
         factory = _Connector(self, address, connected, failed)
         return self.reactor.connectTCP(address[0], address[1], factory, timeout=self.settings.connect_timeout)
@@ -328,10 +336,10 @@ class UpstreamPool:
             connection.transport.loseConnection()
             return
         connection.reused = False
-        connection.idle_since = self.reactor.seconds()  # type: ignore[attr-defined]
+        connection.idle_since = self.reactor.seconds()
         idle.append(connection)
         if self._sweeper is None:
-            self._sweeper = self.reactor.callLater(self.settings.upstream_idle_timeout / 2, self._sweep)  # type: ignore[attr-defined]
+            self._sweeper = self.reactor.callLater(self.settings.upstream_idle_timeout / 2, self._sweep)
 
     def _sweep(self) -> None:
         """
@@ -343,12 +351,12 @@ class UpstreamPool:
         are at the front.
         """
         self._sweeper = None
-        deadline = self.reactor.seconds() - self.settings.upstream_idle_timeout  # type: ignore[attr-defined]
+        deadline = self.reactor.seconds() - self.settings.upstream_idle_timeout
         for idle in list(self._idle.values()):
             while idle and idle[0].idle_since <= deadline:
                 idle.pop(0).transport.loseConnection()
         if any(self._idle.values()):
-            self._sweeper = self.reactor.callLater(self.settings.upstream_idle_timeout / 2, self._sweep)  # type: ignore[attr-defined]
+            self._sweeper = self.reactor.callLater(self.settings.upstream_idle_timeout / 2, self._sweep)
 
     def forget(self, connection: UpstreamConnection) -> None:
         idle = self._idle.get(connection.address)

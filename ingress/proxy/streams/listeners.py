@@ -15,17 +15,18 @@ affected, and binding is tried again with each new table.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, Union
+from typing import Any, Union
 
 from twisted.internet.endpoints import quoteStringArgument, serverFromString
 from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
 from ingress.observe.metrics import Metrics
+from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.streams.tcp import TCPStreamFactory
 from ingress.proxy.streams.udp import DEFAULT_MAX_SESSIONS, UDPStreamListener
-from ingress.proxy.http.upstream import UpstreamPool
 from ingress.routing.streams import TCP, StreamRoute
 from ingress.routing.table import RoutingTable
 

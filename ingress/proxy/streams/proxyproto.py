@@ -73,7 +73,7 @@ def _same_family(source: Optional[Address], destination: Optional[Address]) -> O
         return None
     if src.version != dst.version:
         src, dst = _as_v6(src), _as_v6(dst)
-    elif src.version == 6 and src.ipv4_mapped and dst.ipv4_mapped:
+    elif isinstance(src, ipaddress.IPv6Address) and isinstance(dst, ipaddress.IPv6Address) and src.ipv4_mapped and dst.ipv4_mapped:
         src, dst = src.ipv4_mapped, dst.ipv4_mapped
     return (src, source[1]), (dst, destination[1])
 

@@ -19,8 +19,10 @@ has been sent yet at that point, so the retry is safe).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
+from twisted.internet import tcp
 from twisted.internet.error import TimeoutError as ConnectTimeout
 from twisted.internet.interfaces import IHalfCloseableProtocol
 from twisted.internet.protocol import ClientFactory, Factory, Protocol, connectionDone
@@ -29,10 +31,10 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ingress.observe.metrics import Metrics
-from ingress.proxy.streams import proxyproto
 from ingress.proxy.http.fastwrite import direct_writer
-from ingress.proxy.idle import IdleTimer
 from ingress.proxy.http.upstream import Address, UpstreamPool
+from ingress.proxy.idle import IdleTimer
+from ingress.proxy.streams import proxyproto
 from ingress.routing.streams import TCP, StreamRoute
 
 log = Logger()
@@ -55,9 +57,9 @@ class TCPStreamFactory(Factory):
         self.pool = pool
         self.metrics = metrics
         self.reactor = reactor
-        self.relays: set["TCPRelay"] = set()
+        self.relays: set[TCPRelay] = set()
 
-    def buildProtocol(self, addr: Any) -> "_Side":
+    def buildProtocol(self, addr: Any) -> _Side:
         assert self.route is not None
         return TCPRelay(self, self.route).client_side
 
@@ -83,7 +85,9 @@ class TCPStreamFactory(Factory):
 class _Side(Protocol):
     """One of the two connections of a relay; its bytes go to the other's transport."""
 
-    def __init__(self, relay: "TCPRelay", is_client: bool) -> None:
+    transport: tcp.Connection  # streams are plain TCP: its read size is set below
+
+    def __init__(self, relay: TCPRelay, is_client: bool) -> None:
         self.relay = relay
         self.is_client = is_client
         self.forward: Callable[[bytes], None] = _discard
@@ -170,7 +174,8 @@ class TCPRelay:
             transport.abortConnection()
             return
         self.upstream = transport
-        self.factory.pool.mark_up(self.tried)  # type: ignore[arg-type]
+        if self.tried is not None:
+            self.factory.pool.mark_up(self.tried)
         client = self.client
         if self.route.proxy_protocol:
             transport.write(proxyproto.header(self.route.proxy_protocol, _ip_port(client.getPeer()), _ip_port(client.getHost())))

@@ -20,8 +20,10 @@ C{write} checks the address on every call, and a full socket buffer
 from __future__ import annotations
 
 import socket
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
+from twisted.internet import udp
 from twisted.internet.abstract import isIPAddress, isIPv6Address
 from twisted.internet.interfaces import IReadDescriptor
 from twisted.internet.protocol import DatagramProtocol
@@ -30,8 +32,8 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ingress.observe.metrics import Metrics
-from ingress.proxy.idle import IdleTimer
 from ingress.proxy.http.upstream import Address, UpstreamPool
+from ingress.proxy.idle import IdleTimer
 from ingress.routing.streams import UDP, StreamRoute
 
 log = Logger()
@@ -52,6 +54,7 @@ class UDPStreamListener(DatagramProtocol):
     """
 
     noisy = False
+    transport: udp.Port  # its socket's sendto is called directly, skipping Port.write's checks
 
     def __init__(
         self, route: StreamRoute, pool: UpstreamPool, metrics: Metrics, reactor: Any, max_sessions: int = DEFAULT_MAX_SESSIONS
@@ -76,7 +79,7 @@ class UDPStreamListener(DatagramProtocol):
                 return
         session.send(data)
 
-    def _open(self, client: Any) -> Optional["UDPSession"]:
+    def _open(self, client: Any) -> Optional[UDPSession]:
         route = self.route
         if len(self.sessions) >= self.max_sessions or not self.accepting:
             self.drop(route, "session-limit" if self.accepting else "listener-closed")
@@ -107,7 +110,7 @@ class UDPStreamListener(DatagramProtocol):
     def drop(self, route: StreamRoute, reason: str) -> None:
         self.metrics.stream_dropped.labels(route.name, reason).inc()
 
-    def session_closed(self, session: "UDPSession") -> None:
+    def session_closed(self, session: UDPSession) -> None:
         if self.sessions.get(session.client) is session:
             del self.sessions[session.client]
         self.metrics.stream_active.labels(session.route.name, UDP).dec()
@@ -141,7 +144,7 @@ class UDPSession:
         self.route = route
         self.target = target
         self.clock: Callable[[], float] = listener.reactor.seconds
-        self.last_active = self.clock()
+        self.last_active: float = self.clock()
         self.closed = False
         self.socket: Optional[socket.socket] = None
         self._pending: Optional[list[bytes]] = []
@@ -211,7 +214,9 @@ class UDPSession:
 
     def doRead(self) -> None:
         """The endpoint's replies, up to a batch per wake-up, to the client of this session."""
-        recv = self.socket.recv  # type: ignore[union-attr]
+        if self.socket is None:  # closed: the reactor no longer reads it
+            return
+        recv = self.socket.recv
         reply, client, route = self.listener.reply, self.client, self.route
         for _ in range(READ_BATCH):
             try:

@@ -17,16 +17,17 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from twisted.internet.interfaces import IDelayedCall
+from twisted.internet import tcp
+from twisted.internet.interfaces import IDelayedCall, IProtocolFactory
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
 
-from ingress.process.live import LiveTable
-from ingress.observe.metrics import Metrics
 from ingress.model import ObjectRef
-from ingress.proxy.tls import sni
-from ingress.proxy.streams.tcp import TCPStreamFactory
+from ingress.observe.metrics import Metrics
+from ingress.process.live import LiveTable
 from ingress.proxy.http.upstream import UpstreamPool
+from ingress.proxy.streams.tcp import TCPStreamFactory
+from ingress.proxy.tls import sni
 from ingress.routing.route import Upstream
 from ingress.routing.streams import TCP, StreamRoute
 
@@ -37,7 +38,7 @@ class TLSFrontFactory(Factory):
     noisy = False
 
     def __init__(
-        self, terminate: Factory, live: LiveTable, pool: UpstreamPool, reactor: Any, hello_timeout: float, metrics: Metrics
+        self, terminate: IProtocolFactory, live: LiveTable, pool: UpstreamPool, reactor: Any, hello_timeout: float, metrics: Metrics
     ) -> None:
         self.terminate = terminate
         self.live = live
@@ -63,7 +64,7 @@ class TLSFrontFactory(Factory):
             route = self._routes[upstream] = StreamRoute(TCP, 0, name, ObjectRef("Passthrough", "", upstream.key), upstream)
         return route
 
-    def buildProtocol(self, addr: Any) -> "TLSFront":
+    def buildProtocol(self, addr: Any) -> TLSFront:
         front = TLSFront(self)
         front.address = addr
         return front
@@ -71,6 +72,8 @@ class TLSFrontFactory(Factory):
 
 class TLSFront(Protocol):
     """Buffers the first record until the server name is known, then steps aside."""
+
+    transport: tcp.Server  # the listener's own TCP connection: its protocol is replaced below
 
     def __init__(self, factory: TLSFrontFactory) -> None:
         self.factory = factory
@@ -97,6 +100,9 @@ class TLSFront(Protocol):
     def _terminate(self) -> None:
         """Give the connection (and what was read) to the terminating protocol."""
         inner = self.factory.terminate.buildProtocol(self.address)
+        if inner is None:  # the terminating factory refused the connection
+            self.transport.abortConnection()
+            return
         self.transport.protocol = inner
         inner.makeConnection(self.transport)
         buffered, self._buffer = self._buffer, b""

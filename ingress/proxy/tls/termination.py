@@ -16,7 +16,8 @@ there aborts the handshake.
 from __future__ import annotations
 
 import datetime
-from typing import Any, Callable, Mapping, Optional
+from collections.abc import Callable, Mapping
+from typing import Any, Optional
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -27,8 +28,8 @@ from twisted.internet.interfaces import IOpenSSLServerConnectionCreator
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from ingress.observe.metrics import Metrics
 from ingress.model import TLSSecret
+from ingress.observe.metrics import Metrics
 from ingress.routing.certs import CertificateTable, SecretKey
 from ingress.routing.table import RoutingTable
 
@@ -56,7 +57,7 @@ def self_signed_certificate() -> tuple[bytes, bytes]:
     """A fresh default certificate (never a key shipped in the repo): EC P-256, one year."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "twingress default certificate")])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)
@@ -71,7 +72,7 @@ def self_signed_certificate() -> tuple[bytes, bytes]:
     return cert.public_bytes(serialization.Encoding.PEM), key_pem
 
 
-def _select_alpn(connection: SSL.Connection, offered: list[bytes]) -> bytes:
+def _select_alpn(connection: SSL.Connection, offered: list[bytes]) -> bytes | SSL._NoOverlappingProtocols:
     return b"http/1.1" if b"http/1.1" in offered else SSL.NO_OVERLAPPING_PROTOCOLS
 
 
@@ -101,7 +102,7 @@ def load_certificate(cert_pem: bytes, key_pem: bytes, min_version: str = "1.2", 
         raise CertificateError("unparsable", f"certificate: {error}") from None
     leaf = chain[0]
     not_after = leaf.not_valid_after_utc
-    if not_after < datetime.datetime.now(datetime.timezone.utc):
+    if not_after < datetime.datetime.now(datetime.UTC):
         raise CertificateError("expired", f"certificate expired on {not_after.isoformat()}")
     try:
         key = crypto.load_privatekey(crypto.FILETYPE_PEM, key_pem)
@@ -212,11 +213,13 @@ class CertificateStore:
         secrets: Mapping[SecretKey, TLSSecret],
     ) -> Optional[SSL.Context]:
         """--default-certificate: once its Secret loads, a context of its own replaces the generated one."""
-        cert = loaded.get(key) if key is not None else None
+        if key is None:
+            return None
+        cert = loaded.get(key)
         if cert is None or cert is self._named_default:
             return None
         self._named_default = cert
-        secret = secrets[key]  # type: ignore[index]
+        secret = secrets[key]
         return self._default_context(load_certificate(secret.cert_pem, secret.key_pem, self.min_version, self.ciphers))
 
     def _load(self, key: SecretKey, secret: TLSSecret) -> Optional[LoadedCertificate]:
@@ -252,8 +255,9 @@ class CertificateStore:
         current = {key for key, cert in loaded.items() if cert is not None}
         for key in self._expiry_labels - current:
             gauge.remove(*key)
-        for key in current:
-            gauge.labels(*key).set(loaded[key].not_after.timestamp())  # type: ignore[union-attr]
+        for key, cert in loaded.items():
+            if cert is not None:
+                gauge.labels(*key).set(cert.not_after.timestamp())
         self._expiry_labels = current
 
 

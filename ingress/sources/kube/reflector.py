@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from twisted.logger import Logger
 
-from ingress.model.parse import ParseError, object_ref, parse_object
 from ingress.model import Problem
+from ingress.model.parse import ParseError, object_ref, parse_object
 from ingress.sources.kube.client import APIError, KubeClient
 
 log = Logger()
@@ -128,7 +129,7 @@ class Reflector:
         client_factory: Callable[[], KubeClient],
         resource: Resource,
         on_change: Callable[[], None],
-        on_status: Callable[["Reflector"], None],
+        on_status: Callable[[Reflector], None],
         namespace: str = "",
     ) -> None:
         self.client_factory = client_factory

@@ -16,15 +16,16 @@ keeps its last table (static stability); /readyz detail and metrics report it.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Optional
+from collections.abc import Callable, Iterable
+from typing import Any, Optional
 
 from twisted.application.service import Service
 from twisted.logger import Logger
 
-from ingress.process.builder import TableBuilder
-from ingress.observe.metrics import Metrics
 from ingress.model import ClusterState
-from ingress.model.parse import KINDS, collect
+from ingress.model.parse import KINDS, Kind, collect
+from ingress.observe.metrics import Metrics
+from ingress.process.builder import TableBuilder
 from ingress.sources.kube.client import KubeClient
 from ingress.sources.kube.reflector import Reflector, Resource, Store
 
@@ -160,7 +161,7 @@ class KubeSource(Service):
 
     def snapshot(self) -> ClusterState:
         """Every store's values as one ClusterState (build thread; stores hand out copies)."""
-        outcomes = []
+        outcomes: list[tuple[Kind, Any]] = []
         for reflector in self.reflectors:
             handler = KINDS[(reflector.resource.api_version, reflector.resource.kind)]
             outcomes.extend((handler, value) for value in reflector.store.values())
