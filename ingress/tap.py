@@ -15,6 +15,7 @@ from typing import Any, Optional, cast
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import IService, MultiService, Service
 from twisted.internet.endpoints import serverFromString
+from twisted.internet.error import CannotListenError
 from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.python import usage
 
@@ -53,7 +54,7 @@ def parse_size(text: str) -> int:
     multiplier = _SIZE_SUFFIXES.get(text[-1:], 1)
     digits = text[:-1] if text[-1:] in _SIZE_SUFFIXES else text
     if not digits.isdigit():
-        raise usage.UsageError(f"not a size: {text!r} (use e.g. 8192, 64k, 10m, 1g)")
+        raise ValueError(f"not a size: {text!r} (use e.g. 8192, 64k, 10m, 1g)")
     return int(digits) * multiplier
 
 
@@ -71,6 +72,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
+_CHECKED: list[tuple[str, Callable[[str], float]]] = [
+    ("poll-interval", _positive_float),
+    ("shutdown-delay", _seconds),
+    ("drain-timeout", _seconds),
+    ("stream-drain-timeout", _seconds),
+]
+
 _LIMITS: list[tuple[str, str, Callable[[str], Any], str]] = [
     # option, settings field, converter, help
     ("max-request-line", "max_request_line", parse_size, "Longest request line (414 beyond)."),
@@ -78,6 +86,7 @@ _LIMITS: list[tuple[str, str, Callable[[str], Any], str]] = [
     ("max-header-fields", "max_header_fields", int, "Most header fields in a request (431 beyond)."),
     ("max-body-size", "max_body_bytes", parse_size, "Largest request body (413 beyond)."),
     ("header-timeout", "header_timeout", _positive_float, "Seconds to receive a request head (408 after)."),
+    ("client-body-timeout", "client_body_timeout", _positive_float, "Seconds between two reads of a request body (408 after)."),
     ("keepalive-timeout", "keepalive_timeout", _positive_float, "Seconds an idle client connection is kept."),
     ("connect-timeout", "connect_timeout", _positive_float, "Seconds to connect to an endpoint."),
     ("upstream-timeout", "upstream_timeout", _positive_float, "Seconds without progress from an upstream (504)."),
@@ -85,9 +94,19 @@ _LIMITS: list[tuple[str, str, Callable[[str], Any], str]] = [
     ("upstream-fail-timeout", "fail_timeout", _positive_float, "Seconds an endpoint that failed is skipped."),
 ]
 
-_LIMIT_PARAMETERS: list[list[Any]] = [
-    [name, None, None, help + f" Default: {getattr(ProxySettings(), field)}."] for name, field, _, help in _LIMITS
-]
+def _shown(value: object) -> str:
+    """A default as the option is written: 1g rather than 1073741824, 10 rather than 10.0."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, int) and value >= 1 << 20:
+        for suffix in ("g", "m"):
+            unit = _SIZE_SUFFIXES[suffix]
+            if value % unit == 0:
+                return f"{value // unit}{suffix}"
+    return str(value)
+
+
+_LIMIT_PARAMETERS: list[list[Any]] = [[name, None, _shown(getattr(ProxySettings(), field)), help] for name, field, _, help in _LIMITS]
 
 
 class Options(usage.Options):
@@ -103,28 +122,42 @@ class Options(usage.Options):
     optParameters: list[list[Any]] = [
         ["http", None, "tcp:80", "Endpoint of the plain HTTP listener ('' turns it off)."],
         ["https", None, "tcp:443", "Endpoint of the TLS listener, SNI-selected certificates ('' turns it off)."],
-        ["default-certificate", None, None, "NAMESPACE/NAME of the TLS Secret served when no host matches (default: self-signed, made at start)."],
+        ["default-certificate", None, None, "NAMESPACE/NAME of the TLS Secret served when no host matches. [default: self-signed, made at start]"],
         ["tcp-services-configmap", None, None, "NAMESPACE/NAME of an ingress-nginx tcp-services ConfigMap (\"<port>\": \"<ns>/<svc>:<port>[::PROXY]\") to serve as TCP streams."],
         ["udp-services-configmap", None, None, "NAMESPACE/NAME of an ingress-nginx udp-services ConfigMap (\"<port>\": \"<ns>/<svc>:<port>\") to serve as UDP streams."],
         ["tls-min-version", None, "1.2", "Lowest TLS version accepted: 1.2 or 1.3."],
         ["tls-ciphers", None, MODERN_CIPHERS, "OpenSSL cipher list for TLS 1.2 (TLS 1.3 suites are OpenSSL's)."],
+        ["https-redirect-port", None, None, "Port in the Location of HTTP to HTTPS redirects. [default: the --https listener's port, omitted when 443]"],
         ["admin", None, "tcp:10254:interface=127.0.0.1", "Endpoint of the admin listener: /healthz /readyz /metrics /debug/routes."],
         ["manifests", None, None, "Directory of Kubernetes manifests (YAML/JSON) to route by, instead of a cluster."],
-        ["kubeconfig", None, None, "kubeconfig file of the cluster to watch (default: in-cluster service account)."],
+        ["kubeconfig", None, None, "kubeconfig file of the cluster to watch. [default: in-cluster service account]"],
         ["watch-namespace", None, "", "Watch only this namespace ('' = all namespaces)."],
-        ["poll-interval", None, 1.0, "Seconds between scans of the manifests directory.", _positive_float],
+        ["poll-interval", None, 1.0, "Seconds between scans of the manifests directory."],
         ["ingress-class", None, DEFAULT_CLASS_NAME, "IngressClass name this controller serves."],
         ["controller-name", None, CONTROLLER_NAME, "spec.controller value of IngressClasses this controller serves."],
-        ["shutdown-delay", None, 5.0, "Seconds between SIGTERM (/readyz turns 503) and the listeners closing.", _seconds],
-        ["drain-timeout", None, 30.0, "Seconds open requests and streams get after the listeners close.", _seconds],
+        ["shutdown-delay", None, 5.0, "Seconds between SIGTERM (/readyz turns 503) and the listeners closing."],
+        ["drain-timeout", None, 30.0, "Seconds open requests and streams get after the listeners close."],
         ["log-format", None, "text", "Process log: text (twistd's) or json (one object per line, on stdout)."],
         ["access-log", None, "-", "Access log: '-' (stdout), a file path (reopened on SIGUSR1) or 'off'."],
         ["access-log-format", None, "text", "Access log lines: text (combined log format + fields) or json."],
         ["stream-interface", None, "", "Address the TCP/UDP stream listeners bind ('' = every IPv4 address, :: = IPv6 and IPv4)."],
-        ["stream-drain-timeout", None, 30.0, "Seconds a removed stream's open connections are kept before they are closed.", _seconds],
+        ["stream-drain-timeout", None, 30.0, "Seconds a removed stream's open connections are kept before they are closed."],
         *CONTROLLER_PARAMETERS,
         *_LIMIT_PARAMETERS,
     ]
+
+    def parseOptions(self, options: Optional[list[str]] = None) -> None:
+        """
+        As twistd's subcommand (it sets C{parent}), a bad command line is one line
+        on stderr and exit status 1: twistd would print its whole help text above
+        the error.  Used directly (tests, embedding), it raises L{usage.UsageError}.
+        """
+        try:
+            super().parseOptions(options)
+        except usage.UsageError as error:
+            if getattr(self, "parent", None) is None:
+                raise
+            raise SystemExit(f"twistd ingress: {error} (see twistd ingress --help)") from None
 
     def opt_version(self) -> None:
         """Print the version and exit."""
@@ -132,6 +165,11 @@ class Options(usage.Options):
         raise SystemExit(0)
 
     def postOptions(self) -> None:
+        for option, convert in _CHECKED:
+            try:
+                self[option] = convert(str(self[option]))
+            except ValueError as error:  # named here: twistd's own coercion error does not say which option
+                raise usage.UsageError(f"--{option}: {error}") from None
         self["source"] = self._source()
         if self["tls-min-version"] not in ("1.2", "1.3"):
             raise usage.UsageError("--tls-min-version must be 1.2 or 1.3")
@@ -147,13 +185,22 @@ class Options(usage.Options):
         }
         overrides = {}
         for name, field, convert, _ in _LIMITS:
-            if self[name] is not None:
-                try:
-                    overrides[field] = convert(self[name])
-                except ValueError as error:
-                    raise usage.UsageError(f"--{name}: {error}") from None
+            try:
+                overrides[field] = convert(self[name])
+            except ValueError as error:
+                raise usage.UsageError(f"--{name}: {error}") from None
+        overrides["https_redirect_port"] = self._https_redirect_port()
         self["settings"] = ProxySettings(**overrides)
         self["controllers"] = controller_options(self, self["ingress-class"], self["controller-name"])
+
+    def _https_redirect_port(self) -> Optional[int]:
+        """--https-redirect-port, or the HTTPS listener's own port: a redirect must reach the listener."""
+        value = self["https-redirect-port"]
+        if value is None:
+            return listener_port(self["https"] or "")
+        if not value.isdigit() or not 0 < int(value) < 65536:
+            raise usage.UsageError(f"--https-redirect-port: {value!r} is not a port number")
+        return int(value)
 
     def _source(self) -> str:
         """Which configuration source: "manifests", "kubeconfig" or "in-cluster"; exactly one."""
@@ -210,12 +257,15 @@ def _check_writable(path: str) -> None:
 
 def listener_port(description: str) -> Optional[int]:
     """
-    The TCP port of a tcp, tcp6 or ssl endpoint description ("tcp:80", "tcp:port=80:interface=::1").
+    The TCP port of a tcp, tcp6 or ssl endpoint description ("tcp:80", "tcp:port=80:interface=::1"),
+    also behind the PROXY-protocol wrapper ("haproxy:tcp:80").
 
     Stream listeners must not take our own listeners' ports; other endpoint
     types (unix sockets, systemd) hold none.
     """
     kind, _, rest = description.partition(":")
+    if kind == "haproxy":
+        return listener_port(rest)
     if kind not in ("tcp", "tcp6", "ssl") or not rest:
         return None
     arguments = rest.split(":")
@@ -266,6 +316,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
     streams = StreamListeners(reactor, pool, metrics, options["stream-interface"], options["stream-drain-timeout"])
     live.subscribe(streams.apply)
     admin.route_sections["streamListeners"] = streams.to_json
+    admin.route_views.append(streams.show)
     if options["source"] == "manifests":
         ManifestsSource(options["manifests"], builder, metrics, reactor, options["poll-interval"]).setServiceParent(top)
     else:
@@ -294,10 +345,11 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
             metrics, load_certificate(*self_signed_certificate()), options["tls-min-version"], options["tls-ciphers"]
         )
         builder.preparers.append(store.prepare)  # contexts are built on the build thread
+        admin.route_views.append(store.show)
         https = HTTPProxyFactory(live, pool, settings, metrics, reactor, scheme=b"https", listener="https", access_log=access_log)
         drainables.append(HTTPConnections(https))
         terminate = TLSMemoryBIOFactory(SNIConnectionCreator(store), False, https)
-        front = TLSFrontFactory(terminate, live, pool, reactor, settings.header_timeout, metrics)
+        front = TLSFrontFactory(terminate, live, pool, reactor, settings.header_timeout, metrics, settings.server_name)
         drainables.append(PassthroughConnections(front.passthrough))
         listeners.append(_listen(reactor, options["https"], front, top, "https"))
     shutdown = GracefulShutdown(reactor, listeners, drainables, options["shutdown-delay"], options["drain-timeout"])
@@ -308,10 +360,25 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
     return top
 
 
+class _Listener(StreamServerEndpointService):
+    """A listener that cannot listen stops the start with one line saying which and why (no traceback)."""
+
+    _raiseSynchronously = True  # a port in use fails startup instead of logging and going on
+
+    def __init__(self, reactor: Any, description: str, factory: Any, name: str) -> None:
+        super().__init__(serverFromString(reactor, description), factory)
+        self.description = description
+        self.setName(name)
+
+    def privilegedStartService(self) -> None:
+        try:
+            super().privilegedStartService()
+        except CannotListenError as error:
+            raise SystemExit(f"twistd ingress: --{self.name} {self.description}: cannot listen: {error.socketError}") from None
+
+
 def _listen(reactor: Any, description: str, factory: Any, parent: MultiService, name: str) -> IService:
-    service = StreamServerEndpointService(serverFromString(reactor, description), factory)
-    service._raiseSynchronously = True  # a port in use fails startup instead of logging and going on
-    service.setName(name)
+    service = _Listener(reactor, description, factory, name)
     service.setServiceParent(parent)
     return service
 

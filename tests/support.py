@@ -242,7 +242,8 @@ class Twingress:
         raise RuntimeError("no VmRSS")
 
     def log(self) -> str:
-        self._log.flush()
+        if not self._log.closed:  # stop() closes it: the log of a failed start is read after that
+            self._log.flush()
         return self.log_path.read_text(errors="replace")
 
     def stop(self) -> None:

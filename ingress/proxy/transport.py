@@ -10,8 +10,24 @@ This interface names exactly that, so each use is checked rather than cast.
 
 from __future__ import annotations
 
-from twisted.internet.interfaces import IConsumer, IPushProducer, ITCPTransport
+from twisted.internet.interfaces import IConsumer, IProtocol, IPushProducer, ITCPTransport
+from twisted.protocols.policies import ProtocolWrapper
 
 
 class IConnectionTransport(ITCPTransport, IConsumer, IPushProducer):
     """A connected TCP (or TLS-over-TCP) transport: write, close, abort, and flow control both ways."""
+
+
+def hand_over(transport: object, protocol: IProtocol) -> None:
+    """
+    Make C{protocol} the receiver of C{transport}'s events from now on (the
+    TLS front door handing a connection to termination or passthrough).
+
+    A TCP connection delivers to its C{protocol} attribute; a protocol wrapper
+    (the PROXY-protocol listener, C{haproxy:} endpoints) to its
+    C{wrappedProtocol}, and setting C{protocol} on it would change nothing.
+    """
+    if isinstance(transport, ProtocolWrapper):
+        transport.wrappedProtocol = protocol
+    else:
+        transport.protocol = protocol  # type: ignore[attr-defined]  # tcp.Connection (or TLS over it): the attribute its reads go to

@@ -333,6 +333,7 @@ def test_without_manifests_exits_non_zero_with_a_clear_message() -> None:
     assert result.returncode != 0
     output = result.stdout + result.stderr
     assert "--manifests" in output and "no configuration source" in output, output
+    assert output.count("\n") == 1 and "Usage:" not in output, output  # one line: no help text, no traceback
 
 
 @pytest.mark.parametrize(
@@ -350,7 +351,9 @@ def test_bad_options_exit_non_zero_with_a_message(tmp_path: Path, args: list[str
         args = ["--manifests", str(tmp_path), *args]
     result = twistd(*args, "--http", "", "--admin", "")
     assert result.returncode != 0
-    assert mentions in result.stdout + result.stderr, result.stdout + result.stderr
+    output = result.stdout + result.stderr
+    assert mentions in output, output
+    assert output.count("\n") == 1 and output.startswith("twistd ingress: "), output  # one line, no help text
 
 
 def test_port_in_use_fails_startup(manifests: Manifests) -> None:
@@ -360,7 +363,9 @@ def test_port_in_use_fails_startup(manifests: Manifests) -> None:
         port = taken.getsockname()[1]
         result = twistd("--manifests", str(manifests.path), "--http", f"tcp:{port}:interface=127.0.0.1", "--admin", f"tcp:{free_port()}:interface=127.0.0.1")
     assert result.returncode != 0
-    assert "Address already in use" in result.stdout + result.stderr or "CannotListen" in result.stdout + result.stderr
+    output = result.stdout + result.stderr
+    assert f"twistd ingress: --http tcp:{port}:interface=127.0.0.1: cannot listen: [Errno 98] Address already in use" in output, output
+    assert "Traceback" not in output, output
 
 
 def test_help_lists_every_option() -> None:

@@ -38,9 +38,33 @@ def _get(port: int, host: str, target: str) -> http.client.HTTPResponse:
 
 
 def test_plain_http_to_a_tls_host_is_redirected_with_path_and_query(redirect_proxy: Twingress) -> None:
+    """The HTTPS listener is not on 443 here: the redirect names its port, or it would lead nowhere."""
+    port = redirect_proxy.https_port  # type: ignore[attr-defined]
     response = _get(redirect_proxy.http_port, "r.test:8080", "/a/b?c=d")
     assert response.status == 308
-    assert response.getheader("Location") == "https://r.test/a/b?c=d"
+    assert response.getheader("Location") == f"https://r.test:{port}/a/b?c=d"
+
+
+def test_the_redirect_keeps_the_path_as_spelled_and_follows_an_absolute_target(redirect_proxy: Twingress) -> None:
+    port = redirect_proxy.https_port  # type: ignore[attr-defined]
+    assert _get(redirect_proxy.http_port, "r.test", "/x/../a%2Fb").getheader("Location") == f"https://r.test:{port}/x/../a%2Fb"
+    assert _get(redirect_proxy.http_port, "other.test", "http://r.test/q").getheader("Location") == f"https://r.test:{port}/q"
+
+
+@pytest.mark.parametrize(("option", "location"), [("443", "https://r.test/p"), ("8443", "https://r.test:8443/p")])
+def test_https_redirect_port_names_the_port_the_clients_reach(tmp_path_factory: pytest.TempPathFactory, option: str, location: str) -> None:
+    """--https-redirect-port: the listener's port as clients see it (e.g. behind a NAT mapping 443 to it)."""
+    echo = EchoBackend("pod-p")
+    manifests = Manifests(tmp_path_factory.mktemp("redirect-port"))
+    secured = Manifests.ingress("secured", "r.test", "echo", tls=[{"hosts": ["r.test"], "secretName": "r-tls"}])
+    manifests.write("all.yaml", *manifests.service("echo", [echo.address]), secured)
+    https_port = free_port()
+    proxy = Twingress(manifests.path, "--https", f"tcp:{https_port}:interface=127.0.0.1", "--https-redirect-port", option)
+    try:
+        assert _get(proxy.http_port, "r.test", "/p").getheader("Location") == location
+    finally:
+        proxy.stop()
+        echo.stop()
 
 
 def test_redirect_can_be_turned_off_per_ingress(redirect_proxy: Twingress) -> None:

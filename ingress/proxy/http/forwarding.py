@@ -21,6 +21,7 @@ from twisted.internet.interfaces import ITransport
 
 from ingress.proxy.http import h1
 from ingress.proxy.http.responses import http_date, reason_phrase
+from ingress.proxy.http.target import origin_form
 
 _FORWARDING = frozenset(
     {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host", b"x-forwarded-port", b"x-real-ip", b"forwarded"}
@@ -35,8 +36,11 @@ def _drop_lines_re(names: frozenset[bytes]) -> re.Pattern[bytes]:
 
 
 _REQUEST_DROP_RE = _drop_lines_re(h1.HOP_BY_HOP | _FORWARDING)
-_RESPONSE_DROP_RE = _drop_lines_re(h1.HOP_BY_HOP)
+# The upstream's Server goes too and ours takes its place, as nginx does by default
+# (proxy_hide_header): an edge does not tell the world which software runs behind it.
+_RESPONSE_DROP_RE = _drop_lines_re(h1.HOP_BY_HOP | {b"server"})
 _TRANSFER_ENCODING_RE = _drop_lines_re(frozenset({b"transfer-encoding"}))
+_HOST_RE = _drop_lines_re(frozenset({b"host"}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,16 +77,30 @@ def _without_named(block: bytes, connection: frozenset[bytes]) -> bytes:
 
 
 def request_head_bytes(request: h1.Head, forwarded: ForwardedFor, host: str) -> bytes:
-    """The head sent upstream: always HTTP/1.1, persistent unless upgrading."""
+    """
+    The head sent upstream: always HTTP/1.1, persistent unless upgrading.
+
+    C{host} is the routing host (see L{ingress.proxy.http.target}).  The
+    target goes as the client sent it (nginx's C{proxy_pass} without a URI
+    does the same: the upstream sees its own spelling of the path), except
+    that an absolute-form target goes in origin-form with its authority as
+    the Host field, and a fragment is dropped.
+    """
     block = _without_named(_REQUEST_DROP_RE.sub(b"", request.block), request.connection)
+    target = request.target
     tail = b""
+    if target[:1] != b"/" or b"#" in target:  # rare: absolute-form, or a fragment
+        if target[:1] != b"/":
+            block = _HOST_RE.sub(b"", block)
+            tail = b"Host: %s\r\n" % host.encode("latin-1")
+        target = origin_form(target)
     if not request.host:
         tail = b"Host: %s\r\n" % host.encode("latin-1")
     if request.upgrade:
         tail += b"Connection: upgrade\r\nUpgrade: %s\r\n" % request.upgrade
     return b"%s %s HTTP/1.1\r\n%s%s%sX-Forwarded-Host: %s\r\n\r\n" % (
         request.method,
-        request.target,
+        target,
         block,
         tail,
         forwarded.fields,
@@ -107,8 +125,7 @@ def response_head_bytes(
     extra = b""
     if not response.has_date:
         extra = b"Date: %s\r\n" % http_date()
-    if not response.has_server:
-        extra += b"Server: %s\r\n" % server
+    extra += b"Server: %s\r\n" % server
     if hsts:
         extra += b"Strict-Transport-Security: %s\r\n" % hsts.encode("ascii")
     if status == 101:

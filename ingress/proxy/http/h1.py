@@ -116,7 +116,6 @@ class Head:
     upgrade: bytes = b""
     expect_continue: bool = False
     has_date: bool = False
-    has_server: bool = False
 
     @property
     def keep_alive(self) -> bool:
@@ -131,6 +130,11 @@ class Head:
     def fields(self) -> list[Field]:
         """Every field as (name as received, lower-cased name, value): for the slow paths and tests."""
         return split_fields(self.block)
+
+
+def valid_host(host: bytes) -> bool:
+    """A Host field value (or an absolute-form authority) as RFC 9110 7.2 allows it: host[:port]."""
+    return _HOST_RE.fullmatch(host) is not None
 
 
 def host_without_port(host: bytes) -> bytes:
@@ -273,7 +277,7 @@ def parse_request_head(block: bytes, max_fields: int = 100) -> Head:
     host = seen.get(b"host")
     if version >= (1, 1) and host is None:
         raise HTTPError(400, "missing Host")
-    if host is not None and (b"," in host or _HOST_RE.fullmatch(host) is None):
+    if host is not None and (b"," in host or not valid_host(host)):
         raise HTTPError(400, "several Host fields" if b"," in host else "invalid Host")
     if version < (1, 1) and framing.chunked:
         raise HTTPError(400, "Transfer-Encoding in an HTTP/1.0 request")  # RFC 9112 6.1: faulty framing
@@ -315,7 +319,6 @@ def parse_response_head(block: bytes, request_method: bytes, max_fields: int = 2
         reason=reason or b"",
         upgrade=seen.get(b"upgrade", b""),
         has_date=b"date" in seen,
-        has_server=b"server" in seen,
     )
 
 

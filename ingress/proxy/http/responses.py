@@ -46,3 +46,15 @@ def error_response(status: int, server: bytes, close: bool, extra: tuple[tuple[b
     if close:
         lines.append(b"Connection: close")
     return b"\r\n".join(lines) + b"\r\n\r\n" + body
+
+
+def plain_http_on_tls_port(server: bytes) -> bytes:
+    """The answer to an HTTP request sent in clear text to the TLS listener (nginx's wording)."""
+    body = b"400 Bad Request: the plain HTTP request was sent to the HTTPS port\n"
+    return b"".join(
+        (
+            b"HTTP/1.1 400 Bad Request\r\nDate: %s\r\nServer: %s\r\n" % (http_date(), server),
+            b"Content-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body),
+            body,
+        )
+    )

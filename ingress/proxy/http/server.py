@@ -30,7 +30,7 @@ from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor, request_he
 from ingress.proxy.http.relay import AWAIT, BODY, CLOSED, HEAD, TUNNEL, UpstreamRelay
 from ingress.proxy.http.responses import error_response
 from ingress.proxy.http.settings import ProxySettings
-from ingress.proxy.http.target import host_and_path, routing_host
+from ingress.proxy.http.target import host_and_path, origin_form, routing_host
 from ingress.proxy.http.upstream import Address, UpstreamConnection, UpstreamPool
 from ingress.proxy.idle import Deadline
 from ingress.proxy.transport import IConnectionTransport
@@ -136,7 +136,6 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
             self.transport.setTcpNoDelay(True)  # responses are written whole; never wait for an ACK
         self.transport.registerProducer(self, True)
         self._write = direct_writer(self.transport)
-        self._forwarded = ForwardedFor.for_transport(self.transport, self.factory.scheme)
         self._timer.set(self.settings.header_timeout, "idle")
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
@@ -180,15 +179,23 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
     # -- timers ---------------------------------------------------------------
 
     def _touch_timer(self) -> None:
-        """Progress was made: push the upstream deadline out by its full length again."""
-        if self._timer.kind == "upstream":
+        """Progress was made: push the body or upstream deadline out by its full length again."""
+        kind = self._timer.kind
+        if kind == "upstream":
             self._timer.push(self.settings.upstream_timeout)
+        elif kind == "body":
+            self._timer.push(self.settings.client_body_timeout)
 
     def _timed_out(self, kind: str) -> None:
         if kind == "idle":
             self._close()
         elif kind == "header":
             self._refuse(408, "request head not received in time")
+        elif kind == "body" and not self._read_pauses:
+            # The client stalled, not the upstream: 408, and the upstream connection
+            # (holding half a request) is aborted with ours, never pooled.  While we
+            # were not reading (the upstream pushed back), the upstream is to blame.
+            self._refuse(408, "request body not received in time")
         else:
             self.factory.metrics.upstream_failures.labels("timeout").inc()
             self._fail_upstream(504, "upstream timed out")
@@ -261,6 +268,8 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         """Route a parsed head and start forwarding it."""
         self._request = head
         self.request_method = head.method
+        if self._forwarded is UNKNOWN_PEER:
+            self._learn_peer()
         self._started_at = time.monotonic()
         self._keep_alive = head.keep_alive and not self.factory.draining
         self._timer.set(self.settings.upstream_timeout, "upstream")
@@ -271,23 +280,29 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         if head.method == b"CONNECT":
             self._refuse(405, "CONNECT is not proxied")
             return
-        host, path = host_and_path(head)
+        try:
+            host, path = host_and_path(head)
+        except h1.HTTPError as error:
+            self._refuse(error.status, error.detail)
+            return
         route = self.factory.live.table.match(routing_host(host), path)
         if route is None:
             self._answer_locally(404)
             return
         if route.redirect_https and self.factory.scheme == b"http":
             self._route = route
-            self._answer_locally(308, location=b"https://%s%s" % (h1.host_without_port(head.host), _path_and_query(head.target)))
+            self._answer_locally(308, location=self._https_location(host, head.target))
             return
         self._route = route
         self._head_bytes = request_head_bytes(head, self._forwarded, host)
         if framing.chunked:
             self._body_framer = h1.ChunkedFramer()
             self._state = BODY
+            self._timer.set(self.settings.client_body_timeout, "body")
         elif framing.content_length:
             self._body_remaining = framing.content_length
             self._state = BODY
+            self._timer.set(self.settings.client_body_timeout, "body")
         else:
             self._request_complete = True
             self._state = AWAIT
@@ -317,6 +332,8 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         if done:
             self._request_complete = True
             self._state = AWAIT
+            if self._timer.kind == "body":
+                self._timer.set(self.settings.upstream_timeout, "upstream")
 
     def _send_upstream(self, data: bytes) -> None:
         upstream = self._upstream
@@ -357,8 +374,27 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         self._write_local(error_response(status, self.settings.server_name, close, extra))
         self._finish(status)
 
+    def _https_location(self, host: str, target: bytes) -> bytes:
+        """The same resource on the HTTPS listener: its port unless 443, the path as the client spelled it."""
+        port = self.settings.https_redirect_port
+        authority = h1.host_without_port(host.encode("latin-1"))
+        if port is not None and port != 443:
+            authority += b":%d" % port
+        return b"https://%s%s" % (authority, origin_form(target))
+
+    def _learn_peer(self) -> None:
+        """
+        Who the client is, for X-Forwarded-For, X-Real-IP and the access log.
+
+        Read at the first request, not at connectionMade: behind a PROXY-protocol
+        listener the client's address is known only once the PROXY header is read.
+        """
+        self._forwarded = ForwardedFor.for_transport(self.transport, self.factory.scheme)
+
     def _refuse(self, status: int, detail: str) -> None:
         """A request we will not parse further: answer and close (RFC 9112 requires it)."""
+        if self._forwarded is UNKNOWN_PEER:
+            self._learn_peer()
         self.factory.metrics.malformed_requests.labels(str(status)).inc()
         log.info("refused request from {peer}: {status} {detail}", peer=self._forwarded.ip or "?", status=status, detail=detail)
         if self._responded:
@@ -387,10 +423,3 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         self.transport.loseConnection()
 
 
-def _path_and_query(target: bytes) -> bytes:
-    """The origin-form of a target (absolute-form targets lose scheme and authority)."""
-    if target[:1] == b"/":
-        return target
-    rest = target.split(b"//", 1)[-1]
-    slash = rest.find(b"/")
-    return rest[slash:] if slash >= 0 else b"/"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +20,7 @@ class ProxySettings:
     max_header_fields: int = 100
     max_body_bytes: int = 1 << 30
     header_timeout: float = 10.0
+    client_body_timeout: float = 60.0  # between two reads of a request body, as nginx's client_body_timeout
     keepalive_timeout: float = 75.0
     connect_timeout: float = 5.0
     upstream_timeout: float = 60.0
@@ -26,3 +28,4 @@ class ProxySettings:
     max_idle_per_endpoint: int = 64
     fail_timeout: float = 5.0
     server_name: bytes = b"twingress"
+    https_redirect_port: Optional[int] = None  # the port in HTTP -> HTTPS redirects; None: the scheme's own (443)

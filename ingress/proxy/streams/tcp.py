@@ -35,6 +35,7 @@ from ingress.proxy.http.fastwrite import direct_writer
 from ingress.proxy.http.upstream import Address, UpstreamPool
 from ingress.proxy.idle import IdleTimer
 from ingress.proxy.streams import proxyproto
+from ingress.proxy.transport import hand_over
 from ingress.routing.streams import TCP, StreamRoute
 
 log = Logger()
@@ -70,7 +71,7 @@ class TCPStreamFactory(Factory):
         go to the upstream first.
         """
         relay = TCPRelay(self, route, first_bytes)
-        transport.protocol = relay.client_side
+        hand_over(transport, relay.client_side)
         relay.client_side.makeConnection(transport)
 
     def abort_all(self) -> int:

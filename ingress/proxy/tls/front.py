@@ -15,9 +15,9 @@ and the shutdown drain come with it.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Optional
 
-from twisted.internet import tcp
 from twisted.internet.interfaces import IDelayedCall, IProtocolFactory
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
@@ -25,11 +25,17 @@ from twisted.python.failure import Failure
 from ingress.model import ObjectRef
 from ingress.observe.metrics import Metrics
 from ingress.process.live import LiveTable
+from ingress.proxy.http.responses import plain_http_on_tls_port
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.streams.tcp import TCPStreamFactory
 from ingress.proxy.tls import sni
+from ingress.proxy.transport import IConnectionTransport, hand_over
 from ingress.routing.route import Upstream
 from ingress.routing.streams import TCP, StreamRoute
+
+# An HTTP request line's start: a method token and a space (a TLS record starts with byte 22).
+_PLAIN_HTTP = re.compile(rb"[A-Z]{3,16} ")
+_PLAIN_HTTP_READ_LIMIT = 16384
 
 
 class TLSFrontFactory(Factory):
@@ -38,13 +44,22 @@ class TLSFrontFactory(Factory):
     noisy = False
 
     def __init__(
-        self, terminate: IProtocolFactory, live: LiveTable, pool: UpstreamPool, reactor: Any, hello_timeout: float, metrics: Metrics
+        self,
+        terminate: IProtocolFactory,
+        live: LiveTable,
+        pool: UpstreamPool,
+        reactor: Any,
+        hello_timeout: float,
+        metrics: Metrics,
+        server_name: bytes = b"twingress",
     ) -> None:
         self.terminate = terminate
         self.live = live
         self.pool = pool
         self.reactor = reactor
         self.hello_timeout = hello_timeout
+        self.metrics = metrics
+        self.server_name = server_name
         self.passthrough = TCPStreamFactory(None, pool, metrics, reactor)  # its relays: what the drain waits for
         self._routes: dict[Upstream, StreamRoute] = {}
 
@@ -73,7 +88,7 @@ class TLSFrontFactory(Factory):
 class TLSFront(Protocol):
     """Buffers the first record until the server name is known, then steps aside."""
 
-    transport: tcp.Server  # the listener's own TCP connection: its protocol is replaced below
+    transport: IConnectionTransport  # the listener's TCP connection, or the PROXY-protocol wrapper around it
 
     def __init__(self, factory: TLSFrontFactory) -> None:
         self.factory = factory
@@ -89,6 +104,9 @@ class TLSFront(Protocol):
         status, name = sni.client_hello_server_name(self._buffer)
         if status == sni.NEED_MORE and len(self._buffer) < sni.MAX_RECORD:
             return
+        if status == sni.NOT_TLS and _PLAIN_HTTP.match(self._buffer):
+            self._answer_plain_http()
+            return
         self._cancel_timer()
         upstream = self.factory.live.table.passthrough_for(name) if name and self.factory.live.table.passthrough else None
         if upstream is None:
@@ -97,13 +115,28 @@ class TLSFront(Protocol):
         buffered, self._buffer = self._buffer, b""
         self.factory.passthrough.adopt(self.transport, self.factory.route_for(upstream), buffered)
 
+    def _answer_plain_http(self) -> None:
+        """
+        Plain HTTP sent to the TLS port: a 400 in clear text that says so, as
+        nginx answers, instead of a failed handshake the client cannot read.
+        The head is read first (up to a limit), so that closing does not reset
+        the connection under the answer.
+        """
+        if b"\r\n\r\n" not in self._buffer and len(self._buffer) < _PLAIN_HTTP_READ_LIMIT:
+            return
+        self._cancel_timer()
+        self._buffer = b""
+        self.factory.metrics.malformed_requests.labels("400").inc()
+        self.transport.write(plain_http_on_tls_port(self.factory.server_name))
+        self.transport.loseConnection()
+
     def _terminate(self) -> None:
         """Give the connection (and what was read) to the terminating protocol."""
         inner = self.factory.terminate.buildProtocol(self.address)
         if inner is None:  # the terminating factory refused the connection
             self.transport.abortConnection()
             return
-        self.transport.protocol = inner
+        hand_over(self.transport, inner)
         inner.makeConnection(self.transport)
         buffered, self._buffer = self._buffer, b""
         inner.dataReceived(buffered)
