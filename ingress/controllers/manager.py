@@ -29,6 +29,7 @@ from ingress.controllers.generated import GeneratorConfig
 from ingress.controllers.leader import ElectionConfig, LeaderElector
 from ingress.controllers.loop import ControllerLoop
 from ingress.controllers.metrics import ControllerMetrics
+from ingress.controllers.problems import IngressProblemEvents
 from ingress.controllers.servicegen import ServiceIngressSync
 from ingress.controllers.status import IngressStatusSync, PublishedAddresses
 from ingress.controllers.streamstatus import StreamStatusSync
@@ -41,7 +42,7 @@ from ingress.sources.kube.source import KubeSource
 
 log = Logger()
 
-GENERATOR, STATUS, STREAM_STATUS = "servicegen", "status", "streamstatus"
+GENERATOR, STATUS, STREAM_STATUS, PROBLEM_EVENTS = "servicegen", "status", "streamstatus", "problemevents"
 NO_FAILURES: Callable[[], Mapping[tuple[str, int], str]] = dict
 
 
@@ -101,6 +102,11 @@ class ControllerManager(Service):
                 self._stream_status = StreamStatusSync(self._writer(STREAM_STATUS), self.source.store("StreamIngress"))
                 self._add_loop(STREAM_STATUS, self._stream_status)
                 self.live.subscribe(self._table_changed)
+            if self.live is not None:
+                events = EventRecorder(self._writer(PROBLEM_EVENTS), self.options.election.identity)
+                self._problem_events = IngressProblemEvents(events, self.source.store("Ingress"))
+                self._add_loop(PROBLEM_EVENTS, self._problem_events)
+                self.live.subscribe(self._problems_changed)
         self._subscribe()
         for loop in self.loops.values():
             loop.start()
@@ -190,6 +196,12 @@ class ControllerManager(Service):
         for key in self._stream_status.table_changed(table, self.listen_failures()):
             enqueue(key)
 
+    def _problems_changed(self, table: RoutingTable) -> None:
+        """A new table (reactor thread): queue the Ingresses whose annotation problems changed."""
+        enqueue = self._enqueuer(PROBLEM_EVENTS)
+        for key in self._problem_events.table_changed(table):
+            enqueue(key)
+
     def _enqueuer(self, loop: str) -> Callable[[Hashable], None]:
         queue = self.loops[loop].queue
 
@@ -214,6 +226,9 @@ class ControllerManager(Service):
         if STREAM_STATUS in self.loops:
             for key in self.source.store("StreamIngress").keys():
                 self.loops[STREAM_STATUS].queue.add(key)
+        if PROBLEM_EVENTS in self.loops:
+            for key in self._problem_events.keys():
+                self.loops[PROBLEM_EVENTS].queue.add(key)
         self._enqueue_all_status()
 
     # -- leadership (election thread)

@@ -18,6 +18,7 @@ ingress-nginx stream ConfigMaps).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -187,6 +188,11 @@ def parse_object(obj: Mapping[str, Any]) -> Any:
     return handler.parse(obj, parse_meta(obj, namespaced=handler.namespaced))
 
 
+ObjectKey = tuple[str, str, str]
+"""(kind, namespace, name): what identifies an object across versions."""
+LastGood = Mapping[ObjectKey, tuple[Kind, Any]]
+
+
 def state_from_objects(objects: Iterable[Mapping[str, Any]]) -> ClusterState:
     """
     A snapshot of every object we handle; invalid ones become problems, not exceptions.
@@ -195,7 +201,22 @@ def state_from_objects(objects: Iterable[Mapping[str, Any]]) -> ClusterState:
     replaces an earlier one, whether either of them is valid or not: the way an
     informer's store holds only the newest version.
     """
-    latest: dict[tuple[str, str, str], tuple[Kind, Any]] = {}
+    return collect(parse_objects(objects, {})[0])
+
+
+def parse_objects(
+    objects: Iterable[Mapping[str, Any]], last_good: LastGood
+) -> tuple[list[tuple[Kind, Any]], dict[ObjectKey, tuple[Kind, Any]]]:
+    """
+    The outcomes to L{collect}, and the new last good version of every object.
+
+    An invalid version of an object that was valid before keeps its last good
+    version in the outcomes, next to the L{Problem} that says why the new one
+    was refused: what the apiserver does with an invalid update, so one bad
+    edit of a manifest never takes a working route down.  A new invalid object
+    is only a Problem.
+    """
+    latest: dict[ObjectKey, tuple[Kind, Any]] = {}
     for obj in objects:
         handler = kind_of(obj)
         if handler is None:
@@ -206,7 +227,17 @@ def state_from_objects(objects: Iterable[Mapping[str, Any]]) -> ClusterState:
         except ParseError as error:
             value = Problem(ref, error.reason, error.message)
         latest[(ref.kind, ref.namespace, ref.name)] = (handler, value)
-    return collect(latest.values())
+    outcomes: list[tuple[Kind, Any]] = []
+    good: dict[ObjectKey, tuple[Kind, Any]] = {}
+    for key, (handler, value) in latest.items():
+        if not isinstance(value, Problem):
+            good[key] = (handler, value)
+        elif key in last_good:
+            good[key] = last_good[key]
+            outcomes.append(last_good[key])
+            value = dataclasses.replace(value, message=f"{value.message}; its last good version stays in use")
+        outcomes.append((handler, value))
+    return outcomes, good
 
 
 def collect(outcomes: Iterable[tuple[Kind, Any]]) -> ClusterState:

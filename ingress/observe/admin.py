@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from twisted.web.resource import Resource
@@ -44,6 +45,9 @@ class Admin:
         self.metrics = metrics
         self.checks: list[ReadinessCheck] = [self._table_check]
         self.route_sections: dict[str, Callable[[], object]] = {}  # extra /debug/routes keys, e.g. listener state
+        # Corrections of the table's own view by the parts that act on it: the table says what
+        # was asked, these say what happened (a port that did not bind, a certificate refused).
+        self.route_views: list[Callable[[dict[str, Any]], None]] = []
 
     def _table_check(self) -> tuple[bool, dict[str, object]]:
         return self.live.ready, {"table": "live" if self.live.ready else "not built yet", "generation": self.live.table.generation}
@@ -79,6 +83,8 @@ class Admin:
         dump = self.live.table.to_json()
         for key, section in self.route_sections.items():
             dump[key] = section()
+        for view in self.route_views:
+            view(dump)
         return json.dumps(dump, indent=2).encode() + b"\n"
 
     def site(self) -> Site:

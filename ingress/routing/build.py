@@ -30,6 +30,7 @@ from ingress.model import (
     ServiceBackendPort,
     ServicePort,
 )
+from ingress.routing.annotations import annotation_problems
 from ingress.routing.certs import build_certificates, passthrough_upstreams, tls_hosts, with_tls_options
 from ingress.routing.streams import build_streams
 from ingress.routing.table import HostRoutes, Route, RoutingTable, Upstream
@@ -79,7 +80,7 @@ def build(
         any_host=routes.any_host.freeze() if routes.any_host.routes else None,
         default_route=default_route,
         problems=_sorted_problems(state.problems)
-        + _sorted_problems(set(routes.problems) | set(tls_problems) | set(streams.problems)),
+        + _sorted_problems(set(routes.problems) | set(tls_problems) | set(streams.problems) | set(annotation_problems(ingresses))),
         certificates=certificates,
         streams=streams.streams,
         stream_conditions=streams.conditions,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from ingress.model import ClusterState, Ingress, ObjectRef, Problem, TLSSecret
+from ingress.routing.annotations import PREFIX
 from ingress.routing.route import Route, Upstream
 
 SecretKey = tuple[str, str]
@@ -93,8 +94,8 @@ def build_certificates(
     return CertificateTable(exact, wildcards, secrets, default if default in secrets else None), problems
 
 
-SSL_REDIRECT_ANNOTATION = "twingress.io/ssl-redirect"
-HSTS_MAX_AGE_ANNOTATION = "twingress.io/hsts-max-age"
+SSL_REDIRECT_ANNOTATION = PREFIX + "ssl-redirect"
+HSTS_MAX_AGE_ANNOTATION = PREFIX + "hsts-max-age"
 
 
 def tls_hosts(ingresses: Iterable[Ingress]) -> frozenset[str]:
@@ -117,7 +118,7 @@ def with_tls_options(route: Route, ingress: Ingress, host: str, secured: frozens
     return replace(route, redirect_https=redirect, hsts=hsts)
 
 
-SSL_PASSTHROUGH_ANNOTATION = "twingress.io/ssl-passthrough"
+SSL_PASSTHROUGH_ANNOTATION = PREFIX + "ssl-passthrough"
 
 
 def passthrough_upstreams(ingresses: Iterable[Ingress], hosts: Mapping[str, Any], wildcards: Mapping[str, Any]) -> dict[str, Upstream]:

@@ -137,10 +137,13 @@ class RoutingTable:
             },
             "passthrough": {h: u.key for h, u in sorted(self.passthrough.items())},
             **streams_json(self.streams, self.stream_conditions),
-            "problems": [
-                {"object": str(p.ref), "reason": p.reason, "message": p.message} for p in self.problems
-            ],
+            "problems": [problem_json(p) for p in self.problems],
         }
+
+
+def problem_json(problem: Problem) -> dict[str, str]:
+    """A problem as /debug/routes lists it."""
+    return {"object": str(problem.ref), "reason": problem.reason, "message": problem.message}
 
 
 def normalize_host(host: str) -> str:

@@ -23,7 +23,7 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from ingress.model import ClusterState, ObjectRef, Problem
-from ingress.model.parse import state_from_objects
+from ingress.model.parse import LastGood, collect, parse_objects
 from ingress.observe.metrics import Metrics
 from ingress.process.builder import TableBuilder
 from ingress.process.reactor import IProcessReactor
@@ -87,6 +87,8 @@ class ManifestsSource(Service):
         self.interval = interval
         self._fingerprint: Optional[Fingerprint] = None
         self._good: dict[str, list[Mapping[str, Any]]] = {}
+        self._invalid: dict[str, str] = {}  # file name -> its error, as last reported
+        self._last_good: LastGood = {}  # per object: its last valid version (kept while an edit is invalid)
         self._loop: Optional[LoopingCall] = None
 
     def startService(self) -> None:
@@ -117,18 +119,22 @@ class ManifestsSource(Service):
         objects: list[Mapping[str, Any]] = []
         problems: list[Problem] = []
         good: dict[str, list[Mapping[str, Any]]] = {}
+        invalid: dict[str, str] = {}
         for name in names:
             try:
                 good[name] = load_documents(os.path.join(self.directory, name))
             except (OSError, ValueError) as error:
-                self.reactor.callFromThread(self.metrics.source_errors.labels("manifests").inc)
-                log.error("manifest {file} is invalid, keeping its last good content: {error}", file=name, error=str(error))
+                invalid[name] = str(error)
+                if self._invalid.get(name) != str(error):  # once per change, not on every snapshot
+                    self.reactor.callFromThread(self.metrics.source_errors.labels("manifests").inc)
+                    log.error("manifest {file} is invalid, keeping its last good content: {error}", file=name, error=str(error))
                 problems.append(Problem(ObjectRef("File", "", name), "InvalidManifest", str(error)))
                 if name in self._good:
                     good[name] = self._good[name]
             objects.extend(good.get(name, ()))
-        self._good = good
-        state = state_from_objects(objects)
+        self._good, self._invalid = good, invalid
+        outcomes, self._last_good = parse_objects(objects, self._last_good)
+        state = collect(outcomes)
         if problems:
             state = dataclasses.replace(state, problems=tuple(problems) + state.problems)
         return state

@@ -51,11 +51,11 @@ def test_stream_objects_from_files(manifests: Manifests, twingress: Callable[...
     assert routes["streams"] == {
         f"TCP/{first}": {
             "route": "default/pg", "source": "StreamIngress/default/pg", "upstream": "default/db:80",
-            "endpoints": ["10.1.0.1:5432", "10.1.0.2:5432"], "proxyProtocol": "v2", "idleTimeout": 600.0,
+            "endpoints": ["10.1.0.1:5432", "10.1.0.2:5432"], "proxyProtocol": "v2", "idleTimeout": 600.0, "listening": True,
         },
         f"TCP/{entry}": {
             "route": f"ingress/tcp-services:{entry}", "source": "ConfigMap/ingress/tcp-services", "upstream": "default/db:http",
-            "endpoints": ["10.1.0.1:5432", "10.1.0.2:5432"], "proxyProtocol": "v1", "idleTimeout": 600.0,
+            "endpoints": ["10.1.0.1:5432", "10.1.0.2:5432"], "proxyProtocol": "v1", "idleTimeout": 600.0, "listening": True,
         },
     }
     assert {c["type"]: c["status"] for c in routes["streamConditions"]["default/pg"]} == {

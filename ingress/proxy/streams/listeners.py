@@ -215,6 +215,26 @@ class StreamListeners:
             else:
                 listener.handler.abort_all()
 
+    def show(self, routes: dict[str, Any]) -> None:
+        """
+        /debug/routes: a stream whose port did not bind is not listening, whatever
+        the table asked; its source's Accepted condition and the problems say so.
+        """
+        failed_sources = {}
+        for key, entry in routes.get("streams", {}).items():
+            protocol, _, port = key.partition("/")
+            detail = self.failures.get((protocol, int(port)))
+            entry["listening"] = detail is None
+            if detail is not None:
+                entry["error"] = detail
+                failed_sources[entry["source"]] = f"port {key} could not be opened: {detail}"
+        for source, message in failed_sources.items():
+            routes["problems"] = routes["problems"] + [{"object": source, "reason": "PortUnavailable", "message": message}]
+            name = source.partition("/")[2]  # "StreamIngress/ns/name": its conditions are under "ns/name"
+            for condition in routes.get("streamConditions", {}).get(name, ()):
+                if condition.get("type") == "Accepted":
+                    condition.update(status="False", reason="PortUnavailable", message=message)
+
     def to_json(self) -> dict[str, Any]:
         """Listener state for /debug/routes: what is open, to where, and what failed to bind."""
         return {

@@ -28,10 +28,10 @@ from twisted.internet.interfaces import IOpenSSLServerConnectionCreator
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from ingress.model import TLSSecret
+from ingress.model import ObjectRef, Problem, TLSSecret
 from ingress.observe.metrics import Metrics
 from ingress.routing.certs import CertificateTable, SecretKey
-from ingress.routing.table import RoutingTable
+from ingress.routing.table import RoutingTable, problem_json
 
 log = Logger()
 
@@ -152,6 +152,9 @@ class CertificateStore:
         self._cache: dict[tuple[SecretKey, bytes, bytes], Optional[LoadedCertificate]] = {}
         self._expiry_labels: set[SecretKey] = set()
         self._named_default: Optional[LoadedCertificate] = None
+        self.served: dict[str, str] = {}  # host (or "*.suffix") -> "namespace/name" of the certificate it gets
+        self.refused: list[Problem] = []  # Secrets named for hosts they do not get, and why
+        self._reported: set[tuple[SecretKey, str]] = set()  # refusals already logged and counted
 
     def _default_context(self, default: LoadedCertificate) -> SSL.Context:
         """The context every connection starts on; it carries the SNI callback, so it is a copy of its own."""
@@ -195,13 +198,14 @@ class CertificateStore:
                 cache[cache_key] = self._load(key, secret)
             loaded[key] = cache[cache_key]
         default = self._new_default(certificates.default, loaded, certificates.secrets)
-        exact, wildcards = self._host_maps(certificates, loaded)
+        exact, wildcards, served, refused = self._host_maps(certificates, loaded)
         self._cache = cache
 
         def commit() -> None:
             if default is not None:
                 self.default_context = default
             self._exact, self._wildcards = exact, wildcards
+            self.served, self.refused = served, refused
             self._export_expiry(loaded)
 
         return commit
@@ -235,20 +239,39 @@ class CertificateStore:
 
     def _host_maps(
         self, certificates: CertificateTable, loaded: dict[SecretKey, Optional[LoadedCertificate]]
-    ) -> tuple[dict[str, SSL.Context], dict[str, SSL.Context]]:
+    ) -> tuple[dict[str, SSL.Context], dict[str, SSL.Context], dict[str, str], list[Problem]]:
+        """
+        The contexts by host, and what /debug/routes shows: the certificate each
+        host really gets, and the Secrets refused for a host.  A refusal is logged
+        and counted once, when it appears, not on every rebuild.
+        """
         exact: dict[str, SSL.Context] = {}
         wildcards: dict[str, SSL.Context] = {}
+        served: dict[str, str] = {}
+        refused: list[Problem] = []
+        reported: set[tuple[SecretKey, str]] = set()
         for hosts, target, prefix in ((certificates.exact, exact, ""), (certificates.wildcards, wildcards, "*.")):
             for host, key in hosts.items():
-                cert = loaded.get(key)
-                if cert is None:
-                    continue
-                if not cert.covers(prefix + host):
-                    self.metrics.tls_certificate_errors.labels("host-not-covered").inc()
-                    log.warn("TLS secret {secret} does not cover {host}; it gets the default certificate", secret="/".join(key), host=prefix + host)
-                    continue
-                target[host] = cert.context
-        return exact, wildcards
+                cert, name = loaded.get(key), prefix + host
+                ref = ObjectRef("Secret", key[0], key[1])
+                if cert is None:  # its load failure was logged and counted once, by _load
+                    refused.append(Problem(ref, "InvalidCertificate", f"cannot be used; {name} gets the default certificate"))
+                elif not cert.covers(name):
+                    refused.append(Problem(ref, "CertificateNotCovering", f"does not cover {name}; it gets the default certificate"))
+                    reported.add((key, name))
+                    if (key, name) not in self._reported:
+                        self.metrics.tls_certificate_errors.labels("host-not-covered").inc()
+                        log.warn("TLS secret {secret} does not cover {host}; it gets the default certificate", secret="/".join(key), host=name)
+                else:
+                    target[host] = cert.context
+                    served[name] = "/".join(key)
+        self._reported = reported
+        return exact, wildcards, served, refused
+
+    def show(self, routes: dict[str, Any]) -> None:
+        """/debug/routes: the certificates hosts really get, and the refused Secrets among the problems."""
+        routes["certificates"] = dict(sorted(self.served.items()))
+        routes["problems"] = routes["problems"] + [problem_json(p) for p in self.refused]
 
     def _export_expiry(self, loaded: dict[SecretKey, Optional[LoadedCertificate]]) -> None:
         gauge = self.metrics.tls_not_after
