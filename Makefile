@@ -56,6 +56,9 @@ lint: $(STAMP)
 # everything that needs the network (pip, apt, go) happens before it.
 test: $(STAMP) lint system-packages testenv wheelhouse lint-docker
 	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS)
+	# The kube tests again with every twingress as a primary and two worker processes: leader
+	# election, status and generation must happen once, in the primary, and routing in the workers.
+	TWINGRESS_TEST_WORKERS=2 testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) tests/kube
 
 bench: $(STAMP) system-packages
 	$(PY) bench/http_bench.py

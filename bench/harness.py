@@ -36,14 +36,14 @@ class Harness:
         self.stack = stack
         self.workdir = workdir
 
-    def spawn(self, name: str, argv: list[str], port: int, cpu: int, env: Optional[dict[str, str]] = None) -> procs.Proc:
+    def spawn(self, name: str, argv: list[str], port: int, cpu: int | str, env: Optional[dict[str, str]] = None) -> procs.Proc:
         """Start a child pinned to C{cpu}, register its cleanup, wait for it to listen."""
         proc = procs.start(name, argv, self.workdir, cpu, env=env, cwd=REPO)
         self.stack.callback(procs.stop, proc)
         procs.wait_for_port(proc, port, self.args.start_timeout)
         return proc
 
-    def nginx(self, name: str, conf: str, port: int, cpu: int) -> procs.Proc:
+    def nginx(self, name: str, conf: str, port: int, cpu: int | str) -> procs.Proc:
         argv = [self.args.nginx, *targets.write_nginx_conf(self.workdir, name, conf)]
         return self.spawn(name, argv, port, cpu)
 

@@ -50,7 +50,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=3, help="warm-up seconds per target (3)")
     p.add_argument("--connections", type=int, default=32, help="wrk -c (32)")
     p.add_argument("--threads", type=int, default=1, help="wrk -t (1)")
-    p.add_argument("--proxy-cpu", type=int, default=0, help="CPU for the proxy under test (0)")
+    p.add_argument("--proxy-cpu", type=int, default=0, help="CPU for the proxy under test (0); with --workers N, CPUs from it on")
+    p.add_argument("--workers", type=int, default=1,
+                   help="nginx worker_processes N against twingress --workers N, on the same N CPUs (1)")
     p.add_argument("--load-cpu", type=int, default=1, help="CPU for the backend and wrk (1)")
     p.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx",
                    help="nginx binary (%(default)s)")
@@ -155,6 +157,12 @@ class Bench(Harness):
         super().__init__(args, stack, workdir)
         self.background: dict[str, float] = {}
 
+    @property
+    def proxy_cpus(self) -> str:
+        """taskset's list for the proxy under test: N CPUs from --proxy-cpu (they may include --load-cpu)."""
+        count = os.cpu_count() or 1
+        return ",".join(str((self.args.proxy_cpu + i) % count) for i in range(self.args.workers))
+
     def twingress(self, port: int, backend_port: int) -> procs.Proc:
         manifests = self.workdir / "manifests"
         targets.write_manifests(manifests, backend_port)
@@ -162,15 +170,17 @@ class Bench(Harness):
                                       manifests, port, backend_port)
         pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
         env = os.environ | {"PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1"}
-        return self.spawn(TWINGRESS, argv, port, self.args.proxy_cpu, env=env)
+        if self.args.workers > 1:
+            argv += ["--workers", str(self.args.workers)]
+        return self.spawn(TWINGRESS, argv, port, self.proxy_cpus, env=env)
 
     def proxy_run(self, name: str, backend_port: int) -> TargetResult:
         """Start one proxy on the proxy CPU, measure it, stop it (so runs never overlap)."""
         port = procs.free_port()
         try:
             if name == NGINX:
-                conf = targets.proxy_conf(self.workdir, port, backend_port)
-                proc = self.nginx(NGINX, conf, port, self.args.proxy_cpu)
+                conf = targets.proxy_conf(self.workdir, port, backend_port, self.args.workers)
+                proc = self.nginx(NGINX, conf, port, self.proxy_cpus)
             else:
                 proc = self.twingress(port, backend_port)
             try:

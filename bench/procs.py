@@ -56,7 +56,7 @@ def start(
     name: str,
     argv: Sequence[str],
     log_dir: Path,
-    cpu: Optional[int],
+    cpu: Optional[int | str],
     env: Optional[Mapping[str, str]] = None,
     cwd: Optional[Path] = None,
 ) -> Proc:

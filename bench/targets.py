@@ -19,13 +19,13 @@ DEFAULT_TWINGRESS_CMD = (
 )
 
 
-def _nginx_main(workdir: Path, name: str, http_body: str) -> str:
-    """The parts every nginx here shares: foreground, one worker, no logs, private temp paths."""
+def _nginx_main(workdir: Path, name: str, http_body: str, workers: int = 1) -> str:
+    """The parts every nginx here shares: foreground, C{workers} worker processes, no logs, private temp paths."""
     tmp = workdir / f"{name}-tmp"
     return f"""
 daemon off;
 master_process on;
-worker_processes 1;
+worker_processes {workers};
 pid {workdir / (name + '.pid')};
 error_log stderr warn;
 events {{ worker_connections 4096; }}
@@ -57,7 +57,7 @@ def backend_conf(workdir: Path, port: int) -> str:
     return _nginx_main(workdir, "backend", server)
 
 
-def proxy_conf(workdir: Path, port: int, backend_port: int) -> str:
+def proxy_conf(workdir: Path, port: int, backend_port: int, workers: int = 1) -> str:
     """The reference: nginx as an ingress would configure it, with upstream keep-alive."""
     server = f"""
     upstream b {{
@@ -76,7 +76,7 @@ def proxy_conf(workdir: Path, port: int, backend_port: int) -> str:
             proxy_set_header X-Real-IP $remote_addr;
         }}
     }}"""
-    return _nginx_main(workdir, "nginx-proxy", server)
+    return _nginx_main(workdir, "nginx-proxy", server, workers)
 
 
 def write_nginx_conf(workdir: Path, name: str, text: str) -> list[str]:

@@ -12,11 +12,7 @@ import os
 from collections.abc import Callable
 from typing import Any, Optional, cast
 
-from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import IService, MultiService, Service
-from twisted.internet.endpoints import serverFromString
-from twisted.internet.error import CannotListenError
-from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.python import usage
 
 from ingress import __version__
@@ -30,15 +26,17 @@ from ingress.observe.admin import Admin
 from ingress.observe.logs import LOG_FORMATS, LoggingRoot
 from ingress.observe.metrics import Metrics
 from ingress.process.builder import TableBuilder
-from ingress.process.drain import GracefulShutdown, HTTPConnections, PassthroughConnections
+from ingress.process.cpus import worker_count
+from ingress.process.dataplane import data_plane
+from ingress.process.drain import GracefulShutdown
 from ingress.process.live import LiveTable
+from ingress.process.pool import worker_pool
 from ingress.process.reactor import IProcessReactor
-from ingress.proxy.http.server import HTTPProxyFactory
+from ingress.process.sockets import listen
 from ingress.proxy.http.settings import ProxySettings
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.streams.listeners import StreamListeners
-from ingress.proxy.tls.front import TLSFrontFactory
-from ingress.proxy.tls.termination import MODERN_CIPHERS, CertificateStore, SNIConnectionCreator, load_certificate, self_signed_certificate
+from ingress.proxy.tls.termination import MODERN_CIPHERS
 from ingress.routing import build
 from ingress.routing.table import RoutingTable
 from ingress.sources.files import ManifestsSource
@@ -128,6 +126,7 @@ class Options(usage.Options):
         ["tls-min-version", None, "1.2", "Lowest TLS version accepted: 1.2 or 1.3."],
         ["tls-ciphers", None, MODERN_CIPHERS, "OpenSSL cipher list for TLS 1.2 (TLS 1.3 suites are OpenSSL's)."],
         ["https-redirect-port", None, None, "Port in the Location of HTTP to HTTPS redirects. [default: the --https listener's port, omitted when 443]"],
+        ["workers", None, "1", "Worker processes serving HTTP and HTTPS: a number, or auto (the CPUs this process may use). 1: one process does everything."],
         ["admin", None, "tcp:10254:interface=127.0.0.1", "Endpoint of the admin listener: /healthz /readyz /metrics /debug/routes."],
         ["manifests", None, None, "Directory of Kubernetes manifests (YAML/JSON) to route by, instead of a cluster."],
         ["kubeconfig", None, None, "kubeconfig file of the cluster to watch. [default: in-cluster service account]"],
@@ -171,6 +170,10 @@ class Options(usage.Options):
             except ValueError as error:  # named here: twistd's own coercion error does not say which option
                 raise usage.UsageError(f"--{option}: {error}") from None
         self["source"] = self._source()
+        try:
+            self["worker-count"] = worker_count(self["workers"])
+        except ValueError as error:
+            raise usage.UsageError(f"--workers: {error}") from None
         if self["tls-min-version"] not in ("1.2", "1.3"):
             raise usage.UsageError("--tls-min-version must be 1.2 or 1.3")
         for option, choices in (("log-format", LOG_FORMATS), ("access-log-format", ACCESS_LOG_FORMATS)):
@@ -306,7 +309,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
     builder = TableBuilder(reactor, live, metrics, build_table)
     top = LoggingRoot(options["log-format"])
     access_log = None
-    if options["access-log"] != "off":
+    if options["access-log"] != "off" and options["worker-count"] == 1:  # with workers, each writes its own lines
         access_log = AccessLog(reactor, options["access-log"], options["access-log-format"])
         access_log.setServiceParent(top)
     _BuilderService(builder).setServiceParent(top)
@@ -336,51 +339,38 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
             manager.setServiceParent(top)
     listeners: list[IService] = []
     drainables: list[Any] = [streams]
-    if options["http"]:
-        factory = HTTPProxyFactory(live, pool, settings, metrics, reactor, access_log=access_log)
-        listeners.append(_listen(reactor, options["http"], factory, top, "http"))
-        drainables.append(HTTPConnections(factory))
-    if options["https"]:
-        store = CertificateStore(
-            metrics, load_certificate(*self_signed_certificate()), options["tls-min-version"], options["tls-ciphers"]
-        )
-        builder.preparers.append(store.prepare)  # contexts are built on the build thread
-        admin.route_views.append(store.show)
-        https = HTTPProxyFactory(live, pool, settings, metrics, reactor, scheme=b"https", listener="https", access_log=access_log)
-        drainables.append(HTTPConnections(https))
-        terminate = TLSMemoryBIOFactory(SNIConnectionCreator(store), False, https)
-        front = TLSFrontFactory(terminate, live, pool, reactor, settings.header_timeout, metrics, settings.server_name)
-        drainables.append(PassthroughConnections(front.passthrough))
-        listeners.append(_listen(reactor, options["https"], front, top, "https"))
+    if options["worker-count"] > 1:
+        workers = worker_pool(reactor, options, settings, metrics)
+        workers.setServiceParent(top)
+        live.subscribe(workers.publish)
+        admin.add_check(workers.readiness)
+        admin.route_sections["workers"] = workers.to_json
+        admin.worker_metrics = workers.collect
+        drainables.append(workers)
+        return _finish(reactor, options, top, admin, listeners, drainables)
+    plane = data_plane(
+        reactor, live, pool, settings, metrics, access_log,
+        http=bool(options["http"]), https=bool(options["https"]),
+        tls_min_version=options["tls-min-version"], tls_ciphers=options["tls-ciphers"],
+    )
+    drainables.extend(plane.drainables)
+    if plane.http is not None:
+        listeners.append(listen(reactor, options["http"], plane.http, top, "http"))
+    if plane.https is not None and plane.store is not None:
+        builder.preparers.append(plane.store.prepare)  # contexts are built on the build thread
+        admin.route_views.append(plane.store.show)
+        listeners.append(listen(reactor, options["https"], plane.https, top, "https"))
+    return _finish(reactor, options, top, admin, listeners, drainables)
+
+
+def _finish(reactor: IProcessReactor, options: Options, top: MultiService, admin: Admin, listeners: list[IService], drainables: list[Any]) -> MultiService:
+    """The drain and the admin listener, last: the same with and without worker processes."""
     shutdown = GracefulShutdown(reactor, listeners, drainables, options["shutdown-delay"], options["drain-timeout"])
     shutdown.setServiceParent(top)
     admin.add_check(shutdown.readiness)
     if options["admin"]:
-        _listen(reactor, options["admin"], admin.site(), top, "admin")
+        listen(reactor, options["admin"], admin.site(), top, "admin")
     return top
-
-
-class _Listener(StreamServerEndpointService):
-    """A listener that cannot listen stops the start with one line saying which and why (no traceback)."""
-
-    _raiseSynchronously = True  # a port in use fails startup instead of logging and going on
-
-    def __init__(self, reactor: Any, description: str, factory: Any, name: str) -> None:
-        super().__init__(serverFromString(reactor, description), factory)
-        self.description = description
-        self.setName(name)
-
-    def privilegedStartService(self) -> None:
-        try:
-            super().privilegedStartService()
-        except CannotListenError as error:
-            raise SystemExit(f"twistd ingress: --{self.name} {self.description}: cannot listen: {error.socketError}") from None
-
-
-def _listen(reactor: Any, description: str, factory: Any, parent: MultiService, name: str) -> IService:
-    service = _Listener(reactor, description, factory, name)
-    service.setServiceParent(parent)
-    return service
 
 
 def _route_count(table: RoutingTable) -> int:

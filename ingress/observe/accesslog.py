@@ -18,6 +18,7 @@ the stream a container runtime collects.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import time
 from collections.abc import Callable
@@ -243,11 +244,36 @@ class AccessLog(Service):
             self._flush_call = None
         if not self._lines or self._fd < 0:
             return
-        data = "".join(self._lines).encode("utf-8", "backslashreplace")
+        if self.destination == "-":
+            pieces = _whole_lines_within(self._lines, select.PIPE_BUF)
+        else:  # an O_APPEND write to a file lands whole, whatever other processes append
+            pieces = ["".join(self._lines)]
         self._lines.clear()
         self._size = 0
         try:
-            while data:
-                data = data[os.write(self._fd, data):]
+            for piece in pieces:
+                data = piece.encode("utf-8", "backslashreplace")
+                while data:
+                    data = data[os.write(self._fd, data):]
         except OSError as error:
             log.error("access log {path} not written: {error}", path=self.destination, error=error)
+
+
+def _whole_lines_within(lines: list[str], limit: int) -> list[str]:
+    """
+    Lines joined into writes of at most C{limit} bytes (a longer line alone):
+    a pipe (stdout shared by worker processes) takes a write of up to PIPE_BUF
+    bytes whole, so no other process's line ever lands inside one of ours.
+    """
+    pieces: list[str] = []
+    current: list[str] = []
+    size = 0
+    for line in lines:
+        if current and size + len(line) > limit:
+            pieces.append("".join(current))
+            current, size = [], 0
+        current.append(line)
+        size += len(line)
+    if current:
+        pieces.append("".join(current))
+    return pieces

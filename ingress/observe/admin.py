@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Optional
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.metrics_core import Metric
+from twisted.internet.defer import Deferred
 from twisted.web.resource import Resource
-from twisted.web.server import Request, Site
+from twisted.web.server import NOT_DONE_YET, Request, Site
 
+from ingress.observe.merge import Merged, merge
 from ingress.observe.metrics import Metrics
 from ingress.process.live import LiveTable
 
@@ -25,11 +28,11 @@ ReadinessCheck = Callable[[], tuple[bool, dict[str, object]]]
 class _Leaf(Resource):
     isLeaf = True
 
-    def __init__(self, render: Callable[[Request], bytes]) -> None:
+    def __init__(self, render: Callable[[Request], bytes | int]) -> None:
         super().__init__()
         self._render = render
 
-    def render_GET(self, request: Request) -> bytes:
+    def render_GET(self, request: Request) -> bytes | int:
         return self._render(request)
 
 
@@ -48,6 +51,8 @@ class Admin:
         # Corrections of the table's own view by the parts that act on it: the table says what
         # was asked, these say what happened (a port that did not bind, a certificate refused).
         self.route_views: list[Callable[[dict[str, Any]], None]] = []
+        # With worker processes: every worker's metric families, to add to ours on each scrape.
+        self.worker_metrics: Optional[Callable[[], Deferred[list[list[Metric]]]]] = None
 
     def _table_check(self) -> tuple[bool, dict[str, object]]:
         return self.live.ready, {"table": "live" if self.live.ready else "not built yet", "generation": self.live.table.generation}
@@ -74,9 +79,17 @@ class Admin:
         request.setHeader(b"content-type", b"application/json")
         return json.dumps({"ready": ready, **detail}).encode() + b"\n"
 
-    def _metrics(self, request: Request) -> bytes:
+    def _metrics(self, request: Request) -> bytes | int:
         request.setHeader(b"content-type", CONTENT_TYPE_LATEST.encode())
-        return generate_latest(self.metrics.registry)
+        if self.worker_metrics is None:
+            return generate_latest(self.metrics.registry)
+
+        def write(sources: list[list[Metric]]) -> None:
+            request.write(generate_latest(Merged(merge([self.metrics.registry.collect(), *sources]))))
+            request.finish()
+
+        self.worker_metrics().addCallback(write)
+        return NOT_DONE_YET
 
     def _routes(self, request: Request) -> bytes:
         request.setHeader(b"content-type", b"application/json")

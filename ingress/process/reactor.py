@@ -8,8 +8,8 @@ the parameter is typed with their union instead of C{Any}.
 
 from __future__ import annotations
 
-from twisted.internet.interfaces import IReactorFromThreads, IReactorTCP, IReactorTime
+from twisted.internet.interfaces import IReactorCore, IReactorFromThreads, IReactorProcess, IReactorSocket, IReactorTCP, IReactorTime
 
 
-class IProcessReactor(IReactorTime, IReactorFromThreads, IReactorTCP):
-    """Timers, calls from other threads, and TCP connections: what the builder, sources and pools use."""
+class IProcessReactor(IReactorCore, IReactorTime, IReactorFromThreads, IReactorTCP, IReactorSocket, IReactorProcess):
+    """Running, timers, calls from threads, TCP, adopted sockets, processes: what the builder, sources, pools and workers use."""

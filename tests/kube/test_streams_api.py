@@ -117,6 +117,7 @@ def test_create_change_delete_stream_ingress(kube, streams, namespace, twingress
         "endpoints": ["10.244.0.20:15432", "10.244.0.21:15432"],
         "proxyProtocol": None,
         "idleTimeout": 30.0,
+        "listening": True,  # the port did bind (a port that did not is shown as not listening)
     }
     conditions = wait_conditions(proxy, namespace, "pg", ACCEPTED)
     assert conditions["ResolvedRefs"]["message"] == f"Service {namespace}/db port http: 2 ready endpoints"

@@ -53,6 +53,9 @@ RECONNECT_TIMEOUT = 90.0
 
 LOG_TAIL_CHARS = 12000
 
+WORKERS_ENV = "TWINGRESS_TEST_WORKERS"
+"""When set (e.g. 2), every twingress of the kube tests runs with that many worker processes."""
+
 _no_proxy_opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
@@ -140,7 +143,9 @@ class KubeTwingress(Twingress):
         self.admin_port = free_port()
         self.log_path = log_path
         self.args = args
-        command = twistd_command(["--kubeconfig", str(self.kubeconfig)], self.http_port, self.admin_port, args)
+        workers = os.environ.get(WORKERS_ENV)
+        extra = ("--workers", workers) if workers else ()  # first: a test's own --workers wins
+        command = twistd_command(["--kubeconfig", str(self.kubeconfig)], self.http_port, self.admin_port, (*extra, *args))
         self.command = command
         self._log = open(self.log_path, "wb")
         self.process = subprocess.Popen(command, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)

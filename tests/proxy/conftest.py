@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -34,3 +34,17 @@ def proxy(manifests: Manifests, echo_pair: tuple[EchoBackend, EchoBackend]) -> I
     process = Twingress(manifests.path)
     yield process
     process.stop()
+
+
+@pytest.fixture
+def twingress(manifests: Manifests) -> Iterator[Callable[..., Twingress]]:
+    """A factory: C{twingress(*args)} runs twistd on the test's manifests directory; every one is stopped at the end."""
+    started: list[Twingress] = []
+
+    def start(*args: str) -> Twingress:
+        started.append(Twingress(manifests.path, *args))
+        return started[-1]
+
+    yield start
+    for process in started:
+        process.stop()

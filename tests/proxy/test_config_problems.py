@@ -19,19 +19,6 @@ from tests.proxy.test_streams_manifests import stream
 from tests.support import EchoBackend, Manifests, Twingress, free_port
 
 
-@pytest.fixture
-def start(manifests: Manifests) -> Iterator[Callable[..., Twingress]]:
-    started: list[Twingress] = []
-
-    def run(*args: str) -> Twingress:
-        started.append(Twingress(manifests.path, *args))
-        return started[-1]
-
-    yield run
-    for process in started:
-        process.stop()
-
-
 @pytest.fixture(scope="module")
 def echo() -> Iterator[EchoBackend]:
     backend = EchoBackend("pod-c")
@@ -56,10 +43,10 @@ def _until(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> N
         time.sleep(0.05)
 
 
-def test_an_invalid_edit_keeps_the_last_good_version_serving(manifests: Manifests, start, echo: EchoBackend) -> None:
+def test_an_invalid_edit_keeps_the_last_good_version_serving(manifests: Manifests, twingress, echo: EchoBackend) -> None:
     manifests.write("svc.yaml", *manifests.service("web", [echo.address]))
     manifests.write("web.yaml", Manifests.ingress("web", "keep.test", "web", path="/v1"))
-    proxy = start()
+    proxy = twingress()
     assert _status(proxy, "keep.test", "/v1") == 200
     broken = Manifests.ingress("web", "keep.test", "web", path="/v2", path_type="Sideways")  # the apiserver would refuse it
     generation = proxy.generation()
@@ -73,12 +60,12 @@ def test_an_invalid_edit_keeps_the_last_good_version_serving(manifests: Manifest
     assert _status(proxy, "new.test") == 404
 
 
-def test_unknown_annotations_and_unreadable_values_are_reported_once(manifests: Manifests, start, echo: EchoBackend) -> None:
+def test_unknown_annotations_and_unreadable_values_are_reported_once(manifests: Manifests, twingress, echo: EchoBackend) -> None:
     manifests.write("svc.yaml", *manifests.service("web", [echo.address]))
     typo = Manifests.ingress("typo", "typo.test", "web")
     typo["metadata"]["annotations"] = {"twingress.io/ssl-redirekt": "false", "twingress.io/hsts-max-age": "forever"}
     manifests.write("typo.yaml", typo)
-    proxy = start()
+    proxy = twingress()
     assert _status(proxy, "typo.test") == 200  # served as without them
     assert sorted(_problems(proxy)) == [("Ingress/default/typo", "InvalidAnnotation"), ("Ingress/default/typo", "UnknownAnnotation")]
     metrics = proxy.admin("/metrics")[1].decode()
@@ -91,7 +78,7 @@ def test_unknown_annotations_and_unreadable_values_are_reported_once(manifests: 
     assert proxy.log().count("ssl-redirekt") == 1
 
 
-def test_a_certificate_that_does_not_cover_its_host_is_not_shown_as_its_certificate(manifests: Manifests, start, echo: EchoBackend) -> None:
+def test_a_certificate_that_does_not_cover_its_host_is_not_shown_as_its_certificate(manifests: Manifests, twingress, echo: EchoBackend) -> None:
     ca = CertificateAuthority("config-test-ca")
     manifests.write("svc.yaml", *manifests.service("web", [echo.address]))
     manifests.write(
@@ -101,7 +88,7 @@ def test_a_certificate_that_does_not_cover_its_host_is_not_shown_as_its_certific
         Manifests.ingress("good", "good.test", "web", tls=[{"hosts": ["good.test"], "secretName": "good-tls"}]),
         Manifests.ingress("wrong", "wrong.test", "web", tls=[{"hosts": ["wrong.test"], "secretName": "wrong-tls"}]),
     )
-    proxy = start("--https", f"tcp:{free_port()}:interface=127.0.0.1")
+    proxy = twingress("--https", f"tcp:{free_port()}:interface=127.0.0.1")
     _until(lambda: "good.test" in proxy.routes()["certificates"], "the certificates")
     routes = proxy.routes()
     assert routes["certificates"] == {"good.test": "default/good-tls"}  # not wrong.test: it gets the default
@@ -113,7 +100,7 @@ def test_a_certificate_that_does_not_cover_its_host_is_not_shown_as_its_certific
     assert proxy.log().count("does not cover wrong.test") == 1
 
 
-def test_a_stream_port_that_did_not_bind_is_not_shown_as_listening(manifests: Manifests, start) -> None:
+def test_a_stream_port_that_did_not_bind_is_not_shown_as_listening(manifests: Manifests, twingress) -> None:
     with socket.socket() as holder:
         holder.bind(("0.0.0.0", 0))
         holder.listen()
@@ -121,7 +108,7 @@ def test_a_stream_port_that_did_not_bind_is_not_shown_as_listening(manifests: Ma
         free = free_port()
         manifests.write("db.yaml", *manifests.service("db", [("10.1.0.1", 5432)]))
         manifests.write("streams.yaml", stream("taken", taken), stream("free", free))
-        proxy = start()
+        proxy = twingress()
         routes = proxy.routes()
         assert routes["streams"][f"TCP/{free}"]["listening"] is True
         assert routes["streams"][f"TCP/{taken}"]["listening"] is False

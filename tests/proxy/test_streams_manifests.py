@@ -7,10 +7,8 @@ traffic.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
-
-import pytest
 
 from tests.kube.streams_support import StreamEchoes, tcp_exchange, udp_exchange
 from tests.kube.twingress import wait_until
@@ -25,19 +23,6 @@ def stream(name: str, listen: int, ns: str = "default", created: str = "2024-01-
 
 def config_map(name: str, data: dict[str, str], ns: str = "ingress") -> dict:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}, "data": data}
-
-
-@pytest.fixture
-def twingress(manifests: Manifests) -> Iterator[Callable[..., Twingress]]:
-    started: list[Twingress] = []
-
-    def start(*args: str) -> Twingress:
-        started.append(Twingress(manifests.path, *args))
-        return started[-1]
-
-    yield start
-    for process in started:
-        process.stop()
 
 
 def test_stream_objects_from_files(manifests: Manifests, twingress: Callable[..., Twingress]) -> None:

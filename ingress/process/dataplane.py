@@ -1,0 +1,64 @@
+# -*- test-case-name: tests.proxy.test_workers -*-
+"""
+The HTTP and HTTPS listeners' protocol factories, built the same way in a
+single process and in each worker process (L{ingress.process.worker}).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from twisted.internet.interfaces import IProtocolFactory
+from twisted.protocols.tls import TLSMemoryBIOFactory
+
+from ingress.observe.accesslog import AccessLog
+from ingress.observe.metrics import Metrics
+from ingress.process.drain import Drainable, HTTPConnections, PassthroughConnections
+from ingress.process.live import LiveTable
+from ingress.process.reactor import IProcessReactor
+from ingress.proxy.http.server import HTTPProxyFactory
+from ingress.proxy.http.settings import ProxySettings
+from ingress.proxy.http.upstream import UpstreamPool
+from ingress.proxy.tls.front import TLSFrontFactory
+from ingress.proxy.tls.termination import CertificateStore, SNIConnectionCreator, load_certificate, self_signed_certificate
+
+
+@dataclass
+class DataPlane:
+    """The factories to listen with, what the drain waits for, and the certificate store (HTTPS only)."""
+
+    http: Optional[IProtocolFactory] = None
+    https: Optional[IProtocolFactory] = None
+    store: Optional[CertificateStore] = None
+    drainables: list[Drainable] = field(default_factory=list)
+
+
+def data_plane(
+    reactor: IProcessReactor,
+    live: LiveTable,
+    pool: UpstreamPool,
+    settings: ProxySettings,
+    metrics: Metrics,
+    access_log: Optional[AccessLog],
+    http: bool,
+    https: bool,
+    tls_min_version: str,
+    tls_ciphers: str,
+) -> DataPlane:
+    """Factories for the listeners asked for; the caller listens (on endpoints, or on adopted sockets)."""
+    plane = DataPlane()
+    if http:
+        factory = HTTPProxyFactory(live, pool, settings, metrics, reactor, access_log=access_log)
+        plane.http = factory
+        plane.drainables.append(HTTPConnections(factory))
+    if https:
+        store = CertificateStore(metrics, load_certificate(*self_signed_certificate()), tls_min_version, tls_ciphers)
+        terminating = HTTPProxyFactory(live, pool, settings, metrics, reactor, scheme=b"https", listener="https", access_log=access_log)
+        plane.drainables.append(HTTPConnections(terminating))
+        terminate = TLSMemoryBIOFactory(SNIConnectionCreator(store), False, terminating)
+        front = TLSFrontFactory(terminate, live, pool, reactor, settings.header_timeout, metrics, settings.server_name)
+        plane.drainables.append(PassthroughConnections(front.passthrough))
+        plane.https, plane.store = front, store
+    return plane
+

@@ -1,0 +1,292 @@
+# -*- test-case-name: tests.proxy.test_workers -*-
+"""
+The primary's worker processes (C{--workers N}): spawned with the shared
+listening sockets, fed every table, replaced when they die, drained on SIGTERM.
+
+Each worker is a L{ingress.process.worker} process with a channel
+(L{ingress.process.channel}) on a socketpair.  The pool is the primary's
+readiness (every worker serves a table), part of its /debug/routes (the
+generation each worker serves) and of its /metrics (every worker's families,
+summed by L{ingress.observe.merge}); for the drain it is a L{Drainable} whose
+open count is the workers still running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import json
+import os
+import signal
+import socket
+import sys
+from collections.abc import Mapping
+from typing import Any, Optional
+
+from prometheus_client import Counter, Gauge
+from prometheus_client.metrics_core import Metric
+from twisted.application.service import Service
+from twisted.internet.defer import Deferred, DeferredList
+from twisted.internet.error import ProcessExitedAlready
+from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.protocol import ProcessProtocol
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from ingress.observe.metrics import Metrics
+from ingress.process.channel import Channel, ChannelFactory
+from ingress.process.reactor import IProcessReactor
+from ingress.process.sockets import ListenerSpec, open_listener, parse_listener
+from ingress.proxy.http.settings import ProxySettings
+from ingress.routing.table import RoutingTable
+
+log = Logger()
+
+FIRST_BACKOFF, MAX_BACKOFF = 0.5, 10.0
+STABLE_SECONDS = 30.0  # a worker that lived this long restarts without waiting
+METRICS_WAIT = 2.0  # a scrape waits this long for a worker's answer, then uses its last one
+
+
+class WorkerSlot:
+    """One of the N workers, across its restarts."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.pid = 0
+        self.channel: Optional[Channel] = None
+        self.generation = 0
+        self.started = 0.0
+        self.backoff = 0.0
+        self.restarts = 0
+        self.process: Any = None
+        self.families: list[Metric] = []  # its last metrics answer
+        self.retired: list[list[Metric]] = []  # the last answers of its dead predecessors: counters never go back
+        self.waiting: dict[int, Deferred[None]] = {}
+        self.respawn: Optional[IDelayedCall] = None
+        self.served = False  # has served a table once: readiness does not flip while it is replaced
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None
+
+
+class WorkerPool(Service):
+    """C{count} worker processes sharing C{sockets}; the primary's live table goes to each."""
+
+    name = "workers"
+
+    def __init__(
+        self,
+        reactor: IProcessReactor,
+        count: int,
+        listeners: list[tuple[ListenerSpec, socket.socket]],
+        config: dict[str, Any],
+        metrics: Metrics,
+    ) -> None:
+        self.reactor = reactor
+        self.listeners = listeners
+        self.config = config
+        self.slots = [WorkerSlot(i) for i in range(count)]
+        self.table: Optional[RoutingTable] = None
+        self.stopping = False
+        self._ids = itertools.count(1)
+        registry = metrics.registry
+        self.restarts = Counter("twingress_worker_restarts", "Worker processes replaced after they died", registry=registry)
+        self.workers_gauge = Gauge("twingress_workers", "Worker processes configured (--workers)", registry=registry)
+        self.up = Gauge("twingress_worker_up", "1 while a worker process runs and serves a table", ["worker"], registry=registry)
+        self.workers_gauge.set(count)
+
+    # -- lifecycle
+
+    def startService(self) -> None:
+        super().startService()
+        for slot in self.slots:
+            self._spawn(slot)
+        self.reactor.callWhenRunning(self._take_usr1)
+
+    def stopService(self) -> None:
+        """Stopped without a drain (twistd, tests): end the workers now."""
+        super().stopService()
+        self.stopping = True
+        self.abort_all()
+
+    def _take_usr1(self) -> None:
+        previous = signal.getsignal(signal.SIGUSR1)
+
+        def on_usr1(number: int, frame: Any) -> None:
+            self.reactor.callFromThread(self._broadcast, "reopen")
+            if callable(previous):
+                previous(number, frame)
+
+        signal.signal(signal.SIGUSR1, on_usr1)
+
+    def _spawn(self, slot: WorkerSlot) -> None:
+        slot.respawn = None
+        if self.stopping:
+            return
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        channel = Channel(lambda message: self._received(slot, message), lambda: self._channel_lost(slot, channel))
+        self.reactor.adoptStreamConnection(ours.fileno(), socket.AF_UNIX, ChannelFactory(channel))
+        ours.close()
+        child_fds: dict[int, Any] = {0: "w", 1: 1, 2: 2, 3: theirs.fileno()}
+        for offset, (_, sock) in enumerate(self.listeners):
+            child_fds[4 + offset] = sock.fileno()
+        argv = [sys.executable, "-m", "ingress.process.worker", json.dumps(self.config)]
+        slot.process = self.reactor.spawnProcess(
+            _WorkerProtocol(self, slot), sys.executable, argv, env=dict(os.environ), childFDs=child_fds
+        )
+        theirs.close()
+        slot.pid, slot.channel, slot.generation, slot.started = slot.process.pid, channel, 0, self.reactor.seconds()
+        log.info("worker {index} started (pid {pid})", index=slot.index, pid=slot.pid)
+        if self.table is not None:
+            channel.send("table", self.table)
+
+    def _ended(self, slot: WorkerSlot, reason: Failure) -> None:
+        slot.process, slot.channel = None, None
+        self.up.labels(str(slot.index)).set(0)
+        if slot.families:
+            slot.retired.append(slot.families)
+            slot.families = []
+        if self.stopping:
+            log.info("worker {index} (pid {pid}) exited: {why}", index=slot.index, pid=slot.pid, why=reason.getErrorMessage())
+            return
+        slot.restarts += 1
+        self.restarts.inc()
+        lived = self.reactor.seconds() - slot.started
+        slot.backoff = 0.0 if lived >= STABLE_SECONDS else min(MAX_BACKOFF, max(FIRST_BACKOFF, slot.backoff * 2))
+        log.error(
+            "worker {index} (pid {pid}) died: {why}; a new one starts in {delay}s",
+            index=slot.index, pid=slot.pid, why=reason.getErrorMessage(), delay=slot.backoff,
+        )
+        for waiting in slot.waiting.values():
+            if not waiting.called:
+                waiting.callback(None)
+        slot.waiting.clear()
+        slot.respawn = self.reactor.callLater(slot.backoff, self._spawn, slot)
+
+    def _channel_lost(self, slot: WorkerSlot, channel: Channel) -> None:
+        if slot.channel is channel and slot.process is not None and not self.stopping:  # a draining worker closes it on exit
+            with contextlib.suppress(ProcessExitedAlready):
+                slot.process.signalProcess("KILL")  # a worker whose channel broke can no longer be fed tables
+
+    # -- messages
+
+    def publish(self, table: RoutingTable) -> None:
+        """A new live table in the primary (reactor thread): every worker gets it."""
+        self.table = table
+        self._broadcast("table", table)
+
+    def _broadcast(self, *message: Any) -> None:
+        for slot in self.slots:
+            if slot.channel is not None:
+                slot.channel.send(*message)
+
+    def _received(self, slot: WorkerSlot, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        if kind == "serving":
+            slot.generation = message[1]
+            slot.served = True
+            self.up.labels(str(slot.index)).set(1)
+        elif kind == "metrics":
+            slot.families = message[2]
+            waiting = slot.waiting.pop(message[1], None)
+            if waiting is not None and not waiting.called:  # a late answer: the scrape went on without it
+                waiting.callback(None)
+
+    def collect(self) -> Deferred[list[list[Metric]]]:
+        """Every worker's metric families (asked now; the last answer of one that is slow), and the retired ones."""
+        asked = []
+        for slot in self.slots:
+            if slot.channel is not None:
+                request = next(self._ids)
+                waiting: Deferred[None] = Deferred()
+                slot.waiting[request] = waiting
+                waiting.addTimeout(METRICS_WAIT, self.reactor)
+                waiting.addBoth(_forget, slot, request)
+                slot.channel.send("metrics?", request)
+                asked.append(waiting)
+
+        def gathered(_: object) -> list[list[Metric]]:
+            return [slot.families for slot in self.slots] + [old for slot in self.slots for old in slot.retired]
+
+        return DeferredList(asked, consumeErrors=True).addCallback(gathered)
+
+    # -- admin
+
+    def readiness(self) -> tuple[bool, dict[str, object]]:
+        """
+        Ready once every worker has served a table.  A worker being replaced
+        does not make the pod unready: the others serve, and connections wait
+        in the shared accept queue meanwhile.
+        """
+        return all(slot.served for slot in self.slots), {"workers": self.to_json()}
+
+    def to_json(self) -> list[dict[str, object]]:
+        return [
+            {"worker": s.index, "pid": s.pid, "alive": s.alive, "generation": s.generation, "restarts": s.restarts}
+            for s in self.slots
+        ]
+
+    # -- the drain (a Drainable)
+
+    def drain(self) -> None:
+        """After the primary's shutdown delay: every worker drains on its own (SIGTERM), then exits."""
+        self.stopping = True
+        for slot in self.slots:
+            if slot.respawn is not None and slot.respawn.active():
+                slot.respawn.cancel()
+            if slot.process is not None:
+                with contextlib.suppress(ProcessExitedAlready):
+                    slot.process.signalProcess("TERM")
+
+    def open_count(self) -> int:
+        return sum(1 for slot in self.slots if slot.alive)
+
+    def abort_all(self) -> int:
+        alive = [slot for slot in self.slots if slot.process is not None]
+        for slot in self.slots:
+            if slot.respawn is not None and slot.respawn.active():
+                slot.respawn.cancel()
+        for slot in alive:
+            with contextlib.suppress(ProcessExitedAlready):
+                slot.process.signalProcess("KILL")
+        return len(alive)
+
+
+def _forget(result: object, slot: WorkerSlot, request: int) -> object:
+    """A metrics request is over (answered or timed out): drop it, pass the result on."""
+    slot.waiting.pop(request, None)
+    return result
+
+
+class _WorkerProtocol(ProcessProtocol):
+    def __init__(self, pool: WorkerPool, slot: WorkerSlot) -> None:
+        self.pool = pool
+        self.slot = slot
+
+    def processEnded(self, reason: Failure) -> None:
+        self.pool._ended(self.slot, reason)
+
+
+def worker_pool(reactor: IProcessReactor, options: Mapping[str, Any], settings: ProxySettings, metrics: Metrics) -> WorkerPool:
+    """--workers N: the HTTP and HTTPS sockets opened here, once, and N processes that serve them."""
+    shared = []
+    for name in ("http", "https"):
+        if options[name]:
+            spec = parse_listener(name, options[name])
+            try:
+                shared.append((spec, open_listener(spec)))
+            except OSError as error:
+                raise SystemExit(f"twistd ingress: --{name} {options[name]}: cannot listen: {error}") from None
+    config = {
+        "settings": {**dataclasses.asdict(settings), "server_name": settings.server_name.decode()},
+        "listeners": [{"name": spec.name, "family": int(spec.family), "proxy_protocol": spec.proxy_protocol} for spec, _ in shared],
+        "tls_min_version": options["tls-min-version"],
+        "tls_ciphers": options["tls-ciphers"],
+        "access_log": options["access-log"],
+        "access_log_format": options["access-log-format"],
+        "log_format": options["log-format"],
+        "drain_timeout": options["drain-timeout"],
+    }
+    return WorkerPool(reactor, options["worker-count"], shared, config, metrics)

@@ -1,0 +1,99 @@
+# -*- test-case-name: tests.proxy.test_workers -*-
+"""
+Listening sockets: a listener service that fails the start with one line, and (with worker
+processes) the sockets opened once by the primary and shared with the workers.
+
+Every worker adopts the same inherited socket (C{adoptStreamPort}), so the
+kernel's one accept queue feeds them all and a worker that dies loses only the
+connections it had accepted; its replacement adopts the same socket.  Only
+endpoint kinds that are a plain TCP socket can be shared this way: C{tcp:} and
+C{tcp6:}, optionally behind the PROXY-protocol wrapper (C{haproxy:tcp:...}).
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from twisted.application.internet import StreamServerEndpointService
+from twisted.application.service import IService, MultiService
+from twisted.internet.endpoints import serverFromString
+from twisted.internet.error import CannotListenError
+from twisted.python import usage
+
+
+@dataclass(frozen=True)
+class ListenerSpec:
+    """One shared listener: which option it came from, how to bind it, whether PROXY headers come first."""
+
+    name: str  # "http" or "https"
+    description: str
+    family: int
+    interface: str
+    port: int
+    backlog: int
+    proxy_protocol: bool
+
+
+def parse_listener(name: str, description: str) -> ListenerSpec:
+    """A C{tcp:}/C{tcp6:} endpoint description (behind C{haproxy:} or not); a usage error otherwise."""
+    kind, _, rest = description.partition(":")
+    proxy_protocol = kind == "haproxy"
+    if proxy_protocol:
+        kind, _, rest = rest.partition(":")
+    if kind not in ("tcp", "tcp6"):
+        raise usage.UsageError(f"--{name} {description!r}: with --workers above 1 a listener must be tcp: or tcp6: (optionally haproxy:)")
+    positional, keywords = [], {}
+    for argument in re.split(r"(?<!\\):", rest) if rest else []:  # "\:" is a colon inside a value (IPv6)
+        key, equals, value = argument.partition("=")
+        if equals:
+            keywords[key] = value
+        else:
+            positional.append(argument)
+    port = keywords.get("port") or (positional[0] if positional else "")
+    if not port.isdigit():
+        raise usage.UsageError(f"--{name} {description!r}: no port")
+    interface = keywords.get("interface", "::" if kind == "tcp6" else "").replace("\\:", ":")
+    family = socket.AF_INET6 if kind == "tcp6" or ":" in interface else socket.AF_INET
+    return ListenerSpec(name, description, family, interface, int(port), int(keywords.get("backlog", "50")), proxy_protocol)
+
+
+def open_listener(spec: ListenerSpec) -> socket.socket:
+    """The bound, listening, non-blocking socket every worker will accept on."""
+    sock = socket.socket(spec.family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if spec.family == socket.AF_INET6 and spec.interface in ("", "::"):
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind((spec.interface, spec.port))
+        sock.listen(spec.backlog)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class EndpointListener(StreamServerEndpointService):
+    """A listener that cannot listen stops the start with one line saying which and why (no traceback)."""
+
+    _raiseSynchronously = True  # a port in use fails startup instead of logging and going on
+
+    def __init__(self, reactor: Any, description: str, factory: Any, name: str) -> None:
+        super().__init__(serverFromString(reactor, description), factory)
+        self.description = description
+        self.setName(name)
+
+    def privilegedStartService(self) -> None:
+        try:
+            super().privilegedStartService()
+        except CannotListenError as error:
+            raise SystemExit(f"twistd ingress: --{self.name} {self.description}: cannot listen: {error.socketError}") from None
+
+
+def listen(reactor: Any, description: str, factory: Any, parent: MultiService, name: str) -> IService:
+    service = EndpointListener(reactor, description, factory, name)
+    service.setServiceParent(parent)
+    return service

@@ -1,0 +1,147 @@
+# -*- test-case-name: tests.proxy.test_workers -*-
+"""
+A worker process: the HTTP and HTTPS listeners, on sockets the primary opened, and a copy of the table.
+
+The primary (L{ingress.process.pool}) runs C{python -m ingress.process.worker
+CONFIG} with the channel on fd 3 and the listening sockets on fds 4 and up, in
+the order of C{CONFIG["listeners"]}.  Every table generation arrives over the
+channel; its TLS contexts are built off the reactor thread (cached by Secret
+version, as in a single process) and the table is swapped in with one pointer.
+
+A worker drains on SIGTERM exactly as a single process does (the primary
+sends it after its own shutdown delay), and exits at once when the channel
+closes: a primary that died leaves no worker holding its ports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import socket
+import sys
+from typing import Any
+
+from twisted.application.internet import StreamServerEndpointService
+from twisted.application.service import IService, MultiService
+from twisted.internet.endpoints import AdoptedStreamServerEndpoint
+from twisted.internet.interfaces import IStreamServerEndpoint
+from twisted.internet.threads import deferToThread
+from twisted.logger import Logger, globalLogBeginner, textFileLogObserver
+from twisted.protocols.haproxy import proxyEndpoint
+
+from ingress.observe.accesslog import AccessLog
+from ingress.observe.logs import json_observer
+from ingress.observe.metrics import Metrics
+from ingress.process.channel import Channel, ChannelFactory
+from ingress.process.dataplane import DataPlane, data_plane
+from ingress.process.drain import GracefulShutdown
+from ingress.process.live import LiveTable
+from ingress.process.reactor import IProcessReactor
+from ingress.proxy.http.settings import ProxySettings
+from ingress.proxy.http.upstream import UpstreamPool
+from ingress.routing.table import RoutingTable
+
+log = Logger()
+
+CHANNEL_FD = 3
+FIRST_LISTENER_FD = 4
+_PR_SET_PDEATHSIG = 1
+
+
+class Worker:
+    """The worker's side of the channel: tables in, readiness and metrics out."""
+
+    def __init__(self, reactor: IProcessReactor, live: LiveTable, plane: DataPlane, metrics: Metrics, access_log: Any) -> None:
+        self.reactor = reactor
+        self.live = live
+        self.plane = plane
+        self.metrics = metrics
+        self.access_log = access_log
+        self.channel = Channel(self._received, self._primary_gone)
+
+    def _received(self, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        if kind == "table":
+            self._install(message[1])
+        elif kind == "metrics?":
+            self.channel.send("metrics", message[1], list(self.metrics.registry.collect()))
+        elif kind == "reopen" and self.access_log is not None:
+            self.access_log.reopen()
+
+    def _install(self, table: RoutingTable) -> None:
+        store = self.plane.store
+        if store is None:
+            self._swap(table, None)
+            return
+        deferToThread(store.prepare, table).addCallbacks(  # contexts off the reactor thread
+            lambda commit: self._swap(table, commit),
+            lambda failure: log.failure("TLS contexts of table {generation} failed", failure, generation=table.generation),
+        )
+
+    def _swap(self, table: RoutingTable, commit: Any) -> None:
+        if table.generation < self.live.table.generation:
+            return  # an older one finished after a newer one
+        if commit is not None:
+            commit()
+        self.live.swap(table)
+        self.channel.send("serving", table.generation)
+
+    def _primary_gone(self) -> None:
+        log.warn("the primary process is gone: stopping")
+        if self.reactor.running:
+            self.reactor.stop()
+
+
+
+
+def main(argv: list[str]) -> None:
+    config = json.loads(argv[1])
+    _die_with_parent()
+    from twisted.internet import reactor as default_reactor
+
+    reactor: Any = default_reactor
+    observer = json_observer() if config["log_format"] == "json" else textFileLogObserver(sys.stdout)
+    globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
+    settings = ProxySettings(**{**config["settings"], "server_name": config["settings"]["server_name"].encode()})
+    metrics, live = Metrics(), LiveTable()
+    top = MultiService()
+    access_log = None
+    if config["access_log"] != "off":
+        access_log = AccessLog(reactor, config["access_log"], config["access_log_format"])
+        access_log.setServiceParent(top)
+    names = [spec["name"] for spec in config["listeners"]]
+    plane = data_plane(
+        reactor, live, UpstreamPool(reactor, settings), settings, metrics, access_log,
+        http="http" in names, https="https" in names,
+        tls_min_version=config["tls_min_version"], tls_ciphers=config["tls_ciphers"],
+    )
+    listeners: list[IService] = []
+    for offset, spec in enumerate(config["listeners"]):
+        endpoint: IStreamServerEndpoint = AdoptedStreamServerEndpoint(reactor, FIRST_LISTENER_FD + offset, spec["family"])
+        if spec["proxy_protocol"]:
+            endpoint = proxyEndpoint(endpoint)
+        service = StreamServerEndpointService(endpoint, plane.http if spec["name"] == "http" else plane.https)
+        service.setServiceParent(top)
+        listeners.append(service)
+    GracefulShutdown(reactor, listeners, plane.drainables, 0.0, config["drain_timeout"]).setServiceParent(top)
+    worker = Worker(reactor, live, plane, metrics, access_log)
+    reactor.adoptStreamConnection(CHANNEL_FD, socket.AF_UNIX, ChannelFactory(worker.channel))
+    os.close(CHANNEL_FD)  # adopted as a copy
+    top.startService()
+    reactor.addSystemEventTrigger("before", "shutdown", top.stopService)
+    reactor.run()
+
+
+def _die_with_parent() -> None:
+    """The kernel kills this worker if the primary dies without closing the channel first (a backstop)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() == 1:  # the primary died before prctl took effect
+        raise SystemExit("twingress worker: the primary process is gone")
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,203 @@
+"""
+Worker processes (C{--workers N}): real twistd process trees, real sockets.
+
+The primary opens the HTTP and HTTPS sockets once and N workers serve them
+with a copy of every table; these tests check what an operator relies on:
+every worker serves, a change reaches all of them, the metrics add up
+exactly, a dead worker is replaced while the rest keep serving, a dead primary
+leaves no worker behind, and SIGTERM drains the whole tree to exit status 0.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import signal
+import ssl
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import EchoBackend, Manifests, Twingress, free_port
+
+
+@pytest.fixture(scope="module")
+def echoes() -> Iterator[tuple[EchoBackend, EchoBackend]]:
+    a, b = EchoBackend("pod-w1", "127.0.0.1"), EchoBackend("pod-w2", "127.0.0.2")
+    yield a, b
+    a.stop()
+    b.stop()
+
+
+@pytest.fixture
+def start(manifests: Manifests, echoes: tuple[EchoBackend, EchoBackend], twingress: Callable[..., Twingress]) -> Callable[..., Twingress]:
+    """twingress on a directory routing C{w.test} to both echo backends."""
+    manifests.route("web", "w.test", [e.address for e in echoes])
+    return twingress
+
+
+def _get(port: int, host: str = "w.test", path: str = "/") -> int:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request("GET", path, headers={"Host": host})
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    finally:
+        connection.close()
+
+
+def _workers(proxy: Twingress) -> list[dict]:
+    return json.loads(proxy.admin("/readyz")[1])["workers"]
+
+
+def _children(pid: int) -> list[int]:
+    done = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+    return [int(p) for p in done.stdout.split()]
+
+
+def _metric(proxy: Twingress, name: str, labels: str = "") -> float:
+    """The sample C{name{labels}} of the primary's /metrics (0 when absent)."""
+    prefix = f"{name}{{{labels}}} " if labels else f"{name} "
+    for line in proxy.admin("/metrics")[1].decode().splitlines():
+        if line.startswith(prefix):
+            return float(line[len(prefix):])
+    return 0.0
+
+
+def _until(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("count", [2, 4])
+def test_every_worker_serves_http_and_https(start, count: int) -> None:
+    https_port = free_port()
+    proxy = start("--workers", str(count), "--https", f"tcp:{https_port}:interface=127.0.0.1")
+    workers = _workers(proxy)
+    assert len(workers) == count and all(w["alive"] and w["generation"] >= 1 for w in workers)
+    assert len(set(_children(proxy.process.pid))) == count  # N processes besides the primary
+    assert all(_get(proxy.http_port) == 200 for _ in range(20))
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    connection = http.client.HTTPSConnection("127.0.0.1", https_port, timeout=10, context=context)
+    connection.request("GET", "/", headers={"Host": "w.test"})
+    assert connection.getresponse().status == 200
+    connection.close()
+
+
+def test_a_change_is_live_in_every_worker(start, manifests: Manifests, echoes) -> None:
+    proxy = start("--workers", "4")
+    generation = proxy.generation()
+    manifests.route("late", "late.test", [echoes[0].address])
+    proxy.wait_generation_above(generation)
+    _until(lambda: all(w["generation"] > generation for w in _workers(proxy)), "every worker on the new table")
+    statuses = [_get(proxy.http_port, "late.test") for _ in range(64)]  # 64 new connections, spread over the workers
+    assert statuses == [200] * 64
+
+
+def test_metrics_are_summed_exactly_over_the_workers(start) -> None:
+    proxy = start("--workers", "4")
+    before = _metric(proxy, "twingress_http_requests_total", 'route="default/web",status="200"')
+    for _ in range(100):
+        assert _get(proxy.http_port) == 200
+    assert _metric(proxy, "twingress_http_requests_total", 'route="default/web",status="200"') == before + 100
+    assert _metric(proxy, "twingress_workers") == 4
+
+
+def test_a_killed_worker_is_replaced_and_the_others_keep_serving(start) -> None:
+    proxy = start("--workers", "2")
+    results: list[int] = []
+    stop = threading.Event()
+
+    def load() -> None:
+        while not stop.is_set():
+            try:
+                results.append(_get(proxy.http_port))
+            except OSError:
+                results.append(0)
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(0.5)
+        victim = _workers(proxy)[0]["pid"]
+        os.kill(victim, signal.SIGKILL)
+        killed_at = time.monotonic()
+        _until(lambda: _workers(proxy)[0]["pid"] != victim and _workers(proxy)[0]["generation"] >= 1, "a replacement serving", 5.0)
+        replaced_in = time.monotonic() - killed_at
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    failed = sum(1 for status in results if status != 200)
+    assert replaced_in < 5.0
+    assert failed / len(results) < 0.01, f"{failed} of {len(results)} requests failed"
+    assert _metric(proxy, "twingress_worker_restarts_total") == 1
+
+
+def test_a_killed_primary_leaves_no_worker(start) -> None:
+    proxy = start("--workers", "2")
+    workers = _children(proxy.process.pid)
+    assert len(workers) == 2
+    proxy.process.kill()
+    proxy.process.wait()
+    deadline = time.monotonic() + 5.0
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in workers)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_sigterm_drains_every_worker_and_the_tree_exits_0(start) -> None:
+    proxy = start("--workers", "2", "--shutdown-delay", "0.5", "--drain-timeout", "10")
+    workers = _children(proxy.process.pid)
+    slow: list[int] = []
+    request = threading.Thread(target=lambda: slow.append(_get(proxy.http_port, path="/slow?delay=1.5")))
+    request.start()
+    time.sleep(0.3)
+    proxy.process.send_signal(signal.SIGTERM)
+    assert proxy.process.wait(20) == 0
+    request.join()
+    assert slow == [200]  # the request in flight finished
+    assert not any(_alive(pid) for pid in workers)
+    log = proxy.log()
+    assert log.count("exited: A process has ended without apparent errors: process finished with exit code 0") == 2, log[-3000:]
+
+
+def test_access_log_lines_stay_whole_under_load_from_four_workers(start, tmp_path: Path) -> None:
+    access = tmp_path / "access.log"
+    proxy = start("--workers", "4", "--access-log", str(access))
+
+    def load() -> None:
+        for _ in range(100):
+            _get(proxy.http_port, path="/" + "x" * 200)
+
+    threads = [threading.Thread(target=load) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    _until(lambda: access.exists() and len(access.read_text().splitlines()) >= 800, "800 access-log lines", 5.0)
+    lines = access.read_text().splitlines()
+    assert len(lines) == 800
+    line_re = re.compile(r'^127\.0\.0\.1 - - \[[^\]]+\] "GET /x{200} HTTP/1\.1" 200 \d+ "-" "[^"]*" host=w\.test route=default/web ')
+    assert all(line_re.match(line) for line in lines), [line for line in lines if not line_re.match(line)][:3]
