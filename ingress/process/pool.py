@@ -80,7 +80,7 @@ class WorkerPool(Service):
         self,
         reactor: IProcessReactor,
         count: int,
-        listeners: list[tuple[ListenerSpec, socket.socket]],
+        listeners: list[tuple[ListenerSpec, list[socket.socket]]],
         config: dict[str, Any],
         metrics: Metrics,
     ) -> None:
@@ -130,8 +130,8 @@ class WorkerPool(Service):
         self.reactor.adoptStreamConnection(ours.fileno(), socket.AF_UNIX, ChannelFactory(channel))
         ours.close()
         child_fds: dict[int, Any] = {0: "w", 1: 1, 2: 2, 3: theirs.fileno()}
-        for offset, (_, sock) in enumerate(self.listeners):
-            child_fds[4 + offset] = sock.fileno()
+        for offset, (_, sockets) in enumerate(self.listeners):
+            child_fds[4 + offset] = sockets[slot.index].fileno()  # the slot's own socket, kept across restarts
         argv = [sys.executable, "-m", "ingress.process.worker", json.dumps(self.config)]
         slot.process = self.reactor.spawnProcess(
             _WorkerProtocol(self, slot), sys.executable, argv, env=dict(os.environ), childFDs=child_fds
@@ -276,7 +276,7 @@ def worker_pool(reactor: IProcessReactor, options: Mapping[str, Any], settings: 
         if options[name]:
             spec = parse_listener(name, options[name])
             try:
-                shared.append((spec, open_listener(spec)))
+                shared.append((spec, [open_listener(spec, reuse_port=True) for _ in range(options["worker-count"])]))
             except OSError as error:
                 raise SystemExit(f"twistd ingress: --{name} {options[name]}: cannot listen: {error}") from None
     config = {
