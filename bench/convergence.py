@@ -264,7 +264,7 @@ class Http:
 class Twingress:
     """twistd -n ingress --kubeconfig ... on free loopback ports, with its admin endpoints."""
 
-    def __init__(self, kubeconfig: Path, log_dir: Path, name: str = "twingress") -> None:
+    def __init__(self, kubeconfig: Path, log_dir: Path, name: str = "twingress", workers: int = 1) -> None:
         self.http_port = procs.free_port()
         self.admin_port = procs.free_port()
         while self.admin_port == self.http_port:
@@ -276,6 +276,7 @@ class Twingress:
             "--http", f"tcp:{self.http_port}:interface=127.0.0.1",
             "--admin", f"tcp:{self.admin_port}:interface=127.0.0.1",
             "--https", "",
+            "--workers", str(workers),
         ]  # fmt: skip
         self.proc = procs.start(name, argv, log_dir, cpu=None, cwd=REPO)
         self.proxy = Http(self.http_port)
@@ -711,6 +712,7 @@ def report(result: dict[str, Any]) -> str:
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--changes", type=int, default=200, help="changes per convergence series (200)")
+    p.add_argument("--workers", type=int, default=1, help="twingress --workers: live means live in the worker that answered (1)")
     p.add_argument("--scale", default="1000,10000", help="Ingress counts, cumulative ('' to skip)")
     p.add_argument("--threads", type=int, default=12, help="threads creating scale objects (12)")
     p.add_argument("--rebuilds", type=int, default=5, help="touches of one Ingress per scale step (5)")
@@ -777,7 +779,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 api.create(service(name, CONV_NS))
                 api.create(endpoint_slice(name, CONV_NS, (address,)))
 
-            tw = Twingress(kube.kubeconfig, log_dir)
+            tw = Twingress(kube.kubeconfig, log_dir, workers=args.workers)
             stack.callback(tw.stop)
             result["twingress_ready_s"] = tw.wait_ready()
             log(f"twingress ready in {result['twingress_ready_s']:.2f} s (pid {tw.pid})")
