@@ -17,7 +17,7 @@ from ingress.observe.metrics import Metrics
 from ingress.process.drain import Drainable, HTTPConnections, PassthroughConnections
 from ingress.process.live import LiveTable
 from ingress.process.reactor import IProcessReactor
-from ingress.proxy.http.server import HTTPProxyFactory
+from ingress.proxy.http.factory import HTTPProxyFactory
 from ingress.proxy.http.settings import ProxySettings
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.tls.front import TLSFrontFactory

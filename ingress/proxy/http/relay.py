@@ -24,7 +24,7 @@ from ingress.proxy.http.forwarding import response_head_bytes
 from ingress.proxy.http.upstream import Address, UpstreamConnection
 
 if TYPE_CHECKING:
-    from ingress.proxy.http.server import HTTPProxyFactory
+    from ingress.proxy.http.factory import HTTPProxyFactory
     from ingress.proxy.http.settings import ProxySettings
     from ingress.proxy.idle import Deadline
     from ingress.proxy.transport import IConnectionTransport

@@ -13,72 +13,32 @@ with backpressure both ways.
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from twisted.internet.interfaces import IAddress, IConnector, IPushProducer, IReactorTime
-from twisted.internet.protocol import Factory, Protocol, connectionDone
+from twisted.internet.interfaces import IConnector, IPushProducer
+from twisted.internet.protocol import Protocol, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from ingress.observe.accesslog import AccessLog
-from ingress.observe.metrics import NO_ROUTE, Metrics
-from ingress.process.live import LiveTable
+from ingress.observe.metrics import NO_ROUTE
 from ingress.proxy.http import h1
 from ingress.proxy.http.fastwrite import direct_writer
 from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor, request_head_bytes
 from ingress.proxy.http.relay import AWAIT, BODY, CLOSED, HEAD, TUNNEL, UpstreamRelay
 from ingress.proxy.http.responses import error_response
-from ingress.proxy.http.settings import ProxySettings
 from ingress.proxy.http.target import host_and_path, origin_form, routing_host
-from ingress.proxy.http.upstream import Address, UpstreamConnection, UpstreamPool
+from ingress.proxy.http.upstream import Address, UpstreamConnection
 from ingress.proxy.idle import Deadline
 from ingress.proxy.transport import IConnectionTransport
 from ingress.routing.table import Route
 
+if TYPE_CHECKING:
+    from ingress.proxy.http.factory import HTTPProxyFactory
+
 log = Logger()
 
 _PENDING_LIMIT = 1 << 20
-
-
-class HTTPProxyFactory(Factory["HTTPProxyProtocol"]):
-    """Shared pieces of every client connection on one listener."""
-
-    noisy = False
-
-    def __init__(
-        self,
-        live: LiveTable,
-        pool: UpstreamPool,
-        settings: ProxySettings,
-        metrics: Metrics,
-        reactor: IReactorTime,
-        scheme: bytes = b"http",
-        listener: str = "http",
-        access_log: Optional[AccessLog] = None,
-    ) -> None:
-        self.live = live
-        self.pool = pool
-        self.settings = settings
-        self.metrics = metrics
-        self.reactor = reactor
-        self.scheme = scheme
-        self.listener = listener
-        self.access_log = access_log  # None when off
-        self.connections: set[HTTPProxyProtocol] = set()
-        self.draining = False  # shutdown: every response says Connection: close
-        self._open_gauge = metrics.open_connections.labels(listener)
-
-    def buildProtocol(self, addr: Optional[IAddress]) -> HTTPProxyProtocol:
-        return HTTPProxyProtocol(self)
-
-    def opened(self, protocol: HTTPProxyProtocol) -> None:
-        self.connections.add(protocol)
-        self._open_gauge.inc()
-
-    def closed(self, protocol: HTTPProxyProtocol) -> None:
-        self.connections.discard(protocol)
-        self._open_gauge.dec()
 
 
 @implementer(IPushProducer)

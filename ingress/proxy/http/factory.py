@@ -1,0 +1,60 @@
+# -*- test-case-name: tests.proxy.test_http_behaviour -*-
+"""
+The HTTP listener's factory: what every client connection of one listener
+shares (table, pools, settings, metrics, access log), and the set of open
+connections the drain walks.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from twisted.internet.interfaces import IAddress, IReactorTime
+from twisted.internet.protocol import Factory
+
+from ingress.observe.accesslog import AccessLog
+from ingress.observe.metrics import Metrics
+from ingress.process.live import LiveTable
+from ingress.proxy.http.server import HTTPProxyProtocol
+from ingress.proxy.http.settings import ProxySettings
+from ingress.proxy.http.upstream import UpstreamPool
+
+
+class HTTPProxyFactory(Factory["HTTPProxyProtocol"]):
+    """Shared pieces of every client connection on one listener."""
+
+    noisy = False
+
+    def __init__(
+        self,
+        live: LiveTable,
+        pool: UpstreamPool,
+        settings: ProxySettings,
+        metrics: Metrics,
+        reactor: IReactorTime,
+        scheme: bytes = b"http",
+        listener: str = "http",
+        access_log: Optional[AccessLog] = None,
+    ) -> None:
+        self.live = live
+        self.pool = pool
+        self.settings = settings
+        self.metrics = metrics
+        self.reactor = reactor
+        self.scheme = scheme
+        self.listener = listener
+        self.access_log = access_log  # None when off
+        self.connections: set[HTTPProxyProtocol] = set()
+        self.draining = False  # shutdown: every response says Connection: close
+        self._open_gauge = metrics.open_connections.labels(listener)
+
+    def buildProtocol(self, addr: Optional[IAddress]) -> HTTPProxyProtocol:
+        return HTTPProxyProtocol(self)
+
+    def opened(self, protocol: HTTPProxyProtocol) -> None:
+        self.connections.add(protocol)
+        self._open_gauge.inc()
+
+    def closed(self, protocol: HTTPProxyProtocol) -> None:
+        self.connections.discard(protocol)
+        self._open_gauge.dec()
