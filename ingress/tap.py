@@ -33,6 +33,7 @@ from ingress.process.live import LiveTable
 from ingress.process.pool import worker_pool
 from ingress.process.reactor import IProcessReactor
 from ingress.process.sockets import listen
+from ingress.process.streamports import WorkerStreams
 from ingress.proxy.http.settings import ProxySettings
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.streams.listeners import StreamListeners
@@ -126,7 +127,7 @@ class Options(usage.Options):
         ["tls-min-version", None, "1.2", "Lowest TLS version accepted: 1.2 or 1.3."],
         ["tls-ciphers", None, MODERN_CIPHERS, "OpenSSL cipher list for TLS 1.2 (TLS 1.3 suites are OpenSSL's)."],
         ["https-redirect-port", None, None, "Port in the Location of HTTP to HTTPS redirects. [default: the --https listener's port, omitted when 443]"],
-        ["workers", None, "1", "Worker processes serving HTTP and HTTPS: a number, or auto (the CPUs this process may use). 1: one process does everything."],
+        ["workers", None, "1", "Worker processes serving HTTP, HTTPS and the stream ports: a number, or auto (the CPUs this process may use). 1: one process does everything."],
         ["admin", None, "tcp:10254:interface=127.0.0.1", "Endpoint of the admin listener: /healthz /readyz /metrics /debug/routes."],
         ["manifests", None, None, "Directory of Kubernetes manifests (YAML/JSON) to route by, instead of a cluster."],
         ["kubeconfig", None, None, "kubeconfig file of the cluster to watch. [default: in-cluster service account]"],
@@ -316,7 +317,11 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
     admin = Admin(live, metrics)
     pool = UpstreamPool(reactor, settings)
     # Subscribed before the controllers, so a table's bind failures are known when status is written.
-    streams = StreamListeners(reactor, pool, metrics, options["stream-interface"], options["stream-drain-timeout"])
+    streams: StreamListeners | WorkerStreams
+    if options["worker-count"] > 1:  # the workers listen; the primary probes new ports and merges their failures
+        streams = WorkerStreams(metrics, options["stream-interface"])
+    else:
+        streams = StreamListeners(reactor, pool, metrics, options["stream-interface"], options["stream-drain-timeout"])
     live.subscribe(streams.apply)
     admin.route_sections["streamListeners"] = streams.to_json
     admin.route_views.append(streams.show)
@@ -338,9 +343,10 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
             )
             manager.setServiceParent(top)
     listeners: list[IService] = []
-    drainables: list[Any] = [streams]
-    if options["worker-count"] > 1:
+    drainables: list[Any] = [streams] if isinstance(streams, StreamListeners) else []
+    if isinstance(streams, WorkerStreams):
         workers = worker_pool(reactor, options, settings, metrics)
+        streams.reported = workers.stream_failures
         workers.setServiceParent(top)
         live.subscribe(workers.publish)
         admin.add_check(workers.readiness)

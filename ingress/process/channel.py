@@ -4,7 +4,7 @@ The local channel between the primary and one worker: length-prefixed messages o
 
 A message is a pickled tuple whose first item names it.  The primary sends
 C{("table", RoutingTable)} for every generation and C{("metrics?",)} when it
-is scraped; the worker answers C{("serving", generation)} once a table is live
+is scraped; the worker answers C{("serving", generation, stream_failures, stream_ports)} once a table is live
 and C{("metrics", families)}.  Pickle is safe here: both ends are this
 program, on a socketpair nobody else holds.  Frames are length-prefixed (no
 64 KiB value limit as in AMP): a table of 10k Ingresses is about 1.3 MiB.

@@ -65,6 +65,8 @@ class WorkerSlot:
         self.waiting: dict[int, Deferred[None]] = {}
         self.respawn: Optional[IDelayedCall] = None
         self.served = False  # has served a table once: readiness does not flip while it is replaced
+        self.stream_failures: dict[tuple[str, int], str] = {}  # stream ports its last table could not bind
+        self.streams: list[str] = []  # the stream ports it listens on ("TCP:9000")
 
     @property
     def alive(self) -> bool:
@@ -143,7 +145,7 @@ class WorkerPool(Service):
             channel.send("table", self.table)
 
     def _ended(self, slot: WorkerSlot, reason: Failure) -> None:
-        slot.process, slot.channel = None, None
+        slot.process, slot.channel, slot.streams, slot.stream_failures = None, None, [], {}
         self.up.labels(str(slot.index)).set(0)
         if slot.families:
             slot.retired.append(slot.families)
@@ -185,7 +187,7 @@ class WorkerPool(Service):
     def _received(self, slot: WorkerSlot, message: tuple[Any, ...]) -> None:
         kind = message[0]
         if kind == "serving":
-            slot.generation = message[1]
+            slot.generation, slot.stream_failures, slot.streams = message[1], message[2], message[3]
             slot.served = True
             self.up.labels(str(slot.index)).set(1)
         elif kind == "metrics":
@@ -212,6 +214,15 @@ class WorkerPool(Service):
 
         return DeferredList(asked, consumeErrors=True).addCallback(gathered)
 
+    def stream_failures(self) -> dict[tuple[str, int], str]:
+        """The stream ports a running worker could not bind (as of the last table it served)."""
+        merged: dict[tuple[str, int], str] = {}
+        for slot in self.slots:
+            if slot.alive:
+                for key, detail in slot.stream_failures.items():
+                    merged.setdefault(key, detail)
+        return merged
+
     # -- admin
 
     def readiness(self) -> tuple[bool, dict[str, object]]:
@@ -224,7 +235,7 @@ class WorkerPool(Service):
 
     def to_json(self) -> list[dict[str, object]]:
         return [
-            {"worker": s.index, "pid": s.pid, "alive": s.alive, "generation": s.generation, "restarts": s.restarts}
+            {"worker": s.index, "pid": s.pid, "alive": s.alive, "generation": s.generation, "restarts": s.restarts, "streams": s.streams}
             for s in self.slots
         ]
 
@@ -288,5 +299,7 @@ def worker_pool(reactor: IProcessReactor, options: Mapping[str, Any], settings: 
         "access_log_format": options["access-log-format"],
         "log_format": options["log-format"],
         "drain_timeout": options["drain-timeout"],
+        "stream_interface": options["stream-interface"],
+        "stream_drain_timeout": options["stream-drain-timeout"],
     }
     return WorkerPool(reactor, options["worker-count"], shared, config, metrics)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 import socket
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import IService, MultiService
@@ -68,15 +68,33 @@ def parse_listener(name: str, description: str) -> ListenerSpec:
 
 def open_listener(spec: ListenerSpec, reuse_port: bool = False) -> socket.socket:
     """A bound, listening, non-blocking socket; with C{reuse_port}, one of a group on the same address."""
-    sock = socket.socket(spec.family, socket.SOCK_STREAM)
+    return bound_socket(spec.family, socket.SOCK_STREAM, spec.interface, spec.port, reuse_port, spec.backlog)
+
+
+def address_family(interface: str) -> int:
+    """C{AF_INET6} for an IPv6 address ("::" is IPv6 and IPv4), C{AF_INET} for the rest ("" is every IPv4 address)."""
+    return socket.AF_INET6 if ":" in interface else socket.AF_INET
+
+
+def bound_socket(family: int, kind: int, interface: str, port: int, reuse_port: bool, backlog: Optional[int] = None) -> socket.socket:
+    """
+    A bound, non-blocking socket (listening when C{backlog} is given); raises OSError.
+
+    With C{reuse_port} it is one of a group on the same address (C{SO_REUSEPORT}):
+    the kernel hashes each TCP connection and each UDP flow (client address
+    and port) to one socket of the group, so a UDP client's datagrams all
+    reach the same worker, whose session sends its replies from that socket.
+    """
+    sock = socket.socket(family, kind)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if reuse_port:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        if spec.family == socket.AF_INET6 and spec.interface in ("", "::"):
+        if family == socket.AF_INET6 and interface in ("", "::"):
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        sock.bind((spec.interface, spec.port))
-        sock.listen(spec.backlog)
+        sock.bind((interface, port))
+        if backlog is not None:
+            sock.listen(backlog)
         sock.setblocking(False)
     except OSError:
         sock.close()

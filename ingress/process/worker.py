@@ -8,6 +8,10 @@ the order of C{CONFIG["listeners"]}.  Every table generation arrives over the
 channel; its TLS contexts are built off the reactor thread (cached by Secret
 version, as in a single process) and the table is swapped in with one pointer.
 
+The worker also opens the table's stream ports, each as its own socket of a
+C{SO_REUSEPORT} group (L{ingress.process.streamports} says why), and reports
+the ones that did not bind with every table it serves.
+
 A worker drains on SIGTERM exactly as a single process does (the primary
 sends it after its own shutdown delay), and exits at once when the channel
 closes: a primary that died leaves no worker holding its ports.
@@ -42,6 +46,7 @@ from ingress.process.live import LiveTable
 from ingress.process.reactor import IProcessReactor
 from ingress.proxy.http.settings import ProxySettings
 from ingress.proxy.http.upstream import UpstreamPool
+from ingress.proxy.streams.listeners import StreamListeners
 from ingress.routing.table import RoutingTable
 
 log = Logger()
@@ -54,10 +59,13 @@ _PR_SET_PDEATHSIG = 1
 class Worker:
     """The worker's side of the channel: tables in, readiness and metrics out."""
 
-    def __init__(self, reactor: IProcessReactor, live: LiveTable, plane: DataPlane, metrics: Metrics, access_log: Any) -> None:
+    def __init__(
+        self, reactor: IProcessReactor, live: LiveTable, plane: DataPlane, streams: StreamListeners, metrics: Metrics, access_log: Any
+    ) -> None:
         self.reactor = reactor
         self.live = live
         self.plane = plane
+        self.streams = streams
         self.metrics = metrics
         self.access_log = access_log
         self.channel = Channel(self._received, self._primary_gone)
@@ -86,8 +94,9 @@ class Worker:
             return  # an older one finished after a newer one
         if commit is not None:
             commit()
-        self.live.swap(table)
-        self.channel.send("serving", table.generation)
+        self.live.swap(table)  # the stream listeners follow it at once
+        listening = sorted(f"{protocol}:{port}" for protocol, port in self.streams.listeners)
+        self.channel.send("serving", table.generation, dict(self.streams.failures), listening)
 
     def _primary_gone(self) -> None:
         log.warn("the primary process is gone: stopping")
@@ -113,11 +122,16 @@ def main(argv: list[str]) -> None:
         access_log = AccessLog(reactor, config["access_log"], config["access_log_format"])
         access_log.setServiceParent(top)
     names = [spec["name"] for spec in config["listeners"]]
+    upstreams = UpstreamPool(reactor, settings)
     plane = data_plane(
-        reactor, live, UpstreamPool(reactor, settings), settings, metrics, access_log,
+        reactor, live, upstreams, settings, metrics, access_log,
         http="http" in names, https="https" in names,
         tls_min_version=config["tls_min_version"], tls_ciphers=config["tls_ciphers"],
     )
+    streams = StreamListeners(
+        reactor, upstreams, metrics, config["stream_interface"], config["stream_drain_timeout"], reuse_port=True
+    )
+    live.subscribe(streams.apply)
     listeners: list[IService] = []
     for offset, spec in enumerate(config["listeners"]):
         endpoint: IStreamServerEndpoint = AdoptedStreamServerEndpoint(reactor, FIRST_LISTENER_FD + offset, spec["family"])
@@ -126,8 +140,8 @@ def main(argv: list[str]) -> None:
         service = StreamServerEndpointService(endpoint, plane.http if spec["name"] == "http" else plane.https)
         service.setServiceParent(top)
         listeners.append(service)
-    GracefulShutdown(reactor, listeners, plane.drainables, 0.0, config["drain_timeout"]).setServiceParent(top)
-    worker = Worker(reactor, live, plane, metrics, access_log)
+    GracefulShutdown(reactor, listeners, [streams, *plane.drainables], 0.0, config["drain_timeout"]).setServiceParent(top)
+    worker = Worker(reactor, live, plane, streams, metrics, access_log)
     reactor.adoptStreamConnection(CHANNEL_FD, socket.AF_UNIX, ChannelFactory(worker.channel))
     os.close(CHANNEL_FD)  # adopted as a copy
     top.startService()

@@ -10,6 +10,7 @@ reactor keeps turning while they wait.
 from __future__ import annotations
 
 import socket
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Optional
 
@@ -196,3 +197,104 @@ if __name__ == "__main__":
     echo_factory = EchoFactory()
     reactor.listenTCP(int(sys.argv[1]), echo_factory, interface="127.0.0.1")
     reactor.run()
+
+
+# -- for tests of a twistd process: manifests, and blocking peers in threads
+
+
+def external_stream(name: str, protocol: str, listen: int, port: int) -> dict[str, Any]:
+    """A StreamIngress manifest to a host and port outside the cluster."""
+    return {
+        "apiVersion": "twingress.io/v1alpha1",
+        "kind": "StreamIngress",
+        "metadata": {"name": name, "namespace": "default", "creationTimestamp": "2024-01-01T00:00:00Z"},
+        "spec": {"protocol": protocol, "listen": listen, "external": True, "upstream": {"host": "127.0.0.1", "port": port}},
+    }
+
+
+class BlockingEchoes:
+    """Blocking TCP and UDP servers in this process that answer with their name (TCP: then close)."""
+
+    def __init__(self, name: bytes) -> None:
+        self.name = name
+        self.tcp = socket.create_server(("127.0.0.1", 0))
+        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.udp.bind(("127.0.0.1", 0))
+        self.port = self.tcp.getsockname()[1]
+        self.udp_port = self.udp.getsockname()[1]
+        for target in (self._serve_tcp, self._serve_udp):
+            threading.Thread(target=target, daemon=True).start()
+
+    def _serve_tcp(self) -> None:
+        while True:
+            try:
+                connection, _ = self.tcp.accept()
+            except OSError:
+                return
+            with connection:
+                connection.sendall(self.name)
+
+    def _serve_udp(self) -> None:
+        while True:
+            try:
+                data, peer = self.udp.recvfrom(2048)
+            except OSError:
+                return
+            self.udp.sendto(self.name + b":" + data, peer)
+
+    def close(self) -> None:
+        self.tcp.close()
+        self.udp.close()
+
+
+def tcp_answer(port: int) -> bytes:
+    """What a new TCP connection to the port reads first, or the error's name in angle brackets."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+            return s.recv(100)
+    except OSError as error:
+        return f"<{type(error).__name__}>".encode()
+
+
+def udp_answer(port: int) -> bytes:
+    """The answer to one datagram from a new socket, or the error's name in angle brackets."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.settimeout(0.5)
+        s.sendto(b"hi", ("127.0.0.1", port))
+        try:
+            return s.recvfrom(2048)[0]
+        except OSError as error:
+            return f"<{type(error).__name__}>".encode()
+
+
+def stream_ingress(name: str, listen: int, ns: str = "default", created: str = "2024-01-01T00:00:00Z", **spec: Any) -> dict:
+    """A StreamIngress manifest to the Service C{db} (port 80 unless C{spec} says otherwise)."""
+    spec = {"listen": listen, "upstream": {"service": "db", "port": 80}, **spec}
+    metadata = {"name": name, "namespace": ns, "creationTimestamp": created}
+    return {"apiVersion": "twingress.io/v1alpha1", "kind": "StreamIngress", "metadata": metadata, "spec": spec}
+
+
+def many_clients(port: int, clients: int, rounds: int) -> list[list[bytes]]:
+    """C{clients} sockets in threads, started together, each sending C{rounds} datagrams naming itself."""
+    start = threading.Barrier(clients)
+    answers: list[list[bytes]] = [[] for _ in range(clients)]
+    errors: list[BaseException] = []
+
+    def client(index: int) -> None:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.settimeout(10)
+            start.wait()
+            try:
+                for n in range(rounds):
+                    s.sendto(f"client {index} message {n}".encode(), ("127.0.0.1", port))
+                    answers[index].append(s.recvfrom(65535)[0])
+            except BaseException as error:  # reported by the test, with the rest
+                errors.append(error)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors[:3]
+    return answers

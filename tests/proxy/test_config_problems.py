@@ -15,7 +15,7 @@ import pytest
 
 from tests.proxy.certs import CertificateAuthority, tls_secret
 from tests.proxy.clients import RawClient
-from tests.proxy.test_streams_manifests import stream
+from tests.proxy.streams_support import stream_ingress
 from tests.support import EchoBackend, Manifests, Twingress, free_port
 
 
@@ -107,7 +107,7 @@ def test_a_stream_port_that_did_not_bind_is_not_shown_as_listening(manifests: Ma
         taken = holder.getsockname()[1]
         free = free_port()
         manifests.write("db.yaml", *manifests.service("db", [("10.1.0.1", 5432)]))
-        manifests.write("streams.yaml", stream("taken", taken), stream("free", free))
+        manifests.write("streams.yaml", stream_ingress("taken", taken), stream_ingress("free", free))
         proxy = twingress()
         routes = proxy.routes()
         assert routes["streams"][f"TCP/{free}"]["listening"] is True

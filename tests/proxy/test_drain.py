@@ -34,8 +34,7 @@ from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.streams.listeners import StreamListeners
 from ingress.routing.table import RoutingTable
 from tests.kube.twingress import wait_until
-from tests.proxy.streams_support import recv_exactly, stream_route, tcp_echo, until
-from tests.proxy.test_streams_twistd import stream as stream_ingress
+from tests.proxy.streams_support import external_stream, recv_exactly, stream_route, tcp_echo, until
 from tests.proxy.test_tls_passthrough import UntilEOFBackend, client_hello
 from tests.support import EchoBackend, Manifests, Twingress, free_port, refused, wait_for_port
 
@@ -189,7 +188,7 @@ def _echo(connection: socket.socket) -> None:
 def test_an_open_tcp_stream_holds_the_drain_until_it_ends(manifests: Manifests, start: Callable[..., Twingress]) -> None:
     server, upstream = _echo_server()
     listen = free_port()
-    manifests.write("stream.yaml", stream_ingress("db", "TCP", listen, upstream))
+    manifests.write("stream.yaml", external_stream("db", "TCP", listen, upstream))
     process = start("--stream-interface", "127.0.0.1", "--shutdown-delay", "0.5", "--drain-timeout", str(DRAIN_TIMEOUT))
     try:
         wait_for_port("127.0.0.1", listen, process.process)

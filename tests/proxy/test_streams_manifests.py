@@ -8,17 +8,11 @@ traffic.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from tests.kube.streams_support import StreamEchoes, tcp_exchange, udp_exchange
 from tests.kube.twingress import wait_until
+from tests.proxy.streams_support import stream_ingress
 from tests.support import Manifests, Twingress, free_port
-
-
-def stream(name: str, listen: int, ns: str = "default", created: str = "2024-01-01T00:00:00Z", **spec: Any) -> dict:
-    spec = {"listen": listen, "upstream": {"service": "db", "port": 80}, **spec}
-    metadata = {"name": name, "namespace": ns, "creationTimestamp": created}
-    return {"apiVersion": "twingress.io/v1alpha1", "kind": "StreamIngress", "metadata": metadata, "spec": spec}
 
 
 def config_map(name: str, data: dict[str, str], ns: str = "ingress") -> dict:
@@ -28,7 +22,7 @@ def config_map(name: str, data: dict[str, str], ns: str = "ingress") -> dict:
 def test_stream_objects_from_files(manifests: Manifests, twingress: Callable[..., Twingress]) -> None:
     first, second, entry = free_port(), free_port(), free_port()
     manifests.write("db.yaml", *manifests.service("db", [("10.1.0.1", 5432), ("10.1.0.2", 5432)]))
-    manifests.write("streams.yaml", stream("pg", first, proxyProtocol="v2"), stream("bad", 0))
+    manifests.write("streams.yaml", stream_ingress("pg", first, proxyProtocol="v2"), stream_ingress("bad", 0))
     manifests.write("maps.yaml", config_map("tcp-services", {str(entry): "default/db:http::PROXY"}), config_map("unrelated", {"x": "y"}))
     proxy = twingress("--tcp-services-configmap", "ingress/tcp-services")
 
@@ -52,9 +46,9 @@ def test_stream_objects_from_files(manifests: Manifests, twingress: Callable[...
     generation = proxy.generation()
     manifests.write(
         "streams.yaml",
-        stream("pg", second),
-        stream("late", second, created="2024-02-01T00:00:00Z"),
-        stream("admin", proxy.admin_port),
+        stream_ingress("pg", second),
+        stream_ingress("late", second, created="2024-02-01T00:00:00Z"),
+        stream_ingress("admin", proxy.admin_port),
     )
     proxy.wait_generation_above(generation)
     wait_until(lambda: f"TCP/{second}" in proxy.routes()["streams"], 10, "the stream moved")

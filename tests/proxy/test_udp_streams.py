@@ -8,7 +8,6 @@ follows the table.
 from __future__ import annotations
 
 import socket
-import threading
 from typing import Any
 
 import pytest
@@ -21,7 +20,7 @@ from ingress.proxy.http.settings import ProxySettings
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.streams.listeners import StreamListeners
 from tests.proxy import streams_support
-from tests.proxy.streams_support import metric, stream_route, table, udp_echo, until
+from tests.proxy.streams_support import many_clients, metric, stream_route, table, udp_echo, until
 from tests.support import free_port
 
 ROUTE = "default/stream"
@@ -49,32 +48,6 @@ def ask(port: int, data: bytes, sock: socket.socket | None = None, timeout: floa
     finally:
         if own:
             s.close()
-
-
-def many_clients(port: int, clients: int, rounds: int) -> list[list[bytes]]:
-    """C{clients} sockets in threads, started together, each sending C{rounds} datagrams naming itself."""
-    start = threading.Barrier(clients)
-    answers: list[list[bytes]] = [[] for _ in range(clients)]
-    errors: list[BaseException] = []
-
-    def client(index: int) -> None:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.settimeout(10)
-            start.wait()
-            try:
-                for n in range(rounds):
-                    s.sendto(f"client {index} message {n}".encode(), ("127.0.0.1", port))
-                    answers[index].append(s.recvfrom(65535)[0])
-            except BaseException as error:  # reported by the test, with the rest
-                errors.append(error)
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, errors[:3]
-    return answers
 
 
 @pytest_twisted.inlineCallbacks

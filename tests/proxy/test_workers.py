@@ -5,7 +5,9 @@ The primary opens the HTTP and HTTPS sockets once and N workers serve them
 with a copy of every table; these tests check what an operator relies on:
 every worker serves, a change reaches all of them, the metrics add up
 exactly, a dead worker is replaced while the rest keep serving, a dead primary
-leaves no worker behind, and SIGTERM drains the whole tree to exit status 0.
+leaves no worker behind, SIGTERM drains the whole tree to exit status 0, and
+stream ports open and close in every worker, a UDP client's session staying
+in the one worker its flow is hashed to.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 import os
 import re
 import signal
+import socket
 import ssl
 import subprocess
 import threading
@@ -24,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.proxy.streams_support import BlockingEchoes, external_stream, many_clients, tcp_answer
 from tests.support import EchoBackend, Manifests, Twingress, free_port
 
 
@@ -201,3 +205,61 @@ def test_access_log_lines_stay_whole_under_load_from_four_workers(start, tmp_pat
     assert len(lines) == 800
     line_re = re.compile(r'^127\.0\.0\.1 - - \[[^\]]+\] "GET /x{200} HTTP/1\.1" 200 \d+ "-" "[^"]*" host=w\.test route=default/web ')
     assert all(line_re.match(line) for line in lines), [line for line in lines if not line_re.match(line)][:3]
+
+
+def _stream_ports(proxy: Twingress) -> list[list[str]]:
+    """The stream ports each worker listens on, as it reported with its last table."""
+    return [worker["streams"] for worker in _workers(proxy)]
+
+
+def _metric_sum(proxy: Twingress, name: str, label: str) -> float:
+    """The sum of the samples of C{name} that carry the label C{label} (C{'route="ns/name"'})."""
+    total = 0.0
+    for line in proxy.admin("/metrics")[1].decode().splitlines():
+        if line.startswith(name + "{") and label in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_a_stream_port_opens_and_closes_in_every_worker(start, manifests: Manifests) -> None:
+    echo = BlockingEchoes(b"a")
+    port = free_port()
+    try:
+        proxy = start("--workers", "4", "--stream-interface", "127.0.0.1", "--stream-drain-timeout", "1")
+        manifests.write("s.yaml", external_stream("s-tcp", "TCP", port, echo.port))
+        _until(lambda: _stream_ports(proxy) == [[f"TCP:{port}"]] * 4, "every worker listening on the new port")
+        assert [tcp_answer(port) for _ in range(64)] == [b"a"] * 64  # new connections, hashed over the four sockets
+        assert proxy.routes()["streamListeners"]["listening"][f"TCP:{port}"]["route"] == "default/s-tcp"
+
+        manifests.remove("s.yaml")
+        _until(lambda: _stream_ports(proxy) == [[]] * 4, "every worker closed the port")
+        assert tcp_answer(port) == b"<ConnectionRefusedError>"
+        assert proxy.routes()["streamListeners"] == {"listening": {}, "failed": {}}
+    finally:
+        echo.close()
+
+
+def test_udp_sessions_with_four_workers_get_only_their_own_replies(start, manifests: Manifests) -> None:
+    echo = BlockingEchoes(b"u")
+    port = free_port(kind=socket.SOCK_DGRAM)
+    manifests.write("s.yaml", external_stream("s-udp", "UDP", port, echo.udp_port))
+    try:
+        proxy = start("--workers", "4", "--stream-interface", "127.0.0.1")
+        _until(lambda: _stream_ports(proxy) == [[f"UDP:{port}"]] * 4, "every worker listening on the UDP port")
+        answers = many_clients(port, clients=100, rounds=3)
+        for index, replies in enumerate(answers):
+            assert replies == [f"u:client {index} message {n}".encode() for n in range(3)]
+        assert _metric_sum(proxy, "twingress_stream_connections_total", 'route="default/s-udp"') == 100  # one session each
+    finally:
+        echo.close()
+
+
+def test_a_taken_stream_port_is_reported_by_the_primary(start, manifests: Manifests) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        taken = busy.getsockname()[1]
+        manifests.write("s.yaml", external_stream("taken", "TCP", taken, 9))
+        proxy = start("--workers", "2", "--stream-interface", "127.0.0.1")
+        assert "in use" in proxy.routes()["streamListeners"]["failed"][f"TCP:{taken}"]
+        assert _metric_sum(proxy, "twingress_stream_listener_errors_total", f'port="{taken}"') == 1  # once, not once per process
+        problems = [p for p in proxy.routes()["problems"] if p["reason"] == "PortUnavailable"]
+        assert [p["object"] for p in problems] == ["StreamIngress/default/taken"]

@@ -15,6 +15,7 @@ affected, and binding is tried again with each new table.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Union
@@ -24,6 +25,7 @@ from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
 from ingress.observe.metrics import Metrics
+from ingress.process.sockets import address_family, bound_socket
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.streams.tcp import TCPStreamFactory
 from ingress.proxy.streams.udp import DEFAULT_MAX_SESSIONS, UDPStreamListener
@@ -34,6 +36,7 @@ log = Logger()
 
 Key = tuple[str, int]
 Handler = Union[TCPStreamFactory, UDPStreamListener]
+STREAM_BACKLOG = 50  # as Twisted's listenTCP
 
 
 @dataclass
@@ -61,6 +64,7 @@ class StreamListeners:
         interface: str = "",
         drain_timeout: float = 30.0,
         max_udp_sessions: int = DEFAULT_MAX_SESSIONS,
+        reuse_port: bool = False,
     ) -> None:
         self.reactor = reactor
         self.pool = pool
@@ -68,6 +72,7 @@ class StreamListeners:
         self.interface = interface
         self.drain_timeout = drain_timeout
         self.max_udp_sessions = max_udp_sessions
+        self.reuse_port = reuse_port  # in a worker process: one socket of a SO_REUSEPORT group per worker
         self.listeners: dict[Key, _Listener] = {}
         self.failures: dict[Key, str] = {}
         self._draining: dict[int, _Draining] = {}
@@ -105,11 +110,31 @@ class StreamListeners:
 
     def _listen(self, route: StreamRoute) -> tuple[Handler, Any]:
         """Bind one listener; raises CannotListenError."""
+        handler: Handler
         if route.protocol == TCP:
-            factory = TCPStreamFactory(route, self.pool, self.metrics, self.reactor)
-            return factory, self._listen_tcp(route.port, factory)
-        listener = UDPStreamListener(route, self.pool, self.metrics, self.reactor, self.max_udp_sessions)
-        return listener, self.reactor.listenUDP(route.port, listener, interface=self.interface, maxPacketSize=65535)
+            handler = TCPStreamFactory(route, self.pool, self.metrics, self.reactor)
+        else:
+            handler = UDPStreamListener(route, self.pool, self.metrics, self.reactor, self.max_udp_sessions)
+        if self.reuse_port:
+            return handler, self._adopt(route, handler)
+        if isinstance(handler, TCPStreamFactory):
+            return handler, self._listen_tcp(route.port, handler)
+        return handler, self.reactor.listenUDP(route.port, handler, interface=self.interface, maxPacketSize=65535)
+
+    def _adopt(self, route: StreamRoute, handler: Handler) -> Any:
+        """Bind this process's socket of the port's SO_REUSEPORT group and listen on it."""
+        family = address_family(self.interface)
+        kind = socket.SOCK_STREAM if route.protocol == TCP else socket.SOCK_DGRAM
+        try:
+            sock = bound_socket(family, kind, self.interface, route.port, reuse_port=True, backlog=STREAM_BACKLOG if route.protocol == TCP else None)
+        except OSError as error:
+            raise CannotListenError(self.interface, route.port, error) from None
+        try:
+            if isinstance(handler, TCPStreamFactory):
+                return self.reactor.adoptStreamPort(sock.fileno(), family, handler)
+            return self.reactor.adoptDatagramPort(sock.fileno(), family, handler, maxPacketSize=65535)
+        finally:
+            sock.close()  # the reactor listens on its own duplicate
 
     def _listen_tcp(self, port: int, factory: TCPStreamFactory) -> Any:
         """
@@ -134,7 +159,8 @@ class StreamListeners:
         self.failures[key] = detail
         if known == detail:
             return  # retried with a newer table, same answer: already logged and counted
-        self.metrics.stream_listener_errors.labels(key[0], str(key[1])).inc()
+        if not self.reuse_port:  # a worker's failure is counted once, by the primary's probe (L{ingress.process.streamports})
+            self.metrics.stream_listener_errors.labels(key[0], str(key[1])).inc()
         log.error(
             "stream listener {protocol}:{port} for {route} cannot be opened: {detail}; the other listeners keep working",
             protocol=key[0],
@@ -216,24 +242,8 @@ class StreamListeners:
                 listener.handler.abort_all()
 
     def show(self, routes: dict[str, Any]) -> None:
-        """
-        /debug/routes: a stream whose port did not bind is not listening, whatever
-        the table asked; its source's Accepted condition and the problems say so.
-        """
-        failed_sources = {}
-        for key, entry in routes.get("streams", {}).items():
-            protocol, _, port = key.partition("/")
-            detail = self.failures.get((protocol, int(port)))
-            entry["listening"] = detail is None
-            if detail is not None:
-                entry["error"] = detail
-                failed_sources[entry["source"]] = f"port {key} could not be opened: {detail}"
-        for source, message in failed_sources.items():
-            routes["problems"] = routes["problems"] + [{"object": source, "reason": "PortUnavailable", "message": message}]
-            name = source.partition("/")[2]  # "StreamIngress/ns/name": its conditions are under "ns/name"
-            for condition in routes.get("streamConditions", {}).get(name, ()):
-                if condition.get("type") == "Accepted":
-                    condition.update(status="False", reason="PortUnavailable", message=message)
+        """/debug/routes: a stream whose port did not bind is not listening, whatever the table asked."""
+        show_listen_failures(routes, self.failures)
 
     def to_json(self) -> dict[str, Any]:
         """Listener state for /debug/routes: what is open, to where, and what failed to bind."""
@@ -250,3 +260,24 @@ class StreamListeners:
             },
             "failed": {f"{protocol}:{port}": detail for (protocol, port), detail in sorted(self.failures.items())},
         }
+
+
+def show_listen_failures(routes: dict[str, Any], failures: Mapping[Key, str]) -> None:
+    """
+    /debug/routes: a stream whose port did not bind is not listening, whatever
+    the table asked; its source's Accepted condition and the problems say so.
+    """
+    failed_sources = {}
+    for key, entry in routes.get("streams", {}).items():
+        protocol, _, port = key.partition("/")
+        detail = failures.get((protocol, int(port)))
+        entry["listening"] = detail is None
+        if detail is not None:
+            entry["error"] = detail
+            failed_sources[entry["source"]] = f"port {key} could not be opened: {detail}"
+    for source, message in failed_sources.items():
+        routes["problems"] = routes["problems"] + [{"object": source, "reason": "PortUnavailable", "message": message}]
+        name = source.partition("/")[2]  # "StreamIngress/ns/name": its conditions are under "ns/name"
+        for condition in routes.get("streamConditions", {}).get(name, ()):
+            if condition.get("type") == "Accepted":
+                condition.update(status="False", reason="PortUnavailable", message=message)
