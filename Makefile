@@ -12,7 +12,7 @@ WHEELHOUSE ?= $(HOME)/.cache/twingress/wheelhouse
 export TWINGRESS_WHEELHOUSE := $(WHEELHOUSE)
 HADOLINT_VERSION ?= 2.15.1
 
-.PHONY: run test venv lint system-packages testenv wheelhouse lint-docker bench clean
+.PHONY: run test venv lint system-packages testenv wheelhouse lint-docker bench clean compiled pure
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON3) -m venv $(VENV)
@@ -59,9 +59,24 @@ test: $(STAMP) lint system-packages testenv wheelhouse lint-docker
 	# The kube tests again with every twingress as a primary and two worker processes: leader
 	# election, status and generation must happen once, in the primary, and routing in the workers.
 	TWINGRESS_TEST_WORKERS=2 testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) tests/kube
+	# The request path again on the compiled build (the same source, compiled by mypyc), then pure again.
+	$(MAKE) compiled
+	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) tests/unit tests/proxy || { $(MAKE) pure; exit 1; }
+	$(MAKE) pure
+
+# The optional compiled build (setup.py): the request path's modules compiled by mypyc into C
+# extension modules beside their sources, which Python imports in place of the .py files.
+# `make pure` removes them again; make test runs the unit and proxy tests on both builds.
+compiled: $(STAMP)
+	TWINGRESS_COMPILE=1 $(PY) setup.py -q build_ext --inplace --force
+
+pure:
+	rm -rf build/temp.* build/lib.* twingress_hot__mypyc.*.so
+	find ingress -name '*.so' -delete
 
 bench: $(STAMP) system-packages
 	$(PY) bench/http_bench.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache twingress_hot__mypyc.*.so
+	find ingress -name '*.so' -delete

@@ -331,7 +331,12 @@ class ChunkedFramer:
     cannot take chunked: HTTP/1.0).
     """
 
-    _SIZE, _DATA, _DATA_CRLF, _TRAILER, _DONE = range(5)
+    # the states (one name each: mypyc compiles class constants, not tuple unpacking)
+    _SIZE = 0
+    _DATA = 1
+    _DATA_CRLF = 2
+    _TRAILER = 3
+    _DONE = 4
 
     def __init__(self, max_line: int = 4096, decode: bool = False) -> None:
         self._state = self._SIZE
