@@ -141,6 +141,7 @@ class Options(usage.Options):
         ["access-log", None, "-", "Access log: '-' (stdout), a file path (reopened on SIGUSR1) or 'off'."],
         ["access-log-format", None, "text", "Access log lines: text (combined log format + fields) or json."],
         ["stream-interface", None, "", "Address the TCP/UDP stream listeners bind ('' = every IPv4 address, :: = IPv6 and IPv4)."],
+        ["nginx-annotations", None, "true", "Read nginx.ingress.kubernetes.io/ annotations on Ingresses too (true|false); twingress.io/ ones win."],
         ["stream-drain-timeout", None, 30.0, "Seconds a removed stream's open connections are kept before they are closed."],
         *CONTROLLER_PARAMETERS,
         *_LIMIT_PARAMETERS,
@@ -175,6 +176,8 @@ class Options(usage.Options):
             self["worker-count"] = worker_count(self["workers"])
         except ValueError as error:
             raise usage.UsageError(f"--workers: {error}") from None
+        if self["nginx-annotations"] not in ("true", "false"):
+            raise usage.UsageError("--nginx-annotations must be true or false")
         if self["tls-min-version"] not in ("1.2", "1.3"):
             raise usage.UsageError("--tls-min-version must be 1.2 or 1.3")
         for option, choices in (("log-format", LOG_FORMATS), ("access-log-format", ACCESS_LOG_FORMATS)):
@@ -305,6 +308,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
             tcp_services=options["tcp-services-configmap-key"],
             udp_services=options["udp-services-configmap-key"],
             reserved_ports=options["reserved-ports"],
+            nginx_annotations=options["nginx-annotations"] == "true",
         )
 
     builder = TableBuilder(reactor, live, metrics, build_table)

@@ -12,6 +12,7 @@ the cost linear in the size of the cluster.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Optional
@@ -25,12 +26,14 @@ from ingress.model import (
     Ingress,
     IngressBackend,
     IngressClass,
+    ObjectRef,
     Problem,
     Service,
     ServiceBackendPort,
     ServicePort,
 )
-from ingress.routing.annotations import annotation_problems
+from ingress.routing.annotations import IngressAnnotations, read_annotations
+from ingress.routing.annotations.policies import BadPath, compile_path, route_policies
 from ingress.routing.certs import build_certificates, passthrough_upstreams, tls_hosts, with_tls_options
 from ingress.routing.streams import build_streams
 from ingress.routing.table import HostRoutes, Route, RoutingTable, Upstream
@@ -52,6 +55,7 @@ def build(
     tcp_services: Optional[tuple[str, str]] = None,
     udp_services: Optional[tuple[str, str]] = None,
     reserved_ports: Mapping[int, str] = {},
+    nginx_annotations: bool = True,
 ) -> RoutingTable:
     """
     The routing table for C{state}: our Ingresses' rules, merged across Ingresses, and the streams.
@@ -59,28 +63,32 @@ def build(
     Nothing in C{state} makes this raise: a missing Service or a conflicting
     path is reported in C{problems} and the rest of the table is built.
     C{tcp_services}/C{udp_services} and C{reserved_ports} are for
-    L{ingress.routing.streams.build_streams}.
+    L{ingress.routing.streams.build_streams}; C{nginx_annotations} reads
+    the C{nginx.ingress.kubernetes.io/} annotations besides C{twingress.io/}.
     """
     ingresses = select_ingresses(state, class_name=class_name, controller_name=controller_name)
+    annotations = {ingress.ref: read_annotations(ingress, nginx_annotations) for ingress in ingresses}
+    served = tuple(ingress for ingress in ingresses if not annotations[ingress.ref].invalid)
     backends = _Backends(state)
     streams = build_streams(
         state, backends.upstream, tcp_services=tcp_services, udp_services=udp_services, reserved_ports=reserved_ports
     )
-    routes = _RouteBuilder(backends, tls_hosts(ingresses))
-    for ingress in ingresses:
+    routes = _RouteBuilder(backends, annotations, tls_hosts(served), regex_hosts(served, annotations))
+    for ingress in served:
         routes.add_rules(ingress)
-    default_route = routes.default_route(ingresses)
-    certificates, tls_problems = build_certificates(state, ingresses, default_certificate)
+    default_route = routes.default_route(served)
+    certificates, tls_problems = build_certificates(state, served, default_certificate)
+    annotation_problems = [problem for found in annotations.values() for problem in found.problems]
     hosts, wildcards = _freeze(routes.hosts), _freeze(routes.wildcards)
     return RoutingTable(
         generation=generation,
         hosts=hosts,
         wildcards=wildcards,
-        passthrough=passthrough_upstreams(ingresses, hosts, wildcards),
+        passthrough=passthrough_upstreams(served, annotations, hosts, wildcards),
         any_host=routes.any_host.freeze() if routes.any_host.routes else None,
         default_route=default_route,
         problems=_sorted_problems(state.problems)
-        + _sorted_problems(set(routes.problems) | set(tls_problems) | set(streams.problems) | set(annotation_problems(ingresses))),
+        + _sorted_problems(set(routes.problems) | set(tls_problems) | set(streams.problems) | set(annotation_problems)),
         certificates=certificates,
         streams=streams.streams,
         stream_conditions=streams.conditions,
@@ -135,6 +143,15 @@ def _is_ours(
     if legacy:
         return legacy == class_name
     return default_is_ours
+
+
+def regex_hosts(ingresses: Iterable[Ingress], annotations: Mapping[ObjectRef, IngressAnnotations]) -> frozenset[str]:
+    """
+    The hosts whose paths are all regular expressions (ingress-nginx "Use Regex"): use-regex or
+    rewrite-target on any Ingress of a host makes every path of that host, of every Ingress, a
+    case-insensitive regex anchored at the start, tried longest path first.
+    """
+    return frozenset(rule.host for ingress in ingresses if annotations[ingress.ref].regex_paths for rule in ingress.rules)
 
 
 def prefix_key(path: str) -> str:
@@ -227,21 +244,32 @@ class _HostPaths:
 
     exact: dict[str, Route] = field(default_factory=dict)
     prefixes: dict[str, Route] = field(default_factory=dict)
+    regex: dict[str, tuple[re.Pattern[str], Route]] = field(default_factory=dict)
 
     @property
     def routes(self) -> bool:
-        return bool(self.exact or self.prefixes)
+        return bool(self.exact or self.prefixes or self.regex)
 
     def freeze(self) -> HostRoutes:
-        return HostRoutes(exact=self.exact, prefixes=self.prefixes)
+        """Regex paths longest first (ingress-nginx orders its regex locations so; ties keep claim order)."""
+        ordered = sorted(self.regex.items(), key=lambda item: -len(item[0]))
+        return HostRoutes(exact=self.exact, prefixes=self.prefixes, regex=tuple(found for _, found in ordered))
 
 
 class _RouteBuilder:
     """Claims (host, path) slots for Ingresses given oldest first: the first claim wins."""
 
-    def __init__(self, backends: _Backends, tls_hosts: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        backends: _Backends,
+        annotations: Mapping[ObjectRef, IngressAnnotations],
+        tls_hosts: frozenset[str] = frozenset(),
+        regex_hosts: frozenset[str] = frozenset(),
+    ) -> None:
         self.backends = backends
+        self.annotations = annotations
         self.tls_hosts = tls_hosts
+        self.regex_hosts = regex_hosts
         self.hosts: dict[str, _HostPaths] = {}
         self.wildcards: dict[str, _HostPaths] = {}
         self.any_host = _HostPaths()
@@ -260,7 +288,11 @@ class _RouteBuilder:
             if not rule.paths:
                 continue
             paths = self._paths_of(rule.host)
+            regex = rule.host in self.regex_hosts
             for http_path in rule.paths:
+                if regex:
+                    self._add_regex(ingress, paths, rule.host, http_path.path, http_path.backend, http_path.path_type)
+                    continue
                 if http_path.path_type == PATH_EXACT:
                     slots, key = paths.exact, http_path.path
                 else:  # Prefix, and ImplementationSpecific which we define as Prefix
@@ -268,10 +300,24 @@ class _RouteBuilder:
                 winner = slots.get(key)
                 if winner is None:
                     route = self.route(ingress, http_path.backend, http_path.path, http_path.path_type)
-                    slots[key] = with_tls_options(route, ingress, rule.host, self.tls_hosts)
+                    slots[key] = with_tls_options(route, self.annotations[ingress.ref], rule.host, self.tls_hosts)
                 else:
                     where = f'host "{rule.host or "*"}" {http_path.path_type} path "{http_path.path}"'
                     self._conflict(ingress, winner, where)
+
+    def _add_regex(self, ingress: Ingress, paths: _HostPaths, host: str, path: str, backend: IngressBackend, path_type: str) -> None:
+        """A path of a regex host: any path type is the regex "^path", and the first claim of a path wins."""
+        winner = paths.regex.get(path)
+        if winner is not None:
+            self._conflict(ingress, winner[1], f'host "{host or "*"}" regex path "{path}"')
+            return
+        try:
+            pattern = compile_path(path)
+            route = self.route(ingress, backend, path, path_type)
+        except BadPath as error:
+            self.problems.append(Problem(ingress.ref, "InvalidPath", f"{error}; the path is not served"))
+            return
+        paths.regex[path] = (pattern, with_tls_options(route, self.annotations[ingress.ref], host, self.tls_hosts))
 
     def default_route(self, ingresses: Iterable[Ingress]) -> Optional[Route]:
         """The oldest default backend among our Ingresses; the others are reported, not used."""
@@ -291,7 +337,8 @@ class _RouteBuilder:
         if issue is not None:
             self.problems.append(Problem(ingress.ref, *issue))
         name = f"{ingress.meta.namespace}/{ingress.meta.name}"
-        return Route(name=name, source=ingress.ref, upstream=upstream, path=path, path_type=path_type)
+        policies = route_policies(self.annotations[ingress.ref], path)
+        return Route(name=name, source=ingress.ref, upstream=upstream, path=path, path_type=path_type, policies=policies)
 
     def _conflict(self, loser: Ingress, winner: Route, what: str) -> None:
         """The loser is told who won: the oldest Ingress, then namespace/name, then rule order."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from ingress.model import ClusterState, Ingress, ObjectRef, Problem, TLSSecret
-from ingress.routing.annotations import PREFIX
+from ingress.routing.annotations import IngressAnnotations
 from ingress.routing.route import Route, Upstream
 
 SecretKey = tuple[str, str]
@@ -94,42 +94,39 @@ def build_certificates(
     return CertificateTable(exact, wildcards, secrets, default if default in secrets else None), problems
 
 
-SSL_REDIRECT_ANNOTATION = PREFIX + "ssl-redirect"
-HSTS_MAX_AGE_ANNOTATION = PREFIX + "hsts-max-age"
-
-
 def tls_hosts(ingresses: Iterable[Ingress]) -> frozenset[str]:
     """Every host (or "*.suffix") that some Ingress of ours configures TLS for."""
     return frozenset(host for ingress in ingresses for tls in ingress.tls for host in tls.hosts)
 
 
-def with_tls_options(route: Route, ingress: Ingress, host: str, secured: frozenset[str]) -> Route:
+def with_tls_options(route: Route, annotations: IngressAnnotations, host: str, secured: frozenset[str]) -> Route:
     """
     The route with its Ingress's TLS behaviour: a host with TLS redirects
-    plain HTTP to HTTPS (308) unless C{twingress.io/ssl-redirect: "false"};
-    C{twingress.io/hsts-max-age} adds HSTS to HTTPS answers.
+    plain HTTP to HTTPS (308) unless C{ssl-redirect: "false"}, and every host
+    does with C{force-ssl-redirect: "true"} (ingress-nginx "Server-side HTTPS
+    enforcement through redirect"); C{twingress.io/hsts-max-age} adds HSTS to
+    HTTPS answers.
     """
-    annotations = ingress.meta.annotations
-    redirect = bool(host) and host in secured and annotations.get(SSL_REDIRECT_ANNOTATION, "true").lower() != "false"
-    max_age = annotations.get(HSTS_MAX_AGE_ANNOTATION, "").strip()
-    hsts = f"max-age={max_age}" if max_age.isdigit() else ""
+    secure = bool(host) and host in secured and annotations.flag("ssl-redirect", True)
+    redirect = secure or annotations.flag("force-ssl-redirect")
+    max_age = annotations.number("hsts-max-age")
+    hsts = f"max-age={int(max_age)}" if max_age is not None else ""
     if not redirect and not hsts:
         return route
     return replace(route, redirect_https=redirect, hsts=hsts)
 
 
-SSL_PASSTHROUGH_ANNOTATION = PREFIX + "ssl-passthrough"
-
-
-def passthrough_upstreams(ingresses: Iterable[Ingress], hosts: Mapping[str, Any], wildcards: Mapping[str, Any]) -> dict[str, Upstream]:
+def passthrough_upstreams(
+    ingresses: Iterable[Ingress], annotations: Mapping[Any, IngressAnnotations], hosts: Mapping[str, Any], wildcards: Mapping[str, Any]
+) -> dict[str, Upstream]:
     """
-    Hosts whose TLS is passed through raw: C{twingress.io/ssl-passthrough: "true"}
+    Hosts whose TLS is passed through raw: C{ssl-passthrough: "true"}
     sends the host's connections to the backend of its C{/} rule, chosen by the
     SNI name alone (nothing of HTTP is visible).  Keys are hosts or "*.suffix".
     """
     passthrough: dict[str, Upstream] = {}
     for ingress in ingresses:
-        if ingress.meta.annotations.get(SSL_PASSTHROUGH_ANNOTATION, "").lower() != "true":
+        if not annotations[ingress.ref].flag("ssl-passthrough"):
             continue
         for rule in ingress.rules:
             if not rule.host or rule.host in passthrough:

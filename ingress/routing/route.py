@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from ingress.model import ObjectRef
+from ingress.routing.policies import Policies
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,3 +43,4 @@ class Route:
     path_type: str = ""
     redirect_https: bool = False  # plain HTTP gets 308 to https (the host has TLS)
     hsts: str = ""  # Strict-Transport-Security value for HTTPS answers
+    policies: Optional[Policies] = None  # what the proxy does besides forwarding (None: nothing)

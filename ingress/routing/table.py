@@ -9,6 +9,7 @@ not grow with the number of Ingresses.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -28,14 +29,19 @@ class HostRoutes:
 
     C{exact} maps a whole path to its route; C{prefixes} maps a normalised
     prefix (path elements joined by "/", no leading or trailing slash, "" for
-    "/") to its route.
+    "/") to its route.  A host whose paths are regular expressions (see
+    L{ingress.routing.build.regex_hosts}) has only C{regex}: patterns tried in
+    order, the first that matches wins.
     """
 
     exact: Mapping[str, Route] = field(default_factory=dict)
     prefixes: Mapping[str, Route] = field(default_factory=dict)
+    regex: tuple[tuple[re.Pattern[str], Route], ...] = ()
 
     def match(self, path: str) -> Optional[Route]:
         """Exact first (it is always the longest match), then prefixes from the longest."""
+        if self.regex:
+            return next((route for pattern, route in self.regex if pattern.match(path)), None)
         route = self.exact.get(path)
         if route is not None:
             return route
@@ -110,16 +116,22 @@ class RoutingTable:
 
         def dump_host(routes: HostRoutes) -> dict[str, Any]:
             def dump(route: Route) -> dict[str, Any]:
-                return {
+                shown: dict[str, Any] = {
                     "route": route.name,
                     "upstream": route.upstream.key,
                     "endpoints": [f"{h}:{p}" for h, p in route.upstream.targets],
                 }
+                if route.policies is not None:
+                    shown["policies"] = route.policies.to_json()
+                return shown
 
-            return {
+            shown: dict[str, Any] = {
                 "exact": {p: dump(r) for p, r in sorted(routes.exact.items())},
                 "prefix": {"/" + p: dump(r) for p, r in sorted(routes.prefixes.items())},
             }
+            if routes.regex:
+                shown["regex"] = [{"pattern": pattern.pattern, **dump(route)} for pattern, route in routes.regex]
+            return shown
 
         return {
             "generation": self.generation,

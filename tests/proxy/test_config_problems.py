@@ -63,11 +63,14 @@ def test_an_invalid_edit_keeps_the_last_good_version_serving(manifests: Manifest
 def test_unknown_annotations_and_unreadable_values_are_reported_once(manifests: Manifests, twingress, echo: EchoBackend) -> None:
     manifests.write("svc.yaml", *manifests.service("web", [echo.address]))
     typo = Manifests.ingress("typo", "typo.test", "web")
-    typo["metadata"]["annotations"] = {"twingress.io/ssl-redirekt": "false", "twingress.io/hsts-max-age": "forever"}
-    manifests.write("typo.yaml", typo)
+    typo["metadata"]["annotations"] = {"twingress.io/ssl-redirekt": "false"}
+    unreadable = Manifests.ingress("unreadable", "unreadable.test", "web")
+    unreadable["metadata"]["annotations"] = {"twingress.io/hsts-max-age": "forever"}
+    manifests.write("typo.yaml", typo, unreadable)
     proxy = twingress()
-    assert _status(proxy, "typo.test") == 200  # served as without them
-    assert sorted(_problems(proxy)) == [("Ingress/default/typo", "InvalidAnnotation"), ("Ingress/default/typo", "UnknownAnnotation")]
+    assert _status(proxy, "typo.test") == 200  # an unknown key: served as without it
+    assert _status(proxy, "unreadable.test") == 404  # an unreadable value: never a silent default, its paths are left out
+    assert sorted(_problems(proxy)) == [("Ingress/default/typo", "UnknownAnnotation"), ("Ingress/default/unreadable", "InvalidAnnotation")]
     metrics = proxy.admin("/metrics")[1].decode()
     assert 'twingress_object_problems{reason="UnknownAnnotation"} 1.0' in metrics
     assert 'twingress_object_problems{reason="InvalidAnnotation"} 1.0' in metrics

@@ -54,7 +54,7 @@ def test_an_unreadable_value_is_reported(key: str, value: str) -> None:
     "annotations",
     [
         {"twingress.io/hsts-max-age": "600", "twingress.io/ssl-redirect": "false", "twingress.io/ssl-passthrough": "TRUE"},
-        {"nginx.ingress.kubernetes.io/rewrite-target": "/", "example.com/owner": "team-a"},  # not ours: no verdict here
+        {"nginx.ingress.kubernetes.io/rewrite-target": "/", "example.com/owner": "team-a"},  # a valid nginx key, and a foreign one
         {},
     ],
 )

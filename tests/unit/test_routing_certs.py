@@ -62,14 +62,30 @@ def test_hosts_map_to_secrets_of_their_own_namespace_oldest_first() -> None:
         ({}, True, ""),
         ({"twingress.io/ssl-redirect": "false"}, False, ""),
         ({"twingress.io/hsts-max-age": "31536000"}, True, "max-age=31536000"),
-        ({"twingress.io/hsts-max-age": "soon"}, True, ""),
+        ({"nginx.ingress.kubernetes.io/ssl-redirect": "false"}, False, ""),
+        ({"nginx.ingress.kubernetes.io/ssl-redirect": "false", "twingress.io/ssl-redirect": "true"}, True, ""),
+        ({"nginx.ingress.kubernetes.io/force-ssl-redirect": "true", "twingress.io/ssl-redirect": "false"}, True, ""),
     ],
-    ids=["default-redirect", "redirect-off", "hsts", "hsts-invalid-ignored"],
+    ids=["default-redirect", "redirect-off", "hsts", "nginx-redirect-off", "twingress-key-wins", "force-ssl-redirect"],
 )
 def test_tls_hosts_redirect_and_hsts(annotations: dict[str, str], redirect: bool, hsts: str) -> None:
     table = build(state_from_objects([_secret("a-tls"), _ingress("i", "a.example.com", ["a.example.com"], "a-tls", "2026-01-01T00:00:00Z", **annotations)]))
     route = table.match("a.example.com", "/")
     assert route is not None and route.redirect_https is redirect and route.hsts == hsts
+
+
+def test_an_invalid_tls_annotation_leaves_the_ingress_out() -> None:
+    """Issue 13: an invalid value skips the Ingress's paths with a Warning, never a silent default."""
+    table = build(state_from_objects([_secret("a-tls"), _ingress("i", "a.example.com", ["a.example.com"], "a-tls", "2026-01-01T00:00:00Z", **{"twingress.io/hsts-max-age": "soon"})]))
+    assert table.match("a.example.com", "/") is None
+    assert [p.reason for p in table.problems] == ["InvalidAnnotation"]
+
+
+def test_force_ssl_redirect_redirects_a_host_without_tls() -> None:
+    """ingress-nginx "Server-side HTTPS enforcement through redirect": force-ssl-redirect needs no certificate."""
+    ingress = _ingress("i", "plain.example.com", ["a.example.com"], "a-tls", "2026-01-01T00:00:00Z", **{"nginx.ingress.kubernetes.io/force-ssl-redirect": "true"})
+    route = build(state_from_objects([_secret("a-tls"), ingress])).match("plain.example.com", "/")
+    assert route is not None and route.redirect_https
 
 
 def test_a_host_without_tls_is_not_redirected() -> None:

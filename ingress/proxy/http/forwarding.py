@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Optional
 
 from twisted.internet.interfaces import ITransport
 
@@ -41,6 +42,7 @@ _REQUEST_DROP_RE = _drop_lines_re(h1.HOP_BY_HOP | _FORWARDING)
 _RESPONSE_DROP_RE = _drop_lines_re(h1.HOP_BY_HOP | {b"server"})
 _TRANSFER_ENCODING_RE = _drop_lines_re(frozenset({b"transfer-encoding"}))
 _HOST_RE = _drop_lines_re(frozenset({b"host"}))
+_PREFIX_RE = _drop_lines_re(frozenset({b"x-forwarded-prefix"}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +78,9 @@ def _without_named(block: bytes, connection: frozenset[bytes]) -> bytes:
     return b"".join(b"%s: %s\r\n" % (name, value) for name, lower, value in h1.split_fields(block) if lower not in named)
 
 
-def request_head_bytes(request: h1.Head, forwarded: ForwardedFor, host: str) -> bytes:
+def request_head_bytes(
+    request: h1.Head, forwarded: ForwardedFor, host: str, target: Optional[bytes] = None, upstream_host: str = "", forwarded_prefix: str = ""
+) -> bytes:
     """
     The head sent upstream: always HTTP/1.1, persistent unless upgrading.
 
@@ -84,25 +88,39 @@ def request_head_bytes(request: h1.Head, forwarded: ForwardedFor, host: str) -> 
     target goes as the client sent it (nginx's C{proxy_pass} without a URI
     does the same: the upstream sees its own spelling of the path), except
     that an absolute-form target goes in origin-form with its authority as
-    the Host field, and a fragment is dropped.
+    the Host field, and a fragment is dropped.  A route's policies may give
+    another C{target} (a rewrite), another Host (C{upstream_host}; the client's
+    stays in X-Forwarded-Host) and an X-Forwarded-Prefix (the client's own is dropped then).
     """
     block = _without_named(_REQUEST_DROP_RE.sub(b"", request.block), request.connection)
-    target = request.target
     tail = b""
-    if target[:1] != b"/" or b"#" in target:  # rare: absolute-form, or a fragment
-        if target[:1] != b"/":
-            block = _HOST_RE.sub(b"", block)
-            tail = b"Host: %s\r\n" % host.encode("latin-1")
-        target = origin_form(target)
-    if not request.host:
+    if target is None:
+        target = request.target
+        if target[:1] != b"/" or b"#" in target:  # rare: absolute-form, or a fragment
+            if target[:1] != b"/":
+                block = _HOST_RE.sub(b"", block)
+                tail = b"Host: %s\r\n" % host.encode("latin-1")
+            target = origin_form(target)
+    elif request.target[:1] != b"/":
+        block = _HOST_RE.sub(b"", block)
+        tail = b"Host: %s\r\n" % host.encode("latin-1")
+    extra = b""
+    if forwarded_prefix:
+        block = _PREFIX_RE.sub(b"", block)
+        extra = b"X-Forwarded-Prefix: %s\r\n" % forwarded_prefix.encode("latin-1")
+    if upstream_host:
+        block = _HOST_RE.sub(b"", block)
+        tail = b"Host: %s\r\n" % upstream_host.encode("latin-1")
+    elif not request.host:
         tail = b"Host: %s\r\n" % host.encode("latin-1")
     if request.upgrade:
         tail += b"Connection: upgrade\r\nUpgrade: %s\r\n" % request.upgrade
-    return b"%s %s HTTP/1.1\r\n%s%s%sX-Forwarded-Host: %s\r\n\r\n" % (
+    return b"%s %s HTTP/1.1\r\n%s%s%s%sX-Forwarded-Host: %s\r\n\r\n" % (
         request.method,
         target,
         block,
         tail,
+        extra,
         forwarded.fields,
         host.encode("latin-1"),
     )

@@ -73,6 +73,9 @@ class UpstreamRelay:
     _request_complete: bool
     _decode: Optional[h1.ChunkedFramer]
     _body_sent: int
+    _connect_timeout: float
+    _read_timeout: float
+    _send_timeout: float
 
     def _answer_locally(self, status: int, close: bool = False, location: bytes = b"") -> None: ...
 
@@ -114,6 +117,7 @@ class UpstreamRelay:
                 address,
                 lambda connection: self._connected(connection, request_id),
                 lambda address, detail, timed_out: self._connect_failed(address, detail, timed_out, request_id),
+                self._connect_timeout,
             )
 
     def _connected(self, connection: UpstreamConnection, request_id: int) -> None:
@@ -205,10 +209,16 @@ class UpstreamRelay:
         self._write(data)
 
     def upstream_write_paused(self, paused: bool) -> None:
+        """While the upstream takes none of the request we send, the send timeout runs (nginx's proxy_send_timeout)."""
         if paused:
             self._pause_reading("upstream")
+            self._timer.set(self._send_timeout, "send")
         else:
             self._resume_reading("upstream")
+            if self._state == BODY:
+                self._timer.set(self.settings.client_body_timeout, "body")
+            elif self._timer.kind == "send":
+                self._timer.set(self._read_timeout, "upstream")
 
     def upstream_done(self) -> None:
         if self._state == TUNNEL:

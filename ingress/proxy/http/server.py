@@ -25,12 +25,14 @@ from ingress.observe.metrics import NO_ROUTE
 from ingress.proxy.http import h1
 from ingress.proxy.http.fastwrite import direct_writer
 from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor, request_head_bytes
+from ingress.proxy.http.policy import local_answer, upstream_head
 from ingress.proxy.http.relay import AWAIT, BODY, CLOSED, HEAD, TUNNEL, UpstreamRelay
 from ingress.proxy.http.responses import error_response
 from ingress.proxy.http.target import host_and_path, origin_form, routing_host
 from ingress.proxy.http.upstream import Address, UpstreamConnection
 from ingress.proxy.idle import Deadline
 from ingress.proxy.transport import IConnectionTransport
+from ingress.routing.policies import Limits
 from ingress.routing.table import Route
 
 if TYPE_CHECKING:
@@ -87,6 +89,11 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         self._body_sent = 0
         self._status = 0
         self._request_id += 1
+        settings = self.settings  # a route's limits (policies) may change these for its requests
+        self._max_body = settings.max_body_bytes
+        self._connect_timeout = settings.connect_timeout
+        self._read_timeout = settings.upstream_timeout
+        self._send_timeout = settings.upstream_timeout
 
     # -- connection lifecycle -------------------------------------------------
 
@@ -142,7 +149,7 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         """Progress was made: push the body or upstream deadline out by its full length again."""
         kind = self._timer.kind
         if kind == "upstream":
-            self._timer.push(self.settings.upstream_timeout)
+            self._timer.push(self._read_timeout)
         elif kind == "body":
             self._timer.push(self.settings.client_body_timeout)
 
@@ -232,11 +239,6 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
             self._learn_peer()
         self._started_at = time.monotonic()
         self._keep_alive = head.keep_alive and not self.factory.draining
-        self._timer.set(self.settings.upstream_timeout, "upstream")
-        framing = head.framing
-        if framing.content_length and framing.content_length > self.settings.max_body_bytes:
-            self._refuse(413, "request body too large")
-            return
         if head.method == b"CONNECT":
             self._refuse(405, "CONNECT is not proxied")
             return
@@ -249,12 +251,26 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         if route is None:
             self._answer_locally(404)
             return
-        if route.redirect_https and self.factory.scheme == b"http":
-            self._route = route
-            self._answer_locally(308, location=self._https_location(host, head.target))
-            return
         self._route = route
-        self._head_bytes = request_head_bytes(head, self._forwarded, host)
+        if route.redirect_https and self.factory.scheme == b"http":
+            self._answer_locally(308, location=self._https_location(host, head.target, route))
+            return
+        policies = route.policies
+        if policies is not None:
+            answer = local_answer(policies, self.factory.scheme, host, path)
+            if answer is not None:
+                self._answer_locally(answer[0], location=answer[1])
+                return
+            if policies.limits is not None:
+                self._apply_limits(policies.limits)
+            self._head_bytes = upstream_head(policies, head, self._forwarded, host, path)
+        else:
+            self._head_bytes = request_head_bytes(head, self._forwarded, host)
+        framing = head.framing
+        if framing.content_length and framing.content_length > self._max_body:
+            self._refuse(413, "request body too large")
+            return
+        self._timer.set(self._read_timeout, "upstream")
         if framing.chunked:
             self._body_framer = h1.ChunkedFramer()
             self._state = BODY
@@ -277,7 +293,7 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
             except h1.HTTPError as error:
                 self._refuse(error.status, error.detail)
                 return
-            if framer.total > self.settings.max_body_bytes:
+            if framer.total > self._max_body:
                 self._refuse(413, "request body too large")
                 return
             chunk, self._buffer = (data, b"") if used == len(data) else (data[:used], data[used:])
@@ -293,7 +309,7 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
             self._request_complete = True
             self._state = AWAIT
             if self._timer.kind == "body":
-                self._timer.set(self.settings.upstream_timeout, "upstream")
+                self._timer.set(self._read_timeout, "upstream")
 
     def _send_upstream(self, data: bytes) -> None:
         upstream = self._upstream
@@ -334,13 +350,30 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         self._write_local(error_response(status, self.settings.server_name, close, extra))
         self._finish(status)
 
-    def _https_location(self, host: str, target: bytes) -> bytes:
-        """The same resource on the HTTPS listener: its port unless 443, the path as the client spelled it."""
+    def _https_location(self, host: str, target: bytes, route: Route) -> bytes:
+        """
+        The same resource on the HTTPS listener: its port unless 443, the path as the client
+        spelled it (less one trailing "/" with C{preserve-trailing-slash: "false"}).
+        """
         port = self.settings.https_redirect_port
         authority = h1.host_without_port(host.encode("latin-1"))
         if port is not None and port != 443:
             authority += b":%d" % port
-        return b"https://%s%s" % (authority, origin_form(target))
+        resource = origin_form(target)
+        if route.policies is not None and route.policies.strip_trailing_slash and resource.endswith(b"/"):
+            resource = resource[:-1]  # ingress-nginx drops the last byte of $request_uri if it is "/"
+        return b"https://%s%s" % (authority, resource)
+
+    def _apply_limits(self, limits: Limits) -> None:
+        """This request's timeouts and body limit are its route's where the route sets them."""
+        if limits.max_body_bytes is not None:
+            self._max_body = limits.max_body_bytes
+        if limits.connect_timeout is not None:
+            self._connect_timeout = limits.connect_timeout
+        if limits.read_timeout is not None:
+            self._read_timeout = limits.read_timeout
+        if limits.send_timeout is not None:
+            self._send_timeout = limits.send_timeout
 
     def _learn_peer(self) -> None:
         """

@@ -324,10 +324,11 @@ class UpstreamPool:
         address: Address,
         connected: Callable[[UpstreamConnection], None],
         failed: Callable[[Address, str, bool], None],
+        timeout: float = 0.0,
     ) -> IConnector:
-        """Open a new connection; exactly one of the callbacks runs later."""
+        """Open a new connection (within C{timeout} seconds, or --connect-timeout); exactly one of the callbacks runs later."""
         factory = _Connector(self, address, connected, failed)
-        return self.reactor.connectTCP(address[0], address[1], factory, timeout=self.settings.connect_timeout)
+        return self.reactor.connectTCP(address[0], address[1], factory, timeout=timeout or self.settings.connect_timeout)
 
     def release(self, connection: UpstreamConnection) -> None:
         """Pool a connection whose exchange finished, or close it if it can't be reused."""

@@ -1,0 +1,44 @@
+# -*- test-case-name: tests.proxy.test_policies -*-
+"""
+A route's policies applied to one request, in the fixed order of L{ingress.routing.policies}.
+
+Only requests whose route has policies come here (the connection checks
+C{route.policies is None} once), so a route without any pays nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ingress.proxy.http import h1
+from ingress.proxy.http.forwarding import ForwardedFor, request_head_bytes
+from ingress.proxy.http.target import origin_form
+from ingress.routing.policies import Policies
+
+
+def local_answer(policies: Policies, scheme: bytes, host: str, path: str) -> Optional[tuple[int, bytes]]:
+    """
+    The status and Location the proxy answers itself, or None to forward the request.
+
+    A relative redirect is made absolute with the request's host without its
+    port (nginx's C{return} with C{port_in_redirect off}, as ingress-nginx runs
+    it); C{app-root} answers C{/} alone with 302 to the same host as sent
+    (ingress-nginx: C{return 302 $scheme://$http_host<app-root>}).
+    """
+    if policies.deny is not None:
+        return policies.deny.status, b""
+    if policies.redirect is not None:
+        return policies.redirect.code, policies.redirect.location_for(scheme, h1.host_without_port(host.encode("latin-1")).decode("latin-1"))
+    if policies.app_root and path == "/":
+        return 302, b"%s://%s%s" % (scheme, host.encode("latin-1"), policies.app_root.encode("latin-1"))
+    return None
+
+
+def upstream_head(policies: Policies, request: h1.Head, forwarded: ForwardedFor, host: str, path: str) -> bytes:
+    """The head the upstream receives, with the route's rewrite, Host and X-Forwarded-Prefix."""
+    rewrite = policies.rewrite
+    if rewrite is None:
+        return request_head_bytes(request, forwarded, host, upstream_host=policies.upstream_host)
+    query = origin_form(request.target).partition(b"?")[2]
+    target = rewrite.target_for(path, query)
+    return request_head_bytes(request, forwarded, host, target, policies.upstream_host, rewrite.prefix)

@@ -1,0 +1,118 @@
+# -*- test-case-name: tests.unit.test_annotations -*-
+"""
+The annotations of an Ingress, read once per build into values, and the problems of the rest.
+
+Nothing an Ingress says is ignored silently: an unknown C{twingress.io/} key (a
+typo), an ingress-nginx key twingress does not implement, or a snippet each
+become a L{Problem} on the Ingress (logged once, counted, shown in
+C{/debug/routes}, a Warning Event in kube mode).  A value that cannot be read
+is an C{InvalidAnnotation} and the Ingress's paths are left out of the table
+(never a silent default); the rest of the table is built as usual.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Optional
+
+from ingress.model import Ingress, Problem
+from ingress.routing.annotations.keys import ACCESS_GUARDS, KEYS, is_snippet
+from ingress.routing.annotations.values import InvalidValue
+
+PREFIX = "twingress.io/"
+NGINX_PREFIX = "nginx.ingress.kubernetes.io/"
+UNKNOWN, INVALID, UNSUPPORTED = "UnknownAnnotation", "InvalidAnnotation", "UnsupportedAnnotation"
+
+__all__ = ["INVALID", "NGINX_PREFIX", "PREFIX", "UNKNOWN", "UNSUPPORTED", "IngressAnnotations", "read_annotations"]
+
+
+@dataclass(frozen=True, slots=True)
+class IngressAnnotations:
+    """
+    What one Ingress's annotations say: C{values} by key (without prefix), read.
+
+    C{invalid}: a value could not be read, so the Ingress's paths are not
+    served.  C{unguarded}: access guards it asks for that twingress does not
+    enforce, so its routes are closed.
+    """
+
+    values: Mapping[str, object]
+    problems: tuple[Problem, ...] = ()
+    invalid: bool = False
+    unguarded: tuple[str, ...] = ()
+
+    def flag(self, key: str, default: bool = False) -> bool:
+        """A boolean key's value, or C{default} when the Ingress does not set it."""
+        value = self.values.get(key, default)
+        assert isinstance(value, bool)
+        return value
+
+    def text(self, key: str) -> str:
+        """A text key's value, or "" when not set."""
+        value = self.values.get(key, "")
+        assert isinstance(value, str)
+        return value
+
+    def number(self, key: str) -> Optional[float]:
+        """A numeric key's value, or None when not set."""
+        value = self.values.get(key)
+        assert value is None or isinstance(value, (int, float))
+        return value
+
+    @property
+    def regex_paths(self) -> bool:
+        """ingress-nginx "Use Regex": use-regex or rewrite-target make the host's paths regular expressions."""
+        return self.flag("use-regex") or bool(self.text("rewrite-target"))
+
+
+NO_ANNOTATIONS = IngressAnnotations({})
+
+
+def read_annotations(ingress: Ingress, nginx: bool = True) -> IngressAnnotations:
+    """Every key under our prefixes read, or reported; C{nginx} reads C{nginx.ingress.kubernetes.io/} too."""
+    annotations = ingress.meta.annotations
+    if not any(k.startswith(PREFIX) or k.startswith(NGINX_PREFIX) for k in annotations):
+        return NO_ANNOTATIONS
+    found: dict[str, object] = {}
+    problems: list[Problem] = []
+    unguarded: list[str] = []
+    invalid = False
+    for key, value in sorted(annotations.items()):
+        name, ours = _name(key, nginx)
+        if name is None:
+            continue
+        if not ours and PREFIX + name in annotations and name in KEYS:
+            continue  # the twingress.io/ key wins
+        reading = KEYS.get(name)
+        if reading is not None and (ours or reading.nginx):
+            try:
+                found[name] = reading.read(value)
+            except InvalidValue as error:
+                invalid = True
+                problems.append(Problem(ingress.ref, INVALID, f"{key}: {value!r} {error}; the Ingress's paths are not served"))
+        elif ours:
+            known = ", ".join(PREFIX + k for k in sorted(KEYS))
+            problems.append(Problem(ingress.ref, UNKNOWN, f"{key} is not a twingress annotation (known: {known}); it is ignored"))
+        else:
+            problems.append(Problem(ingress.ref, UNSUPPORTED, _unsupported(key, name)))
+            if name in ACCESS_GUARDS:
+                unguarded.append(key)
+    return IngressAnnotations(found, tuple(problems), invalid, tuple(unguarded))
+
+
+def _name(key: str, nginx: bool) -> tuple[Optional[str], bool]:
+    """The key's name without prefix and whether it is under ours; None for keys of others."""
+    if key.startswith(PREFIX):
+        return key[len(PREFIX) :], True
+    if nginx and key.startswith(NGINX_PREFIX):
+        return key[len(NGINX_PREFIX) :], False
+    return None, False
+
+
+def _unsupported(key: str, name: str) -> str:
+    if is_snippet(name):
+        return f"{key} is never executed: twingress runs no nginx configuration from Ingresses (snippets were the attack surface of CVE-2025-1974)"
+    if name in ACCESS_GUARDS:
+        return f"{key} is not enforced by twingress yet: the Ingress's routes answer 503 rather than serve unguarded"
+    return f"{key} is not supported by twingress; it is ignored"

@@ -1,0 +1,72 @@
+# -*- test-case-name: tests.unit.test_annotations -*-
+"""
+Which annotation keys twingress reads, how each value is read, and what it does with the others.
+
+A key is read under C{twingress.io/} and, unless C{--nginx-annotations false},
+under C{nginx.ingress.kubernetes.io/}, with the same value format (the
+C{twingress.io/} one wins when both are set).  ingress-nginx's other keys are
+known by kind: snippets are never executed (raw nginx configuration, the attack
+surface of CVE-2025-1974); access guards that twingress does not enforce yet
+close the route (503) instead of leaving it open; every other one is reported
+as unsupported and changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from ingress.routing.annotations import values
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    """A key twingress reads: its value reader, and whether ingress-nginx has it too."""
+
+    read: Callable[[str], object]
+    nginx: bool = True
+
+
+KEYS: Mapping[str, Key] = {
+    # TLS (README "TLS"; ingress-nginx "Server-side HTTPS enforcement through redirect", "SSL Passthrough")
+    "ssl-redirect": Key(values.boolean),
+    "force-ssl-redirect": Key(values.boolean),
+    "preserve-trailing-slash": Key(values.boolean),
+    "ssl-passthrough": Key(values.boolean),
+    "hsts-max-age": Key(values.whole_seconds, nginx=False),  # ingress-nginx has it in its ConfigMap only
+    # Redirects (ingress-nginx "Permanent Redirect", "Temporal Redirect", "Rewrite": app-root)
+    "permanent-redirect": Key(values.redirect_url),
+    "permanent-redirect-code": Key(values.status_between(300, 308)),
+    "temporal-redirect": Key(values.redirect_url),
+    "temporal-redirect-code": Key(values.status_between(300, 307)),
+    "app-root": Key(values.path),
+    # Paths (ingress-nginx "Rewrite", "Use Regex", "X-Forwarded-Prefix Header")
+    "use-regex": Key(values.boolean),
+    "rewrite-target": Key(values.path),
+    "x-forwarded-prefix": Key(values.text),
+    # Backends (ingress-nginx "Custom NGINX upstream vhost", "Custom timeouts", "Custom max body size")
+    "upstream-vhost": Key(values.host),
+    "proxy-connect-timeout": Key(values.seconds),
+    "proxy-read-timeout": Key(values.seconds),
+    "proxy-send-timeout": Key(values.seconds),
+    "proxy-body-size": Key(values.size),
+}
+"""Every key twingress reads, by its name without prefix."""
+
+ACCESS_GUARDS = frozenset(
+    {
+        "auth-type",
+        "auth-secret",
+        "auth-url",
+        "auth-tls-secret",
+        "whitelist-source-range",
+        "allowlist-source-range",
+        "denylist-source-range",
+    }
+)
+"""ingress-nginx keys that restrict who reaches a backend: not enforced yet, so their routes answer 503."""
+
+
+def is_snippet(name: str) -> bool:
+    """C{configuration-snippet}, C{server-snippet}, C{auth-snippet}...: raw nginx configuration."""
+    return name.endswith("-snippet")

@@ -1,0 +1,78 @@
+# -*- test-case-name: tests.unit.test_annotation_policies -*-
+"""
+An Ingress's annotations compiled into the policies of one of its routes.
+
+Each choice cites the ingress-nginx behaviour it reproduces: C{temporal-redirect}
+wins over C{permanent-redirect} (its redirect parser reads the temporal one
+first), their codes default to 302 and 301; C{rewrite-target} applies to paths
+other than itself ("if the path in the ingress rule is equal to the target: no
+special rewrite") and brings C{x-forwarded-prefix} with it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from ingress.routing.annotations import IngressAnnotations
+from ingress.routing.policies import Deny, Limits, Policies, Redirect, Rewrite
+from ingress.routing.policies.limits import UNLIMITED
+
+
+class BadPath(ValueError):
+    """A path that is not a regular expression Python can compile, on a host whose paths are regexes."""
+
+
+def route_policies(annotations: IngressAnnotations, path: str) -> Optional[Policies]:
+    """The policies of the route for C{path}, or None when the annotations ask for none."""
+    if not annotations.values and not annotations.unguarded:
+        return None
+    policies = Policies(
+        deny=Deny(503, "unenforced access guard: " + ", ".join(annotations.unguarded)) if annotations.unguarded else None,
+        redirect=_redirect(annotations),
+        app_root=annotations.text("app-root"),
+        rewrite=_rewrite(annotations, path),
+        upstream_host=annotations.text("upstream-vhost"),
+        limits=_limits(annotations),
+        strip_trailing_slash=not annotations.flag("preserve-trailing-slash", True),
+    )
+    return None if policies == _NONE else policies
+
+
+_NONE = Policies()
+
+
+def _redirect(annotations: IngressAnnotations) -> Optional[Redirect]:
+    temporal = annotations.text("temporal-redirect")
+    if temporal:
+        return Redirect(int(annotations.number("temporal-redirect-code") or 302), temporal)
+    permanent = annotations.text("permanent-redirect")
+    if permanent:
+        return Redirect(int(annotations.number("permanent-redirect-code") or 301), permanent)
+    return None
+
+
+def _rewrite(annotations: IngressAnnotations, path: str) -> Optional[Rewrite]:
+    target = annotations.text("rewrite-target")
+    if not target or target == path or not path:
+        return None
+    return Rewrite(compile_path(path, anchored=False), target, annotations.text("x-forwarded-prefix"))
+
+
+def compile_path(path: str, anchored: bool = True) -> re.Pattern[str]:
+    """A path as ingress-nginx uses it as a regex: case-insensitive, anchored at the start for matching."""
+    try:
+        return re.compile(("^" if anchored else "") + path, re.IGNORECASE)
+    except re.error as error:
+        raise BadPath(f"path {path!r} is not a regular expression: {error}") from None
+
+
+def _limits(annotations: IngressAnnotations) -> Optional[Limits]:
+    body = annotations.number("proxy-body-size")
+    limits = Limits(
+        connect_timeout=annotations.number("proxy-connect-timeout"),
+        read_timeout=annotations.number("proxy-read-timeout"),
+        send_timeout=annotations.number("proxy-send-timeout"),
+        max_body_bytes=None if body is None else (int(body) or UNLIMITED),
+    )
+    return None if limits == Limits() else limits

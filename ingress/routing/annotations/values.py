@@ -1,0 +1,105 @@
+# -*- test-case-name: tests.unit.test_annotations -*-
+"""
+Readers of annotation values: text in, a value out, or L{InvalidValue} saying why not.
+
+The formats are ingress-nginx's (its annotations page and its validators):
+booleans as Go's C{strconv.ParseBool} reads them, timeouts as whole seconds,
+sizes as nginx sizes (C{8k}, C{1m}, C{0} for no limit), paths and URLs from the
+character sets ingress-nginx accepts (no spaces, quotes or nginx variables).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+
+class InvalidValue(ValueError):
+    """An annotation value that cannot be read; the message says what it must be."""
+
+
+_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+_SIZE = re.compile(r"(\d+)([bkmg]?)", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+# ingress-nginx's RegexPathWithCapture: a path made of these, with $1..$9 references.
+_PATH = re.compile(r"/?[-._~a-zA-Z0-9/:$]*")
+# ingress-nginx's URLIsValidRegex: URLs of these characters only (no variables, no spaces).
+_URL = re.compile(r"[-._~a-zA-Z0-9/:,?&=]*")
+_HOST = re.compile(r"[-._a-zA-Z0-9]+(:[0-9]{1,5})?")
+
+
+def boolean(value: str) -> bool:
+    """C{true}/C{false} as Go's strconv.ParseBool reads them (ingress-nginx's parser)."""
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise InvalidValue("must be true or false")
+
+
+def seconds(value: str) -> float:
+    """A timeout: whole seconds, more than 0 ("unitless and in seconds", ingress-nginx's Custom timeouts)."""
+    if not value.isdigit() or int(value) == 0:
+        raise InvalidValue("must be a whole number of seconds, more than 0")
+    return float(value)
+
+
+def whole_seconds(value: str) -> int:
+    """A duration in whole seconds, 0 allowed (HSTS max-age)."""
+    if not value.strip().isdigit():
+        raise InvalidValue("must be a whole number of seconds")
+    return int(value)
+
+
+def size(value: str) -> int:
+    """An nginx size: bytes, or with k, m or g (1024-based); C{0} is returned as 0 (no limit)."""
+    match = _SIZE.fullmatch(value.strip())
+    if match is None:
+        raise InvalidValue("must be a size such as 1024, 8k, 10m or 1g (0: no limit)")
+    return int(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
+
+
+def path(value: str) -> str:
+    """A path starting with "/", of the characters ingress-nginx accepts in one ($1..$9 allowed)."""
+    if not value.startswith("/") or _PATH.fullmatch(value) is None:
+        raise InvalidValue("must be a path starting with / of letters, digits and -._~/:$")
+    return value
+
+
+def redirect_url(value: str) -> str:
+    """An absolute http(s) URL, or a path, made of the characters ingress-nginx accepts in one."""
+    if _URL.fullmatch(value) is None or not value:
+        raise InvalidValue("must be an http(s) URL or a path, of letters, digits and -._~/:,?&=")
+    if value.startswith("/"):
+        return value
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise InvalidValue("must be an absolute http or https URL, or a path")
+    return value
+
+
+def status_between(low: int, high: int) -> Callable[[str], int]:
+    """A reader of a status code from C{low} to C{high}."""
+
+    def status(value: str) -> int:
+        if not value.isdigit() or not low <= int(value) <= high:
+            raise InvalidValue(f"must be a status code from {low} to {high}")
+        return int(value)
+
+    return status
+
+
+def host(value: str) -> str:
+    """A host name, optionally with a port: what an upstream's Host field may say."""
+    if _HOST.fullmatch(value) is None:
+        raise InvalidValue("must be a host name, optionally with :port")
+    return value
+
+
+def text(value: str) -> str:
+    """A free value without line breaks (they would split the header it goes into)."""
+    if "\r" in value or "\n" in value or "\x00" in value:
+        raise InvalidValue("must not contain line breaks")
+    return value

@@ -1,0 +1,61 @@
+# -*- test-case-name: tests.unit.test_policies -*-
+"""
+What a route does to a request besides choosing its upstream: the route's policies.
+
+Each kind is a frozen value in a module of its own, built in C{routing/} from
+whatever described it (Ingress annotations today, Gateway API filters next) and
+applied by the proxy in one fixed order, the order of L{Policies}' fields:
+
+  1. C{deny}: the route is closed (an access guard twingress cannot enforce);
+  2. C{redirect}, C{app_root}: answered by the proxy, no upstream;
+  3. C{rewrite}, C{upstream_host}: the request the upstream receives;
+  4. C{limits}: timeouts and the body size limit of this route.
+
+A route without any has C{policies=None}, so the proxy pays one attribute
+test for all of them.  A struct of optional fields rather than a list of
+policy objects: the order is fixed by the type, and the proxy reads what it
+needs without searching a list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from ingress.routing.policies.limits import Limits
+from ingress.routing.policies.redirect import Deny, Redirect
+from ingress.routing.policies.rewrite import Rewrite
+
+__all__ = ["Deny", "Limits", "Policies", "Redirect", "Rewrite"]
+
+
+@dataclass(frozen=True, slots=True)
+class Policies:
+    """Every policy a route may carry; None (or "") where it carries none of that kind."""
+
+    deny: Optional[Deny] = None
+    redirect: Optional[Redirect] = None
+    app_root: str = ""  # "/" alone is redirected (302) to this path
+    rewrite: Optional[Rewrite] = None
+    upstream_host: str = ""  # the Host field the upstream receives instead of the client's
+    limits: Optional[Limits] = None
+    strip_trailing_slash: bool = False  # the HTTP to HTTPS redirect drops one trailing "/" (ingress-nginx's default)
+
+    def to_json(self) -> dict[str, object]:
+        """For /debug/routes: only the kinds this route has."""
+        shown: dict[str, object] = {}
+        if self.deny is not None:
+            shown["deny"] = {"status": self.deny.status, "reason": self.deny.reason}
+        if self.redirect is not None:
+            shown["redirect"] = {"code": self.redirect.code, "location": self.redirect.location}
+        if self.app_root:
+            shown["appRoot"] = self.app_root
+        if self.rewrite is not None:
+            shown["rewrite"] = self.rewrite.to_json()
+        if self.upstream_host:
+            shown["upstreamHost"] = self.upstream_host
+        if self.limits is not None:
+            shown["limits"] = self.limits.to_json()
+        if self.strip_trailing_slash:
+            shown["stripTrailingSlash"] = True
+        return shown

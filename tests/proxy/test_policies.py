@@ -1,0 +1,152 @@
+"""
+Route policies from ingress-nginx annotations, through twistd in manifests mode, real sockets.
+
+Each test cites the section of ingress-nginx's annotations page
+(docs/user-guide/nginx-configuration/annotations.md) or example whose behaviour it checks.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Iterator
+from typing import Any, Optional
+
+import pytest
+
+from tests.support import EchoBackend, Manifests, Twingress
+
+NGINX = "nginx.ingress.kubernetes.io/"
+
+
+def _annotated(name: str, host: str, annotations: dict[str, str], path: str = "/", path_type: str = "Prefix") -> dict[str, Any]:
+    ingress = Manifests.ingress(name, host, "echo", path=path, path_type=path_type)
+    ingress["metadata"]["annotations"] = {NGINX + key: value for key, value in annotations.items()}
+    return ingress
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twingress]:
+    echo = EchoBackend("pod-policies")
+    manifests = Manifests(tmp_path_factory.mktemp("policies"))
+    manifests.write(
+        "all.yaml",
+        *manifests.service("echo", [echo.address]),
+        Manifests.ingress("plain", "plain.test", "echo"),
+        _annotated("permanent", "permanent.test", {"permanent-redirect": "https://new.example/landing", "permanent-redirect-code": "308"}),
+        _annotated("temporal", "temporal.test", {"temporal-redirect": "/maintenance"}),
+        _annotated("approot", "approot.test", {"app-root": "/app1"}),
+        _annotated(
+            "rewrite",
+            "rewrite.bar.com",
+            {"use-regex": "true", "rewrite-target": "/$2", "x-forwarded-prefix": "/something"},
+            path="/something(/|$)(.*)",
+            path_type="ImplementationSpecific",
+        ),
+        _annotated("vhost", "vhost.test", {"upstream-vhost": "internal.example"}),
+        _annotated("small", "small.test", {"proxy-body-size": "1k"}),
+        _annotated("impatient", "impatient.test", {"proxy-read-timeout": "1"}),
+        _annotated("guarded", "guarded.test", {"whitelist-source-range": "10.0.0.0/8"}),
+    )
+    twingress = Twingress(manifests.path, "--max-body-size", "2k")
+    yield twingress
+    twingress.stop()
+    echo.stop()
+
+
+def _request(
+    proxy: Twingress, host: str, target: str, method: str = "GET", body: Optional[bytes] = None, headers: Optional[dict[str, str]] = None
+) -> tuple[http.client.HTTPResponse, bytes]:
+    connection = http.client.HTTPConnection("127.0.0.1", proxy.http_port, timeout=10)
+    connection.request(method, target, body=body, headers={"Host": host, **(headers or {})})
+    response = connection.getresponse()
+    return response, response.read()
+
+
+def _seen(proxy: Twingress, host: str, target: str, **kwargs: Any) -> dict[str, Any]:
+    """What the backend received (the echo backend's JSON), after checking the answer is its 200."""
+    response, body = _request(proxy, host, target, **kwargs)
+    assert response.status == 200, body
+    return json.loads(body)
+
+
+def test_a_route_without_annotations_is_untouched(proxy: Twingress) -> None:
+    seen = _seen(proxy, "plain.test", "/a/b?c=d", headers={"X-Forwarded-Prefix": "/client"})
+    assert seen["uri"] == "/a/b?c=d" and seen["host"] == "plain.test"
+    assert seen["headers"]["X-Forwarded-Prefix"] == ["/client"]
+
+
+def test_permanent_redirect_with_its_code(proxy: Twingress) -> None:
+    """ "Permanent Redirect", "Permanent Redirect Code": 308 instead of 301, the URL as given."""
+    response, _ = _request(proxy, "permanent.test", "/anything?x=1")
+    assert response.status == 308
+    assert response.getheader("Location") == "https://new.example/landing"
+
+
+def test_temporal_redirect_to_a_path_is_made_absolute(proxy: Twingress) -> None:
+    """ "Temporal Redirect": 302 by default; a path gets the request's scheme and host (no port, as port_in_redirect off)."""
+    response, _ = _request(proxy, "temporal.test:8080", "/x")
+    assert response.status == 302
+    assert response.getheader("Location") == "http://temporal.test/maintenance"
+
+
+def test_app_root_redirects_only_the_root(proxy: Twingress) -> None:
+    """ "Rewrite" / the app-root example: / answers 302 to $scheme://$http_host/app1; other paths are proxied."""
+    response, _ = _request(proxy, "approot.test:8080", "/")
+    assert response.status == 302
+    assert response.getheader("Location") == "http://approot.test:8080/app1"
+    assert _seen(proxy, "approot.test", "/app1/page")["path"] == "/app1/page"
+
+
+@pytest.mark.parametrize(
+    ("target", "uri"),
+    [("/something", "/"), ("/something/", "/"), ("/something/new", "/new"), ("/SOMETHING/new?x=1", "/new?x=1")],
+)
+def test_the_rewrite_example(proxy: Twingress, target: str, uri: str) -> None:
+    """docs/examples/rewrite: /something(/|$)(.*) with rewrite-target /$2; the query goes along."""
+    seen = _seen(proxy, "rewrite.bar.com", target, headers={"X-Forwarded-Prefix": "/client"})
+    assert seen["uri"] == uri
+    assert seen["headers"]["X-Forwarded-Prefix"] == ["/something"]  # "X-Forwarded-Prefix Header"; the client's is dropped
+
+
+def test_a_regex_host_does_not_match_outside_its_patterns(proxy: Twingress) -> None:
+    response, _ = _request(proxy, "rewrite.bar.com", "/other")
+    assert response.status == 404
+
+
+def test_upstream_vhost_sets_the_host_the_backend_sees(proxy: Twingress) -> None:
+    """ "Custom NGINX upstream vhost": Host is replaced; X-Forwarded-Host keeps the client's."""
+    seen = _seen(proxy, "vhost.test", "/")
+    assert seen["host"] == "internal.example"
+    assert seen["headers"]["X-Forwarded-Host"] == ["vhost.test"]
+
+
+def test_proxy_body_size_is_the_routes_own_limit(proxy: Twingress) -> None:
+    """ "Custom max body size": 413 beyond the route's limit (1k here); other routes keep --max-body-size (2k)."""
+    response, _ = _request(proxy, "small.test", "/", method="POST", body=b"x" * 1500)
+    assert response.status == 413
+    assert _seen(proxy, "small.test", "/", method="POST", body=b"x" * 1000)["body_bytes"] == 1000
+    assert _seen(proxy, "plain.test", "/", method="POST", body=b"x" * 1500)["body_bytes"] == 1500
+
+
+def test_proxy_read_timeout_is_the_routes_own(proxy: Twingress) -> None:
+    """ "Custom timeouts": proxy-read-timeout 1 s gives 504 for a backend that answers after 3 s."""
+    response, _ = _request(proxy, "impatient.test", "/?delay=3")
+    assert response.status == 504
+    assert _seen(proxy, "plain.test", "/?delay=1.5")["path"] == "/"  # the listener's 60 s elsewhere
+
+
+def test_an_access_guard_twingress_does_not_enforce_closes_the_route(proxy: Twingress) -> None:
+    """Fail closed: whitelist-source-range is not enforced yet, so the route answers 503, never the backend."""
+    response, _ = _request(proxy, "guarded.test", "/")
+    assert response.status == 503
+    problems = {(p["object"], p["reason"]) for p in proxy.routes()["problems"]}
+    assert ("Ingress/default/guarded", "UnsupportedAnnotation") in problems
+
+
+def test_debug_routes_shows_the_policies(proxy: Twingress) -> None:
+    hosts = proxy.routes()["hosts"]
+    assert hosts["permanent.test"]["prefix"]["/"]["policies"] == {"redirect": {"code": 308, "location": "https://new.example/landing"}}
+    [regex] = hosts["rewrite.bar.com"]["regex"]
+    assert regex["pattern"] == "^/something(/|$)(.*)" and regex["policies"]["rewrite"]["target"] == "/$2"
+    assert "policies" not in hosts["plain.test"]["prefix"]["/"]

@@ -1,0 +1,93 @@
+"""
+Compact builders of API dicts for the routing tests: each case reads like a manifest.
+
+States are written as API dicts and parsed by L{ingress.model.parse.state_from_objects},
+the way a manifests directory gives them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ingress.model import CONTROLLER_NAME
+from ingress.model.parse import state_from_objects
+from ingress.routing import RoutingTable, build, normalize_host
+
+T0, T1, T2 = "2024-01-01T00:00:00Z", "2024-01-02T00:00:00Z", "2024-01-03T00:00:00Z"
+DEFAULT_CLASS = {"ingressclass.kubernetes.io/is-default-class": "true"}
+
+def path(p: str, svc: str = "web", port: Any = 80, kind: str = "Prefix") -> dict[str, Any]:
+    """One HTTP path; C{port} is a number or a port name."""
+    key = "number" if isinstance(port, int) else "name"
+    return {"path": p, "pathType": kind, "backend": {"service": {"name": svc, "port": {key: port}}}}
+
+
+def rule(host: Optional[str], *paths: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = {"http": {"paths": list(paths)}}
+    if host is not None:
+        result["host"] = host
+    return result
+
+
+def ingress(
+    name: str,
+    *rules: dict[str, Any],
+    ns: str = "default",
+    cls: Optional[str] = "twingress",
+    created: str = T0,
+    default: Optional[tuple[str, Any]] = None,
+    annotations: Optional[dict[str, str]] = None,
+) -> dict[str, Any]:
+    """An Ingress of our class by default; C{default} is (service, port) for spec.defaultBackend."""
+    spec: dict[str, Any] = {"rules": list(rules)} if rules else {}
+    if cls is not None:
+        spec["ingressClassName"] = cls
+    if default is not None:
+        spec["defaultBackend"] = path("/", *default)["backend"]
+    metadata = {"name": name, "namespace": ns, "creationTimestamp": created, "annotations": annotations or {}}
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": metadata, "spec": spec}
+
+
+def ingress_class(name: str, controller: str = CONTROLLER_NAME, default: bool = False) -> dict[str, Any]:
+    metadata = {"name": name, "annotations": DEFAULT_CLASS if default else {}}
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass", "metadata": metadata,
+            "spec": {"controller": controller}}
+
+
+def service(name: str = "web", *ports: tuple[str, int], ns: str = "default", **spec: Any) -> dict[str, Any]:
+    """A Service; C{ports} are (name, port) pairs, default one named "http" on 80."""
+    items = [{"name": n, "port": p} if n else {"port": p} for n, p in (ports or [("http", 80)])]
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": ns},
+            "spec": {"ports": items, **spec}}
+
+
+def endpoints(
+    svc: str = "web",
+    *addresses: str,
+    ports: tuple[tuple[str, int], ...] = (("http", 8080),),
+    name: str = "",
+    ns: str = "default",
+    not_ready: tuple[str, ...] = (),
+    address_type: str = "IPv4",
+) -> dict[str, Any]:
+    """An EndpointSlice of C{svc}: C{addresses} are ready, C{not_ready} are not."""
+    items = [{"addresses": [a]} for a in addresses]
+    items += [{"addresses": [a], "conditions": {"ready": False}} for a in not_ready]
+    metadata = {"name": name or f"{svc}-{len(addresses)}{len(not_ready)}{address_type}", "namespace": ns,
+                "labels": {"kubernetes.io/service-name": svc}}
+    return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": metadata,
+            "addressType": address_type, "ports": [{"name": n, "port": p} for n, p in ports], "endpoints": items}
+
+
+def table(*objects: dict[str, Any], **kwargs: Any) -> RoutingTable:
+    return build(state_from_objects(objects), **kwargs)
+
+
+def target(routes: RoutingTable, host: str, request_path: str = "/") -> Optional[str]:
+    """Which upstream a request goes to ("namespace/service:port"), or None for 404."""
+    route = routes.match(normalize_host(host), request_path)
+    return route.upstream.key if route is not None else None
+
+
+def problems(routes: RoutingTable) -> list[tuple[str, str]]:
+    return [(f"{p.ref.namespace}/{p.ref.name}", p.reason) for p in routes.problems]
