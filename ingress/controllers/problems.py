@@ -1,7 +1,7 @@
 # -*- test-case-name: tests.kube.test_annotation_events -*-
 """
-Warning Events for what an Ingress asks and twingress refuses (an unknown or
-unreadable annotation): the problem appears where its author looks,
+Warning Events for what an Ingress asks and twingress refuses (an unknown,
+unreadable or unsupported annotation, a path that is no regex): the problem appears where its author looks,
 C{kubectl describe ingress}, and not only in our log and C{/debug/routes}.
 
 The routing table already holds these problems; each table that changes an
@@ -17,11 +17,11 @@ from collections.abc import Hashable
 
 from ingress.controllers.events import WARNING, EventRecorder
 from ingress.model import Ingress, Problem
-from ingress.routing.annotations import INVALID, UNKNOWN
+from ingress.routing.annotations import INVALID, INVALID_PATH, UNKNOWN, UNSUPPORTED
 from ingress.routing.table import RoutingTable
 from ingress.sources.kube.reflector import Store
 
-REASONS = frozenset({UNKNOWN, INVALID})
+REASONS = frozenset({UNKNOWN, INVALID, UNSUPPORTED, INVALID_PATH})
 
 Key = tuple[str, str]
 

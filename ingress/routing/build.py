@@ -32,7 +32,7 @@ from ingress.model import (
     ServiceBackendPort,
     ServicePort,
 )
-from ingress.routing.annotations import IngressAnnotations, read_annotations
+from ingress.routing.annotations import INVALID_PATH, IngressAnnotations, read_annotations
 from ingress.routing.annotations.policies import BadPath, compile_path, route_policies
 from ingress.routing.certs import build_certificates, passthrough_upstreams, tls_hosts, with_tls_options
 from ingress.routing.streams import build_streams
@@ -315,7 +315,7 @@ class _RouteBuilder:
             pattern = compile_path(path)
             route = self.route(ingress, backend, path, path_type)
         except BadPath as error:
-            self.problems.append(Problem(ingress.ref, "InvalidPath", f"{error}; the path is not served"))
+            self.problems.append(Problem(ingress.ref, INVALID_PATH, f"{error}; the path is not served"))
             return
         paths.regex[path] = (pattern, with_tls_options(route, self.annotations[ingress.ref], host, self.tls_hosts))
 

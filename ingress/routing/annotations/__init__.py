@@ -23,8 +23,9 @@ from ingress.routing.annotations.values import InvalidValue
 PREFIX = "twingress.io/"
 NGINX_PREFIX = "nginx.ingress.kubernetes.io/"
 UNKNOWN, INVALID, UNSUPPORTED = "UnknownAnnotation", "InvalidAnnotation", "UnsupportedAnnotation"
+INVALID_PATH = "InvalidPath"  # a path of a regex host (use-regex, rewrite-target) that is no regular expression
 
-__all__ = ["INVALID", "NGINX_PREFIX", "PREFIX", "UNKNOWN", "UNSUPPORTED", "IngressAnnotations", "read_annotations"]
+__all__ = ["INVALID", "INVALID_PATH", "NGINX_PREFIX", "PREFIX", "UNKNOWN", "UNSUPPORTED", "IngressAnnotations", "read_annotations"]
 
 
 @dataclass(frozen=True, slots=True)
