@@ -60,6 +60,10 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                    help="twingress command template; {venv_bin}, {manifests}, {port} (and "
                         "{backend_port}) are filled in, then it is split like a shell would "
                         "(default: %(default)s)")
+    p.add_argument("--annotation", action="append", default=[], metavar="KEY=VALUE",
+                   help="an annotation on the benchmark's Ingress, to measure a route policy (repeatable)")
+    p.add_argument("--canary-annotation", action="append", default=None, metavar="KEY=VALUE",
+                   help="add a canary Ingress (same host, path and backend) with this annotation (repeatable)")
     p.add_argument("--skip-twingress", action="store_true",
                    help="measure only direct and nginx-proxy (to check the harness)")
     p.add_argument("--start-timeout", type=float, default=20.0,
@@ -165,7 +169,9 @@ class Bench(Harness):
 
     def twingress(self, port: int, backend_port: int) -> procs.Proc:
         manifests = self.workdir / "manifests"
-        targets.write_manifests(manifests, backend_port)
+        annotations = dict(item.split("=", 1) for item in self.args.annotation)
+        canary = dict(item.split("=", 1) for item in self.args.canary_annotation) if self.args.canary_annotation else None
+        targets.write_manifests(manifests, backend_port, annotations, canary)
         argv = targets.twingress_argv(self.args.twingress_cmd, Path(sys.prefix) / "bin",
                                       manifests, port, backend_port)
         pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))

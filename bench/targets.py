@@ -124,10 +124,23 @@ def manifests(backend_port: int) -> dict[str, dict]:
     }
 
 
-def write_manifests(directory: Path, backend_port: int) -> None:
-    """One object per YAML file, as C{kubectl apply -f DIR} would read them."""
+def write_manifests(directory: Path, backend_port: int, annotations: dict[str, str] | None = None,
+                    canary: dict[str, str] | None = None) -> None:
+    """One object per YAML file, as C{kubectl apply -f DIR} would read them.
+
+    C{annotations} go on the Ingress (to measure what a route policy costs); C{canary}, when
+    given, adds a canary Ingress of the same host and path to the same backend with these
+    annotations besides C{canary: "true"}.
+    """
     directory.mkdir(parents=True, exist_ok=True)
-    for name, obj in manifests(backend_port).items():
+    objects = manifests(backend_port)
+    ingress = objects["ingress.yaml"]
+    ingress["metadata"] = ingress["metadata"] | {"annotations": dict(annotations or {})}
+    if canary is not None:
+        objects["canary.yaml"] = ingress | {"metadata": ingress["metadata"] | {
+            "name": f"{SERVICE}-canary",
+            "annotations": {"nginx.ingress.kubernetes.io/canary": "true", **canary}}}
+    for name, obj in objects.items():
         (directory / name).write_text(yaml.safe_dump(obj, sort_keys=False))
 
 

@@ -17,11 +17,11 @@ from collections.abc import Hashable
 
 from ingress.controllers.events import WARNING, EventRecorder
 from ingress.model import Ingress, Problem
-from ingress.routing.annotations import INVALID, INVALID_PATH, UNKNOWN, UNSUPPORTED
+from ingress.routing.annotations import CANARY_WITHOUT_MAIN, INVALID, INVALID_PATH, UNKNOWN, UNSUPPORTED
 from ingress.routing.table import RoutingTable
 from ingress.sources.kube.reflector import Store
 
-REASONS = frozenset({UNKNOWN, INVALID, UNSUPPORTED, INVALID_PATH})
+REASONS = frozenset({UNKNOWN, INVALID, UNSUPPORTED, INVALID_PATH, CANARY_WITHOUT_MAIN})
 
 Key = tuple[str, str]
 

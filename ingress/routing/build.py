@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from ingress.model import (
@@ -32,9 +32,10 @@ from ingress.model import (
     ServiceBackendPort,
     ServicePort,
 )
-from ingress.routing.annotations import INVALID_PATH, IngressAnnotations, read_annotations
+from ingress.routing.annotations import CANARY_WITHOUT_MAIN, INVALID_PATH, IngressAnnotations, read_annotations
 from ingress.routing.annotations.policies import BadPath, compile_path, route_policies
 from ingress.routing.certs import build_certificates, passthrough_upstreams, tls_hosts, with_tls_options
+from ingress.routing.policies import Canary, Policies
 from ingress.routing.streams import build_streams
 from ingress.routing.table import HostRoutes, Route, RoutingTable, Upstream
 
@@ -68,7 +69,8 @@ def build(
     """
     ingresses = select_ingresses(state, class_name=class_name, controller_name=controller_name)
     annotations = {ingress.ref: read_annotations(ingress, nginx_annotations) for ingress in ingresses}
-    served = tuple(ingress for ingress in ingresses if not annotations[ingress.ref].invalid)
+    valid = tuple(ingress for ingress in ingresses if not annotations[ingress.ref].invalid)
+    served = tuple(ingress for ingress in valid if not annotations[ingress.ref].canary)
     backends = _Backends(state)
     streams = build_streams(
         state, backends.upstream, tcp_services=tcp_services, udp_services=udp_services, reserved_ports=reserved_ports
@@ -76,6 +78,9 @@ def build(
     routes = _RouteBuilder(backends, annotations, tls_hosts(served), regex_hosts(served, annotations))
     for ingress in served:
         routes.add_rules(ingress)
+    for ingress in valid:
+        if annotations[ingress.ref].canary:
+            routes.add_canary(ingress)
     default_route = routes.default_route(served)
     certificates, tls_problems = build_certificates(state, served, default_certificate)
     annotation_problems = [problem for found in annotations.values() for problem in found.problems]
@@ -319,6 +324,55 @@ class _RouteBuilder:
             return
         paths.regex[path] = (pattern, with_tls_options(route, self.annotations[ingress.ref], host, self.tls_hosts))
 
+    def add_canary(self, ingress: Ingress) -> None:
+        """
+        A canary Ingress's paths join the main routes of the same host and path
+        (ingress-nginx "Canary"); one canary per route, the oldest; a path no main
+        Ingress serves is not served by the canary alone.
+        """
+        for rule in ingress.rules:
+            paths = self._paths_of(rule.host)
+            for http_path in rule.paths:
+                slots, key = self._slot(paths, rule.host, http_path.path, http_path.path_type)
+                main = slots.get(key)
+                where = f'host "{rule.host or "*"}" path "{http_path.path}"'
+                if main is None:
+                    message = f"canary for {where}, which no main Ingress serves: a canary only adds to the main Ingress of its host and path"
+                    self.problems.append(Problem(ingress.ref, CANARY_WITHOUT_MAIN, message))
+                elif main.policies is not None and main.policies.canary is not None:
+                    self._conflict(ingress, main.policies.canary.route, f"canary for {where}")
+                else:
+                    slots[key] = self._with_canary(main, ingress, http_path.backend)
+
+    def _slot(self, paths: _HostPaths, host: str, path: str, path_type: str) -> tuple[dict[str, Route], str]:
+        """Where the route of a host and path lives (regex hosts: the pattern's own dict)."""
+        if host in self.regex_hosts:
+            return _RegexRoutes(paths.regex), path
+        if path_type == PATH_EXACT:
+            return paths.exact, path
+        return paths.prefixes, prefix_key(path)
+
+    def _with_canary(self, main: Route, ingress: Ingress, backend: IngressBackend) -> Route:
+        """The main route, with the canary's route (the main's policies, the canary's name and upstream) attached."""
+        read = self.annotations[ingress.ref]
+        upstream, issue = self.backends.upstream(ingress.meta.namespace, backend)
+        if issue is not None:
+            self.problems.append(Problem(ingress.ref, *issue))
+        policies = main.policies or Policies()
+        canary_route = replace(main, name=f"{ingress.meta.namespace}/{ingress.meta.name}", source=ingress.ref, upstream=upstream)
+        header = read.text("canary-by-header")
+        pattern = read.value("canary-by-header-pattern")
+        canary = Canary(
+            route=canary_route,
+            by_header=header.lower().encode("latin-1"),
+            header_value=read.text("canary-by-header-value").encode("latin-1"),
+            header_pattern=pattern if isinstance(pattern, re.Pattern) else None,
+            by_cookie=read.text("canary-by-cookie"),
+            weight=int(read.number("canary-weight") or 0),
+            weight_total=int(read.number("canary-weight-total") or 100),
+        )
+        return replace(main, policies=replace(policies, canary=canary))
+
     def default_route(self, ingresses: Iterable[Ingress]) -> Optional[Route]:
         """The oldest default backend among our Ingresses; the others are reported, not used."""
         winner: Optional[Route] = None
@@ -346,6 +400,18 @@ class _RouteBuilder:
         if winner.source == loser.ref:
             message += " (earlier in the same Ingress)"
         self.problems.append(Problem(loser.ref, "Conflict", message))
+
+
+class _RegexRoutes(dict[str, Route]):
+    """The regex paths of a host seen as path → route, writing through to the (pattern, route) pairs."""
+
+    def __init__(self, regex: dict[str, tuple[re.Pattern[str], Route]]) -> None:
+        super().__init__({path: route for path, (_, route) in regex.items()})
+        self._regex = regex
+
+    def __setitem__(self, path: str, route: Route) -> None:
+        super().__setitem__(path, route)
+        self._regex[path] = (self._regex[path][0], route)
 
 
 def _freeze(paths: Mapping[str, _HostPaths]) -> dict[str, HostRoutes]:

@@ -8,12 +8,14 @@ C{route.policies is None} once), so a route without any pays nothing.
 
 from __future__ import annotations
 
+import random
 from typing import Optional
 
 from ingress.proxy.http import h1
 from ingress.proxy.http.forwarding import ForwardedFor, request_head_bytes
 from ingress.proxy.http.target import origin_form
-from ingress.routing.policies import Policies
+from ingress.routing.policies import Canary, Policies
+from ingress.routing.route import Route
 
 
 def local_answer(policies: Policies, scheme: bytes, host: str, path: str) -> Optional[tuple[int, bytes]]:
@@ -32,6 +34,14 @@ def local_answer(policies: Policies, scheme: bytes, host: str, path: str) -> Opt
     if policies.app_root and path == "/":
         return 302, b"%s://%s%s" % (scheme, host.encode("latin-1"), policies.app_root.encode("latin-1"))
     return None
+
+
+def canary_route(canary: Canary, request: h1.Head) -> Optional[Route]:
+    """The canary's route when this request goes to the canary (header, then cookie, then weight), else None."""
+    header = h1.field_value(request.block, canary.by_header) if canary.by_header else None
+    cookie = h1.cookie_value(request.block, canary.by_cookie) if canary.by_cookie else None
+    roll = random.randint(1, canary.weight_total) if canary.weight else canary.weight_total + 1
+    return canary.route if canary.chosen(header, cookie, roll) else None
 
 
 def upstream_head(policies: Policies, request: h1.Head, forwarded: ForwardedFor, host: str, path: str) -> bytes:

@@ -25,7 +25,7 @@ from ingress.observe.metrics import NO_ROUTE
 from ingress.proxy.http import h1
 from ingress.proxy.http.fastwrite import direct_writer
 from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor, request_head_bytes
-from ingress.proxy.http.policy import local_answer, upstream_head
+from ingress.proxy.http.policy import canary_route, local_answer, upstream_head
 from ingress.proxy.http.relay import AWAIT, BODY, CLOSED, HEAD, TUNNEL, UpstreamRelay
 from ingress.proxy.http.responses import error_response
 from ingress.proxy.http.target import host_and_path, origin_form, routing_host
@@ -261,6 +261,8 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
             if answer is not None:
                 self._answer_locally(answer[0], location=answer[1])
                 return
+            if policies.canary is not None:
+                self._route = canary_route(policies.canary, head) or route
             if policies.limits is not None:
                 self._apply_limits(policies.limits)
             self._head_bytes = upstream_head(policies, head, self._forwarded, host, path)

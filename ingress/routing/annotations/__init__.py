@@ -24,8 +24,9 @@ PREFIX = "twingress.io/"
 NGINX_PREFIX = "nginx.ingress.kubernetes.io/"
 UNKNOWN, INVALID, UNSUPPORTED = "UnknownAnnotation", "InvalidAnnotation", "UnsupportedAnnotation"
 INVALID_PATH = "InvalidPath"  # a path of a regex host (use-regex, rewrite-target) that is no regular expression
+CANARY_WITHOUT_MAIN = "CanaryWithoutMain"  # a canary Ingress's path that no main Ingress serves
 
-__all__ = ["INVALID", "INVALID_PATH", "NGINX_PREFIX", "PREFIX", "UNKNOWN", "UNSUPPORTED", "IngressAnnotations", "read_annotations"]
+__all__ = ["CANARY_WITHOUT_MAIN", "INVALID", "INVALID_PATH", "NGINX_PREFIX", "PREFIX", "UNKNOWN", "UNSUPPORTED", "IngressAnnotations", "read_annotations"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +61,15 @@ class IngressAnnotations:
         value = self.values.get(key)
         assert value is None or isinstance(value, (int, float))
         return value
+
+    def value(self, key: str) -> object:
+        """A key's read value as it is (None when not set)."""
+        return self.values.get(key)
+
+    @property
+    def canary(self) -> bool:
+        """ingress-nginx "Canary": the Ingress only adds a backend to the main Ingress of its host and path."""
+        return self.flag("canary")
 
     @property
     def regex_paths(self) -> bool:
@@ -99,7 +109,18 @@ def read_annotations(ingress: Ingress, nginx: bool = True) -> IngressAnnotations
             problems.append(Problem(ingress.ref, UNSUPPORTED, _unsupported(key, name)))
             if name in ACCESS_GUARDS:
                 unguarded.append(key)
+    for key, reason in _cross_checks(found):
+        invalid = True
+        problems.append(Problem(ingress.ref, INVALID, f"{key}: {reason}; the Ingress's paths are not served"))
     return IngressAnnotations(found, tuple(problems), invalid, tuple(unguarded))
+
+
+def _cross_checks(found: Mapping[str, object]) -> list[tuple[str, str]]:
+    """Values that are readable alone but not together."""
+    weight, total = found.get("canary-weight"), found.get("canary-weight-total", 100)
+    if isinstance(weight, int) and isinstance(total, int) and weight > total:
+        return [("canary-weight", f"{weight} is more than canary-weight-total ({total})")]
+    return []
 
 
 def _name(key: str, nginx: bool) -> tuple[Optional[str], bool]:

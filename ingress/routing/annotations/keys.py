@@ -50,6 +50,14 @@ KEYS: Mapping[str, Key] = {
     "proxy-read-timeout": Key(values.seconds),
     "proxy-send-timeout": Key(values.seconds),
     "proxy-body-size": Key(values.size),
+    # Canary (ingress-nginx "Canary")
+    "canary": Key(values.boolean),
+    "canary-by-header": Key(values.token),
+    "canary-by-header-value": Key(values.text),
+    "canary-by-header-pattern": Key(values.pattern),
+    "canary-by-cookie": Key(values.token),
+    "canary-weight": Key(values.whole_number),
+    "canary-weight-total": Key(values.positive_number),
 }
 """Every key twingress reads, by its name without prefix."""
 

@@ -28,6 +28,7 @@ _PATH = re.compile(r"/?[-._~a-zA-Z0-9/:$]*")
 # ingress-nginx's URLIsValidRegex: URLs of these characters only (no variables, no spaces).
 _URL = re.compile(r"[-._~a-zA-Z0-9/:,?&=]*")
 _HOST = re.compile(r"[-._a-zA-Z0-9]+(:[0-9]{1,5})?")
+_TOKEN = re.compile(r"[-!#$%&'*+.^_`|~0-9A-Za-z]+")  # RFC 9110 5.6.2: a field or cookie name
 
 
 def boolean(value: str) -> bool:
@@ -96,6 +97,35 @@ def host(value: str) -> str:
     if _HOST.fullmatch(value) is None:
         raise InvalidValue("must be a host name, optionally with :port")
     return value
+
+
+def token(value: str) -> str:
+    """A header field or cookie name (an RFC 9110 token)."""
+    if _TOKEN.fullmatch(value) is None:
+        raise InvalidValue("must be a header or cookie name (letters, digits and !#$%&'*+-.^_`|~)")
+    return value
+
+
+def whole_number(value: str) -> int:
+    """An integer from 0."""
+    if not value.isdigit():
+        raise InvalidValue("must be a whole number")
+    return int(value)
+
+
+def positive_number(value: str) -> int:
+    """An integer from 1."""
+    if not value.isdigit() or int(value) == 0:
+        raise InvalidValue("must be a whole number, more than 0")
+    return int(value)
+
+
+def pattern(value: str) -> re.Pattern[bytes]:
+    """A regular expression, searched for in a header value (ingress-nginx: canary-by-header-pattern)."""
+    try:
+        return re.compile(text(value).encode("latin-1"))
+    except (re.error, UnicodeEncodeError) as error:
+        raise InvalidValue(f"must be a regular expression ({error})") from None
 
 
 def text(value: str) -> str:
