@@ -36,6 +36,7 @@ from ingress.routing.annotations import CANARY_WITHOUT_MAIN, INVALID_PATH, Ingre
 from ingress.routing.annotations.policies import BadPath, compile_path, route_policies
 from ingress.routing.certs import build_certificates, passthrough_upstreams, tls_hosts, with_tls_options
 from ingress.routing.policies import Canary, Policies
+from ingress.routing.policies.affinity import upstream_tag
 from ingress.routing.streams import build_streams
 from ingress.routing.table import HostRoutes, Route, RoutingTable, Upstream
 
@@ -318,7 +319,7 @@ class _RouteBuilder:
             return
         try:
             pattern = compile_path(path)
-            route = self.route(ingress, backend, path, path_type)
+            route = self.route(ingress, backend, path, path_type, regex=True)
         except BadPath as error:
             self.problems.append(Problem(ingress.ref, INVALID_PATH, f"{error}; the path is not served"))
             return
@@ -370,6 +371,7 @@ class _RouteBuilder:
             by_cookie=read.text("canary-by-cookie"),
             weight=int(read.number("canary-weight") or 0),
             weight_total=int(read.number("canary-weight-total") or 100),
+            main_tag=upstream_tag(main.upstream.key),
         )
         return replace(main, policies=replace(policies, canary=canary))
 
@@ -385,13 +387,13 @@ class _RouteBuilder:
                 self._conflict(ingress, winner, "spec.defaultBackend")
         return winner
 
-    def route(self, ingress: Ingress, backend: IngressBackend, path: str, path_type: str) -> Route:
+    def route(self, ingress: Ingress, backend: IngressBackend, path: str, path_type: str, regex: bool = False) -> Route:
         """A route to C{backend}, resolved in the Ingress's own namespace."""
         upstream, issue = self.backends.upstream(ingress.meta.namespace, backend)
         if issue is not None:
             self.problems.append(Problem(ingress.ref, *issue))
         name = f"{ingress.meta.namespace}/{ingress.meta.name}"
-        policies = route_policies(self.annotations[ingress.ref], path)
+        policies = route_policies(self.annotations[ingress.ref], path, regex)
         return Route(name=name, source=ingress.ref, upstream=upstream, path=path, path_type=path_type, policies=policies)
 
     def _conflict(self, loser: Ingress, winner: Route, what: str) -> None:

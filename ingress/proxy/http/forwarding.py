@@ -127,20 +127,21 @@ def request_head_bytes(
 
 
 def response_head_bytes(
-    response: h1.Head, request: h1.Head, server: bytes, keep_alive: bool, decode: bool, hsts: str = ""
+    response: h1.Head, request: h1.Head, server: bytes, keep_alive: bool, decode: bool, hsts: str = "", added: bytes = b""
 ) -> bytes:
     """
     The head sent to the client: the upstream's fields less hop-by-hop ones,
     always with Date and Server, and the Connection field our decision needs.
 
     With C{decode} (a chunked body for an HTTP/1.0 client) Transfer-Encoding
-    goes too and the body ends with the connection.
+    goes too and the body ends with the connection.  C{added} are fields a
+    route's policies add (CRLF-terminated lines: a sticky cookie).
     """
     block = _without_named(_RESPONSE_DROP_RE.sub(b"", response.block), response.connection)
     if decode:
         block = _TRANSFER_ENCODING_RE.sub(b"", block)
     status = response.status
-    extra = b""
+    extra = added
     if not response.has_date:
         extra = b"Date: %s\r\n" % http_date()
     extra += b"Server: %s\r\n" % server

@@ -14,7 +14,8 @@ from typing import Optional
 from ingress.proxy.http import h1
 from ingress.proxy.http.forwarding import ForwardedFor, request_head_bytes
 from ingress.proxy.http.target import origin_form
-from ingress.routing.policies import Canary, Policies
+from ingress.routing.policies import Affinity, Canary, Policies
+from ingress.routing.policies.affinity import upstream_tag
 from ingress.routing.route import Route
 
 
@@ -36,8 +37,21 @@ def local_answer(policies: Policies, scheme: bytes, host: str, path: str) -> Opt
     return None
 
 
-def canary_route(canary: Canary, request: h1.Head) -> Optional[Route]:
-    """The canary's route when this request goes to the canary (header, then cookie, then weight), else None."""
+def canary_route(canary: Canary, request: h1.Head, affinity: Optional[Affinity] = None) -> Optional[Route]:
+    """
+    The canary's route when this request goes to the canary (header, then cookie, then weight), else None.
+
+    With cookie affinity a client keeps the side that served it first (ingress-nginx's default
+    C{affinity-canary-behavior: sticky}): its sticky cookie names the canary's upstream or the main's.
+    """
+    if affinity is not None:
+        value = h1.cookie_value(request.block, affinity.cookie)
+        if value is not None:
+            tag = value.partition("|")[2]
+            if tag == upstream_tag(canary.route.upstream.key):
+                return canary.route
+            if tag == canary.main_tag:
+                return None
     header = h1.field_value(request.block, canary.by_header) if canary.by_header else None
     cookie = h1.cookie_value(request.block, canary.by_cookie) if canary.by_cookie else None
     roll = random.randint(1, canary.weight_total) if canary.weight else canary.weight_total + 1

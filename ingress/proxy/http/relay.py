@@ -20,6 +20,7 @@ from twisted.internet.interfaces import IConnector
 from twisted.logger import Logger
 
 from ingress.proxy.http import h1
+from ingress.proxy.http.affinity import sticky_endpoint
 from ingress.proxy.http.forwarding import response_head_bytes
 from ingress.proxy.http.upstream import Address, UpstreamConnection
 
@@ -76,6 +77,7 @@ class UpstreamRelay:
     _connect_timeout: float
     _read_timeout: float
     _send_timeout: float
+    _set_cookie: bytes
 
     def _answer_locally(self, status: int, close: bool = False, location: bytes = b"") -> None: ...
 
@@ -99,7 +101,12 @@ class UpstreamRelay:
         route = self._route
         assert route is not None
         pool = self.factory.pool
-        address = pool.choose(route.upstream, exclude=self._tried)
+        policies = route.policies
+        if policies is not None and policies.affinity is not None and self._request is not None:
+            https = self.factory.scheme == b"https"
+            address, self._set_cookie = sticky_endpoint(policies.affinity, route.upstream, self._request, pool, self._tried, https)
+        else:
+            address = pool.choose(route.upstream, exclude=self._tried)
         if address is None:
             if self._tried is None:
                 self._answer_locally(503)
@@ -183,7 +190,7 @@ class UpstreamRelay:
         if decode:
             self._decode = h1.ChunkedFramer(decode=True)
         hsts = self._route.hsts if self.factory.scheme == b"https" else ""
-        out = response_head_bytes(head, request, self.settings.server_name, keep, decode, hsts)
+        out = response_head_bytes(head, request, self.settings.server_name, keep, decode, hsts, self._set_cookie)
         if body:
             body = self._decoded(body) if decode else body
             out += body

@@ -94,6 +94,7 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         self._connect_timeout = settings.connect_timeout
         self._read_timeout = settings.upstream_timeout
         self._send_timeout = settings.upstream_timeout
+        self._set_cookie = b""
 
     # -- connection lifecycle -------------------------------------------------
 
@@ -262,7 +263,7 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
                 self._answer_locally(answer[0], location=answer[1])
                 return
             if policies.canary is not None:
-                self._route = canary_route(policies.canary, head) or route
+                self._route = canary_route(policies.canary, head, policies.affinity) or route
             if policies.limits is not None:
                 self._apply_limits(policies.limits)
             self._head_bytes = upstream_head(policies, head, self._forwarded, host, path)

@@ -303,6 +303,11 @@ class UpstreamPool:
         self._next[upstream.key] = fallback[0] + 1
         return fallback[1]
 
+    def is_down(self, address: Address) -> bool:
+        """Whether C{address} failed within the last C{fail_timeout} seconds."""
+        until = self._down_until.get(address)
+        return until is not None and until > self.reactor.seconds()
+
     def mark_down(self, address: Address) -> None:
         self._down_until[address] = self.reactor.seconds() + self.settings.fail_timeout
 

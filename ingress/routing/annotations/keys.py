@@ -58,6 +58,17 @@ KEYS: Mapping[str, Key] = {
     "canary-by-cookie": Key(values.token),
     "canary-weight": Key(values.whole_number),
     "canary-weight-total": Key(values.positive_number),
+    # Session affinity (ingress-nginx "Session Affinity", "Cookie affinity")
+    "affinity": Key(values.one_of("cookie")),
+    "affinity-mode": Key(values.one_of("balanced", "persistent")),
+    "session-cookie-name": Key(values.token),
+    "session-cookie-path": Key(values.path),
+    "session-cookie-domain": Key(values.host),
+    "session-cookie-max-age": Key(values.whole_number),
+    "session-cookie-expires": Key(values.whole_number),
+    "session-cookie-samesite": Key(values.one_of("None", "Lax", "Strict")),
+    "session-cookie-secure": Key(values.boolean),
+    "session-cookie-change-on-failure": Key(values.boolean),
 }
 """Every key twingress reads, by its name without prefix."""
 

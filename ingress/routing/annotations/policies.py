@@ -15,7 +15,7 @@ import re
 from typing import Optional
 
 from ingress.routing.annotations import IngressAnnotations
-from ingress.routing.policies import Deny, Limits, Policies, Redirect, Rewrite
+from ingress.routing.policies import Affinity, Deny, Limits, Policies, Redirect, Rewrite
 from ingress.routing.policies.limits import UNLIMITED
 
 
@@ -23,14 +23,15 @@ class BadPath(ValueError):
     """A path that is not a regular expression Python can compile, on a host whose paths are regexes."""
 
 
-def route_policies(annotations: IngressAnnotations, path: str) -> Optional[Policies]:
-    """The policies of the route for C{path}, or None when the annotations ask for none."""
+def route_policies(annotations: IngressAnnotations, path: str, regex: bool = False) -> Optional[Policies]:
+    """The policies of the route for C{path} (a regex when C{regex}), or None when the annotations ask for none."""
     if not annotations.values and not annotations.unguarded:
         return None
     policies = Policies(
         deny=Deny(503, "unenforced access guard: " + ", ".join(annotations.unguarded)) if annotations.unguarded else None,
         redirect=_redirect(annotations),
         app_root=annotations.text("app-root"),
+        affinity=_affinity(annotations, path, regex),
         rewrite=_rewrite(annotations, path),
         upstream_host=annotations.text("upstream-vhost"),
         limits=_limits(annotations),
@@ -65,6 +66,28 @@ def compile_path(path: str, anchored: bool = True) -> re.Pattern[str]:
         return re.compile(("^" if anchored else "") + path, re.IGNORECASE)
     except re.error as error:
         raise BadPath(f"path {path!r} is not a regular expression: {error}") from None
+
+
+def _affinity(annotations: IngressAnnotations, path: str, regex: bool) -> Optional[Affinity]:
+    """
+    ingress-nginx "Cookie affinity": the cookie's Path is session-cookie-path, else the route's
+    path ("/" for a regex path, which "session cookie paths do not support").
+    """
+    if annotations.text("affinity") != "cookie":
+        return None
+    max_age, expires = annotations.number("session-cookie-max-age"), annotations.number("session-cookie-expires")
+    secure = annotations.value("session-cookie-secure")
+    return Affinity(
+        cookie=annotations.text("session-cookie-name") or "INGRESSCOOKIE",
+        mode=annotations.text("affinity-mode") or "balanced",
+        path=annotations.text("session-cookie-path") or (path if path and not regex else "/"),
+        domain=annotations.text("session-cookie-domain"),
+        max_age=None if max_age is None else int(max_age),
+        expires=None if expires is None else int(expires),
+        samesite=annotations.text("session-cookie-samesite"),
+        secure=secure if isinstance(secure, bool) else None,
+        change_on_failure=annotations.flag("session-cookie-change-on-failure"),
+    )
 
 
 def _limits(annotations: IngressAnnotations) -> Optional[Limits]:

@@ -128,6 +128,17 @@ def pattern(value: str) -> re.Pattern[bytes]:
         raise InvalidValue(f"must be a regular expression ({error})") from None
 
 
+def one_of(*choices: str) -> Callable[[str], str]:
+    """A reader of one of C{choices}, as written."""
+
+    def choice(value: str) -> str:
+        if value not in choices:
+            raise InvalidValue("must be one of " + ", ".join(choices))
+        return value
+
+    return choice
+
+
 def text(value: str) -> str:
     """A free value without line breaks (they would split the header it goes into)."""
     if "\r" in value or "\n" in value or "\x00" in value:

@@ -8,7 +8,7 @@ applied by the proxy in one fixed order, the order of L{Policies}' fields:
 
   1. C{deny}: the route is closed (an access guard twingress cannot enforce);
   2. C{redirect}, C{app_root}: answered by the proxy, no upstream;
-  3. C{canary}: which backend (the route's own or its canary's);
+  3. C{canary}, C{affinity}: which backend (the route's own or its canary's) and which endpoint;
   4. C{rewrite}, C{upstream_host}: the request the upstream receives;
   5. C{limits}: timeouts and the body size limit of this route.
 
@@ -23,12 +23,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from ingress.routing.policies.affinity import Affinity
 from ingress.routing.policies.canary import Canary
 from ingress.routing.policies.limits import Limits
 from ingress.routing.policies.redirect import Deny, Redirect
 from ingress.routing.policies.rewrite import Rewrite
 
-__all__ = ["Canary", "Deny", "Limits", "Policies", "Redirect", "Rewrite"]
+__all__ = ["Affinity", "Canary", "Deny", "Limits", "Policies", "Redirect", "Rewrite"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,7 @@ class Policies:
     redirect: Optional[Redirect] = None
     app_root: str = ""  # "/" alone is redirected (302) to this path
     canary: Optional[Canary] = None
+    affinity: Optional[Affinity] = None
     rewrite: Optional[Rewrite] = None
     upstream_host: str = ""  # the Host field the upstream receives instead of the client's
     limits: Optional[Limits] = None
@@ -55,6 +57,8 @@ class Policies:
             shown["appRoot"] = self.app_root
         if self.canary is not None:
             shown["canary"] = self.canary.to_json()
+        if self.affinity is not None:
+            shown["affinity"] = self.affinity.to_json()
         if self.rewrite is not None:
             shown["rewrite"] = self.rewrite.to_json()
         if self.upstream_host:

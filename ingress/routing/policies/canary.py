@@ -37,6 +37,7 @@ class Canary:
     by_cookie: str = ""
     weight: int = 0
     weight_total: int = 100
+    main_tag: str = ""  # the main upstream's tag in sticky cookies (see L{ingress.routing.policies.affinity})
 
     def chosen(self, header: Optional[bytes], cookie: Optional[str], roll: int) -> bool:
         """
