@@ -191,6 +191,7 @@ class TLSSecret:
     meta: ObjectMeta
     cert_pem: bytes
     key_pem: bytes
+    ca_pem: bytes = b""  # optional ca.crt: the CAs an Ingress trusts for a backend (proxy-ssl-secret)
 
 
 @dataclass(frozen=True, slots=True)

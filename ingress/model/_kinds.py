@@ -277,12 +277,14 @@ def parse_endpoint_slice(obj: Mapping[str, Any], meta: ObjectMeta) -> EndpointSl
     )
 
 
-def _secret_value(obj: Mapping[str, Any], key: str) -> bytes:
+def _secret_value(obj: Mapping[str, Any], key: str, required: bool = True) -> bytes:
     """stringData wins over data, as on the API server; data is base64 (line breaks allowed)."""
     string_data = _mapping(obj.get("stringData"), "stringData")
     if key in string_data:
         return _str(string_data[key], f"stringData[{key}]").encode("utf-8")
     data = _mapping(obj.get("data"), "data")
+    if key not in data and not required:
+        return b""
     if key not in data:
         raise _required(f"data[{key}]", f"a {TLS_SECRET_TYPE} Secret needs {key!r}")
     text = "".join(_str(data[key], f"data[{key}]").split())
@@ -296,7 +298,8 @@ def parse_secret(obj: Mapping[str, Any], meta: ObjectMeta) -> Optional[TLSSecret
     """A kubernetes.io/tls Secret; other Secret types are not ours (None)."""
     if _str(obj.get("type"), "type", "Opaque") != TLS_SECRET_TYPE:
         return None
-    return TLSSecret(meta, _secret_value(obj, "tls.crt"), _secret_value(obj, "tls.key"))
+    ca = _secret_value(obj, "ca.crt", required=False)  # cert-manager's Certificates carry their CA here
+    return TLSSecret(meta, _secret_value(obj, "tls.crt"), _secret_value(obj, "tls.key"), ca)
 
 
 # -- v1 Pod and Node: only our own pods and their nodes, for the Ingress status addresses

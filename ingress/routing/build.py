@@ -31,8 +31,10 @@ from ingress.model import (
     Service,
     ServiceBackendPort,
     ServicePort,
+    TLSSecret,
 )
 from ingress.routing.annotations import CANARY_WITHOUT_MAIN, INVALID_PATH, IngressAnnotations, read_annotations
+from ingress.routing.annotations.backend import MissingSecret, backend_tls
 from ingress.routing.annotations.policies import BadPath, compile_path, route_policies
 from ingress.routing.certs import build_certificates, passthrough_upstreams, tls_hosts, with_tls_options
 from ingress.routing.policies import Canary, Policies
@@ -76,7 +78,7 @@ def build(
     streams = build_streams(
         state, backends.upstream, tcp_services=tcp_services, udp_services=udp_services, reserved_ports=reserved_ports
     )
-    routes = _RouteBuilder(backends, annotations, tls_hosts(served), regex_hosts(served, annotations))
+    routes = _RouteBuilder(backends, annotations, tls_hosts(served), regex_hosts(served, annotations), state.secrets)
     for ingress in served:
         routes.add_rules(ingress)
     for ingress in valid:
@@ -271,7 +273,9 @@ class _RouteBuilder:
         annotations: Mapping[ObjectRef, IngressAnnotations],
         tls_hosts: frozenset[str] = frozenset(),
         regex_hosts: frozenset[str] = frozenset(),
+        secrets: Mapping[tuple[str, str], TLSSecret] = {},
     ) -> None:
+        self.secrets = secrets
         self.backends = backends
         self.annotations = annotations
         self.tls_hosts = tls_hosts
@@ -393,7 +397,14 @@ class _RouteBuilder:
         if issue is not None:
             self.problems.append(Problem(ingress.ref, *issue))
         name = f"{ingress.meta.namespace}/{ingress.meta.name}"
-        policies = route_policies(self.annotations[ingress.ref], path, regex)
+        read = self.annotations[ingress.ref]
+        tls, closed = None, ""
+        try:
+            tls = backend_tls(ingress, read, backend.service_name, self.secrets)
+        except MissingSecret as error:
+            closed = str(error)
+            self.problems.append(Problem(ingress.ref, "SecretNotFound", f"{error}: the Ingress's routes answer 503"))
+        policies = route_policies(read, path, regex, tls, closed)
         return Route(name=name, source=ingress.ref, upstream=upstream, path=path, path_type=path_type, policies=policies)
 
     def _conflict(self, loser: Ingress, winner: Route, what: str) -> None:

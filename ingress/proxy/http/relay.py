@@ -115,7 +115,8 @@ class UpstreamRelay:
             return
         self._attempts += 1
         self._tried = address
-        connection = pool.take_idle(address)
+        tls = policies.backend_tls if policies is not None else None
+        connection = pool.take_idle(address, tls)
         if connection is not None:
             self._bind(connection)
         else:
@@ -125,6 +126,7 @@ class UpstreamRelay:
                 lambda connection: self._connected(connection, request_id),
                 lambda address, detail, timed_out: self._connect_failed(address, detail, timed_out, request_id),
                 self._connect_timeout,
+                tls,
             )
 
     def _connected(self, connection: UpstreamConnection, request_id: int) -> None:

@@ -15,17 +15,21 @@ from typing import Protocol as TypingProtocol
 
 from twisted.internet.interfaces import IConnector, IDelayedCall, IPushProducer
 from twisted.internet.protocol import ClientFactory, Protocol, connectionDone
+from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ingress.process.reactor import IProcessReactor
 from ingress.proxy.http import h1
+from ingress.proxy.http.backend_tls import connection_creator
 from ingress.proxy.http.fastwrite import direct_writer
 from ingress.proxy.http.settings import ProxySettings
 from ingress.proxy.transport import IConnectionTransport
+from ingress.routing.policies.backend import BackendTLS
 from ingress.routing.table import Upstream
 
 Address = tuple[str, int]
+PoolKey = tuple[Address, str]  # an endpoint, and "" (plain) or the key of a TLS configuration
 
 _HEAD, _BODY, _TUNNEL, _DONE = range(4)
 
@@ -60,9 +64,10 @@ class UpstreamConnection(Protocol):
 
     transport: IConnectionTransport
 
-    def __init__(self, pool: UpstreamPool, address: Address) -> None:
+    def __init__(self, pool: UpstreamPool, address: Address, tls: str = "") -> None:
         self.pool = pool
         self.address = address
+        self.pool_key: PoolKey = (address, tls)  # TLS connections (and each TLS configuration) pool apart
         self.owner: Optional[ResponseSink] = None
         self.reused = False
         self.got_bytes = False
@@ -245,14 +250,16 @@ class _Connector(ClientFactory):
         address: Address,
         connected: Callable[[UpstreamConnection], None],
         failed: Callable[[Address, str, bool], None],
+        tls: str = "",
     ) -> None:
         self.pool = pool
         self.address = address
         self.connected = connected
         self.failed = failed
+        self.tls = tls
 
     def buildProtocol(self, addr: object) -> UpstreamConnection:
-        connection = UpstreamConnection(self.pool, self.address)
+        connection = UpstreamConnection(self.pool, self.address, self.tls)
         connection._on_connect = self.connected
         return connection
 
@@ -273,7 +280,7 @@ class UpstreamPool:
     def __init__(self, reactor: IProcessReactor, settings: ProxySettings) -> None:
         self.reactor = reactor
         self.settings = settings
-        self._idle: dict[Address, list[UpstreamConnection]] = {}
+        self._idle: dict[PoolKey, list[UpstreamConnection]] = {}
         self._next: dict[str, int] = {}
         self._down_until: dict[Address, float] = {}
         self._sweeper: Optional[IDelayedCall] = None
@@ -314,9 +321,9 @@ class UpstreamPool:
     def mark_up(self, address: Address) -> None:
         self._down_until.pop(address, None)
 
-    def take_idle(self, address: Address) -> Optional[UpstreamConnection]:
-        """A pooled connection to C{address}, most recently used first (warmest)."""
-        idle = self._idle.get(address)
+    def take_idle(self, address: Address, tls: Optional[BackendTLS] = None) -> Optional[UpstreamConnection]:
+        """A pooled connection to C{address} (with this TLS, or plain), most recently used first (warmest)."""
+        idle = self._idle.get((address, tls.key if tls is not None else ""))
         while idle:
             connection = idle.pop()
             if connection.connected:
@@ -330,14 +337,16 @@ class UpstreamPool:
         connected: Callable[[UpstreamConnection], None],
         failed: Callable[[Address, str, bool], None],
         timeout: float = 0.0,
+        tls: Optional[BackendTLS] = None,
     ) -> IConnector:
         """Open a new connection (within C{timeout} seconds, or --connect-timeout); exactly one of the callbacks runs later."""
-        factory = _Connector(self, address, connected, failed)
+        connector = _Connector(self, address, connected, failed, tls.key if tls is not None else "")
+        factory: ClientFactory = connector if tls is None else TLSMemoryBIOFactory(connection_creator(tls), True, connector)  # type: ignore[assignment]
         return self.reactor.connectTCP(address[0], address[1], factory, timeout=timeout or self.settings.connect_timeout)
 
     def release(self, connection: UpstreamConnection) -> None:
         """Pool a connection whose exchange finished, or close it if it can't be reused."""
-        idle = self._idle.setdefault(connection.address, [])
+        idle = self._idle.setdefault(connection.pool_key, [])
         if not connection.reusable or len(idle) >= self.settings.max_idle_per_endpoint:
             connection.transport.loseConnection()
             return
@@ -365,8 +374,8 @@ class UpstreamPool:
             self._sweeper = self.reactor.callLater(self.settings.upstream_idle_timeout / 2, self._sweep)
 
     def forget(self, connection: UpstreamConnection) -> None:
-        idle = self._idle.get(connection.address)
+        idle = self._idle.get(connection.pool_key)
         if idle and connection in idle:
             idle.remove(connection)
             if not idle:
-                del self._idle[connection.address]
+                del self._idle[connection.pool_key]

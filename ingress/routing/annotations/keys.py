@@ -58,6 +58,15 @@ KEYS: Mapping[str, Key] = {
     "canary-by-cookie": Key(values.token),
     "canary-weight": Key(values.whole_number),
     "canary-weight-total": Key(values.positive_number),
+    # Backends (ingress-nginx "Backend Protocol", "Backend Certificate Authentication")
+    "backend-protocol": Key(values.backend_protocol),
+    "proxy-ssl-secret": Key(values.namespaced_name),
+    "proxy-ssl-verify": Key(values.on_off),
+    "proxy-ssl-verify-depth": Key(values.positive_number),
+    "proxy-ssl-ciphers": Key(values.ciphers),
+    "proxy-ssl-name": Key(values.host),
+    "proxy-ssl-protocols": Key(values.tls_protocols),
+    "proxy-ssl-server-name": Key(values.on_off),
     # Session affinity (ingress-nginx "Session Affinity", "Cookie affinity")
     "affinity": Key(values.one_of("cookie")),
     "affinity-mode": Key(values.one_of("balanced", "persistent")),

@@ -15,7 +15,7 @@ import re
 from typing import Optional
 
 from ingress.routing.annotations import IngressAnnotations
-from ingress.routing.policies import Affinity, Deny, Limits, Policies, Redirect, Rewrite
+from ingress.routing.policies import Affinity, BackendTLS, Deny, Limits, Policies, Redirect, Rewrite
 from ingress.routing.policies.limits import UNLIMITED
 
 
@@ -23,18 +23,28 @@ class BadPath(ValueError):
     """A path that is not a regular expression Python can compile, on a host whose paths are regexes."""
 
 
-def route_policies(annotations: IngressAnnotations, path: str, regex: bool = False) -> Optional[Policies]:
-    """The policies of the route for C{path} (a regex when C{regex}), or None when the annotations ask for none."""
+def route_policies(
+    annotations: IngressAnnotations, path: str, regex: bool = False, backend_tls: Optional[BackendTLS] = None, closed: str = ""
+) -> Optional[Policies]:
+    """
+    The policies of the route for C{path} (a regex when C{regex}), or None when the annotations ask for none.
+
+    C{backend_tls} is resolved by the builder (it needs the Secrets); C{closed} says why the
+    route must answer 503 (a guard it cannot honour), besides unenforced access guards.
+    """
     if not annotations.values and not annotations.unguarded:
         return None
+    if annotations.unguarded:
+        closed = "unenforced access guard: " + ", ".join(annotations.unguarded)
     policies = Policies(
-        deny=Deny(503, "unenforced access guard: " + ", ".join(annotations.unguarded)) if annotations.unguarded else None,
+        deny=Deny(503, closed) if closed else None,
         redirect=_redirect(annotations),
         app_root=annotations.text("app-root"),
         affinity=_affinity(annotations, path, regex),
         rewrite=_rewrite(annotations, path),
         upstream_host=annotations.text("upstream-vhost"),
         limits=_limits(annotations),
+        backend_tls=backend_tls,
         strip_trailing_slash=not annotations.flag("preserve-trailing-slash", True),
     )
     return None if policies == _NONE else policies

@@ -139,6 +139,45 @@ def one_of(*choices: str) -> Callable[[str], str]:
     return choice
 
 
+def backend_protocol(value: str) -> str:
+    """HTTP or HTTPS, any case (ingress-nginx "Backend Protocol"); its other values are refused for now."""
+    upper = value.strip().upper()
+    if upper in ("HTTP", "HTTPS"):
+        return upper
+    if upper in ("GRPC", "GRPCS", "H2C", "AUTO_HTTP", "FCGI"):
+        raise InvalidValue("is not supported by twingress yet (HTTP and HTTPS are; gRPC needs HTTP/2 to the backend)")
+    raise InvalidValue("must be HTTP or HTTPS")
+
+
+def on_off(value: str) -> bool:
+    """nginx's on/off."""
+    if value not in ("on", "off"):
+        raise InvalidValue("must be on or off")
+    return value == "on"
+
+
+def namespaced_name(value: str) -> str:
+    """A Secret reference: NAME or NAMESPACE/NAME."""
+    if re.fullmatch(r"([a-z0-9]([-a-z0-9]*[a-z0-9])?/)?[a-z0-9]([-.a-z0-9]*[a-z0-9])?", value) is None:
+        raise InvalidValue("must be NAME or NAMESPACE/NAME of a Secret")
+    return value
+
+
+def tls_protocols(value: str) -> tuple[str, ...]:
+    """Space-separated TLS versions; only TLSv1.2 and TLSv1.3 (the older ones are broken)."""
+    versions = tuple(value.split())
+    if not versions or any(v not in ("TLSv1.2", "TLSv1.3") for v in versions):
+        raise InvalidValue("must be TLSv1.2, TLSv1.3 or both, separated by spaces")
+    return versions
+
+
+def ciphers(value: str) -> str:
+    """An OpenSSL cipher list."""
+    if re.fullmatch(r"[-A-Za-z0-9_:+!@=.]+", value) is None:
+        raise InvalidValue("must be an OpenSSL cipher list")
+    return value
+
+
 def text(value: str) -> str:
     """A free value without line breaks (they would split the header it goes into)."""
     if "\r" in value or "\n" in value or "\x00" in value:

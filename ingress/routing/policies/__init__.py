@@ -10,7 +10,7 @@ applied by the proxy in one fixed order, the order of L{Policies}' fields:
   2. C{redirect}, C{app_root}: answered by the proxy, no upstream;
   3. C{canary}, C{affinity}: which backend (the route's own or its canary's) and which endpoint;
   4. C{rewrite}, C{upstream_host}: the request the upstream receives;
-  5. C{limits}: timeouts and the body size limit of this route.
+  5. C{limits}, C{backend_tls}: timeouts, the body size limit, and TLS to the endpoints.
 
 A route without any has C{policies=None}, so the proxy pays one attribute
 test for all of them.  A struct of optional fields rather than a list of
@@ -24,12 +24,13 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ingress.routing.policies.affinity import Affinity
+from ingress.routing.policies.backend import BackendTLS
 from ingress.routing.policies.canary import Canary
 from ingress.routing.policies.limits import Limits
 from ingress.routing.policies.redirect import Deny, Redirect
 from ingress.routing.policies.rewrite import Rewrite
 
-__all__ = ["Affinity", "Canary", "Deny", "Limits", "Policies", "Redirect", "Rewrite"]
+__all__ = ["Affinity", "BackendTLS", "Canary", "Deny", "Limits", "Policies", "Redirect", "Rewrite"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,7 @@ class Policies:
     rewrite: Optional[Rewrite] = None
     upstream_host: str = ""  # the Host field the upstream receives instead of the client's
     limits: Optional[Limits] = None
+    backend_tls: Optional[BackendTLS] = None
     strip_trailing_slash: bool = False  # the HTTP to HTTPS redirect drops one trailing "/" (ingress-nginx's default)
 
     def to_json(self) -> dict[str, object]:
@@ -65,6 +67,8 @@ class Policies:
             shown["upstreamHost"] = self.upstream_host
         if self.limits is not None:
             shown["limits"] = self.limits.to_json()
+        if self.backend_tls is not None:
+            shown["backendTLS"] = self.backend_tls.to_json()
         if self.strip_trailing_slash:
             shown["stripTrailingSlash"] = True
         return shown
