@@ -154,6 +154,7 @@ class Service:
     type: str
     ports: tuple[ServicePort, ...]
     external_name: str = ""
+    cluster_ip: str = ""  # "" when headless or not assigned (service-upstream needs it)
 
     @property
     def ref(self) -> ObjectRef:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
@@ -234,7 +235,15 @@ def parse_service(obj: Mapping[str, Any], meta: ObjectMeta) -> Service:
         if not external_name:
             raise _required("spec.externalName")
         _check_dns_subdomain(external_name, "spec.externalName")
-    return Service(meta, service_type, ports, external_name if service_type == "ExternalName" else "")
+    cluster_ip = _str(spec.get("clusterIP"), "spec.clusterIP")
+    if cluster_ip and cluster_ip != "None":
+        try:
+            ipaddress.ip_address(cluster_ip)
+        except ValueError:
+            raise _invalid("spec.clusterIP", cluster_ip, "must be an IP address or None") from None
+    else:
+        cluster_ip = ""  # headless, or not assigned yet
+    return Service(meta, service_type, ports, external_name if service_type == "ExternalName" else "", cluster_ip)
 
 
 def _parse_endpoint_port(value: Any, path: str) -> Optional[EndpointPort]:

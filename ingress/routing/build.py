@@ -37,7 +37,7 @@ from ingress.routing.annotations import CANARY_WITHOUT_MAIN, INVALID_PATH, Ingre
 from ingress.routing.annotations.backend import MissingSecret, backend_tls
 from ingress.routing.annotations.policies import BadPath, compile_path, route_policies
 from ingress.routing.certs import build_certificates, passthrough_upstreams, tls_hosts, with_tls_options
-from ingress.routing.policies import Canary, Policies
+from ingress.routing.policies import Canary, Policies, Redirect
 from ingress.routing.policies.affinity import upstream_tag
 from ingress.routing.streams import build_streams
 from ingress.routing.table import HostRoutes, Route, RoutingTable, Upstream
@@ -84,6 +84,7 @@ def build(
     for ingress in valid:
         if annotations[ingress.ref].canary:
             routes.add_canary(ingress)
+    routes.add_host_aliases(served)
     default_route = routes.default_route(served)
     certificates, tls_problems = build_certificates(state, served, default_certificate)
     annotation_problems = [problem for found in annotations.values() for problem in found.problems]
@@ -201,6 +202,21 @@ class _Backends:
         if found is None:
             found = self._upstreams[key] = self._resolve(key, namespace, backend, protocol)
         return found
+
+    def service_upstream(self, namespace: str, backend: IngressBackend) -> tuple[Upstream, Optional[_Issue]]:
+        """
+        ingress-nginx "Service Upstream": the Service's cluster IP and port as the one endpoint,
+        instead of its pods (kube-proxy balances; affinity and retries to another pod do not apply).
+        """
+        upstream, issue = self.upstream(namespace, backend)
+        service = self._services.get((namespace, backend.service_name))
+        if issue is not None or service is None or service.type == "ExternalName":
+            return upstream, issue
+        if not service.cluster_ip:
+            return Upstream(upstream.key + "#service", ()), ("NoClusterIP", f'Service "{namespace}/{backend.service_name}" has no cluster IP (service-upstream)')
+        port = _find_port(service.ports, backend.port)
+        assert port is not None  # the upstream resolved without an issue
+        return Upstream(upstream.key + "#service", ((service.cluster_ip, port.port),)), None
 
     def _resolve(self, key: str, namespace: str, backend: IngressBackend, protocol: str) -> tuple[Upstream, Optional[_Issue]]:
         """An unusable backend still gets an (empty) Upstream: its route answers 503, not 404."""
@@ -329,6 +345,46 @@ class _RouteBuilder:
             return
         paths.regex[path] = (pattern, with_tls_options(route, self.annotations[ingress.ref], host, self.tls_hosts))
 
+    def add_host_aliases(self, ingresses: Iterable[Ingress]) -> None:
+        """
+        ingress-nginx "Server Alias" and "Redirect from/to www", once every rule has claimed its host:
+        an alias (or the www/apex counterpart) that some Ingress names as a host is left alone, as
+        ingress-nginx ignores it then; two Ingresses aliasing one name: the oldest wins.
+        """
+        named = set(self.hosts)
+        claimed: dict[str, Ingress] = {}
+        for ingress in ingresses:
+            read = self.annotations[ingress.ref]
+            hosts = [rule.host for rule in ingress.rules if rule.host and not rule.host.startswith("*.") and rule.host in self.hosts]
+            if not hosts:
+                continue
+            aliases = read.value("server-alias")
+            for alias in aliases if isinstance(aliases, tuple) else ():
+                if self._claim_alias(ingress, alias, named, claimed, "server-alias"):
+                    self.hosts[alias] = self.hosts[hosts[0]]
+            if read.flag("from-to-www-redirect"):
+                for host in hosts:
+                    other = host[4:] if host.startswith("www.") else "www." + host
+                    if self._claim_alias(ingress, other, named, claimed, "from-to-www-redirect"):
+                        self.hosts[other] = self._redirect_host(ingress, host)
+
+    def _claim_alias(self, ingress: Ingress, alias: str, named: set[str], claimed: dict[str, Ingress], what: str) -> bool:
+        if alias in named:
+            return False  # a host of its own: ingress-nginx ignores the alias
+        if alias in claimed:
+            message = f'{what} "{alias}" ignored: Ingress {claimed[alias].meta.namespace}/{claimed[alias].meta.name} claimed it first'
+            self.problems.append(Problem(ingress.ref, "Conflict", message))
+            return False
+        claimed[alias] = ingress
+        return True
+
+    def _redirect_host(self, ingress: Ingress, to_host: str) -> _HostPaths:
+        """Every request to the counterpart host: 308 to the same URI on C{to_host} (ingress-nginx's http-redirect-code)."""
+        name = f"{ingress.meta.namespace}/{ingress.meta.name}"
+        empty = Upstream(f"{name}#redirect", ())
+        route = Route(name=name, source=ingress.ref, upstream=empty, policies=Policies(redirect=Redirect(308, to_host=to_host)))
+        return _HostPaths(prefixes={"": route})
+
     def add_canary(self, ingress: Ingress) -> None:
         """
         A canary Ingress's paths join the main routes of the same host and path
@@ -393,7 +449,10 @@ class _RouteBuilder:
 
     def route(self, ingress: Ingress, backend: IngressBackend, path: str, path_type: str, regex: bool = False) -> Route:
         """A route to C{backend}, resolved in the Ingress's own namespace."""
-        upstream, issue = self.backends.upstream(ingress.meta.namespace, backend)
+        if self.annotations[ingress.ref].flag("service-upstream"):
+            upstream, issue = self.backends.service_upstream(ingress.meta.namespace, backend)
+        else:
+            upstream, issue = self.backends.upstream(ingress.meta.namespace, backend)
         if issue is not None:
             self.problems.append(Problem(ingress.ref, *issue))
         name = f"{ingress.meta.namespace}/{ingress.meta.name}"

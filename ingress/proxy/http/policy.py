@@ -14,12 +14,14 @@ from typing import Optional
 from ingress.proxy.http import h1
 from ingress.proxy.http.forwarding import ForwardedFor, request_head_bytes
 from ingress.proxy.http.target import origin_form
+from ingress.proxy.http.upstream import Address, UpstreamPool
 from ingress.routing.policies import Affinity, Canary, Policies
-from ingress.routing.policies.affinity import upstream_tag
-from ingress.routing.route import Route
+from ingress.routing.policies.affinity import rendezvous, upstream_tag
+from ingress.routing.policies.hashing import HashBy
+from ingress.routing.route import Route, Upstream
 
 
-def local_answer(policies: Policies, scheme: bytes, host: str, path: str) -> Optional[tuple[int, bytes]]:
+def local_answer(policies: Policies, scheme: bytes, host: str, path: str, target: bytes = b"/") -> Optional[tuple[int, bytes]]:
     """
     The status and Location the proxy answers itself, or None to forward the request.
 
@@ -31,7 +33,8 @@ def local_answer(policies: Policies, scheme: bytes, host: str, path: str) -> Opt
     if policies.deny is not None:
         return policies.deny.status, b""
     if policies.redirect is not None:
-        return policies.redirect.code, policies.redirect.location_for(scheme, h1.host_without_port(host.encode("latin-1")).decode("latin-1"))
+        bare_host = h1.host_without_port(host.encode("latin-1")).decode("latin-1")
+        return policies.redirect.code, policies.redirect.location_for(scheme, bare_host, origin_form(target))
     if policies.app_root and path == "/":
         return 302, b"%s://%s%s" % (scheme, host.encode("latin-1"), policies.app_root.encode("latin-1"))
     return None
@@ -66,3 +69,31 @@ def upstream_head(policies: Policies, request: h1.Head, forwarded: ForwardedFor,
     query = origin_form(request.target).partition(b"?")[2]
     target = rewrite.target_for(path, query)
     return request_head_bytes(request, forwarded, host, target, policies.upstream_host, rewrite.prefix)
+
+
+def hash_key(hash_by: HashBy, request: h1.Head, client_ip: str) -> str:
+    """The key of C{upstream-hash-by} for a request: its text and nginx variables, filled in."""
+    out = []
+    target = origin_form(request.target).decode("latin-1")
+    for kind, value in hash_by.parts:
+        if kind == "text":
+            out.append(value)
+        elif value == "request_uri":
+            out.append(target)
+        elif value in ("uri", "args"):
+            out.append(target.partition("?")[0 if value == "uri" else 2])
+        elif value == "host":
+            out.append(h1.host_without_port(request.host).decode("latin-1").lower())
+        elif value == "remote_addr":
+            out.append(client_ip)
+        elif value.startswith("http_"):
+            out.append((h1.field_value(request.block, value[5:].replace("_", "-").encode("latin-1")) or b"").decode("latin-1"))
+        else:  # cookie_<name>
+            out.append(h1.cookie_value(request.block, value[7:]) or "")
+    return "".join(out)
+
+
+def hashed_endpoint(hash_by: HashBy, upstream: Upstream, request: h1.Head, client_ip: str, pool: UpstreamPool, exclude: Optional[Address]) -> Optional[Address]:
+    """The endpoint of the request's key among those not failing (consistent while the endpoints stay)."""
+    usable = [target for target in upstream.targets if target != exclude and not pool.is_down(target)]
+    return rendezvous(hash_key(hash_by, request, client_ip), usable) or pool.choose(upstream, exclude)

@@ -21,7 +21,8 @@ from twisted.logger import Logger
 
 from ingress.proxy.http import h1
 from ingress.proxy.http.affinity import sticky_endpoint
-from ingress.proxy.http.forwarding import response_head_bytes
+from ingress.proxy.http.forwarding import ForwardedFor, response_head_bytes
+from ingress.proxy.http.policy import hashed_endpoint
 from ingress.proxy.http.upstream import Address, UpstreamConnection
 
 if TYPE_CHECKING:
@@ -78,6 +79,7 @@ class UpstreamRelay:
     _read_timeout: float
     _send_timeout: float
     _set_cookie: bytes
+    _forwarded: ForwardedFor
 
     def _answer_locally(self, status: int, close: bool = False, location: bytes = b"") -> None: ...
 
@@ -105,6 +107,8 @@ class UpstreamRelay:
         if policies is not None and policies.affinity is not None and self._request is not None:
             https = self.factory.scheme == b"https"
             address, self._set_cookie = sticky_endpoint(policies.affinity, route.upstream, self._request, pool, self._tried, https)
+        elif policies is not None and policies.hash_by is not None and self._request is not None:
+            address = hashed_endpoint(policies.hash_by, route.upstream, self._request, self._forwarded.ip, pool, self._tried)
         else:
             address = pool.choose(route.upstream, exclude=self._tried)
         if address is None:

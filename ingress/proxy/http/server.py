@@ -258,7 +258,7 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
             return
         policies = route.policies
         if policies is not None:
-            answer = local_answer(policies, self.factory.scheme, host, path)
+            answer = local_answer(policies, self.factory.scheme, host, path, head.target)
             if answer is not None:
                 self._answer_locally(answer[0], location=answer[1])
                 return

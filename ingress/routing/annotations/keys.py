@@ -67,6 +67,11 @@ KEYS: Mapping[str, Key] = {
     "proxy-ssl-name": Key(values.host),
     "proxy-ssl-protocols": Key(values.tls_protocols),
     "proxy-ssl-server-name": Key(values.on_off),
+    "upstream-hash-by": Key(values.hash_template),
+    "service-upstream": Key(values.boolean),
+    # Hosts (ingress-nginx "Server Alias", "Redirect from/to www")
+    "server-alias": Key(values.host_list),
+    "from-to-www-redirect": Key(values.boolean),
     # Session affinity (ingress-nginx "Session Affinity", "Cookie affinity")
     "affinity": Key(values.one_of("cookie")),
     "affinity-mode": Key(values.one_of("balanced", "persistent")),

@@ -15,7 +15,7 @@ import re
 from typing import Optional
 
 from ingress.routing.annotations import IngressAnnotations
-from ingress.routing.policies import Affinity, BackendTLS, Deny, Limits, Policies, Redirect, Rewrite
+from ingress.routing.policies import Affinity, BackendTLS, Deny, HashBy, Limits, Policies, Redirect, Rewrite
 from ingress.routing.policies.limits import UNLIMITED
 
 
@@ -41,6 +41,7 @@ def route_policies(
         redirect=_redirect(annotations),
         app_root=annotations.text("app-root"),
         affinity=_affinity(annotations, path, regex),
+        hash_by=_hash_by(annotations),
         rewrite=_rewrite(annotations, path),
         upstream_host=annotations.text("upstream-vhost"),
         limits=_limits(annotations),
@@ -98,6 +99,11 @@ def _affinity(annotations: IngressAnnotations, path: str, regex: bool) -> Option
         secure=secure if isinstance(secure, bool) else None,
         change_on_failure=annotations.flag("session-cookie-change-on-failure"),
     )
+
+
+def _hash_by(annotations: IngressAnnotations) -> Optional[HashBy]:
+    template = annotations.value("upstream-hash-by")
+    return template if isinstance(template, HashBy) else None
 
 
 def _limits(annotations: IngressAnnotations) -> Optional[Limits]:

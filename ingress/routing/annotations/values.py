@@ -14,6 +14,8 @@ import re
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
+from ingress.routing.policies.hashing import parse_template
+
 
 class InvalidValue(ValueError):
     """An annotation value that cannot be read; the message says what it must be."""
@@ -176,6 +178,22 @@ def ciphers(value: str) -> str:
     if re.fullmatch(r"[-A-Za-z0-9_:+!@=.]+", value) is None:
         raise InvalidValue("must be an OpenSSL cipher list")
     return value
+
+
+def hash_template(value: str) -> object:
+    """An upstream-hash-by key: text and the variables of L{ingress.routing.policies.hashing}."""
+    try:
+        return parse_template(text(value))
+    except ValueError as error:
+        raise InvalidValue(str(error)) from None
+
+
+def host_list(value: str) -> tuple[str, ...]:
+    """Comma-separated host names (server-alias)."""
+    hosts = tuple(h.strip().lower() for h in value.split(",") if h.strip())
+    if not hosts or any(re.fullmatch(r"(\*\.)?[a-z0-9]([-a-z0-9.]*[a-z0-9])?", h) is None for h in hosts):
+        raise InvalidValue("must be host names separated by commas")
+    return hosts
 
 
 def text(value: str) -> str:

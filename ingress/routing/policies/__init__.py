@@ -26,11 +26,12 @@ from typing import Optional
 from ingress.routing.policies.affinity import Affinity
 from ingress.routing.policies.backend import BackendTLS
 from ingress.routing.policies.canary import Canary
+from ingress.routing.policies.hashing import HashBy
 from ingress.routing.policies.limits import Limits
 from ingress.routing.policies.redirect import Deny, Redirect
 from ingress.routing.policies.rewrite import Rewrite
 
-__all__ = ["Affinity", "BackendTLS", "Canary", "Deny", "Limits", "Policies", "Redirect", "Rewrite"]
+__all__ = ["Affinity", "BackendTLS", "Canary", "Deny", "HashBy", "Limits", "Policies", "Redirect", "Rewrite"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,7 @@ class Policies:
     app_root: str = ""  # "/" alone is redirected (302) to this path
     canary: Optional[Canary] = None
     affinity: Optional[Affinity] = None
+    hash_by: Optional[HashBy] = None
     rewrite: Optional[Rewrite] = None
     upstream_host: str = ""  # the Host field the upstream receives instead of the client's
     limits: Optional[Limits] = None
@@ -54,13 +56,15 @@ class Policies:
         if self.deny is not None:
             shown["deny"] = {"status": self.deny.status, "reason": self.deny.reason}
         if self.redirect is not None:
-            shown["redirect"] = {"code": self.redirect.code, "location": self.redirect.location}
+            shown["redirect"] = {"code": self.redirect.code, "location": self.redirect.location or f"{self.redirect.to_host}$request_uri"}
         if self.app_root:
             shown["appRoot"] = self.app_root
         if self.canary is not None:
             shown["canary"] = self.canary.to_json()
         if self.affinity is not None:
             shown["affinity"] = self.affinity.to_json()
+        if self.hash_by is not None:
+            shown["hashBy"] = self.hash_by.source
         if self.rewrite is not None:
             shown["rewrite"] = self.rewrite.to_json()
         if self.upstream_host:

@@ -16,10 +16,13 @@ class Redirect:
     """
 
     code: int
-    location: str
+    location: str = ""
+    to_host: str = ""  # instead of a location: the same request URI on this host (from-to-www-redirect)
 
-    def location_for(self, scheme: bytes, host: str) -> bytes:
-        """The Location field's value for a request to C{host} over C{scheme}."""
+    def location_for(self, scheme: bytes, host: str, target: bytes = b"/") -> bytes:
+        """The Location field's value for a request to C{host} over C{scheme} (C{target}: its origin-form)."""
+        if self.to_host:
+            return b"%s://%s%s" % (scheme, self.to_host.encode("latin-1"), target)
         if self.location.startswith("/"):
             return b"%s://%s%s" % (scheme, host.encode("latin-1"), self.location.encode("latin-1"))
         return self.location.encode("latin-1")
