@@ -141,6 +141,7 @@ class Options(usage.Options):
         ["access-log", None, "-", "Access log: '-' (stdout), a file path (reopened on SIGUSR1) or 'off'."],
         ["access-log-format", None, "text", "Access log lines: text (combined log format + fields) or json."],
         ["stream-interface", None, "", "Address the TCP/UDP stream listeners bind ('' = every IPv4 address, :: = IPv6 and IPv4)."],
+        ["nginx-configmap", None, None, "NAMESPACE/NAME of an ingress-nginx controller ConfigMap: its keys are every route's defaults (ingress-nginx's for keys it lacks)."],
         ["nginx-annotations", None, "true", "Read nginx.ingress.kubernetes.io/ annotations on Ingresses too (true|false); twingress.io/ ones win."],
         ["stream-drain-timeout", None, 30.0, "Seconds a removed stream's open connections are kept before they are closed."],
         *CONTROLLER_PARAMETERS,
@@ -185,7 +186,7 @@ class Options(usage.Options):
                 raise usage.UsageError(f"--{option} must be one of: {', '.join(choices)}")
         if self["access-log"] not in ("-", "off"):
             _check_writable(self["access-log"])
-        for option in ("default-certificate", "tcp-services-configmap", "udp-services-configmap"):
+        for option in ("default-certificate", "tcp-services-configmap", "udp-services-configmap", "nginx-configmap"):
             self[f"{option}-key"] = _namespaced_name(self[option], option)
         self["reserved-ports"] = {
             port: name for name in ("http", "https", "admin") if (port := listener_port(self[name] or "")) is not None
@@ -309,6 +310,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
             udp_services=options["udp-services-configmap-key"],
             reserved_ports=options["reserved-ports"],
             nginx_annotations=options["nginx-annotations"] == "true",
+            nginx_configmap=options["nginx-configmap-key"],
         )
 
     builder = TableBuilder(reactor, live, metrics, build_table)
@@ -333,9 +335,9 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
         ManifestsSource(options["manifests"], builder, metrics, reactor, options["poll-interval"]).setServiceParent(top)
     else:
         kubeconfig = options["kubeconfig"]
-        stream_maps = [k for k in (options["tcp-services-configmap-key"], options["udp-services-configmap-key"]) if k]
+        watched_maps = [k for k in (options["tcp-services-configmap-key"], options["udp-services-configmap-key"], options["nginx-configmap-key"]) if k]
         source = KubeSource(
-            lambda: KubeClient(kubeconfig), builder, metrics, reactor, options["watch-namespace"], config_maps=stream_maps
+            lambda: KubeClient(kubeconfig), builder, metrics, reactor, options["watch-namespace"], config_maps=watched_maps
         )
         source.setServiceParent(top)
         admin.add_check(source.readiness)

@@ -37,6 +37,7 @@ from ingress.routing.annotations import CANARY_WITHOUT_MAIN, INVALID_PATH, Ingre
 from ingress.routing.annotations.backend import MissingSecret, backend_tls
 from ingress.routing.annotations.policies import BadPath, compile_path, route_policies
 from ingress.routing.certs import build_certificates, passthrough_upstreams, tls_hosts, with_tls_options
+from ingress.routing.nginx_config import TWINGRESS_DEFAULTS, NginxConfig, read_nginx_config
 from ingress.routing.policies import Canary, Policies, Redirect
 from ingress.routing.policies.affinity import upstream_tag
 from ingress.routing.streams import build_streams
@@ -60,6 +61,7 @@ def build(
     udp_services: Optional[tuple[str, str]] = None,
     reserved_ports: Mapping[int, str] = {},
     nginx_annotations: bool = True,
+    nginx_configmap: Optional[tuple[str, str]] = None,
 ) -> RoutingTable:
     """
     The routing table for C{state}: our Ingresses' rules, merged across Ingresses, and the streams.
@@ -68,8 +70,10 @@ def build(
     path is reported in C{problems} and the rest of the table is built.
     C{tcp_services}/C{udp_services} and C{reserved_ports} are for
     L{ingress.routing.streams.build_streams}; C{nginx_annotations} reads
-    the C{nginx.ingress.kubernetes.io/} annotations besides C{twingress.io/}.
+    the C{nginx.ingress.kubernetes.io/} annotations besides C{twingress.io/};
+    C{nginx_configmap} names the ingress-nginx ConfigMap whose keys are the routes' defaults.
     """
+    config, config_problems = read_nginx_config(state.config_maps.get(nginx_configmap), nginx_configmap) if nginx_configmap else (TWINGRESS_DEFAULTS, [])
     ingresses = select_ingresses(state, class_name=class_name, controller_name=controller_name)
     annotations = {ingress.ref: read_annotations(ingress, nginx_annotations) for ingress in ingresses}
     valid = tuple(ingress for ingress in ingresses if not annotations[ingress.ref].invalid)
@@ -78,7 +82,7 @@ def build(
     streams = build_streams(
         state, backends.upstream, tcp_services=tcp_services, udp_services=udp_services, reserved_ports=reserved_ports
     )
-    routes = _RouteBuilder(backends, annotations, tls_hosts(served), regex_hosts(served, annotations), state.secrets)
+    routes = _RouteBuilder(backends, annotations, tls_hosts(served), regex_hosts(served, annotations), state.secrets, config)
     for ingress in served:
         routes.add_rules(ingress)
     for ingress in valid:
@@ -97,7 +101,7 @@ def build(
         any_host=routes.any_host.freeze() if routes.any_host.routes else None,
         default_route=default_route,
         problems=_sorted_problems(state.problems)
-        + _sorted_problems(set(routes.problems) | set(tls_problems) | set(streams.problems) | set(annotation_problems)),
+        + _sorted_problems(set(routes.problems) | set(tls_problems) | set(streams.problems) | set(annotation_problems) | set(config_problems)),
         certificates=certificates,
         streams=streams.streams,
         stream_conditions=streams.conditions,
@@ -290,8 +294,10 @@ class _RouteBuilder:
         tls_hosts: frozenset[str] = frozenset(),
         regex_hosts: frozenset[str] = frozenset(),
         secrets: Mapping[tuple[str, str], TLSSecret] = {},
+        config: NginxConfig = TWINGRESS_DEFAULTS,
     ) -> None:
         self.secrets = secrets
+        self.config = config
         self.backends = backends
         self.annotations = annotations
         self.tls_hosts = tls_hosts
@@ -326,7 +332,7 @@ class _RouteBuilder:
                 winner = slots.get(key)
                 if winner is None:
                     route = self.route(ingress, http_path.backend, http_path.path, http_path.path_type)
-                    slots[key] = with_tls_options(route, self.annotations[ingress.ref], rule.host, self.tls_hosts)
+                    slots[key] = with_tls_options(route, self.annotations[ingress.ref], rule.host, self.tls_hosts, self.config)
                 else:
                     where = f'host "{rule.host or "*"}" {http_path.path_type} path "{http_path.path}"'
                     self._conflict(ingress, winner, where)
@@ -343,7 +349,7 @@ class _RouteBuilder:
         except BadPath as error:
             self.problems.append(Problem(ingress.ref, INVALID_PATH, f"{error}; the path is not served"))
             return
-        paths.regex[path] = (pattern, with_tls_options(route, self.annotations[ingress.ref], host, self.tls_hosts))
+        paths.regex[path] = (pattern, with_tls_options(route, self.annotations[ingress.ref], host, self.tls_hosts, self.config))
 
     def add_host_aliases(self, ingresses: Iterable[Ingress]) -> None:
         """
@@ -382,7 +388,7 @@ class _RouteBuilder:
         """Every request to the counterpart host: 308 to the same URI on C{to_host} (ingress-nginx's http-redirect-code)."""
         name = f"{ingress.meta.namespace}/{ingress.meta.name}"
         empty = Upstream(f"{name}#redirect", ())
-        route = Route(name=name, source=ingress.ref, upstream=empty, policies=Policies(redirect=Redirect(308, to_host=to_host)))
+        route = Route(name=name, source=ingress.ref, upstream=empty, policies=Policies(redirect=Redirect(self.config.redirect_code, to_host=to_host)))
         return _HostPaths(prefixes={"": route})
 
     def add_canary(self, ingress: Ingress) -> None:
@@ -463,7 +469,7 @@ class _RouteBuilder:
         except MissingSecret as error:
             closed = str(error)
             self.problems.append(Problem(ingress.ref, "SecretNotFound", f"{error}: the Ingress's routes answer 503"))
-        policies = route_policies(read, path, regex, tls, closed)
+        policies = route_policies(read, path, regex, tls, closed, self.config.limits)
         return Route(name=name, source=ingress.ref, upstream=upstream, path=path, path_type=path_type, policies=policies)
 
     def _conflict(self, loser: Ingress, winner: Route, what: str) -> None:

@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 from ingress.model import ClusterState, Ingress, ObjectRef, Problem, TLSSecret
 from ingress.routing.annotations import IngressAnnotations
+from ingress.routing.nginx_config import TWINGRESS_DEFAULTS, NginxConfig
 from ingress.routing.route import Route, Upstream
 
 SecretKey = tuple[str, str]
@@ -99,21 +100,22 @@ def tls_hosts(ingresses: Iterable[Ingress]) -> frozenset[str]:
     return frozenset(host for ingress in ingresses for tls in ingress.tls for host in tls.hosts)
 
 
-def with_tls_options(route: Route, annotations: IngressAnnotations, host: str, secured: frozenset[str]) -> Route:
+def with_tls_options(route: Route, annotations: IngressAnnotations, host: str, secured: frozenset[str], config: NginxConfig = TWINGRESS_DEFAULTS) -> Route:
     """
     The route with its Ingress's TLS behaviour: a host with TLS redirects
     plain HTTP to HTTPS (308) unless C{ssl-redirect: "false"}, and every host
     does with C{force-ssl-redirect: "true"} (ingress-nginx "Server-side HTTPS
-    enforcement through redirect"); C{twingress.io/hsts-max-age} adds HSTS to
-    HTTPS answers.
+    enforcement through redirect"); the defaults of both, the redirect's code
+    and HSTS on a TLS host come from the ingress-nginx ConfigMap when there is
+    one; C{twingress.io/hsts-max-age} sets HSTS for the Ingress.
     """
-    secure = bool(host) and host in secured and annotations.flag("ssl-redirect", True)
-    redirect = secure or annotations.flag("force-ssl-redirect")
+    tls = bool(host) and host in secured
+    redirect = (tls and annotations.flag("ssl-redirect", config.ssl_redirect)) or annotations.flag("force-ssl-redirect", config.force_ssl_redirect)
     max_age = annotations.number("hsts-max-age")
-    hsts = f"max-age={int(max_age)}" if max_age is not None else ""
+    hsts = f"max-age={int(max_age)}" if max_age is not None else (config.hsts if tls else "")
     if not redirect and not hsts:
         return route
-    return replace(route, redirect_https=redirect, hsts=hsts)
+    return replace(route, redirect_https=redirect, hsts=hsts, https_redirect_code=config.redirect_code)
 
 
 def passthrough_upstreams(

@@ -41,6 +41,7 @@ class Route:
     upstream: Upstream
     path: str = ""
     path_type: str = ""
-    redirect_https: bool = False  # plain HTTP gets 308 to https (the host has TLS)
+    redirect_https: bool = False  # plain HTTP gets https_redirect_code to https (the host has TLS)
+    https_redirect_code: int = 308
     hsts: str = ""  # Strict-Transport-Security value for HTTPS answers
     policies: Optional[Policies] = None  # what the proxy does besides forwarding (None: nothing)

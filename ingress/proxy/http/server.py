@@ -254,7 +254,7 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
             return
         self._route = route
         if route.redirect_https and self.factory.scheme == b"http":
-            self._answer_locally(308, location=self._https_location(host, head.target, route))
+            self._answer_locally(route.https_redirect_code, location=self._https_location(host, head.target, route))
             return
         policies = route.policies
         if policies is not None:

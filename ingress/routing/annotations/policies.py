@@ -18,21 +18,30 @@ from ingress.routing.annotations import IngressAnnotations
 from ingress.routing.policies import Affinity, BackendTLS, Deny, HashBy, Limits, Policies, Redirect, Rewrite
 from ingress.routing.policies.limits import UNLIMITED
 
+_NO_LIMITS = Limits()
+
 
 class BadPath(ValueError):
     """A path that is not a regular expression Python can compile, on a host whose paths are regexes."""
 
 
 def route_policies(
-    annotations: IngressAnnotations, path: str, regex: bool = False, backend_tls: Optional[BackendTLS] = None, closed: str = ""
+    annotations: IngressAnnotations,
+    path: str,
+    regex: bool = False,
+    backend_tls: Optional[BackendTLS] = None,
+    closed: str = "",
+    defaults: Optional[Limits] = None,
 ) -> Optional[Policies]:
     """
     The policies of the route for C{path} (a regex when C{regex}), or None when the annotations ask for none.
 
     C{backend_tls} is resolved by the builder (it needs the Secrets); C{closed} says why the
-    route must answer 503 (a guard it cannot honour), besides unenforced access guards.
+    route must answer 503 (a guard it cannot honour), besides unenforced access guards;
+    C{defaults} are the limits of the ingress-nginx ConfigMap, which the annotations override.
     """
-    if not annotations.values and not annotations.unguarded:
+    defaults = defaults or _NO_LIMITS
+    if not annotations.values and not annotations.unguarded and not closed and defaults == _NO_LIMITS:
         return None
     if annotations.unguarded:
         closed = "unenforced access guard: " + ", ".join(annotations.unguarded)
@@ -44,7 +53,7 @@ def route_policies(
         hash_by=_hash_by(annotations),
         rewrite=_rewrite(annotations, path),
         upstream_host=annotations.text("upstream-vhost"),
-        limits=_limits(annotations),
+        limits=_limits(annotations, defaults),
         backend_tls=backend_tls,
         strip_trailing_slash=not annotations.flag("preserve-trailing-slash", True),
     )
@@ -106,12 +115,16 @@ def _hash_by(annotations: IngressAnnotations) -> Optional[HashBy]:
     return template if isinstance(template, HashBy) else None
 
 
-def _limits(annotations: IngressAnnotations) -> Optional[Limits]:
+def _limits(annotations: IngressAnnotations, defaults: Limits) -> Optional[Limits]:
     body = annotations.number("proxy-body-size")
     limits = Limits(
-        connect_timeout=annotations.number("proxy-connect-timeout"),
-        read_timeout=annotations.number("proxy-read-timeout"),
-        send_timeout=annotations.number("proxy-send-timeout"),
-        max_body_bytes=None if body is None else (int(body) or UNLIMITED),
+        connect_timeout=_or(annotations.number("proxy-connect-timeout"), defaults.connect_timeout),
+        read_timeout=_or(annotations.number("proxy-read-timeout"), defaults.read_timeout),
+        send_timeout=_or(annotations.number("proxy-send-timeout"), defaults.send_timeout),
+        max_body_bytes=defaults.max_body_bytes if body is None else (int(body) or UNLIMITED),
     )
-    return None if limits == Limits() else limits
+    return None if limits == _NO_LIMITS else limits
+
+
+def _or(value: Optional[float], default: Optional[float]) -> Optional[float]:
+    return value if value is not None else default

@@ -94,6 +94,17 @@ def status_between(low: int, high: int) -> Callable[[str], int]:
     return status
 
 
+def status_in(*codes: int) -> Callable[[str], int]:
+    """A reader of one of the status C{codes}."""
+
+    def status(value: str) -> int:
+        if not value.isdigit() or int(value) not in codes:
+            raise InvalidValue("must be one of " + ", ".join(map(str, codes)))
+        return int(value)
+
+    return status
+
+
 def host(value: str) -> str:
     """A host name, optionally with a port: what an upstream's Host field may say."""
     if _HOST.fullmatch(value) is None:

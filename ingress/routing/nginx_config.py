@@ -1,0 +1,151 @@
+# -*- test-case-name: tests.unit.test_nginx_config -*-
+"""
+The ingress-nginx controller ConfigMap (C{--nginx-configmap}), read as ingress-nginx documents it.
+
+Its keys set the defaults of every route (an Ingress's annotations still win):
+the HTTP to HTTPS redirect and its code, HSTS, the body size limit and the
+upstream timeouts.  A key the ConfigMap leaves out has ingress-nginx's default,
+not twingress's: a ConfigMap named on the command line means "behave as
+ingress-nginx did" (so HSTS is on for TLS hosts, and bodies are limited to 1m).
+Every other key is reported once (log, C{twingress_object_problems}):
+C{UnsupportedConfigKey} for ingress-nginx keys twingress does not implement,
+C{UnknownConfigKey} for the rest; C{allow-snippet-annotations} is always false.
+Source: docs/user-guide/nginx-configuration/configmap.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+from ingress.model import ConfigMap, ObjectRef, Problem
+from ingress.routing.annotations import values
+from ingress.routing.annotations.values import InvalidValue
+from ingress.routing.policies.limits import UNLIMITED, Limits
+
+INVALID, UNSUPPORTED, UNKNOWN = "InvalidConfigKey", "UnsupportedConfigKey", "UnknownConfigKey"
+
+
+@dataclass(frozen=True, slots=True)
+class NginxConfig:
+    """The route defaults a ConfigMap sets, with ingress-nginx's defaults for what it leaves out."""
+
+    ssl_redirect: bool = True
+    force_ssl_redirect: bool = False
+    redirect_code: int = 308
+    hsts: str = "max-age=31536000; includeSubDomains"  # the Strict-Transport-Security value, "" for off
+    limits: Limits = field(default_factory=lambda: Limits(5.0, 60.0, 60.0, 1 << 20))
+
+
+TWINGRESS_DEFAULTS = NginxConfig(ssl_redirect=True, force_ssl_redirect=False, redirect_code=308, hsts="", limits=Limits())
+"""Without --nginx-configmap: twingress's own defaults (no HSTS, the listener's limits)."""
+
+_READERS: Mapping[str, Callable[[str], object]] = {
+    "ssl-redirect": values.boolean,
+    "force-ssl-redirect": values.boolean,
+    "http-redirect-code": values.status_in(301, 302, 307, 308),
+    "hsts": values.boolean,
+    "hsts-max-age": values.whole_seconds,
+    "hsts-include-subdomains": values.boolean,
+    "hsts-preload": values.boolean,
+    "proxy-body-size": values.size,
+    "proxy-connect-timeout": values.seconds,
+    "proxy-read-timeout": values.seconds,
+    "proxy-send-timeout": values.seconds,
+    "allow-snippet-annotations": values.boolean,
+}
+
+INGRESS_NGINX_KEYS = frozenset(
+    """access-log-params access-log-path add-headers allow-backend-server-header allow-cross-namespace-resources
+    allow-snippet-annotations annotation-value-word-blocklist annotations-risk-level bind-address block-cidrs
+    block-referers block-user-agents brotli-level brotli-min-length brotli-types client-body-buffer-size
+    client-body-timeout client-header-buffer-size client-header-timeout compute-full-forwarded-for custom-http-errors
+    debug-connections default-type denylist-source-range disable-access-log disable-ipv6 disable-ipv6-dns
+    enable-access-log-for-default-backend enable-aio-write enable-brotli enable-modsecurity enable-multi-accept
+    enable-ocsp enable-opentelemetry enable-owasp-modsecurity-crs enable-real-ip enable-serial-reloads enable-syslog
+    enable-underscores-in-headers error-log-level error-log-path force-ssl-redirect forwarded-for-header
+    forwarded-for-proxy-protocol-header generate-request-id geoip2-autoreload-in-minutes global-allowed-response-headers
+    global-auth-cache-duration global-auth-cache-key global-auth-method global-auth-request-redirect
+    global-auth-response-headers global-auth-signin global-auth-signin-redirect-param global-auth-snippet global-auth-url
+    grpc-buffer-size-kb gzip-disable gzip-level gzip-min-length gzip-types hide-headers hsts hsts-include-subdomains
+    hsts-max-age hsts-preload http-access-log-path http-redirect-code http-snippet http2-max-concurrent-streams
+    http2-max-field-size http2-max-header-size http2-max-requests ignore-invalid-headers jaeger-baggage-header
+    jaeger-collector-host jaeger-collector-port jaeger-debug-header jaeger-endpoint jaeger-propagation-format
+    jaeger-sampler-host jaeger-sampler-param jaeger-sampler-port jaeger-sampler-type jaeger-service-name
+    jaeger-trace-baggage-header-prefix jaeger-trace-context-header-name keep-alive keep-alive-requests
+    large-client-header-buffers limit-conn-status-code limit-conn-zone-variable limit-rate limit-rate-after
+    limit-req-status-code load-balance location-snippet log-format-escape-json log-format-escape-none
+    log-format-stream log-format-upstream lua-shared-dicts main-snippet map-hash-bucket-size max-worker-connections
+    max-worker-open-files modsecurity-snippet nginx-status-ipv4-whitelist nginx-status-ipv6-whitelist
+    no-auth-locations no-tls-redirect-locations opentelemetry-config opentelemetry-operation-name
+    opentelemetry-trust-incoming-span otel-max-export-batch-size otel-max-queuesize otel-sampler
+    otel-sampler-parent-based otel-sampler-ratio otel-schedule-delay-millis otel-service-name otlp-collector-host
+    otlp-collector-port proxy-add-original-uri-header proxy-body-size proxy-buffer-size proxy-buffering
+    proxy-buffers-number proxy-busy-buffers-size proxy-connect-timeout proxy-cookie-domain proxy-cookie-path
+    proxy-headers-hash-bucket-size proxy-headers-hash-max-size proxy-next-upstream proxy-next-upstream-timeout
+    proxy-next-upstream-tries proxy-protocol-header-timeout proxy-read-timeout proxy-real-ip-cidr proxy-redirect-from
+    proxy-request-buffering proxy-send-timeout proxy-set-headers proxy-ssl-location-only proxy-stream-next-upstream
+    proxy-stream-next-upstream-timeout proxy-stream-next-upstream-tries proxy-stream-responses proxy-stream-timeout
+    relative-redirects retry-non-idempotent reuse-port server-name-hash-bucket-size server-name-hash-max-size
+    server-snippet server-tokens service-upstream skip-access-log-urls ssl-buffer-size ssl-ciphers ssl-dh-param
+    ssl-ecdh-curve ssl-protocols ssl-redirect ssl-reject-handshake ssl-session-cache ssl-session-cache-size
+    ssl-session-ticket-key ssl-session-tickets ssl-session-timeout stream-access-log-path stream-snippet
+    strict-validate-path-type syslog-host syslog-port upstream-keepalive-connections upstream-keepalive-requests
+    upstream-keepalive-time upstream-keepalive-timeout use-forwarded-headers use-geoip use-geoip2 use-gzip use-http2
+    use-proxy-protocol variables-hash-bucket-size variables-hash-max-size whitelist-source-range worker-cpu-affinity
+    worker-processes worker-shutdown-timeout""".split()
+)
+"""Every key of ingress-nginx's ConfigMap page, to tell "not implemented" from "not a key at all"."""
+
+
+def read_nginx_config(config_map: Optional[ConfigMap], named: tuple[str, str]) -> tuple[NginxConfig, list[Problem]]:
+    """The route defaults of the ConfigMap C{named} (missing: ingress-nginx's defaults, reported)."""
+    ref = ObjectRef("ConfigMap", *named)
+    if config_map is None:
+        return NginxConfig(), [Problem(ref, "NotFound", "--nginx-configmap names this ConfigMap, which does not exist: ingress-nginx's defaults apply")]
+    problems = [Problem(ref, INVALID, message) for message in config_map.invalid]
+    read: dict[str, object] = {}
+    for key, value in config_map.data:
+        reader = _READERS.get(key)
+        if reader is None:
+            reason = UNSUPPORTED if key in INGRESS_NGINX_KEYS else UNKNOWN
+            what = "is not supported by twingress" if reason == UNSUPPORTED else "is not an ingress-nginx ConfigMap key"
+            problems.append(Problem(ref, reason, f"{key} {what}; it is ignored"))
+            continue
+        try:
+            read[key] = reader(value)
+        except InvalidValue as error:
+            problems.append(Problem(ref, INVALID, f"{key}: {value!r} {error}; ingress-nginx's default applies"))
+    if read.pop("allow-snippet-annotations", False):
+        problems.append(Problem(ref, UNSUPPORTED, "allow-snippet-annotations is always false in twingress: snippets are never executed"))
+    return _config(read), problems
+
+
+def _config(read: Mapping[str, object]) -> NginxConfig:
+    config = NginxConfig()
+    hsts = ""
+    if read.get("hsts", True):
+        hsts = f"max-age={read.get('hsts-max-age', 31536000)}"
+        hsts += "; includeSubDomains" if read.get("hsts-include-subdomains", True) else ""
+        hsts += "; preload" if read.get("hsts-preload", False) else ""
+    body = read.get("proxy-body-size")
+    limits = config.limits
+    limits = replace(
+        limits,
+        connect_timeout=_number(read.get("proxy-connect-timeout"), limits.connect_timeout),
+        read_timeout=_number(read.get("proxy-read-timeout"), limits.read_timeout),
+        send_timeout=_number(read.get("proxy-send-timeout"), limits.send_timeout),
+        max_body_bytes=limits.max_body_bytes if body is None else (int(str(body)) or UNLIMITED),
+    )
+    return NginxConfig(
+        ssl_redirect=bool(read.get("ssl-redirect", True)),
+        force_ssl_redirect=bool(read.get("force-ssl-redirect", False)),
+        redirect_code=int(str(read.get("http-redirect-code", 308))),
+        hsts=hsts,
+        limits=limits,
+    )
+
+
+def _number(value: object, default: Optional[float]) -> Optional[float]:
+    return float(str(value)) if value is not None else default

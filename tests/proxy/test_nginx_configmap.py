@@ -1,0 +1,39 @@
+"""
+The ingress-nginx controller ConfigMap (--nginx-configmap) through twistd in manifests mode: its keys
+are every route's defaults, and an edit applies live (docs/user-guide/nginx-configuration/configmap.md).
+"""
+
+from __future__ import annotations
+
+import http.client
+
+from tests.support import EchoBackend, Manifests, Twingress
+
+
+def _config_map(data: dict[str, str]) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ingress-nginx-controller", "namespace": "default"}, "data": data}
+
+
+def _post(proxy: Twingress, host: str, size: int) -> int:
+    connection = http.client.HTTPConnection("127.0.0.1", proxy.http_port, timeout=10)
+    connection.request("POST", "/", body=b"x" * size, headers={"Host": host})
+    response = connection.getresponse()
+    response.read()
+    return response.status
+
+
+def test_configmap_keys_are_route_defaults_and_apply_live(manifests: Manifests, twingress, echo_pair: tuple[EchoBackend, EchoBackend]) -> None:
+    echo = echo_pair[0]
+    annotated = Manifests.ingress("annotated", "annotated.test", "web")
+    annotated["metadata"]["annotations"] = {"nginx.ingress.kubernetes.io/proxy-body-size": "8k"}
+    manifests.write("all.yaml", *manifests.service("web", [echo.address]), Manifests.ingress("plain", "plain.test", "web"), annotated)
+    manifests.write("config.yaml", _config_map({"proxy-body-size": "1k", "use-gzip": "true"}))
+    proxy = twingress("--nginx-configmap", "default/ingress-nginx-controller")
+    assert _post(proxy, "plain.test", 2000) == 413  # the ConfigMap's 1k
+    assert _post(proxy, "annotated.test", 2000) == 200  # the annotation wins over the ConfigMap
+    problems = {(p["object"], p["reason"]) for p in proxy.routes()["problems"]}
+    assert ("ConfigMap/default/ingress-nginx-controller", "UnsupportedConfigKey") in problems  # use-gzip
+    generation = proxy.generation()
+    manifests.write("config.yaml", _config_map({"proxy-body-size": "4k"}))
+    proxy.wait_generation_above(generation)
+    assert _post(proxy, "plain.test", 2000) == 200
