@@ -12,7 +12,7 @@ WHEELHOUSE ?= $(HOME)/.cache/twingress/wheelhouse
 export TWINGRESS_WHEELHOUSE := $(WHEELHOUSE)
 HADOLINT_VERSION ?= 2.15.1
 
-.PHONY: run test venv lint system-packages testenv wheelhouse lint-docker bench clean compiled pure
+.PHONY: run run-migration test venv lint system-packages testenv wheelhouse lint-docker bench clean compiled pure
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON3) -m venv $(VENV)
@@ -27,6 +27,10 @@ venv: $(STAMP)
 
 run: $(STAMP)
 	examples/quickstart/run.sh
+
+# The ingress-nginx migration example (examples/nginx-migration): its Ingresses and ConfigMap as they were.
+run-migration: $(STAMP)
+	examples/nginx-migration/run.sh
 
 system-packages:
 	testenv/system-packages.sh
