@@ -105,6 +105,7 @@ def build(
         certificates=certificates,
         streams=streams.streams,
         stream_conditions=streams.conditions,
+        trust=config.trust,
     )
 
 

@@ -15,6 +15,7 @@ Source: docs/user-guide/nginx-configuration/configmap.md.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Optional
@@ -23,6 +24,7 @@ from ingress.model import ConfigMap, ObjectRef, Problem
 from ingress.routing.annotations import values
 from ingress.routing.annotations.values import InvalidValue
 from ingress.routing.policies.limits import UNLIMITED, Limits
+from ingress.routing.policies.trust import ForwardedTrust
 
 INVALID, UNSUPPORTED, UNKNOWN = "InvalidConfigKey", "UnsupportedConfigKey", "UnknownConfigKey"
 
@@ -36,6 +38,7 @@ class NginxConfig:
     redirect_code: int = 308
     hsts: str = "max-age=31536000; includeSubDomains"  # the Strict-Transport-Security value, "" for off
     limits: Limits = field(default_factory=lambda: Limits(5.0, 60.0, 60.0, 1 << 20))
+    trust: Optional[ForwardedTrust] = None
 
 
 TWINGRESS_DEFAULTS = NginxConfig(ssl_redirect=True, force_ssl_redirect=False, redirect_code=308, hsts="", limits=Limits())
@@ -54,6 +57,12 @@ _READERS: Mapping[str, Callable[[str], object]] = {
     "proxy-read-timeout": values.seconds,
     "proxy-send-timeout": values.seconds,
     "allow-snippet-annotations": values.boolean,
+    "use-forwarded-headers": values.boolean,
+    "enable-real-ip": values.boolean,
+    "forwarded-for-header": values.token,
+    "compute-full-forwarded-for": values.boolean,
+    "proxy-real-ip-cidr": values.networks,
+    "use-proxy-protocol": values.boolean,
 }
 
 INGRESS_NGINX_KEYS = frozenset(
@@ -106,6 +115,7 @@ def read_nginx_config(config_map: Optional[ConfigMap], named: tuple[str, str]) -
         return NginxConfig(), [Problem(ref, "NotFound", "--nginx-configmap names this ConfigMap, which does not exist: ingress-nginx's defaults apply")]
     problems = [Problem(ref, INVALID, message) for message in config_map.invalid]
     read: dict[str, object] = {}
+    invalid: set[str] = set()
     for key, value in config_map.data:
         reader = _READERS.get(key)
         if reader is None:
@@ -116,13 +126,20 @@ def read_nginx_config(config_map: Optional[ConfigMap], named: tuple[str, str]) -
         try:
             read[key] = reader(value)
         except InvalidValue as error:
-            problems.append(Problem(ref, INVALID, f"{key}: {value!r} {error}; ingress-nginx's default applies"))
+            invalid.add(key)
+            if key == "proxy-real-ip-cidr":  # never fall back to trusting everyone
+                problems.append(Problem(ref, INVALID, f"{key}: {value!r} {error}; no forwarding header is trusted"))
+            else:
+                problems.append(Problem(ref, INVALID, f"{key}: {value!r} {error}; ingress-nginx's default applies"))
     if read.pop("allow-snippet-annotations", False):
         problems.append(Problem(ref, UNSUPPORTED, "allow-snippet-annotations is always false in twingress: snippets are never executed"))
-    return _config(read), problems
+    if read.pop("use-proxy-protocol", False):
+        message = "use-proxy-protocol is a listener option in twingress: --http haproxy:tcp:80 --https haproxy:tcp:443 (the ConfigMap cannot change listeners)"
+        problems.append(Problem(ref, UNSUPPORTED, message))
+    return _config(read, "proxy-real-ip-cidr" in invalid), problems
 
 
-def _config(read: Mapping[str, object]) -> NginxConfig:
+def _config(read: Mapping[str, object], untrusted: bool = False) -> NginxConfig:
     config = NginxConfig()
     hsts = ""
     if read.get("hsts", True):
@@ -138,7 +155,18 @@ def _config(read: Mapping[str, object]) -> NginxConfig:
         send_timeout=_number(read.get("proxy-send-timeout"), limits.send_timeout),
         max_body_bytes=limits.max_body_bytes if body is None else (int(str(body)) or UNLIMITED),
     )
+    trust = None
+    if (read.get("use-forwarded-headers", False) or read.get("enable-real-ip", False)) and not untrusted:
+        networks = read.get("proxy-real-ip-cidr", (ipaddress.ip_network("0.0.0.0/0"),))
+        assert isinstance(networks, tuple)
+        trust = ForwardedTrust(
+            networks=networks,
+            header=str(read.get("forwarded-for-header", "X-Forwarded-For")).lower().encode("latin-1"),
+            pass_headers=bool(read.get("use-forwarded-headers", False)),
+            append=bool(read.get("compute-full-forwarded-for", False)),
+        )
     return NginxConfig(
+        trust=trust,
         ssl_redirect=bool(read.get("ssl-redirect", True)),
         force_ssl_redirect=bool(read.get("force-ssl-redirect", False)),
         redirect_code=int(str(read.get("http-redirect-code", 308))),

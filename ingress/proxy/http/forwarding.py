@@ -47,10 +47,15 @@ _PREFIX_RE = _drop_lines_re(frozenset({b"x-forwarded-prefix"}))
 
 @dataclass(frozen=True, slots=True)
 class ForwardedFor:
-    """What a connection adds to every request it forwards (computed once per connection)."""
+    """
+    What a connection adds to every request it forwards (computed once per connection, or per
+    request from a trusted proxy: L{ingress.proxy.http.trusted}).
+    """
 
     ip: str
     fields: bytes  # X-Forwarded-For, X-Real-IP, X-Forwarded-Proto, X-Forwarded-Port, CRLF-terminated
+    scheme: bytes = b""  # the client's scheme: the listener's, or a trusted X-Forwarded-Proto
+    host: str = ""  # a trusted X-Forwarded-Host, sent on instead of the request's host
 
     @classmethod
     def for_transport(cls, transport: ITransport, scheme: bytes) -> ForwardedFor:
@@ -63,7 +68,7 @@ class ForwardedFor:
             b"X-Forwarded-For: %s\r\nX-Real-IP: %s\r\nX-Forwarded-Proto: %s\r\nX-Forwarded-Port: %d\r\n"
             % (raw, raw, scheme, port)
         )
-        return cls(ip, fields)
+        return cls(ip, fields, scheme)
 
 
 UNKNOWN_PEER = ForwardedFor("", b"")
@@ -122,7 +127,7 @@ def request_head_bytes(
         tail,
         extra,
         forwarded.fields,
-        host.encode("latin-1"),
+        (forwarded.host or host).encode("latin-1"),
     )
 
 

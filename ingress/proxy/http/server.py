@@ -29,6 +29,7 @@ from ingress.proxy.http.policy import canary_route, local_answer, upstream_head
 from ingress.proxy.http.relay import AWAIT, BODY, CLOSED, HEAD, TUNNEL, UpstreamRelay
 from ingress.proxy.http.responses import error_response
 from ingress.proxy.http.target import host_and_path, origin_form, routing_host
+from ingress.proxy.http.trusted import trusted_forwarding
 from ingress.proxy.http.upstream import Address, UpstreamConnection
 from ingress.proxy.idle import Deadline
 from ingress.proxy.transport import IConnectionTransport
@@ -62,7 +63,8 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         self._timer = Deadline(factory.reactor, self._timed_out)  # idle, header or upstream progress
         self._read_pauses: set[str] = set()
         self._client_full = False
-        self._forwarded = UNKNOWN_PEER
+        self._forwarded = UNKNOWN_PEER  # what this request forwards (the connection's, or from a trusted proxy)
+        self._peer = UNKNOWN_PEER  # what the connection itself says
         self._driving = False
         self._request_id = 0
         self._reset_request()
@@ -236,8 +238,13 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         """Route a parsed head and start forwarding it."""
         self._request = head
         self.request_method = head.method
-        if self._forwarded is UNKNOWN_PEER:
+        if self._peer is UNKNOWN_PEER:
             self._learn_peer()
+        table = self.factory.live.table
+        if table.trust is not None:
+            self._forwarded = trusted_forwarding(table.trust, self._peer, head, b"%d" % self._local_port())
+        elif self._forwarded is not self._peer:
+            self._forwarded = self._peer  # the trust was dropped by a new table
         self._started_at = time.monotonic()
         self._keep_alive = head.keep_alive and not self.factory.draining
         if head.method == b"CONNECT":
@@ -248,17 +255,17 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         except h1.HTTPError as error:
             self._refuse(error.status, error.detail)
             return
-        route = self.factory.live.table.match(routing_host(host), path)
+        route = table.match(routing_host(host), path)
         if route is None:
             self._answer_locally(404)
             return
         self._route = route
-        if route.redirect_https and self.factory.scheme == b"http":
+        if route.redirect_https and self._forwarded.scheme == b"http":
             self._answer_locally(route.https_redirect_code, location=self._https_location(host, head.target, route))
             return
         policies = route.policies
         if policies is not None:
-            answer = local_answer(policies, self.factory.scheme, host, path, head.target)
+            answer = local_answer(policies, self._forwarded.scheme, host, path, head.target)
             if answer is not None:
                 self._answer_locally(answer[0], location=answer[1])
                 return
@@ -385,11 +392,14 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         Read at the first request, not at connectionMade: behind a PROXY-protocol
         listener the client's address is known only once the PROXY header is read.
         """
-        self._forwarded = ForwardedFor.for_transport(self.transport, self.factory.scheme)
+        self._peer = self._forwarded = ForwardedFor.for_transport(self.transport, self.factory.scheme)
+
+    def _local_port(self) -> int:
+        return getattr(self.transport.getHost(), "port", 0) or 0
 
     def _refuse(self, status: int, detail: str) -> None:
         """A request we will not parse further: answer and close (RFC 9112 requires it)."""
-        if self._forwarded is UNKNOWN_PEER:
+        if self._peer is UNKNOWN_PEER:
             self._learn_peer()
         self.factory.metrics.malformed_requests.labels(str(status)).inc()
         log.info("refused request from {peer}: {status} {detail}", peer=self._forwarded.ip or "?", status=status, detail=detail)

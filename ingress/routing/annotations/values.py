@@ -10,6 +10,7 @@ character sets ingress-nginx accepts (no spaces, quotes or nginx variables).
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Callable
 from urllib.parse import urlsplit
@@ -205,6 +206,17 @@ def host_list(value: str) -> tuple[str, ...]:
     if not hosts or any(re.fullmatch(r"(\*\.)?[a-z0-9]([-a-z0-9.]*[a-z0-9])?", h) is None for h in hosts):
         raise InvalidValue("must be host names separated by commas")
     return hosts
+
+
+def networks(value: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """Comma-separated CIDRs or addresses, IPv4 or IPv6 (proxy-real-ip-cidr, source ranges)."""
+    try:
+        found = tuple(ipaddress.ip_network(item.strip(), strict=False) for item in value.split(",") if item.strip())
+    except ValueError as error:
+        raise InvalidValue(f"must be CIDRs separated by commas ({error})") from None
+    if not found:
+        raise InvalidValue("must be CIDRs separated by commas")
+    return found
 
 
 def text(value: str) -> str:
