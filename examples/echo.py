@@ -5,7 +5,9 @@ product (it is not in the C{ingress} package or the image); it needs only Twiste
 C{GET /anything} answers JSON with the method, path, Host, protocol version,
 headers and the backend's own name.  Query parameters make it useful for
 tests: C{status=N} sets the status, C{size=N} streams N bytes
-(C{chunked=1}: without Content-Length), C{delay=S} waits before answering.
+(C{chunked=1}: without Content-Length), C{delay=S} waits before answering;
+C{on=NAME} keeps C{status} and C{delay} to the backend of that name (the
+others answer 200 at once: one failing pod among healthy ones).
 A request body is hashed while it streams in (C{body_sha256},
 C{body_bytes}).  C{/ws} is a WebSocket echo.
 
@@ -79,6 +81,9 @@ class EchoResource(Resource):
 
     def render(self, request: Request) -> bytes | int:
         args = _query(request)
+        if args.get("on", self.name) != self.name:
+            args.pop("status", None)
+            args.pop("delay", None)
         delay = float(args.get("delay", "0") or 0)
         if delay:
             call = self.reactor.callLater(delay, self._answer, request, args)  # type: ignore[attr-defined]

@@ -23,6 +23,7 @@ from ingress.proxy.http import h1
 from ingress.proxy.http.affinity import sticky_endpoint
 from ingress.proxy.http.forwarding import ForwardedFor, response_head_bytes
 from ingress.proxy.http.policy import hashed_endpoint
+from ingress.proxy.http.retry import may_retry
 from ingress.proxy.http.upstream import Address, UpstreamConnection
 
 if TYPE_CHECKING:
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 
 log = Logger()
 
-_IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"PUT", b"DELETE", b"TRACE"})
 # The states of a client connection (shared with http.py).
 HEAD, BODY, AWAIT, TUNNEL, CLOSED = range(5)
 
@@ -80,6 +80,7 @@ class UpstreamRelay:
     _send_timeout: float
     _set_cookie: bytes
     _forwarded: ForwardedFor
+    _started_at: float
 
     def _answer_locally(self, status: int, close: bool = False, location: bytes = b"") -> None: ...
 
@@ -149,7 +150,7 @@ class UpstreamRelay:
         pool.mark_down(address)
         self.factory.metrics.upstream_failures.labels("connect-timeout" if timed_out else "connect").inc()
         log.warn("upstream {address} failed: {detail}", address=f"{address[0]}:{address[1]}", detail=detail)
-        if self._attempts < 2 and self._route is not None and len(self._route.upstream.targets) > 1:
+        if self._may_retry("connect-timeout" if timed_out else "connect-error", reused=False):
             self._dispatch()
             return
         self._fail_upstream(504 if timed_out else 502, detail)
@@ -178,6 +179,10 @@ class UpstreamRelay:
             if request.version >= (1, 1):
                 self._write(response_head_bytes(head, request, self.settings.server_name, True, False))
             return
+        policies = self._route.policies
+        if policies is not None and policies.retry is not None and head.status in policies.retry.statuses:
+            if self._retry_after(f"http_{head.status}"):
+                return
         if not self._responded:
             self.factory.metrics.upstream_answered(self._route.name, time.monotonic() - self._sent_at)
         self._responded = True
@@ -255,22 +260,31 @@ class UpstreamRelay:
             return
         if upstream is not None and self._client_full:
             upstream.transport.resumeProducing()
-        if not responded and not self._responded:
-            self.factory.metrics.upstream_failures.labels("reset").inc()
-            if self._can_retry(reused):
+        if not self._responded:
+            if not responded:
+                self.factory.metrics.upstream_failures.labels("reset").inc()
+            if self._may_retry("invalid_header" if responded else "error", reused):
                 self._tried = None if reused else self._tried
                 self._dispatch()
                 return
         self._fail_upstream(status, detail)
 
-    def _can_retry(self, reused: bool) -> bool:
-        """Only requests that surely did not reach an application are sent again."""
-        request = self._request
-        if request is None or self._attempts >= 2 or request.method not in _IDEMPOTENT:
+    def _may_retry(self, cause: str, reused: bool) -> bool:
+        """Whether this failure passes the request to another endpoint (L{ingress.proxy.http.retry})."""
+        request, route = self._request, self._route
+        if request is None or route is None:
             return False
-        no_body = not request.framing.chunked and not request.framing.content_length
-        several = self._route is not None and len(self._route.upstream.targets) > 1
-        return no_body and (reused or several)
+        policy = route.policies.retry if route.policies is not None else None
+        elapsed = time.monotonic() - self._started_at
+        return may_retry(policy, cause, request, self._attempts, len(route.upstream.targets), reused, elapsed)
+
+    def _retry_after(self, cause: str) -> bool:
+        """An attempt that failed after the request was sent (a timeout, a status): on to the next endpoint, if allowed."""
+        if self._responded or not self._may_retry(cause, reused=False):
+            return False
+        self._drop_upstream()
+        self._dispatch()
+        return True
 
     def _drop_upstream(self) -> None:
         """Abort the upstream connection (or the attempt to open one) of the current request."""

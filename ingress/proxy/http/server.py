@@ -168,6 +168,8 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
             self._refuse(408, "request body not received in time")
         else:
             self.factory.metrics.upstream_failures.labels("timeout").inc()
+            if kind == "upstream" and self._request_complete and self._retry_after("timeout"):
+                return
             self._fail_upstream(504, "upstream timed out")
 
     # -- reading requests -----------------------------------------------------

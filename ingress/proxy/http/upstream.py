@@ -163,7 +163,8 @@ class UpstreamConnection(Protocol):
                     self._keep_alive = False
                 self._state = _DONE
                 owner.upstream_head(head, rest[:length], True)
-                self._finish(owner)
+                if self.owner is owner:  # not let go of on seeing the head (a retry on another endpoint)
+                    self._finish(owner)
                 return
             self._remaining = length - len(rest)
             self._state = _BODY
@@ -172,7 +173,7 @@ class UpstreamConnection(Protocol):
         self._framer = h1.ChunkedFramer() if framing.chunked else None
         self._state = _BODY
         owner.upstream_head(head, b"", False)
-        if rest:
+        if rest and self.owner is owner:
             self._body(owner, rest)
 
     def _body(self, owner: ResponseSink, data: bytes) -> None:

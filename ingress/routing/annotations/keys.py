@@ -50,6 +50,9 @@ KEYS: Mapping[str, Key] = {
     "proxy-read-timeout": Key(values.seconds),
     "proxy-send-timeout": Key(values.seconds),
     "proxy-body-size": Key(values.size),
+    "proxy-next-upstream": Key(values.next_upstream),
+    "proxy-next-upstream-tries": Key(values.whole_number),
+    "proxy-next-upstream-timeout": Key(values.whole_number),
     # Canary (ingress-nginx "Canary")
     "canary": Key(values.boolean),
     "canary-by-header": Key(values.token),

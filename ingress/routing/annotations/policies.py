@@ -15,7 +15,7 @@ import re
 from typing import Optional
 
 from ingress.routing.annotations import IngressAnnotations
-from ingress.routing.policies import Affinity, BackendTLS, Deny, HashBy, Limits, Policies, Redirect, Rewrite
+from ingress.routing.policies import Affinity, BackendTLS, Deny, HashBy, Limits, Policies, Redirect, Retry, Rewrite
 from ingress.routing.policies.limits import UNLIMITED
 
 _NO_LIMITS = Limits()
@@ -55,6 +55,7 @@ def route_policies(
         upstream_host=annotations.text("upstream-vhost"),
         limits=_limits(annotations, defaults),
         backend_tls=backend_tls,
+        retry=_retry(annotations),
         strip_trailing_slash=not annotations.flag("preserve-trailing-slash", True),
     )
     return None if policies == _NONE else policies
@@ -107,6 +108,20 @@ def _affinity(annotations: IngressAnnotations, path: str, regex: bool) -> Option
         samesite=annotations.text("session-cookie-samesite"),
         secure=secure if isinstance(secure, bool) else None,
         change_on_failure=annotations.flag("session-cookie-change-on-failure"),
+    )
+
+
+def _retry(annotations: IngressAnnotations) -> Optional[Retry]:
+    """ingress-nginx's defaults for the keys left out: "error timeout", 3 tries, no time limit."""
+    keys = ("proxy-next-upstream", "proxy-next-upstream-tries", "proxy-next-upstream-timeout")
+    if not any(key in annotations.values for key in keys):
+        return None
+    conditions = annotations.value("proxy-next-upstream")
+    tries, timeout = annotations.number("proxy-next-upstream-tries"), annotations.number("proxy-next-upstream-timeout")
+    return Retry.from_conditions(
+        conditions if isinstance(conditions, tuple) else ("error", "timeout"),
+        int(tries) if tries is not None else 3,
+        float(timeout or 0),
     )
 
 

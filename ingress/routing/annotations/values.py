@@ -16,6 +16,7 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from ingress.routing.policies.hashing import parse_template
+from ingress.routing.policies.retry import CONDITIONS
 
 
 class InvalidValue(ValueError):
@@ -217,6 +218,14 @@ def networks(value: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network,
     if not found:
         raise InvalidValue("must be CIDRs separated by commas")
     return found
+
+
+def next_upstream(value: str) -> tuple[str, ...]:
+    """proxy-next-upstream: space-separated nginx conditions (error timeout http_502 ... off)."""
+    words = tuple(value.split())
+    if not words or any(word not in CONDITIONS for word in words):
+        raise InvalidValue("must be words among " + " ".join(sorted(CONDITIONS)))
+    return words
 
 
 def text(value: str) -> str:

@@ -29,9 +29,10 @@ from ingress.routing.policies.canary import Canary
 from ingress.routing.policies.hashing import HashBy
 from ingress.routing.policies.limits import Limits
 from ingress.routing.policies.redirect import Deny, Redirect
+from ingress.routing.policies.retry import Retry
 from ingress.routing.policies.rewrite import Rewrite
 
-__all__ = ["Affinity", "BackendTLS", "Canary", "Deny", "HashBy", "Limits", "Policies", "Redirect", "Rewrite"]
+__all__ = ["Affinity", "BackendTLS", "Canary", "Deny", "HashBy", "Limits", "Policies", "Redirect", "Retry", "Rewrite"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,7 @@ class Policies:
     upstream_host: str = ""  # the Host field the upstream receives instead of the client's
     limits: Optional[Limits] = None
     backend_tls: Optional[BackendTLS] = None
+    retry: Optional[Retry] = None
     strip_trailing_slash: bool = False  # the HTTP to HTTPS redirect drops one trailing "/" (ingress-nginx's default)
 
     def to_json(self) -> dict[str, object]:
@@ -73,6 +75,8 @@ class Policies:
             shown["limits"] = self.limits.to_json()
         if self.backend_tls is not None:
             shown["backendTLS"] = self.backend_tls.to_json()
+        if self.retry is not None:
+            shown["retry"] = self.retry.to_json()
         if self.strip_trailing_slash:
             shown["stripTrailingSlash"] = True
         return shown
