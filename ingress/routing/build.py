@@ -470,7 +470,7 @@ class _RouteBuilder:
         except MissingSecret as error:
             closed = str(error)
             self.problems.append(Problem(ingress.ref, "SecretNotFound", f"{error}: the Ingress's routes answer 503"))
-        policies = route_policies(read, path, regex, tls, closed, self.config.limits)
+        policies = route_policies(read, path, regex, tls, closed, self.config.limits, self.config.load_balance)
         return Route(name=name, source=ingress.ref, upstream=upstream, path=path, path_type=path_type, policies=policies)
 
     def _conflict(self, loser: Ingress, winner: Route, what: str) -> None:

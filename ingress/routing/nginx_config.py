@@ -39,6 +39,7 @@ class NginxConfig:
     hsts: str = "max-age=31536000; includeSubDomains"  # the Strict-Transport-Security value, "" for off
     limits: Limits = field(default_factory=lambda: Limits(5.0, 60.0, 60.0, 1 << 20))
     trust: Optional[ForwardedTrust] = None
+    load_balance: str = ""  # "" (round robin) or "ewma"
 
 
 TWINGRESS_DEFAULTS = NginxConfig(ssl_redirect=True, force_ssl_redirect=False, redirect_code=308, hsts="", limits=Limits())
@@ -63,6 +64,7 @@ _READERS: Mapping[str, Callable[[str], object]] = {
     "compute-full-forwarded-for": values.boolean,
     "proxy-real-ip-cidr": values.networks,
     "use-proxy-protocol": values.boolean,
+    "load-balance": values.one_of("round_robin", "ewma"),
 }
 
 INGRESS_NGINX_KEYS = frozenset(
@@ -167,6 +169,7 @@ def _config(read: Mapping[str, object], untrusted: bool = False) -> NginxConfig:
         )
     return NginxConfig(
         trust=trust,
+        load_balance="ewma" if read.get("load-balance") == "ewma" else "",
         ssl_redirect=bool(read.get("ssl-redirect", True)),
         force_ssl_redirect=bool(read.get("force-ssl-redirect", False)),
         redirect_code=int(str(read.get("http-redirect-code", 308))),

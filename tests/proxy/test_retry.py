@@ -1,5 +1,5 @@
 """
-proxy-next-upstream through twistd with real backends: one pod failing among healthy ones.
+proxy-next-upstream and load-balance: ewma through twistd with real backends: one pod failing (or slow) among healthy ones.
 
 ingress-nginx's annotations page, "Custom timeouts" (proxy-next-upstream, -tries, -timeout),
 with nginx's proxy_next_upstream rules (docs/user-guide/nginx-configuration/annotations.md).
@@ -38,6 +38,7 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twingress]:
         _ingress("on-503-post", {"proxy-next-upstream": "http_503 non_idempotent"}),
         _ingress("on-timeout", {"proxy-next-upstream": "timeout", "proxy-read-timeout": "1"}),
         _ingress("off", {"proxy-next-upstream": "off", "proxy-read-timeout": "1"}),
+        _ingress("ewma", {"load-balance": "ewma"}),
     )
     twingress = Twingress(manifests.path)
     yield twingress
@@ -74,3 +75,9 @@ def test_a_post_is_passed_on_only_with_non_idempotent(proxy: Twingress) -> None:
 def test_a_timeout_is_passed_on_unless_off(proxy: Twingress) -> None:
     assert _answers(proxy, "on-timeout.test", "/?on=bad-pod&delay=3", count=4) == Counter({(200, "good-pod"): 4})
     assert _answers(proxy, "off.test", "/?on=bad-pod&delay=3", count=4) == Counter({(504, ""): 2, (200, "good-pod"): 2})
+
+
+def test_ewma_sends_requests_to_the_endpoint_that_answers_faster(proxy: Twingress) -> None:
+    """ingress-nginx "Custom NGINX load balancing", load-balance: ewma; round robin would split 20/20."""
+    seen = _answers(proxy, "ewma.test", "/?on=bad-pod&delay=0.2", count=40)
+    assert seen[(200, "bad-pod")] <= 4 and seen[(200, "good-pod")] >= 36, seen

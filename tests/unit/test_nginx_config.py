@@ -14,6 +14,7 @@ from typing import Any, Optional
 import pytest
 
 from ingress.routing import RoutingTable
+from ingress.routing.policies import Policies
 from ingress.routing.policies.limits import UNLIMITED, Limits
 from ingress.routing.route import Route
 from tests.unit.objects import T0, ingress, path, rule, table
@@ -99,3 +100,9 @@ def test_keys_that_are_not_read_are_reported() -> None:
     ]
     policies = _route(routes, "plain.test").policies
     assert policies is not None and policies.limits is not None and policies.limits.read_timeout == 60.0  # the invalid value: the default
+
+
+def test_load_balance_is_a_default_too() -> None:
+    assert (_route(_table({"load-balance": "ewma"}), "plain.test").policies or Policies()).load_balance == "ewma"
+    routes = _table({"load-balance": "ewma"}, {"load-balance": "round_robin"})
+    assert (_route(routes, "plain.test").policies or Policies()).load_balance == ""  # the annotation wins

@@ -25,6 +25,7 @@ from ingress.proxy.http.forwarding import ForwardedFor, response_head_bytes
 from ingress.proxy.http.policy import hashed_endpoint
 from ingress.proxy.http.retry import may_retry
 from ingress.proxy.http.upstream import Address, UpstreamConnection
+from ingress.routing.policies import EWMA
 
 if TYPE_CHECKING:
     from ingress.proxy.http.factory import HTTPProxyFactory
@@ -110,6 +111,10 @@ class UpstreamRelay:
             address, self._set_cookie = sticky_endpoint(policies.affinity, route.upstream, self._request, pool, self._tried, https)
         elif policies is not None and policies.hash_by is not None and self._request is not None:
             address = hashed_endpoint(policies.hash_by, route.upstream, self._request, self._forwarded.ip, pool, self._tried)
+        elif policies is not None and policies.load_balance == EWMA:
+            tried = self._tried
+            address = pool.ewma.choose(route.upstream.targets, lambda target: target != tried and not pool.is_down(target))
+            address = address or pool.choose(route.upstream, exclude=tried)
         else:
             address = pool.choose(route.upstream, exclude=self._tried)
         if address is None:
@@ -184,7 +189,10 @@ class UpstreamRelay:
             if self._retry_after(f"http_{head.status}"):
                 return
         if not self._responded:
-            self.factory.metrics.upstream_answered(self._route.name, time.monotonic() - self._sent_at)
+            waited = time.monotonic() - self._sent_at
+            self.factory.metrics.upstream_answered(self._route.name, waited)
+            if policies is not None and policies.load_balance == EWMA and self._tried is not None:
+                self.factory.pool.ewma.observe(self._tried, waited)
         self._responded = True
         self._status = head.status
         if head.status == 101:

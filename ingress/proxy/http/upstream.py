@@ -22,6 +22,7 @@ from zope.interface import implementer
 from ingress.process.reactor import IProcessReactor
 from ingress.proxy.http import h1
 from ingress.proxy.http.backend_tls import connection_creator
+from ingress.proxy.http.ewma import EwmaScores
 from ingress.proxy.http.fastwrite import direct_writer
 from ingress.proxy.http.settings import ProxySettings
 from ingress.proxy.transport import IConnectionTransport
@@ -285,6 +286,7 @@ class UpstreamPool:
         self._next: dict[str, int] = {}
         self._down_until: dict[Address, float] = {}
         self._sweeper: Optional[IDelayedCall] = None
+        self.ewma = EwmaScores(reactor.seconds)  # for the routes with load-balance: ewma
 
     def choose(self, upstream: Upstream, exclude: Optional[Address] = None) -> Optional[Address]:
         """The next endpoint in turn that is not marked down (or any, if all are)."""

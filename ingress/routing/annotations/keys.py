@@ -71,6 +71,7 @@ KEYS: Mapping[str, Key] = {
     "proxy-ssl-protocols": Key(values.tls_protocols),
     "proxy-ssl-server-name": Key(values.on_off),
     "upstream-hash-by": Key(values.hash_template),
+    "load-balance": Key(values.one_of("round_robin", "ewma")),
     "service-upstream": Key(values.boolean),
     # Hosts (ingress-nginx "Server Alias", "Redirect from/to www")
     "server-alias": Key(values.host_list),

@@ -32,7 +32,9 @@ from ingress.routing.policies.redirect import Deny, Redirect
 from ingress.routing.policies.retry import Retry
 from ingress.routing.policies.rewrite import Rewrite
 
-__all__ = ["Affinity", "BackendTLS", "Canary", "Deny", "HashBy", "Limits", "Policies", "Redirect", "Retry", "Rewrite"]
+EWMA = "ewma"  # load_balance: two endpoints at random, the faster answering wins (else round robin)
+
+__all__ = ["EWMA", "Affinity", "BackendTLS", "Canary", "Deny", "HashBy", "Limits", "Policies", "Redirect", "Retry", "Rewrite"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +47,7 @@ class Policies:
     canary: Optional[Canary] = None
     affinity: Optional[Affinity] = None
     hash_by: Optional[HashBy] = None
+    load_balance: str = ""  # "" (round robin) or EWMA
     rewrite: Optional[Rewrite] = None
     upstream_host: str = ""  # the Host field the upstream receives instead of the client's
     limits: Optional[Limits] = None
@@ -67,6 +70,8 @@ class Policies:
             shown["affinity"] = self.affinity.to_json()
         if self.hash_by is not None:
             shown["hashBy"] = self.hash_by.source
+        if self.load_balance:
+            shown["loadBalance"] = self.load_balance
         if self.rewrite is not None:
             shown["rewrite"] = self.rewrite.to_json()
         if self.upstream_host:
