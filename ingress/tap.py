@@ -337,7 +337,13 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
         kubeconfig = options["kubeconfig"]
         watched_maps = [k for k in (options["tcp-services-configmap-key"], options["udp-services-configmap-key"], options["nginx-configmap-key"]) if k]
         source = KubeSource(
-            lambda: KubeClient(kubeconfig), builder, metrics, reactor, options["watch-namespace"], config_maps=watched_maps
+            lambda: KubeClient(kubeconfig),
+            builder,
+            metrics,
+            reactor,
+            options["watch-namespace"],
+            config_maps=watched_maps,
+            config_map_namespaces=[options["nginx-configmap-key"][0]] if options["nginx-configmap-key"] else [],
         )
         source.setServiceParent(top)
         admin.add_check(source.readiness)

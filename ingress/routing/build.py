@@ -73,7 +73,7 @@ def build(
     the C{nginx.ingress.kubernetes.io/} annotations besides C{twingress.io/};
     C{nginx_configmap} names the ingress-nginx ConfigMap whose keys are the routes' defaults.
     """
-    config, config_problems = read_nginx_config(state.config_maps.get(nginx_configmap), nginx_configmap) if nginx_configmap else (TWINGRESS_DEFAULTS, [])
+    config, config_problems = read_nginx_config(state.config_maps, nginx_configmap) if nginx_configmap else (TWINGRESS_DEFAULTS, [])
     ingresses = select_ingresses(state, class_name=class_name, controller_name=controller_name)
     annotations = {ingress.ref: read_annotations(ingress, nginx_annotations) for ingress in ingresses}
     valid = tuple(ingress for ingress in ingresses if not annotations[ingress.ref].invalid)
@@ -470,7 +470,7 @@ class _RouteBuilder:
         except MissingSecret as error:
             closed = str(error)
             self.problems.append(Problem(ingress.ref, "SecretNotFound", f"{error}: the Ingress's routes answer 503"))
-        policies = route_policies(read, path, regex, tls, closed, self.config.limits, self.config.load_balance)
+        policies = route_policies(read, path, regex, tls, closed, self.config)
         return Route(name=name, source=ingress.ref, upstream=upstream, path=path, path_type=path_type, policies=policies)
 
     def _conflict(self, loser: Ingress, winner: Route, what: str) -> None:

@@ -23,6 +23,7 @@ from typing import Optional
 from ingress.model import ConfigMap, ObjectRef, Problem
 from ingress.routing.annotations import values
 from ingress.routing.annotations.values import InvalidValue
+from ingress.routing.policies.headers import HeaderChanges, header_changes, valid_field
 from ingress.routing.policies.limits import UNLIMITED, Limits
 from ingress.routing.policies.trust import ForwardedTrust
 
@@ -40,6 +41,8 @@ class NginxConfig:
     limits: Limits = field(default_factory=lambda: Limits(5.0, 60.0, 60.0, 1 << 20))
     trust: Optional[ForwardedTrust] = None
     load_balance: str = ""  # "" (round robin) or "ewma"
+    request_headers: Optional[HeaderChanges] = None  # proxy-set-headers
+    response_headers: Optional[HeaderChanges] = None  # add-headers
 
 
 TWINGRESS_DEFAULTS = NginxConfig(ssl_redirect=True, force_ssl_redirect=False, redirect_code=308, hsts="", limits=Limits())
@@ -65,7 +68,19 @@ _READERS: Mapping[str, Callable[[str], object]] = {
     "proxy-real-ip-cidr": values.networks,
     "use-proxy-protocol": values.boolean,
     "load-balance": values.one_of("round_robin", "ewma"),
+    "add-headers": values.namespaced_name,
+    "proxy-set-headers": values.namespaced_name,
 }
+
+_ON_THE_COMMAND_LINE = {
+    "keep-alive": "--keepalive-timeout",
+    "upstream-keepalive-timeout": "--upstream-idle-timeout",
+    "client-header-timeout": "--header-timeout",
+    "client-body-timeout": "--client-body-timeout",
+    "ssl-protocols": "--tls-min-version",
+    "ssl-ciphers": "--tls-ciphers",
+}
+"""Keys whose setting is a twingress command-line option (listener settings are not per table)."""
 
 INGRESS_NGINX_KEYS = frozenset(
     """access-log-params access-log-path add-headers allow-backend-server-header allow-cross-namespace-resources
@@ -110,9 +125,10 @@ INGRESS_NGINX_KEYS = frozenset(
 """Every key of ingress-nginx's ConfigMap page, to tell "not implemented" from "not a key at all"."""
 
 
-def read_nginx_config(config_map: Optional[ConfigMap], named: tuple[str, str]) -> tuple[NginxConfig, list[Problem]]:
+def read_nginx_config(config_maps: Mapping[tuple[str, str], ConfigMap], named: tuple[str, str]) -> tuple[NginxConfig, list[Problem]]:
     """The route defaults of the ConfigMap C{named} (missing: ingress-nginx's defaults, reported)."""
     ref = ObjectRef("ConfigMap", *named)
+    config_map = config_maps.get(named)
     if config_map is None:
         return NginxConfig(), [Problem(ref, "NotFound", "--nginx-configmap names this ConfigMap, which does not exist: ingress-nginx's defaults apply")]
     problems = [Problem(ref, INVALID, message) for message in config_map.invalid]
@@ -123,6 +139,8 @@ def read_nginx_config(config_map: Optional[ConfigMap], named: tuple[str, str]) -
         if reader is None:
             reason = UNSUPPORTED if key in INGRESS_NGINX_KEYS else UNKNOWN
             what = "is not supported by twingress" if reason == UNSUPPORTED else "is not an ingress-nginx ConfigMap key"
+            if key in _ON_THE_COMMAND_LINE:
+                what = f"is a listener setting in twingress: {_ON_THE_COMMAND_LINE[key]} on the command line"
             problems.append(Problem(ref, reason, f"{key} {what}; it is ignored"))
             continue
         try:
@@ -138,7 +156,37 @@ def read_nginx_config(config_map: Optional[ConfigMap], named: tuple[str, str]) -
     if read.pop("use-proxy-protocol", False):
         message = "use-proxy-protocol is a listener option in twingress: --http haproxy:tcp:80 --https haproxy:tcp:443 (the ConfigMap cannot change listeners)"
         problems.append(Problem(ref, UNSUPPORTED, message))
-    return _config(read, "proxy-real-ip-cidr" in invalid), problems
+    config = _config(read, "proxy-real-ip-cidr" in invalid)
+    request_headers = _headers(config_maps, read.get("proxy-set-headers"), named, "proxy-set-headers", problems)
+    response_headers = _headers(config_maps, read.get("add-headers"), named, "add-headers", problems)
+    return replace(config, request_headers=request_headers, response_headers=response_headers), problems
+
+
+def _headers(
+    config_maps: Mapping[tuple[str, str], ConfigMap], reference: object, named: tuple[str, str], key: str, problems: list[Problem]
+) -> Optional[HeaderChanges]:
+    """
+    The header fields of the ConfigMap C{reference} names (ingress-nginx: "namespace/name"; the
+    Role lets twingress read ConfigMaps of its own namespace, the one --nginx-configmap is in).
+    Values with nginx variables cannot be computed here: each such field is reported and left out.
+    """
+    if not isinstance(reference, str) or not reference:
+        return None
+    namespace, _, name = reference.rpartition("/")
+    ref = ObjectRef("ConfigMap", *named)
+    headers = config_maps.get((namespace or named[0], name))
+    if headers is None:
+        problems.append(Problem(ref, INVALID, f"{key}: ConfigMap {reference!r} not found (it must be in namespace {named[0]!r}); no header is set"))
+        return None
+    fields = []
+    for field_name, value in headers.data:
+        if "$" in value:
+            problems.append(Problem(ref, UNSUPPORTED, f"{key}: {field_name} uses an nginx variable ({value!r}); it is not set"))
+        elif not valid_field(field_name, value):
+            problems.append(Problem(ref, INVALID, f"{key}: {field_name!r} is not a valid header field; it is not set"))
+        else:
+            fields.append((field_name, value))
+    return header_changes(fields) if fields else None
 
 
 def _config(read: Mapping[str, object], untrusted: bool = False) -> NginxConfig:

@@ -6,8 +6,11 @@ are every route's defaults, and an edit applies live (docs/user-guide/nginx-conf
 from __future__ import annotations
 
 import http.client
+import json
 
 from tests.support import EchoBackend, Manifests, Twingress
+
+CONFIG = "default/ingress-nginx-controller"
 
 
 def _config_map(data: dict[str, str]) -> dict:
@@ -37,3 +40,22 @@ def test_configmap_keys_are_route_defaults_and_apply_live(manifests: Manifests, 
     manifests.write("config.yaml", _config_map({"proxy-body-size": "4k"}))
     proxy.wait_generation_above(generation)
     assert _post(proxy, "plain.test", 2000) == 200
+
+
+def test_header_fields_from_the_configmaps(manifests: Manifests, twingress, echo_pair: tuple[EchoBackend, EchoBackend]) -> None:
+    """add-headers replace the response's fields of those names; proxy-set-headers the request's."""
+    manifests.write("all.yaml", *manifests.service("web", [echo_pair[0].address]), Manifests.ingress("plain", "plain.test", "web"))
+    response_fields = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "response-fields", "namespace": "default"},
+                       "data": {"X-Frame-Options": "DENY", "X-Backend": "hidden"}}
+    request_fields = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "request-fields", "namespace": "default"},
+                      "data": {"X-Edge": "twingress"}}
+    manifests.write("config.yaml", _config_map({"add-headers": "default/response-fields", "proxy-set-headers": "default/request-fields"}),
+                    response_fields, request_fields)
+    proxy = twingress("--nginx-configmap", CONFIG)
+    connection = http.client.HTTPConnection("127.0.0.1", proxy.http_port, timeout=10)
+    connection.request("GET", "/", headers={"Host": "plain.test", "X-Edge": "from-the-client"})
+    response = connection.getresponse()
+    seen = json.loads(response.read())
+    assert response.getheader("X-Frame-Options") == "DENY"
+    assert response.getheaders().count(("X-Backend", "hidden")) == 1 and ("X-Backend", echo_pair[0].name) not in response.getheaders()
+    assert seen["headers"]["X-Edge"] == ["twingress"]

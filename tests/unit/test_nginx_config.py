@@ -106,3 +106,32 @@ def test_load_balance_is_a_default_too() -> None:
     assert (_route(_table({"load-balance": "ewma"}), "plain.test").policies or Policies()).load_balance == "ewma"
     routes = _table({"load-balance": "ewma"}, {"load-balance": "round_robin"})
     assert (_route(routes, "plain.test").policies or Policies()).load_balance == ""  # the annotation wins
+
+
+def test_add_headers_and_proxy_set_headers_name_configmaps() -> None:
+    """"add-headers" and "proxy-set-headers": ConfigMaps of header fields (namespace/name); nginx variables cannot be honoured."""
+    objects = [
+        _config_map({"add-headers": "ingress-nginx/response-fields", "proxy-set-headers": "request-fields"}),
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "response-fields", "namespace": "ingress-nginx"},
+         "data": {"X-Frame-Options": "DENY", "X-Request-Start": "t=${msec}"}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "request-fields", "namespace": "ingress-nginx"},
+         "data": {"X-Edge": "twingress"}},
+        ingress("plain", rule("plain.test", path("/"))),
+    ]
+    routes = table(*objects, nginx_configmap=KEY)
+    policies = _route(routes, "plain.test").policies
+    assert policies is not None and policies.response_headers is not None and policies.request_headers is not None
+    assert policies.response_headers.lines == b"X-Frame-Options: DENY\r\n"
+    assert policies.request_headers.lines == b"X-Edge: twingress\r\n"
+    assert [(p.reason, "msec" in p.message) for p in routes.problems if p.ref.kind == "ConfigMap"] == [("UnsupportedConfigKey", True)]
+
+
+def test_a_missing_header_configmap_is_reported() -> None:
+    routes = table(_config_map({"add-headers": "ingress-nginx/nowhere"}), ingress("plain", rule("plain.test", path("/"))), nginx_configmap=KEY)
+    assert ("InvalidConfigKey", True) in [(p.reason, "nowhere" in p.message) for p in routes.problems]
+
+
+def test_listener_settings_point_to_the_command_line() -> None:
+    routes = _table({"keep-alive": "30", "ssl-protocols": "TLSv1.3"})
+    messages = [p.message for p in routes.problems if p.ref.kind == "ConfigMap"]
+    assert any("--keepalive-timeout" in m for m in messages) and any("--tls-min-version" in m for m in messages)

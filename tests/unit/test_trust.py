@@ -37,7 +37,7 @@ def test_the_client_address(peer: str, hops: list[str], client: str) -> None:
 
 def _config(data: dict[str, str]):  # type: ignore[no-untyped-def]
     config_map = ConfigMap(ObjectMeta("ingress-nginx", "controller"), tuple(data.items()))
-    return read_nginx_config(config_map, ("ingress-nginx", "controller"))
+    return read_nginx_config({("ingress-nginx", "controller"): config_map}, ("ingress-nginx", "controller"))
 
 
 def test_no_trust_unless_asked() -> None:

@@ -23,6 +23,7 @@ from twisted.internet.interfaces import ITransport
 from ingress.proxy.http import h1
 from ingress.proxy.http.responses import http_date, reason_phrase
 from ingress.proxy.http.target import origin_form
+from ingress.routing.policies.headers import HeaderChanges
 
 _FORWARDING = frozenset(
     {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host", b"x-forwarded-port", b"x-real-ip", b"forwarded"}
@@ -84,7 +85,13 @@ def _without_named(block: bytes, connection: frozenset[bytes]) -> bytes:
 
 
 def request_head_bytes(
-    request: h1.Head, forwarded: ForwardedFor, host: str, target: Optional[bytes] = None, upstream_host: str = "", forwarded_prefix: str = ""
+    request: h1.Head,
+    forwarded: ForwardedFor,
+    host: str,
+    target: Optional[bytes] = None,
+    upstream_host: str = "",
+    forwarded_prefix: str = "",
+    set_headers: Optional[HeaderChanges] = None,
 ) -> bytes:
     """
     The head sent upstream: always HTTP/1.1, persistent unless upgrading.
@@ -95,7 +102,8 @@ def request_head_bytes(
     that an absolute-form target goes in origin-form with its authority as
     the Host field, and a fragment is dropped.  A route's policies may give
     another C{target} (a rewrite), another Host (C{upstream_host}; the client's
-    stays in X-Forwarded-Host) and an X-Forwarded-Prefix (the client's own is dropped then).
+    stays in X-Forwarded-Host), an X-Forwarded-Prefix (the client's own is dropped then) and
+    header fields that replace the client's of the same names.
     """
     block = _without_named(_REQUEST_DROP_RE.sub(b"", request.block), request.connection)
     tail = b""
@@ -110,9 +118,12 @@ def request_head_bytes(
         block = _HOST_RE.sub(b"", block)
         tail = b"Host: %s\r\n" % host.encode("latin-1")
     extra = b""
+    if set_headers is not None:
+        block = set_headers.drop.sub(b"", block)
+        extra = set_headers.lines
     if forwarded_prefix:
         block = _PREFIX_RE.sub(b"", block)
-        extra = b"X-Forwarded-Prefix: %s\r\n" % forwarded_prefix.encode("latin-1")
+        extra += b"X-Forwarded-Prefix: %s\r\n" % forwarded_prefix.encode("latin-1")
     if upstream_host:
         block = _HOST_RE.sub(b"", block)
         tail = b"Host: %s\r\n" % upstream_host.encode("latin-1")
@@ -132,7 +143,14 @@ def request_head_bytes(
 
 
 def response_head_bytes(
-    response: h1.Head, request: h1.Head, server: bytes, keep_alive: bool, decode: bool, hsts: str = "", added: bytes = b""
+    response: h1.Head,
+    request: h1.Head,
+    server: bytes,
+    keep_alive: bool,
+    decode: bool,
+    hsts: str = "",
+    added: bytes = b"",
+    set_headers: Optional[HeaderChanges] = None,
 ) -> bytes:
     """
     The head sent to the client: the upstream's fields less hop-by-hop ones,
@@ -140,9 +158,13 @@ def response_head_bytes(
 
     With C{decode} (a chunked body for an HTTP/1.0 client) Transfer-Encoding
     goes too and the body ends with the connection.  C{added} are fields a
-    route's policies add (CRLF-terminated lines: a sticky cookie).
+    route's policies add (CRLF-terminated lines: a sticky cookie), C{set_headers} fields that
+    replace the upstream's of the same names.
     """
     block = _without_named(_RESPONSE_DROP_RE.sub(b"", response.block), response.connection)
+    if set_headers is not None:
+        block = set_headers.drop.sub(b"", block)
+        added += set_headers.lines
     if decode:
         block = _TRANSFER_ENCODING_RE.sub(b"", block)
     status = response.status

@@ -209,7 +209,8 @@ class UpstreamRelay:
         if decode:
             self._decode = h1.ChunkedFramer(decode=True)
         hsts = self._route.hsts if self.factory.scheme == b"https" else ""
-        out = response_head_bytes(head, request, self.settings.server_name, keep, decode, hsts, self._set_cookie)
+        changes = policies.response_headers if policies is not None else None
+        out = response_head_bytes(head, request, self.settings.server_name, keep, decode, hsts, self._set_cookie, changes)
         if body:
             body = self._decoded(body) if decode else body
             out += body

@@ -15,6 +15,7 @@ import re
 from typing import Optional
 
 from ingress.routing.annotations import IngressAnnotations
+from ingress.routing.nginx_config import TWINGRESS_DEFAULTS, NginxConfig
 from ingress.routing.policies import EWMA, Affinity, BackendTLS, Deny, HashBy, Limits, Policies, Redirect, Retry, Rewrite
 from ingress.routing.policies.limits import UNLIMITED
 
@@ -31,19 +32,17 @@ def route_policies(
     regex: bool = False,
     backend_tls: Optional[BackendTLS] = None,
     closed: str = "",
-    defaults: Optional[Limits] = None,
-    load_balance: str = "",
+    config: NginxConfig = TWINGRESS_DEFAULTS,
 ) -> Optional[Policies]:
     """
     The policies of the route for C{path} (a regex when C{regex}), or None when the annotations ask for none.
 
     C{backend_tls} is resolved by the builder (it needs the Secrets); C{closed} says why the
     route must answer 503 (a guard it cannot honour), besides unenforced access guards;
-    C{defaults} are the limits of the ingress-nginx ConfigMap and C{load_balance} its balancing,
-    which the annotations override.
+    C{config} holds the ingress-nginx ConfigMap's route defaults (limits, balancing, header
+    fields), which the annotations override.
     """
-    defaults = defaults or _NO_LIMITS
-    if not annotations.values and not annotations.unguarded and not closed and defaults == _NO_LIMITS and not load_balance:
+    if not annotations.values and not annotations.unguarded and not closed and config == TWINGRESS_DEFAULTS:
         return None
     if annotations.unguarded:
         closed = "unenforced access guard: " + ", ".join(annotations.unguarded)
@@ -53,10 +52,12 @@ def route_policies(
         app_root=annotations.text("app-root"),
         affinity=_affinity(annotations, path, regex),
         hash_by=_hash_by(annotations),
-        load_balance=EWMA if (annotations.text("load-balance") or load_balance) == EWMA else "",
+        load_balance=EWMA if (annotations.text("load-balance") or config.load_balance) == EWMA else "",
         rewrite=_rewrite(annotations, path),
         upstream_host=annotations.text("upstream-vhost"),
-        limits=_limits(annotations, defaults),
+        request_headers=config.request_headers,
+        response_headers=config.response_headers,
+        limits=_limits(annotations, config.limits),
         backend_tls=backend_tls,
         retry=_retry(annotations),
         strip_trailing_slash=not annotations.flag("preserve-trailing-slash", True),

@@ -9,7 +9,8 @@ applied by the proxy in one fixed order, the order of L{Policies}' fields:
   1. C{deny}: the route is closed (an access guard twingress cannot enforce);
   2. C{redirect}, C{app_root}: answered by the proxy, no upstream;
   3. C{canary}, C{affinity}: which backend (the route's own or its canary's) and which endpoint;
-  4. C{rewrite}, C{upstream_host}: the request the upstream receives;
+  4. C{rewrite}, C{upstream_host}, C{request_headers}: the request the upstream receives,
+     and C{response_headers} the response the client receives;
   5. C{limits}, C{backend_tls}: timeouts, the body size limit, and TLS to the endpoints.
 
 A route without any has C{policies=None}, so the proxy pays one attribute
@@ -27,6 +28,7 @@ from ingress.routing.policies.affinity import Affinity
 from ingress.routing.policies.backend import BackendTLS
 from ingress.routing.policies.canary import Canary
 from ingress.routing.policies.hashing import HashBy
+from ingress.routing.policies.headers import HeaderChanges
 from ingress.routing.policies.limits import Limits
 from ingress.routing.policies.redirect import Deny, Redirect
 from ingress.routing.policies.retry import Retry
@@ -34,7 +36,7 @@ from ingress.routing.policies.rewrite import Rewrite
 
 EWMA = "ewma"  # load_balance: two endpoints at random, the faster answering wins (else round robin)
 
-__all__ = ["EWMA", "Affinity", "BackendTLS", "Canary", "Deny", "HashBy", "Limits", "Policies", "Redirect", "Retry", "Rewrite"]
+__all__ = ["EWMA", "Affinity", "BackendTLS", "Canary", "Deny", "HashBy", "HeaderChanges", "Limits", "Policies", "Redirect", "Retry", "Rewrite"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +52,8 @@ class Policies:
     load_balance: str = ""  # "" (round robin) or EWMA
     rewrite: Optional[Rewrite] = None
     upstream_host: str = ""  # the Host field the upstream receives instead of the client's
+    request_headers: Optional[HeaderChanges] = None
+    response_headers: Optional[HeaderChanges] = None
     limits: Optional[Limits] = None
     backend_tls: Optional[BackendTLS] = None
     retry: Optional[Retry] = None
@@ -76,6 +80,10 @@ class Policies:
             shown["rewrite"] = self.rewrite.to_json()
         if self.upstream_host:
             shown["upstreamHost"] = self.upstream_host
+        if self.request_headers is not None:
+            shown["requestHeaders"] = self.request_headers.to_json()
+        if self.response_headers is not None:
+            shown["responseHeaders"] = self.response_headers.to_json()
         if self.limits is not None:
             shown["limits"] = self.limits.to_json()
         if self.backend_tls is not None:

@@ -69,6 +69,7 @@ class KubeSource(Service):
         namespace: str = "",
         resources: tuple[Resource, ...] = RESOURCES,
         config_maps: Iterable[tuple[str, str]] = (),
+        config_map_namespaces: Iterable[str] = (),
     ) -> None:
         self.client_factory = client_factory
         self.builder = builder
@@ -76,7 +77,10 @@ class KubeSource(Service):
         self.reactor = reactor
         self.namespace = namespace
         self.resources = resources
-        self.config_maps = tuple(dict.fromkeys(config_maps))  # (namespace, name), each watched once
+        # Every ConfigMap of these namespaces (the ingress-nginx ConfigMap's, for the maps its
+        # add-headers and proxy-set-headers name), and single named ones elsewhere.
+        self.config_map_namespaces = tuple(dict.fromkeys(config_map_namespaces))
+        self.config_maps = tuple(key for key in dict.fromkeys(config_maps) if key[0] not in self.config_map_namespaces)
         self.reflectors: list[Reflector] = []
         self._warned: set[str] = set()
         self._seen: dict[str, tuple[int, int]] = {}
@@ -86,6 +90,7 @@ class KubeSource(Service):
         super().startService()
         watched = [(resource, self.namespace) for resource in self.resources]
         watched += [(config_map_resource(name), namespace) for namespace, name in self.config_maps]
+        watched += [(Resource("ConfigMap", "v1", "configmaps"), namespace) for namespace in self.config_map_namespaces]
         for resource, namespace in watched:
             reflector = Reflector(
                 self.client_factory,
