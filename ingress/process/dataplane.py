@@ -18,10 +18,11 @@ from ingress.process.drain import Drainable, HTTPConnections, PassthroughConnect
 from ingress.process.live import LiveTable
 from ingress.process.reactor import IProcessReactor
 from ingress.proxy.http.factory import HTTPProxyFactory
-from ingress.proxy.http.settings import ProxySettings
+from ingress.proxy.http.settings import ProxySettings, with_listener
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.tls.front import TLSFrontFactory
 from ingress.proxy.tls.termination import CertificateStore, SNIConnectionCreator, load_certificate, self_signed_certificate
+from ingress.routing.table import RoutingTable
 
 
 @dataclass
@@ -48,17 +49,30 @@ def data_plane(
 ) -> DataPlane:
     """Factories for the listeners asked for; the caller listens (on endpoints, or on adopted sockets)."""
     plane = DataPlane()
+    factories: list[HTTPProxyFactory] = []
     if http:
         factory = HTTPProxyFactory(live, pool, settings, metrics, reactor, access_log=access_log)
         plane.http = factory
         plane.drainables.append(HTTPConnections(factory))
+        factories.append(factory)
     if https:
-        store = CertificateStore(metrics, load_certificate(*self_signed_certificate()), tls_min_version, tls_ciphers)
+        generated = self_signed_certificate()
+        store = CertificateStore(metrics, load_certificate(*generated), tls_min_version, tls_ciphers, generated)
         terminating = HTTPProxyFactory(live, pool, settings, metrics, reactor, scheme=b"https", listener="https", access_log=access_log)
         plane.drainables.append(HTTPConnections(terminating))
+        factories.append(terminating)
         terminate = TLSMemoryBIOFactory(SNIConnectionCreator(store), False, terminating)
         front = TLSFrontFactory(terminate, live, pool, reactor, settings.header_timeout, metrics, settings.server_name)
         plane.drainables.append(PassthroughConnections(front.passthrough))
         plane.https, plane.store = front, store
+
+    def connection_settings(table: RoutingTable) -> None:
+        """A table with the ingress-nginx ConfigMap's connection settings replaces the command line's."""
+        effective = with_listener(settings, table.listener)
+        pool.settings = effective
+        for each in factories:
+            each.settings = effective
+
+    live.subscribe(connection_settings)
     return plane
 

@@ -106,6 +106,7 @@ def build(
         streams=streams.streams,
         stream_conditions=streams.conditions,
         trust=config.trust,
+        listener=config.listener,
     )
 
 

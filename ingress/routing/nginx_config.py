@@ -43,6 +43,28 @@ class NginxConfig:
     load_balance: str = ""  # "" (round robin) or "ewma"
     request_headers: Optional[HeaderChanges] = None  # proxy-set-headers
     response_headers: Optional[HeaderChanges] = None  # add-headers
+    listener: Optional[ListenerSettings] = None
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerSettings:
+    """
+    The ConfigMap's connection settings, which replace the command line's while a table has them
+    (new connections and the next request of open ones see them): client keep-alive, upstream
+    keep-alive and the TLS versions and ciphers.  None or "" keeps the command line's.
+    """
+
+    keepalive_timeout: Optional[float] = None  # keep-alive (0: no keep-alive)
+    keepalive_requests: Optional[int] = None  # keep-alive-requests
+    upstream_keepalive_connections: Optional[int] = None  # idle connections kept per endpoint
+    upstream_keepalive_timeout: Optional[float] = None
+    tls_min_version: str = ""  # "1.2" or "1.3", from ssl-protocols
+    tls_max_version: str = ""  # "1.2" when ssl-protocols leaves TLSv1.3 out
+    tls_ciphers: str = ""
+
+
+INGRESS_NGINX_LISTENER = ListenerSettings(75.0, 1000, 320, 60.0, "1.2", "", "")
+"""ingress-nginx's defaults for these keys (ssl-ciphers: its list is left to --tls-ciphers, which is as strict)."""
 
 
 TWINGRESS_DEFAULTS = NginxConfig(ssl_redirect=True, force_ssl_redirect=False, redirect_code=308, hsts="", limits=Limits())
@@ -68,17 +90,19 @@ _READERS: Mapping[str, Callable[[str], object]] = {
     "proxy-real-ip-cidr": values.networks,
     "use-proxy-protocol": values.boolean,
     "load-balance": values.one_of("round_robin", "ewma"),
+    "keep-alive": values.whole_seconds,
+    "keep-alive-requests": values.positive_number,
+    "upstream-keepalive-connections": values.whole_number,
+    "upstream-keepalive-timeout": values.seconds,
+    "ssl-protocols": values.tls_protocols,
+    "ssl-ciphers": values.ciphers,
     "add-headers": values.namespaced_name,
     "proxy-set-headers": values.namespaced_name,
 }
 
 _ON_THE_COMMAND_LINE = {
-    "keep-alive": "--keepalive-timeout",
-    "upstream-keepalive-timeout": "--upstream-idle-timeout",
     "client-header-timeout": "--header-timeout",
     "client-body-timeout": "--client-body-timeout",
-    "ssl-protocols": "--tls-min-version",
-    "ssl-ciphers": "--tls-ciphers",
 }
 """Keys whose setting is a twingress command-line option (listener settings are not per table)."""
 
@@ -215,7 +239,19 @@ def _config(read: Mapping[str, object], untrusted: bool = False) -> NginxConfig:
             pass_headers=bool(read.get("use-forwarded-headers", False)),
             append=bool(read.get("compute-full-forwarded-for", False)),
         )
+    protocols = read.get("ssl-protocols")
+    versions = sorted(protocols) if isinstance(protocols, tuple) else []
+    listener = ListenerSettings(
+        keepalive_timeout=float(str(read.get("keep-alive", 75))),
+        keepalive_requests=int(str(read.get("keep-alive-requests", 1000))),
+        upstream_keepalive_connections=int(str(read.get("upstream-keepalive-connections", 320))),
+        upstream_keepalive_timeout=float(str(read.get("upstream-keepalive-timeout", 60))),
+        tls_min_version="1.3" if versions and versions[0] == "TLSv1.3" else "1.2",
+        tls_max_version="1.2" if versions and versions[-1] == "TLSv1.2" else "",
+        tls_ciphers=str(read.get("ssl-ciphers", "")),
+    )
     return NginxConfig(
+        listener=listener,
         trust=trust,
         load_balance="ewma" if read.get("load-balance") == "ewma" else "",
         ssl_redirect=bool(read.get("ssl-redirect", True)),

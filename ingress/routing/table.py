@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 from ingress.model import ObjectRef, Problem
 from ingress.routing.certs import EMPTY_CERTIFICATES, CertificateTable
+from ingress.routing.nginx_config import ListenerSettings
 from ingress.routing.policies.trust import ForwardedTrust
 from ingress.routing.route import Route, Upstream
 from ingress.routing.streams import StreamCondition, StreamRoute, streams_json
@@ -77,6 +78,7 @@ class RoutingTable:
     streams: Mapping[tuple[str, int], StreamRoute] = field(default_factory=dict)  # (protocol, port) → route
     stream_conditions: Mapping[ObjectRef, tuple[StreamCondition, ...]] = field(default_factory=dict)  # for status
     trust: Optional[ForwardedTrust] = None  # forwarding headers believed (ingress-nginx ConfigMap); None: none
+    listener: Optional[ListenerSettings] = None  # connection settings of the ingress-nginx ConfigMap; None: the command line's
 
     def passthrough_for(self, host: str) -> Optional[Upstream]:
         """The upstream that gets this SNI name's raw TLS, if its host is passed through."""

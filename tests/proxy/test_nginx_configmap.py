@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import subprocess
 
-from tests.support import EchoBackend, Manifests, Twingress
+from tests.support import EchoBackend, Manifests, Twingress, free_port
 
 CONFIG = "default/ingress-nginx-controller"
 
@@ -59,3 +60,46 @@ def test_header_fields_from_the_configmaps(manifests: Manifests, twingress, echo
     assert response.getheader("X-Frame-Options") == "DENY"
     assert response.getheaders().count(("X-Backend", "hidden")) == 1 and ("X-Backend", echo_pair[0].name) not in response.getheaders()
     assert seen["headers"]["X-Edge"] == ["twingress"]
+
+
+def test_client_keep_alive_settings_apply_live(manifests: Manifests, twingress, echo_pair: tuple[EchoBackend, EchoBackend]) -> None:
+    """keep-alive-requests: the connection closes after that many responses; keep-alive "0": no keep-alive."""
+    manifests.write("all.yaml", *manifests.service("web", [echo_pair[0].address]), Manifests.ingress("plain", "plain.test", "web"))
+    manifests.write("config.yaml", _config_map({"keep-alive-requests": "2"}))
+    proxy = twingress("--nginx-configmap", CONFIG)
+    connection = http.client.HTTPConnection("127.0.0.1", proxy.http_port, timeout=10)
+    closes = []
+    for _ in range(4):
+        connection.request("GET", "/", headers={"Host": "plain.test"})
+        response = connection.getresponse()
+        response.read()
+        closes.append(response.getheader("Connection"))
+    assert closes == [None, "close", None, "close"]  # http.client reconnects after each close
+    generation = proxy.generation()
+    manifests.write("config.yaml", _config_map({"keep-alive": "0"}))
+    proxy.wait_generation_above(generation)
+    connection.request("GET", "/", headers={"Host": "plain.test"})
+    response = connection.getresponse()
+    response.read()
+    assert response.getheader("Connection") == "close"
+
+
+def test_ssl_protocols_apply_live(manifests: Manifests, twingress, echo_pair: tuple[EchoBackend, EchoBackend]) -> None:
+    """ssl-protocols "TLSv1.3": a TLS 1.2 client is refused; removing it lets TLS 1.2 in again."""
+    manifests.write("all.yaml", *manifests.service("web", [echo_pair[0].address]), Manifests.ingress("plain", "plain.test", "web"))
+    manifests.write("config.yaml", _config_map({"ssl-protocols": "TLSv1.3"}))
+    https_port = free_port()
+    proxy = twingress("--nginx-configmap", CONFIG, "--https", f"tcp:{https_port}:interface=127.0.0.1")
+
+    def handshake(version: str) -> bool:
+        result = subprocess.run(
+            ["openssl", "s_client", f"-{version}", "-connect", f"127.0.0.1:{https_port}", "-servername", "plain.test"],
+            input=b"", capture_output=True, timeout=10,
+        )
+        return result.returncode == 0
+
+    assert handshake("tls1_3") and not handshake("tls1_2")
+    generation = proxy.generation()
+    manifests.write("config.yaml", _config_map({}))
+    proxy.wait_generation_above(generation)
+    assert handshake("tls1_2")

@@ -57,3 +57,18 @@ def test_the_annotation() -> None:
     assert route is not None and route.policies is not None and route.policies.load_balance == "ewma"
     plain = table(ingress("web", rule("a.test", path("/")), annotations={"nginx.ingress.kubernetes.io/load-balance": "round_robin"})).match("a.test", "/")
     assert plain is not None and plain.policies is None
+
+
+class MovingClock(Clock):
+    """A clock that moves on every reading, as the reactor's does."""
+
+    def __call__(self) -> float:
+        self.now += 0.001
+        return self.now
+
+
+def test_an_unmeasured_endpoint_ties_with_the_average_at_one_instant() -> None:
+    """Scores compared at different instants would make the measured endpoint win every tie (it decays meanwhile)."""
+    scores = EwmaScores(MovingClock())
+    scores.observe(A, 0.2)
+    assert scores.choose([A, B], lambda target: True, draw=lambda n: 1 if n == 2 else 0) == B  # B drawn first; a tie keeps it

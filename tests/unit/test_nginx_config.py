@@ -14,6 +14,7 @@ from typing import Any, Optional
 import pytest
 
 from ingress.routing import RoutingTable
+from ingress.routing.nginx_config import ListenerSettings
 from ingress.routing.policies import Policies
 from ingress.routing.policies.limits import UNLIMITED, Limits
 from ingress.routing.route import Route
@@ -131,7 +132,24 @@ def test_a_missing_header_configmap_is_reported() -> None:
     assert ("InvalidConfigKey", True) in [(p.reason, "nowhere" in p.message) for p in routes.problems]
 
 
-def test_listener_settings_point_to_the_command_line() -> None:
-    routes = _table({"keep-alive": "30", "ssl-protocols": "TLSv1.3"})
+def test_client_timeouts_point_to_the_command_line() -> None:
+    routes = _table({"client-header-timeout": "30", "client-body-timeout": "30"})
     messages = [p.message for p in routes.problems if p.ref.kind == "ConfigMap"]
-    assert any("--keepalive-timeout" in m for m in messages) and any("--tls-min-version" in m for m in messages)
+    assert any("--header-timeout" in m for m in messages) and any("--client-body-timeout" in m for m in messages)
+
+
+def test_connection_settings_with_ingress_nginx_defaults() -> None:
+    assert table(ingress("plain", rule("plain.test", path("/")))).listener is None  # without the option: the command line's
+    assert _table({}).listener == ListenerSettings(75.0, 1000, 320, 60.0, "1.2", "", "")
+    listener = _table(
+        {"keep-alive": "0", "keep-alive-requests": "10", "upstream-keepalive-connections": "0", "upstream-keepalive-timeout": "5",
+         "ssl-protocols": "TLSv1.2", "ssl-ciphers": "ECDHE-RSA-AES128-GCM-SHA256"}
+    ).listener
+    assert listener == ListenerSettings(0.0, 10, 0, 5.0, "1.2", "1.2", "ECDHE-RSA-AES128-GCM-SHA256")
+    assert _table({"ssl-protocols": "TLSv1.3"}).listener == ListenerSettings(75.0, 1000, 320, 60.0, "1.3", "", "")
+
+
+def test_old_tls_versions_are_refused() -> None:
+    routes = _table({"ssl-protocols": "TLSv1 TLSv1.1 TLSv1.2"})
+    assert [p.reason for p in routes.problems if p.ref.kind == "ConfigMap"] == ["InvalidConfigKey"]
+    assert routes.listener is not None and routes.listener.tls_min_version == "1.2"

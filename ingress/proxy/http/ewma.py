@@ -35,11 +35,11 @@ class EwmaScores:
         if len(self._scores) > 65536:
             self._scores = dict(list(self._scores.items())[-32768:])
 
-    def score(self, address: Address) -> Optional[float]:
-        """The endpoint's score now, or None if it was never measured."""
+    def score(self, address: Address, now: Optional[float] = None) -> Optional[float]:
+        """The endpoint's score now (or at C{now}), or None if it was never measured."""
         if address not in self._scores:
             return None
-        return self._decayed(address, self._clock(), 0.0)
+        return self._decayed(address, self._clock() if now is None else now, 0.0)
 
     def _decayed(self, address: Address, now: float, sample: float) -> float:
         ewma, when = self._scores.get(address, (sample, now))
@@ -55,7 +55,8 @@ class EwmaScores:
         second = candidates[draw(len(candidates) - 1)]
         if second == first:
             second = candidates[-1]
-        known = [s for t in candidates if (s := self.score(t)) is not None]
+        now = self._clock()  # one instant for every score: they decay as time passes
+        known = [s for t in candidates if (s := self.score(t, now)) is not None]
         start = sum(known) / len(known) if known else 0.0
-        scores = [s if (s := self.score(t)) is not None else start for t in (first, second)]
+        scores = [s if (s := self.score(t, now)) is not None else start for t in (first, second)]
         return first if scores[0] <= scores[1] else second

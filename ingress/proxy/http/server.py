@@ -248,7 +248,10 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         elif self._forwarded is not self._peer:
             self._forwarded = self._peer  # the trust was dropped by a new table
         self._started_at = time.monotonic()
-        self._keep_alive = head.keep_alive and not self.factory.draining
+        live_settings = self.factory.settings  # the keep-alive settings of the table live now
+        self._keep_alive = head.keep_alive and not self.factory.draining and live_settings.keepalive_timeout > 0
+        if live_settings.keepalive_requests and self._request_id >= live_settings.keepalive_requests:
+            self._keep_alive = False  # nginx's keepalive_requests: this response is the connection's last
         if head.method == b"CONNECT":
             self._refuse(405, "CONNECT is not proxied")
             return
@@ -346,7 +349,7 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
             return
         self._reset_request()
         self._state = HEAD
-        self._timer.set(self.settings.keepalive_timeout, "idle")
+        self._timer.set(self.factory.settings.keepalive_timeout, "idle")
         self._resume_reading("pipeline")
         if self._buffer and not self._driving:
             self._drive()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
+
+from ingress.routing.nginx_config import ListenerSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +23,8 @@ class ProxySettings:
     max_body_bytes: int = 1 << 30
     header_timeout: float = 10.0
     client_body_timeout: float = 60.0  # between two reads of a request body, as nginx's client_body_timeout
-    keepalive_timeout: float = 75.0
+    keepalive_timeout: float = 75.0  # 0: no keep-alive
+    keepalive_requests: int = 0  # requests on one client connection before it is closed; 0: no limit
     connect_timeout: float = 5.0
     upstream_timeout: float = 60.0
     upstream_idle_timeout: float = 30.0
@@ -29,3 +32,19 @@ class ProxySettings:
     fail_timeout: float = 5.0
     server_name: bytes = b"twingress"
     https_redirect_port: Optional[int] = None  # the port in HTTP -> HTTPS redirects; None: the scheme's own (443)
+
+
+def with_listener(settings: ProxySettings, listener: Optional[ListenerSettings]) -> ProxySettings:
+    """The settings with a table's connection settings (the ingress-nginx ConfigMap's) in place of the command line's."""
+    if listener is None:
+        return settings
+    changes: dict[str, object] = {}
+    if listener.keepalive_timeout is not None:
+        changes["keepalive_timeout"] = listener.keepalive_timeout
+    if listener.keepalive_requests is not None:
+        changes["keepalive_requests"] = listener.keepalive_requests
+    if listener.upstream_keepalive_connections is not None:
+        changes["max_idle_per_endpoint"] = listener.upstream_keepalive_connections
+    if listener.upstream_keepalive_timeout is not None:
+        changes["upstream_idle_timeout"] = listener.upstream_keepalive_timeout
+    return replace(settings, **changes)  # type: ignore[arg-type]

@@ -94,7 +94,7 @@ class LoadedCertificate:
         return False
 
 
-def load_certificate(cert_pem: bytes, key_pem: bytes, min_version: str = "1.2", ciphers: str = MODERN_CIPHERS) -> LoadedCertificate:
+def load_certificate(cert_pem: bytes, key_pem: bytes, min_version: str = "1.2", ciphers: str = MODERN_CIPHERS, max_version: str = "") -> LoadedCertificate:
     """Validate a PEM certificate chain and key and build its context; raises L{CertificateError}."""
     try:
         chain = x509.load_pem_x509_certificates(cert_pem)
@@ -110,6 +110,8 @@ def load_certificate(cert_pem: bytes, key_pem: bytes, min_version: str = "1.2", 
         raise CertificateError("unparsable", f"private key: {error}") from None
     context = SSL.Context(SSL.TLS_SERVER_METHOD)
     context.set_min_proto_version(_MIN_VERSIONS[min_version])
+    if max_version:
+        context.set_max_proto_version(_MIN_VERSIONS[max_version])
     context.set_options(SSL.OP_NO_COMPRESSION | SSL.OP_CIPHER_SERVER_PREFERENCE | SSL.OP_NO_RENEGOTIATION)
     context.set_cipher_list(ciphers.encode())
     context.set_session_id(b"twingress")
@@ -141,11 +143,21 @@ class CertificateStore:
     logged and counted once per version, and its hosts use the default.
     """
 
-    def __init__(self, metrics: Metrics, default: LoadedCertificate, min_version: str = "1.2", ciphers: str = MODERN_CIPHERS) -> None:
+    def __init__(
+        self,
+        metrics: Metrics,
+        default: LoadedCertificate,
+        min_version: str = "1.2",
+        ciphers: str = MODERN_CIPHERS,
+        generated: Optional[tuple[bytes, bytes]] = None,
+    ) -> None:
         self.metrics = metrics
         self.default = default
         self.min_version = min_version
         self.ciphers = ciphers
+        self.max_version = ""
+        self._command_line = (min_version, ciphers)
+        self._generated = generated  # the default certificate's PEMs, to rebuild it with other TLS options
         self.default_context = self._default_context(default)
         self._exact: dict[str, SSL.Context] = {}
         self._wildcards: dict[str, SSL.Context] = {}
@@ -188,6 +200,7 @@ class CertificateStore:
         (reactor thread).  Builds are serial, so only one prepare runs at a time.
         """
         certificates = table.certificates
+        rebuilt_default = self._tls_options(table)
         loaded: dict[SecretKey, Optional[LoadedCertificate]] = {}
         cache: dict[tuple[SecretKey, bytes, bytes], Optional[LoadedCertificate]] = {}
         for key, secret in certificates.secrets.items():
@@ -197,7 +210,7 @@ class CertificateStore:
             else:
                 cache[cache_key] = self._load(key, secret)
             loaded[key] = cache[cache_key]
-        default = self._new_default(certificates.default, loaded, certificates.secrets)
+        default = self._new_default(certificates.default, loaded, certificates.secrets) or rebuilt_default
         exact, wildcards, served, refused = self._host_maps(certificates, loaded)
         self._cache = cache
 
@@ -209,6 +222,28 @@ class CertificateStore:
             self._export_expiry(loaded)
 
         return commit
+
+    def _tls_options(self, table: RoutingTable) -> Optional[SSL.Context]:
+        """
+        The TLS versions and ciphers of the table (the ingress-nginx ConfigMap's ssl-protocols and
+        ssl-ciphers) or of the command line; when they change, every context is built again, and the
+        generated default certificate's new context is returned.
+        """
+        listener = table.listener
+        min_version, ciphers = self._command_line
+        max_version = ""
+        if listener is not None:
+            min_version = listener.tls_min_version or min_version
+            max_version = listener.tls_max_version
+            ciphers = listener.tls_ciphers or ciphers
+        if (min_version, max_version, ciphers) == (self.min_version, self.max_version, self.ciphers):
+            return None
+        self.min_version, self.max_version, self.ciphers = min_version, max_version, ciphers
+        self._cache = {}
+        self._named_default = None
+        if self._generated is None:
+            return None
+        return self._default_context(load_certificate(*self._generated, min_version, ciphers, max_version))
 
     def _new_default(
         self,
@@ -224,12 +259,12 @@ class CertificateStore:
             return None
         self._named_default = cert
         secret = secrets[key]
-        return self._default_context(load_certificate(secret.cert_pem, secret.key_pem, self.min_version, self.ciphers))
+        return self._default_context(load_certificate(secret.cert_pem, secret.key_pem, self.min_version, self.ciphers, self.max_version))
 
     def _load(self, key: SecretKey, secret: TLSSecret) -> Optional[LoadedCertificate]:
         try:
             try:
-                return load_certificate(secret.cert_pem, secret.key_pem, self.min_version, self.ciphers)
+                return load_certificate(secret.cert_pem, secret.key_pem, self.min_version, self.ciphers, self.max_version)
             except (ValueError, TypeError, SSL.Error, crypto.Error) as unexpected:  # never let one Secret stop the rest
                 raise CertificateError("invalid", str(unexpected)) from None
         except CertificateError as error:

@@ -15,6 +15,8 @@ import re
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
+from OpenSSL import SSL
+
 from ingress.routing.policies.hashing import parse_template
 from ingress.routing.policies.retry import CONDITIONS
 
@@ -187,9 +189,13 @@ def tls_protocols(value: str) -> tuple[str, ...]:
 
 
 def ciphers(value: str) -> str:
-    """An OpenSSL cipher list."""
+    """An OpenSSL cipher list that selects at least one cipher (OpenSSL itself is asked; no I/O)."""
     if re.fullmatch(r"[-A-Za-z0-9_:+!@=.]+", value) is None:
         raise InvalidValue("must be an OpenSSL cipher list")
+    try:
+        SSL.Context(SSL.TLS_METHOD).set_cipher_list(value.encode("ascii"))
+    except SSL.Error:
+        raise InvalidValue("selects no cipher OpenSSL knows") from None
     return value
 
 
