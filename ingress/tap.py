@@ -370,6 +370,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
         reactor, live, pool, settings, metrics, access_log,
         http=bool(options["http"]), https=bool(options["https"]),
         tls_min_version=options["tls-min-version"], tls_ciphers=options["tls-ciphers"],
+        behind_proxy=frozenset(name for name in ("http", "https") if (options[name] or "").startswith("haproxy:")),
     )
     drainables.extend(plane.drainables)
     if plane.http is not None:

@@ -149,6 +149,13 @@ class Manifests:
             "spec": {"ingressClassName": "twingress", "rules": [rule], **spec},
         }
 
+    @staticmethod
+    def nginx_ingress(name: str, host: str, service: str, annotations: dict[str, str], path: str = "/", path_type: str = "Prefix") -> dict:
+        """An Ingress with C{annotations} under the C{nginx.ingress.kubernetes.io/} prefix (keys given without it)."""
+        ingress = Manifests.ingress(name, host, service, path=path, path_type=path_type)
+        ingress["metadata"]["annotations"] = {"nginx.ingress.kubernetes.io/" + key: value for key, value in annotations.items()}
+        return ingress
+
     def route(self, name: str, host: str, backends: Sequence[tuple[str, int]], path: str = "/") -> None:
         """One file with a Service, its EndpointSlice and an Ingress routing C{host}+C{path} to it."""
         self.write(f"{name}.yaml", *self.service(name, backends), self.ingress(name, host, name, path))

@@ -20,6 +20,7 @@ from ingress.process.reactor import IProcessReactor
 from ingress.proxy.http.factory import HTTPProxyFactory
 from ingress.proxy.http.settings import ProxySettings, with_listener
 from ingress.proxy.http.upstream import UpstreamPool
+from ingress.proxy.proxy_protocol import ProxyProtocolWhenAsked
 from ingress.proxy.tls.front import TLSFrontFactory
 from ingress.proxy.tls.termination import CertificateStore, SNIConnectionCreator, load_certificate, self_signed_certificate
 from ingress.routing.table import RoutingTable
@@ -46,13 +47,19 @@ def data_plane(
     https: bool,
     tls_min_version: str,
     tls_ciphers: str,
+    behind_proxy: frozenset[str] = frozenset(),
 ) -> DataPlane:
-    """Factories for the listeners asked for; the caller listens (on endpoints, or on adopted sockets)."""
+    """
+    Factories for the listeners asked for; the caller listens (on endpoints, or on adopted sockets).
+
+    A listener not in C{behind_proxy} (those given as C{haproxy:} endpoints) expects a PROXY
+    header on new connections while the table says so (the ConfigMap's use-proxy-protocol).
+    """
     plane = DataPlane()
     factories: list[HTTPProxyFactory] = []
     if http:
         factory = HTTPProxyFactory(live, pool, settings, metrics, reactor, access_log=access_log)
-        plane.http = factory
+        plane.http = factory if "http" in behind_proxy else ProxyProtocolWhenAsked(factory, live)
         plane.drainables.append(HTTPConnections(factory))
         factories.append(factory)
     if https:
@@ -64,7 +71,8 @@ def data_plane(
         terminate = TLSMemoryBIOFactory(SNIConnectionCreator(store), False, terminating)
         front = TLSFrontFactory(terminate, live, pool, reactor, settings.header_timeout, metrics, settings.server_name)
         plane.drainables.append(PassthroughConnections(front.passthrough))
-        plane.https, plane.store = front, store
+        plane.https = front if "https" in behind_proxy else ProxyProtocolWhenAsked(front, live)
+        plane.store = store
 
     def connection_settings(table: RoutingTable) -> None:
         """A table with the ingress-nginx ConfigMap's connection settings replaces the command line's."""

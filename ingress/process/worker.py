@@ -127,6 +127,7 @@ def main(argv: list[str]) -> None:
         reactor, live, upstreams, settings, metrics, access_log,
         http="http" in names, https="https" in names,
         tls_min_version=config["tls_min_version"], tls_ciphers=config["tls_ciphers"],
+        behind_proxy=frozenset(spec["name"] for spec in config["listeners"] if spec["proxy_protocol"]),
     )
     streams = StreamListeners(
         reactor, upstreams, metrics, config["stream_interface"], config["stream_drain_timeout"], reuse_port=True

@@ -61,6 +61,7 @@ class ListenerSettings:
     tls_min_version: str = ""  # "1.2" or "1.3", from ssl-protocols
     tls_max_version: str = ""  # "1.2" when ssl-protocols leaves TLSv1.3 out
     tls_ciphers: str = ""
+    proxy_protocol: bool = False  # use-proxy-protocol: a PROXY header opens every new connection
 
 
 INGRESS_NGINX_LISTENER = ListenerSettings(75.0, 1000, 320, 60.0, "1.2", "", "")
@@ -177,9 +178,6 @@ def read_nginx_config(config_maps: Mapping[tuple[str, str], ConfigMap], named: t
                 problems.append(Problem(ref, INVALID, f"{key}: {value!r} {error}; ingress-nginx's default applies"))
     if read.pop("allow-snippet-annotations", False):
         problems.append(Problem(ref, UNSUPPORTED, "allow-snippet-annotations is always false in twingress: snippets are never executed"))
-    if read.pop("use-proxy-protocol", False):
-        message = "use-proxy-protocol is a listener option in twingress: --http haproxy:tcp:80 --https haproxy:tcp:443 (the ConfigMap cannot change listeners)"
-        problems.append(Problem(ref, UNSUPPORTED, message))
     config = _config(read, "proxy-real-ip-cidr" in invalid)
     request_headers = _headers(config_maps, read.get("proxy-set-headers"), named, "proxy-set-headers", problems)
     response_headers = _headers(config_maps, read.get("add-headers"), named, "add-headers", problems)
@@ -249,6 +247,7 @@ def _config(read: Mapping[str, object], untrusted: bool = False) -> NginxConfig:
         tls_min_version="1.3" if versions and versions[0] == "TLSv1.3" else "1.2",
         tls_max_version="1.2" if versions and versions[-1] == "TLSv1.2" else "",
         tls_ciphers=str(read.get("ssl-ciphers", "")),
+        proxy_protocol=bool(read.get("use-proxy-protocol", False)),
     )
     return NginxConfig(
         listener=listener,

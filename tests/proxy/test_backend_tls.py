@@ -22,13 +22,9 @@ import pytest
 from tests.proxy.certs import CertificateAuthority, tls_secret
 from tests.support import ROOT, Manifests, Twingress, free_port, wait_for_port
 
-NGINX = "nginx.ingress.kubernetes.io/"
-
 
 def _ingress(name: str, service: str, annotations: dict[str, str]) -> dict[str, Any]:
-    ingress = Manifests.ingress(name, f"{name}.test", service)
-    ingress["metadata"]["annotations"] = {NGINX + key: value for key, value in annotations.items()}
-    return ingress
+    return Manifests.nginx_ingress(name, f"{name}.test", service, annotations)
 
 
 def _with_ca(secret: dict, ca: CertificateAuthority) -> dict:

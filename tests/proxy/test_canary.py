@@ -17,13 +17,9 @@ import pytest
 
 from tests.support import EchoBackend, Manifests, Twingress
 
-NGINX = "nginx.ingress.kubernetes.io/"
-
 
 def _ingress(name: str, host: str, service: str, annotations: dict[str, str], path: str = "/") -> dict[str, Any]:
-    ingress = Manifests.ingress(name, host, service, path=path, path_type="ImplementationSpecific")
-    ingress["metadata"]["annotations"] = {NGINX + key: value for key, value in annotations.items()}
-    return ingress
+    return Manifests.nginx_ingress(name, host, service, annotations, path=path, path_type="ImplementationSpecific")
 
 
 @pytest.fixture(scope="module")

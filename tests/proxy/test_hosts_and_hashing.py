@@ -16,13 +16,9 @@ import pytest
 
 from tests.support import EchoBackend, Manifests, Twingress
 
-NGINX = "nginx.ingress.kubernetes.io/"
-
 
 def _ingress(name: str, host: str, service: str, annotations: dict[str, str]) -> dict[str, Any]:
-    ingress = Manifests.ingress(name, host, service)
-    ingress["metadata"]["annotations"] = {NGINX + key: value for key, value in annotations.items()}
-    return ingress
+    return Manifests.nginx_ingress(name, host, service, annotations)
 
 
 @pytest.fixture(scope="module")

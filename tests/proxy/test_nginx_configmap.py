@@ -9,7 +9,7 @@ import http.client
 import json
 import subprocess
 
-from tests.support import EchoBackend, Manifests, Twingress, free_port
+from tests.support import EchoBackend, Manifests, Twingress, free_port, raw_exchange
 
 CONFIG = "default/ingress-nginx-controller"
 
@@ -103,3 +103,18 @@ def test_ssl_protocols_apply_live(manifests: Manifests, twingress, echo_pair: tu
     manifests.write("config.yaml", _config_map({}))
     proxy.wait_generation_above(generation)
     assert handshake("tls1_2")
+
+
+def test_use_proxy_protocol_applies_live(manifests: Manifests, twingress, echo_pair: tuple[EchoBackend, EchoBackend]) -> None:
+    """use-proxy-protocol: new connections must open with a PROXY header (its source is the client), until it is off again."""
+    manifests.write("all.yaml", *manifests.service("web", [echo_pair[0].address]), Manifests.ingress("plain", "plain.test", "web"))
+    manifests.write("config.yaml", _config_map({"use-proxy-protocol": "true"}))
+    proxy = twingress("--nginx-configmap", CONFIG)
+    request = b"GET / HTTP/1.1\r\nHost: plain.test\r\nConnection: close\r\n\r\n"
+    answer = raw_exchange(proxy.http_port, b"PROXY TCP4 198.51.100.7 10.0.0.1 40000 80\r\n" + request)
+    assert answer.startswith(b"HTTP/1.1 200 ") and b'"X-Forwarded-For": ["198.51.100.7"]' in answer
+    assert not raw_exchange(proxy.http_port, request).startswith(b"HTTP/1.1 200 ")  # no header: not served
+    generation = proxy.generation()
+    manifests.write("config.yaml", _config_map({}))
+    proxy.wait_generation_above(generation)
+    assert raw_exchange(proxy.http_port, request).startswith(b"HTTP/1.1 200 ")

@@ -16,13 +16,9 @@ import pytest
 
 from tests.support import EchoBackend, Manifests, Twingress
 
-NGINX = "nginx.ingress.kubernetes.io/"
-
 
 def _annotated(name: str, host: str, annotations: dict[str, str], path: str = "/", path_type: str = "Prefix") -> dict[str, Any]:
-    ingress = Manifests.ingress(name, host, "echo", path=path, path_type=path_type)
-    ingress["metadata"]["annotations"] = {NGINX + key: value for key, value in annotations.items()}
-    return ingress
+    return Manifests.nginx_ingress(name, host, "echo", annotations, path=path, path_type=path_type)
 
 
 @pytest.fixture(scope="module")

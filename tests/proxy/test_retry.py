@@ -17,13 +17,9 @@ import pytest
 
 from tests.support import EchoBackend, Manifests, Twingress
 
-NGINX = "nginx.ingress.kubernetes.io/"
-
 
 def _ingress(name: str, annotations: dict[str, str]) -> dict[str, Any]:
-    ingress = Manifests.ingress(name, f"{name}.test", "web")
-    ingress["metadata"]["annotations"] = {NGINX + key: value for key, value in annotations.items()}
-    return ingress
+    return Manifests.nginx_ingress(name, f"{name}.test", "web", annotations)
 
 
 @pytest.fixture(scope="module")

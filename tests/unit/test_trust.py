@@ -59,9 +59,9 @@ def test_the_trust_keys() -> None:
     assert trust.trusts("192.168.1.1") and not trust.trusts("192.168.1.2")
 
 
-def test_use_proxy_protocol_points_to_the_listener_option() -> None:
-    _, problems = _config({"use-proxy-protocol": "true"})
-    assert [p.reason for p in problems] == ["UnsupportedConfigKey"] and "haproxy:tcp:80" in problems[0].message
+def test_use_proxy_protocol_is_a_listener_setting_of_the_table() -> None:
+    config, problems = _config({"use-proxy-protocol": "true"})
+    assert problems == [] and config.listener is not None and config.listener.proxy_protocol
 
 
 def test_a_bad_cidr_is_reported_and_trusts_nobody() -> None:
