@@ -22,20 +22,17 @@ from ingress.model import (
     DEFAULT_CLASS_NAME,
     PATH_EXACT,
     ClusterState,
-    EndpointSlice,
     Ingress,
     IngressBackend,
     IngressClass,
     ObjectRef,
     Problem,
-    Service,
-    ServiceBackendPort,
-    ServicePort,
     TLSSecret,
 )
 from ingress.routing.annotations import CANARY_WITHOUT_MAIN, INVALID_PATH, IngressAnnotations, read_annotations
 from ingress.routing.annotations.backend import MissingSecret, backend_tls
 from ingress.routing.annotations.policies import BadPath, compile_path, route_policies
+from ingress.routing.backends import Backends
 from ingress.routing.certs import build_certificates, passthrough_upstreams, tls_hosts, with_tls_options
 from ingress.routing.nginx_config import TWINGRESS_DEFAULTS, NginxConfig, read_nginx_config
 from ingress.routing.policies import Canary, Policies, Redirect
@@ -44,10 +41,7 @@ from ingress.routing.streams import build_streams
 from ingress.routing.table import HostRoutes, Route, RoutingTable, Upstream
 
 LEGACY_CLASS_ANNOTATION = "kubernetes.io/ingress.class"
-ROUTED_ADDRESS_TYPES = frozenset({"IPv4", "IPv6"})
 
-_Issue = tuple[str, str]
-"""A (reason, message) pair that becomes a L{Problem} for each Ingress that hits it."""
 
 
 def build(
@@ -78,7 +72,7 @@ def build(
     annotations = {ingress.ref: read_annotations(ingress, nginx_annotations) for ingress in ingresses}
     valid = tuple(ingress for ingress in ingresses if not annotations[ingress.ref].invalid)
     served = tuple(ingress for ingress in valid if not annotations[ingress.ref].canary)
-    backends = _Backends(state)
+    backends = Backends(state)
     streams = build_streams(
         state, backends.upstream, tcp_services=tcp_services, udp_services=udp_services, reserved_ports=reserved_ports
     )
@@ -179,95 +173,6 @@ def prefix_key(path: str) -> str:
     return "/".join(element for element in path.split("/") if element)
 
 
-class _Backends:
-    """
-    Backend to L{Upstream}, with the Service and EndpointSlice indexes built once per build.
-
-    One Upstream object per key, so that routes sharing a backend share it
-    (and the proxy's pools keyed by it).
-    """
-
-    def __init__(self, state: ClusterState) -> None:
-        self._services: Mapping[tuple[str, str], Service] = state.services
-        self._slices: dict[tuple[str, str], list[EndpointSlice]] = {}
-        for endpoint_slice in state.endpoint_slices:
-            if endpoint_slice.service_name and endpoint_slice.address_type in ROUTED_ADDRESS_TYPES:
-                key = (endpoint_slice.meta.namespace, endpoint_slice.service_name)
-                self._slices.setdefault(key, []).append(endpoint_slice)
-        self._upstreams: dict[str, tuple[Upstream, Optional[_Issue]]] = {}
-
-    def upstream(self, namespace: str, backend: IngressBackend, protocol: str = "TCP") -> tuple[Upstream, Optional[_Issue]]:
-        """
-        The shared Upstream for a backend, and what is wrong with it (if anything).
-
-        C{protocol} is the Service port's protocol the caller needs (HTTP and TCP
-        streams: "TCP"; UDP streams: "UDP"); a UDP upstream's key ends in "/UDP".
-        """
-        key = f"{namespace}/{backend.service_name}:{backend.port}" + ("" if protocol == "TCP" else f"/{protocol}")
-        found = self._upstreams.get(key)
-        if found is None:
-            found = self._upstreams[key] = self._resolve(key, namespace, backend, protocol)
-        return found
-
-    def service_upstream(self, namespace: str, backend: IngressBackend) -> tuple[Upstream, Optional[_Issue]]:
-        """
-        ingress-nginx "Service Upstream": the Service's cluster IP and port as the one endpoint,
-        instead of its pods (kube-proxy balances; affinity and retries to another pod do not apply).
-        """
-        upstream, issue = self.upstream(namespace, backend)
-        service = self._services.get((namespace, backend.service_name))
-        if issue is not None or service is None or service.type == "ExternalName":
-            return upstream, issue
-        if not service.cluster_ip:
-            return Upstream(upstream.key + "#service", ()), ("NoClusterIP", f'Service "{namespace}/{backend.service_name}" has no cluster IP (service-upstream)')
-        port = _find_port(service.ports, backend.port)
-        assert port is not None  # the upstream resolved without an issue
-        return Upstream(upstream.key + "#service", ((service.cluster_ip, port.port),)), None
-
-    def _resolve(self, key: str, namespace: str, backend: IngressBackend, protocol: str) -> tuple[Upstream, Optional[_Issue]]:
-        """An unusable backend still gets an (empty) Upstream: its route answers 503, not 404."""
-        empty = Upstream(key, ())
-        if not backend.service_name:
-            return empty, ("UnsupportedBackend", "resource backends are not supported")
-        service = self._services.get((namespace, backend.service_name))
-        if service is None:
-            return empty, ("ServiceNotFound", f'Service "{namespace}/{backend.service_name}" not found')
-        service_port = _find_port(service.ports, backend.port, protocol)
-        if service.type == "ExternalName":
-            number = backend.port.number
-            if number is None and service_port is not None:
-                number = service_port.port
-            if number is not None:
-                return Upstream(key, (), external_name=service.external_name, external_port=number), None
-        if service_port is None:
-            message = f'Service "{namespace}/{backend.service_name}" has no port {backend.port}'
-            return empty, ("PortNotFound", message)
-        if service_port.protocol != protocol:
-            message = f'Service "{namespace}/{backend.service_name}" port {backend.port} is {service_port.protocol}, not {protocol}'
-            return empty, ("ProtocolMismatch", message)
-        return Upstream(key, self._endpoints(namespace, service.meta.name, service_port)), None
-
-    def _endpoints(self, namespace: str, service_name: str, port: ServicePort) -> tuple[tuple[str, int], ...]:
-        """Ready addresses from every slice of the Service, at the slice port named like the ServicePort."""
-        found: set[tuple[str, int]] = set()
-        for endpoint_slice in self._slices.get((namespace, service_name), ()):
-            number = next((p.port for p in endpoint_slice.ports if p.name == port.name), None)
-            if number is None:
-                continue
-            for endpoint in endpoint_slice.endpoints:
-                if endpoint.ready:
-                    found.update((address, number) for address in endpoint.addresses)
-        return tuple(sorted(found))
-
-
-def _find_port(ports: Iterable[ServicePort], wanted: ServiceBackendPort, protocol: str = "TCP") -> Optional[ServicePort]:
-    """By name, or by number (C{protocol} first: 53/TCP and 53/UDP may both exist; HTTP is TCP)."""
-    if wanted.number is None:
-        return next((p for p in ports if p.name == wanted.name), None)
-    matches = sorted((p for p in ports if p.port == wanted.number), key=lambda p: p.protocol != protocol)
-    return matches[0] if matches else None
-
-
 @dataclass
 class _HostPaths:
     """The mutable paths of one host while building; frozen into a L{HostRoutes} at the end."""
@@ -291,7 +196,7 @@ class _RouteBuilder:
 
     def __init__(
         self,
-        backends: _Backends,
+        backends: Backends,
         annotations: Mapping[ObjectRef, IngressAnnotations],
         tls_hosts: frozenset[str] = frozenset(),
         regex_hosts: frozenset[str] = frozenset(),

@@ -261,6 +261,8 @@ def test_open_streams_finish_during_the_drain(stream: tuple[StreamListeners, Rou
     shutdown.begin()
     assert shutdown.readiness() == (False, {"draining": True})
     yield until(lambda: shutdown._poll is not None, what="listeners closed")
+    # stopListening closes the socket on the next reactor turn: a connect racing it could still land
+    yield until(lambda: not any(getattr(listener.port, "connected", False) for listener in streams.listeners.values()), what="the sockets closed")
     with pytest.raises(ConnectionRefusedError):
         yield deferToThread(_connect, port)
     streams.apply(table)  # a table arriving during the drain opens nothing again

@@ -16,6 +16,7 @@ from email.utils import formatdate
 from typing import Optional
 
 from ingress.proxy.http import h1
+from ingress.proxy.http.fields import cookie_value
 from ingress.proxy.http.upstream import Address, UpstreamPool
 from ingress.routing.policies.affinity import BALANCED, Affinity, endpoint_key, persistent_target, rendezvous, upstream_tag
 from ingress.routing.route import Upstream
@@ -25,7 +26,7 @@ _NEW_KEY_TRIES = 20  # ingress-nginx's sticky_balanced tries as many keys for a 
 
 def cookie_key(affinity: Affinity, upstream: Upstream, request: h1.Head) -> str:
     """The key of the client's cookie for this upstream, or "" (none, or one of another upstream)."""
-    value = h1.cookie_value(request.block, affinity.cookie)
+    value = cookie_value(request.block, affinity.cookie)
     if value is None:
         return ""
     key, _, tag = value.partition("|")

@@ -178,27 +178,6 @@ def split_fields(block: bytes) -> list[Field]:
     return fields
 
 
-def field_value(block: bytes, name: bytes) -> Optional[bytes]:
-    """The value of the first field called C{name} (lower-case) in a validated section, or None."""
-    for _, lower, value in split_fields(block):
-        if lower == name:
-            return value
-    return None
-
-
-def cookie_value(block: bytes, name: str) -> Optional[str]:
-    """The value of the cookie C{name} in the Cookie fields of a validated section (RFC 6265 5.4), or None."""
-    wanted = name.encode("latin-1")
-    for _, lower, value in split_fields(block):
-        if lower != b"cookie":
-            continue
-        for pair in value.split(b";"):
-            key, equals, found = pair.strip(b" \t").partition(b"=")
-            if equals and key == wanted:
-                return found.decode("latin-1")
-    return None
-
-
 def _check_fields(block: bytes, max_fields: int) -> list[tuple[bytes, bytes]]:
     """
     Validate a field section and return the fields a proxy consults, as (lower-cased name, value).

@@ -12,6 +12,7 @@ import random
 from typing import Optional
 
 from ingress.proxy.http import h1
+from ingress.proxy.http.fields import cookie_value, field_value
 from ingress.proxy.http.forwarding import ForwardedFor, request_head_bytes
 from ingress.proxy.http.target import origin_form
 from ingress.proxy.http.upstream import Address, UpstreamPool
@@ -40,6 +41,20 @@ def local_answer(policies: Policies, scheme: bytes, host: str, path: str, target
     return None
 
 
+def https_location(port: Optional[int], host: str, target: bytes, route: Route) -> bytes:
+    """
+    The same resource on the HTTPS listener (C{port}: --https-redirect-port; 443 is left out), the
+    path as the client spelled it, less one trailing "/" with C{preserve-trailing-slash: "false"}.
+    """
+    authority = h1.host_without_port(host.encode("latin-1"))
+    if port is not None and port != 443:
+        authority += b":%d" % port
+    resource = origin_form(target)
+    if route.policies is not None and route.policies.strip_trailing_slash and resource.endswith(b"/"):
+        resource = resource[:-1]  # ingress-nginx drops the last byte of $request_uri if it is "/"
+    return b"https://%s%s" % (authority, resource)
+
+
 def canary_route(canary: Canary, request: h1.Head, affinity: Optional[Affinity] = None) -> Optional[Route]:
     """
     The canary's route when this request goes to the canary (header, then cookie, then weight), else None.
@@ -48,15 +63,15 @@ def canary_route(canary: Canary, request: h1.Head, affinity: Optional[Affinity] 
     C{affinity-canary-behavior: sticky}): its sticky cookie names the canary's upstream or the main's.
     """
     if affinity is not None:
-        value = h1.cookie_value(request.block, affinity.cookie)
+        value = cookie_value(request.block, affinity.cookie)
         if value is not None:
             tag = value.partition("|")[2]
             if tag == upstream_tag(canary.route.upstream.key):
                 return canary.route
             if tag == canary.main_tag:
                 return None
-    header = h1.field_value(request.block, canary.by_header) if canary.by_header else None
-    cookie = h1.cookie_value(request.block, canary.by_cookie) if canary.by_cookie else None
+    header = field_value(request.block, canary.by_header) if canary.by_header else None
+    cookie = cookie_value(request.block, canary.by_cookie) if canary.by_cookie else None
     roll = random.randint(1, canary.weight_total) if canary.weight else canary.weight_total + 1
     return canary.route if canary.chosen(header, cookie, roll) else None
 
@@ -87,9 +102,9 @@ def hash_key(hash_by: HashBy, request: h1.Head, client_ip: str) -> str:
         elif value == "remote_addr":
             out.append(client_ip)
         elif value.startswith("http_"):
-            out.append((h1.field_value(request.block, value[5:].replace("_", "-").encode("latin-1")) or b"").decode("latin-1"))
+            out.append((field_value(request.block, value[5:].replace("_", "-").encode("latin-1")) or b"").decode("latin-1"))
         else:  # cookie_<name>
-            out.append(h1.cookie_value(request.block, value[7:]) or "")
+            out.append(cookie_value(request.block, value[7:]) or "")
     return "".join(out)
 
 

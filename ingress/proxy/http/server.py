@@ -25,10 +25,10 @@ from ingress.observe.metrics import NO_ROUTE
 from ingress.proxy.http import h1
 from ingress.proxy.http.fastwrite import direct_writer
 from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor, request_head_bytes
-from ingress.proxy.http.policy import canary_route, local_answer, upstream_head
+from ingress.proxy.http.policy import canary_route, https_location, local_answer, upstream_head
 from ingress.proxy.http.relay import AWAIT, BODY, CLOSED, HEAD, TUNNEL, UpstreamRelay
 from ingress.proxy.http.responses import error_response
-from ingress.proxy.http.target import host_and_path, origin_form, routing_host
+from ingress.proxy.http.target import host_and_path, routing_host
 from ingress.proxy.http.trusted import trusted_forwarding
 from ingress.proxy.http.upstream import Address, UpstreamConnection
 from ingress.proxy.idle import Deadline
@@ -266,7 +266,8 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
             return
         self._route = route
         if route.redirect_https and self._forwarded.scheme == b"http":
-            self._answer_locally(route.https_redirect_code, location=self._https_location(host, head.target, route))
+            location = https_location(self.settings.https_redirect_port, host, head.target, route)
+            self._answer_locally(route.https_redirect_code, location=location)
             return
         policies = route.policies
         if policies is not None:
@@ -364,20 +365,6 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         extra = ((b"Location", location),) if location else ()
         self._write_local(error_response(status, self.settings.server_name, close, extra))
         self._finish(status)
-
-    def _https_location(self, host: str, target: bytes, route: Route) -> bytes:
-        """
-        The same resource on the HTTPS listener: its port unless 443, the path as the client
-        spelled it (less one trailing "/" with C{preserve-trailing-slash: "false"}).
-        """
-        port = self.settings.https_redirect_port
-        authority = h1.host_without_port(host.encode("latin-1"))
-        if port is not None and port != 443:
-            authority += b":%d" % port
-        resource = origin_form(target)
-        if route.policies is not None and route.policies.strip_trailing_slash and resource.endswith(b"/"):
-            resource = resource[:-1]  # ingress-nginx drops the last byte of $request_uri if it is "/"
-        return b"https://%s%s" % (authority, resource)
 
     def _apply_limits(self, limits: Limits) -> None:
         """This request's timeouts and body limit are its route's where the route sets them."""
