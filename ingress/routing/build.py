@@ -333,7 +333,17 @@ class _RouteBuilder:
         if issue is not None:
             self.problems.append(Problem(ingress.ref, *issue))
         policies = main.policies or Policies()
-        canary_route = replace(main, name=f"{ingress.meta.namespace}/{ingress.meta.name}", source=ingress.ref, upstream=upstream)
+        # "all the other non-canary annotations will be ignored (inherited from the corresponding main
+        # ingress) except load-balance, upstream-hash-by, and annotations related to session affinity"
+        try:
+            own = route_policies(read, main.path, config=self.config) or Policies()
+        except BadPath:
+            own = Policies()  # the canary's rewrite of a path that is no regex: ignored anyway
+        sticky = read.text("affinity-canary-behavior") != "legacy"
+        canary_policies = replace(policies, affinity=own.affinity if sticky else None, hash_by=own.hash_by, load_balance=own.load_balance)
+        canary_route = replace(
+            main, name=f"{ingress.meta.namespace}/{ingress.meta.name}", source=ingress.ref, upstream=upstream, policies=canary_policies
+        )
         header = read.text("canary-by-header")
         pattern = read.value("canary-by-header-pattern")
         canary = Canary(
@@ -345,6 +355,7 @@ class _RouteBuilder:
             weight=int(read.number("canary-weight") or 0),
             weight_total=int(read.number("canary-weight-total") or 100),
             main_tag=upstream_tag(main.upstream.key),
+            sticky=sticky,
         )
         return replace(main, policies=replace(policies, canary=canary))
 

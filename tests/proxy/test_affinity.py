@@ -35,8 +35,9 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Twingress,
         _ingress("balanced", "balanced.test", "web", {"affinity": "cookie"}),
         _ingress("persistent", "persistent.test", "web", {"affinity": "cookie", "affinity-mode": "persistent", "session-cookie-name": "route"}),
         _ingress("sticky", "sticky.test", "web", {"affinity": "cookie"}),
-        _ingress("sticky-canary", "sticky.test", "web-canary", {"canary": "true", "canary-weight": "50"}),
+        _ingress("sticky-canary", "sticky.test", "web-canary", {"canary": "true", "canary-weight": "50", "affinity": "cookie", "session-cookie-name": "CANARY"}),
         Manifests.ingress("plain", "plain.test", "web"),
+        _ingress("samesite", "samesite.test", "web", {"affinity": "cookie", "session-cookie-samesite": "None", "session-cookie-conditional-samesite-none": "true"}),
     )
     twingress = Twingress(manifests.path)
     yield twingress, manifests
@@ -45,10 +46,11 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Twingress,
         pod.stop()
 
 
-def _get(proxy: Twingress, host: str, cookie: Optional[str] = None) -> tuple[str, Optional[str]]:
+def _get(proxy: Twingress, host: str, cookie: Optional[str] = None, agent: str = "") -> tuple[str, Optional[str]]:
     """The backend that answered, and the Set-Cookie field if any."""
     connection = http.client.HTTPConnection("127.0.0.1", proxy.http_port, timeout=10)
-    connection.request("GET", "/", headers={"Host": host, **({"Cookie": cookie} if cookie else {})})
+    headers = {"Host": host, **({"Cookie": cookie} if cookie else {}), **({"User-Agent": agent} if agent else {})}
+    connection.request("GET", "/", headers=headers)
     response = connection.getresponse()
     body = response.read()
     assert response.status == 200, body
@@ -94,13 +96,27 @@ def test_the_client_keeps_its_endpoint_across_a_table_swap(setup: tuple[Twingres
 
 
 def test_a_client_served_by_the_canary_stays_with_the_canary(setup: tuple[Twingress, Manifests]) -> None:
-    """affinity-canary-behavior "sticky" (the default): users served by canaries continue to be served by canaries."""
+    """
+    affinity-canary-behavior "sticky" (the default): users served by canaries continue to be served by
+    canaries. The canary's affinity annotations are its own ("except ... annotations related to session
+    affinity"): its cookie is CANARY, the main's INGRESSCOOKIE.
+    """
     proxy, _ = setup
     sides: dict[str, str] = {}
     for _ in range(40):
         backend, set_cookie = _get(proxy, "sticky.test")
         side = "canary" if backend == "canary-pod" else "main"
+        assert set_cookie is not None and set_cookie.startswith("CANARY=" if side == "canary" else "INGRESSCOOKIE=")
         sides.setdefault(side, _cookie(set_cookie))
     assert set(sides) == {"canary", "main"}  # weight 50: both sides served new clients
     assert {_get(proxy, "sticky.test", cookie=sides["canary"])[0] for _ in range(15)} == {"canary-pod"}
     assert "canary-pod" not in {_get(proxy, "sticky.test", cookie=sides["main"])[0] for _ in range(15)}
+
+
+def test_samesite_none_only_for_clients_that_understand_it(setup: tuple[Twingress, Manifests]) -> None:
+    """session-cookie-conditional-samesite-none: an old Chrome gets the cookie without SameSite=None."""
+    proxy, _ = setup
+    modern = _get(proxy, "samesite.test", agent="Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 Chrome/120.0 Safari/537.36")[1]
+    old = _get(proxy, "samesite.test", agent="Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 Chrome/66.0 Safari/537.36")[1]
+    assert modern is not None and modern.endswith("SameSite=None")
+    assert old is not None and "SameSite" not in old

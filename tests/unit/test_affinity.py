@@ -13,7 +13,7 @@ import re
 import pytest
 
 from ingress.proxy.http.affinity import set_cookie_field
-from ingress.routing.policies.affinity import Affinity, endpoint_key, persistent_target, rendezvous
+from ingress.routing.policies.affinity import Affinity, endpoint_key, persistent_target, rendezvous, samesite_none_understood
 from tests.unit.objects import ingress, path, rule, table
 
 NGINX = "nginx.ingress.kubernetes.io/"
@@ -102,3 +102,22 @@ def test_invalid_affinity_values_leave_the_ingress_out(key: str, value: str) -> 
     routes = table(ingress("web", rule("a.test", path("/")), annotations={NGINX + "affinity": "cookie", NGINX + key: value}))
     assert routes.match("a.test", "/") is None
     assert "InvalidAnnotation" in [p.reason for p in routes.problems]
+
+
+@pytest.mark.parametrize(
+    ("agent", "understood"),
+    [
+        ("Mozilla/5.0 (Windows NT 10.0) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0 Safari/537.36", True),
+        ("Mozilla/5.0 (Windows NT 10.0) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/66.0.3359 Safari/537.36", False),
+        ("Mozilla/5.0 (iPhone; CPU iPhone OS 12_4 like Mac OS X) AppleWebKit/605.1.15 Version/12.1 Mobile Safari/604.1", False),
+        ("Mozilla/5.0 (Macintosh; Intel Mac OS X 10_14_6) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/13.1 Safari/605.1.15", False),
+        ("Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.0 Safari/605.1.15", True),
+        ("", True),
+    ],
+)
+def test_samesite_none_is_left_out_for_the_clients_that_reject_it(agent: str, understood: bool) -> None:
+    """session-cookie-conditional-samesite-none: Chromium's list of incompatible clients."""
+    assert samesite_none_understood(agent) is understood
+    affinity = _affinity({"affinity": "cookie", "session-cookie-samesite": "None", "session-cookie-conditional-samesite-none": "true"})
+    assert affinity.conditional_samesite_none
+    assert set_cookie_field(affinity, "k|t", True, "None" if understood else "").endswith(b"; SameSite=None\r\n" if understood else b"; Secure\r\n")

@@ -143,3 +143,24 @@ def test_the_weight_total_can_be_raised() -> None:
     route = routes.match("a.test", "/")
     assert route is not None and route.policies is not None and route.policies.canary is not None
     assert (route.policies.canary.weight, route.policies.canary.weight_total) == (5, 1000)
+
+
+def test_the_canary_keeps_its_own_affinity_hashing_and_balancing() -> None:
+    """"except load-balance, upstream-hash-by, and annotations related to session affinity": those are the canary's own."""
+    routes = _tables(
+        _canary_ingress("v2", {"canary-weight": "50", "affinity": "cookie", "session-cookie-name": "V2", "load-balance": "ewma"}),
+        main_annotations={NGINX + "affinity": "cookie", NGINX + "upstream-hash-by": "$request_uri"},
+    )
+    route = routes.match("a.test", "/")
+    assert route is not None and route.policies is not None and route.policies.canary is not None
+    own = route.policies.canary.route.policies
+    assert own is not None and own.affinity is not None and own.affinity.cookie == "V2"
+    assert (own.hash_by, own.load_balance, route.policies.canary.sticky) == (None, "ewma", True)
+
+
+def test_legacy_canary_behaviour_ignores_affinity() -> None:
+    routes = _tables(_canary_ingress("v2", {"canary-weight": "50", "affinity": "cookie", "affinity-canary-behavior": "legacy"}))
+    route = routes.match("a.test", "/")
+    assert route is not None and route.policies is not None and route.policies.canary is not None
+    canary = route.policies.canary
+    assert not canary.sticky and canary.route.policies is not None and canary.route.policies.affinity is None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from ingress.routing.policies.affinity import rendezvous_top
 from ingress.routing.policies.hashing import HashBy, parse_template
 from tests.unit.objects import T0, T1, endpoints, ingress, path, problems, rule, service, table
 
@@ -96,3 +97,15 @@ def test_from_to_www_leaves_a_host_that_has_its_own_ingress() -> None:
     )
     route = routes.match("www.example.com", "/")
     assert route is not None and route.upstream.key == "default/www:80" and route.policies is None
+
+
+def test_upstream_hash_by_subset() -> None:
+    """"subset" hashing: a key maps to a subset (default size 3) and a server is chosen at random in it."""
+    routes = table(ingress("web", rule("a.test", path("/")), annotations={NGINX + "upstream-hash-by": "$request_uri", NGINX + "upstream-hash-by-subset": "true"}))
+    route = routes.match("a.test", "/")
+    assert route is not None and route.policies is not None and route.policies.hash_by is not None
+    assert route.policies.hash_by.subset_size == 3
+    targets = [(f"10.0.0.{n}", 80) for n in range(1, 9)]
+    subset = rendezvous_top("/item/1", targets, 3)
+    assert len(set(subset)) == 3 and rendezvous_top("/item/1", list(reversed(targets)), 3) == subset
+    assert rendezvous_top("/item/1", [t for t in targets if t not in subset[1:]], 3)[0] == subset[0]  # stable as targets go

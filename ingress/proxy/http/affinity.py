@@ -16,9 +16,17 @@ from email.utils import formatdate
 from typing import Optional
 
 from ingress.proxy.http import h1
-from ingress.proxy.http.fields import cookie_value
+from ingress.proxy.http.fields import cookie_value, field_value
 from ingress.proxy.http.upstream import Address, UpstreamPool
-from ingress.routing.policies.affinity import BALANCED, Affinity, endpoint_key, persistent_target, rendezvous, upstream_tag
+from ingress.routing.policies.affinity import (
+    BALANCED,
+    Affinity,
+    endpoint_key,
+    persistent_target,
+    rendezvous,
+    samesite_none_understood,
+    upstream_tag,
+)
 from ingress.routing.route import Upstream
 
 _NEW_KEY_TRIES = 20  # ingress-nginx's sticky_balanced tries as many keys for a usable endpoint
@@ -48,7 +56,11 @@ def sticky_endpoint(
     address, key = _new_key(affinity, upstream, pool, exclude)
     if address is None:
         return None, b""
-    return address, set_cookie_field(affinity, f"{key}|{upstream_tag(upstream.key)}", https)
+    samesite = affinity.samesite
+    if samesite == "None" and affinity.conditional_samesite_none:
+        agent = (field_value(request.block, b"user-agent") or b"").decode("latin-1")
+        samesite = samesite if samesite_none_understood(agent) else ""
+    return address, set_cookie_field(affinity, f"{key}|{upstream_tag(upstream.key)}", https, samesite)
 
 
 def _new_key(affinity: Affinity, upstream: Upstream, pool: UpstreamPool, exclude: Optional[Address]) -> tuple[Optional[Address], str]:
@@ -63,8 +75,8 @@ def _new_key(affinity: Affinity, upstream: Upstream, pool: UpstreamPool, exclude
     return pool.choose(upstream, exclude), ""  # every endpoint failing: this request only, no cookie
 
 
-def set_cookie_field(affinity: Affinity, value: str, https: bool) -> bytes:
-    """The Set-Cookie field line (CRLF-terminated) for the sticky cookie."""
+def set_cookie_field(affinity: Affinity, value: str, https: bool, samesite: Optional[str] = None) -> bytes:
+    """The Set-Cookie field line (CRLF-terminated) for the sticky cookie (C{samesite}: instead of the affinity's)."""
     if not value.split("|", 1)[0]:
         return b""
     attributes = [f"{affinity.cookie}={value}", f"Path={affinity.path}"]
@@ -77,6 +89,7 @@ def set_cookie_field(affinity: Affinity, value: str, https: bool) -> bytes:
     attributes.append("HttpOnly")
     if affinity.secure if affinity.secure is not None else https:
         attributes.append("Secure")
-    if affinity.samesite:
-        attributes.append(f"SameSite={affinity.samesite}")
+    samesite = affinity.samesite if samesite is None else samesite
+    if samesite:
+        attributes.append(f"SameSite={samesite}")
     return b"Set-Cookie: %s\r\n" % "; ".join(attributes).encode("latin-1")

@@ -17,7 +17,7 @@ from ingress.proxy.http.forwarding import ForwardedFor, request_head_bytes
 from ingress.proxy.http.target import origin_form
 from ingress.proxy.http.upstream import Address, UpstreamPool
 from ingress.routing.policies import Affinity, Canary, Policies
-from ingress.routing.policies.affinity import rendezvous, upstream_tag
+from ingress.routing.policies.affinity import rendezvous, rendezvous_top, upstream_tag
 from ingress.routing.policies.hashing import HashBy
 from ingress.routing.route import Route, Upstream
 
@@ -59,17 +59,20 @@ def canary_route(canary: Canary, request: h1.Head, affinity: Optional[Affinity] 
     """
     The canary's route when this request goes to the canary (header, then cookie, then weight), else None.
 
-    With cookie affinity a client keeps the side that served it first (ingress-nginx's default
-    C{affinity-canary-behavior: sticky}): its sticky cookie names the canary's upstream or the main's.
+    A client that carries the main route's sticky cookie (C{affinity}) stays on the main route, and
+    one that carries the canary's stays on the canary, before any rule is asked (ingress-nginx's
+    balancer checks both affinities first; C{affinity-canary-behavior: legacy} turns the canary's off).
     """
     if affinity is not None:
         value = cookie_value(request.block, affinity.cookie)
-        if value is not None:
-            tag = value.partition("|")[2]
-            if tag == upstream_tag(canary.route.upstream.key):
-                return canary.route
-            if tag == canary.main_tag:
-                return None
+        if value is not None and value.partition("|")[2] == canary.main_tag:
+            return None
+    canary_policies = canary.route.policies
+    own = canary_policies.affinity if canary_policies is not None else None
+    if own is not None and canary.sticky:
+        value = cookie_value(request.block, own.cookie)
+        if value is not None and value.partition("|")[2] == upstream_tag(canary.route.upstream.key):
+            return canary.route
     header = field_value(request.block, canary.by_header) if canary.by_header else None
     cookie = cookie_value(request.block, canary.by_cookie) if canary.by_cookie else None
     roll = random.randint(1, canary.weight_total) if canary.weight else canary.weight_total + 1
@@ -111,4 +114,8 @@ def hash_key(hash_by: HashBy, request: h1.Head, client_ip: str) -> str:
 def hashed_endpoint(hash_by: HashBy, upstream: Upstream, request: h1.Head, client_ip: str, pool: UpstreamPool, exclude: Optional[Address]) -> Optional[Address]:
     """The endpoint of the request's key among those not failing (consistent while the endpoints stay)."""
     usable = [target for target in upstream.targets if target != exclude and not pool.is_down(target)]
-    return rendezvous(hash_key(hash_by, request, client_ip), usable) or pool.choose(upstream, exclude)
+    key = hash_key(hash_by, request, client_ip)
+    if hash_by.subset_size:
+        subset = rendezvous_top(key, usable, hash_by.subset_size)
+        return random.choice(subset) if subset else pool.choose(upstream, exclude)
+    return rendezvous(key, usable) or pool.choose(upstream, exclude)

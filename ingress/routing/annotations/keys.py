@@ -61,6 +61,7 @@ KEYS: Mapping[str, Key] = {
     "canary-by-cookie": Key(values.token),
     "canary-weight": Key(values.whole_number),
     "canary-weight-total": Key(values.positive_number),
+    "affinity-canary-behavior": Key(values.one_of("sticky", "legacy")),
     # Backends (ingress-nginx "Backend Protocol", "Backend Certificate Authentication")
     "backend-protocol": Key(values.backend_protocol),
     "proxy-ssl-secret": Key(values.namespaced_name),
@@ -71,6 +72,8 @@ KEYS: Mapping[str, Key] = {
     "proxy-ssl-protocols": Key(values.tls_protocols),
     "proxy-ssl-server-name": Key(values.on_off),
     "upstream-hash-by": Key(values.hash_template),
+    "upstream-hash-by-subset": Key(values.boolean),
+    "upstream-hash-by-subset-size": Key(values.positive_number),
     "load-balance": Key(values.one_of("round_robin", "ewma")),
     "service-upstream": Key(values.boolean),
     # Hosts (ingress-nginx "Server Alias", "Redirect from/to www")
@@ -87,6 +90,7 @@ KEYS: Mapping[str, Key] = {
     "session-cookie-samesite": Key(values.one_of("None", "Lax", "Strict")),
     "session-cookie-secure": Key(values.boolean),
     "session-cookie-change-on-failure": Key(values.boolean),
+    "session-cookie-conditional-samesite-none": Key(values.boolean),
 }
 """Every key twingress reads, by its name without prefix."""
 

@@ -12,6 +12,7 @@ special rewrite") and brings C{x-forwarded-prefix} with it.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Optional
 
 from ingress.routing.annotations import IngressAnnotations
@@ -112,6 +113,7 @@ def _affinity(annotations: IngressAnnotations, path: str, regex: bool) -> Option
         samesite=annotations.text("session-cookie-samesite"),
         secure=secure if isinstance(secure, bool) else None,
         change_on_failure=annotations.flag("session-cookie-change-on-failure"),
+        conditional_samesite_none=annotations.flag("session-cookie-conditional-samesite-none"),
     )
 
 
@@ -131,7 +133,11 @@ def _retry(annotations: IngressAnnotations) -> Optional[Retry]:
 
 def _hash_by(annotations: IngressAnnotations) -> Optional[HashBy]:
     template = annotations.value("upstream-hash-by")
-    return template if isinstance(template, HashBy) else None
+    if not isinstance(template, HashBy):
+        return None
+    if annotations.flag("upstream-hash-by-subset"):
+        return replace(template, subset_size=int(annotations.number("upstream-hash-by-subset-size") or 3))
+    return template
 
 
 def _limits(annotations: IngressAnnotations, defaults: Limits) -> Optional[Limits]:

@@ -40,6 +40,7 @@ class Affinity:
     samesite: str = ""
     secure: Optional[bool] = None  # None: Secure on HTTPS only
     change_on_failure: bool = False
+    conditional_samesite_none: bool = False  # SameSite=None left out for clients that reject it
 
     def to_json(self) -> dict[str, object]:
         """For /debug/routes."""
@@ -67,6 +68,23 @@ def rendezvous(key: str, targets: Sequence[Address]) -> Optional[Address]:
     return best
 
 
+def rendezvous_top(key: str, targets: Sequence[Address], count: int) -> list[Address]:
+    """The C{count} targets with the highest hashes of (key, target): a key's subset, as stable as L{rendezvous}."""
+    ranked = sorted(targets, key=lambda target: hashlib.blake2s(f"{key}/{target[0]}:{target[1]}".encode(), digest_size=8).digest(), reverse=True)
+    return ranked[:count]
+
+
 def persistent_target(key: str, targets: Sequence[Address]) -> Optional[Address]:
     """The target a persistent key names, if it is still among the targets."""
     return next((target for target in targets if endpoint_key(target) == key), None)
+
+
+def samesite_none_understood(user_agent: str) -> bool:
+    """
+    False for the clients that reject a cookie carrying SameSite=None (Chrome 40 to 69, iOS 12,
+    Safari on macOS 10.14: Chromium's list of incompatible clients, which ingress-nginx's
+    session-cookie-conditional-samesite-none follows).
+    """
+    if any(marker in user_agent for marker in ("Chrome/4", "Chrome/5", "Chrome/6", "CPU iPhone OS 12", "iPad; CPU OS 12")):
+        return False
+    return not ("Macintosh" in user_agent and "Intel Mac OS X 10_14" in user_agent and "Safari" in user_agent and "Chrome" not in user_agent)

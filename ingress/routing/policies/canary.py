@@ -13,7 +13,12 @@ documented under "Canary" on its annotations page), in its order of precedence:
 
 A canary route is its main route with the canary's name and upstream: every
 other policy of the main route applies to it ("all the other non-canary
-annotations will be ignored (inherited from the corresponding main ingress)").
+annotations will be ignored (inherited from the corresponding main ingress)
+except load-balance, upstream-hash-by, and annotations related to session
+affinity", which are the canary's own).  With session affinity a client stays
+with the side whose sticky cookie it carries (C{affinity-canary-behavior:
+sticky}, the default): the main's cookie keeps it on the main route, the
+canary's on the canary.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ class Canary:
     weight: int = 0
     weight_total: int = 100
     main_tag: str = ""  # the main upstream's tag in sticky cookies (see L{ingress.routing.policies.affinity})
+    sticky: bool = True  # affinity-canary-behavior: sticky (the default) or legacy (affinity ignored)
 
     def chosen(self, header: Optional[bytes], cookie: Optional[str], roll: int) -> bool:
         """

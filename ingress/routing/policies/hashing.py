@@ -4,6 +4,9 @@ C{upstream-hash-by}: the endpoint chosen by a key made from the request.
 
 ingress-nginx's "Custom NGINX upstream hashing": the key is text, nginx
 variables or both (C{$request_uri}, C{$request_uri$host}, C{${request_uri}-text}).
+With C{upstream-hash-by-subset} the key picks a subset of
+C{upstream-hash-by-subset-size} endpoints (default 3) and each request goes to
+one of them at random ("a balance between stickiness and load distribution").
 The variables twingress knows are C{request_uri}, C{uri}, C{args}, C{host},
 C{remote_addr}, C{http_<name>} and C{cookie_<name>}.  The key is mapped to an
 endpoint by rendezvous hashing (L{ingress.routing.policies.affinity.rendezvous}),
@@ -33,6 +36,7 @@ class HashBy:
 
     parts: tuple[Part, ...]
     source: str  # as written, for /debug/routes
+    subset_size: int = 0  # upstream-hash-by-subset: the key picks this many endpoints, one of them at random
 
 
 def parse_template(value: str) -> HashBy:
