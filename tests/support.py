@@ -190,19 +190,25 @@ class Twingress:
     """C{twistd -n ingress --manifests DIR} on free loopback ports, ready when /readyz says so."""
 
     def __init__(self, manifests: Path, *args: str, log_path: Optional[Path] = None) -> None:
-        self.http_port = free_port()
-        self.admin_port = free_port()
-        self.log_path = log_path or manifests.parent / f"twingress-{self.http_port}.log"
-        command = twistd_command(
-            ["--manifests", str(manifests), "--poll-interval", "0.2"], self.http_port, self.admin_port, args
-        )
-        self._log = open(self.log_path, "wb")
-        self.process = subprocess.Popen(command, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
-        try:
-            self.wait_ready()
-        except Exception as error:
-            self.stop()
-            raise RuntimeError(f"twingress did not become ready:\n{self.log()[-4000:]}") from error
+        for attempt in range(3):
+            # free_port() releases the port before twistd binds it: another process of the run may take
+            # it meanwhile, and then twistd exits with EADDRINUSE. New ports for a new try, then.
+            self.http_port = free_port()
+            self.admin_port = free_port()
+            self.log_path = log_path or manifests.parent / f"twingress-{self.http_port}.log"
+            command = twistd_command(
+                ["--manifests", str(manifests), "--poll-interval", "0.2"], self.http_port, self.admin_port, args
+            )
+            self._log = open(self.log_path, "wb")
+            self.process = subprocess.Popen(command, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
+            try:
+                self.wait_ready()
+                return
+            except Exception as error:
+                self.stop()
+                if attempt < 2 and "Address already in use" in self.log():
+                    continue
+                raise RuntimeError(f"twingress did not become ready:\n{self.log()[-4000:]}") from error
 
     def wait_ready(self, timeout: float = 20.0) -> None:
         deadline = time.monotonic() + timeout
