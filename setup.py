@@ -29,6 +29,7 @@ HOT_MODULES = [
     "ingress/proxy/http/responses.py",
     "ingress/proxy/http/fastwrite.py",
     "ingress/proxy/http/server.py",
+    "ingress/proxy/http/routed.py",
     "ingress/proxy/http/upstream.py",
     "ingress/proxy/idle.py",
     "ingress/observe/accesslog.py",

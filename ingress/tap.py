@@ -34,7 +34,7 @@ from ingress.process.pool import worker_pool
 from ingress.process.reactor import IProcessReactor
 from ingress.process.sockets import listen
 from ingress.process.streamports import WorkerStreams
-from ingress.proxy.http.settings import ProxySettings
+from ingress.proxy.http.settings import HTTP2Settings, ProxySettings
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.streams.listeners import StreamListeners
 from ingress.proxy.tls.termination import MODERN_CIPHERS
@@ -118,6 +118,10 @@ class Options(usage.Options):
         "directory (--manifests) or a cluster. Listeners are Twisted endpoint "
         "descriptions; an empty value turns a listener off."
     )
+    optFlags: list[list[Any]] = [
+        ["http2-cleartext", None, "Serve HTTP/2 with prior knowledge (h2c) on the plain HTTP listener too (no Upgrade)."],
+    ]
+
     optParameters: list[list[Any]] = [
         ["http", None, "tcp:80", "Endpoint of the plain HTTP listener ('' turns it off)."],
         ["https", None, "tcp:443", "Endpoint of the TLS listener, SNI-selected certificates ('' turns it off)."],
@@ -143,6 +147,10 @@ class Options(usage.Options):
         ["stream-interface", None, "", "Address the TCP/UDP stream listeners bind ('' = every IPv4 address, :: = IPv6 and IPv4)."],
         ["nginx-configmap", None, None, "NAMESPACE/NAME of an ingress-nginx controller ConfigMap: its keys are every route's defaults (ingress-nginx's for keys it lacks)."],
         ["nginx-annotations", None, "true", "Read nginx.ingress.kubernetes.io/ annotations on Ingresses too (true|false); twingress.io/ ones win."],
+        ["http2", None, "true", "Offer HTTP/2 (ALPN h2) on the TLS listener: true|false."],
+        ["http2-max-streams", None, "100", "Concurrent streams on one HTTP/2 connection (SETTINGS_MAX_CONCURRENT_STREAMS)."],
+        ["http2-initial-window", None, "65535", "HTTP/2 flow-control window per stream, in bytes: what a stream may send before it is acknowledged."],
+        ["http2-header-table-size", None, "4096", "HPACK dynamic table size of an HTTP/2 connection, in bytes."],
         ["stream-drain-timeout", None, 30.0, "Seconds a removed stream's open connections are kept before they are closed."],
         *CONTROLLER_PARAMETERS,
         *_LIMIT_PARAMETERS,
@@ -200,6 +208,27 @@ class Options(usage.Options):
         overrides["https_redirect_port"] = self._https_redirect_port()
         self["settings"] = ProxySettings(**overrides)
         self["controllers"] = controller_options(self, self["ingress-class"], self["controller-name"])
+        self["http2-settings"] = self._http2_settings()
+
+    def _http2_settings(self) -> HTTP2Settings:
+        if self["http2"] not in ("true", "false"):
+            raise usage.UsageError("--http2 must be true or false")
+        values = {}
+        for option, low, high in (("http2-max-streams", 1, 1 << 16), ("http2-initial-window", 1, (1 << 31) - 1), ("http2-header-table-size", 0, 1 << 20)):
+            try:
+                value = int(self[option])
+            except ValueError:
+                raise usage.UsageError(f"--{option} must be a whole number") from None
+            if not low <= value <= high:
+                raise usage.UsageError(f"--{option} must be between {low} and {high}")
+            values[option] = value
+        return HTTP2Settings(
+            enabled=self["http2"] == "true",
+            cleartext=bool(self["http2-cleartext"]),
+            max_concurrent_streams=values["http2-max-streams"],
+            initial_window=values["http2-initial-window"],
+            header_table_size=values["http2-header-table-size"],
+        )
 
     def _https_redirect_port(self) -> Optional[int]:
         """--https-redirect-port, or the HTTPS listener's own port: a redirect must reach the listener."""
@@ -369,7 +398,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
     plane = data_plane(
         reactor, live, pool, settings, metrics, access_log,
         http=bool(options["http"]), https=bool(options["https"]),
-        tls_min_version=options["tls-min-version"], tls_ciphers=options["tls-ciphers"],
+        tls_min_version=options["tls-min-version"], tls_ciphers=options["tls-ciphers"], http2=options["http2-settings"],
         behind_proxy=frozenset(name for name in ("http", "https") if (options[name] or "").startswith("haproxy:")),
     )
     drainables.extend(plane.drainables)

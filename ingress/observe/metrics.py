@@ -50,6 +50,12 @@ class Metrics:
         self.malformed_requests = Counter(
             "twingress_http_malformed_requests", "Requests refused before routing, by status code", ["status"], registry=r
         )
+        self.http2_connection_errors = Counter(
+            "twingress_http2_connection_errors",
+            "HTTP/2 connections ended with GOAWAY for an error, by reason (rapid-reset, continuation-flood, protocol)",
+            ["reason"],
+            registry=r,
+        )
         self.tls_certificate_errors = Counter(
             "twingress_tls_certificate_errors", "TLS Secrets (or hosts of one) skipped, by reason", ["reason"], registry=r
         )

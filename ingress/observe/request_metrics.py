@@ -21,14 +21,14 @@ LATENCY_BUCKETS: tuple[float, ...] = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0
 
 
 class RequestMetrics(Collector):
-    """C{twingress_http_requests_total{route,status}} and C{twingress_upstream_response_seconds{route}}."""
+    """C{twingress_http_requests_total{route,status,protocol}} and C{twingress_upstream_response_seconds{route}}."""
 
     def __init__(self) -> None:
-        self.requests: dict[tuple[str, int], int] = {}
+        self.requests: dict[tuple[str, int, str], int] = {}
         self._latency: dict[str, list[float]] = {}  # per route: bucket counts (+Inf last), then the sum
 
-    def request_done(self, route: str, status: int) -> None:
-        key = (route, status)
+    def request_done(self, route: str, status: int, protocol: str = "http/1.1") -> None:
+        key = (route, status, protocol)
         self.requests[key] = self.requests.get(key, 0) + 1
 
     def upstream_answered(self, route: str, seconds: float) -> None:
@@ -40,10 +40,12 @@ class RequestMetrics(Collector):
 
     def collect(self) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
         requests = CounterMetricFamily(
-            "twingress_http_requests", "HTTP requests answered, by route and status code", labels=["route", "status"]
+            "twingress_http_requests",
+            "HTTP requests answered, by route, status code and protocol (http/1.1, h2)",
+            labels=["route", "status", "protocol"],
         )
-        for (route, status), count in sorted(self.requests.items()):
-            requests.add_metric([route, str(status)], count)
+        for (route, status, protocol), count in sorted(self.requests.items()):
+            requests.add_metric([route, str(status), protocol], count)
         yield requests
         latency = HistogramMetricFamily(
             "twingress_upstream_response_seconds",

@@ -18,7 +18,7 @@ from ingress.process.drain import Drainable, HTTPConnections, PassthroughConnect
 from ingress.process.live import LiveTable
 from ingress.process.reactor import IProcessReactor
 from ingress.proxy.http.factory import HTTPProxyFactory
-from ingress.proxy.http.settings import ProxySettings, with_listener
+from ingress.proxy.http.settings import HTTP2Settings, ProxySettings, with_listener
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.proxy_protocol import ProxyProtocolWhenAsked
 from ingress.proxy.tls.front import TLSFrontFactory
@@ -48,6 +48,7 @@ def data_plane(
     tls_min_version: str,
     tls_ciphers: str,
     behind_proxy: frozenset[str] = frozenset(),
+    http2: Optional[HTTP2Settings] = None,
 ) -> DataPlane:
     """
     Factories for the listeners asked for; the caller listens (on endpoints, or on adopted sockets).
@@ -58,14 +59,15 @@ def data_plane(
     plane = DataPlane()
     factories: list[HTTPProxyFactory] = []
     if http:
-        factory = HTTPProxyFactory(live, pool, settings, metrics, reactor, access_log=access_log)
+        factory = HTTPProxyFactory(live, pool, settings, metrics, reactor, access_log=access_log, http2=http2)
         plane.http = factory if "http" in behind_proxy else ProxyProtocolWhenAsked(factory, live)
         plane.drainables.append(HTTPConnections(factory))
         factories.append(factory)
     if https:
         generated = self_signed_certificate()
-        store = CertificateStore(metrics, load_certificate(*generated), tls_min_version, tls_ciphers, generated)
-        terminating = HTTPProxyFactory(live, pool, settings, metrics, reactor, scheme=b"https", listener="https", access_log=access_log)
+        offer_h2 = http2 is None or http2.enabled
+        store = CertificateStore(metrics, load_certificate(*generated, http2=offer_h2), tls_min_version, tls_ciphers, generated, offer_h2)
+        terminating = HTTPProxyFactory(live, pool, settings, metrics, reactor, scheme=b"https", listener="https", access_log=access_log, http2=http2)
         plane.drainables.append(HTTPConnections(terminating))
         factories.append(terminating)
         terminate = TLSMemoryBIOFactory(SNIConnectionCreator(store), False, terminating)

@@ -295,6 +295,7 @@ def worker_pool(reactor: IProcessReactor, options: Mapping[str, Any], settings: 
         "listeners": [{"name": spec.name, "family": int(spec.family), "proxy_protocol": spec.proxy_protocol} for spec, _ in shared],
         "tls_min_version": options["tls-min-version"],
         "tls_ciphers": options["tls-ciphers"],
+        "http2": dataclasses.asdict(options["http2-settings"]),
         "access_log": options["access-log"],
         "access_log_format": options["access-log-format"],
         "log_format": options["log-format"],

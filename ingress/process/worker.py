@@ -44,7 +44,7 @@ from ingress.process.dataplane import DataPlane, data_plane
 from ingress.process.drain import GracefulShutdown
 from ingress.process.live import LiveTable
 from ingress.process.reactor import IProcessReactor
-from ingress.proxy.http.settings import ProxySettings
+from ingress.proxy.http.settings import HTTP2Settings, ProxySettings
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.streams.listeners import StreamListeners
 from ingress.routing.table import RoutingTable
@@ -126,7 +126,7 @@ def main(argv: list[str]) -> None:
     plane = data_plane(
         reactor, live, upstreams, settings, metrics, access_log,
         http="http" in names, https="https" in names,
-        tls_min_version=config["tls_min_version"], tls_ciphers=config["tls_ciphers"],
+        tls_min_version=config["tls_min_version"], tls_ciphers=config["tls_ciphers"], http2=HTTP2Settings(**config["http2"]),
         behind_proxy=frozenset(spec["name"] for spec in config["listeners"] if spec["proxy_protocol"]),
     )
     streams = StreamListeners(

@@ -183,9 +183,9 @@ def test_metrics_count_requests_by_route_and_status(proxy: Twingress) -> None:
     def increase(name: str, **labels: str) -> float:
         return value(after, name, **labels) - value(before, name, **labels)
 
-    assert increase("twingress_http_requests_total", route="default/echo", status="200") == 7
-    assert increase("twingress_http_requests_total", route="default/echo", status="503") == 2
-    assert increase("twingress_http_requests_total", route="-", status="404") == 3
+    assert increase("twingress_http_requests_total", route="default/echo", status="200", protocol="http/1.1") == 7
+    assert increase("twingress_http_requests_total", route="default/echo", status="503", protocol="http/1.1") == 2
+    assert increase("twingress_http_requests_total", route="-", status="404", protocol="http/1.1") == 3
     # every upstream answer is timed (the 404s never went upstream)
     assert increase("twingress_upstream_response_seconds_count", route="default/echo") == 9
     assert increase("twingress_upstream_response_seconds_sum", route="default/echo") > 0

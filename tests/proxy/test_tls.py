@@ -566,14 +566,16 @@ def test_tls_10_and_11_refused_python(tls_proxy: TLSProxy, version: str) -> None
     assert_listener_serves(tls_proxy)
 
 
-def test_alpn_http11(tls_proxy: TLSProxy) -> None:
+@pytest.mark.parametrize(("offered", "chosen"), [(["h2", "http/1.1"], "h2"), (["http/1.1", "h2"], "h2"), (["http/1.1"], "http/1.1")])
+def test_alpn_prefers_h2_then_http11(tls_proxy: TLSProxy, offered: list[str], chosen: str) -> None:
+    """The server's preference decides (RFC 7301 3.2): h2 whenever the client offers it."""
     context = client_context(tls_proxy.cafile)
-    context.set_alpn_protocols(["h2", "http/1.1"])
+    context.set_alpn_protocols(offered)
     with tls_socket(tls_proxy.https_port, "exact.example.test", context) as s:
-        assert s.selected_alpn_protocol() == "http/1.1"
-    result = s_client(tls_proxy.https_port, "exact.example.test", "-alpn", "h2,http/1.1")
+        assert s.selected_alpn_protocol() == chosen
+    result = s_client(tls_proxy.https_port, "exact.example.test", "-alpn", ",".join(offered))
     assert result.returncode == 0, result.output[-3000:]
-    assert result.alpn == "http/1.1", result.output[-3000:]
+    assert result.alpn == chosen, result.output[-3000:]
 
 
 # -- hot swap -----------------------------------------------------------------

@@ -71,17 +71,18 @@ def test_redirect_can_be_turned_off_per_ingress(redirect_proxy: Twingress) -> No
     assert _get(redirect_proxy.http_port, "n.test", "/").status == 200
 
 
-def test_https_answers_carry_hsts_and_x_forwarded_proto(redirect_proxy: Twingress) -> None:
+@pytest.mark.parametrize(("version", "status_line"), [("--http1.1", "HTTP/1.1 200"), ("--http2", "HTTP/2 200")])
+def test_https_answers_carry_hsts_and_x_forwarded_proto(redirect_proxy: Twingress, version: str, status_line: str) -> None:
     port = redirect_proxy.https_port  # type: ignore[attr-defined]
     done = subprocess.run(
-        ["curl", "-sk", "-D", "-", "--resolve", f"r.test:{port}:127.0.0.1", f"https://r.test:{port}/x"],
+        ["curl", "-sk", version, "-D", "-", "--resolve", f"r.test:{port}:127.0.0.1", f"https://r.test:{port}/x"],
         capture_output=True,
         timeout=20,
         text=True,
     )
     assert done.returncode == 0, done.stderr
     head, _, body = done.stdout.partition("\n\n")  # text mode: CRLF arrives as LF
-    assert head.startswith("HTTP/1.1 200")
+    assert head.startswith(status_line)
     assert "strict-transport-security: max-age=600" in head.lower()
     assert '"X-Forwarded-Proto": ["https"]' in body
 

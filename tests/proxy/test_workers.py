@@ -111,10 +111,10 @@ def test_a_change_is_live_in_every_worker(start, manifests: Manifests, echoes) -
 
 def test_metrics_are_summed_exactly_over_the_workers(start) -> None:
     proxy = start("--workers", "4")
-    before = _metric(proxy, "twingress_http_requests_total", 'route="default/web",status="200"')
+    before = _metric(proxy, "twingress_http_requests_total", 'protocol="http/1.1",route="default/web",status="200"')
     for _ in range(100):
         assert _get(proxy.http_port) == 200
-    assert _metric(proxy, "twingress_http_requests_total", 'route="default/web",status="200"') == before + 100
+    assert _metric(proxy, "twingress_http_requests_total", 'protocol="http/1.1",route="default/web",status="200"') == before + 100
     assert _metric(proxy, "twingress_workers") == 4
 
 

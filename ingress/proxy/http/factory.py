@@ -7,7 +7,7 @@ connections the drain walks.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 from twisted.internet.interfaces import IAddress, IReactorTime
 from twisted.internet.protocol import Factory
@@ -16,8 +16,11 @@ from ingress.observe.accesslog import AccessLog
 from ingress.observe.metrics import Metrics
 from ingress.process.live import LiveTable
 from ingress.proxy.http.server import HTTPProxyProtocol
-from ingress.proxy.http.settings import ProxySettings
+from ingress.proxy.http.settings import HTTP2Settings, ProxySettings
 from ingress.proxy.http.upstream import UpstreamPool
+from ingress.proxy.http2.connection import H2ServerProtocol
+
+ClientConnection = Union[HTTPProxyProtocol, H2ServerProtocol]
 
 
 class HTTPProxyFactory(Factory["HTTPProxyProtocol"]):
@@ -35,6 +38,7 @@ class HTTPProxyFactory(Factory["HTTPProxyProtocol"]):
         scheme: bytes = b"http",
         listener: str = "http",
         access_log: Optional[AccessLog] = None,
+        http2: Optional[HTTP2Settings] = None,
     ) -> None:
         self.live = live
         self.pool = pool
@@ -44,17 +48,18 @@ class HTTPProxyFactory(Factory["HTTPProxyProtocol"]):
         self.scheme = scheme
         self.listener = listener
         self.access_log = access_log  # None when off
-        self.connections: set[HTTPProxyProtocol] = set()
+        self.http2 = http2 if http2 is not None else HTTP2Settings()
+        self.connections: set[ClientConnection] = set()
         self.draining = False  # shutdown: every response says Connection: close
         self._open_gauge = metrics.open_connections.labels(listener)
 
     def buildProtocol(self, addr: Optional[IAddress]) -> HTTPProxyProtocol:
         return HTTPProxyProtocol(self)
 
-    def opened(self, protocol: HTTPProxyProtocol) -> None:
+    def opened(self, protocol: ClientConnection) -> None:
         self.connections.add(protocol)
         self._open_gauge.inc()
 
-    def closed(self, protocol: HTTPProxyProtocol) -> None:
+    def closed(self, protocol: ClientConnection) -> None:
         self.connections.discard(protocol)
         self._open_gauge.dec()

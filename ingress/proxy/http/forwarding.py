@@ -170,7 +170,7 @@ def response_head_bytes(
     status = response.status
     extra = added
     if not response.has_date:
-        extra = b"Date: %s\r\n" % http_date()
+        extra += b"Date: %s\r\n" % http_date()
     extra += b"Server: %s\r\n" % server
     if hsts:
         extra += b"Strict-Transport-Security: %s\r\n" % hsts.encode("ascii")

@@ -25,7 +25,7 @@ from ingress.proxy.http.forwarding import ForwardedFor, response_head_bytes
 from ingress.proxy.http.policy import hashed_endpoint
 from ingress.proxy.http.retry import may_retry
 from ingress.proxy.http.upstream import Address, UpstreamConnection
-from ingress.routing.policies import EWMA
+from ingress.routing.policies import EWMA, Limits
 
 if TYPE_CHECKING:
     from ingress.proxy.http.factory import HTTPProxyFactory
@@ -79,6 +79,7 @@ class UpstreamRelay:
     _connect_timeout: float
     _read_timeout: float
     _send_timeout: float
+    _max_body: int
     _set_cookie: bytes
     _forwarded: ForwardedFor
     _started_at: float
@@ -99,6 +100,37 @@ class UpstreamRelay:
 
     def _route_name(self) -> str:
         raise NotImplementedError
+
+    def _accept_response(self, head: h1.Head) -> bool:
+        """
+        A final response head arrived: retry on another endpoint if the route's retry policy
+        says so for its status (False), or take it (timed, and scored for ewma).
+        """
+        route = self._route
+        assert route is not None
+        policies = route.policies
+        if policies is not None and policies.retry is not None and head.status in policies.retry.statuses:
+            if self._retry_after(f"http_{head.status}"):
+                return False
+        if not self._responded:
+            waited = time.monotonic() - self._sent_at
+            self.factory.metrics.upstream_answered(route.name, waited)
+            if policies is not None and policies.load_balance == EWMA and self._tried is not None:
+                self.factory.pool.ewma.observe(self._tried, waited)
+        self._responded = True
+        self._status = head.status
+        return True
+
+    def _apply_limits(self, limits: Limits) -> None:
+        """This request's timeouts and body limit are its route's where the route sets them."""
+        if limits.max_body_bytes is not None:
+            self._max_body = limits.max_body_bytes
+        if limits.connect_timeout is not None:
+            self._connect_timeout = limits.connect_timeout
+        if limits.read_timeout is not None:
+            self._read_timeout = limits.read_timeout
+        if limits.send_timeout is not None:
+            self._send_timeout = limits.send_timeout
 
     def _dispatch(self) -> None:
         """Pick an endpoint and send the request there (pooled connection first)."""
@@ -184,17 +216,9 @@ class UpstreamRelay:
             if request.version >= (1, 1):
                 self._write(response_head_bytes(head, request, self.settings.server_name, True, False))
             return
+        if not self._accept_response(head):
+            return
         policies = self._route.policies
-        if policies is not None and policies.retry is not None and head.status in policies.retry.statuses:
-            if self._retry_after(f"http_{head.status}"):
-                return
-        if not self._responded:
-            waited = time.monotonic() - self._sent_at
-            self.factory.metrics.upstream_answered(self._route.name, waited)
-            if policies is not None and policies.load_balance == EWMA and self._tried is not None:
-                self.factory.pool.ewma.observe(self._tried, waited)
-        self._responded = True
-        self._status = head.status
         if head.status == 101:
             self._switch_to_tunnel(head, body)
             return

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Optional
 
-from twisted.internet.interfaces import IConnector, IPushProducer
+from twisted.internet.interfaces import IConnector, IHandshakeListener, IPushProducer
 from twisted.internet.protocol import Protocol, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -24,16 +24,15 @@ from zope.interface import implementer
 from ingress.observe.metrics import NO_ROUTE
 from ingress.proxy.http import h1
 from ingress.proxy.http.fastwrite import direct_writer
-from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor, request_head_bytes
-from ingress.proxy.http.policy import canary_route, https_location, local_answer, upstream_head
+from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor
 from ingress.proxy.http.relay import AWAIT, BODY, CLOSED, HEAD, TUNNEL, UpstreamRelay
 from ingress.proxy.http.responses import error_response
-from ingress.proxy.http.target import host_and_path, routing_host
+from ingress.proxy.http.routed import route_request
 from ingress.proxy.http.trusted import trusted_forwarding
 from ingress.proxy.http.upstream import Address, UpstreamConnection
+from ingress.proxy.http2.connection import PREFACE, H2ServerProtocol
 from ingress.proxy.idle import Deadline
-from ingress.proxy.transport import IConnectionTransport
-from ingress.routing.policies import Limits
+from ingress.proxy.transport import IConnectionTransport, hand_over
 from ingress.routing.table import Route
 
 if TYPE_CHECKING:
@@ -44,7 +43,7 @@ log = Logger()
 _PENDING_LIMIT = 1 << 20
 
 
-@implementer(IPushProducer)
+@implementer(IPushProducer, IHandshakeListener)
 class HTTPProxyProtocol(UpstreamRelay, Protocol):
     """
     The client side of the proxy.
@@ -107,6 +106,25 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         self.transport.registerProducer(self, True)
         self._write = direct_writer(self.transport)
         self._timer.set(self.settings.header_timeout, "idle")
+
+    def handshakeCompleted(self) -> None:
+        """TLS is up: if ALPN chose h2, the connection is HTTP/2's from its first byte."""
+        if getattr(self.transport, "negotiatedProtocol", None) == b"h2":
+            self._switch_to_http2(b"")
+
+    def _switch_to_http2(self, data: bytes) -> None:
+        """Hand the connection (and what was read of it) to the HTTP/2 protocol."""
+        self._state = CLOSED
+        self._buffer = b""
+        self._timer.cancel()
+        self.factory.closed(self)
+        transport = self.transport
+        transport.unregisterProducer()
+        protocol = H2ServerProtocol(self.factory)
+        hand_over(transport, protocol)
+        protocol.makeConnection(transport)
+        if data:
+            protocol.dataReceived(data)
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._state = CLOSED
@@ -231,6 +249,9 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         try:
             head = h1.parse_request_head(buffer[:end], self.settings.max_header_fields)
         except h1.HTTPError as error:
+            if error.status == 505 and self._request_id == 1 and self.factory.http2.cleartext and buffer.startswith(PREFACE[:16]):
+                self._switch_to_http2(buffer)  # the HTTP/2 preface, with prior knowledge
+                return False
             self._refuse(error.status, error.detail)
             return False
         self._begin(head)
@@ -252,36 +273,17 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         self._keep_alive = head.keep_alive and not self.factory.draining and live_settings.keepalive_timeout > 0
         if live_settings.keepalive_requests and self._request_id >= live_settings.keepalive_requests:
             self._keep_alive = False  # nginx's keepalive_requests: this response is the connection's last
-        if head.method == b"CONNECT":
-            self._refuse(405, "CONNECT is not proxied")
+        routed = route_request(table, head, self._forwarded, self.settings.https_redirect_port)
+        self._route = routed.route
+        if routed.status:
+            if routed.refused:
+                self._refuse(routed.status, routed.detail)
+            else:
+                self._answer_locally(routed.status, location=routed.location)
             return
-        try:
-            host, path = host_and_path(head)
-        except h1.HTTPError as error:
-            self._refuse(error.status, error.detail)
-            return
-        route = table.match(routing_host(host), path)
-        if route is None:
-            self._answer_locally(404)
-            return
-        self._route = route
-        if route.redirect_https and self._forwarded.scheme == b"http":
-            location = https_location(self.settings.https_redirect_port, host, head.target, route)
-            self._answer_locally(route.https_redirect_code, location=location)
-            return
-        policies = route.policies
-        if policies is not None:
-            answer = local_answer(policies, self._forwarded.scheme, host, path, head.target)
-            if answer is not None:
-                self._answer_locally(answer[0], location=answer[1])
-                return
-            if policies.canary is not None:
-                self._route = canary_route(policies.canary, head, policies.affinity) or route
-            if policies.limits is not None:
-                self._apply_limits(policies.limits)
-            self._head_bytes = upstream_head(policies, head, self._forwarded, host, path)
-        else:
-            self._head_bytes = request_head_bytes(head, self._forwarded, host)
+        if routed.limits is not None:
+            self._apply_limits(routed.limits)
+        self._head_bytes = routed.head_bytes
         framing = head.framing
         if framing.content_length and framing.content_length > self._max_body:
             self._refuse(413, "request body too large")
@@ -365,17 +367,6 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         extra = ((b"Location", location),) if location else ()
         self._write_local(error_response(status, self.settings.server_name, close, extra))
         self._finish(status)
-
-    def _apply_limits(self, limits: Limits) -> None:
-        """This request's timeouts and body limit are its route's where the route sets them."""
-        if limits.max_body_bytes is not None:
-            self._max_body = limits.max_body_bytes
-        if limits.connect_timeout is not None:
-            self._connect_timeout = limits.connect_timeout
-        if limits.read_timeout is not None:
-            self._read_timeout = limits.read_timeout
-        if limits.send_timeout is not None:
-            self._send_timeout = limits.send_timeout
 
     def _learn_peer(self) -> None:
         """

@@ -34,6 +34,21 @@ class ProxySettings:
     https_redirect_port: Optional[int] = None  # the port in HTTP -> HTTPS redirects; None: the scheme's own (443)
 
 
+@dataclass(frozen=True, slots=True)
+class HTTP2Settings:
+    """
+    HTTP/2 from clients: on over TLS (ALPN offers h2 first), off in cleartext unless asked
+    (--http2-cleartext: prior knowledge only, no Upgrade), and its limits (nginx's defaults:
+    128 streams there, 100 here as Go and Envoy use; the header list size is the HTTP/1.1 head limit).
+    """
+
+    enabled: bool = True
+    cleartext: bool = False
+    max_concurrent_streams: int = 100
+    initial_window: int = 65535
+    header_table_size: int = 4096
+
+
 def with_listener(settings: ProxySettings, listener: Optional[ListenerSettings]) -> ProxySettings:
     """The settings with a table's connection settings (the ingress-nginx ConfigMap's) in place of the command line's."""
     if listener is None:

@@ -42,7 +42,6 @@ MODERN_CIPHERS = (
     "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305"
 )
 _MIN_VERSIONS = {"1.2": SSL.TLS1_2_VERSION, "1.3": SSL.TLS1_3_VERSION}
-ALPN = [b"http/1.1"]
 
 
 class CertificateError(Exception):
@@ -76,6 +75,13 @@ def _select_alpn(connection: SSL.Connection, offered: list[bytes]) -> bytes | SS
     return b"http/1.1" if b"http/1.1" in offered else SSL.NO_OVERLAPPING_PROTOCOLS
 
 
+def _select_alpn_h2(connection: SSL.Connection, offered: list[bytes]) -> bytes | SSL._NoOverlappingProtocols:
+    """Our preference, not the client's order: h2 when offered, then http/1.1 (RFC 7301 3.2 lets the server choose)."""
+    if b"h2" in offered:
+        return b"h2"
+    return b"http/1.1" if b"http/1.1" in offered else SSL.NO_OVERLAPPING_PROTOCOLS
+
+
 class LoadedCertificate:
     """A built context and what the TLS layer knows of its certificate."""
 
@@ -94,7 +100,9 @@ class LoadedCertificate:
         return False
 
 
-def load_certificate(cert_pem: bytes, key_pem: bytes, min_version: str = "1.2", ciphers: str = MODERN_CIPHERS, max_version: str = "") -> LoadedCertificate:
+def load_certificate(
+    cert_pem: bytes, key_pem: bytes, min_version: str = "1.2", ciphers: str = MODERN_CIPHERS, max_version: str = "", http2: bool = True
+) -> LoadedCertificate:
     """Validate a PEM certificate chain and key and build its context; raises L{CertificateError}."""
     try:
         chain = x509.load_pem_x509_certificates(cert_pem)
@@ -115,7 +123,7 @@ def load_certificate(cert_pem: bytes, key_pem: bytes, min_version: str = "1.2", 
     context.set_options(SSL.OP_NO_COMPRESSION | SSL.OP_CIPHER_SERVER_PREFERENCE | SSL.OP_NO_RENEGOTIATION)
     context.set_cipher_list(ciphers.encode())
     context.set_session_id(b"twingress")
-    context.set_alpn_select_callback(_select_alpn)
+    context.set_alpn_select_callback(_select_alpn_h2 if http2 else _select_alpn)
     try:
         context.use_certificate(crypto.X509.from_cryptography(leaf))
         for intermediate in chain[1:]:
@@ -150,8 +158,10 @@ class CertificateStore:
         min_version: str = "1.2",
         ciphers: str = MODERN_CIPHERS,
         generated: Optional[tuple[bytes, bytes]] = None,
+        http2: bool = True,
     ) -> None:
         self.metrics = metrics
+        self.http2 = http2  # whether ALPN offers h2
         self.default = default
         self.min_version = min_version
         self.ciphers = ciphers
@@ -243,7 +253,7 @@ class CertificateStore:
         self._named_default = None
         if self._generated is None:
             return None
-        return self._default_context(load_certificate(*self._generated, min_version, ciphers, max_version))
+        return self._default_context(load_certificate(*self._generated, min_version, ciphers, max_version, self.http2))
 
     def _new_default(
         self,
@@ -259,12 +269,12 @@ class CertificateStore:
             return None
         self._named_default = cert
         secret = secrets[key]
-        return self._default_context(load_certificate(secret.cert_pem, secret.key_pem, self.min_version, self.ciphers, self.max_version))
+        return self._default_context(load_certificate(secret.cert_pem, secret.key_pem, self.min_version, self.ciphers, self.max_version, self.http2))
 
     def _load(self, key: SecretKey, secret: TLSSecret) -> Optional[LoadedCertificate]:
         try:
             try:
-                return load_certificate(secret.cert_pem, secret.key_pem, self.min_version, self.ciphers, self.max_version)
+                return load_certificate(secret.cert_pem, secret.key_pem, self.min_version, self.ciphers, self.max_version, self.http2)
             except (ValueError, TypeError, SSL.Error, crypto.Error) as unexpected:  # never let one Secret stop the rest
                 raise CertificateError("invalid", str(unexpected)) from None
         except CertificateError as error:

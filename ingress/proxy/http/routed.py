@@ -1,0 +1,70 @@
+# -*- test-case-name: tests.proxy.test_policies -*-
+"""
+One request's routing decision, shared by HTTP/1.1 and HTTP/2.
+
+Both framings turn a request into an L{h1.Head} and ask L{route_request}:
+the table's match, the HTTPS redirect, the policies that answer locally
+(deny, redirects, app-root), the canary, the route's limits and the head
+that goes upstream.  Only what they do with the answer differs (an HTTP/1.1
+response and maybe a close, or a response on one HTTP/2 stream).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ingress.proxy.http import h1
+from ingress.proxy.http.forwarding import ForwardedFor, request_head_bytes
+from ingress.proxy.http.policy import canary_route, https_location, local_answer, upstream_head
+from ingress.proxy.http.target import host_and_path, routing_host
+from ingress.routing.policies import Limits
+from ingress.routing.route import Route
+from ingress.routing.table import RoutingTable
+
+
+class Routed:
+    """
+    What routing decided: forward (C{status} 0: C{route}, C{head_bytes}, C{limits}),
+    answer here (C{status}, maybe a C{location}), or refuse a request that cannot mean
+    anything (C{refused}: a 4xx counted as malformed, C{detail} for the log).
+    """
+
+    __slots__ = ("status", "location", "refused", "detail", "route", "head_bytes", "limits")
+
+    def __init__(self, status: int = 0, location: bytes = b"", route: Optional[Route] = None, refused: bool = False, detail: str = "") -> None:
+        self.status = status
+        self.location = location
+        self.refused = refused
+        self.detail = detail
+        self.route = route
+        self.head_bytes = b""
+        self.limits: Optional[Limits] = None
+
+
+def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, redirect_port: Optional[int]) -> Routed:
+    """Route C{head} against C{table} and apply its route's policies, in their fixed order."""
+    if head.method == b"CONNECT":
+        return Routed(405, refused=True, detail="CONNECT is not proxied")
+    try:
+        host, path = host_and_path(head)
+    except h1.HTTPError as error:
+        return Routed(error.status, refused=True, detail=error.detail)
+    route = table.match(routing_host(host), path)
+    if route is None:
+        return Routed(404)
+    if route.redirect_https and forwarded.scheme == b"http":
+        return Routed(route.https_redirect_code, https_location(redirect_port, host, head.target, route), route)
+    policies = route.policies
+    if policies is None:
+        routed = Routed(route=route)
+        routed.head_bytes = request_head_bytes(head, forwarded, host)
+        return routed
+    answer = local_answer(policies, forwarded.scheme, host, path, head.target)
+    if answer is not None:
+        return Routed(answer[0], answer[1], route)
+    if policies.canary is not None:
+        route = canary_route(policies.canary, head, policies.affinity) or route
+    routed = Routed(route=route)
+    routed.limits = policies.limits
+    routed.head_bytes = upstream_head(policies, head, forwarded, host, path)
+    return routed

@@ -1,0 +1,336 @@
+# -*- test-case-name: tests.proxy.test_http2 -*-
+"""
+An HTTP/2 client connection: the C{h2} state machine, its streams, its limits.
+
+The connection starts as an HTTP/1.1 one and is handed over here when TLS's
+ALPN chose C{h2}, or when a cleartext connection opens with the HTTP/2
+preface and C{--http2-cleartext} is on.  Frames are parsed and written by
+C{h2}; this protocol turns its events into L{H2Stream} calls and writes what
+the state machine has to send once per read (or once per upstream event).
+
+Abuse ends in GOAWAY and a closed connection, counted by reason in
+C{twingress_http2_connection_errors_total}: a client that resets streams
+faster than a budget refills (CVE-2023-44487, rapid reset) and a header block
+split into more CONTINUATION frames than C{h2} accepts get ENHANCE_YOUR_CALM;
+any other protocol error gets the code C{h2} chose (RFC 9113 5.4.1).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
+
+from h2.config import H2Configuration
+from h2.connection import H2Connection
+from h2.errors import ErrorCodes
+from h2.events import (
+    ConnectionTerminated,
+    DataReceived,
+    RemoteSettingsChanged,
+    RequestReceived,
+    StreamEnded,
+    StreamReset,
+    WindowUpdated,
+)
+from h2.exceptions import ProtocolError
+from h2.settings import SettingCodes, Settings
+from hyperframe.frame import GoAwayFrame
+from twisted.internet.interfaces import IPushProducer
+from twisted.internet.protocol import Protocol, connectionDone
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor
+from ingress.proxy.http2.stream import H2Stream
+from ingress.proxy.idle import Deadline
+from ingress.proxy.transport import IConnectionTransport
+
+if TYPE_CHECKING:
+    from ingress.proxy.http.factory import HTTPProxyFactory
+
+log = Logger()
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+_GOAWAY_SIZE = 17  # a GOAWAY frame without debug data: 9-byte frame header, 8-byte payload
+_GOAWAY_TYPE = 0x7
+
+
+class ResetBudget:
+    """
+    How many streams a client may reset before it is told to calm down: a token
+    bucket of C{2 x max streams}, refilled at C{max streams} per second.  Clients
+    that cancel now and then never see it; a reset flood drains it in a moment.
+    """
+
+    def __init__(self, clock: Any, max_streams: int) -> None:
+        self._clock = clock
+        self._capacity = self._tokens = 2.0 * max_streams
+        self._rate = float(max_streams)
+        self._at = clock()
+
+    def spend(self) -> bool:
+        """One reset; False once the budget is gone."""
+        now = self._clock()
+        self._tokens = min(self._capacity, self._tokens + (now - self._at) * self._rate)
+        self._at = now
+        self._tokens -= 1.0
+        return self._tokens >= 0.0
+
+
+@implementer(IPushProducer)
+class H2ServerProtocol(Protocol):
+    """The server side of one HTTP/2 connection; its transport's producer, as the HTTP/1.1 protocol is."""
+
+    transport: IConnectionTransport
+
+    def __init__(self, factory: HTTPProxyFactory) -> None:
+        self.factory = factory
+        self.settings = factory.settings
+        self.streams: dict[int, H2Stream] = {}
+        self.paused = False  # the client's socket is full: every stream's upstream waits
+        self.h2 = H2Connection(H2Configuration(client_side=False, header_encoding=None, validate_outbound_headers=False))
+        self._receiving = False
+        self._closed = False
+        self._goaway_after: Optional[int] = None  # the last stream served once a graceful GOAWAY was sent
+        self._peer = UNKNOWN_PEER
+        self._port = b"0"
+        self._timer = Deadline(factory.reactor, self._timed_out)
+        self._resets = ResetBudget(factory.reactor.seconds, factory.http2.max_concurrent_streams)
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def connectionMade(self) -> None:
+        self.factory.opened(self)
+        if hasattr(self.transport, "setTcpNoDelay"):
+            self.transport.setTcpNoDelay(True)
+        self.transport.registerProducer(self, True)
+        limits = self.factory.http2
+        h2 = self.h2
+        h2.local_settings = Settings(
+            client=False,
+            initial_values={
+                SettingCodes.MAX_CONCURRENT_STREAMS: limits.max_concurrent_streams,
+                SettingCodes.INITIAL_WINDOW_SIZE: limits.initial_window,
+                SettingCodes.HEADER_TABLE_SIZE: limits.header_table_size,
+                SettingCodes.MAX_HEADER_LIST_SIZE: self.settings.max_head_bytes,
+            },
+        )
+        h2.decoder.max_allowed_table_size = limits.header_table_size
+        h2.decoder.max_header_list_size = self.settings.max_head_bytes  # before the client acknowledges it, too
+        h2.initiate_connection()
+        # Room for every stream's window at once, so one stream that waits on its upstream never stalls the rest.
+        h2.increment_flow_control_window(limits.max_concurrent_streams * limits.initial_window)
+        self.flush()
+        self._timer.set(self.settings.header_timeout, "idle")
+
+    def peer(self) -> ForwardedFor:
+        """Who the client is (read at the first request: behind a PROXY listener, the header tells)."""
+        if self._peer is UNKNOWN_PEER:
+            self._peer = ForwardedFor.for_transport(self.transport, self.factory.scheme)
+            self._port = b"%d" % (getattr(self.transport.getHost(), "port", 0) or 0)
+        return self._peer
+
+    def local_port(self) -> bytes:
+        return self._port
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        self._closed = True
+        self._timer.cancel()
+        streams, self.streams = list(self.streams.values()), {}
+        for stream in streams:
+            stream.abandon()
+        self.factory.closed(self)
+
+    # -- reading -----------------------------------------------------------------
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._closed:
+            return
+        try:
+            events = self.h2.receive_data(data)
+        except ProtocolError as error:
+            self._protocol_error(error)
+            return
+        self._receiving = True
+        try:
+            for event in events:
+                if self._closed:
+                    break
+                handler = _HANDLERS.get(type(event))
+                if handler is not None:
+                    handler(self, event)
+        finally:
+            self._receiving = False
+        self.flush()
+
+    def _request(self, event: RequestReceived) -> None:
+        stream_id = event.stream_id
+        if self._goaway_after is not None and stream_id > self._goaway_after:
+            self.h2.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
+            return
+        stream = H2Stream(self, stream_id)
+        self.streams[stream_id] = stream
+        if self._timer.kind == "idle":
+            self._timer.cancel()
+            self._timer.kind = ""
+        stream.begin(event.headers, event.stream_ended is None)
+
+    def _data(self, event: DataReceived) -> None:
+        stream = self.streams.get(event.stream_id)
+        if stream is None:
+            self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+        else:
+            stream.receive_body(event.data, event.flow_controlled_length)
+
+    def _ended(self, event: StreamEnded) -> None:
+        stream = self.streams.get(event.stream_id)
+        if stream is not None:
+            stream.end_of_body()
+
+    def _reset(self, event: StreamReset) -> None:
+        stream = self.streams.pop(event.stream_id, None)
+        if stream is not None:
+            stream.abandon()
+            self._after_stream()
+        if event.remote_reset and not self._resets.spend():
+            self._calm_down("rapid-reset")
+
+    def _window(self, event: WindowUpdated) -> None:
+        if event.stream_id:
+            stream = self.streams.get(event.stream_id)
+            if stream is not None:
+                stream.pump()
+        else:
+            self._pump_all()
+
+    def _remote_settings(self, event: RemoteSettingsChanged) -> None:
+        if SettingCodes.INITIAL_WINDOW_SIZE in event.changed_settings:
+            self._pump_all()
+
+    def _terminated(self, event: ConnectionTerminated) -> None:
+        """The client's GOAWAY: no new streams; close once those open are done."""
+        self._goaway_after = self._goaway_after if self._goaway_after is not None else self.h2.highest_inbound_stream_id
+        if not self.streams:
+            self._close()
+
+    def _pump_all(self) -> None:
+        for stream in list(self.streams.values()):
+            stream.pump()
+
+    # -- writing -----------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Write what the state machine has to send (once at the end of a read, when reading)."""
+        if self._receiving or self._closed:
+            return
+        data = self.h2.data_to_send()
+        if data:
+            self.transport.write(data)
+
+    def pauseProducing(self) -> None:
+        self.paused = True
+        for stream in list(self.streams.values()):
+            stream.update_client_full()
+
+    def resumeProducing(self) -> None:
+        self.paused = False
+        for stream in list(self.streams.values()):
+            stream.update_client_full()
+
+    def stopProducing(self) -> None:
+        pass
+
+    # -- streams ending, drain, errors -------------------------------------------
+
+    def stream_closed(self, stream: H2Stream) -> None:
+        if self.streams.get(stream.stream_id) is stream:
+            del self.streams[stream.stream_id]
+            self._after_stream()
+
+    def _after_stream(self) -> None:
+        if self.streams:
+            return
+        if self._goaway_after is not None or self.factory.draining:
+            self.drain()
+        elif not self._closed:
+            self._timer.set(self.factory.settings.keepalive_timeout, "idle")
+
+    def drain(self) -> None:
+        """
+        Shutdown (or the idle timeout): GOAWAY NO_ERROR naming the last stream served; the
+        open ones finish, and the connection closes when none is left.  The GOAWAY is written
+        past the state machine, which would refuse to send on the open streams after its own.
+        """
+        if self._closed:
+            return
+        if self._goaway_after is None:
+            self._goaway_after = self.h2.highest_inbound_stream_id
+            self._write_goaway(ErrorCodes.NO_ERROR)
+        if not self.streams:
+            self._close()
+
+    def _write_goaway(self, code: ErrorCodes) -> None:
+        self.flush()
+        frame = GoAwayFrame(0)
+        frame.last_stream_id = self._goaway_after or 0
+        frame.error_code = code
+        self.transport.write(frame.serialize())
+
+    def _calm_down(self, reason: str) -> None:
+        """GOAWAY ENHANCE_YOUR_CALM to a client abusing the protocol, and close."""
+        self.factory.metrics.http2_connection_errors.labels(reason).inc()
+        log.warn("HTTP/2 client {peer} closed: {reason}", peer=self.peer().ip or "?", reason=reason)
+        self.h2.close_connection(ErrorCodes.ENHANCE_YOUR_CALM)
+        self._receiving = False
+        self.flush()
+        self._close()
+
+    def _protocol_error(self, error: ProtocolError) -> None:
+        """C{h2} refused what the client sent and queued its GOAWAY: send it and close."""
+        pending = self.h2.data_to_send()
+        if "continuation" in str(error).lower():
+            reason = "continuation-flood"
+            pending = _with_goaway_code(pending, ErrorCodes.ENHANCE_YOUR_CALM)
+        else:
+            reason = "protocol"
+        self.factory.metrics.http2_connection_errors.labels(reason).inc()
+        log.info("HTTP/2 client {peer} closed: {error}", peer=self.peer().ip or "?", error=str(error))
+        if pending:
+            self.transport.write(pending)
+        self._close()
+
+    def _timed_out(self, kind: str) -> None:
+        if kind == "idle" and not self.streams:
+            self.drain()
+
+    def _close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._timer.cancel()
+        self.transport.unregisterProducer()
+        self.transport.loseConnection()
+        streams, self.streams = list(self.streams.values()), {}
+        for stream in streams:
+            stream.abandon()
+
+
+def _with_goaway_code(pending: bytes, code: ErrorCodes) -> bytes:
+    """C{h2}'s output with the error code of its closing GOAWAY (its last frame) replaced."""
+    if len(pending) >= _GOAWAY_SIZE and pending[-_GOAWAY_SIZE + 3] == _GOAWAY_TYPE:
+        frame = GoAwayFrame(0)
+        frame.last_stream_id = int.from_bytes(pending[-8:-4], "big") & 0x7FFFFFFF
+        frame.error_code = code
+        return pending[:-_GOAWAY_SIZE] + frame.serialize()
+    return pending
+
+
+_HANDLERS: dict[type, Any] = {
+    RequestReceived: H2ServerProtocol._request,
+    DataReceived: H2ServerProtocol._data,
+    StreamEnded: H2ServerProtocol._ended,
+    StreamReset: H2ServerProtocol._reset,
+    WindowUpdated: H2ServerProtocol._window,
+    RemoteSettingsChanged: H2ServerProtocol._remote_settings,
+    ConnectionTerminated: H2ServerProtocol._terminated,
+}

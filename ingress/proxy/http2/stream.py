@@ -1,0 +1,382 @@
+# -*- test-case-name: tests.proxy.test_http2 -*-
+"""
+One HTTP/2 request: its routing, its upstream exchange and its response.
+
+L{H2Stream} is an L{UpstreamRelay} like the HTTP/1.1 connection: endpoint
+choice, pooled connections, retries and the ewma scores are the same code.
+What differs is the client side: the request body arrives in DATA frames and
+is acknowledged (WINDOW_UPDATE) only while the upstream takes it, and the
+response leaves in DATA frames no faster than the client's window allows.
+A stream that holds more than L{HIGH_WATER} bytes the client has not made
+room for pauses its own upstream connection's reads, and no other stream's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Optional
+
+from h2.errors import ErrorCodes
+from twisted.logger import Logger
+
+from ingress.observe.metrics import NO_ROUTE
+from ingress.proxy.http import h1
+from ingress.proxy.http.forwarding import UNKNOWN_PEER
+from ingress.proxy.http.relay import AWAIT, BODY, CLOSED, HEAD, UpstreamRelay
+from ingress.proxy.http.routed import route_request
+from ingress.proxy.http.trusted import trusted_forwarding
+from ingress.proxy.http.upstream import Address, UpstreamConnection
+from ingress.proxy.http2.fields import Headers, local_response, request_head, response_headers
+from ingress.proxy.idle import Deadline
+
+if TYPE_CHECKING:
+    from ingress.proxy.http2.connection import H2ServerProtocol
+
+log = Logger()
+
+HIGH_WATER = 1 << 16  # response bytes a stream holds for a client that gives no window, before its upstream is paused
+_PENDING_LIMIT = 1 << 20
+
+
+class H2Stream(UpstreamRelay):
+    """A request on an HTTP/2 connection, relayed to an HTTP/1.1 upstream."""
+
+    def __init__(self, connection: H2ServerProtocol, stream_id: int) -> None:
+        self.connection = connection
+        self.stream_id = stream_id
+        self.factory = factory = connection.factory
+        self.settings = settings = factory.settings
+        self.transport = connection.transport
+        self._timer = Deadline(factory.reactor, self._timed_out)
+        self._buffer = b""
+        self._state = HEAD
+        self._request: Optional[h1.Head] = None
+        self.request_method = b""
+        self._route = None
+        self._upstream: Optional[UpstreamConnection] = None
+        self._connecting = None
+        self._request_id = 1
+        self._attempts = 0
+        self._tried: Optional[Address] = None
+        self._pending: list[bytes] = []
+        self._pending_size = 0
+        self._client_full = False
+        self._head_bytes = b""
+        self._sent_at = 0.0
+        self._started_at = time.monotonic()
+        self._responded = False
+        self._status = 0
+        self._keep_alive = True
+        self._request_complete = False
+        self._decode: Optional[h1.ChunkedFramer] = None
+        self._body_sent = 0
+        self._max_body = settings.max_body_bytes
+        self._connect_timeout = settings.connect_timeout
+        self._read_timeout = settings.upstream_timeout
+        self._send_timeout = settings.upstream_timeout
+        self._set_cookie = b""
+        self._forwarded = UNKNOWN_PEER
+        self._read_pauses: set[str] = set()
+        self._unacknowledged = 0  # request bytes received while the upstream pushed back
+        self._body_received = 0
+        self._chunked_upstream = False
+        self._out: deque[bytes] = deque()
+        self._out_size = 0
+        self._end_pending = False
+        self._ended_with_headers = False
+
+    # -- the request ------------------------------------------------------------
+
+    def begin(self, headers: Headers, has_body: bool) -> None:
+        """The request's HEADERS arrived: route it and start forwarding."""
+        try:
+            head = request_head(headers, has_body, self.settings.max_header_fields)
+        except h1.HTTPError as error:
+            self._request_complete = not has_body
+            self._refuse(error.status, error.detail)
+            return
+        self._request = head
+        self.request_method = head.method
+        connection = self.connection
+        table = self.factory.live.table
+        peer = connection.peer()
+        self._forwarded = trusted_forwarding(table.trust, peer, head, connection.local_port()) if table.trust is not None else peer
+        routed = route_request(table, head, self._forwarded, self.settings.https_redirect_port)
+        self._route = routed.route
+        self._request_complete = not has_body
+        if routed.status:
+            if routed.refused:
+                self._refuse(routed.status, routed.detail)
+            else:
+                self._answer_locally(routed.status, location=routed.location)
+            return
+        if routed.limits is not None:
+            self._apply_limits(routed.limits)
+        self._head_bytes = routed.head_bytes
+        framing = head.framing
+        if framing.content_length and framing.content_length > self._max_body:
+            self._answer_locally(413)
+            return
+        if has_body:
+            self._chunked_upstream = framing.chunked
+            self._state = BODY
+            self._timer.set(self.settings.client_body_timeout, "body")
+        else:
+            self._state = AWAIT
+            self._timer.set(self._read_timeout, "upstream")
+        self._dispatch()
+
+    def receive_body(self, data: bytes, flow_length: int) -> None:
+        """A DATA frame of the request: on upstream, acknowledged now or once the upstream takes more."""
+        if self._state != BODY:  # answered already: the bytes are dropped, the window kept open
+            self._acknowledge(flow_length)
+            return
+        self._body_received += len(data)
+        if self._body_received > self._max_body:
+            self._acknowledge(flow_length)
+            self._refuse(413, "request body too large")
+            return
+        if self._read_pauses:
+            self._unacknowledged += flow_length
+        else:
+            self._acknowledge(flow_length)
+        if data:
+            self._touch_timer()
+            self._send_upstream(b"%x\r\n%s\r\n" % (len(data), data) if self._chunked_upstream else data)
+
+    def end_of_body(self) -> None:
+        """The client's half is closed (END_STREAM)."""
+        self._request_complete = True
+        if self._state != BODY:
+            return
+        if self._chunked_upstream:
+            self._send_upstream(b"0\r\n\r\n")
+        self._state = AWAIT
+        if self._timer.kind == "body":
+            self._timer.set(self._read_timeout, "upstream")
+
+    def _send_upstream(self, data: bytes) -> None:
+        upstream = self._upstream
+        if upstream is not None:
+            upstream.write(data)
+            return
+        self._pending.append(data)
+        self._pending_size += len(data)
+        if self._pending_size > _PENDING_LIMIT:
+            self._pause_reading("connecting")
+
+    def _acknowledge(self, size: int) -> None:
+        if size:
+            self.connection.h2.acknowledge_received_data(size, self.stream_id)
+            self.connection.flush()
+
+    def _pause_reading(self, reason: str) -> None:
+        self._read_pauses.add(reason)
+
+    def _resume_reading(self, reason: str) -> None:
+        self._read_pauses.discard(reason)
+        if not self._read_pauses and self._unacknowledged and self._state != CLOSED:
+            size, self._unacknowledged = self._unacknowledged, 0
+            self._acknowledge(size)
+
+    # -- the response ------------------------------------------------------------
+
+    def upstream_head(self, head: h1.Head, body: bytes, complete: bool) -> None:
+        request, route = self._request, self._route
+        assert request is not None and route is not None
+        if head.status < 200 and head.status != 101:
+            return  # interim responses are not passed on
+        if head.status == 101:
+            self._fail_upstream(502, "101 for an HTTP/2 request")
+            return
+        if not self._accept_response(head):
+            return
+        policies = route.policies
+        if head.framing.chunked:
+            self._decode = h1.ChunkedFramer(decode=True)
+        hsts = route.hsts if self.factory.scheme == b"https" else ""
+        changes = policies.response_headers if policies is not None else None
+        headers = response_headers(head, request, self.settings.server_name, hsts, self._set_cookie, changes)
+        bodiless = complete and not body
+        self.connection.h2.send_headers(self.stream_id, headers, end_stream=bodiless)
+        if bodiless:
+            self._ended_with_headers = True  # the exchange's end only finishes the stream
+        elif body:
+            self.upstream_data(body)
+        self.connection.flush()
+
+    def upstream_data(self, data: bytes) -> None:
+        if self._decode is not None:
+            data = self._decoded(data)
+        if not data:
+            return
+        self._body_sent += len(data)
+        self._out.append(data)
+        self._out_size += len(data)
+        self._touch_timer()
+        self.pump()
+
+    def upstream_tunnel_data(self, data: bytes) -> None:
+        self._fail_upstream(502, "tunnel data for an HTTP/2 request")
+
+    def upstream_done(self) -> None:
+        upstream, self._upstream = self._upstream, None
+        if upstream is not None:
+            if self._client_full:
+                upstream.transport.resumeProducing()
+            if self._request_complete:
+                self.factory.pool.release(upstream)
+            else:
+                upstream.transport.loseConnection()
+        self._timer.cancel()
+        if self._ended_with_headers:
+            self._finish(self._status)
+            return
+        self._end_pending = True
+        self.pump()
+
+    def pump(self) -> None:
+        """Send what the flow-control windows allow; end the stream once everything is sent."""
+        if self._state == CLOSED:
+            return
+        h2 = self.connection.h2
+        stream_id = self.stream_id
+        out = self._out
+        while out:
+            room = min(h2.local_flow_control_window(stream_id), h2.max_outbound_frame_size)
+            if room <= 0:
+                break
+            chunk = out[0]
+            if len(chunk) <= room:
+                out.popleft()
+            else:
+                out[0] = chunk[room:]
+                chunk = chunk[:room]
+            self._out_size -= len(chunk)
+            h2.send_data(stream_id, chunk)
+        if not out and self._end_pending:
+            h2.end_stream(stream_id)
+            self.connection.flush()
+            self._finish(self._status)
+            return
+        self.connection.flush()
+        self.update_client_full()
+
+    def update_client_full(self) -> None:
+        """Pause this stream's upstream while the client holds it back (its window, or the connection's socket)."""
+        full = self._out_size > HIGH_WATER or self.connection.paused
+        if full == self._client_full:
+            return
+        self._client_full = full
+        upstream = self._upstream
+        if upstream is not None:
+            if full:
+                upstream.transport.pauseProducing()
+            else:
+                upstream.transport.resumeProducing()
+
+    def _decoded(self, data: bytes) -> bytes:
+        framer = self._decode
+        assert framer is not None
+        framer.feed(data)
+        payload = b"".join(framer.payload)
+        framer.payload.clear()
+        return payload
+
+    # -- answers of our own, failures and the end --------------------------------
+
+    def _answer_locally(self, status: int, close: bool = False, location: bytes = b"") -> None:
+        headers, body = local_response(status, self.settings.server_name, location)
+        if self.request_method == b"HEAD":
+            body = b""
+        self._status = status
+        self._responded = True
+        self.connection.h2.send_headers(self.stream_id, headers, end_stream=not body)
+        if not body:
+            self._finish(status)
+            return
+        self._body_sent = len(body)
+        self._out.append(body)
+        self._out_size += len(body)
+        self._end_pending = True
+        self.pump()
+
+    def _refuse(self, status: int, detail: str) -> None:
+        """A request that cannot mean anything: a 4xx on its stream; the connection serves on."""
+        self.factory.metrics.malformed_requests.labels(str(status)).inc()
+        log.info("refused HTTP/2 request from {peer}: {status} {detail}", peer=self.connection.peer().ip or "?", status=status, detail=detail)
+        self._drop_upstream()
+        if self._responded:
+            self._request_done(status)
+            self._reset(ErrorCodes.PROTOCOL_ERROR)
+            return
+        self._answer_locally(status)
+
+    def _fail_upstream(self, status: int, detail: str) -> None:
+        """An upstream problem: answer it if nothing was sent yet, else reset the stream (the client sees it cut)."""
+        self._drop_upstream()
+        log.info("upstream error {status} for {route}: {detail}", status=status, route=self._route_name(), detail=detail)
+        if self._responded:
+            self._request_done(self._status)
+            self._reset(ErrorCodes.INTERNAL_ERROR)
+            return
+        self._answer_locally(status)
+
+    def _reset(self, code: ErrorCodes) -> None:
+        if self._state == CLOSED:
+            return
+        self._state = CLOSED
+        self._timer.cancel()
+        self.connection.h2.reset_stream(self.stream_id, code)
+        self.connection.flush()
+        self.connection.stream_closed(self)
+
+    def _timed_out(self, kind: str) -> None:
+        if kind == "body" and not self._read_pauses:
+            self._refuse(408, "request body not received in time")
+            return
+        self.factory.metrics.upstream_failures.labels("timeout").inc()
+        if kind == "upstream" and self._request_complete and self._retry_after("timeout"):
+            return
+        self._fail_upstream(504, "upstream timed out")
+
+    def _touch_timer(self) -> None:
+        kind = self._timer.kind
+        if kind == "upstream":
+            self._timer.push(self._read_timeout)
+        elif kind == "body":
+            self._timer.push(self.settings.client_body_timeout)
+
+    def _finish(self, status: int) -> None:
+        """The response is sent whole; a request body still coming is declined (RFC 9113 8.1: RST_STREAM NO_ERROR)."""
+        if self._state == CLOSED:
+            return
+        self._request_done(status)
+        self._state = CLOSED
+        self._timer.cancel()
+        if not self._request_complete:
+            self._drop_upstream()
+            self.connection.h2.reset_stream(self.stream_id, ErrorCodes.NO_ERROR)
+            self.connection.flush()
+        self.connection.stream_closed(self)
+
+    def abandon(self) -> None:
+        """The client reset the stream, or the connection is gone: the upstream exchange is cut too."""
+        if self._state == CLOSED:
+            return
+        self._state = CLOSED
+        self._timer.cancel()
+        self._drop_upstream()
+        self._request_done(499)  # nginx's code for a request the client gave up on
+
+    def _close(self) -> None:
+        self._reset(ErrorCodes.CANCEL)
+
+    def _request_done(self, status: int) -> None:
+        self.factory.metrics.request_done(self._route_name(), status, "h2")
+        if self.factory.access_log is not None:
+            self.factory.access_log.record(self, status)
+
+    def _route_name(self) -> str:
+        return self._route.name if self._route is not None else NO_ROUTE

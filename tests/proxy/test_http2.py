@@ -1,0 +1,331 @@
+"""
+HTTP/2 from clients, through twistd: ALPN on the TLS listener, prior knowledge in
+cleartext, the same routing as HTTP/1.1, flow control both ways, limits, abuse,
+and the drain.  Real clients: curl, h2load, and an C{h2}-library client for frames.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from h2.errors import ErrorCodes
+from hyperframe.frame import ContinuationFrame, HeadersFrame
+
+from tests.proxy.h2client import H2Client
+from tests.support import EchoBackend, Manifests, Twingress, free_port
+
+
+class Proxy:
+    def __init__(self, twingress: Twingress, https_port: int, access_log: Path) -> None:
+        self.twingress = twingress
+        self.https_port = https_port
+        self.http_port = twingress.http_port
+        self.access_log = access_log
+
+    def metric(self, name: str, **labels: str) -> float:
+        total = 0.0
+        for line in self.twingress.admin("/metrics")[1].decode().splitlines():
+            if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+
+@pytest.fixture(scope="module")
+def echo() -> Iterator[EchoBackend]:
+    backend = EchoBackend("pod-h2")
+    yield backend
+    backend.stop()
+
+
+def _start(tmp: Path, echo: EchoBackend, *args: str) -> Proxy:
+    manifests = Manifests(tmp)
+    manifests.write(
+        "all.yaml",
+        *manifests.service("echo", [echo.address]),
+        Manifests.ingress("named", "h2.test", "echo"),
+        Manifests.ingress("any", "", "echo"),
+    )
+    https_port = free_port()
+    access_log = tmp.parent / f"access-{https_port}.log"
+    twingress = Twingress(tmp, "--https", f"tcp:{https_port}:interface=127.0.0.1", "--access-log", str(access_log), *args)
+    return Proxy(twingress, https_port, access_log)
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory: pytest.TempPathFactory, echo: EchoBackend) -> Iterator[Proxy]:
+    started = _start(tmp_path_factory.mktemp("h2"), echo, "--http2-cleartext", "--client-body-timeout", "5")
+    yield started
+    started.twingress.stop()
+
+
+def _curl(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["curl", "-sS", "--max-time", "20", *args], capture_output=True, text=True, timeout=30)
+
+
+# -- curl: ALPN and prior knowledge ---------------------------------------------
+
+
+def test_curl_negotiates_h2_over_tls_and_the_request_is_routed_as_http1_would_be(proxy: Proxy) -> None:
+    result = _curl("-k", "--http2", "-w", "\n%{http_version}", "-H", "X-Test: 1", f"https://h2.test:{proxy.https_port}/a/b?c=d",
+                   "--resolve", f"h2.test:{proxy.https_port}:127.0.0.1")
+    body, version = result.stdout.rsplit("\n", 1)
+    assert version == "2", result.stderr
+    seen = json.loads(body)
+    assert seen["uri"] == "/a/b?c=d" and seen["method"] == "GET" and seen["protocol"] == "HTTP/1.1"  # HTTP/1.1 upstream
+    headers = seen["headers"]
+    assert headers["Host"] == [f"h2.test:{proxy.https_port}"]  # :authority is the Host
+    assert headers["X-Forwarded-Proto"] == ["https"] and headers["X-Forwarded-For"] == ["127.0.0.1"]
+    assert headers["X-Test"] == ["1"]
+
+
+def test_http1_clients_on_the_tls_listener_are_unchanged(proxy: Proxy) -> None:
+    result = _curl("-k", "--http1.1", "-w", "\n%{http_version}", f"https://127.0.0.1:{proxy.https_port}/")
+    assert result.stdout.rsplit("\n", 1)[1] == "1.1"
+
+
+def test_prior_knowledge_h2c_on_the_plain_listener_when_asked(proxy: Proxy) -> None:
+    result = _curl("--http2-prior-knowledge", "-w", "\n%{http_version}", "-H", "Host: h2.test", f"http://127.0.0.1:{proxy.http_port}/x")
+    body, version = result.stdout.rsplit("\n", 1)
+    assert version == "2", result.stderr
+    assert json.loads(body)["headers"]["X-Forwarded-Proto"] == ["http"]
+    assert _curl("-w", "%{http_version}", "-o", "/dev/null", f"http://127.0.0.1:{proxy.http_port}/").stdout == "1.1"
+
+
+def test_without_the_option_the_plain_listener_refuses_the_preface(tmp_path_factory: pytest.TempPathFactory, echo: EchoBackend) -> None:
+    """h2c is off by default: the preface is an HTTP/2.0 request line to HTTP/1.1, answered 505 and closed."""
+    off = _start(tmp_path_factory.mktemp("h2c-off"), echo)
+    try:
+        with socket.create_connection(("127.0.0.1", off.http_port), timeout=5) as s:
+            s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            assert s.recv(4096).startswith(b"HTTP/1.1 505 ")
+    finally:
+        off.twingress.stop()
+
+
+def test_http2_false_offers_only_http1(tmp_path_factory: pytest.TempPathFactory, echo: EchoBackend) -> None:
+    off = _start(tmp_path_factory.mktemp("h2-off"), echo, "--http2", "false")
+    try:
+        result = _curl("-k", "--http2", "-w", "\n%{http_version}", f"https://127.0.0.1:{off.https_port}/")
+        assert result.stdout.rsplit("\n", 1)[1] == "1.1"
+    finally:
+        off.twingress.stop()
+
+
+def test_bodies_both_ways_and_local_answers(proxy: Proxy, tmp_path: Path) -> None:
+    upload = tmp_path / "upload"
+    upload.write_bytes(bytes(range(256)) * 8192)  # 2 MiB
+    result = _curl("-k", "--http2", "--data-binary", f"@{upload}", f"https://127.0.0.1:{proxy.https_port}/up")
+    seen = json.loads(result.stdout)
+    assert seen["body_bytes"] == 2 << 20
+    assert seen["body_sha256"] == hashlib.sha256(upload.read_bytes()).hexdigest()
+    download = _curl("-k", "--http2", "-o", str(tmp_path / "down"), "-w", "%{size_download} %{http_code}",
+                     f"https://127.0.0.1:{proxy.https_port}/?size=5000000&chunked=1")
+    assert download.stdout == "5000000 200"
+    missing = _curl("-k", "--http2", "-w", "\n%{http_code}", "-H", "Host: nowhere.test", f"https://127.0.0.1:{proxy.https_port}/",
+                    "--resolve", f"nowhere.test:{proxy.https_port}:127.0.0.1")
+    assert missing.stdout.rsplit("\n", 1)[1] == "200"  # the catch-all rule serves any host
+    head = _curl("-k", "--http2", "-I", f"https://127.0.0.1:{proxy.https_port}/?size=100")
+    assert re.search(r"^HTTP/2 200", head.stdout, re.M) and re.search(r"^content-length: 100", head.stdout, re.M)
+
+
+def test_access_log_and_metrics_name_the_protocol(proxy: Proxy) -> None:
+    before = proxy.metric("twingress_http_requests_total", route="default/named", protocol="h2")
+    client = H2Client(proxy.https_port)
+    for _ in range(3):
+        assert client.get("/logged").status == 200
+    client.close()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and '"GET /logged HTTP/2.0" 200' not in proxy.access_log.read_text():
+        time.sleep(0.1)
+    assert '"GET /logged HTTP/2.0" 200' in proxy.access_log.read_text()
+    assert proxy.metric("twingress_http_requests_total", route="default/named", protocol="h2") == before + 3
+
+
+# -- h2load: many streams over few connections -----------------------------------
+
+
+def test_h2load_ten_thousand_requests_over_ten_connections_of_a_hundred_streams(proxy: Proxy) -> None:
+    result = subprocess.run(
+        ["h2load", "-n", "10000", "-c", "10", "-m", "100", f"https://127.0.0.1:{proxy.https_port}/"],
+        capture_output=True, text=True, timeout=300,
+    )
+    summary = re.search(r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored", result.stdout)
+    assert summary is not None, result.stdout + result.stderr
+    assert summary.groups() == ("10000", "10000", "10000", "10000", "0", "0"), result.stdout
+    assert "status codes: 10000 2xx" in result.stdout
+
+
+# -- the header list, the SETTINGS, malformed requests ---------------------------
+
+
+def test_settings_advertise_the_limits(proxy: Proxy) -> None:
+    client = H2Client(proxy.https_port)
+    client.get("/")
+    assert client.remote_settings[3] == 100  # SETTINGS_MAX_CONCURRENT_STREAMS
+    assert client.remote_settings[4] == 65535  # SETTINGS_INITIAL_WINDOW_SIZE
+    assert client.remote_settings[6] == 32768  # SETTINGS_MAX_HEADER_LIST_SIZE: the HTTP/1.1 head limit
+    client.close()
+
+
+def test_cookies_are_joined_and_a_bad_request_gets_400_on_its_stream_only(proxy: Proxy) -> None:
+    client = H2Client(proxy.https_port)
+    seen = json.loads(bytes(client.get("/c", headers=(("cookie", "a=1"), ("cookie", "b=2"))).body))
+    assert seen["headers"]["Cookie"] == ["a=1; b=2"]  # RFC 9113 8.2.3
+    assert client.get("/", authority="bad host").status == 400
+    assert client.get("/", authority="h2.test").status == 200  # the connection serves on
+    client.close()
+
+
+def test_too_large_a_header_list_closes_the_connection(proxy: Proxy) -> None:
+    client = H2Client(proxy.https_port)
+    client.get("/")
+    client.request("/", headers=(("x-big", "v" * 40000),))
+    client.read_until_closed()
+    assert client.goaway is not None and client.goaway.error_code != ErrorCodes.NO_ERROR
+    client.close()
+
+
+def test_an_uppercase_field_name_is_a_protocol_error(proxy: Proxy) -> None:
+    client = H2Client(proxy.https_port)
+    client.get("/")
+    stream_id = client.conn.get_next_available_stream_id()
+    client.conn.config.validate_outbound_headers = False
+    client.conn.config.normalize_outbound_headers = False
+    client.conn.send_headers(stream_id, [(b":method", b"GET"), (b":path", b"/"), (b":scheme", b"https"), (b":authority", b"h2.test"), (b"X-Up", b"1")], end_stream=True)
+    client.flush()
+    client.read_until_closed()
+    assert client.goaway is not None and client.goaway.error_code == ErrorCodes.PROTOCOL_ERROR
+    client.close()
+
+
+# -- flow control -----------------------------------------------------------------
+
+
+def test_a_stream_whose_client_gives_no_window_holds_no_more_than_the_window(proxy: Proxy, echo: EchoBackend) -> None:
+    """
+    The client never acknowledges stream 1's data (100 MB asked): the proxy holds about a window
+    and stops reading that upstream; another stream on the same connection is served meanwhile.
+    """
+    client = H2Client(proxy.https_port, auto_ack=False)
+    client.conn.increment_flow_control_window(1 << 30)  # the connection's window is open: only the stream's is shut
+    client.flush()
+    rss = proxy.twingress.rss_bytes()
+    stalled = client.request("/?size=100000000")
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        try:
+            client.read_once(0.2)
+        except TimeoutError:
+            pass
+    assert len(client.responses[stalled].body) <= 65535
+    other = client.request("/other")
+    while not client.responses[other].ended:
+        for event in client.read_once():
+            if getattr(event, "stream_id", 0) == other and hasattr(event, "flow_controlled_length"):
+                client.conn.acknowledge_received_data(event.flow_controlled_length, other)
+    assert json.loads(bytes(client.responses[other].body))["uri"] == "/other"
+    time.sleep(1)
+    assert proxy.twingress.rss_bytes() - rss < 30 << 20
+    client.close()
+
+
+def test_an_upload_to_a_slow_upstream_is_held_by_the_window_not_buffered(proxy: Proxy) -> None:
+    """The upstream does not read (delay=3 answers before reading): the client's window closes, no 413, no loss."""
+    client = H2Client(proxy.https_port)
+    body = b"z" * (3 << 20)
+    stream_id = client.request("/slow?delay=0.5", method="POST", body=body)
+    response = client.wait(stream_id, timeout=30)
+    seen = json.loads(bytes(response.body))
+    assert seen["body_bytes"] == len(body)
+    client.close()
+
+
+# -- abuse: rapid reset, CONTINUATION flood ----------------------------------------
+
+
+def test_rapid_reset_ends_in_goaway_enhance_your_calm_while_others_are_served(proxy: Proxy) -> None:
+    before = proxy.metric("twingress_http2_connection_errors_total", reason="rapid-reset")
+    attacker = H2Client(proxy.https_port)
+    bystander = H2Client(proxy.https_port)
+    for _ in range(1000):
+        if attacker.closed or attacker.goaway is not None:
+            break
+        stream_id = attacker.request("/?delay=1")
+        attacker.conn.reset_stream(stream_id)
+        try:
+            attacker.flush()
+        except OSError:
+            break
+    attacker.read_until_closed()
+    assert attacker.goaway is not None and attacker.goaway.error_code == ErrorCodes.ENHANCE_YOUR_CALM
+    assert bystander.get("/still").status == 200
+    assert proxy.metric("twingress_http2_connection_errors_total", reason="rapid-reset") == before + 1
+    attacker.close()
+    bystander.close()
+
+
+def test_continuation_flood_ends_in_goaway_enhance_your_calm(proxy: Proxy) -> None:
+    before = proxy.metric("twingress_http2_connection_errors_total", reason="continuation-flood")
+    attacker = H2Client(proxy.https_port)
+    attacker.get("/")
+    headers = HeadersFrame(3)
+    headers.data = attacker.conn.encoder.encode([(b":method", b"GET"), (b":path", b"/"), (b":scheme", b"https"), (b":authority", b"h2.test")])
+    frames = [headers.serialize()]
+    for _ in range(200):
+        continuation = ContinuationFrame(3)
+        continuation.data = b"\x00\x01a\x01b"  # a literal field, never indexed: more header block, never its end
+        frames.append(continuation.serialize())
+    try:
+        attacker.sock.sendall(b"".join(frames))
+    except OSError:
+        pass
+    attacker.read_until_closed()
+    assert attacker.goaway is not None and attacker.goaway.error_code == ErrorCodes.ENHANCE_YOUR_CALM
+    bystander = H2Client(proxy.https_port)
+    assert bystander.get("/").status == 200
+    assert proxy.metric("twingress_http2_connection_errors_total", reason="continuation-flood") == before + 1
+    attacker.close()
+    bystander.close()
+
+
+# -- drain ----------------------------------------------------------------------------
+
+
+def test_sigterm_sends_goaway_and_open_streams_finish(tmp_path_factory: pytest.TempPathFactory, echo: EchoBackend) -> None:
+    draining = _start(tmp_path_factory.mktemp("h2-drain"), echo, "--shutdown-delay", "0.5")
+    try:
+        client = H2Client(draining.https_port)
+        assert client.get("/").status == 200
+        stream_id = client.request("/?delay=2")
+        time.sleep(0.3)
+        draining.twingress.process.send_signal(signal.SIGTERM)
+        response = client.wait(stream_id, timeout=15)
+        assert response.status == 200 and json.loads(bytes(response.body))["uri"] == "/?delay=2"
+        client.read_until_closed()
+        assert client.goaway is not None and client.goaway.error_code == ErrorCodes.NO_ERROR
+        client.close()  # TLS: the proxy's close_notify is answered by closing (the drain waits for the socket)
+        assert draining.twingress.process.wait(15) == 0
+    finally:
+        draining.twingress.stop()
+
+
+def test_worker_processes_serve_http2_too(tmp_path_factory: pytest.TempPathFactory, echo: EchoBackend) -> None:
+    workers = _start(tmp_path_factory.mktemp("h2-workers"), echo, "--workers", "2", "--http2-cleartext")
+    try:
+        for _ in range(4):
+            result = _curl("-k", "--http2", "-w", "\n%{http_version}", f"https://127.0.0.1:{workers.https_port}/w")
+            assert result.stdout.rsplit("\n", 1)[1] == "2", result.stderr
+        result = _curl("--http2-prior-knowledge", "-w", "\n%{http_version}", f"http://127.0.0.1:{workers.http_port}/w")
+        assert result.stdout.rsplit("\n", 1)[1] == "2", result.stderr
+        assert workers.metric("twingress_http_requests_total", route="default/any", protocol="h2") == 5
+    finally:
+        workers.twingress.stop()
