@@ -20,6 +20,7 @@ from ingress.process.reactor import IProcessReactor
 from ingress.proxy.http.factory import HTTPProxyFactory
 from ingress.proxy.http.settings import HTTP2Settings, ProxySettings, with_listener
 from ingress.proxy.http.upstream import UpstreamPool
+from ingress.proxy.http2.upstream import H2UpstreamPool
 from ingress.proxy.proxy_protocol import ProxyProtocolWhenAsked
 from ingress.proxy.tls.front import TLSFrontFactory
 from ingress.proxy.tls.termination import CertificateStore, SNIConnectionCreator, load_certificate, self_signed_certificate
@@ -58,8 +59,9 @@ def data_plane(
     """
     plane = DataPlane()
     factories: list[HTTPProxyFactory] = []
+    http2_upstreams = H2UpstreamPool(reactor, settings, http2 or HTTP2Settings())
     if http:
-        factory = HTTPProxyFactory(live, pool, settings, metrics, reactor, access_log=access_log, http2=http2)
+        factory = HTTPProxyFactory(live, pool, settings, metrics, reactor, access_log=access_log, http2=http2, http2_upstreams=http2_upstreams)
         plane.http = factory if "http" in behind_proxy else ProxyProtocolWhenAsked(factory, live)
         plane.drainables.append(HTTPConnections(factory))
         factories.append(factory)
@@ -67,7 +69,7 @@ def data_plane(
         generated = self_signed_certificate()
         offer_h2 = http2 is None or http2.enabled
         store = CertificateStore(metrics, load_certificate(*generated, http2=offer_h2), tls_min_version, tls_ciphers, generated, offer_h2)
-        terminating = HTTPProxyFactory(live, pool, settings, metrics, reactor, scheme=b"https", listener="https", access_log=access_log, http2=http2)
+        terminating = HTTPProxyFactory(live, pool, settings, metrics, reactor, scheme=b"https", listener="https", access_log=access_log, http2=http2, http2_upstreams=http2_upstreams)
         plane.drainables.append(HTTPConnections(terminating))
         factories.append(terminating)
         terminate = TLSMemoryBIOFactory(SNIConnectionCreator(store), False, terminating)
@@ -80,6 +82,7 @@ def data_plane(
         """A table with the ingress-nginx ConfigMap's connection settings replaces the command line's."""
         effective = with_listener(settings, table.listener)
         pool.settings = effective
+        http2_upstreams.settings = effective
         for each in factories:
             each.settings = effective
 

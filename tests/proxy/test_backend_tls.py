@@ -71,6 +71,7 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twingress]:
         _ingress("mutual", "mtls", {"backend-protocol": "HTTPS", "proxy-ssl-secret": "client-cert"}),
         _ingress("no-client-cert", "mtls", {"backend-protocol": "HTTPS"}),
         _ingress("grpc", "tls-echo", {"backend-protocol": "GRPC"}),
+        _ingress("fcgi", "tls-echo", {"backend-protocol": "FCGI"}),
     )
     twingress = Twingress(manifests.path)
     yield twingress
@@ -118,10 +119,13 @@ def test_the_client_certificate_authenticates_twingress(proxy: Twingress) -> Non
     assert _get(proxy, "no-client-cert.test")[0] == 502
 
 
-def test_grpc_is_refused_until_http2_to_backends_exists(proxy: Twingress) -> None:
-    assert _get(proxy, "grpc.test")[0] == 404
+def test_an_unsupported_backend_protocol_leaves_the_ingress_out(proxy: Twingress) -> None:
+    """FCGI (ingress-nginx "Backend Protocol") is not served: its paths are skipped, reported; gRPC is (tests/proxy/test_grpc.py)."""
+    assert _get(proxy, "fcgi.test")[0] == 404
     problems = {(p["object"], p["reason"]) for p in proxy.routes()["problems"]}
-    assert ("Ingress/default/grpc", "InvalidAnnotation") in problems
+    assert ("Ingress/default/fcgi", "InvalidAnnotation") in problems
+    assert ("Ingress/default/grpc", "InvalidAnnotation") not in problems
+    assert _get(proxy, "grpc.test")[0] == 426  # served, to HTTP/2 clients only
 
 
 def test_debug_routes_shows_the_tls_settings_but_no_key(proxy: Twingress) -> None:

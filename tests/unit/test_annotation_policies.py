@@ -290,3 +290,25 @@ def test_preserve_trailing_slash_false_strips_on_the_https_redirect() -> None:
     assert _policies({NGINX + "preserve-trailing-slash": "true"}) is None
     policies = _policies({NGINX + "preserve-trailing-slash": "false"})
     assert policies is not None and policies.strip_trailing_slash
+
+
+# -- "Backend Protocol": GRPC, GRPCS (HTTP/2 to the endpoints), H2C (twingress's), and the refused ones
+
+
+@pytest.mark.parametrize(("value", "http2", "tls_alpn"), [
+    ("GRPC", True, None), ("grpc", True, None), ("GRPCS", True, ("h2",)), ("H2C", True, None), ("HTTPS", False, ()), ("HTTP", False, None),
+])
+def test_backend_protocol_http2_values(value: str, http2: bool, tls_alpn: Optional[tuple[str, ...]]) -> None:
+    """annotations.md "Backend Protocol": HTTP, HTTPS, GRPC, GRPCS (case-insensitive here as there)."""
+    policies = _policies({NGINX + "backend-protocol": value})
+    backend_http2 = policies.backend_http2 if policies is not None else False
+    backend_tls = policies.backend_tls if policies is not None else None
+    assert backend_http2 is http2
+    assert (backend_tls.alpn if backend_tls is not None else None) == tls_alpn
+
+
+@pytest.mark.parametrize("value", ["FCGI", "AUTO_HTTP", "h3"])
+def test_backend_protocols_not_served_leave_the_ingress_out(value: str) -> None:
+    routes = _one({NGINX + "backend-protocol": value})
+    assert routes.match("a.test", "/") is None
+    assert _reasons(routes) == ["InvalidAnnotation"]

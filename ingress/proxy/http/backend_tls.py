@@ -44,27 +44,31 @@ def _build(tls: BackendTLS) -> Any:
         if versions[-1] == "TLSv1.2":
             options["lowerMaximumSecurityTo"] = ssl.TLSVersion.TLSv1_2
     client = ssl.PrivateCertificate.loadPEM(tls.cert_pem + b"\n" + tls.key_pem) if tls.cert_pem else None
+    protocols = [name.encode("ascii") for name in tls.alpn] or None  # GRPCS: ALPN h2
     if tls.verify:
         roots = [ssl.Certificate.loadPEM(pem) for pem in _PEM_CERTIFICATE.findall(tls.ca_pem)]
         trust = ssl.trustRootFromCertificates(roots) if roots else ssl.platformTrust()
         options["verifyDepth"] = tls.verify_depth
-        return ssl.optionsForClientTLS(tls.name, trustRoot=trust, clientCertificate=client, extraCertificateOptions=options)
+        return ssl.optionsForClientTLS(tls.name, trustRoot=trust, clientCertificate=client, acceptableProtocols=protocols, extraCertificateOptions=options)
     if client is not None:
         options["privateKey"], options["certificate"] = client.privateKey.original, client.original
-    return _Unverified(ssl.CertificateOptions(verify=False, **options), tls.name.encode("idna") if tls.sni else b"")
+    return _Unverified(ssl.CertificateOptions(verify=False, **options), tls.name.encode("idna") if tls.sni else b"", protocols or [])
 
 
 @implementer(IOpenSSLClientConnectionCreator)
 class _Unverified:
     """Encrypted, unchecked: ingress-nginx's C{proxy-ssl-verify: off}, with SNI only when asked for."""
 
-    def __init__(self, options: ssl.CertificateOptions, server_name: bytes) -> None:
+    def __init__(self, options: ssl.CertificateOptions, server_name: bytes, protocols: list[bytes]) -> None:
         self._context = options.getContext()
         self._server_name = server_name
+        self._protocols = protocols  # ALPN: Twisted sets it per connection, so this creator does too
 
     def clientConnectionForTLS(self, tlsProtocol: object) -> SSL.Connection:
         connection = SSL.Connection(self._context, None)
         connection.set_app_data(tlsProtocol)
         if self._server_name:
             connection.set_tlsext_host_name(self._server_name)
+        if self._protocols:
+            connection.set_alpn_protos(self._protocols)
         return connection

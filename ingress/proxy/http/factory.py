@@ -19,6 +19,7 @@ from ingress.proxy.http.server import HTTPProxyProtocol
 from ingress.proxy.http.settings import HTTP2Settings, ProxySettings
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.http2.connection import H2ServerProtocol
+from ingress.proxy.http2.upstream import H2UpstreamPool
 
 ClientConnection = Union[HTTPProxyProtocol, H2ServerProtocol]
 
@@ -39,6 +40,7 @@ class HTTPProxyFactory(Factory["HTTPProxyProtocol"]):
         listener: str = "http",
         access_log: Optional[AccessLog] = None,
         http2: Optional[HTTP2Settings] = None,
+        http2_upstreams: Optional[H2UpstreamPool] = None,
     ) -> None:
         self.live = live
         self.pool = pool
@@ -49,6 +51,8 @@ class HTTPProxyFactory(Factory["HTTPProxyProtocol"]):
         self.listener = listener
         self.access_log = access_log  # None when off
         self.http2 = http2 if http2 is not None else HTTP2Settings()
+        # HTTP/2 to endpoints (backend-protocol GRPC, GRPCS, H2C), shared by the listeners like the pool
+        self.http2_upstreams = http2_upstreams if http2_upstreams is not None else H2UpstreamPool(reactor, settings, self.http2)  # type: ignore[arg-type]
         self.connections: set[ClientConnection] = set()
         self.draining = False  # shutdown: every response says Connection: close
         self._open_gauge = metrics.open_connections.labels(listener)

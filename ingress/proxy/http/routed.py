@@ -21,6 +21,8 @@ from ingress.routing.policies import Limits
 from ingress.routing.route import Route
 from ingress.routing.table import RoutingTable
 
+HTTP2 = (2, 0)
+
 
 class Routed:
     """
@@ -64,6 +66,8 @@ def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, r
         return Routed(answer[0], answer[1], route)
     if policies.canary is not None:
         route = canary_route(policies.canary, head, policies.affinity) or route
+    if route.policies is not None and route.policies.backend_http2 and head.version < HTTP2:
+        return Routed(426, route=route)  # HTTP/2 to the endpoints (gRPC) needs an HTTP/2 client
     routed = Routed(route=route)
     routed.limits = policies.limits
     routed.head_bytes = upstream_head(policies, head, forwarded, host, path)

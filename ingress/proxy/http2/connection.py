@@ -29,6 +29,7 @@ from h2.events import (
     RequestReceived,
     StreamEnded,
     StreamReset,
+    TrailersReceived,
     WindowUpdated,
 )
 from h2.exceptions import ProtocolError
@@ -187,6 +188,11 @@ class H2ServerProtocol(Protocol):
         if stream is not None:
             stream.end_of_body()
 
+    def _trailers(self, event: TrailersReceived) -> None:
+        stream = self.streams.get(event.stream_id)
+        if stream is not None:
+            stream.trailers(event.headers)
+
     def _reset(self, event: StreamReset) -> None:
         stream = self.streams.pop(event.stream_id, None)
         if stream is not None:
@@ -329,6 +335,7 @@ _HANDLERS: dict[type, Any] = {
     RequestReceived: H2ServerProtocol._request,
     DataReceived: H2ServerProtocol._data,
     StreamEnded: H2ServerProtocol._ended,
+    TrailersReceived: H2ServerProtocol._trailers,
     StreamReset: H2ServerProtocol._reset,
     WindowUpdated: H2ServerProtocol._window,
     RemoteSettingsChanged: H2ServerProtocol._remote_settings,

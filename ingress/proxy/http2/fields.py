@@ -94,3 +94,23 @@ def local_response(status: int, server: bytes, location: bytes = b"") -> tuple[H
     headers = [(b":status", b"%d" % status)]
     headers.extend((lower, value) for _, lower, value in h1.split_fields(block))
     return headers, raw[end + 4 :]
+
+
+_NOT_TO_HTTP2_UPSTREAM = frozenset({b"host", b"transfer-encoding", b"connection", b"keep-alive", b"upgrade", b"proxy-connection", b"te"})
+
+
+def upstream_request_headers(head_bytes: bytes, scheme: bytes) -> Headers:
+    """
+    The header list an HTTP/2 endpoint receives: the HTTP/1.1 head routing made (its rewrite,
+    Host, forwarding fields and header changes) in HTTP/2 form, with the Host as C{:authority}.
+    """
+    line_end = head_bytes.index(b"\r\n")
+    method, target, _ = head_bytes[:line_end].split(b" ", 2)
+    authority = b""
+    fields: Headers = []
+    for _, lower, value in h1.split_fields(head_bytes[line_end + 2 : -2]):
+        if lower == b"host":
+            authority = value
+        elif lower not in _NOT_TO_HTTP2_UPSTREAM:
+            fields.append((lower, value))
+    return [(b":method", method), (b":scheme", scheme), (b":authority", authority), (b":path", target), *fields]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Optional
 
 from h2.errors import ErrorCodes
@@ -27,6 +28,7 @@ from ingress.proxy.http.relay import AWAIT, BODY, CLOSED, HEAD, UpstreamRelay
 from ingress.proxy.http.routed import route_request
 from ingress.proxy.http.trusted import trusted_forwarding
 from ingress.proxy.http.upstream import Address, UpstreamConnection
+from ingress.proxy.http2.exchange import H2Exchange
 from ingress.proxy.http2.fields import Headers, local_response, request_head, response_headers
 from ingress.proxy.idle import Deadline
 
@@ -85,6 +87,9 @@ class H2Stream(UpstreamRelay):
         self._out_size = 0
         self._end_pending = False
         self._ended_with_headers = False
+        self._trailers: Optional[Headers] = None  # sent after the last DATA, ending the stream
+        self._exchange: Optional[H2Exchange] = None  # an HTTP/2 endpoint's stream (backend-protocol GRPC, GRPCS, H2C)
+        self._on_sent: Optional[Callable[[int], None]] = None
 
     # -- the request ------------------------------------------------------------
 
@@ -114,6 +119,12 @@ class H2Stream(UpstreamRelay):
         if routed.limits is not None:
             self._apply_limits(routed.limits)
         self._head_bytes = routed.head_bytes
+        policies = self._route.policies if self._route is not None else None
+        if policies is not None and policies.backend_http2:
+            self._state = BODY if has_body else AWAIT
+            self._exchange = H2Exchange(self, headers, routed, not has_body)
+            self._exchange.start()
+            return
         framing = head.framing
         if framing.content_length and framing.content_length > self._max_body:
             self._answer_locally(413)
@@ -129,6 +140,9 @@ class H2Stream(UpstreamRelay):
 
     def receive_body(self, data: bytes, flow_length: int) -> None:
         """A DATA frame of the request: on upstream, acknowledged now or once the upstream takes more."""
+        if self._exchange is not None and self._state == BODY:
+            self._exchange.client_data(data, flow_length)
+            return
         if self._state != BODY:  # answered already: the bytes are dropped, the window kept open
             self._acknowledge(flow_length)
             return
@@ -150,6 +164,10 @@ class H2Stream(UpstreamRelay):
         self._request_complete = True
         if self._state != BODY:
             return
+        if self._exchange is not None:
+            self._state = AWAIT
+            self._exchange.client_end()
+            return
         if self._chunked_upstream:
             self._send_upstream(b"0\r\n\r\n")
         self._state = AWAIT
@@ -165,6 +183,16 @@ class H2Stream(UpstreamRelay):
         self._pending_size += len(data)
         if self._pending_size > _PENDING_LIMIT:
             self._pause_reading("connecting")
+
+    def trailers(self, headers: Headers) -> None:
+        """The request's trailers: an HTTP/2 endpoint gets them; an HTTP/1.1 one does not (not forwarded)."""
+        if self._exchange is not None and self._state == BODY:
+            self._exchange.client_trailers(headers)
+
+    def acknowledge(self, size: int) -> None:
+        """An HTTP/2 endpoint took C{size} bytes of the request: the client may send as many more."""
+        if self._state != CLOSED:
+            self._acknowledge(size)
 
     def _acknowledge(self, size: int) -> None:
         if size:
@@ -255,13 +283,72 @@ class H2Stream(UpstreamRelay):
                 chunk = chunk[:room]
             self._out_size -= len(chunk)
             h2.send_data(stream_id, chunk)
+            if self._on_sent is not None:
+                self._on_sent(len(chunk))
         if not out and self._end_pending:
-            h2.end_stream(stream_id)
+            if self._trailers is not None:
+                h2.send_headers(stream_id, self._trailers, end_stream=True)
+            else:
+                h2.end_stream(stream_id)
             self.connection.flush()
             self._finish(self._status)
             return
         self.connection.flush()
         self.update_client_full()
+
+    # -- what an HTTP/2 endpoint's exchange (L{H2Exchange}) asks of its client stream --
+
+    @property
+    def responded(self) -> bool:
+        return self._responded
+
+    def started_upstream(self) -> None:
+        self._sent_at = time.monotonic()
+        self._attempts += 1
+
+    def respond(self, status: int, headers: Headers, trailers: Optional[Headers] = None) -> None:
+        """The response head (C{trailers}: a trailers-only answer, the stream ends with them)."""
+        if self._state == CLOSED:
+            return
+        if not self._responded and self._route is not None:
+            self.factory.metrics.upstream_answered(self._route.name, time.monotonic() - self._sent_at)
+        self._responded = True
+        self._status = status
+        headers = [(b":status", b"%d" % status), *(field for field in headers if field[0] != b":status")]
+        h2 = self.connection.h2
+        if trailers is not None:
+            h2.send_headers(self.stream_id, headers + trailers, end_stream=True)
+            self.connection.flush()
+            self._finish(status)
+            return
+        h2.send_headers(self.stream_id, headers)
+        self.connection.flush()
+
+    def queue(self, data: bytes, on_sent: Callable[[int], None]) -> None:
+        """Response DATA; C{on_sent} hears how much the client's window let out."""
+        if self._state == CLOSED:
+            return
+        self._on_sent = on_sent
+        self._body_sent += len(data)
+        self._out.append(data)
+        self._out_size += len(data)
+        self.pump()
+
+    def end_with(self, trailers: Optional[Headers]) -> None:
+        """The response is complete: after its DATA, end the stream (with C{trailers}, if any)."""
+        if self._state == CLOSED or self._end_pending:
+            return
+        self._trailers = trailers
+        self._end_pending = True
+        self.pump()
+
+    def answer(self, status: int) -> None:
+        self._answer_locally(status)
+
+    def reset_client(self, code: ErrorCodes) -> None:
+        if self._state != CLOSED:
+            self._request_done(self._status or 502)
+        self._reset(code)
 
     def update_client_full(self) -> None:
         """Pause this stream's upstream while the client holds it back (its window, or the connection's socket)."""
@@ -365,6 +452,8 @@ class H2Stream(UpstreamRelay):
         """The client reset the stream, or the connection is gone: the upstream exchange is cut too."""
         if self._state == CLOSED:
             return
+        if self._exchange is not None:
+            self._exchange.cancel()
         self._state = CLOSED
         self._timer.cancel()
         self._drop_upstream()

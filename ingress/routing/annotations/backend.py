@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.unit.test_backend_tls -*-
 """
-C{backend-protocol: HTTPS} and the C{proxy-ssl-*} annotations compiled into a L{BackendTLS}.
+C{backend-protocol: HTTPS} (or C{GRPCS}) and the C{proxy-ssl-*} annotations compiled into a L{BackendTLS}.
 
 The one decision ingress-nginx leaves open is the name a verified backend
 certificate must carry when C{proxy-ssl-name} is not set (nginx would check
@@ -15,6 +15,7 @@ from typing import Optional, Union
 
 from ingress.model import Ingress, TLSSecret
 from ingress.routing.annotations import IngressAnnotations
+from ingress.routing.annotations.values import HTTP2_BACKENDS, TLS_BACKENDS
 from ingress.routing.policies.backend import BackendTLS
 
 
@@ -26,7 +27,8 @@ def backend_tls(
     ingress: Ingress, annotations: IngressAnnotations, service: str, secrets: Mapping[tuple[str, str], TLSSecret]
 ) -> Optional[BackendTLS]:
     """The TLS to this Ingress's endpoints of C{service}, or None for plain HTTP; raises L{MissingSecret}."""
-    if annotations.text("backend-protocol") != "HTTPS":
+    protocol = annotations.text("backend-protocol")
+    if protocol not in TLS_BACKENDS:
         return None
     reference = annotations.text("proxy-ssl-secret")
     secret: Union[TLSSecret, None] = None
@@ -47,4 +49,5 @@ def backend_tls(
         cert_pem=secret.cert_pem if secret is not None else b"",
         key_pem=secret.key_pem if secret is not None else b"",
         ca_pem=secret.ca_pem if secret is not None else b"",
+        alpn=("h2",) if protocol in HTTP2_BACKENDS else (),
     )

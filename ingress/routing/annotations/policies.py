@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Optional
 
 from ingress.routing.annotations import IngressAnnotations
+from ingress.routing.annotations.values import HTTP2_BACKENDS
 from ingress.routing.nginx_config import TWINGRESS_DEFAULTS, NginxConfig
 from ingress.routing.policies import EWMA, Affinity, BackendTLS, Deny, HashBy, Limits, Policies, Redirect, Retry, Rewrite
 from ingress.routing.policies.limits import UNLIMITED
@@ -60,6 +61,7 @@ def route_policies(
         response_headers=config.response_headers,
         limits=_limits(annotations, config.limits),
         backend_tls=backend_tls,
+        backend_http2=annotations.text("backend-protocol") in HTTP2_BACKENDS,
         retry=_retry(annotations),
         strip_trailing_slash=not annotations.flag("preserve-trailing-slash", True),
     )

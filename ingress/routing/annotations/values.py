@@ -156,14 +156,19 @@ def one_of(*choices: str) -> Callable[[str], str]:
     return choice
 
 
+BACKEND_PROTOCOLS = ("HTTP", "HTTPS", "GRPC", "GRPCS", "H2C")
+HTTP2_BACKENDS = frozenset({"GRPC", "GRPCS", "H2C"})  # HTTP/2 to the endpoints: h2c, or h2 over TLS (GRPCS)
+TLS_BACKENDS = frozenset({"HTTPS", "GRPCS"})
+
+
 def backend_protocol(value: str) -> str:
-    """HTTP or HTTPS, any case (ingress-nginx "Backend Protocol"); its other values are refused for now."""
+    """One of L{BACKEND_PROTOCOLS}, any case (ingress-nginx "Backend Protocol"; H2C is twingress's)."""
     upper = value.strip().upper()
-    if upper in ("HTTP", "HTTPS"):
+    if upper in BACKEND_PROTOCOLS:
         return upper
-    if upper in ("GRPC", "GRPCS", "H2C", "AUTO_HTTP", "FCGI"):
-        raise InvalidValue("is not supported by twingress yet (HTTP and HTTPS are; gRPC needs HTTP/2 to the backend)")
-    raise InvalidValue("must be HTTP or HTTPS")
+    if upper in ("AUTO_HTTP", "FCGI", "AJP"):
+        raise InvalidValue("is not supported by twingress (HTTP, HTTPS, GRPC, GRPCS and H2C are)")
+    raise InvalidValue("must be one of " + ", ".join(BACKEND_PROTOCOLS))
 
 
 def on_off(value: str) -> bool:

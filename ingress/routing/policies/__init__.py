@@ -56,6 +56,7 @@ class Policies:
     response_headers: Optional[HeaderChanges] = None
     limits: Optional[Limits] = None
     backend_tls: Optional[BackendTLS] = None
+    backend_http2: bool = False  # HTTP/2 to the endpoints (backend-protocol GRPC, GRPCS, H2C): HTTP/2 clients only
     retry: Optional[Retry] = None
     strip_trailing_slash: bool = False  # the HTTP to HTTPS redirect drops one trailing "/" (ingress-nginx's default)
 
@@ -88,6 +89,8 @@ class Policies:
             shown["limits"] = self.limits.to_json()
         if self.backend_tls is not None:
             shown["backendTLS"] = self.backend_tls.to_json()
+        if self.backend_http2:
+            shown["backendHTTP2"] = True
         if self.retry is not None:
             shown["retry"] = self.retry.to_json()
         if self.strip_trailing_slash:

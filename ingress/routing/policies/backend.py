@@ -28,12 +28,13 @@ class BackendTLS:
     cert_pem: bytes = b""  # client certificate and key, from proxy-ssl-secret
     key_pem: bytes = b""
     ca_pem: bytes = b""
+    alpn: tuple[str, ...] = ()  # ("h2",) for GRPCS: HTTP/2 over TLS
 
     @property
     def key(self) -> str:
         """Names this configuration: pooled connections are shared only between routes with the same one."""
         digest = hashlib.blake2s(digest_size=8)
-        for part in (str(self.verify), self.name, str(self.sni), str(self.verify_depth), self.ciphers, ",".join(self.protocols)):
+        for part in (str(self.verify), self.name, str(self.sni), str(self.verify_depth), self.ciphers, ",".join(self.protocols), ",".join(self.alpn)):
             digest.update(part.encode() + b"\0")
         for pem in (self.cert_pem, self.key_pem, self.ca_pem):
             digest.update(pem + b"\0")

@@ -1,0 +1,229 @@
+"""
+gRPC through twistd: a real grpcio server behind an Ingress annotated backend-protocol GRPC
+(h2c to the endpoint), real grpcio clients over TLS (ALPN h2) and over h2c prior knowledge.
+
+gRPC's wire protocol ("gRPC over HTTP2", grpc/grpc doc/PROTOCOL-HTTP2.md) is the spec: the
+status travels in trailers (grpc-status, grpc-message), a cancelled call is RST_STREAM, and a
+proxy that cannot reach the server answers UNAVAILABLE (14).  ingress-nginx's "Backend
+Protocol" annotation (annotations.md) names GRPC and GRPCS.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from tests.proxy.certs import CertificateAuthority, tls_secret
+from tests.support import ROOT, Manifests, Twingress, free_port, wait_for_port
+
+SERVICE = "/test.Echo/"
+
+
+class Backend:
+    def __init__(self, directory: Path, *tls: str) -> None:
+        self.port = free_port()
+        self.marker = directory / f"cancelled-{self.port}"
+        command = [sys.executable, str(ROOT / "tests" / "proxy" / "grpc_backend.py"), str(self.port), str(self.marker), *tls]
+        self.process = subprocess.Popen(command, cwd=ROOT)
+        wait_for_port("127.0.0.1", self.port, self.process)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+class Proxy:
+    def __init__(self, twingress: Twingress, https_port: int, ca: CertificateAuthority) -> None:
+        self.twingress = twingress
+        self.https_port = https_port
+        self.ca = ca
+
+    def tls_channel(self, host: str = "grpc.test") -> grpc.Channel:
+        credentials = grpc.ssl_channel_credentials(root_certificates=self.ca.pem())
+        return grpc.secure_channel(f"127.0.0.1:{self.https_port}", credentials, options=[("grpc.ssl_target_name_override", host), ("grpc.default_authority", host)])
+
+    def h2c_channel(self, host: str = "grpc.test") -> grpc.Channel:
+        return grpc.insecure_channel(f"127.0.0.1:{self.twingress.http_port}", options=[("grpc.default_authority", host)])
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
+    started = Backend(tmp_path_factory.mktemp("grpc-backend"))
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def tls_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
+    """A gRPC server over TLS (its certificate from a CA of its own, unchecked: ingress-nginx's proxy-ssl-verify default)."""
+    directory = tmp_path_factory.mktemp("grpcs-backend")
+    leaf = CertificateAuthority("backend-ca").issue(["greeter-tls.default.svc"])
+    (directory / "cert.pem").write_bytes(leaf.fullchain_pem())
+    (directory / "key.pem").write_bytes(leaf.key_pem())
+    started = Backend(directory, str(directory / "cert.pem"), str(directory / "key.pem"))
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory: pytest.TempPathFactory, backend: Backend, tls_backend: Backend) -> Iterator[Proxy]:
+    directory = tmp_path_factory.mktemp("grpc")
+    ca = CertificateAuthority("grpc-ca")
+    manifests = Manifests(directory)
+    grpcs = Manifests.ingress("grpcs", "grpcs.test", "greeter-tls", tls=[{"hosts": ["grpcs.test"], "secretName": "grpc-tls"}])
+    grpcs["metadata"]["annotations"] = {"nginx.ingress.kubernetes.io/backend-protocol": "GRPCS", "nginx.ingress.kubernetes.io/ssl-redirect": "false"}
+    grpc_ingress = Manifests.ingress("grpc", "grpc.test", "greeter", tls=[{"hosts": ["grpc.test"], "secretName": "grpc-tls"}])
+    grpc_ingress["metadata"]["annotations"] = {"twingress.io/backend-protocol": "GRPC", "twingress.io/ssl-redirect": "false"}
+    down = Manifests.ingress("down", "down.test", "nowhere")
+    down["metadata"]["annotations"] = {"nginx.ingress.kubernetes.io/backend-protocol": "grpc"}
+    manifests.write(
+        "all.yaml",
+        tls_secret("grpc-tls", ca.issue(["grpc.test", "down.test", "grpcs.test"])),
+        *manifests.service("greeter", [("127.0.0.1", backend.port)]),
+        *manifests.service("greeter-tls", [("127.0.0.1", tls_backend.port)]),
+        grpcs,
+        *manifests.service("nowhere", [("127.0.0.1", free_port())]),
+        grpc_ingress,
+        down,
+    )
+    https_port = free_port()
+    twingress = Twingress(directory, "--https", f"tcp:{https_port}:interface=127.0.0.1", "--http2-cleartext")
+    yield Proxy(twingress, https_port, ca)
+    twingress.stop()
+
+
+def _unary(channel: grpc.Channel) -> grpc.UnaryUnaryMultiCallable:
+    return channel.unary_unary(SERVICE + "Unary")
+
+
+@pytest.mark.parametrize("transport", ["tls", "h2c"])
+def test_unary_with_metadata_and_trailers_both_ways(proxy: Proxy, transport: str) -> None:
+    with proxy.tls_channel() if transport == "tls" else proxy.h2c_channel() as channel:
+        reply, call = _unary(channel).with_call(b"hello", metadata=(("x-echo", "abc"),), timeout=10)
+    assert reply == b"hello"
+    assert ("x-echo", "abc") in call.initial_metadata()
+    assert ("x-trailer", "t-abc") in call.trailing_metadata()
+    assert call.code() == grpc.StatusCode.OK
+
+
+def test_grpcs_speaks_h2_over_tls_to_the_endpoint(proxy: Proxy) -> None:
+    with proxy.tls_channel("grpcs.test") as channel:
+        reply, call = _unary(channel).with_call(b"over tls", metadata=(("x-echo", "s"),), timeout=10)
+    assert reply == b"over tls" and ("x-trailer", "t-s") in call.trailing_metadata()
+
+
+def test_an_error_status_and_message_reach_the_client(proxy: Proxy) -> None:
+    with proxy.tls_channel() as channel, pytest.raises(grpc.RpcError) as caught:
+        _unary(channel)(b"fail", timeout=10)
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+    assert caught.value.details() == "no such thing"
+
+
+def test_server_streaming_100_mb_with_bounded_memory(proxy: Proxy) -> None:
+    rss = proxy.twingress.rss_bytes()
+    size = 100 << 20
+    with proxy.tls_channel() as channel:
+        received = sum(len(message) for message in channel.unary_stream(SERVICE + "Download")(str(size).encode(), timeout=120))
+    assert received == size
+    assert proxy.twingress.rss_bytes() - rss < 30 << 20
+
+
+def test_client_streaming_100_mb_with_bounded_memory(proxy: Proxy) -> None:
+    rss = proxy.twingress.rss_bytes()
+    block = b"u" * 65536
+
+    def blocks() -> Iterator[bytes]:
+        for _ in range(1600):  # 100 MiB
+            yield block
+
+    with proxy.tls_channel() as channel:
+        count = channel.stream_unary(SERVICE + "Upload")(blocks(), timeout=120)
+    assert int(count) == 1600 * 65536
+    assert proxy.twingress.rss_bytes() - rss < 30 << 20
+
+
+def test_bidirectional_streaming(proxy: Proxy) -> None:
+    with proxy.h2c_channel() as channel:
+        replies = list(channel.stream_stream(SERVICE + "Chat")(iter([b"abc", b"hello", b"xyz"]), timeout=10))
+    assert replies == [b"cba", b"olleh", b"zyx"]
+
+
+def test_a_thousand_concurrent_calls_on_one_connection(proxy: Proxy) -> None:
+    """The proxy's 100 streams per client connection hold the rest back; every call completes."""
+    with proxy.tls_channel() as channel:
+        unary = _unary(channel)
+        calls = [unary.future(b"n%d" % i, timeout=60) for i in range(1000)]
+        assert [call.result() for call in calls] == [b"n%d" % i for i in range(1000)]
+
+
+def test_a_cancelled_call_is_cancelled_on_the_server(proxy: Proxy, backend: Backend) -> None:
+    backend.marker.unlink(missing_ok=True)
+    with proxy.tls_channel() as channel:
+        future = channel.unary_unary(SERVICE + "Wait").future(b"", timeout=30)
+        time.sleep(0.5)
+        future.cancel()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not backend.marker.exists():
+            time.sleep(0.1)
+    assert backend.marker.read_text() == "cancelled"
+
+
+def test_deadline_exceeded(proxy: Proxy, backend: Backend) -> None:
+    backend.marker.unlink(missing_ok=True)
+    with proxy.tls_channel() as channel, pytest.raises(grpc.RpcError) as caught:
+        channel.unary_unary(SERVICE + "Wait")(b"", timeout=0.5)
+    assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not backend.marker.exists():
+        time.sleep(0.1)
+    assert backend.marker.read_text() == "cancelled"  # the grpc-timeout header (and the reset) reached it
+
+
+def test_an_endpoint_that_refuses_gives_unavailable(proxy: Proxy) -> None:
+    with proxy.tls_channel("down.test") as channel, pytest.raises(grpc.RpcError) as caught:
+        _unary(channel)(b"x", timeout=10)
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_an_http1_client_is_told_http2_is_needed(proxy: Proxy) -> None:
+    result = subprocess.run(
+        ["curl", "-sS", "--http1.1", "-o", "/dev/null", "-w", "%{http_code}", "-H", "Host: grpc.test", f"http://127.0.0.1:{proxy.twingress.http_port}/test.Echo/Unary"],
+        capture_output=True, text=True, timeout=20,
+    )
+    assert result.stdout == "426"
+
+
+def test_an_upstream_killed_mid_stream_gives_unavailable(tmp_path_factory: pytest.TempPathFactory) -> None:
+    directory = tmp_path_factory.mktemp("grpc-kill")
+    backend = Backend(directory)
+    manifests = Manifests(directory / "manifests")
+    manifests.path.mkdir()
+    ingress = Manifests.ingress("grpc", "grpc.test", "greeter")
+    ingress["metadata"]["annotations"] = {"twingress.io/backend-protocol": "GRPC"}
+    manifests.write("all.yaml", *manifests.service("greeter", [("127.0.0.1", backend.port)]), ingress)
+    twingress = Twingress(manifests.path, "--http2-cleartext")
+    proxy = Proxy(twingress, 0, CertificateAuthority("unused"))
+    try:
+        with proxy.h2c_channel() as channel:
+            stream = channel.unary_stream(SERVICE + "Download")(str(1 << 30).encode(), timeout=60)
+            first = next(stream)
+            assert len(first) == 65536
+            threading.Timer(0.2, backend.stop).start()
+            with pytest.raises(grpc.RpcError) as caught:
+                for _ in stream:
+                    pass
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+        with proxy.h2c_channel() as channel, pytest.raises(grpc.RpcError) as again:
+            _unary(channel)(b"x", timeout=10)
+        assert again.value.code() == grpc.StatusCode.UNAVAILABLE  # the endpoint is gone: refused
+    finally:
+        twingress.stop()
+        backend.stop()
