@@ -329,3 +329,17 @@ def test_worker_processes_serve_http2_too(tmp_path_factory: pytest.TempPathFacto
         assert workers.metric("twingress_http_requests_total", route="default/any", protocol="h2") == 5
     finally:
         workers.twingress.stop()
+
+
+def test_an_idle_connection_gets_goaway_after_the_keepalive_timeout(tmp_path_factory: pytest.TempPathFactory, echo: EchoBackend) -> None:
+    idle = _start(tmp_path_factory.mktemp("h2-idle"), echo, "--keepalive-timeout", "1")
+    try:
+        client = H2Client(idle.https_port)
+        assert client.get("/").status == 200
+        started = time.monotonic()
+        client.read_until_closed(timeout=10)
+        assert client.goaway is not None and client.goaway.error_code == ErrorCodes.NO_ERROR
+        assert time.monotonic() - started >= 0.5
+        client.close()
+    finally:
+        idle.twingress.stop()

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 
 log = Logger()
 
+_PENDING_LIMIT = 1 << 20  # request bytes held while the upstream connection is being opened
+
 # The states of a client connection (shared with http.py).
 HEAD, BODY, AWAIT, TUNNEL, CLOSED = range(5)
 
@@ -276,6 +278,11 @@ class UpstreamRelay:
             self._upstream = None
             self._close()
             return
+        self._release_upstream()
+        self._finish(self._status)
+
+    def _release_upstream(self) -> None:
+        """The exchange is over: its connection goes back to the pool, or closes if the request was cut short."""
         upstream, self._upstream = self._upstream, None
         if upstream is not None:
             if self._client_full:
@@ -284,7 +291,17 @@ class UpstreamRelay:
                 self.factory.pool.release(upstream)
             else:
                 upstream.transport.loseConnection()
-        self._finish(self._status)
+
+    def _send_upstream(self, data: bytes) -> None:
+        """Request bytes: to the upstream connection, or held (up to a limit) while it is being opened."""
+        upstream = self._upstream
+        if upstream is not None:
+            upstream.write(data)
+            return
+        self._pending.append(data)
+        self._pending_size += len(data)
+        if self._pending_size > _PENDING_LIMIT:
+            self._pause_reading("connecting")
 
     def upstream_failed(self, status: int, detail: str, responded: bool) -> None:
         upstream, self._upstream = self._upstream, None

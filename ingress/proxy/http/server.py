@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 
 log = Logger()
 
-_PENDING_LIMIT = 1 << 20
 
 
 @implementer(IPushProducer, IHandshakeListener)
@@ -328,16 +327,6 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
             self._state = AWAIT
             if self._timer.kind == "body":
                 self._timer.set(self._read_timeout, "upstream")
-
-    def _send_upstream(self, data: bytes) -> None:
-        upstream = self._upstream
-        if upstream is not None:
-            upstream.write(data)
-            return
-        self._pending.append(data)
-        self._pending_size += len(data)
-        if self._pending_size > _PENDING_LIMIT:
-            self._pause_reading("connecting")
 
     # -- finishing ------------------------------------------------------------
 

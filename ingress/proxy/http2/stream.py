@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 log = Logger()
 
 HIGH_WATER = 1 << 16  # response bytes a stream holds for a client that gives no window, before its upstream is paused
-_PENDING_LIMIT = 1 << 20
 
 
 class H2Stream(UpstreamRelay):
@@ -174,16 +173,6 @@ class H2Stream(UpstreamRelay):
         if self._timer.kind == "body":
             self._timer.set(self._read_timeout, "upstream")
 
-    def _send_upstream(self, data: bytes) -> None:
-        upstream = self._upstream
-        if upstream is not None:
-            upstream.write(data)
-            return
-        self._pending.append(data)
-        self._pending_size += len(data)
-        if self._pending_size > _PENDING_LIMIT:
-            self._pause_reading("connecting")
-
     def trailers(self, headers: Headers) -> None:
         """The request's trailers: an HTTP/2 endpoint gets them; an HTTP/1.1 one does not (not forwarded)."""
         if self._exchange is not None and self._state == BODY:
@@ -249,14 +238,7 @@ class H2Stream(UpstreamRelay):
         self._fail_upstream(502, "tunnel data for an HTTP/2 request")
 
     def upstream_done(self) -> None:
-        upstream, self._upstream = self._upstream, None
-        if upstream is not None:
-            if self._client_full:
-                upstream.transport.resumeProducing()
-            if self._request_complete:
-                self.factory.pool.release(upstream)
-            else:
-                upstream.transport.loseConnection()
+        self._release_upstream()
         self._timer.cancel()
         if self._ended_with_headers:
             self._finish(self._status)
