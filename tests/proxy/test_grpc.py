@@ -82,6 +82,8 @@ def proxy(tmp_path_factory: pytest.TempPathFactory, backend: Backend, tls_backen
     grpcs["metadata"]["annotations"] = {"nginx.ingress.kubernetes.io/backend-protocol": "GRPCS", "nginx.ingress.kubernetes.io/ssl-redirect": "false"}
     grpc_ingress = Manifests.ingress("grpc", "grpc.test", "greeter", tls=[{"hosts": ["grpc.test"], "secretName": "grpc-tls"}])
     grpc_ingress["metadata"]["annotations"] = {"twingress.io/backend-protocol": "GRPC", "twingress.io/ssl-redirect": "false"}
+    slow = Manifests.ingress("slow", "slow.test", "greeter")
+    slow["metadata"]["annotations"] = {"twingress.io/backend-protocol": "GRPC", "twingress.io/proxy-read-timeout": "1"}
     down = Manifests.ingress("down", "down.test", "nowhere")
     down["metadata"]["annotations"] = {"nginx.ingress.kubernetes.io/backend-protocol": "grpc"}
     manifests.write(
@@ -92,6 +94,7 @@ def proxy(tmp_path_factory: pytest.TempPathFactory, backend: Backend, tls_backen
         grpcs,
         *manifests.service("nowhere", [("127.0.0.1", free_port())]),
         grpc_ingress,
+        slow,
         down,
     )
     https_port = free_port()
@@ -185,6 +188,19 @@ def test_deadline_exceeded(proxy: Proxy, backend: Backend) -> None:
     while time.monotonic() < deadline and not backend.marker.exists():
         time.sleep(0.1)
     assert backend.marker.read_text() == "cancelled"  # the grpc-timeout header (and the reset) reached it
+
+
+def test_an_exchange_silent_both_ways_past_the_read_timeout_is_ended(proxy: Proxy, backend: Backend) -> None:
+    """proxy-read-timeout (annotations.md "Custom timeouts"; nginx's grpc_read_timeout): UNAVAILABLE, and the server's call is cancelled."""
+    backend.marker.unlink(missing_ok=True)
+    with proxy.h2c_channel("slow.test") as channel, pytest.raises(grpc.RpcError) as caught:
+        channel.unary_unary(SERVICE + "Wait")(b"", timeout=20)
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "timed out" in (caught.value.details() or "")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not backend.marker.exists():
+        time.sleep(0.1)
+    assert backend.marker.read_text() == "cancelled"
 
 
 def test_an_endpoint_that_refuses_gives_unavailable(proxy: Proxy) -> None:

@@ -103,6 +103,7 @@ class H2Exchange:
     # -- the request's body and trailers -------------------------------------------
 
     def client_data(self, data: bytes, flow_length: int) -> None:
+        self.stream._touch_timer()
         self._to_upstream.append((data, flow_length))
         self.upstream_window()
 
@@ -148,6 +149,7 @@ class H2Exchange:
 
     def upstream_headers(self, headers: Headers, ended: bool) -> None:
         """The response head; with C{ended}, a trailers-only response (gRPC's status without a message)."""
+        self.stream._touch_timer()
         status = next((int(value) for name, value in headers if name == b":status"), 502)
         out = [(name, value) for name, value in headers if name not in _CONNECTION_SPECIFIC]
         out.append((b"server", self.stream.settings.server_name))
@@ -161,6 +163,7 @@ class H2Exchange:
             self.stream.respond(status, out)
 
     def upstream_data(self, data: bytes, flow_length: int) -> None:
+        self.stream._touch_timer()
         connection = self.connection
         padding = flow_length - len(data)
         if padding and connection is not None:
@@ -213,6 +216,16 @@ class H2Exchange:
             stream.answer(status)
         else:
             stream.reset_client(_error_code(code))
+
+    def timed_out(self) -> None:
+        """No frame either way for the route's read timeout (proxy-read-timeout, 60 s by default): ended."""
+        if self._gone:
+            return
+        detail = f"no frame either way for {self.stream._read_timeout:g} s"
+        log.info("upstream timeout for {route}: {detail}", route=self.route.name, detail=detail)
+        self.cancel()
+        self._gone = False  # cancel() marked it gone; the client still gets its answer
+        self._unavailable(504, "upstream timed out: " + detail)
 
     def cancel(self) -> None:
         """The client reset its stream or went away: the endpoint's stream is reset too."""

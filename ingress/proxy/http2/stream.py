@@ -121,6 +121,7 @@ class H2Stream(UpstreamRelay):
         policies = self._route.policies if self._route is not None else None
         if policies is not None and policies.backend_http2:
             self._state = BODY if has_body else AWAIT
+            self._timer.set(self._read_timeout, "upstream")  # no frame either way for this long ends the exchange
             self._exchange = H2Exchange(self, headers, routed, not has_body)
             self._exchange.start()
             return
@@ -402,6 +403,10 @@ class H2Stream(UpstreamRelay):
         self.connection.stream_closed(self)
 
     def _timed_out(self, kind: str) -> None:
+        if self._exchange is not None:
+            self.factory.metrics.upstream_failures.labels("timeout").inc()
+            self._exchange.timed_out()
+            return
         if kind == "body" and not self._read_pauses:
             self._refuse(408, "request body not received in time")
             return
