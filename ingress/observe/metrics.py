@@ -50,6 +50,9 @@ class Metrics:
         self.malformed_requests = Counter(
             "twingress_http_malformed_requests", "Requests refused before routing, by status code", ["status"], registry=r
         )
+        self.denied = Counter(
+            "twingress_http_denied", "Requests an access guard refused, by reason and route", ["reason", "route"], registry=r
+        )
         self.http2_connection_errors = Counter(
             "twingress_http2_connection_errors",
             "HTTP/2 connections ended with GOAWAY for an error, by reason (rapid-reset, continuation-flood, protocol)",

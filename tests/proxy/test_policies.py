@@ -43,6 +43,10 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twingress]:
         _annotated("small", "small.test", {"proxy-body-size": "1k"}),
         _annotated("impatient", "impatient.test", {"proxy-read-timeout": "1"}),
         _annotated("guarded", "guarded.test", {"whitelist-source-range": "10.0.0.0/8"}),
+        _annotated("allowed", "allowed.test", {"allowlist-source-range": "10.0.0.0/8, 127.0.0.0/8"}),
+        _annotated("denied", "denied.test", {"denylist-source-range": "127.0.0.1/32"}),
+        _annotated("unreadable", "unreadable.test", {"whitelist-source-range": "127.0.0.0/33"}),
+        _annotated("unguarded", "unguarded.test", {"auth-url": "http://auth.example/check"}),
     )
     twingress = Twingress(manifests.path, "--max-body-size", "2k")
     yield twingress
@@ -132,12 +136,34 @@ def test_proxy_read_timeout_is_the_routes_own(proxy: Twingress) -> None:
     assert _seen(proxy, "plain.test", "/?delay=1.5")["path"] == "/"  # the listener's 60 s elsewhere
 
 
-def test_an_access_guard_twingress_does_not_enforce_closes_the_route(proxy: Twingress) -> None:
-    """Fail closed: whitelist-source-range is not enforced yet, so the route answers 503, never the backend."""
-    response, _ = _request(proxy, "guarded.test", "/")
-    assert response.status == 503
+def test_source_ranges_allow_and_deny_the_client_address(proxy: Twingress) -> None:
+    """annotations.md "Allowlist source range", "Denylist source range": 403 outside the allow list or inside the deny list."""
+    assert _request(proxy, "guarded.test", "/")[0].status == 403  # 127.0.0.1 is not in 10.0.0.0/8
+    assert _seen(proxy, "allowed.test", "/")["path"] == "/"
+    assert _request(proxy, "denied.test", "/")[0].status == 403
+    assert _request(proxy, "plain.test", "/")[0].status == 200
+
+
+def test_an_access_guard_that_cannot_be_honoured_closes_the_route(proxy: Twingress) -> None:
+    """Fail closed: an unreadable allow list, or auth-url (not enforced yet): 503, never the backend."""
+    assert _request(proxy, "unreadable.test", "/")[0].status == 503
+    assert _request(proxy, "unguarded.test", "/")[0].status == 503
     problems = {(p["object"], p["reason"]) for p in proxy.routes()["problems"]}
-    assert ("Ingress/default/guarded", "UnsupportedAnnotation") in problems
+    assert ("Ingress/default/unreadable", "InvalidAnnotation") in problems
+    assert ("Ingress/default/unguarded", "UnsupportedAnnotation") in problems
+
+
+def test_denials_are_counted_by_reason_and_route(proxy: Twingress) -> None:
+    def denied() -> float:
+        for line in proxy.admin("/metrics")[1].decode().splitlines():
+            if line.startswith('twingress_http_denied_total{reason="source-range",route="default/denied"}'):
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    before = denied()
+    for _ in range(3):
+        assert _request(proxy, "denied.test", "/")[0].status == 403
+    assert denied() == before + 3
 
 
 def test_debug_routes_shows_the_policies(proxy: Twingress) -> None:

@@ -75,3 +75,17 @@ def test_an_untrusted_peer_and_a_dropped_trust_get_their_headers_replaced(manife
     manifests.write("config.yaml", _config_map({}))
     proxy.wait_generation_above(generation)
     assert forwarded_for() == ["127.0.0.1"]
+
+
+def test_source_ranges_judge_the_forwarded_client_behind_a_trusted_proxy(manifests: Manifests, twingress, echo_pair: tuple[EchoBackend, EchoBackend]) -> None:
+    """The allow list sees the client a trusted load balancer names (nginx's realip runs before its access phase), never a spoofed one."""
+    guarded = Manifests.nginx_ingress("guarded", "guarded.test", "web", {"allowlist-source-range": "203.0.113.0/24"})
+    manifests.write("all.yaml", *manifests.service("web", [echo_pair[0].address]), guarded)
+    manifests.write("config.yaml", _config_map({"use-forwarded-headers": "true", "proxy-real-ip-cidr": "127.0.0.0/8"}))
+    proxy = twingress("--nginx-configmap", CONFIG)
+    assert _get(proxy, "guarded.test", LB_HEADERS)[0] == 200  # the client is 203.0.113.7
+    assert _get(proxy, "guarded.test", {"X-Forwarded-For": "198.51.100.1"})[0] == 403
+    generation = proxy.generation()
+    manifests.write("config.yaml", _config_map({"use-forwarded-headers": "true", "proxy-real-ip-cidr": "10.0.0.0/8"}))
+    proxy.wait_generation_above(generation)
+    assert _get(proxy, "guarded.test", LB_HEADERS)[0] == 403  # the peer is no longer trusted: it is 127.0.0.1

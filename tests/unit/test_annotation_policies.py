@@ -76,7 +76,7 @@ def test_a_snippet_is_never_executed_and_says_so() -> None:
     assert all("never executed" in p.message for p in _annotation_problems(routes))
 
 
-@pytest.mark.parametrize("key", ["whitelist-source-range", "auth-url", "auth-type", "auth-tls-secret", "denylist-source-range"])
+@pytest.mark.parametrize("key", ["auth-url", "auth-type", "auth-tls-secret"])
 def test_an_access_guard_not_enforced_yet_closes_the_route(key: str) -> None:
     """Fail closed where it guards access: the route answers 503 rather than serving unguarded."""
     routes = _one({NGINX + key: "10.0.0.0/8"})
@@ -311,4 +311,26 @@ def test_backend_protocol_http2_values(value: str, http2: bool, tls_alpn: Option
 def test_backend_protocols_not_served_leave_the_ingress_out(value: str) -> None:
     routes = _one({NGINX + "backend-protocol": value})
     assert routes.match("a.test", "/") is None
+    assert _reasons(routes) == ["InvalidAnnotation"]
+
+
+# -- "Allowlist source range", "Denylist source range" (annotations.md): deny rules, then allow, then deny all
+
+
+def test_source_ranges_are_read_under_both_names_and_ipv6() -> None:
+    allow = _policies({NGINX + "whitelist-source-range": "10.0.0.0/8, 192.168.1.1"})
+    assert allow is not None and allow.source_ranges is not None
+    assert [str(n) for n in allow.source_ranges.allow] == ["10.0.0.0/8", "192.168.1.1/32"]
+    both = _policies({NGINX + "allowlist-source-range": "2001:db8::/32", NGINX + "denylist-source-range": "2001:db8::1"})
+    assert both is not None and both.source_ranges is not None
+    assert both.source_ranges.permits("2001:db8::2") and not both.source_ranges.permits("2001:db8::1")
+
+
+@pytest.mark.parametrize("value", ["10.0.0.0/33", "10.0.0.0/8,,nonsense", "", "all"])
+def test_a_source_range_that_cannot_be_read_closes_the_route(value: str) -> None:
+    """Fail closed: the route answers 503 (as ingress-nginx denies a location whose annotation fails), never opens."""
+    routes = _one({NGINX + "whitelist-source-range": value})
+    route = routes.match("a.test", "/")
+    assert route is not None and route.policies is not None and route.policies.deny is not None
+    assert route.policies.deny.status == 503
     assert _reasons(routes) == ["InvalidAnnotation"]

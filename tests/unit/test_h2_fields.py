@@ -116,3 +116,17 @@ def test_fields_a_policy_adds_survive_an_upstream_response_without_date() -> Non
     request = h1.parse_request_head(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
     head = response_head_bytes(response, request, b"twingress", True, False, added=b"Set-Cookie: route=x\r\n")
     assert b"\r\nSet-Cookie: route=x\r\n" in head and b"\r\nDate: " in head
+
+
+def test_the_head_routing_made_becomes_an_http2_endpoints_header_list() -> None:
+    """The rewrite, the Host (as :authority) and the forwarding fields carry over; HTTP/1.1-only fields do not."""
+    from ingress.proxy.http2.fields import upstream_request_headers
+
+    head = (
+        b"POST /svc.Greeter/Hello HTTP/1.1\r\nhost: grpc.test\r\ncontent-type: application/grpc\r\n"
+        b"transfer-encoding: chunked\r\nX-Forwarded-For: 10.0.0.1\r\n\r\n"
+    )
+    headers = upstream_request_headers(head, b"http")
+    assert headers[:4] == [(b":method", b"POST"), (b":scheme", b"http"), (b":authority", b"grpc.test"), (b":path", b"/svc.Greeter/Hello")]
+    assert (b"content-type", b"application/grpc") in headers and (b"x-forwarded-for", b"10.0.0.1") in headers
+    assert not any(name in (b"host", b"transfer-encoding") for name, _ in headers)

@@ -140,17 +140,7 @@ class UpstreamRelay:
         assert route is not None
         pool = self.factory.pool
         policies = route.policies
-        if policies is not None and policies.affinity is not None and self._request is not None:
-            https = self.factory.scheme == b"https"
-            address, self._set_cookie = sticky_endpoint(policies.affinity, route.upstream, self._request, pool, self._tried, https)
-        elif policies is not None and policies.hash_by is not None and self._request is not None:
-            address = hashed_endpoint(policies.hash_by, route.upstream, self._request, self._forwarded.ip, pool, self._tried)
-        elif policies is not None and policies.load_balance == EWMA:
-            tried = self._tried
-            address = pool.ewma.choose(route.upstream.targets, lambda target: target != tried and not pool.is_down(target))
-            address = address or pool.choose(route.upstream, exclude=tried)
-        else:
-            address = pool.choose(route.upstream, exclude=self._tried)
+        address = self._choose_endpoint(route) if policies is not None else pool.choose(route.upstream, exclude=self._tried)
         if address is None:
             if self._tried is None:
                 self._answer_locally(503)
@@ -172,6 +162,22 @@ class UpstreamRelay:
                 self._connect_timeout,
                 tls,
             )
+
+    def _choose_endpoint(self, route: Route) -> Optional[Address]:
+        """The endpoint the route's policies pick (affinity, hash, ewma, else round robin), never the one just tried."""
+        pool = self.factory.pool
+        policies = route.policies
+        if policies is not None and policies.affinity is not None and self._request is not None:
+            https = self.factory.scheme == b"https"
+            address, self._set_cookie = sticky_endpoint(policies.affinity, route.upstream, self._request, pool, self._tried, https)
+            return address
+        if policies is not None and policies.hash_by is not None and self._request is not None:
+            return hashed_endpoint(policies.hash_by, route.upstream, self._request, self._forwarded.ip, pool, self._tried)
+        if policies is not None and policies.load_balance == EWMA:
+            tried = self._tried
+            address = pool.ewma.choose(route.upstream.targets, lambda target: target != tried and not pool.is_down(target))
+            return address or pool.choose(route.upstream, exclude=tried)
+        return pool.choose(route.upstream, exclude=self._tried)
 
     def _connected(self, connection: UpstreamConnection, request_id: int) -> None:
         if request_id != self._request_id or self._state == CLOSED:

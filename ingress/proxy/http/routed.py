@@ -27,11 +27,12 @@ HTTP2 = (2, 0)
 class Routed:
     """
     What routing decided: forward (C{status} 0: C{route}, C{head_bytes}, C{limits}),
-    answer here (C{status}, maybe a C{location}), or refuse a request that cannot mean
-    anything (C{refused}: a 4xx counted as malformed, C{detail} for the log).
+    answer here (C{status}, maybe a C{location}; C{denied} names the access guard that
+    refused it), or refuse a request that cannot mean anything (C{refused}: a 4xx counted
+    as malformed, C{detail} for the log).
     """
 
-    __slots__ = ("status", "location", "refused", "detail", "route", "head_bytes", "limits")
+    __slots__ = ("status", "location", "refused", "detail", "route", "head_bytes", "limits", "denied")
 
     def __init__(self, status: int = 0, location: bytes = b"", route: Optional[Route] = None, refused: bool = False, detail: str = "") -> None:
         self.status = status
@@ -41,6 +42,7 @@ class Routed:
         self.route = route
         self.head_bytes = b""
         self.limits: Optional[Limits] = None
+        self.denied = ""  # the reason an access guard refused the request (twingress_http_denied_total)
 
 
 def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, redirect_port: Optional[int]) -> Routed:
@@ -64,6 +66,10 @@ def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, r
     answer = local_answer(policies, forwarded.scheme, host, path, head.target)
     if answer is not None:
         return Routed(answer[0], answer[1], route)
+    if policies.source_ranges is not None and not policies.source_ranges.permits(forwarded.ip):
+        denied = Routed(403, route=route)
+        denied.denied = "source-range"
+        return denied
     if policies.canary is not None:
         route = canary_route(policies.canary, head, policies.affinity) or route
     if route.policies is not None and route.policies.backend_http2 and head.version < HTTP2:

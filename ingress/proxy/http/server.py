@@ -275,6 +275,8 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         routed = route_request(table, head, self._forwarded, self.settings.https_redirect_port)
         self._route = routed.route
         if routed.status:
+            if routed.denied:
+                self.factory.metrics.denied.labels(routed.denied, self._route_name()).inc()
             if routed.refused:
                 self._refuse(routed.status, routed.detail)
             else:

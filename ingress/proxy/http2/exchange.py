@@ -22,6 +22,7 @@ from h2.exceptions import ProtocolError, StreamClosedError
 from twisted.internet.interfaces import IConnector
 from twisted.logger import Logger
 
+from ingress.proxy.http import h1
 from ingress.proxy.http.routed import Routed
 from ingress.proxy.http.upstream import Address
 from ingress.proxy.http2.fields import Headers, upstream_request_headers
@@ -63,7 +64,7 @@ class H2Exchange:
     def start(self) -> None:
         pool = self.stream.factory.pool
         tried = self._tried
-        address = pool.choose(self.route.upstream)
+        address = self.stream._choose_endpoint(self.route)  # affinity, hash, ewma as for HTTP/1.1
         for _ in range(len(self.route.upstream.targets)):
             if address is None or address not in tried:
                 break
@@ -153,6 +154,8 @@ class H2Exchange:
         status = next((int(value) for name, value in headers if name == b":status"), 502)
         out = [(name, value) for name, value in headers if name not in _CONNECTION_SPECIFIC]
         out.append((b"server", self.stream.settings.server_name))
+        if self.stream._set_cookie:  # the affinity cookie (one CRLF-terminated field line)
+            out.extend((lower, value) for _, lower, value in h1.split_fields(self.stream._set_cookie))
         hsts = self.route.hsts if self.stream.factory.scheme == b"https" else ""
         if hsts:
             out.append((b"strict-transport-security", hsts.encode("ascii")))

@@ -110,6 +110,8 @@ class H2Stream(UpstreamRelay):
         self._route = routed.route
         self._request_complete = not has_body
         if routed.status:
+            if routed.denied:
+                self.factory.metrics.denied.labels(routed.denied, self._route_name()).inc()
             if routed.refused:
                 self._refuse(routed.status, routed.detail)
             else:

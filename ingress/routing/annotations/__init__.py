@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ingress.model import Ingress, Problem
-from ingress.routing.annotations.keys import ACCESS_GUARDS, KEYS, is_snippet
+from ingress.routing.annotations.keys import ACCESS_GUARDS, ENFORCED_GUARDS, KEYS, is_snippet
 from ingress.routing.annotations.values import InvalidValue
 
 PREFIX = "twingress.io/"
@@ -36,7 +36,7 @@ class IngressAnnotations:
 
     C{invalid}: a value could not be read, so the Ingress's paths are not
     served.  C{unguarded}: access guards it asks for that twingress does not
-    enforce, so its routes are closed.
+    enforce, or cannot read, so its routes are closed.
     """
 
     values: Mapping[str, object]
@@ -100,6 +100,10 @@ def read_annotations(ingress: Ingress, nginx: bool = True) -> IngressAnnotations
             try:
                 found[name] = reading.read(value)
             except InvalidValue as error:
+                if name in ENFORCED_GUARDS:  # fail closed: the route answers 503, it is not left to other routes
+                    unguarded.append(key)
+                    problems.append(Problem(ingress.ref, INVALID, f"{key}: {value!r} {error}; the Ingress's routes answer 503"))
+                    continue
                 invalid = True
                 problems.append(Problem(ingress.ref, INVALID, f"{key}: {value!r} {error}; the Ingress's paths are not served"))
         elif ours:

@@ -6,9 +6,9 @@ A key is read under C{twingress.io/} and, unless C{--nginx-annotations false},
 under C{nginx.ingress.kubernetes.io/}, with the same value format (the
 C{twingress.io/} one wins when both are set).  ingress-nginx's other keys are
 known by kind: snippets are never executed (raw nginx configuration, the attack
-surface of CVE-2025-1974); access guards that twingress does not enforce yet
-close the route (503) instead of leaving it open; every other one is reported
-as unsupported and changes nothing.
+surface of CVE-2025-1974); access guards that twingress does not enforce yet,
+and enforced ones whose value cannot be read, close the route (503) instead of
+leaving it open; every other one is reported as unsupported and changes nothing.
 """
 
 from __future__ import annotations
@@ -91,6 +91,10 @@ KEYS: Mapping[str, Key] = {
     "session-cookie-secure": Key(values.boolean),
     "session-cookie-change-on-failure": Key(values.boolean),
     "session-cookie-conditional-samesite-none": Key(values.boolean),
+    # Access (ingress-nginx "Allowlist source range", "Denylist source range"; whitelist- is the old name)
+    "whitelist-source-range": Key(values.networks),
+    "allowlist-source-range": Key(values.networks),
+    "denylist-source-range": Key(values.networks),
 }
 """Every key twingress reads, by its name without prefix."""
 
@@ -100,12 +104,12 @@ ACCESS_GUARDS = frozenset(
         "auth-secret",
         "auth-url",
         "auth-tls-secret",
-        "whitelist-source-range",
-        "allowlist-source-range",
-        "denylist-source-range",
     }
 )
 """ingress-nginx keys that restrict who reaches a backend: not enforced yet, so their routes answer 503."""
+
+ENFORCED_GUARDS = frozenset({"whitelist-source-range", "allowlist-source-range", "denylist-source-range"})
+"""Access guards twingress enforces: a value it cannot read closes the route (503), never opens it."""
 
 
 def is_snippet(name: str) -> bool:

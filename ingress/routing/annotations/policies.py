@@ -18,7 +18,7 @@ from typing import Optional
 from ingress.routing.annotations import IngressAnnotations
 from ingress.routing.annotations.values import HTTP2_BACKENDS
 from ingress.routing.nginx_config import TWINGRESS_DEFAULTS, NginxConfig
-from ingress.routing.policies import EWMA, Affinity, BackendTLS, Deny, HashBy, Limits, Policies, Redirect, Retry, Rewrite
+from ingress.routing.policies import EWMA, Affinity, BackendTLS, Deny, HashBy, Limits, Policies, Redirect, Retry, Rewrite, SourceRanges
 from ingress.routing.policies.limits import UNLIMITED
 
 _NO_LIMITS = Limits()
@@ -52,6 +52,7 @@ def route_policies(
         deny=Deny(503, closed) if closed else None,
         redirect=_redirect(annotations),
         app_root=annotations.text("app-root"),
+        source_ranges=_source_ranges(annotations),
         affinity=_affinity(annotations, path, regex),
         hash_by=_hash_by(annotations),
         load_balance=EWMA if (annotations.text("load-balance") or config.load_balance) == EWMA else "",
@@ -69,6 +70,15 @@ def route_policies(
 
 
 _NONE = Policies()
+
+
+def _source_ranges(annotations: IngressAnnotations) -> Optional[SourceRanges]:
+    """allowlist-source-range (or its old name whitelist-source-range) and denylist-source-range."""
+    allow = annotations.value("allowlist-source-range") or annotations.value("whitelist-source-range")
+    deny = annotations.value("denylist-source-range")
+    if not allow and not deny:
+        return None
+    return SourceRanges(allow if isinstance(allow, tuple) else (), deny if isinstance(deny, tuple) else ())
 
 
 def _redirect(annotations: IngressAnnotations) -> Optional[Redirect]:

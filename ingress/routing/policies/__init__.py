@@ -7,11 +7,13 @@ whatever described it (Ingress annotations today, Gateway API filters next) and
 applied by the proxy in one fixed order, the order of L{Policies}' fields:
 
   1. C{deny}: the route is closed (an access guard twingress cannot enforce);
-  2. C{redirect}, C{app_root}: answered by the proxy, no upstream;
-  3. C{canary}, C{affinity}: which backend (the route's own or its canary's) and which endpoint;
-  4. C{rewrite}, C{upstream_host}, C{request_headers}: the request the upstream receives,
+  2. C{redirect}, C{app_root}: answered by the proxy, no upstream (nginx's rewrite phase
+     comes before its access phase);
+  3. C{source_ranges}: who may pass (403);
+  4. C{canary}, C{affinity}: which backend (the route's own or its canary's) and which endpoint;
+  5. C{rewrite}, C{upstream_host}, C{request_headers}: the request the upstream receives,
      and C{response_headers} the response the client receives;
-  5. C{limits}, C{backend_tls}: timeouts, the body size limit, and TLS to the endpoints.
+  6. C{limits}, C{backend_tls}: timeouts, the body size limit, and TLS to the endpoints.
 
 A route without any has C{policies=None}, so the proxy pays one attribute
 test for all of them.  A struct of optional fields rather than a list of
@@ -24,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from ingress.routing.policies.access import SourceRanges
 from ingress.routing.policies.affinity import Affinity
 from ingress.routing.policies.backend import BackendTLS
 from ingress.routing.policies.canary import Canary
@@ -36,7 +39,7 @@ from ingress.routing.policies.rewrite import Rewrite
 
 EWMA = "ewma"  # load_balance: two endpoints at random, the faster answering wins (else round robin)
 
-__all__ = ["EWMA", "Affinity", "BackendTLS", "Canary", "Deny", "HashBy", "HeaderChanges", "Limits", "Policies", "Redirect", "Retry", "Rewrite"]
+__all__ = ["EWMA", "SourceRanges", "Affinity", "BackendTLS", "Canary", "Deny", "HashBy", "HeaderChanges", "Limits", "Policies", "Redirect", "Retry", "Rewrite"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +49,7 @@ class Policies:
     deny: Optional[Deny] = None
     redirect: Optional[Redirect] = None
     app_root: str = ""  # "/" alone is redirected (302) to this path
+    source_ranges: Optional[SourceRanges] = None
     canary: Optional[Canary] = None
     affinity: Optional[Affinity] = None
     hash_by: Optional[HashBy] = None
@@ -69,6 +73,8 @@ class Policies:
             shown["redirect"] = {"code": self.redirect.code, "location": self.redirect.location or f"{self.redirect.to_host}$request_uri"}
         if self.app_root:
             shown["appRoot"] = self.app_root
+        if self.source_ranges is not None:
+            shown["sourceRanges"] = self.source_ranges.to_json()
         if self.canary is not None:
             shown["canary"] = self.canary.to_json()
         if self.affinity is not None:
