@@ -53,6 +53,7 @@ def _start(tmp: Path, echo: EchoBackend, *args: str) -> Proxy:
         *manifests.service("echo", [echo.address]),
         Manifests.ingress("named", "h2.test", "echo"),
         Manifests.ingress("any", "", "echo"),
+        Manifests.nginx_ingress("cors", "cors.test", "echo", {"enable-cors": "true", "cors-allow-origin": "https://app.example"}),
     )
     https_port = free_port()
     access_log = tmp.parent / f"access-{https_port}.log"
@@ -343,3 +344,14 @@ def test_an_idle_connection_gets_goaway_after_the_keepalive_timeout(tmp_path_fac
         client.close()
     finally:
         idle.twingress.stop()
+
+
+def test_policies_apply_to_http2_requests_too(proxy: Proxy) -> None:
+    """The same routing decision: a CORS preflight answered here (204, no body), the fields on an allowed origin's response."""
+    client = H2Client(proxy.https_port)
+    preflight = client.get("/x", authority="cors.test", method="OPTIONS", headers=(("origin", "https://app.example"),))
+    assert preflight.status == 204 and bytes(preflight.body) == b""
+    assert preflight.headers[b"access-control-allow-origin"] == b"https://app.example"
+    response = client.get("/x", authority="cors.test", headers=(("origin", "https://app.example"),))
+    assert response.status == 200 and response.headers[b"access-control-allow-origin"] == b"https://app.example"
+    client.close()

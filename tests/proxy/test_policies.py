@@ -47,6 +47,9 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twingress]:
         _annotated("denied", "denied.test", {"denylist-source-range": "127.0.0.1/32"}),
         _annotated("unreadable", "unreadable.test", {"whitelist-source-range": "127.0.0.0/33"}),
         _annotated("unguarded", "unguarded.test", {"auth-url": "http://auth.example/check"}),
+        _annotated("cors-any", "cors-any.test", {"enable-cors": "true"}),
+        _annotated("cors-list", "cors-list.test", {"enable-cors": "true", "cors-allow-origin": "https://app.example, https://*.example.org",
+                                                    "cors-allow-credentials": "false", "cors-expose-headers": "X-Total"}),
     )
     twingress = Twingress(manifests.path, "--max-body-size", "2k")
     yield twingress
@@ -172,3 +175,31 @@ def test_debug_routes_shows_the_policies(proxy: Twingress) -> None:
     [regex] = hosts["rewrite.bar.com"]["regex"]
     assert regex["pattern"] == "^/something(/|$)(.*)" and regex["policies"]["rewrite"]["target"] == "/$2"
     assert "policies" not in hosts["plain.test"]["prefix"]["/"]
+
+
+# -- CORS (annotations.md "Enable CORS")
+
+
+def test_a_cors_preflight_is_answered_by_the_proxy(proxy: Twingress) -> None:
+    """An allowed OPTIONS gets 204 with the CORS fields and no body, as ingress-nginx returns it; the backend never sees it."""
+    response, body = _request(proxy, "cors-list.test", "/api", "OPTIONS",
+                              headers={"Origin": "https://a.example.org", "Access-Control-Request-Method": "PUT"})
+    assert response.status == 204 and body == b""
+    assert response.getheader("Access-Control-Allow-Origin") == "https://a.example.org"
+    assert response.getheader("Access-Control-Allow-Methods") == "GET, PUT, POST, DELETE, PATCH, OPTIONS"
+    assert response.getheader("Access-Control-Max-Age") == "1728000"
+    assert response.getheader("Access-Control-Allow-Credentials") is None
+    assert response.getheader("Content-Length") is None  # RFC 9110 8.6: none on a 204
+
+
+def test_cors_fields_on_an_allowed_origins_responses_and_none_for_others(proxy: Twingress) -> None:
+    response, body = _request(proxy, "cors-list.test", "/api", headers={"Origin": "https://app.example"})
+    assert response.status == 200 and json.loads(body)["path"] == "/api"
+    assert response.getheader("Access-Control-Allow-Origin") == "https://app.example"
+    assert response.getheader("Access-Control-Expose-Headers") == "X-Total"
+    other, _ = _request(proxy, "cors-list.test", "/api", headers={"Origin": "https://evil.test"})
+    assert other.status == 200 and other.getheader("Access-Control-Allow-Origin") is None
+    preflight, body = _request(proxy, "cors-list.test", "/api", "OPTIONS", headers={"Origin": "https://evil.test"})
+    assert preflight.status == 200 and json.loads(body)["method"] == "OPTIONS"  # not ours to answer: the backend's
+    star, _ = _request(proxy, "cors-any.test", "/")
+    assert star.getheader("Access-Control-Allow-Origin") == "*" and star.getheader("Access-Control-Allow-Credentials") == "true"

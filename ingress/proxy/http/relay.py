@@ -83,10 +83,11 @@ class UpstreamRelay:
     _send_timeout: float
     _max_body: int
     _set_cookie: bytes
+    _response_fields: bytes
     _forwarded: ForwardedFor
     _started_at: float
 
-    def _answer_locally(self, status: int, close: bool = False, location: bytes = b"") -> None: ...
+    def _answer_locally(self, status: int, close: bool = False, location: bytes = b"", fields: bytes = b"") -> None: ...
 
     def _pause_reading(self, reason: str) -> None: ...
 
@@ -242,7 +243,8 @@ class UpstreamRelay:
             self._decode = h1.ChunkedFramer(decode=True)
         hsts = self._route.hsts if self.factory.scheme == b"https" else ""
         changes = policies.response_headers if policies is not None else None
-        out = response_head_bytes(head, request, self.settings.server_name, keep, decode, hsts, self._set_cookie, changes)
+        added = self._set_cookie + self._response_fields if self._response_fields else self._set_cookie
+        out = response_head_bytes(head, request, self.settings.server_name, keep, decode, hsts, added, changes)
         if body:
             body = self._decoded(body) if decode else body
             out += body

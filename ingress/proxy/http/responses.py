@@ -48,6 +48,17 @@ def error_response(status: int, server: bytes, close: bool, extra: tuple[tuple[b
     return b"\r\n".join(lines) + b"\r\n\r\n" + body
 
 
+def fields_response(status: int, server: bytes, close: bool, fields: bytes) -> bytes:
+    """
+    An empty answer carrying a policy's fields (a CORS preflight's 204): no body and, for 204,
+    no Content-Length (RFC 9110 8.6); the Content-Type ingress-nginx sends with it.
+    """
+    length = b"" if status == 204 else b"Content-Length: 0\r\n"
+    return b"HTTP/1.1 %d %s\r\nDate: %s\r\nServer: %s\r\n%sContent-Type: text/plain charset=UTF-8\r\n%s%s\r\n" % (
+        status, reason_phrase(status), http_date(), server, fields, length, b"Connection: close\r\n" if close else b""
+    )
+
+
 def plain_http_on_tls_port(server: bytes) -> bytes:
     """The answer to an HTTP request sent in clear text to the TLS listener (nginx's wording)."""
     body = b"400 Bad Request: the plain HTTP request was sent to the HTTPS port\n"

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ingress.proxy.http import h1
+from ingress.proxy.http.fields import field_value
 from ingress.proxy.http.forwarding import ForwardedFor, request_head_bytes
 from ingress.proxy.http.policy import canary_route, https_location, local_answer, upstream_head
 from ingress.proxy.http.target import host_and_path, routing_host
@@ -32,7 +33,7 @@ class Routed:
     as malformed, C{detail} for the log).
     """
 
-    __slots__ = ("status", "location", "refused", "detail", "route", "head_bytes", "limits", "denied")
+    __slots__ = ("status", "location", "refused", "detail", "route", "head_bytes", "limits", "denied", "fields")
 
     def __init__(self, status: int = 0, location: bytes = b"", route: Optional[Route] = None, refused: bool = False, detail: str = "") -> None:
         self.status = status
@@ -43,6 +44,7 @@ class Routed:
         self.head_bytes = b""
         self.limits: Optional[Limits] = None
         self.denied = ""  # the reason an access guard refused the request (twingress_http_denied_total)
+        self.fields = b""  # response fields the policies add (CORS), CRLF-terminated lines
 
 
 def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, redirect_port: Optional[int]) -> Routed:
@@ -70,11 +72,19 @@ def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, r
         denied = Routed(403, route=route)
         denied.denied = "source-range"
         return denied
+    fields = b""
+    if policies.cors is not None:
+        fields = policies.cors.fields_for(field_value(head.block, b"origin"))
+        if fields and head.method == b"OPTIONS":
+            preflight = Routed(204, route=route)  # answered here (ingress-nginx: return 204)
+            preflight.fields = fields
+            return preflight
     if policies.canary is not None:
         route = canary_route(policies.canary, head, policies.affinity) or route
     if route.policies is not None and route.policies.backend_http2 and head.version < HTTP2:
         return Routed(426, route=route)  # HTTP/2 to the endpoints (gRPC) needs an HTTP/2 client
     routed = Routed(route=route)
+    routed.fields = fields
     routed.limits = policies.limits
     routed.head_bytes = upstream_head(policies, head, forwarded, host, path)
     return routed

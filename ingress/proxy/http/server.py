@@ -26,7 +26,7 @@ from ingress.proxy.http import h1
 from ingress.proxy.http.fastwrite import direct_writer
 from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor
 from ingress.proxy.http.relay import AWAIT, BODY, CLOSED, HEAD, TUNNEL, UpstreamRelay
-from ingress.proxy.http.responses import error_response
+from ingress.proxy.http.responses import error_response, fields_response
 from ingress.proxy.http.routed import route_request
 from ingress.proxy.http.trusted import trusted_forwarding
 from ingress.proxy.http.upstream import Address, UpstreamConnection
@@ -95,6 +95,7 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         self._read_timeout = settings.upstream_timeout
         self._send_timeout = settings.upstream_timeout
         self._set_cookie = b""
+        self._response_fields = b""  # fields the route's policies add to the response (CORS)
 
     # -- connection lifecycle -------------------------------------------------
 
@@ -280,11 +281,12 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
             if routed.refused:
                 self._refuse(routed.status, routed.detail)
             else:
-                self._answer_locally(routed.status, location=routed.location)
+                self._answer_locally(routed.status, location=routed.location, fields=routed.fields)
             return
         if routed.limits is not None:
             self._apply_limits(routed.limits)
         self._head_bytes = routed.head_bytes
+        self._response_fields = routed.fields
         framing = head.framing
         if framing.content_length and framing.content_length > self._max_body:
             self._refuse(413, "request body too large")
@@ -348,15 +350,18 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         if self._buffer and not self._driving:
             self._drive()
 
-    def _answer_locally(self, status: int, close: bool = False, location: bytes = b"") -> None:
-        """Answer without an upstream (404, 503, 502...); close if the body was not read."""
+    def _answer_locally(self, status: int, close: bool = False, location: bytes = b"", fields: bytes = b"") -> None:
+        """Answer without an upstream (404, 503, 502...; a CORS preflight's 204 with C{fields}); close if the body was not read."""
         request = self._request
         unread_body = request is not None and not self._request_complete and request.framing.has_body
         close = close or unread_body or not self._keep_alive or (request is not None and not request.keep_alive)
         self._keep_alive = not close
         self._request_complete = self._request_complete or not unread_body
-        extra = ((b"Location", location),) if location else ()
-        self._write_local(error_response(status, self.settings.server_name, close, extra))
+        if fields:
+            self._write_local(fields_response(status, self.settings.server_name, close, fields))
+        else:
+            extra = ((b"Location", location),) if location else ()
+            self._write_local(error_response(status, self.settings.server_name, close, extra))
         self._finish(status)
 
     def _learn_peer(self) -> None:

@@ -154,8 +154,9 @@ class H2Exchange:
         status = next((int(value) for name, value in headers if name == b":status"), 502)
         out = [(name, value) for name, value in headers if name not in _CONNECTION_SPECIFIC]
         out.append((b"server", self.stream.settings.server_name))
-        if self.stream._set_cookie:  # the affinity cookie (one CRLF-terminated field line)
-            out.extend((lower, value) for _, lower, value in h1.split_fields(self.stream._set_cookie))
+        added = self.stream._set_cookie + self.stream._response_fields  # the affinity cookie, CORS fields
+        if added:
+            out.extend((lower, value) for _, lower, value in h1.split_fields(added))
         hsts = self.route.hsts if self.stream.factory.scheme == b"https" else ""
         if hsts:
             out.append((b"strict-transport-security", hsts.encode("ascii")))

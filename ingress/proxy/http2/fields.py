@@ -18,7 +18,7 @@ from typing import Optional
 
 from ingress.proxy.http import h1
 from ingress.proxy.http.forwarding import response_head_bytes
-from ingress.proxy.http.responses import error_response
+from ingress.proxy.http.responses import error_response, fields_response
 from ingress.routing.policies.headers import HeaderChanges
 
 Headers = list[tuple[bytes, bytes]]
@@ -85,10 +85,10 @@ def response_headers(
 _NOT_IN_HTTP2 = frozenset({b"connection", b"transfer-encoding", b"keep-alive", b"upgrade", b"proxy-connection"})
 
 
-def local_response(status: int, server: bytes, location: bytes = b"") -> tuple[Headers, bytes]:
-    """An answer of the proxy's own (404, 503, a redirect...): the same fields and body as for HTTP/1.1."""
+def local_response(status: int, server: bytes, location: bytes = b"", fields: bytes = b"") -> tuple[Headers, bytes]:
+    """An answer of the proxy's own (404, 503, a redirect, a CORS preflight...): the same fields and body as for HTTP/1.1."""
     extra = ((b"Location", location),) if location else ()
-    raw = error_response(status, server, False, extra)
+    raw = fields_response(status, server, False, fields) if fields else error_response(status, server, False, extra)
     end = raw.index(b"\r\n\r\n")
     block = raw[raw.index(b"\r\n") + 2 : end + 2]
     headers = [(b":status", b"%d" % status)]

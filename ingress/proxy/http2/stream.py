@@ -77,6 +77,7 @@ class H2Stream(UpstreamRelay):
         self._read_timeout = settings.upstream_timeout
         self._send_timeout = settings.upstream_timeout
         self._set_cookie = b""
+        self._response_fields = b""
         self._forwarded = UNKNOWN_PEER
         self._read_pauses: set[str] = set()
         self._unacknowledged = 0  # request bytes received while the upstream pushed back
@@ -115,11 +116,12 @@ class H2Stream(UpstreamRelay):
             if routed.refused:
                 self._refuse(routed.status, routed.detail)
             else:
-                self._answer_locally(routed.status, location=routed.location)
+                self._answer_locally(routed.status, location=routed.location, fields=routed.fields)
             return
         if routed.limits is not None:
             self._apply_limits(routed.limits)
         self._head_bytes = routed.head_bytes
+        self._response_fields = routed.fields
         policies = self._route.policies if self._route is not None else None
         if policies is not None and policies.backend_http2:
             self._state = BODY if has_body else AWAIT
@@ -217,7 +219,7 @@ class H2Stream(UpstreamRelay):
             self._decode = h1.ChunkedFramer(decode=True)
         hsts = route.hsts if self.factory.scheme == b"https" else ""
         changes = policies.response_headers if policies is not None else None
-        headers = response_headers(head, request, self.settings.server_name, hsts, self._set_cookie, changes)
+        headers = response_headers(head, request, self.settings.server_name, hsts, self._set_cookie + self._response_fields, changes)
         bodiless = complete and not body
         self.connection.h2.send_headers(self.stream_id, headers, end_stream=bodiless)
         if bodiless:
@@ -358,8 +360,8 @@ class H2Stream(UpstreamRelay):
 
     # -- answers of our own, failures and the end --------------------------------
 
-    def _answer_locally(self, status: int, close: bool = False, location: bytes = b"") -> None:
-        headers, body = local_response(status, self.settings.server_name, location)
+    def _answer_locally(self, status: int, close: bool = False, location: bytes = b"", fields: bytes = b"") -> None:
+        headers, body = local_response(status, self.settings.server_name, location, fields)
         if self.request_method == b"HEAD":
             body = b""
         self._status = status

@@ -91,6 +91,14 @@ KEYS: Mapping[str, Key] = {
     "session-cookie-secure": Key(values.boolean),
     "session-cookie-change-on-failure": Key(values.boolean),
     "session-cookie-conditional-samesite-none": Key(values.boolean),
+    # CORS (ingress-nginx "Enable CORS")
+    "enable-cors": Key(values.boolean),
+    "cors-allow-origin": Key(values.origins),
+    "cors-allow-methods": Key(values.methods),
+    "cors-allow-headers": Key(values.header_names),
+    "cors-expose-headers": Key(values.header_names),
+    "cors-allow-credentials": Key(values.boolean),
+    "cors-max-age": Key(values.whole_number),
     # Access (ingress-nginx "Allowlist source range", "Denylist source range"; whitelist- is the old name)
     "whitelist-source-range": Key(values.networks),
     "allowlist-source-range": Key(values.networks),

@@ -18,7 +18,8 @@ from typing import Optional
 from ingress.routing.annotations import IngressAnnotations
 from ingress.routing.annotations.values import HTTP2_BACKENDS
 from ingress.routing.nginx_config import TWINGRESS_DEFAULTS, NginxConfig
-from ingress.routing.policies import EWMA, Affinity, BackendTLS, Deny, HashBy, Limits, Policies, Redirect, Retry, Rewrite, SourceRanges
+from ingress.routing.policies import EWMA, Affinity, BackendTLS, Deny, HashBy, Limits, Policies, Redirect, Retry, Rewrite, SourceRanges, cors
+from ingress.routing.policies.cors import Cors
 from ingress.routing.policies.limits import UNLIMITED
 
 _NO_LIMITS = Limits()
@@ -53,6 +54,7 @@ def route_policies(
         redirect=_redirect(annotations),
         app_root=annotations.text("app-root"),
         source_ranges=_source_ranges(annotations),
+        cors=_cors(annotations),
         affinity=_affinity(annotations, path, regex),
         hash_by=_hash_by(annotations),
         load_balance=EWMA if (annotations.text("load-balance") or config.load_balance) == EWMA else "",
@@ -79,6 +81,22 @@ def _source_ranges(annotations: IngressAnnotations) -> Optional[SourceRanges]:
     if not allow and not deny:
         return None
     return SourceRanges(allow if isinstance(allow, tuple) else (), deny if isinstance(deny, tuple) else ())
+
+
+def _cors(annotations: IngressAnnotations) -> Optional[Cors]:
+    """enable-cors and its cors-* settings, with ingress-nginx's defaults for those not set."""
+    if not annotations.flag("enable-cors"):
+        return None
+    origins = annotations.value("cors-allow-origin")
+    max_age = annotations.number("cors-max-age")
+    return Cors(
+        origins=origins if isinstance(origins, tuple) else ("*",),
+        methods=annotations.text("cors-allow-methods") or cors.DEFAULT_METHODS,
+        headers=annotations.text("cors-allow-headers") or cors.DEFAULT_HEADERS,
+        expose=annotations.text("cors-expose-headers"),
+        credentials=annotations.flag("cors-allow-credentials", True),
+        max_age=int(max_age) if max_age is not None else cors.DEFAULT_MAX_AGE,
+    )
 
 
 def _redirect(annotations: IngressAnnotations) -> Optional[Redirect]:

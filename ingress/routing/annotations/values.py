@@ -231,6 +231,35 @@ def networks(value: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network,
     return found
 
 
+_ORIGIN_RE = re.compile(r"[a-z][a-z0-9+.-]*://(\*\.)?[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?", re.IGNORECASE)
+_METHODS_RE = re.compile(r"[A-Za-z]+(\s*,\s*[A-Za-z]+)*")
+_HEADERS_RE = re.compile(r"(\*|[A-Za-z0-9_-]+)(\s*,\s*(\*|[A-Za-z0-9_-]+))*")
+
+
+def origins(value: str) -> tuple[str, ...]:
+    """cors-allow-origin: "*", or origins (protocol://host[:port], one "*." label allowed) separated by commas."""
+    found = tuple(item.strip() for item in value.split(",") if item.strip())
+    if found == ("*",):
+        return found
+    if not found or any(_ORIGIN_RE.fullmatch(origin) is None for origin in found):
+        raise InvalidValue("must be * or origins like https://example.com or https://*.example.com:8443, separated by commas")
+    return found
+
+
+def methods(value: str) -> str:
+    """cors-allow-methods: method names separated by commas."""
+    if _METHODS_RE.fullmatch(value.strip()) is None:
+        raise InvalidValue("must be HTTP methods separated by commas")
+    return value.strip()
+
+
+def header_names(value: str) -> str:
+    """cors-allow-headers, cors-expose-headers: field names (or *) separated by commas."""
+    if _HEADERS_RE.fullmatch(value.strip()) is None:
+        raise InvalidValue("must be header names separated by commas")
+    return value.strip()
+
+
 def next_upstream(value: str) -> tuple[str, ...]:
     """proxy-next-upstream: space-separated nginx conditions (error timeout http_502 ... off)."""
     words = tuple(value.split())

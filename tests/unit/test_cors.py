@@ -1,0 +1,81 @@
+"""
+CORS (ingress-nginx annotations.md "Enable CORS"): origin matching, the fields sent, and the
+annotations read with ingress-nginx's defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import pytest
+
+from ingress.routing.policies.cors import DEFAULT_HEADERS, DEFAULT_MAX_AGE, DEFAULT_METHODS, Cors
+from tests.unit.objects import ingress, path, rule, table
+
+NGINX = "nginx.ingress.kubernetes.io/"
+
+
+def _fields(cors: Cors, origin: Optional[bytes]) -> dict[bytes, bytes]:
+    lines = cors.fields_for(origin).split(b"\r\n")[:-1]
+    return dict(line.split(b": ", 1) for line in lines)  # type: ignore[misc]
+
+
+def test_the_default_allows_every_origin_with_a_star_and_ingress_nginx_defaults() -> None:
+    fields = _fields(Cors(), b"https://anything.example")
+    assert fields == {
+        b"Access-Control-Allow-Origin": b"*",
+        b"Access-Control-Allow-Credentials": b"true",
+        b"Access-Control-Allow-Methods": DEFAULT_METHODS.encode(),
+        b"Access-Control-Allow-Headers": DEFAULT_HEADERS.encode(),
+        b"Access-Control-Max-Age": b"%d" % DEFAULT_MAX_AGE,
+    }
+    assert _fields(Cors(), None)[b"Access-Control-Allow-Origin"] == b"*"  # ingress-nginx sets $cors for "*" always
+
+
+@pytest.mark.parametrize(
+    ("origin", "allowed"),
+    [
+        (b"https://origin-site.com:4443", True),
+        (b"HTTP://ORIGIN-SITE.COM", True),  # nginx's ~* is case-insensitive
+        (b"https://origin-site.com", False),  # the port is part of the origin
+        (b"https://a.example.org", True),  # one label for the "*"
+        (b"https://a.b.example.org", False),  # not two
+        (b"https://example.org", False),
+        (b"https://evil.test.https://a.example.org", False),  # anchored at both ends (ingress-nginx: end only)
+        (b"https://a.example.org.evil.test", False),
+        (None, False),
+    ],
+)
+def test_a_list_echoes_an_allowed_origin_and_ignores_the_rest(origin: Optional[bytes], allowed: bool) -> None:
+    cors = Cors(origins=("https://origin-site.com:4443", "http://origin-site.com", "https://*.example.org"))
+    fields = _fields(cors, origin)
+    assert (origin is not None and fields.get(b"Access-Control-Allow-Origin") == origin) is allowed
+    assert bool(fields) is allowed
+
+
+def test_credentials_off_and_expose_headers_on() -> None:
+    fields = _fields(Cors(credentials=False, expose="X-Total, X-Page"), b"https://x.test")
+    assert b"Access-Control-Allow-Credentials" not in fields
+    assert fields[b"Access-Control-Expose-Headers"] == b"X-Total, X-Page"
+
+
+def _cors(annotations: dict[str, str]) -> Optional[Cors]:
+    route = table(ingress("web", rule("a.test", path("/")), annotations=annotations)).match("a.test", "/")
+    assert route is not None
+    return route.policies.cors if route.policies is not None else None
+
+
+def test_annotations_are_read_with_the_documented_defaults() -> None:
+    assert _cors({NGINX + "cors-allow-origin": "https://a.test"}) is None  # enable-cors is what turns it on
+    assert _cors({NGINX + "enable-cors": "true"}) == Cors()
+    custom = _cors({NGINX + "enable-cors": "true", NGINX + "cors-allow-origin": "https://a.test, https://*.b.test",
+                    NGINX + "cors-allow-methods": "GET, POST", NGINX + "cors-allow-headers": "X-Custom, Content-Type",
+                    NGINX + "cors-allow-credentials": "false", NGINX + "cors-max-age": "600", NGINX + "cors-expose-headers": "*"})
+    assert custom == Cors(("https://a.test", "https://*.b.test"), "GET, POST", "X-Custom, Content-Type", "*", False, 600)
+
+
+@pytest.mark.parametrize(("key", "value"), [("cors-allow-origin", "origin-site.com"), ("cors-allow-methods", "GET;DROP"), ("cors-max-age", "1h")])
+def test_an_unreadable_cors_value_leaves_the_paths_out(key: str, value: str) -> None:
+    routes = table(ingress("web", rule("a.test", path("/")), annotations={NGINX + "enable-cors": "true", NGINX + key: value}))
+    assert routes.match("a.test", "/") is None
+    assert [p.reason for p in routes.problems if p.reason != "ServiceNotFound"] == ["InvalidAnnotation"]
