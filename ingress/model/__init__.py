@@ -196,6 +196,18 @@ class TLSSecret:
 
 
 @dataclass(frozen=True, slots=True)
+class OpaqueSecret:
+    """
+    An C{Opaque} Secret's data, for the Ingresses that name one (basic auth: C{auth-secret}).
+
+    The values stay bytes as stored; only the builder reads the keys an annotation names.
+    """
+
+    meta: ObjectMeta
+    data: Mapping[str, bytes]
+
+
+@dataclass(frozen=True, slots=True)
 class Pod:
     """What the status controller needs of one of our own pods: where it runs and whether it serves."""
 
@@ -228,6 +240,7 @@ class ClusterState:
     services: Mapping[tuple[str, str], Service] = field(default_factory=dict)
     endpoint_slices: tuple[EndpointSlice, ...] = ()
     secrets: Mapping[tuple[str, str], TLSSecret] = field(default_factory=dict)
+    opaque_secrets: Mapping[tuple[str, str], OpaqueSecret] = field(default_factory=dict)
     problems: tuple[Problem, ...] = ()
     stream_ingresses: tuple[StreamIngress, ...] = ()
     config_maps: Mapping[tuple[str, str], ConfigMap] = field(default_factory=dict)

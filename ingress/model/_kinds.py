@@ -34,6 +34,7 @@ from ingress.model import (
     IngressTLS,
     Node,
     ObjectMeta,
+    OpaqueSecret,
     Pod,
     Service,
     ServiceBackendPort,
@@ -60,6 +61,7 @@ from ingress.model._fields import (
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 TLS_SECRET_TYPE = "kubernetes.io/tls"
+OPAQUE_SECRET_TYPE = "Opaque"
 PATH_TYPES = frozenset({PATH_EXACT, PATH_PREFIX, PATH_IMPLEMENTATION_SPECIFIC})
 SERVICE_TYPES = frozenset({"ClusterIP", "NodePort", "LoadBalancer", "ExternalName"})
 PROTOCOLS = frozenset({"TCP", "UDP", "SCTP"})
@@ -303,9 +305,18 @@ def _secret_value(obj: Mapping[str, Any], key: str, required: bool = True) -> by
         raise _invalid(f"data[{key}]", text[:20], "must be base64") from None
 
 
-def parse_secret(obj: Mapping[str, Any], meta: ObjectMeta) -> Optional[TLSSecret]:
-    """A kubernetes.io/tls Secret; other Secret types are not ours (None)."""
-    if _str(obj.get("type"), "type", "Opaque") != TLS_SECRET_TYPE:
+def _opaque_data(obj: Mapping[str, Any]) -> dict[str, bytes]:
+    """Every key of an Opaque Secret, decoded (stringData wins over data, as on the API server)."""
+    keys = set(_mapping(obj.get("data"), "data")) | set(_mapping(obj.get("stringData"), "stringData"))
+    return {str(key): _secret_value(obj, str(key)) for key in sorted(keys)}
+
+
+def parse_secret(obj: Mapping[str, Any], meta: ObjectMeta) -> Optional[TLSSecret | OpaqueSecret]:
+    """A kubernetes.io/tls Secret, or an Opaque one (basic auth); other Secret types are not ours (None)."""
+    kind = _str(obj.get("type"), "type", OPAQUE_SECRET_TYPE)
+    if kind == OPAQUE_SECRET_TYPE:
+        return OpaqueSecret(meta, _opaque_data(obj))
+    if kind != TLS_SECRET_TYPE:
         return None
     ca = _secret_value(obj, "ca.crt", required=False)  # cert-manager's Certificates carry their CA here
     return TLSSecret(meta, _secret_value(obj, "tls.crt"), _secret_value(obj, "tls.key"), ca)

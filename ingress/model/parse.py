@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ingress.model import ClusterState, ObjectMeta, ObjectRef, OwnerReference, Problem
+from ingress.model import ClusterState, ObjectMeta, ObjectRef, OpaqueSecret, OwnerReference, Problem
 from ingress.model._fields import ParseError, _int, _list, _mapping, _required, _str, _string_map, _timestamp, parse_host
 from ingress.model._kinds import (
     ADDRESS_TYPES,
@@ -135,6 +135,7 @@ class Kind:
     state_field: Optional[str]  # None: watched for the controllers, not part of a ClusterState
     keyed: bool = False  # a Mapping keyed by (namespace, name) instead of a tuple
     namespaced: bool = True
+    fields_by_type: Optional[Mapping[type, str]] = None  # one kind, several fields (Secrets: TLS, Opaque)
 
 
 KINDS: dict[tuple[str, str], Kind] = {
@@ -144,7 +145,7 @@ KINDS: dict[tuple[str, str], Kind] = {
         Kind("networking.k8s.io/v1", "IngressClass", parse_ingress_class, "ingress_classes", namespaced=False),
         Kind("v1", "Service", parse_service, "services", keyed=True),
         Kind("discovery.k8s.io/v1", "EndpointSlice", parse_endpoint_slice, "endpoint_slices"),
-        Kind("v1", "Secret", parse_secret, "secrets", keyed=True),
+        Kind("v1", "Secret", parse_secret, "secrets", keyed=True, fields_by_type={OpaqueSecret: "opaque_secrets"}),
         Kind("v1", "Pod", parse_pod, None),
         Kind("v1", "Node", parse_node, None, namespaced=False),
         Kind("twingress.io/v1alpha1", "StreamIngress", parse_stream_ingress, "stream_ingresses"),
@@ -250,7 +251,8 @@ def collect(outcomes: Iterable[tuple[Kind, Any]]) -> ClusterState:
         elif value is None or handler.state_field is None:
             continue
         elif handler.keyed:
-            fields.setdefault(handler.state_field, {})[(value.meta.namespace, value.meta.name)] = value
+            state_field = handler.fields_by_type.get(type(value), handler.state_field) if handler.fields_by_type else handler.state_field
+            fields.setdefault(state_field, {})[(value.meta.namespace, value.meta.name)] = value
         else:
             fields.setdefault(handler.state_field, []).append(value)
     # Each Kind fills its own ClusterState field: the value types differ by key, checked by the dataclass fields.

@@ -26,16 +26,18 @@ from ingress.model import (
     IngressBackend,
     IngressClass,
     ObjectRef,
+    OpaqueSecret,
     Problem,
     TLSSecret,
 )
 from ingress.routing.annotations import CANARY_WITHOUT_MAIN, INVALID_PATH, IngressAnnotations, read_annotations
+from ingress.routing.annotations.auth import AuthSecretProblem, basic_auth
 from ingress.routing.annotations.backend import MissingSecret, backend_tls
 from ingress.routing.annotations.policies import BadPath, compile_path, route_policies
 from ingress.routing.backends import Backends
 from ingress.routing.certs import build_certificates, passthrough_upstreams, tls_hosts, with_tls_options
 from ingress.routing.nginx_config import TWINGRESS_DEFAULTS, NginxConfig, read_nginx_config
-from ingress.routing.policies import Canary, Policies, Redirect
+from ingress.routing.policies import BasicAuth, Canary, Policies, Redirect
 from ingress.routing.policies.affinity import upstream_tag
 from ingress.routing.streams import build_streams
 from ingress.routing.table import HostRoutes, Route, RoutingTable, Upstream
@@ -76,7 +78,7 @@ def build(
     streams = build_streams(
         state, backends.upstream, tcp_services=tcp_services, udp_services=udp_services, reserved_ports=reserved_ports
     )
-    routes = _RouteBuilder(backends, annotations, tls_hosts(served), regex_hosts(served, annotations), state.secrets, config)
+    routes = _RouteBuilder(backends, annotations, tls_hosts(served), regex_hosts(served, annotations), state.secrets, config, state.opaque_secrets)
     for ingress in served:
         routes.add_rules(ingress)
     for ingress in valid:
@@ -202,8 +204,11 @@ class _RouteBuilder:
         regex_hosts: frozenset[str] = frozenset(),
         secrets: Mapping[tuple[str, str], TLSSecret] = {},
         config: NginxConfig = TWINGRESS_DEFAULTS,
+        opaque_secrets: Mapping[tuple[str, str], OpaqueSecret] = {},
     ) -> None:
         self.secrets = secrets
+        self.opaque_secrets = opaque_secrets
+        self._auth: dict[ObjectRef, tuple[Optional[BasicAuth], str]] = {}
         self.config = config
         self.backends = backends
         self.annotations = annotations
@@ -387,8 +392,23 @@ class _RouteBuilder:
         except MissingSecret as error:
             closed = str(error)
             self.problems.append(Problem(ingress.ref, "SecretNotFound", f"{error}: the Ingress's routes answer 503"))
-        policies = route_policies(read, path, regex, tls, closed, self.config)
+        auth, auth_closed = self._basic_auth(ingress, read)
+        policies = route_policies(read, path, regex, tls, closed or auth_closed, self.config, auth)
         return Route(name=name, source=ingress.ref, upstream=upstream, path=path, path_type=path_type, policies=policies)
+
+    def _basic_auth(self, ingress: Ingress, read: IngressAnnotations) -> tuple[Optional[BasicAuth], str]:
+        """An Ingress's basic auth, read once (its problems reported once), and why its routes close, if they do."""
+        cached = self._auth.get(ingress.ref)
+        if cached is None:
+            try:
+                auth, skipped = basic_auth(ingress, read, self.opaque_secrets)
+                cached = (auth, "")
+                self.problems.extend(Problem(ingress.ref, "InvalidAuthSecret", f"{line}; that user cannot sign in") for line in skipped)
+            except AuthSecretProblem as error:
+                cached = (None, str(error))
+                self.problems.append(Problem(ingress.ref, "SecretNotFound", f"{error}: the Ingress's routes answer 503"))
+            self._auth[ingress.ref] = cached
+        return cached
 
     def _conflict(self, loser: Ingress, winner: Route, what: str) -> None:
         """The loser is told who won: the oldest Ingress, then namespace/name, then rule order."""

@@ -18,6 +18,7 @@ from ingress.model import (
     IngressBackend,
     IngressRule,
     ObjectRef,
+    OpaqueSecret,
     OwnerReference,
     ServiceBackendPort,
     ServicePort,
@@ -458,10 +459,18 @@ def test_tls_secret(fields: dict[str, Any], cert: bytes, key: bytes) -> None:
     assert (parsed.meta.name, parsed.cert_pem, parsed.key_pem) == ("tls", cert, key)
 
 
-@pytest.mark.parametrize("secret_type", ["Opaque", None, "kubernetes.io/dockerconfigjson"],
-                         ids=["opaque", "no-type", "other-type"])
-def test_other_secrets_are_ignored(secret_type: Optional[str]) -> None:
-    assert parse_object(secret(secret_type, data={"tls.crt": b64("C"), "tls.key": b64("K")})) is None
+def test_other_secret_types_are_ignored() -> None:
+    assert parse_object(secret("kubernetes.io/dockerconfigjson", data={"tls.crt": b64("C"), "tls.key": b64("K")})) is None
+
+
+@pytest.mark.parametrize("secret_type", ["Opaque", None], ids=["opaque", "no-type"])
+def test_opaque_secrets_keep_their_data_for_basic_auth(secret_type: Optional[str]) -> None:
+    """An Opaque Secret (the API's default type) is kept whole, decoded: auth-secret names one (auth-file or auth-map)."""
+    parsed = parse_object(secret(secret_type, data={"auth": b64("foo:{SHA}x")}, stringData={"bob": "hash"}))
+    assert isinstance(parsed, OpaqueSecret)
+    assert dict(parsed.data) == {"auth": b"foo:{SHA}x", "bob": b"hash"}
+    state = state_from_objects([secret(secret_type, data={"auth": b64("a:b")})])
+    assert list(state.opaque_secrets) == [("default", "tls")] and not state.secrets
 
 
 @pytest.mark.parametrize(

@@ -39,7 +39,7 @@ log = Logger()
 _PENDING_LIMIT = 1 << 20  # request bytes held while the upstream connection is being opened
 
 # The states of a client connection (shared with http.py).
-HEAD, BODY, AWAIT, TUNNEL, CLOSED = range(5)
+HEAD, BODY, AWAIT, TUNNEL, CLOSED, AUTH = range(6)  # AUTH: a password being checked (reading paused)
 
 
 class UpstreamRelay:

@@ -11,6 +11,7 @@ response and maybe a close, or a response on one HTTP/2 stream).
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 from ingress.proxy.http import h1
@@ -23,6 +24,7 @@ from ingress.routing.route import Route
 from ingress.routing.table import RoutingTable
 
 HTTP2 = (2, 0)
+_AUTHORIZATION = re.compile(rb"^authorization:[^\r\n]*\r\n", re.MULTILINE | re.IGNORECASE)
 
 
 class Routed:
@@ -87,4 +89,6 @@ def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, r
     routed.fields = fields
     routed.limits = policies.limits
     routed.head_bytes = upstream_head(policies, head, forwarded, host, path)
+    if policies.basic_auth is not None:  # the credentials stay here (ingress-nginx: proxy_set_header Authorization "")
+        routed.head_bytes = _AUTHORIZATION.sub(b"", routed.head_bytes)
     return routed

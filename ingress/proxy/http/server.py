@@ -25,7 +25,7 @@ from ingress.observe.metrics import NO_ROUTE
 from ingress.proxy.http import h1
 from ingress.proxy.http.fastwrite import direct_writer
 from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor
-from ingress.proxy.http.relay import AWAIT, BODY, CLOSED, HEAD, TUNNEL, UpstreamRelay
+from ingress.proxy.http.relay import AUTH, AWAIT, BODY, CLOSED, HEAD, TUNNEL, UpstreamRelay
 from ingress.proxy.http.responses import error_response, fields_response
 from ingress.proxy.http.routed import route_request
 from ingress.proxy.http.trusted import trusted_forwarding
@@ -33,6 +33,7 @@ from ingress.proxy.http.upstream import Address, UpstreamConnection
 from ingress.proxy.http2.connection import PREFACE, H2ServerProtocol
 from ingress.proxy.idle import Deadline
 from ingress.proxy.transport import IConnectionTransport, hand_over
+from ingress.routing.policies.auth import BasicAuth
 from ingress.routing.table import Route
 
 if TYPE_CHECKING:
@@ -287,6 +288,34 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
             self._apply_limits(routed.limits)
         self._head_bytes = routed.head_bytes
         self._response_fields = routed.fields
+        policies = self._route.policies if self._route is not None else None
+        if policies is not None and policies.basic_auth is not None:
+            self._authenticate(policies.basic_auth, head)
+            return
+        self._forward(head)
+
+    def _authenticate(self, auth: BasicAuth, head: h1.Head) -> None:
+        """Basic auth: the request waits (reading paused) until its password is checked off the reactor."""
+        self._state = AUTH
+        self._pause_reading("auth")
+        request_id = self._request_id
+        self.factory.passwords.check(auth, head.block).addCallback(self._authenticated, auth, head, request_id)
+
+    def _authenticated(self, ok: bool, auth: BasicAuth, head: h1.Head, request_id: int) -> None:
+        if request_id != self._request_id or self._state == CLOSED:
+            return
+        self._resume_reading("auth")
+        if not ok:
+            self.factory.metrics.denied.labels("basic-auth", self._route_name()).inc()
+            self._state = AWAIT
+            self._answer_locally(401, fields=auth.challenge)
+            return
+        self._forward(head)
+        if self._buffer and not self._driving and self._state != CLOSED:
+            self._drive()
+
+    def _forward(self, head: h1.Head) -> None:
+        """A routed request that passed its guards: read its body (if any) and send it upstream."""
         framing = head.framing
         if framing.content_length and framing.content_length > self._max_body:
             self._refuse(413, "request body too large")

@@ -28,7 +28,7 @@ class ProxySettings:
     connect_timeout: float = 5.0
     upstream_timeout: float = 60.0
     upstream_idle_timeout: float = 30.0
-    max_idle_per_endpoint: int = 64
+    max_idle_per_endpoint: int = 320  # ingress-nginx's upstream-keepalive-connections default: an h2 client runs 100 streams at once
     fail_timeout: float = 5.0
     server_name: bytes = b"twingress"
     https_redirect_port: Optional[int] = None  # the port in HTTP -> HTTPS redirects; None: the scheme's own (443)

@@ -35,7 +35,7 @@ from h2.events import (
 from h2.exceptions import ProtocolError
 from h2.settings import SettingCodes, Settings
 from hyperframe.frame import GoAwayFrame
-from twisted.internet.interfaces import IPushProducer
+from twisted.internet.interfaces import IDelayedCall, IPushProducer
 from twisted.internet.protocol import Protocol, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -89,8 +89,11 @@ class H2ServerProtocol(Protocol):
         self.settings = factory.settings
         self.streams: dict[int, H2Stream] = {}
         self.paused = False  # the client's socket is full: every stream's upstream waits
-        self.h2 = H2Connection(H2Configuration(client_side=False, header_encoding=None, validate_outbound_headers=False))
+        self.h2 = H2Connection(
+            H2Configuration(client_side=False, header_encoding=None, validate_outbound_headers=False, normalize_outbound_headers=False)
+        )
         self._receiving = False
+        self._flush_call: Optional[IDelayedCall] = None
         self._closed = False
         self._goaway_after: Optional[int] = None  # the last stream served once a graceful GOAWAY was sent
         self._peer = UNKNOWN_PEER
@@ -121,7 +124,7 @@ class H2ServerProtocol(Protocol):
         h2.initiate_connection()
         # Room for every stream's window at once, so one stream that waits on its upstream never stalls the rest.
         h2.increment_flow_control_window(limits.max_concurrent_streams * limits.initial_window)
-        self.flush()
+        self._flush_now()
         self._timer.set(self.settings.header_timeout, "idle")
 
     def peer(self) -> ForwardedFor:
@@ -162,7 +165,7 @@ class H2ServerProtocol(Protocol):
                     handler(self, event)
         finally:
             self._receiving = False
-        self.flush()
+        self._flush_now()
 
     def _request(self, event: RequestReceived) -> None:
         stream_id = event.stream_id
@@ -226,8 +229,18 @@ class H2ServerProtocol(Protocol):
     # -- writing -----------------------------------------------------------------
 
     def flush(self) -> None:
-        """Write what the state machine has to send (once at the end of a read, when reading)."""
-        if self._receiving or self._closed:
+        """
+        Write what the state machine has to send: at the end of the read under way, or on the
+        next reactor turn, so that what the streams send meanwhile (a response's HEADERS, DATA
+        and end, other streams' answers) leaves in one write, one TLS record.
+        """
+        if self._receiving or self._closed or self._flush_call is not None:
+            return
+        self._flush_call = self.factory.reactor.callLater(0, self._flush_now)
+
+    def _flush_now(self) -> None:
+        self._flush_call = None
+        if self._closed:
             return
         data = self.h2.data_to_send()
         if data:
@@ -276,7 +289,7 @@ class H2ServerProtocol(Protocol):
             self._close()
 
     def _write_goaway(self, code: ErrorCodes) -> None:
-        self.flush()
+        self._flush_now()
         frame = GoAwayFrame(0)
         frame.last_stream_id = self._goaway_after or 0
         frame.error_code = code
@@ -288,7 +301,6 @@ class H2ServerProtocol(Protocol):
         log.warn("HTTP/2 client {peer} closed: {reason}", peer=self.peer().ip or "?", reason=reason)
         self.h2.close_connection(ErrorCodes.ENHANCE_YOUR_CALM)
         self._receiving = False
-        self.flush()
         self._close()
 
     def _protocol_error(self, error: ProtocolError) -> None:
@@ -312,6 +324,9 @@ class H2ServerProtocol(Protocol):
     def _close(self) -> None:
         if self._closed:
             return
+        if self._flush_call is not None and self._flush_call.active():
+            self._flush_call.cancel()
+        self._flush_now()  # what the streams sent last leaves before the close
         self._closed = True
         self._timer.cancel()
         self.transport.unregisterProducer()

@@ -24,13 +24,14 @@ from twisted.logger import Logger
 from ingress.observe.metrics import NO_ROUTE
 from ingress.proxy.http import h1
 from ingress.proxy.http.forwarding import UNKNOWN_PEER
-from ingress.proxy.http.relay import AWAIT, BODY, CLOSED, HEAD, UpstreamRelay
-from ingress.proxy.http.routed import route_request
+from ingress.proxy.http.relay import AUTH, AWAIT, BODY, CLOSED, HEAD, UpstreamRelay
+from ingress.proxy.http.routed import Routed, route_request
 from ingress.proxy.http.trusted import trusted_forwarding
 from ingress.proxy.http.upstream import Address, UpstreamConnection
 from ingress.proxy.http2.exchange import H2Exchange
 from ingress.proxy.http2.fields import Headers, local_response, request_head, response_headers
 from ingress.proxy.idle import Deadline
+from ingress.routing.policies.auth import BasicAuth
 
 if TYPE_CHECKING:
     from ingress.proxy.http2.connection import H2ServerProtocol
@@ -90,6 +91,8 @@ class H2Stream(UpstreamRelay):
         self._trailers: Optional[Headers] = None  # sent after the last DATA, ending the stream
         self._exchange: Optional[H2Exchange] = None  # an HTTP/2 endpoint's stream (backend-protocol GRPC, GRPCS, H2C)
         self._on_sent: Optional[Callable[[int], None]] = None
+        self._held: list[tuple[bytes, int]] = []  # request DATA while a password is checked (basic auth)
+        self._held_end = False
 
     # -- the request ------------------------------------------------------------
 
@@ -123,6 +126,38 @@ class H2Stream(UpstreamRelay):
         self._head_bytes = routed.head_bytes
         self._response_fields = routed.fields
         policies = self._route.policies if self._route is not None else None
+        if policies is not None and policies.basic_auth is not None:
+            self._authenticate(policies.basic_auth, head, headers, has_body, routed)
+            return
+        self._forward(head, headers, has_body, routed)
+
+    def _authenticate(self, auth: BasicAuth, head: h1.Head, headers: Headers, has_body: bool, routed: Routed) -> None:
+        """Basic auth: the request's DATA is held (not acknowledged) until its password is checked off the reactor."""
+        self._state = AUTH
+        self.factory.passwords.check(auth, head.block).addCallback(self._authenticated, auth, head, headers, has_body, routed)
+
+    def _authenticated(self, ok: bool, auth: BasicAuth, head: h1.Head, headers: Headers, has_body: bool, routed: Routed) -> None:
+        if self._state != AUTH:
+            return  # reset meanwhile
+        if not ok:
+            self.factory.metrics.denied.labels("basic-auth", self._route_name()).inc()
+            self._state = AWAIT
+            for _, flow_length in self._held:
+                self._acknowledge(flow_length)
+            self._request_complete = self._held_end
+            self._answer_locally(401, fields=auth.challenge)
+            return
+        self._state = HEAD
+        self._forward(head, headers, has_body, routed)
+        held, self._held = self._held, []
+        for data, flow_length in held:
+            self.receive_body(data, flow_length)
+        if self._held_end:
+            self.end_of_body()
+
+    def _forward(self, head: h1.Head, headers: Headers, has_body: bool, routed: Routed) -> None:
+        """A routed request that passed its guards: to an HTTP/2 endpoint's stream, or the HTTP/1.1 pools."""
+        policies = self._route.policies if self._route is not None else None
         if policies is not None and policies.backend_http2:
             self._state = BODY if has_body else AWAIT
             self._timer.set(self._read_timeout, "upstream")  # no frame either way for this long ends the exchange
@@ -144,6 +179,9 @@ class H2Stream(UpstreamRelay):
 
     def receive_body(self, data: bytes, flow_length: int) -> None:
         """A DATA frame of the request: on upstream, acknowledged now or once the upstream takes more."""
+        if self._state == AUTH:
+            self._held.append((data, flow_length))
+            return
         if self._exchange is not None and self._state == BODY:
             self._exchange.client_data(data, flow_length)
             return
@@ -165,6 +203,9 @@ class H2Stream(UpstreamRelay):
 
     def end_of_body(self) -> None:
         """The client's half is closed (END_STREAM)."""
+        if self._state == AUTH:
+            self._held_end = True
+            return
         self._request_complete = True
         if self._state != BODY:
             return
@@ -221,9 +262,14 @@ class H2Stream(UpstreamRelay):
         changes = policies.response_headers if policies is not None else None
         headers = response_headers(head, request, self.settings.server_name, hsts, self._set_cookie + self._response_fields, changes)
         bodiless = complete and not body
-        self.connection.h2.send_headers(self.stream_id, headers, end_stream=bodiless)
+        h2 = self.connection.h2
+        h2.send_headers(self.stream_id, headers, end_stream=bodiless)
         if bodiless:
             self._ended_with_headers = True  # the exchange's end only finishes the stream
+        elif body and complete and self._decode is None and len(body) <= min(h2.local_flow_control_window(self.stream_id), h2.max_outbound_frame_size):
+            h2.send_data(self.stream_id, body, end_stream=True)  # the whole small response: one DATA frame that ends the stream
+            self._body_sent = len(body)
+            self._ended_with_headers = True
         elif body:
             self.upstream_data(body)
         self.connection.flush()

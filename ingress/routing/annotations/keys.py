@@ -99,6 +99,11 @@ KEYS: Mapping[str, Key] = {
     "cors-expose-headers": Key(values.header_names),
     "cors-allow-credentials": Key(values.boolean),
     "cors-max-age": Key(values.whole_number),
+    # Authentication (ingress-nginx "Authentication"): basic only, digest is refused
+    "auth-type": Key(values.one_of("basic")),
+    "auth-secret": Key(values.namespaced_name),
+    "auth-secret-type": Key(values.one_of("auth-file", "auth-map")),
+    "auth-realm": Key(values.text),
     # Access (ingress-nginx "Allowlist source range", "Denylist source range"; whitelist- is the old name)
     "whitelist-source-range": Key(values.networks),
     "allowlist-source-range": Key(values.networks),
@@ -108,15 +113,15 @@ KEYS: Mapping[str, Key] = {
 
 ACCESS_GUARDS = frozenset(
     {
-        "auth-type",
-        "auth-secret",
         "auth-url",
         "auth-tls-secret",
     }
 )
 """ingress-nginx keys that restrict who reaches a backend: not enforced yet, so their routes answer 503."""
 
-ENFORCED_GUARDS = frozenset({"whitelist-source-range", "allowlist-source-range", "denylist-source-range"})
+ENFORCED_GUARDS = frozenset(
+    {"whitelist-source-range", "allowlist-source-range", "denylist-source-range", "auth-type", "auth-secret", "auth-secret-type"}
+)
 """Access guards twingress enforces: a value it cannot read closes the route (503), never opens it."""
 
 

@@ -19,6 +19,7 @@ from ingress.routing.annotations import IngressAnnotations
 from ingress.routing.annotations.values import HTTP2_BACKENDS
 from ingress.routing.nginx_config import TWINGRESS_DEFAULTS, NginxConfig
 from ingress.routing.policies import EWMA, Affinity, BackendTLS, Deny, HashBy, Limits, Policies, Redirect, Retry, Rewrite, SourceRanges, cors
+from ingress.routing.policies.auth import BasicAuth
 from ingress.routing.policies.cors import Cors
 from ingress.routing.policies.limits import UNLIMITED
 
@@ -36,11 +37,12 @@ def route_policies(
     backend_tls: Optional[BackendTLS] = None,
     closed: str = "",
     config: NginxConfig = TWINGRESS_DEFAULTS,
+    basic_auth: Optional[BasicAuth] = None,
 ) -> Optional[Policies]:
     """
     The policies of the route for C{path} (a regex when C{regex}), or None when the annotations ask for none.
 
-    C{backend_tls} is resolved by the builder (it needs the Secrets); C{closed} says why the
+    C{backend_tls} and C{basic_auth} are resolved by the builder (they need the Secrets); C{closed} says why the
     route must answer 503 (a guard it cannot honour), besides unenforced access guards;
     C{config} holds the ingress-nginx ConfigMap's route defaults (limits, balancing, header
     fields), which the annotations override.
@@ -55,6 +57,7 @@ def route_policies(
         app_root=annotations.text("app-root"),
         source_ranges=_source_ranges(annotations),
         cors=_cors(annotations),
+        basic_auth=basic_auth,
         affinity=_affinity(annotations, path, regex),
         hash_by=_hash_by(annotations),
         load_balance=EWMA if (annotations.text("load-balance") or config.load_balance) == EWMA else "",

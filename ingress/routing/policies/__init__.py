@@ -10,6 +10,7 @@ applied by the proxy in one fixed order, the order of L{Policies}' fields:
   2. C{redirect}, C{app_root}: answered by the proxy, no upstream (nginx's rewrite phase
      comes before its access phase);
   3. C{source_ranges}: who may pass (403); C{cors}: preflights answered (204), fields added;
+     C{basic_auth}: who may pass (401; checked by the proxy off the reactor thread);
   4. C{canary}, C{affinity}: which backend (the route's own or its canary's) and which endpoint;
   5. C{rewrite}, C{upstream_host}, C{request_headers}: the request the upstream receives,
      and C{response_headers} the response the client receives;
@@ -28,6 +29,7 @@ from typing import Optional
 
 from ingress.routing.policies.access import SourceRanges
 from ingress.routing.policies.affinity import Affinity
+from ingress.routing.policies.auth import BasicAuth
 from ingress.routing.policies.backend import BackendTLS
 from ingress.routing.policies.canary import Canary
 from ingress.routing.policies.cors import Cors
@@ -40,7 +42,7 @@ from ingress.routing.policies.rewrite import Rewrite
 
 EWMA = "ewma"  # load_balance: two endpoints at random, the faster answering wins (else round robin)
 
-__all__ = ["EWMA", "Cors", "SourceRanges", "Affinity", "BackendTLS", "Canary", "Deny", "HashBy", "HeaderChanges", "Limits", "Policies", "Redirect", "Retry", "Rewrite"]
+__all__ = ["EWMA", "BasicAuth", "Cors", "SourceRanges", "Affinity", "BackendTLS", "Canary", "Deny", "HashBy", "HeaderChanges", "Limits", "Policies", "Redirect", "Retry", "Rewrite"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +54,7 @@ class Policies:
     app_root: str = ""  # "/" alone is redirected (302) to this path
     source_ranges: Optional[SourceRanges] = None
     cors: Optional[Cors] = None
+    basic_auth: Optional[BasicAuth] = None
     canary: Optional[Canary] = None
     affinity: Optional[Affinity] = None
     hash_by: Optional[HashBy] = None
@@ -79,6 +82,8 @@ class Policies:
             shown["sourceRanges"] = self.source_ranges.to_json()
         if self.cors is not None:
             shown["cors"] = self.cors.to_json()
+        if self.basic_auth is not None:
+            shown["basicAuth"] = self.basic_auth.to_json()
         if self.canary is not None:
             shown["canary"] = self.canary.to_json()
         if self.affinity is not None:

@@ -37,6 +37,7 @@ RESOURCES = (
     Resource("Service", "v1", "services"),
     Resource("EndpointSlice", "discovery.k8s.io/v1", "endpointslices"),
     Resource("Secret", "v1", "secrets", field_selector="type=kubernetes.io/tls"),
+    Resource("Secret", "v1", "secrets", field_selector="type=Opaque"),  # basic auth: auth-secret (auth-file, auth-map)
     Resource("StreamIngress", "twingress.io/v1alpha1", "streamingresses"),
 )
 
@@ -52,6 +53,8 @@ def config_map_resource(name: str) -> Resource:
 def informer_name(reflector: Reflector) -> str:
     """The kind, or "ConfigMap namespace/name" for a single named object: metrics label and /readyz key."""
     selector = reflector.resource.field_selector
+    if selector == "type=Opaque":
+        return "Secret (Opaque)"
     if selector.startswith("metadata.name="):
         return f"{reflector.resource.kind} {reflector.namespace}/{selector.partition('=')[2]}"
     return reflector.resource.kind

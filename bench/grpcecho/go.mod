@@ -1,0 +1,3 @@
+module twingress.local/bench/grpcecho
+
+go 1.24
