@@ -29,9 +29,7 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -44,7 +42,7 @@ import procs  # noqa: E402
 import targets  # noqa: E402
 import tls_bench  # noqa: E402
 import wrk  # noqa: E402
-from harness import install_signal_handlers  # noqa: E402
+from harness import install_signal_handlers, run_in_workdir  # noqa: E402
 from report import IDLE_LIMIT, REPO, environment  # noqa: E402
 
 GRPC_PATH = "/bench.Echo/Unary"
@@ -254,21 +252,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     busy = cpuload.background_busy([args.proxy_cpu, args.load_cpu])
     if max(busy.values()) >= IDLE_LIMIT:
         print(f"note: the machine is busy before the run ({busy}); numbers are suspect", flush=True)
-    try:
-        with ExitStack() as stack:
-            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="twh2-")))
-            bench = Bench(args, stack, workdir)
-            try:
-                rows = bench.run_all()
-            finally:
-                if args.keep_logs:
-                    bench.keep_logs((args.json.parent if args.json else Path.cwd()) / "bench-logs")
-    except KeyboardInterrupt:
-        print("\ninterrupted: all benchmark processes stopped", file=sys.stderr)
-        return 130
-    except (BenchFailed, tls_bench.BenchFailed, procs.StartError) as e:
-        print(f"FAILED {e}", file=sys.stderr)
-        return 1
+    rows, _, status = run_in_workdir(args, "twh2-", Bench, lambda bench: bench.run_all(), (BenchFailed, tls_bench.BenchFailed, procs.StartError))
+    if rows is None:
+        return status
     print()
     print(table(rows, args))
     if args.json:

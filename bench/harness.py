@@ -9,9 +9,12 @@ from __future__ import annotations
 import argparse
 import shutil
 import signal
+import sys
+import tempfile
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
 import procs
 import targets
@@ -54,3 +57,30 @@ class Harness:
             shutil.copy(path, into / path.name)
         if (self.workdir / "manifests").is_dir():
             shutil.copytree(self.workdir / "manifests", into / "manifests", dirs_exist_ok=True)
+
+
+Result = TypeVar("Result")
+
+
+def run_in_workdir(args: argparse.Namespace, prefix: str, make: Callable[[argparse.Namespace, ExitStack, Path], Harness],
+                   run: Callable[[Any], Result], failures: tuple[type[BaseException], ...]) -> tuple[Optional[Result], Optional[Harness], int]:
+    """
+    Run a bench in a temporary directory whose children are all stopped on the way out (and its
+    logs kept with --keep-logs): (its result, the bench, 0), or (None, None, exit status) after
+    printing why it stopped.
+    """
+    try:
+        with ExitStack() as stack:
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
+            bench = make(args, stack, workdir)
+            try:
+                return run(bench), bench, 0
+            finally:
+                if args.keep_logs:
+                    bench.keep_logs((args.json.parent if args.json else Path.cwd()) / "bench-logs")
+    except KeyboardInterrupt:
+        print("\ninterrupted: all benchmark processes stopped", file=sys.stderr)
+        return None, None, 130
+    except failures as e:
+        print(f"FAILED {e}", file=sys.stderr)
+        return None, None, 1

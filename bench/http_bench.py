@@ -19,7 +19,6 @@ import http.client
 import os
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -32,7 +31,7 @@ import cpuload  # noqa: E402
 import procs  # noqa: E402
 import targets  # noqa: E402
 import wrk  # noqa: E402
-from harness import Harness, install_signal_handlers  # noqa: E402
+from harness import Harness, install_signal_handlers, run_in_workdir  # noqa: E402
 from report import DIRECT, IDLE_LIMIT, NGINX, REPO, TWINGRESS, TargetResult, finish  # noqa: E402
 
 
@@ -216,21 +215,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     install_signal_handlers()
     try:
         check_environment(args)
-        with ExitStack() as stack:
-            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="twbench-")))
-            bench = Bench(args, stack, workdir)
-            try:
-                results = bench.run()
-            finally:
-                if args.keep_logs:
-                    bench.keep_logs((args.json.parent if args.json else Path.cwd()) / "bench-logs")
-    except KeyboardInterrupt:
-        print("\ninterrupted: all benchmark processes stopped", file=sys.stderr)
-        return 130
-    except (BenchFailed, procs.StartError, wrk.WrkError) as e:
+    except BenchFailed as e:
         print(f"FAILED {e}", file=sys.stderr)
         return 1
-    return finish(results, args, bench.background)
+    results, bench, status = run_in_workdir(args, "twbench-", Bench, lambda bench: bench.run(), (BenchFailed, procs.StartError, wrk.WrkError))
+    if results is None or bench is None:
+        return status
+    return finish(results, args, bench.background)  # type: ignore[attr-defined]
 
 
 if __name__ == "__main__":

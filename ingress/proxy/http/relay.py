@@ -29,6 +29,7 @@ from ingress.routing.policies import EWMA, Limits
 
 if TYPE_CHECKING:
     from ingress.proxy.http.factory import HTTPProxyFactory
+    from ingress.proxy.http.routed import Routed
     from ingress.proxy.http.settings import ProxySettings
     from ingress.proxy.idle import Deadline
     from ingress.proxy.transport import IConnectionTransport
@@ -89,11 +90,19 @@ class UpstreamRelay:
 
     def _answer_locally(self, status: int, close: bool = False, location: bytes = b"", fields: bytes = b"") -> None: ...
 
+    def _refuse(self, status: int, detail: str) -> None: ...
+
     def _pause_reading(self, reason: str) -> None: ...
 
     def _resume_reading(self, reason: str) -> None: ...
 
-    def _touch_timer(self) -> None: ...
+    def _touch_timer(self) -> None:
+        """Progress was made: push the body or upstream deadline out by its full length again."""
+        kind = self._timer.kind
+        if kind == "upstream":
+            self._timer.push(self._read_timeout)
+        elif kind == "body":
+            self._timer.push(self.settings.client_body_timeout)
 
     def _finish(self, status: int) -> None: ...
 
@@ -122,6 +131,23 @@ class UpstreamRelay:
                 self.factory.pool.ewma.observe(self._tried, waited)
         self._responded = True
         self._status = head.status
+        return True
+
+    def _take_routing(self, routed: Routed) -> bool:
+        """What routing decided, taken on: False when the request was answered (or refused) here."""
+        self._route = routed.route
+        if routed.status:
+            if routed.denied:
+                self.factory.metrics.denied.labels(routed.denied, self._route_name()).inc()
+            if routed.refused:
+                self._refuse(routed.status, routed.detail)
+            else:
+                self._answer_locally(routed.status, location=routed.location, fields=routed.fields)
+            return False
+        if routed.limits is not None:
+            self._apply_limits(routed.limits)
+        self._head_bytes = routed.head_bytes
+        self._response_fields = routed.fields
         return True
 
     def _apply_limits(self, limits: Limits) -> None:

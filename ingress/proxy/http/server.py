@@ -167,14 +167,6 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
 
     # -- timers ---------------------------------------------------------------
 
-    def _touch_timer(self) -> None:
-        """Progress was made: push the body or upstream deadline out by its full length again."""
-        kind = self._timer.kind
-        if kind == "upstream":
-            self._timer.push(self._read_timeout)
-        elif kind == "body":
-            self._timer.push(self.settings.client_body_timeout)
-
     def _timed_out(self, kind: str) -> None:
         if kind == "idle":
             self._close()
@@ -275,19 +267,8 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         if live_settings.keepalive_requests and self._request_id >= live_settings.keepalive_requests:
             self._keep_alive = False  # nginx's keepalive_requests: this response is the connection's last
         routed = route_request(table, head, self._forwarded, self.settings.https_redirect_port)
-        self._route = routed.route
-        if routed.status:
-            if routed.denied:
-                self.factory.metrics.denied.labels(routed.denied, self._route_name()).inc()
-            if routed.refused:
-                self._refuse(routed.status, routed.detail)
-            else:
-                self._answer_locally(routed.status, location=routed.location, fields=routed.fields)
+        if not self._take_routing(routed):
             return
-        if routed.limits is not None:
-            self._apply_limits(routed.limits)
-        self._head_bytes = routed.head_bytes
-        self._response_fields = routed.fields
         policies = self._route.policies if self._route is not None else None
         if policies is not None and policies.basic_auth is not None:
             self._authenticate(policies.basic_auth, head)

@@ -1,14 +1,12 @@
 # -*- test-case-name: tests.proxy.test_http2 -*-
 """
-One HTTP/2 request: its routing, its upstream exchange and its response.
+One HTTP/2 request: its routing, its guards, its request body, and its end.
 
 L{H2Stream} is an L{UpstreamRelay} like the HTTP/1.1 connection: endpoint
 choice, pooled connections, retries and the ewma scores are the same code.
 What differs is the client side: the request body arrives in DATA frames and
-is acknowledged (WINDOW_UPDATE) only while the upstream takes it, and the
-response leaves in DATA frames no faster than the client's window allows.
-A stream that holds more than L{HIGH_WATER} bytes the client has not made
-room for pauses its own upstream connection's reads, and no other stream's.
+is acknowledged (WINDOW_UPDATE) only while the upstream takes it; the response
+side is L{ingress.proxy.http2.response.StreamResponse}.
 """
 
 from __future__ import annotations
@@ -24,12 +22,13 @@ from twisted.logger import Logger
 from ingress.observe.metrics import NO_ROUTE
 from ingress.proxy.http import h1
 from ingress.proxy.http.forwarding import UNKNOWN_PEER
-from ingress.proxy.http.relay import AUTH, AWAIT, BODY, CLOSED, HEAD, UpstreamRelay
+from ingress.proxy.http.relay import AUTH, AWAIT, BODY, CLOSED, HEAD
 from ingress.proxy.http.routed import Routed, route_request
 from ingress.proxy.http.trusted import trusted_forwarding
 from ingress.proxy.http.upstream import Address, UpstreamConnection
 from ingress.proxy.http2.exchange import H2Exchange
-from ingress.proxy.http2.fields import Headers, local_response, request_head, response_headers
+from ingress.proxy.http2.fields import Headers, local_response, request_head
+from ingress.proxy.http2.response import StreamResponse
 from ingress.proxy.idle import Deadline
 from ingress.routing.policies.auth import BasicAuth
 
@@ -38,10 +37,9 @@ if TYPE_CHECKING:
 
 log = Logger()
 
-HIGH_WATER = 1 << 16  # response bytes a stream holds for a client that gives no window, before its upstream is paused
 
 
-class H2Stream(UpstreamRelay):
+class H2Stream(StreamResponse):
     """A request on an HTTP/2 connection, relayed to an HTTP/1.1 upstream."""
 
     def __init__(self, connection: H2ServerProtocol, stream_id: int) -> None:
@@ -111,20 +109,9 @@ class H2Stream(UpstreamRelay):
         peer = connection.peer()
         self._forwarded = trusted_forwarding(table.trust, peer, head, connection.local_port()) if table.trust is not None else peer
         routed = route_request(table, head, self._forwarded, self.settings.https_redirect_port)
-        self._route = routed.route
         self._request_complete = not has_body
-        if routed.status:
-            if routed.denied:
-                self.factory.metrics.denied.labels(routed.denied, self._route_name()).inc()
-            if routed.refused:
-                self._refuse(routed.status, routed.detail)
-            else:
-                self._answer_locally(routed.status, location=routed.location, fields=routed.fields)
+        if not self._take_routing(routed):
             return
-        if routed.limits is not None:
-            self._apply_limits(routed.limits)
-        self._head_bytes = routed.head_bytes
-        self._response_fields = routed.fields
         policies = self._route.policies if self._route is not None else None
         if policies is not None and policies.basic_auth is not None:
             self._authenticate(policies.basic_auth, head, headers, has_body, routed)
@@ -243,167 +230,6 @@ class H2Stream(UpstreamRelay):
             size, self._unacknowledged = self._unacknowledged, 0
             self._acknowledge(size)
 
-    # -- the response ------------------------------------------------------------
-
-    def upstream_head(self, head: h1.Head, body: bytes, complete: bool) -> None:
-        request, route = self._request, self._route
-        assert request is not None and route is not None
-        if head.status < 200 and head.status != 101:
-            return  # interim responses are not passed on
-        if head.status == 101:
-            self._fail_upstream(502, "101 for an HTTP/2 request")
-            return
-        if not self._accept_response(head):
-            return
-        policies = route.policies
-        if head.framing.chunked:
-            self._decode = h1.ChunkedFramer(decode=True)
-        hsts = route.hsts if self.factory.scheme == b"https" else ""
-        changes = policies.response_headers if policies is not None else None
-        headers = response_headers(head, request, self.settings.server_name, hsts, self._set_cookie + self._response_fields, changes)
-        bodiless = complete and not body
-        h2 = self.connection.h2
-        h2.send_headers(self.stream_id, headers, end_stream=bodiless)
-        if bodiless:
-            self._ended_with_headers = True  # the exchange's end only finishes the stream
-        elif body and complete and self._decode is None and len(body) <= min(h2.local_flow_control_window(self.stream_id), h2.max_outbound_frame_size):
-            h2.send_data(self.stream_id, body, end_stream=True)  # the whole small response: one DATA frame that ends the stream
-            self._body_sent = len(body)
-            self._ended_with_headers = True
-        elif body:
-            self.upstream_data(body)
-        self.connection.flush()
-
-    def upstream_data(self, data: bytes) -> None:
-        if self._decode is not None:
-            data = self._decoded(data)
-        if not data:
-            return
-        self._body_sent += len(data)
-        self._out.append(data)
-        self._out_size += len(data)
-        self._touch_timer()
-        self.pump()
-
-    def upstream_tunnel_data(self, data: bytes) -> None:
-        self._fail_upstream(502, "tunnel data for an HTTP/2 request")
-
-    def upstream_done(self) -> None:
-        self._release_upstream()
-        self._timer.cancel()
-        if self._ended_with_headers:
-            self._finish(self._status)
-            return
-        self._end_pending = True
-        self.pump()
-
-    def pump(self) -> None:
-        """Send what the flow-control windows allow; end the stream once everything is sent."""
-        if self._state == CLOSED:
-            return
-        h2 = self.connection.h2
-        stream_id = self.stream_id
-        out = self._out
-        while out:
-            room = min(h2.local_flow_control_window(stream_id), h2.max_outbound_frame_size)
-            if room <= 0:
-                break
-            chunk = out[0]
-            if len(chunk) <= room:
-                out.popleft()
-            else:
-                out[0] = chunk[room:]
-                chunk = chunk[:room]
-            self._out_size -= len(chunk)
-            h2.send_data(stream_id, chunk)
-            if self._on_sent is not None:
-                self._on_sent(len(chunk))
-        if not out and self._end_pending:
-            if self._trailers is not None:
-                h2.send_headers(stream_id, self._trailers, end_stream=True)
-            else:
-                h2.end_stream(stream_id)
-            self.connection.flush()
-            self._finish(self._status)
-            return
-        self.connection.flush()
-        self.update_client_full()
-
-    # -- what an HTTP/2 endpoint's exchange (L{H2Exchange}) asks of its client stream --
-
-    @property
-    def responded(self) -> bool:
-        return self._responded
-
-    def started_upstream(self) -> None:
-        self._sent_at = time.monotonic()
-        self._attempts += 1
-
-    def respond(self, status: int, headers: Headers, trailers: Optional[Headers] = None) -> None:
-        """The response head (C{trailers}: a trailers-only answer, the stream ends with them)."""
-        if self._state == CLOSED:
-            return
-        if not self._responded and self._route is not None:
-            self.factory.metrics.upstream_answered(self._route.name, time.monotonic() - self._sent_at)
-        self._responded = True
-        self._status = status
-        headers = [(b":status", b"%d" % status), *(field for field in headers if field[0] != b":status")]
-        h2 = self.connection.h2
-        if trailers is not None:
-            h2.send_headers(self.stream_id, headers + trailers, end_stream=True)
-            self.connection.flush()
-            self._finish(status)
-            return
-        h2.send_headers(self.stream_id, headers)
-        self.connection.flush()
-
-    def queue(self, data: bytes, on_sent: Callable[[int], None]) -> None:
-        """Response DATA; C{on_sent} hears how much the client's window let out."""
-        if self._state == CLOSED:
-            return
-        self._on_sent = on_sent
-        self._body_sent += len(data)
-        self._out.append(data)
-        self._out_size += len(data)
-        self.pump()
-
-    def end_with(self, trailers: Optional[Headers]) -> None:
-        """The response is complete: after its DATA, end the stream (with C{trailers}, if any)."""
-        if self._state == CLOSED or self._end_pending:
-            return
-        self._trailers = trailers
-        self._end_pending = True
-        self.pump()
-
-    def answer(self, status: int) -> None:
-        self._answer_locally(status)
-
-    def reset_client(self, code: ErrorCodes) -> None:
-        if self._state != CLOSED:
-            self._request_done(self._status or 502)
-        self._reset(code)
-
-    def update_client_full(self) -> None:
-        """Pause this stream's upstream while the client holds it back (its window, or the connection's socket)."""
-        full = self._out_size > HIGH_WATER or self.connection.paused
-        if full == self._client_full:
-            return
-        self._client_full = full
-        upstream = self._upstream
-        if upstream is not None:
-            if full:
-                upstream.transport.pauseProducing()
-            else:
-                upstream.transport.resumeProducing()
-
-    def _decoded(self, data: bytes) -> bytes:
-        framer = self._decode
-        assert framer is not None
-        framer.feed(data)
-        payload = b"".join(framer.payload)
-        framer.payload.clear()
-        return payload
-
     # -- answers of our own, failures and the end --------------------------------
 
     def _answer_locally(self, status: int, close: bool = False, location: bytes = b"", fields: bytes = b"") -> None:
@@ -464,13 +290,6 @@ class H2Stream(UpstreamRelay):
         if kind == "upstream" and self._request_complete and self._retry_after("timeout"):
             return
         self._fail_upstream(504, "upstream timed out")
-
-    def _touch_timer(self) -> None:
-        kind = self._timer.kind
-        if kind == "upstream":
-            self._timer.push(self._read_timeout)
-        elif kind == "body":
-            self._timer.push(self.settings.client_body_timeout)
 
     def _finish(self, status: int) -> None:
         """The response is sent whole; a request body still coming is declined (RFC 9113 8.1: RST_STREAM NO_ERROR)."""
