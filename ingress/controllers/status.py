@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 from ingress.controllers.writer import LeaderWriter
 from ingress.model import ClusterState, Ingress, IngressClass, Node, Pod
-from ingress.routing.build import select_ingresses
+from ingress.routing.selection import select_ingresses
 from ingress.sources.kube.client import MERGE_PATCH
 from ingress.sources.kube.reflector import Store
 

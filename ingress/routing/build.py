@@ -24,7 +24,6 @@ from ingress.model import (
     ClusterState,
     Ingress,
     IngressBackend,
-    IngressClass,
     ObjectRef,
     OpaqueSecret,
     Problem,
@@ -39,11 +38,9 @@ from ingress.routing.certs import build_certificates, passthrough_upstreams, tls
 from ingress.routing.nginx_config import TWINGRESS_DEFAULTS, NginxConfig, read_nginx_config
 from ingress.routing.policies import BasicAuth, Canary, Policies, Redirect
 from ingress.routing.policies.affinity import upstream_tag
+from ingress.routing.selection import select_ingresses
 from ingress.routing.streams import build_streams
 from ingress.routing.table import HostRoutes, Route, RoutingTable, Upstream
-
-LEGACY_CLASS_ANNOTATION = "kubernetes.io/ingress.class"
-
 
 
 def build(
@@ -104,56 +101,6 @@ def build(
         trust=config.trust,
         listener=config.listener,
     )
-
-
-def select_ingresses(
-    state: ClusterState,
-    *,
-    class_name: str = DEFAULT_CLASS_NAME,
-    controller_name: str = CONTROLLER_NAME,
-) -> tuple[Ingress, ...]:
-    """
-    The Ingresses this controller serves, oldest first (the order that resolves conflicts).
-
-    Also what the status controller needs: these are the Ingresses whose
-    status we own.  Ingresses of other controllers are not problems.
-    """
-    classes = {c.meta.name: c for c in state.ingress_classes}
-    default_is_ours = any(c.is_default and c.controller == controller_name for c in classes.values())
-    ours = [
-        ingress
-        for ingress in state.ingresses
-        if _is_ours(ingress, classes, class_name, controller_name, default_is_ours)
-    ]
-    ours.sort(key=lambda i: (i.meta.age_key(), i.meta.uid))
-    return tuple(ours)
-
-
-def _is_ours(
-    ingress: Ingress,
-    classes: Mapping[str, IngressClass],
-    class_name: str,
-    controller_name: str,
-    default_is_ours: bool,
-) -> bool:
-    """
-    spec.ingressClassName first, then the legacy annotation, then the default class.
-
-    A class that exists decides by its controller, even when it carries our
-    class name: two controllers must never serve one Ingress.  Our class name
-    alone is enough when no IngressClass of that name exists (a manifests
-    directory without one).
-    """
-    name = ingress.ingress_class_name
-    if name:
-        ingress_class = classes.get(name)
-        if ingress_class is not None:
-            return ingress_class.controller == controller_name
-        return name == class_name
-    legacy = ingress.meta.annotations.get(LEGACY_CLASS_ANNOTATION, "")
-    if legacy:
-        return legacy == class_name
-    return default_is_ours
 
 
 def regex_hosts(ingresses: Iterable[Ingress], annotations: Mapping[ObjectRef, IngressAnnotations]) -> frozenset[str]:
