@@ -203,3 +203,19 @@ def test_cors_fields_on_an_allowed_origins_responses_and_none_for_others(proxy: 
     assert preflight.status == 200 and json.loads(body)["method"] == "OPTIONS"  # not ours to answer: the backend's
     star, _ = _request(proxy, "cors-any.test", "/")
     assert star.getheader("Access-Control-Allow-Origin") == "*" and star.getheader("Access-Control-Allow-Credentials") == "true"
+
+
+def test_a_preflight_is_answered_before_the_allow_list_is_asked(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """ingress-nginx answers a CORS preflight with "return 204" (nginx's rewrite phase) before allow/deny (its access phase)."""
+    echo = EchoBackend("pod-cors-guarded")
+    manifests = Manifests(tmp_path_factory.mktemp("cors-guarded"))
+    manifests.write("all.yaml", *manifests.service("echo", [echo.address]),
+                    _annotated("both", "both.test", {"enable-cors": "true", "whitelist-source-range": "10.0.0.0/8"}))
+    twingress = Twingress(manifests.path)
+    try:
+        preflight, _ = _request(twingress, "both.test", "/", "OPTIONS", headers={"Origin": "https://a.test"})
+        assert preflight.status == 204
+        assert _request(twingress, "both.test", "/", headers={"Origin": "https://a.test"})[0].status == 403
+    finally:
+        twingress.stop()
+        echo.stop()

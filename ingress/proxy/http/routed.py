@@ -70,17 +70,17 @@ def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, r
     answer = local_answer(policies, forwarded.scheme, host, path, head.target)
     if answer is not None:
         return Routed(answer[0], answer[1], route)
-    if policies.source_ranges is not None and not policies.source_ranges.permits(forwarded.ip):
-        denied = Routed(403, route=route)
-        denied.denied = "source-range"
-        return denied
     fields = b""
     if policies.cors is not None:
         fields = policies.cors.fields_for(field_value(head.block, b"origin"))
         if fields and head.method == b"OPTIONS":
-            preflight = Routed(204, route=route)  # answered here (ingress-nginx: return 204)
+            preflight = Routed(204, route=route)  # ingress-nginx's "return 204": nginx's rewrite phase, before access
             preflight.fields = fields
             return preflight
+    if policies.source_ranges is not None and not policies.source_ranges.permits(forwarded.ip):
+        denied = Routed(403, route=route)
+        denied.denied = "source-range"
+        return denied
     if policies.canary is not None:
         route = canary_route(policies.canary, head, policies.affinity) or route
     if route.policies is not None and route.policies.backend_http2 and head.version < HTTP2:

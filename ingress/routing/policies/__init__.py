@@ -7,10 +7,10 @@ whatever described it (Ingress annotations today, Gateway API filters next) and
 applied by the proxy in one fixed order, the order of L{Policies}' fields:
 
   1. C{deny}: the route is closed (an access guard twingress cannot enforce);
-  2. C{redirect}, C{app_root}: answered by the proxy, no upstream (nginx's rewrite phase
-     comes before its access phase);
-  3. C{source_ranges}: who may pass (403); C{cors}: preflights answered (204), fields added;
-     C{basic_auth}: who may pass (401; checked by the proxy off the reactor thread);
+  2. C{redirect}, C{app_root}, C{cors}: answered by the proxy, no upstream (a CORS preflight:
+     204), or fields added (nginx's rewrite phase comes before its access phase);
+  3. C{source_ranges}: who may pass (403); C{basic_auth}: who may pass (401; checked by the
+     proxy off the reactor thread);
   4. C{canary}, C{affinity}: which backend (the route's own or its canary's) and which endpoint;
   5. C{rewrite}, C{upstream_host}, C{request_headers}: the request the upstream receives,
      and C{response_headers} the response the client receives;
