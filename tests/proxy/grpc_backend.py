@@ -10,11 +10,13 @@ Service C{test.Echo}:
 - C{Wait}: waits (up to 30 s) until cancelled; writes "cancelled" to the file named by argv[2] when it is.
 
 Run: C{python tests/proxy/grpc_backend.py PORT MARKER_FILE [CERT KEY]} (with CERT and KEY: TLS,
-for backend-protocol GRPCS).
+for backend-protocol GRPCS); C{GRPC_BACKEND_MAX_AGE_MS} in the environment makes it end its
+connections with a graceful GOAWAY after that long, as servers with a maximum connection age do.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Iterator
@@ -76,7 +78,10 @@ def main() -> None:
         "Chat": grpc.stream_stream_rpc_method_handler(echo.chat, _identity, _identity),
         "Wait": grpc.unary_unary_rpc_method_handler(echo.wait, _identity, _identity),
     }
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=64), options=[("grpc.max_concurrent_streams", 2000)])
+    options = [("grpc.max_concurrent_streams", 2000)]
+    if os.environ.get("GRPC_BACKEND_MAX_AGE_MS"):  # the server ends each connection with a graceful GOAWAY after this long
+        options += [("grpc.max_connection_age_ms", int(os.environ["GRPC_BACKEND_MAX_AGE_MS"])), ("grpc.max_connection_age_grace_ms", 5000)]
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=64), options=options)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("test.Echo", handlers),))
     if len(sys.argv) > 4:
         credentials = grpc.ssl_server_credentials([(Path(sys.argv[4]).read_bytes(), Path(sys.argv[3]).read_bytes())])

@@ -10,6 +10,7 @@ Protocol" annotation (annotations.md) names GRPC and GRPCS.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -27,11 +28,12 @@ SERVICE = "/test.Echo/"
 
 
 class Backend:
-    def __init__(self, directory: Path, *tls: str) -> None:
+    def __init__(self, directory: Path, *tls: str, max_age_ms: int = 0) -> None:
         self.port = free_port()
         self.marker = directory / f"cancelled-{self.port}"
         command = [sys.executable, str(ROOT / "tests" / "proxy" / "grpc_backend.py"), str(self.port), str(self.marker), *tls]
-        self.process = subprocess.Popen(command, cwd=ROOT)
+        env = {**os.environ, "GRPC_BACKEND_MAX_AGE_MS": str(max_age_ms)} if max_age_ms else None
+        self.process = subprocess.Popen(command, cwd=ROOT, env=env)
         wait_for_port("127.0.0.1", self.port, self.process)
 
     def stop(self) -> None:
@@ -240,6 +242,35 @@ def test_an_upstream_killed_mid_stream_gives_unavailable(tmp_path_factory: pytes
         with proxy.h2c_channel() as channel, pytest.raises(grpc.RpcError) as again:
             _unary(channel)(b"x", timeout=10)
         assert again.value.code() == grpc.StatusCode.UNAVAILABLE  # the endpoint is gone: refused
+    finally:
+        twingress.stop()
+        backend.stop()
+
+
+def test_an_endpoint_that_ends_its_connections_gracefully_loses_no_call(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """
+    A server with a maximum connection age sends GOAWAY (NO_ERROR) and lets its open streams finish:
+    the calls under way complete on the old connection, the next ones go to a new one.
+    """
+    directory = tmp_path_factory.mktemp("grpc-max-age")
+    backend = Backend(directory, max_age_ms=300)
+    manifests = Manifests(directory / "manifests")
+    manifests.path.mkdir()
+    ingress = Manifests.ingress("grpc", "grpc.test", "greeter")
+    ingress["metadata"]["annotations"] = {"twingress.io/backend-protocol": "GRPC"}
+    manifests.write("all.yaml", *manifests.service("greeter", [("127.0.0.1", backend.port)]), ingress)
+    twingress = Twingress(manifests.path, "--http2-cleartext")
+    proxy = Proxy(twingress, 0, CertificateAuthority("unused"))
+    try:
+        with proxy.h2c_channel() as channel:
+            unary, download = _unary(channel), channel.unary_stream(SERVICE + "Download")
+            deadline = time.monotonic() + 2.5  # several connection ages
+            calls = 0
+            while time.monotonic() < deadline:
+                assert unary(b"c%d" % calls, timeout=10) == b"c%d" % calls
+                calls += 1
+            assert sum(len(m) for m in download(str(100 << 20).encode(), timeout=60)) == 100 << 20  # spans a GOAWAY
+        assert calls > 10
     finally:
         twingress.stop()
         backend.stop()
