@@ -355,3 +355,16 @@ def test_policies_apply_to_http2_requests_too(proxy: Proxy) -> None:
     response = client.get("/x", authority="cors.test", headers=(("origin", "https://app.example"),))
     assert response.status == 200 and response.headers[b"access-control-allow-origin"] == b"https://app.example"
     client.close()
+
+
+def test_a_client_going_away_gracefully_still_gets_its_open_streams_answers(proxy: Proxy) -> None:
+    """The client's GOAWAY (NO_ERROR) stops new streams; those it named finish, then the connection closes."""
+    client = H2Client(proxy.https_port)
+    stream_id = client.request("/?delay=0.5")
+    client.conn.close_connection(last_stream_id=0)  # a client's GOAWAY names the server's streams: none
+    client.conn.state_machine.state = __import__("h2.connection", fromlist=["ConnectionState"]).ConnectionState.CLIENT_OPEN
+    client.flush()
+    response = client.wait(stream_id)
+    assert response.status == 200 and json.loads(bytes(response.body))["uri"] == "/?delay=0.5"
+    client.read_until_closed()
+    client.close()

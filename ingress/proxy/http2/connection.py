@@ -20,7 +20,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 from h2.config import H2Configuration
-from h2.connection import H2Connection
 from h2.errors import ErrorCodes
 from h2.events import (
     ConnectionTerminated,
@@ -43,6 +42,7 @@ from zope.interface import implementer
 
 from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor
 from ingress.proxy.http2.stream import H2Stream
+from ingress.proxy.http2.upstream import GoawayTolerant
 from ingress.proxy.idle import Deadline
 from ingress.proxy.transport import IConnectionTransport
 
@@ -89,7 +89,7 @@ class H2ServerProtocol(Protocol):
         self.settings = factory.settings
         self.streams: dict[int, H2Stream] = {}
         self.paused = False  # the client's socket is full: every stream's upstream waits
-        self.h2 = H2Connection(
+        self.h2 = GoawayTolerant(
             H2Configuration(client_side=False, header_encoding=None, validate_outbound_headers=False, normalize_outbound_headers=False)
         )
         self._receiving = False

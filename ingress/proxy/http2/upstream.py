@@ -63,16 +63,18 @@ class ExchangeSink(TypingProtocol):
     def upstream_window(self) -> None: ...
 
 
-class _GoawayTolerant(H2Connection):
+class GoawayTolerant(H2Connection):
     """
-    C{h2} closes its state machine on any GOAWAY; a graceful one (NO_ERROR, e.g. an endpoint's
-    max connection age) still lets the streams it names finish, so their frames must be read.
+    C{h2} closes its state machine on any GOAWAY; a graceful one (NO_ERROR: an endpoint's max
+    connection age, a client going away) still lets the streams it names finish, so their frames
+    must be read and written.  Neither side opens new streams after it (we refuse theirs, and
+    stop opening ours).
     """
 
     def _receive_goaway_frame(self, frame: Any) -> Any:
         result = super()._receive_goaway_frame(frame)
         if frame.error_code == ErrorCodes.NO_ERROR:
-            self.state_machine.state = ConnectionState.CLIENT_OPEN
+            self.state_machine.state = ConnectionState.CLIENT_OPEN if self.config.client_side else ConnectionState.SERVER_OPEN
         return result
 
 
@@ -84,7 +86,7 @@ class H2UpstreamConnection(Protocol):
     def __init__(self, pool: H2UpstreamPool, key: tuple[Address, str]) -> None:
         self.pool = pool
         self.key = key
-        self.h2 = _GoawayTolerant(H2Configuration(client_side=True, header_encoding=None, validate_outbound_headers=False))
+        self.h2 = GoawayTolerant(H2Configuration(client_side=True, header_encoding=None, validate_outbound_headers=False))
         self.sinks: dict[int, ExchangeSink] = {}
         self.ready = False
         self.going_away = False
