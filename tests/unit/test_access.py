@@ -34,3 +34,13 @@ def _ranges(allow: str = "", deny: str = "") -> SourceRanges:
 )
 def test_deny_then_allow_then_deny_all(allow: str, deny: str, address: str, permitted: bool) -> None:
     assert _ranges(allow, deny).permits(address) is permitted
+
+
+def test_decisions_are_remembered_within_a_bound() -> None:
+    """A client's later requests are a lookup; a flood of addresses never grows the memory past the bound."""
+    ranges = _ranges("10.0.0.0/8")
+    for i in range(10_000):
+        assert ranges.permits(f"10.0.{i // 256}.{i % 256}")
+    assert not ranges.permits("11.0.0.1") and not ranges.permits("11.0.0.1")
+    assert len(ranges._decided) <= 4096
+    assert ranges == _ranges("10.0.0.0/8")  # what was remembered is not part of the value

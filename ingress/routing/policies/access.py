@@ -14,9 +14,12 @@ C{proxy-real-ip-cidr}).
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+_REMEMBERED = 4096  # decisions kept per route: a client's next requests cost a dict lookup
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,9 +28,18 @@ class SourceRanges:
 
     allow: tuple[Network, ...] = ()
     deny: tuple[Network, ...] = ()
+    _decided: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
 
     def permits(self, address: str) -> bool:
         """Whether a client at C{address} may pass; an address that is not one (unknown peer) may not."""
+        decided = self._decided.get(address)
+        if decided is None:
+            if len(self._decided) >= _REMEMBERED:
+                self._decided.clear()  # a flood of addresses costs the parse again, never memory
+            decided = self._decided[address] = self._judge(address)
+        return decided
+
+    def _judge(self, address: str) -> bool:
         try:
             ip = ipaddress.ip_address(address)
         except ValueError:
