@@ -219,16 +219,21 @@ def test_an_http1_client_is_told_http2_is_needed(proxy: Proxy) -> None:
     assert result.stdout == "426"
 
 
-def test_an_upstream_killed_mid_stream_gives_unavailable(tmp_path_factory: pytest.TempPathFactory) -> None:
-    directory = tmp_path_factory.mktemp("grpc-kill")
-    backend = Backend(directory)
+def _proxy_of(directory: Path, backend: Backend) -> Proxy:
+    """A twingress of its own (h2c) with one GRPC route to C{backend}: for tests that stop or age their endpoint."""
     manifests = Manifests(directory / "manifests")
     manifests.path.mkdir()
     ingress = Manifests.ingress("grpc", "grpc.test", "greeter")
     ingress["metadata"]["annotations"] = {"twingress.io/backend-protocol": "GRPC"}
     manifests.write("all.yaml", *manifests.service("greeter", [("127.0.0.1", backend.port)]), ingress)
-    twingress = Twingress(manifests.path, "--http2-cleartext")
-    proxy = Proxy(twingress, 0, CertificateAuthority("unused"))
+    return Proxy(Twingress(manifests.path, "--http2-cleartext"), 0, CertificateAuthority("unused"))
+
+
+def test_an_upstream_killed_mid_stream_gives_unavailable(tmp_path_factory: pytest.TempPathFactory) -> None:
+    directory = tmp_path_factory.mktemp("grpc-kill")
+    backend = Backend(directory)
+    proxy = _proxy_of(directory, backend)
+    twingress = proxy.twingress
     try:
         with proxy.h2c_channel() as channel:
             stream = channel.unary_stream(SERVICE + "Download")(str(1 << 30).encode(), timeout=60)
@@ -254,13 +259,8 @@ def test_an_endpoint_that_ends_its_connections_gracefully_loses_no_call(tmp_path
     """
     directory = tmp_path_factory.mktemp("grpc-max-age")
     backend = Backend(directory, max_age_ms=300)
-    manifests = Manifests(directory / "manifests")
-    manifests.path.mkdir()
-    ingress = Manifests.ingress("grpc", "grpc.test", "greeter")
-    ingress["metadata"]["annotations"] = {"twingress.io/backend-protocol": "GRPC"}
-    manifests.write("all.yaml", *manifests.service("greeter", [("127.0.0.1", backend.port)]), ingress)
-    twingress = Twingress(manifests.path, "--http2-cleartext")
-    proxy = Proxy(twingress, 0, CertificateAuthority("unused"))
+    proxy = _proxy_of(directory, backend)
+    twingress = proxy.twingress
     try:
         with proxy.h2c_channel() as channel:
             unary, download = _unary(channel), channel.unary_stream(SERVICE + "Download")
