@@ -34,8 +34,9 @@ from ingress.process.pool import worker_pool
 from ingress.process.reactor import IProcessReactor
 from ingress.process.sockets import listen
 from ingress.process.streamports import WorkerStreams
-from ingress.proxy.http.settings import HTTP2Settings, ProxySettings
+from ingress.proxy.http.settings import ProxySettings
 from ingress.proxy.http.upstream import UpstreamPool
+from ingress.proxy.options import HTTP2_FLAGS, HTTP2_PARAMETERS, LIMIT_PARAMETERS, http2_settings, positive_float, proxy_settings, seconds
 from ingress.proxy.streams.listeners import StreamListeners
 from ingress.proxy.tls.termination import MODERN_CIPHERS
 from ingress.routing import build
@@ -44,69 +45,12 @@ from ingress.sources.files import ManifestsSource
 from ingress.sources.kube.client import KubeClient, in_cluster_available
 from ingress.sources.kube.source import KubeSource
 
-_SIZE_SUFFIXES = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-
-
-def parse_size(text: str) -> int:
-    """A byte count like nginx writes it: 512, 64k, 10m, 1g."""
-    text = text.strip().lower()
-    multiplier = _SIZE_SUFFIXES.get(text[-1:], 1)
-    digits = text[:-1] if text[-1:] in _SIZE_SUFFIXES else text
-    if not digits.isdigit():
-        raise ValueError(f"not a size: {text!r} (use e.g. 8192, 64k, 10m, 1g)")
-    return int(digits) * multiplier
-
-
-def _seconds(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise ValueError(f"{text} is negative")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise ValueError("must be > 0")
-    return value
-
-
 _CHECKED: list[tuple[str, Callable[[str], float]]] = [
-    ("poll-interval", _positive_float),
-    ("shutdown-delay", _seconds),
-    ("drain-timeout", _seconds),
-    ("stream-drain-timeout", _seconds),
+    ("poll-interval", positive_float),
+    ("shutdown-delay", seconds),
+    ("drain-timeout", seconds),
+    ("stream-drain-timeout", seconds),
 ]
-
-_LIMITS: list[tuple[str, str, Callable[[str], Any], str]] = [
-    # option, settings field, converter, help
-    ("max-request-line", "max_request_line", parse_size, "Longest request line (414 beyond)."),
-    ("max-header-size", "max_head_bytes", parse_size, "Largest request head (431 beyond)."),
-    ("max-header-fields", "max_header_fields", int, "Most header fields in a request (431 beyond)."),
-    ("max-body-size", "max_body_bytes", parse_size, "Largest request body (413 beyond)."),
-    ("header-timeout", "header_timeout", _positive_float, "Seconds to receive a request head (408 after)."),
-    ("client-body-timeout", "client_body_timeout", _positive_float, "Seconds between two reads of a request body (408 after)."),
-    ("keepalive-timeout", "keepalive_timeout", _positive_float, "Seconds an idle client connection is kept."),
-    ("connect-timeout", "connect_timeout", _positive_float, "Seconds to connect to an endpoint."),
-    ("upstream-timeout", "upstream_timeout", _positive_float, "Seconds without progress from an upstream (504)."),
-    ("upstream-idle-timeout", "upstream_idle_timeout", _positive_float, "Seconds a pooled upstream connection is kept."),
-    ("upstream-fail-timeout", "fail_timeout", _positive_float, "Seconds an endpoint that failed is skipped."),
-]
-
-def _shown(value: object) -> str:
-    """A default as the option is written: 1g rather than 1073741824, 10 rather than 10.0."""
-    if isinstance(value, float):
-        return f"{value:g}"
-    if isinstance(value, int) and value >= 1 << 20:
-        for suffix in ("g", "m"):
-            unit = _SIZE_SUFFIXES[suffix]
-            if value % unit == 0:
-                return f"{value // unit}{suffix}"
-    return str(value)
-
-
-_LIMIT_PARAMETERS: list[list[Any]] = [[name, None, _shown(getattr(ProxySettings(), field)), help] for name, field, _, help in _LIMITS]
-
 
 class Options(usage.Options):
     """Command line of C{twistd ingress}."""
@@ -118,9 +62,7 @@ class Options(usage.Options):
         "directory (--manifests) or a cluster. Listeners are Twisted endpoint "
         "descriptions; an empty value turns a listener off."
     )
-    optFlags: list[list[Any]] = [
-        ["http2-cleartext", None, "Serve HTTP/2 with prior knowledge (h2c) on the plain HTTP listener too (no Upgrade)."],
-    ]
+    optFlags: list[list[Any]] = [*HTTP2_FLAGS]
 
     optParameters: list[list[Any]] = [
         ["http", None, "tcp:80", "Endpoint of the plain HTTP listener ('' turns it off)."],
@@ -147,13 +89,10 @@ class Options(usage.Options):
         ["stream-interface", None, "", "Address the TCP/UDP stream listeners bind ('' = every IPv4 address, :: = IPv6 and IPv4)."],
         ["nginx-configmap", None, None, "NAMESPACE/NAME of an ingress-nginx controller ConfigMap: its keys are every route's defaults (ingress-nginx's for keys it lacks)."],
         ["nginx-annotations", None, "true", "Read nginx.ingress.kubernetes.io/ annotations on Ingresses too (true|false); twingress.io/ ones win."],
-        ["http2", None, "true", "Offer HTTP/2 (ALPN h2) on the TLS listener: true|false."],
-        ["http2-max-streams", None, "100", "Concurrent streams on one HTTP/2 connection (SETTINGS_MAX_CONCURRENT_STREAMS)."],
-        ["http2-initial-window", None, "65535", "HTTP/2 flow-control window per stream, in bytes: what a stream may send before it is acknowledged."],
-        ["http2-header-table-size", None, "4096", "HPACK dynamic table size of an HTTP/2 connection, in bytes."],
         ["stream-drain-timeout", None, 30.0, "Seconds a removed stream's open connections are kept before they are closed."],
         *CONTROLLER_PARAMETERS,
-        *_LIMIT_PARAMETERS,
+        *HTTP2_PARAMETERS,
+        *LIMIT_PARAMETERS,
     ]
 
     def parseOptions(self, options: Optional[list[str]] = None) -> None:
@@ -199,36 +138,9 @@ class Options(usage.Options):
         self["reserved-ports"] = {
             port: name for name in ("http", "https", "admin") if (port := listener_port(self[name] or "")) is not None
         }
-        overrides = {}
-        for name, field, convert, _ in _LIMITS:
-            try:
-                overrides[field] = convert(self[name])
-            except ValueError as error:
-                raise usage.UsageError(f"--{name}: {error}") from None
-        overrides["https_redirect_port"] = self._https_redirect_port()
-        self["settings"] = ProxySettings(**overrides)
+        self["settings"] = proxy_settings(self, self._https_redirect_port())
         self["controllers"] = controller_options(self, self["ingress-class"], self["controller-name"])
-        self["http2-settings"] = self._http2_settings()
-
-    def _http2_settings(self) -> HTTP2Settings:
-        if self["http2"] not in ("true", "false"):
-            raise usage.UsageError("--http2 must be true or false")
-        values = {}
-        for option, low, high in (("http2-max-streams", 1, 1 << 16), ("http2-initial-window", 1, (1 << 31) - 1), ("http2-header-table-size", 0, 1 << 20)):
-            try:
-                value = int(self[option])
-            except ValueError:
-                raise usage.UsageError(f"--{option} must be a whole number") from None
-            if not low <= value <= high:
-                raise usage.UsageError(f"--{option} must be between {low} and {high}")
-            values[option] = value
-        return HTTP2Settings(
-            enabled=self["http2"] == "true",
-            cleartext=bool(self["http2-cleartext"]),
-            max_concurrent_streams=values["http2-max-streams"],
-            initial_window=values["http2-initial-window"],
-            header_table_size=values["http2-header-table-size"],
-        )
+        self["http2-settings"] = http2_settings(self)
 
     def _https_redirect_port(self) -> Optional[int]:
         """--https-redirect-port, or the HTTPS listener's own port: a redirect must reach the listener."""
