@@ -12,11 +12,12 @@ import random
 from typing import Optional
 
 from ingress.proxy.http import h1
+from ingress.proxy.http.affinity import sticky_endpoint
 from ingress.proxy.http.fields import cookie_value, field_value
 from ingress.proxy.http.forwarding import ForwardedFor, request_head_bytes
 from ingress.proxy.http.target import origin_form
 from ingress.proxy.http.upstream import Address, UpstreamPool
-from ingress.routing.policies import Affinity, Canary, Policies
+from ingress.routing.policies import EWMA, Affinity, Canary, Policies
 from ingress.routing.policies.affinity import rendezvous, rendezvous_top, upstream_tag
 from ingress.routing.policies.hashing import HashBy
 from ingress.routing.route import Route, Upstream
@@ -119,3 +120,21 @@ def hashed_endpoint(hash_by: HashBy, upstream: Upstream, request: h1.Head, clien
         subset = rendezvous_top(key, usable, hash_by.subset_size)
         return random.choice(subset) if subset else pool.choose(upstream, exclude)
     return rendezvous(key, usable) or pool.choose(upstream, exclude)
+
+
+def chosen_endpoint(
+    route: Route, request: Optional[h1.Head], client_ip: str, pool: UpstreamPool, tried: Optional[Address], https: bool
+) -> tuple[Optional[Address], Optional[bytes]]:
+    """
+    The endpoint a route's policies pick (cookie affinity, then upstream-hash-by, then ewma, else
+    round robin), never C{tried}; and, with affinity, the Set-Cookie field to send (else None).
+    """
+    policies = route.policies
+    if policies is not None and policies.affinity is not None and request is not None:
+        return sticky_endpoint(policies.affinity, route.upstream, request, pool, tried, https)
+    if policies is not None and policies.hash_by is not None and request is not None:
+        return hashed_endpoint(policies.hash_by, route.upstream, request, client_ip, pool, tried), None
+    if policies is not None and policies.load_balance == EWMA:
+        address = pool.ewma.choose(route.upstream.targets, lambda target: target != tried and not pool.is_down(target))
+        return address or pool.choose(route.upstream, exclude=tried), None
+    return pool.choose(route.upstream, exclude=tried), None

@@ -20,9 +20,8 @@ from twisted.internet.interfaces import IConnector
 from twisted.logger import Logger
 
 from ingress.proxy.http import h1
-from ingress.proxy.http.affinity import sticky_endpoint
 from ingress.proxy.http.forwarding import ForwardedFor, response_head_bytes
-from ingress.proxy.http.policy import hashed_endpoint
+from ingress.proxy.http.policy import chosen_endpoint
 from ingress.proxy.http.retry import may_retry
 from ingress.proxy.http.upstream import Address, UpstreamConnection
 from ingress.routing.policies import EWMA, Limits
@@ -191,20 +190,12 @@ class UpstreamRelay:
             )
 
     def _choose_endpoint(self, route: Route) -> Optional[Address]:
-        """The endpoint the route's policies pick (affinity, hash, ewma, else round robin), never the one just tried."""
-        pool = self.factory.pool
-        policies = route.policies
-        if policies is not None and policies.affinity is not None and self._request is not None:
-            https = self.factory.scheme == b"https"
-            address, self._set_cookie = sticky_endpoint(policies.affinity, route.upstream, self._request, pool, self._tried, https)
-            return address
-        if policies is not None and policies.hash_by is not None and self._request is not None:
-            return hashed_endpoint(policies.hash_by, route.upstream, self._request, self._forwarded.ip, pool, self._tried)
-        if policies is not None and policies.load_balance == EWMA:
-            tried = self._tried
-            address = pool.ewma.choose(route.upstream.targets, lambda target: target != tried and not pool.is_down(target))
-            return address or pool.choose(route.upstream, exclude=tried)
-        return pool.choose(route.upstream, exclude=self._tried)
+        """The endpoint the route's policies pick, never the one just tried (L{chosen_endpoint}); a sticky cookie is kept."""
+        https = self.factory.scheme == b"https"
+        address, cookie = chosen_endpoint(route, self._request, self._forwarded.ip, self.factory.pool, self._tried, https)
+        if cookie is not None:
+            self._set_cookie = cookie
+        return address
 
     def _connected(self, connection: UpstreamConnection, request_id: int) -> None:
         if request_id != self._request_id or self._state == CLOSED:

@@ -30,9 +30,9 @@ from ingress.proxy.http.responses import error_response, fields_response
 from ingress.proxy.http.routed import route_request
 from ingress.proxy.http.trusted import trusted_forwarding
 from ingress.proxy.http.upstream import Address, UpstreamConnection
-from ingress.proxy.http2.connection import PREFACE, H2ServerProtocol
+from ingress.proxy.http2.connection import PREFACE, take_over
 from ingress.proxy.idle import Deadline
-from ingress.proxy.transport import IConnectionTransport, hand_over
+from ingress.proxy.transport import IConnectionTransport
 from ingress.routing.policies.auth import BasicAuth
 from ingress.routing.table import Route
 
@@ -119,13 +119,8 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         self._buffer = b""
         self._timer.cancel()
         self.factory.closed(self)
-        transport = self.transport
-        transport.unregisterProducer()
-        protocol = H2ServerProtocol(self.factory)
-        hand_over(transport, protocol)
-        protocol.makeConnection(transport)
-        if data:
-            protocol.dataReceived(data)
+        self.transport.unregisterProducer()
+        take_over(self.transport, self.factory, data)
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._state = CLOSED

@@ -44,7 +44,7 @@ from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor
 from ingress.proxy.http2.stream import H2Stream
 from ingress.proxy.http2.upstream import GoawayTolerant
 from ingress.proxy.idle import Deadline
-from ingress.proxy.transport import IConnectionTransport
+from ingress.proxy.transport import IConnectionTransport, hand_over
 
 if TYPE_CHECKING:
     from ingress.proxy.http.factory import HTTPProxyFactory
@@ -334,6 +334,15 @@ class H2ServerProtocol(Protocol):
         streams, self.streams = list(self.streams.values()), {}
         for stream in streams:
             stream.abandon()
+
+
+def take_over(transport: IConnectionTransport, factory: HTTPProxyFactory, data: bytes) -> None:
+    """Make a connection HTTP/2's (ALPN chose h2, or it opened with the preface), replaying what was read."""
+    protocol = H2ServerProtocol(factory)
+    hand_over(transport, protocol)
+    protocol.makeConnection(transport)
+    if data:
+        protocol.dataReceived(data)
 
 
 def _with_goaway_code(pending: bytes, code: ErrorCodes) -> bytes:
