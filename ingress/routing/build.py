@@ -22,6 +22,7 @@ from ingress.model import (
     DEFAULT_CLASS_NAME,
     PATH_EXACT,
     ClusterState,
+    ConfigMap,
     Ingress,
     IngressBackend,
     ObjectRef,
@@ -32,12 +33,14 @@ from ingress.model import (
 from ingress.routing.annotations import CANARY_WITHOUT_MAIN, INVALID_PATH, IngressAnnotations, read_annotations
 from ingress.routing.annotations.auth import AuthSecretProblem, basic_auth
 from ingress.routing.annotations.backend import MissingSecret, backend_tls
+from ingress.routing.annotations.extauth import ExternalAuthProblem, external_auth
 from ingress.routing.annotations.policies import BadPath, compile_path, route_policies
 from ingress.routing.backends import Backends
 from ingress.routing.certs import build_certificates, passthrough_upstreams, tls_hosts, with_tls_options
 from ingress.routing.nginx_config import TWINGRESS_DEFAULTS, NginxConfig, read_nginx_config
 from ingress.routing.policies import BasicAuth, Canary, Policies, Redirect
 from ingress.routing.policies.affinity import upstream_tag
+from ingress.routing.policies.extauth import ExternalAuth
 from ingress.routing.selection import select_ingresses
 from ingress.routing.streams import build_streams
 from ingress.routing.table import HostRoutes, Route, RoutingTable, Upstream
@@ -75,7 +78,7 @@ def build(
     streams = build_streams(
         state, backends.upstream, tcp_services=tcp_services, udp_services=udp_services, reserved_ports=reserved_ports
     )
-    routes = _RouteBuilder(backends, annotations, tls_hosts(served), regex_hosts(served, annotations), state.secrets, config, state.opaque_secrets)
+    routes = _RouteBuilder(backends, annotations, tls_hosts(served), regex_hosts(served, annotations), state.secrets, config, state.opaque_secrets, state.config_maps)
     for ingress in served:
         routes.add_rules(ingress)
     for ingress in valid:
@@ -152,10 +155,13 @@ class _RouteBuilder:
         secrets: Mapping[tuple[str, str], TLSSecret] = {},
         config: NginxConfig = TWINGRESS_DEFAULTS,
         opaque_secrets: Mapping[tuple[str, str], OpaqueSecret] = {},
+        config_maps: Mapping[tuple[str, str], ConfigMap] = {},
     ) -> None:
         self.secrets = secrets
         self.opaque_secrets = opaque_secrets
         self._auth: dict[ObjectRef, tuple[Optional[BasicAuth], str]] = {}
+        self.config_maps = config_maps
+        self._external: dict[ObjectRef, tuple[Optional[ExternalAuth], str]] = {}
         self.config = config
         self.backends = backends
         self.annotations = annotations
@@ -340,7 +346,8 @@ class _RouteBuilder:
             closed = str(error)
             self.problems.append(Problem(ingress.ref, "SecretNotFound", f"{error}: the Ingress's routes answer 503"))
         auth, auth_closed = self._basic_auth(ingress, read)
-        policies = route_policies(read, path, regex, tls, closed or auth_closed, self.config, auth)
+        external, external_closed = self._external_auth(ingress, read)
+        policies = route_policies(read, path, regex, tls, closed or auth_closed or external_closed, self.config, auth, external)
         return Route(name=name, source=ingress.ref, upstream=upstream, path=path, path_type=path_type, policies=policies)
 
     def _basic_auth(self, ingress: Ingress, read: IngressAnnotations) -> tuple[Optional[BasicAuth], str]:
@@ -355,6 +362,18 @@ class _RouteBuilder:
                 cached = (None, str(error))
                 self.problems.append(Problem(ingress.ref, "SecretNotFound", f"{error}: the Ingress's routes answer 503"))
             self._auth[ingress.ref] = cached
+        return cached
+
+    def _external_auth(self, ingress: Ingress, read: IngressAnnotations) -> tuple[Optional[ExternalAuth], str]:
+        """An Ingress's external auth, read once (its problem reported once), and why its routes close, if they do."""
+        cached = self._external.get(ingress.ref)
+        if cached is None:
+            try:
+                cached = (external_auth(ingress, read, self.config_maps), "")
+            except ExternalAuthProblem as error:
+                cached = (None, str(error))
+                self.problems.append(Problem(ingress.ref, "InvalidExternalAuth", f"{error}: the Ingress's routes answer 503"))
+            self._external[ingress.ref] = cached
         return cached
 
     def _conflict(self, loser: Ingress, winner: Route, what: str) -> None:

@@ -115,6 +115,8 @@ def test_http2_requests_are_guarded_the_same(proxy: Proxy) -> None:
     client = H2Client(proxy.https_port)
     denied = client.get("/private", authority="guarded.test")
     assert denied.status == 401 and denied.headers[b"www-authenticate"].startswith(b'Basic realm="Members only"')
+    wrong = base64.b64encode(b"bea:wrong").decode()  # checked on the pool: the 401 is sent outside a read of the client's
+    assert client.get("/private", authority="guarded.test", headers=(("authorization", "Basic " + wrong),)).status == 401
     token = base64.b64encode(b"bea:b-pass").decode()
     allowed = client.get("/private", authority="guarded.test", method="POST", body=b"y" * 100_000, headers=(("authorization", "Basic " + token),))
     assert allowed.status == 200 and json.loads(bytes(allowed.body))["body_bytes"] == 100_000

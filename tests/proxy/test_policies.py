@@ -46,7 +46,7 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twingress]:
         _annotated("allowed", "allowed.test", {"allowlist-source-range": "10.0.0.0/8, 127.0.0.0/8"}),
         _annotated("denied", "denied.test", {"denylist-source-range": "127.0.0.1/32"}),
         _annotated("unreadable", "unreadable.test", {"whitelist-source-range": "127.0.0.0/33"}),
-        _annotated("unguarded", "unguarded.test", {"auth-url": "http://auth.example/check"}),
+        _annotated("unguarded", "unguarded.test", {"auth-tls-secret": "default/client-ca"}),
         _annotated("cors-any", "cors-any.test", {"enable-cors": "true"}),
         _annotated("cors-list", "cors-list.test", {"enable-cors": "true", "cors-allow-origin": "https://app.example, https://*.example.org",
                                                     "cors-allow-credentials": "false", "cors-expose-headers": "X-Total"}),
@@ -148,7 +148,7 @@ def test_source_ranges_allow_and_deny_the_client_address(proxy: Twingress) -> No
 
 
 def test_an_access_guard_that_cannot_be_honoured_closes_the_route(proxy: Twingress) -> None:
-    """Fail closed: an unreadable allow list, or auth-url (not enforced yet): 503, never the backend."""
+    """Fail closed: an unreadable allow list, or auth-tls-secret (not enforced yet): 503, never the backend."""
     assert _request(proxy, "unreadable.test", "/")[0].status == 503
     assert _request(proxy, "unguarded.test", "/")[0].status == 503
     problems = {(p["object"], p["reason"]) for p in proxy.routes()["problems"]}

@@ -76,7 +76,7 @@ def test_a_snippet_is_never_executed_and_says_so() -> None:
     assert all("never executed" in p.message for p in _annotation_problems(routes))
 
 
-@pytest.mark.parametrize("key", ["auth-url", "auth-tls-secret"])
+@pytest.mark.parametrize("key", ["auth-tls-secret"])
 def test_an_access_guard_not_enforced_yet_closes_the_route(key: str) -> None:
     """Fail closed where it guards access: the route answers 503 rather than serving unguarded."""
     routes = _one({NGINX + key: "10.0.0.0/8"})

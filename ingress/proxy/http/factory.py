@@ -15,7 +15,7 @@ from twisted.internet.protocol import Factory
 from ingress.observe.accesslog import AccessLog
 from ingress.observe.metrics import Metrics
 from ingress.process.live import LiveTable
-from ingress.proxy.http.auth import PasswordChecker
+from ingress.proxy.http.guards import Guards
 from ingress.proxy.http.server import HTTPProxyProtocol
 from ingress.proxy.http.settings import HTTP2Settings, ProxySettings
 from ingress.proxy.http.upstream import UpstreamPool
@@ -56,7 +56,7 @@ class HTTPProxyFactory(Factory["HTTPProxyProtocol"]):
         self.http2_upstreams = http2_upstreams if http2_upstreams is not None else H2UpstreamPool(reactor, settings, self.http2)  # type: ignore[arg-type]
         self.connections: set[ClientConnection] = set()
         self.draining = False  # shutdown: every response says Connection: close
-        self.passwords = PasswordChecker(reactor)  # basic auth: hashes checked off the reactor thread
+        self.guards = Guards(reactor)  # basic and external auth: answers that take a while
         self._open_gauge = metrics.open_connections.labels(listener)
 
     def buildProtocol(self, addr: Optional[IAddress]) -> HTTPProxyProtocol:

@@ -17,6 +17,7 @@ from ingress.proxy.http.fields import cookie_value, field_value
 from ingress.proxy.http.forwarding import ForwardedFor, request_head_bytes
 from ingress.proxy.http.target import origin_form
 from ingress.proxy.http.upstream import Address, UpstreamPool
+from ingress.proxy.http.variables import expand
 from ingress.routing.policies import EWMA, Affinity, Canary, Policies
 from ingress.routing.policies.affinity import rendezvous, rendezvous_top, upstream_tag
 from ingress.routing.policies.hashing import HashBy
@@ -92,24 +93,7 @@ def upstream_head(policies: Policies, request: h1.Head, forwarded: ForwardedFor,
 
 def hash_key(hash_by: HashBy, request: h1.Head, client_ip: str) -> str:
     """The key of C{upstream-hash-by} for a request: its text and nginx variables, filled in."""
-    out = []
-    target = origin_form(request.target).decode("latin-1")
-    for kind, value in hash_by.parts:
-        if kind == "text":
-            out.append(value)
-        elif value == "request_uri":
-            out.append(target)
-        elif value in ("uri", "args"):
-            out.append(target.partition("?")[0 if value == "uri" else 2])
-        elif value == "host":
-            out.append(h1.host_without_port(request.host).decode("latin-1").lower())
-        elif value == "remote_addr":
-            out.append(client_ip)
-        elif value.startswith("http_"):
-            out.append((field_value(request.block, value[5:].replace("_", "-").encode("latin-1")) or b"").decode("latin-1"))
-        else:  # cookie_<name>
-            out.append(cookie_value(request.block, value[7:]) or "")
-    return "".join(out)
+    return expand(hash_by.parts, request, client_ip)
 
 
 def hashed_endpoint(hash_by: HashBy, upstream: Upstream, request: h1.Head, client_ip: str, pool: UpstreamPool, exclude: Optional[Address]) -> Optional[Address]:

@@ -20,11 +20,13 @@ from twisted.internet.interfaces import IConnector
 from twisted.logger import Logger
 
 from ingress.proxy.http import h1
+from ingress.proxy.http.extauth import Verdict
 from ingress.proxy.http.forwarding import ForwardedFor, response_head_bytes
 from ingress.proxy.http.policy import chosen_endpoint
 from ingress.proxy.http.retry import may_retry
 from ingress.proxy.http.upstream import Address, UpstreamConnection
 from ingress.routing.policies import EWMA, Limits
+from ingress.routing.policies.extauth import ADD_HEADER_CODES
 
 if TYPE_CHECKING:
     from ingress.proxy.http.factory import HTTPProxyFactory
@@ -84,6 +86,7 @@ class UpstreamRelay:
     _max_body: int
     _set_cookie: bytes
     _response_fields: bytes
+    _auth_cookies: bytes
     _forwarded: ForwardedFor
     _started_at: float
 
@@ -148,6 +151,16 @@ class UpstreamRelay:
         self._head_bytes = routed.head_bytes
         self._response_fields = routed.fields
         return True
+
+    def _take_verdict(self, verdict: Verdict) -> None:
+        """An auth service let the request through: its fields go upstream, its cookie to the client."""
+        self._head_bytes = verdict.applied_to(self._head_bytes)
+        if verdict.cookies:
+            external = self._route.policies.external_auth if self._route is not None and self._route.policies is not None else None
+            if external is not None and external.always_set_cookie:
+                self._response_fields += verdict.cookies  # nginx's add_header ... always: on every response
+            else:
+                self._auth_cookies = verdict.cookies
 
     def _apply_limits(self, limits: Limits) -> None:
         """This request's timeouts and body limit are its route's where the route sets them."""
@@ -261,6 +274,8 @@ class UpstreamRelay:
         hsts = self._route.hsts if self.factory.scheme == b"https" else ""
         changes = policies.response_headers if policies is not None else None
         added = self._set_cookie + self._response_fields if self._response_fields else self._set_cookie
+        if self._auth_cookies and head.status in ADD_HEADER_CODES:
+            added += self._auth_cookies
         out = response_head_bytes(head, request, self.settings.server_name, keep, decode, hsts, added, changes)
         if body:
             body = self._decoded(body) if decode else body

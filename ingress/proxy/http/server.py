@@ -23,8 +23,10 @@ from zope.interface import implementer
 
 from ingress.observe.metrics import NO_ROUTE
 from ingress.proxy.http import h1
+from ingress.proxy.http.extauth import Verdict
 from ingress.proxy.http.fastwrite import direct_writer
 from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor
+from ingress.proxy.http.guards import Guards
 from ingress.proxy.http.relay import AUTH, AWAIT, BODY, CLOSED, HEAD, TUNNEL, UpstreamRelay
 from ingress.proxy.http.responses import error_response, fields_response
 from ingress.proxy.http.routed import route_request
@@ -33,7 +35,7 @@ from ingress.proxy.http.upstream import Address, UpstreamConnection
 from ingress.proxy.http2.connection import PREFACE, take_over
 from ingress.proxy.idle import Deadline
 from ingress.proxy.transport import IConnectionTransport
-from ingress.routing.policies.auth import BasicAuth
+from ingress.routing.policies import Policies
 from ingress.routing.table import Route
 
 if TYPE_CHECKING:
@@ -97,6 +99,7 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         self._send_timeout = settings.upstream_timeout
         self._set_cookie = b""
         self._response_fields = b""  # fields the route's policies add to the response (CORS)
+        self._auth_cookies = b""  # an auth service's Set-Cookie fields, for the responses nginx's add_header reaches
 
     # -- connection lifecycle -------------------------------------------------
 
@@ -265,27 +268,30 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         if not self._take_routing(routed):
             return
         policies = self._route.policies if self._route is not None else None
-        if policies is not None and policies.basic_auth is not None:
-            self._authenticate(policies.basic_auth, head)
+        if policies is not None and Guards.wanted(policies):
+            self._guard(policies, head)
             return
         self._forward(head)
 
-    def _authenticate(self, auth: BasicAuth, head: h1.Head) -> None:
-        """Basic auth: the request waits (reading paused) until its password is checked off the reactor."""
+    def _guard(self, policies: Policies, head: h1.Head) -> None:
+        """Basic or external auth: the request waits (reading paused) for its verdict."""
         self._state = AUTH
         self._pause_reading("auth")
         request_id = self._request_id
-        self.factory.passwords.check(auth, head.block).addCallback(self._authenticated, auth, head, request_id)
+        timeout = self._connect_timeout + self._read_timeout
+        checking = self.factory.guards.check(policies, head, self._forwarded.ip, self._forwarded.scheme, timeout)
+        checking.addCallback(self._guarded, head, request_id)
 
-    def _authenticated(self, ok: bool, auth: BasicAuth, head: h1.Head, request_id: int) -> None:
+    def _guarded(self, verdict: Verdict, head: h1.Head, request_id: int) -> None:
         if request_id != self._request_id or self._state == CLOSED:
             return
         self._resume_reading("auth")
-        if not ok:
-            self.factory.metrics.denied.labels("basic-auth", self._route_name()).inc()
+        if verdict.status:
+            self.factory.metrics.denied.labels(verdict.reason, self._route_name()).inc()
             self._state = AWAIT
-            self._answer_locally(401, fields=auth.challenge)
+            self._answer_locally(verdict.status, fields=verdict.fields)
             return
+        self._take_verdict(verdict)
         self._forward(head)
         if self._buffer and not self._driving and self._state != CLOSED:
             self._drive()

@@ -24,6 +24,7 @@ from h2.errors import ErrorCodes
 from ingress.proxy.http import h1
 from ingress.proxy.http.relay import CLOSED, UpstreamRelay
 from ingress.proxy.http2.fields import Headers, response_headers
+from ingress.routing.policies.extauth import ADD_HEADER_CODES
 
 if TYPE_CHECKING:
     from ingress.proxy.http2.connection import H2ServerProtocol
@@ -37,6 +38,7 @@ class StreamResponse(UpstreamRelay):
     connection: H2ServerProtocol
     stream_id: int
     _response_fields: bytes
+    _auth_cookies: bytes
     _out: deque[bytes]
     _out_size: int
     _end_pending: bool
@@ -63,7 +65,10 @@ class StreamResponse(UpstreamRelay):
             self._decode = h1.ChunkedFramer(decode=True)
         hsts = route.hsts if self.factory.scheme == b"https" else ""
         changes = policies.response_headers if policies is not None else None
-        headers = response_headers(head, request, self.settings.server_name, hsts, self._set_cookie + self._response_fields, changes)
+        added = self._set_cookie + self._response_fields
+        if self._auth_cookies and head.status in ADD_HEADER_CODES:
+            added += self._auth_cookies
+        headers = response_headers(head, request, self.settings.server_name, hsts, added, changes)
         bodiless = complete and not body
         h2 = self.connection.h2
         h2.send_headers(self.stream_id, headers, end_stream=bodiless)

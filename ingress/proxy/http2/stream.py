@@ -21,7 +21,9 @@ from twisted.logger import Logger
 
 from ingress.observe.metrics import NO_ROUTE
 from ingress.proxy.http import h1
+from ingress.proxy.http.extauth import Verdict
 from ingress.proxy.http.forwarding import UNKNOWN_PEER
+from ingress.proxy.http.guards import Guards
 from ingress.proxy.http.relay import AUTH, AWAIT, BODY, CLOSED, HEAD
 from ingress.proxy.http.routed import Routed, route_request
 from ingress.proxy.http.trusted import trusted_forwarding
@@ -30,7 +32,7 @@ from ingress.proxy.http2.exchange import H2Exchange
 from ingress.proxy.http2.fields import Headers, local_response, request_head
 from ingress.proxy.http2.response import StreamResponse
 from ingress.proxy.idle import Deadline
-from ingress.routing.policies.auth import BasicAuth
+from ingress.routing.policies import Policies
 
 if TYPE_CHECKING:
     from ingress.proxy.http2.connection import H2ServerProtocol
@@ -77,6 +79,7 @@ class H2Stream(StreamResponse):
         self._send_timeout = settings.upstream_timeout
         self._set_cookie = b""
         self._response_fields = b""
+        self._auth_cookies = b""
         self._forwarded = UNKNOWN_PEER
         self._read_pauses: set[str] = set()
         self._unacknowledged = 0  # request bytes received while the upstream pushed back
@@ -89,7 +92,7 @@ class H2Stream(StreamResponse):
         self._trailers: Optional[Headers] = None  # sent after the last DATA, ending the stream
         self._exchange: Optional[H2Exchange] = None  # an HTTP/2 endpoint's stream (backend-protocol GRPC, GRPCS, H2C)
         self._on_sent: Optional[Callable[[int], None]] = None
-        self._held: list[tuple[bytes, int]] = []  # request DATA while a password is checked (basic auth)
+        self._held: list[tuple[bytes, int]] = []  # request DATA while a guard decides (basic or external auth)
         self._held_end = False
 
     # -- the request ------------------------------------------------------------
@@ -113,28 +116,32 @@ class H2Stream(StreamResponse):
         if not self._take_routing(routed):
             return
         policies = self._route.policies if self._route is not None else None
-        if policies is not None and policies.basic_auth is not None:
-            self._authenticate(policies.basic_auth, head, headers, has_body, routed)
+        if policies is not None and Guards.wanted(policies):
+            self._guard(policies, head, headers, has_body, routed)
             return
         self._forward(head, headers, has_body, routed)
 
-    def _authenticate(self, auth: BasicAuth, head: h1.Head, headers: Headers, has_body: bool, routed: Routed) -> None:
-        """Basic auth: the request's DATA is held (not acknowledged) until its password is checked off the reactor."""
+    def _guard(self, policies: Policies, head: h1.Head, headers: Headers, has_body: bool, routed: Routed) -> None:
+        """Basic or external auth: the request's DATA is held (not acknowledged) until the verdict."""
         self._state = AUTH
-        self.factory.passwords.check(auth, head.block).addCallback(self._authenticated, auth, head, headers, has_body, routed)
+        timeout = self._connect_timeout + self._read_timeout
+        checking = self.factory.guards.check(policies, head, self._forwarded.ip, self._forwarded.scheme, timeout)
+        checking.addCallback(self._guarded, head, headers, has_body, routed)
 
-    def _authenticated(self, ok: bool, auth: BasicAuth, head: h1.Head, headers: Headers, has_body: bool, routed: Routed) -> None:
+    def _guarded(self, verdict: Verdict, head: h1.Head, headers: Headers, has_body: bool, routed: Routed) -> None:
         if self._state != AUTH:
             return  # reset meanwhile
-        if not ok:
-            self.factory.metrics.denied.labels("basic-auth", self._route_name()).inc()
+        if verdict.status:
+            self.factory.metrics.denied.labels(verdict.reason, self._route_name()).inc()
             self._state = AWAIT
             for _, flow_length in self._held:
                 self._acknowledge(flow_length)
             self._request_complete = self._held_end
-            self._answer_locally(401, fields=auth.challenge)
+            self._answer_locally(verdict.status, fields=verdict.fields)
             return
         self._state = HEAD
+        self._take_verdict(verdict)
+        routed.head_bytes = self._head_bytes  # an HTTP/2 endpoint's request is made from it too
         self._forward(head, headers, has_body, routed)
         held, self._held = self._held, []
         for data, flow_length in held:
@@ -240,6 +247,7 @@ class H2Stream(StreamResponse):
         self._responded = True
         self.connection.h2.send_headers(self.stream_id, headers, end_stream=not body)
         if not body:
+            self.connection.flush()  # answered outside a read too (a guard's verdict)
             self._finish(status)
             return
         self._body_sent = len(body)

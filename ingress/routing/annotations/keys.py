@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ingress.routing.annotations import values
+from ingress.routing.annotations import auth_values, values
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +104,22 @@ KEYS: Mapping[str, Key] = {
     "auth-secret": Key(values.namespaced_name),
     "auth-secret-type": Key(values.one_of("auth-file", "auth-map")),
     "auth-realm": Key(values.text),
+    # External Authentication (ingress-nginx "External Authentication"); auth-keepalive* tune nginx's
+    # connections to the service: twingress always keeps them alive, so they are read and change nothing
+    "auth-url": Key(auth_values.url),
+    "auth-method": Key(auth_values.method),
+    "auth-signin": Key(auth_values.url),
+    "auth-signin-redirect-param": Key(values.token),
+    "auth-response-headers": Key(auth_values.response_headers),
+    "auth-request-redirect": Key(values.redirect_url),
+    "auth-proxy-set-headers": Key(values.namespaced_name),
+    "auth-always-set-cookie": Key(values.boolean),
+    "auth-cache-key": Key(auth_values.nginx_string),
+    "auth-cache-duration": Key(auth_values.cache_rules),
+    "auth-keepalive": Key(values.whole_number),
+    "auth-keepalive-requests": Key(values.positive_number),
+    "auth-keepalive-timeout": Key(values.positive_number),
+    "auth-keepalive-share-vars": Key(values.boolean),
     # Access (ingress-nginx "Allowlist source range", "Denylist source range"; whitelist- is the old name)
     "whitelist-source-range": Key(values.networks),
     "allowlist-source-range": Key(values.networks),
@@ -113,7 +129,6 @@ KEYS: Mapping[str, Key] = {
 
 ACCESS_GUARDS = frozenset(
     {
-        "auth-url",
         "auth-tls-secret",
     }
 )
@@ -121,6 +136,8 @@ ACCESS_GUARDS = frozenset(
 
 ENFORCED_GUARDS = frozenset(
     {"whitelist-source-range", "allowlist-source-range", "denylist-source-range", "auth-type", "auth-secret", "auth-secret-type"}
+    | {"auth-url", "auth-method", "auth-signin", "auth-signin-redirect-param", "auth-response-headers", "auth-request-redirect"}
+    | {"auth-proxy-set-headers", "auth-always-set-cookie", "auth-cache-key", "auth-cache-duration"}
 )
 """Access guards twingress enforces: a value it cannot read closes the route (503), never opens it."""
 

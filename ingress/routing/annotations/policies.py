@@ -21,6 +21,7 @@ from ingress.routing.nginx_config import TWINGRESS_DEFAULTS, NginxConfig
 from ingress.routing.policies import EWMA, Affinity, BackendTLS, Deny, HashBy, Limits, Policies, Redirect, Retry, Rewrite, SourceRanges, cors
 from ingress.routing.policies.auth import BasicAuth
 from ingress.routing.policies.cors import Cors
+from ingress.routing.policies.extauth import ExternalAuth
 from ingress.routing.policies.limits import UNLIMITED
 
 _NO_LIMITS = Limits()
@@ -38,11 +39,12 @@ def route_policies(
     closed: str = "",
     config: NginxConfig = TWINGRESS_DEFAULTS,
     basic_auth: Optional[BasicAuth] = None,
+    external_auth: Optional[ExternalAuth] = None,
 ) -> Optional[Policies]:
     """
     The policies of the route for C{path} (a regex when C{regex}), or None when the annotations ask for none.
 
-    C{backend_tls} and C{basic_auth} are resolved by the builder (they need the Secrets); C{closed} says why the
+    C{backend_tls}, C{basic_auth} and C{external_auth} are resolved by the builder (they need the Secrets); C{closed} says why the
     route must answer 503 (a guard it cannot honour), besides unenforced access guards;
     C{config} holds the ingress-nginx ConfigMap's route defaults (limits, balancing, header
     fields), which the annotations override.
@@ -57,7 +59,8 @@ def route_policies(
         app_root=annotations.text("app-root"),
         source_ranges=_source_ranges(annotations),
         cors=_cors(annotations),
-        basic_auth=basic_auth,
+        basic_auth=None if closed else basic_auth,
+        external_auth=None if closed else external_auth,
         affinity=_affinity(annotations, path, regex),
         hash_by=_hash_by(annotations),
         load_balance=EWMA if (annotations.text("load-balance") or config.load_balance) == EWMA else "",

@@ -10,7 +10,8 @@ applied by the proxy in one fixed order, the order of L{Policies}' fields:
   2. C{redirect}, C{app_root}, C{cors}: answered by the proxy, no upstream (a CORS preflight:
      204), or fields added (nginx's rewrite phase comes before its access phase);
   3. C{source_ranges}: who may pass (403); C{basic_auth}: who may pass (401; checked by the
-     proxy off the reactor thread);
+     proxy off the reactor thread); C{external_auth}: what an auth service says (401, 403, a
+     sign-in redirect, or 500 when it cannot say), after the basic auth;
   4. C{canary}, C{affinity}: which backend (the route's own or its canary's) and which endpoint;
   5. C{rewrite}, C{upstream_host}, C{request_headers}: the request the upstream receives,
      and C{response_headers} the response the client receives;
@@ -33,6 +34,7 @@ from ingress.routing.policies.auth import BasicAuth
 from ingress.routing.policies.backend import BackendTLS
 from ingress.routing.policies.canary import Canary
 from ingress.routing.policies.cors import Cors
+from ingress.routing.policies.extauth import ExternalAuth
 from ingress.routing.policies.hashing import HashBy
 from ingress.routing.policies.headers import HeaderChanges
 from ingress.routing.policies.limits import Limits
@@ -42,7 +44,9 @@ from ingress.routing.policies.rewrite import Rewrite
 
 EWMA = "ewma"  # load_balance: two endpoints at random, the faster answering wins (else round robin)
 
-__all__ = ["EWMA", "BasicAuth", "Cors", "SourceRanges", "Affinity", "BackendTLS", "Canary", "Deny", "HashBy", "HeaderChanges", "Limits", "Policies", "Redirect", "Retry", "Rewrite"]
+__all__ = [
+    "EWMA", "BasicAuth", "Cors", "ExternalAuth", "SourceRanges", "Affinity", "BackendTLS", "Canary", "Deny", "HashBy", "HeaderChanges", "Limits", "Policies", "Redirect", "Retry", "Rewrite",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +59,7 @@ class Policies:
     source_ranges: Optional[SourceRanges] = None
     cors: Optional[Cors] = None
     basic_auth: Optional[BasicAuth] = None
+    external_auth: Optional[ExternalAuth] = None
     canary: Optional[Canary] = None
     affinity: Optional[Affinity] = None
     hash_by: Optional[HashBy] = None
@@ -84,6 +89,8 @@ class Policies:
             shown["cors"] = self.cors.to_json()
         if self.basic_auth is not None:
             shown["basicAuth"] = self.basic_auth.to_json()
+        if self.external_auth is not None:
+            shown["externalAuth"] = self.external_auth.to_json()
         if self.canary is not None:
             shown["canary"] = self.canary.to_json()
         if self.affinity is not None:

@@ -16,18 +16,12 @@ the endpoints change.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-_PART = re.compile(r"\$\{([a-z_][a-z0-9_]*)\}|\$([a-z_][a-z0-9_]*)|([^$]+)", re.IGNORECASE)
-_PLAIN_VARIABLES = frozenset({"request_uri", "uri", "args", "host", "remote_addr"})
+from ingress.routing.policies.variables import Part, UnknownVariable
+from ingress.routing.policies.variables import parse_template as parse_parts
 
-Part = tuple[str, str]
-"""("text", literal) or ("var", variable name)."""
-
-
-class UnknownVariable(ValueError):
-    """A variable twingress cannot compute for a request."""
+__all__ = ["HashBy", "Part", "UnknownVariable", "parse_template"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,21 +35,7 @@ class HashBy:
 
 def parse_template(value: str) -> HashBy:
     """The parts of a key template; raises L{UnknownVariable} or ValueError for what cannot be read."""
-    parts: list[Part] = []
-    position = 0
-    while position < len(value):
-        match = _PART.match(value, position)
-        if match is None:
-            raise ValueError(f"cannot read {value[position:]!r}")
-        braced, bare, text = match.groups()
-        name = (braced or bare or "").lower()
-        if text is not None:
-            parts.append(("text", text))
-        elif name in _PLAIN_VARIABLES or (name.startswith(("http_", "cookie_")) and len(name) > len("cookie_")):
-            parts.append(("var", name))
-        else:
-            raise UnknownVariable(f"${name} is not a variable twingress knows")
-        position = match.end()
+    parts = parse_parts(value)
     if not parts:
         raise ValueError("the key is empty")
-    return HashBy(tuple(parts), value)
+    return HashBy(parts, value)

@@ -1,0 +1,52 @@
+# -*- test-case-name: tests.proxy.test_external_auth -*-
+"""
+The guards that wait for an answer before a request may go upstream: basic auth, then external auth.
+
+Both are asked off the reactor's critical path (a password hash on a thread pool,
+an auth service over the network) and give one L{Verdict}, so the HTTP/1.1 and
+HTTP/2 connections hold a request the same way whichever guards its route has.
+Both must let it through (nginx's C{satisfy all}); the password is checked
+first, so a request without one never reaches the auth service.
+"""
+
+from __future__ import annotations
+
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.interfaces import IReactorTime
+
+from ingress.proxy.http import h1
+from ingress.proxy.http.auth import PasswordChecker
+from ingress.proxy.http.extauth import ExternalAuthChecker, Verdict
+from ingress.routing.policies import Policies
+
+PASSED = Verdict()
+
+
+class Guards:
+    """The listeners' shared checkers."""
+
+    def __init__(self, reactor: IReactorTime) -> None:
+        self.passwords = PasswordChecker(reactor)  # basic auth: hashes checked off the reactor thread
+        self.external = ExternalAuthChecker(reactor)
+
+    @staticmethod
+    def wanted(policies: Policies) -> bool:
+        return policies.basic_auth is not None or policies.external_auth is not None
+
+    def check(self, policies: Policies, request: h1.Head, client_ip: str, scheme: bytes, timeout: float) -> Deferred[Verdict]:
+        """The verdict on C{request}; C{timeout} bounds the wait for an auth service."""
+        if policies.basic_auth is None:
+            return self._external(policies, request, client_ip, scheme, timeout)
+        checking = self.passwords.check(policies.basic_auth, request.block)
+        return checking.addCallback(self._after_password, policies, request, client_ip, scheme, timeout)
+
+    def _after_password(self, ok: bool, policies: Policies, request: h1.Head, client_ip: str, scheme: bytes, timeout: float) -> Verdict | Deferred[Verdict]:
+        if not ok:
+            assert policies.basic_auth is not None
+            return Verdict(401, "basic-auth", policies.basic_auth.challenge)
+        return self._external(policies, request, client_ip, scheme, timeout)
+
+    def _external(self, policies: Policies, request: h1.Head, client_ip: str, scheme: bytes, timeout: float) -> Deferred[Verdict]:
+        if policies.external_auth is None:
+            return succeed(PASSED)
+        return self.external.check(policies.external_auth, request, client_ip, scheme, timeout)
