@@ -18,6 +18,7 @@ from ingress.process.drain import Drainable, HTTPConnections, PassthroughConnect
 from ingress.process.live import LiveTable
 from ingress.process.reactor import IProcessReactor
 from ingress.proxy.http.factory import HTTPProxyFactory
+from ingress.proxy.http.guards import Guards
 from ingress.proxy.http.settings import HTTP2Settings, ProxySettings, with_listener
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.http2.upstream import H2UpstreamPool
@@ -50,6 +51,7 @@ def data_plane(
     tls_ciphers: str,
     behind_proxy: frozenset[str] = frozenset(),
     http2: Optional[HTTP2Settings] = None,
+    guards: Optional[Guards] = None,
 ) -> DataPlane:
     """
     Factories for the listeners asked for; the caller listens (on endpoints, or on adopted sockets).
@@ -58,10 +60,11 @@ def data_plane(
     header on new connections while the table says so (the ConfigMap's use-proxy-protocol).
     """
     plane = DataPlane()
+    guards = guards if guards is not None else Guards(reactor)  # one for both listeners: their rate limits are one count
     factories: list[HTTPProxyFactory] = []
     http2_upstreams = H2UpstreamPool(reactor, settings, http2 or HTTP2Settings())
     if http:
-        factory = HTTPProxyFactory(live, pool, settings, metrics, reactor, access_log=access_log, http2=http2, http2_upstreams=http2_upstreams)
+        factory = HTTPProxyFactory(live, pool, settings, metrics, reactor, access_log=access_log, http2=http2, http2_upstreams=http2_upstreams, guards=guards)
         plane.http = factory if "http" in behind_proxy else ProxyProtocolWhenAsked(factory, live)
         plane.drainables.append(HTTPConnections(factory))
         factories.append(factory)
@@ -69,7 +72,9 @@ def data_plane(
         generated = self_signed_certificate()
         offer_h2 = http2 is None or http2.enabled
         store = CertificateStore(metrics, load_certificate(*generated, http2=offer_h2), tls_min_version, tls_ciphers, generated, offer_h2)
-        terminating = HTTPProxyFactory(live, pool, settings, metrics, reactor, scheme=b"https", listener="https", access_log=access_log, http2=http2, http2_upstreams=http2_upstreams)
+        terminating = HTTPProxyFactory(
+            live, pool, settings, metrics, reactor, scheme=b"https", listener="https", access_log=access_log, http2=http2, http2_upstreams=http2_upstreams, guards=guards
+        )
         plane.drainables.append(HTTPConnections(terminating))
         factories.append(terminating)
         terminate = TLSMemoryBIOFactory(SNIConnectionCreator(store), False, terminating)

@@ -38,6 +38,7 @@ from ingress.observe.metrics import Metrics
 from ingress.process.channel import Channel, ChannelFactory
 from ingress.process.reactor import IProcessReactor
 from ingress.process.sockets import ListenerSpec, open_listener, parse_listener
+from ingress.proxy.http.ratelimit import RequestRates
 from ingress.proxy.http.settings import ProxySettings
 from ingress.routing.table import RoutingTable
 
@@ -93,6 +94,7 @@ class WorkerPool(Service):
         self.table: Optional[RoutingTable] = None
         self.stopping = False
         self._ids = itertools.count(1)
+        self.rates = RequestRates()  # every worker's rate limits, counted here (L{ingress.proxy.http.ratelimit})
         registry = metrics.registry
         self.restarts = Counter("twingress_worker_restarts", "Worker processes replaced after they died", registry=registry)
         self.workers_gauge = Gauge("twingress_workers", "Worker processes configured (--workers)", registry=registry)
@@ -190,6 +192,9 @@ class WorkerPool(Service):
             slot.generation, slot.stream_failures, slot.streams = message[1], message[2], message[3]
             slot.served = True
             self.up.labels(str(slot.index)).set(1)
+        elif kind == "rate?":
+            if slot.channel is not None:
+                slot.channel.send("rate", message[1], self.rates.take(message[2], message[3]))
         elif kind == "metrics":
             slot.families = message[2]
             waiting = slot.waiting.pop(message[1], None)

@@ -44,6 +44,8 @@ from ingress.process.dataplane import DataPlane, data_plane
 from ingress.process.drain import GracefulShutdown
 from ingress.process.live import LiveTable
 from ingress.process.reactor import IProcessReactor
+from ingress.proxy.http.guards import Guards
+from ingress.proxy.http.ratelimit import RemoteRates
 from ingress.proxy.http.settings import HTTP2Settings, ProxySettings
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.streams.listeners import StreamListeners
@@ -57,10 +59,10 @@ _PR_SET_PDEATHSIG = 1
 
 
 class Worker:
-    """The worker's side of the channel: tables in, readiness and metrics out."""
+    """The worker's side of the channel: tables and rate answers in, readiness, metrics and rate questions out."""
 
     def __init__(
-        self, reactor: IProcessReactor, live: LiveTable, plane: DataPlane, streams: StreamListeners, metrics: Metrics, access_log: Any
+        self, reactor: IProcessReactor, live: LiveTable, plane: DataPlane, streams: StreamListeners, metrics: Metrics, access_log: Any, rates: RemoteRates
     ) -> None:
         self.reactor = reactor
         self.live = live
@@ -69,11 +71,15 @@ class Worker:
         self.metrics = metrics
         self.access_log = access_log
         self.channel = Channel(self._received, self._primary_gone)
+        self.rates = rates
+        rates.send = self.channel.send
 
     def _received(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
         if kind == "table":
             self._install(message[1])
+        elif kind == "rate":
+            self.rates.answered(message[1], message[2])
         elif kind == "metrics?":
             self.channel.send("metrics", message[1], list(self.metrics.registry.collect()))
         elif kind == "reopen" and self.access_log is not None:
@@ -123,11 +129,13 @@ def main(argv: list[str]) -> None:
         access_log.setServiceParent(top)
     names = [spec["name"] for spec in config["listeners"]]
     upstreams = UpstreamPool(reactor, settings)
+    rates = RemoteRates(reactor)  # the rate limits are counted in the primary, for every worker
     plane = data_plane(
         reactor, live, upstreams, settings, metrics, access_log,
         http="http" in names, https="https" in names,
         tls_min_version=config["tls_min_version"], tls_ciphers=config["tls_ciphers"], http2=HTTP2Settings(**config["http2"]),
         behind_proxy=frozenset(spec["name"] for spec in config["listeners"] if spec["proxy_protocol"]),
+        guards=Guards(reactor, rates),
     )
     streams = StreamListeners(
         reactor, upstreams, metrics, config["stream_interface"], config["stream_drain_timeout"], reuse_port=True
@@ -142,7 +150,7 @@ def main(argv: list[str]) -> None:
         service.setServiceParent(top)
         listeners.append(service)
     GracefulShutdown(reactor, listeners, [streams, *plane.drainables], 0.0, config["drain_timeout"]).setServiceParent(top)
-    worker = Worker(reactor, live, plane, streams, metrics, access_log)
+    worker = Worker(reactor, live, plane, streams, metrics, access_log, rates)
     reactor.adoptStreamConnection(CHANNEL_FD, socket.AF_UNIX, ChannelFactory(worker.channel))
     os.close(CHANNEL_FD)  # adopted as a copy
     top.startService()

@@ -34,7 +34,7 @@ from ingress.routing.annotations import CANARY_WITHOUT_MAIN, INVALID_PATH, Ingre
 from ingress.routing.annotations.auth import AuthSecretProblem, basic_auth
 from ingress.routing.annotations.backend import MissingSecret, backend_tls
 from ingress.routing.annotations.extauth import ExternalAuthProblem, external_auth
-from ingress.routing.annotations.policies import BadPath, compile_path, route_policies
+from ingress.routing.annotations.policies import BadPath, compile_path, route_policies, route_rate_limit
 from ingress.routing.backends import Backends
 from ingress.routing.certs import build_certificates, passthrough_upstreams, tls_hosts, with_tls_options
 from ingress.routing.nginx_config import TWINGRESS_DEFAULTS, NginxConfig, read_nginx_config
@@ -347,7 +347,8 @@ class _RouteBuilder:
             self.problems.append(Problem(ingress.ref, "SecretNotFound", f"{error}: the Ingress's routes answer 503"))
         auth, auth_closed = self._basic_auth(ingress, read)
         external, external_closed = self._external_auth(ingress, read)
-        policies = route_policies(read, path, regex, tls, closed or auth_closed or external_closed, self.config, auth, external)
+        rate = route_rate_limit(read, name, self.config)
+        policies = route_policies(read, path, regex, tls, closed or auth_closed or external_closed, self.config, auth, external, rate)
         return Route(name=name, source=ingress.ref, upstream=upstream, path=path, path_type=path_type, policies=policies)
 
     def _basic_auth(self, ingress: Ingress, read: IngressAnnotations) -> tuple[Optional[BasicAuth], str]:

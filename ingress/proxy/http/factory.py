@@ -42,6 +42,7 @@ class HTTPProxyFactory(Factory["HTTPProxyProtocol"]):
         access_log: Optional[AccessLog] = None,
         http2: Optional[HTTP2Settings] = None,
         http2_upstreams: Optional[H2UpstreamPool] = None,
+        guards: Optional[Guards] = None,
     ) -> None:
         self.live = live
         self.pool = pool
@@ -56,7 +57,7 @@ class HTTPProxyFactory(Factory["HTTPProxyProtocol"]):
         self.http2_upstreams = http2_upstreams if http2_upstreams is not None else H2UpstreamPool(reactor, settings, self.http2)  # type: ignore[arg-type]
         self.connections: set[ClientConnection] = set()
         self.draining = False  # shutdown: every response says Connection: close
-        self.guards = Guards(reactor)  # basic and external auth: answers that take a while
+        self.guards = guards if guards is not None else Guards(reactor)  # rate limits, basic and external auth
         self._open_gauge = metrics.open_connections.labels(listener)
 
     def buildProtocol(self, addr: Optional[IAddress]) -> HTTPProxyProtocol:

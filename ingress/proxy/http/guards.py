@@ -1,15 +1,20 @@
 # -*- test-case-name: tests.proxy.test_external_auth -*-
 """
-The guards that wait for an answer before a request may go upstream: basic auth, then external auth.
+The guards that may hold a request before it goes upstream: rate limits, basic auth, then external auth.
 
 Both are asked off the reactor's critical path (a password hash on a thread pool,
 an auth service over the network) and give one L{Verdict}, so the HTTP/1.1 and
 HTTP/2 connections hold a request the same way whichever guards its route has.
 Both must let it through (nginx's C{satisfy all}); the password is checked
-first, so a request without one never reaches the auth service.
+first, so a request without one never reaches the auth service.  Rate limits come
+before both (nginx's preaccess phase): a refused request costs no hash and no
+question to a service.  They answer at once in a single process, and after a
+question to the primary in a worker.
 """
 
 from __future__ import annotations
+
+from typing import Optional
 
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
@@ -17,6 +22,7 @@ from twisted.internet.interfaces import IReactorTime
 from ingress.proxy.http import h1
 from ingress.proxy.http.auth import PasswordChecker
 from ingress.proxy.http.extauth import ExternalAuthChecker, Verdict
+from ingress.proxy.http.ratelimit import Rates, RequestRates
 from ingress.routing.policies import Policies
 
 PASSED = Verdict()
@@ -25,16 +31,33 @@ PASSED = Verdict()
 class Guards:
     """The listeners' shared checkers."""
 
-    def __init__(self, reactor: IReactorTime) -> None:
+    def __init__(self, reactor: IReactorTime, rates: Optional[Rates] = None) -> None:
+        self.rates: Rates = rates if rates is not None else RequestRates()
         self.passwords = PasswordChecker(reactor)  # basic auth: hashes checked off the reactor thread
         self.external = ExternalAuthChecker(reactor)
 
     @staticmethod
     def wanted(policies: Policies) -> bool:
-        return policies.basic_auth is not None or policies.external_auth is not None
+        return policies.rate_limit is not None or policies.basic_auth is not None or policies.external_auth is not None
 
     def check(self, policies: Policies, request: h1.Head, client_ip: str, scheme: bytes, timeout: float) -> Deferred[Verdict]:
         """The verdict on C{request}; C{timeout} bounds the wait for an auth service."""
+        rate = policies.rate_limit
+        if rate is not None and not rate.exempts(client_ip):
+            allowed = self.rates.take(rate.zones, client_ip)
+            if isinstance(allowed, Deferred):
+                return allowed.addCallback(self._after_rate, policies, request, client_ip, scheme, timeout)
+            if not allowed:
+                return succeed(Verdict(rate.status, "rate-limit"))
+        return self._authenticate(policies, request, client_ip, scheme, timeout)
+
+    def _after_rate(self, allowed: bool, policies: Policies, request: h1.Head, client_ip: str, scheme: bytes, timeout: float) -> Verdict | Deferred[Verdict]:
+        if not allowed:
+            assert policies.rate_limit is not None
+            return Verdict(policies.rate_limit.status, "rate-limit")
+        return self._authenticate(policies, request, client_ip, scheme, timeout)
+
+    def _authenticate(self, policies: Policies, request: h1.Head, client_ip: str, scheme: bytes, timeout: float) -> Deferred[Verdict]:
         if policies.basic_auth is None:
             return self._external(policies, request, client_ip, scheme, timeout)
         checking = self.passwords.check(policies.basic_auth, request.block)

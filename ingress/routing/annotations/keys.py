@@ -120,6 +120,12 @@ KEYS: Mapping[str, Key] = {
     "auth-keepalive-requests": Key(values.positive_number),
     "auth-keepalive-timeout": Key(values.positive_number),
     "auth-keepalive-share-vars": Key(values.boolean),
+    # Rate Limiting (ingress-nginx "Rate Limiting"); limit-connections, limit-rate and limit-rate-after are not read
+    "limit-rps": Key(values.whole_number),
+    "limit-rpm": Key(values.whole_number),
+    "limit-burst-multiplier": Key(values.positive_number),
+    "limit-allowlist": Key(values.networks),
+    "limit-whitelist": Key(values.networks),
     # Access (ingress-nginx "Allowlist source range", "Denylist source range"; whitelist- is the old name)
     "whitelist-source-range": Key(values.networks),
     "allowlist-source-range": Key(values.networks),

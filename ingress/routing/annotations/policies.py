@@ -23,6 +23,7 @@ from ingress.routing.policies.auth import BasicAuth
 from ingress.routing.policies.cors import Cors
 from ingress.routing.policies.extauth import ExternalAuth
 from ingress.routing.policies.limits import UNLIMITED
+from ingress.routing.policies.ratelimit import DEFAULT_BURST_MULTIPLIER, RateLimit, rate_limit
 
 _NO_LIMITS = Limits()
 
@@ -40,11 +41,12 @@ def route_policies(
     config: NginxConfig = TWINGRESS_DEFAULTS,
     basic_auth: Optional[BasicAuth] = None,
     external_auth: Optional[ExternalAuth] = None,
+    rate: Optional[RateLimit] = None,
 ) -> Optional[Policies]:
     """
     The policies of the route for C{path} (a regex when C{regex}), or None when the annotations ask for none.
 
-    C{backend_tls}, C{basic_auth} and C{external_auth} are resolved by the builder (they need the Secrets); C{closed} says why the
+    C{backend_tls}, C{basic_auth}, C{external_auth} and C{rate} are resolved by the builder (they need the Secrets); C{closed} says why the
     route must answer 503 (a guard it cannot honour), besides unenforced access guards;
     C{config} holds the ingress-nginx ConfigMap's route defaults (limits, balancing, header
     fields), which the annotations override.
@@ -59,6 +61,7 @@ def route_policies(
         app_root=annotations.text("app-root"),
         source_ranges=_source_ranges(annotations),
         cors=_cors(annotations),
+        rate_limit=rate,
         basic_auth=None if closed else basic_auth,
         external_auth=None if closed else external_auth,
         affinity=_affinity(annotations, path, regex),
@@ -78,6 +81,19 @@ def route_policies(
 
 
 _NONE = Policies()
+
+
+def route_rate_limit(annotations: IngressAnnotations, ingress: str, config: NginxConfig = TWINGRESS_DEFAULTS) -> Optional[RateLimit]:
+    """limit-rps, limit-rpm (zones of the Ingress C{namespace/name}), limit-burst-multiplier, limit-allowlist (or limit-whitelist)."""
+    allow = annotations.value("limit-allowlist") or annotations.value("limit-whitelist")
+    return rate_limit(
+        ingress,
+        int(annotations.number("limit-rps") or 0),
+        int(annotations.number("limit-rpm") or 0),
+        int(annotations.number("limit-burst-multiplier") or DEFAULT_BURST_MULTIPLIER),
+        SourceRanges(allow) if isinstance(allow, tuple) and allow else None,
+        config.limit_req_status,
+    )
 
 
 def _source_ranges(annotations: IngressAnnotations) -> Optional[SourceRanges]:

@@ -9,7 +9,8 @@ applied by the proxy in one fixed order, the order of L{Policies}' fields:
   1. C{deny}: the route is closed (an access guard twingress cannot enforce);
   2. C{redirect}, C{app_root}, C{cors}: answered by the proxy, no upstream (a CORS preflight:
      204), or fields added (nginx's rewrite phase comes before its access phase);
-  3. C{source_ranges}: who may pass (403); C{basic_auth}: who may pass (401; checked by the
+  3. C{rate_limit}: how often a client may ask (503 by default; counted over all workers);
+     C{source_ranges}: who may pass (403); C{basic_auth}: who may pass (401; checked by the
      proxy off the reactor thread); C{external_auth}: what an auth service says (401, 403, a
      sign-in redirect, or 500 when it cannot say), after the basic auth;
   4. C{canary}, C{affinity}: which backend (the route's own or its canary's) and which endpoint;
@@ -38,6 +39,7 @@ from ingress.routing.policies.extauth import ExternalAuth
 from ingress.routing.policies.hashing import HashBy
 from ingress.routing.policies.headers import HeaderChanges
 from ingress.routing.policies.limits import Limits
+from ingress.routing.policies.ratelimit import RateLimit
 from ingress.routing.policies.redirect import Deny, Redirect
 from ingress.routing.policies.retry import Retry
 from ingress.routing.policies.rewrite import Rewrite
@@ -45,7 +47,8 @@ from ingress.routing.policies.rewrite import Rewrite
 EWMA = "ewma"  # load_balance: two endpoints at random, the faster answering wins (else round robin)
 
 __all__ = [
-    "EWMA", "BasicAuth", "Cors", "ExternalAuth", "SourceRanges", "Affinity", "BackendTLS", "Canary", "Deny", "HashBy", "HeaderChanges", "Limits", "Policies", "Redirect", "Retry", "Rewrite",
+    "EWMA", "BasicAuth", "Cors", "ExternalAuth", "SourceRanges", "Affinity", "BackendTLS", "Canary", "Deny", "HashBy", "HeaderChanges", "Limits", "Policies", "RateLimit",
+    "Redirect", "Retry", "Rewrite",
 ]
 
 
@@ -58,6 +61,7 @@ class Policies:
     app_root: str = ""  # "/" alone is redirected (302) to this path
     source_ranges: Optional[SourceRanges] = None
     cors: Optional[Cors] = None
+    rate_limit: Optional[RateLimit] = None
     basic_auth: Optional[BasicAuth] = None
     external_auth: Optional[ExternalAuth] = None
     canary: Optional[Canary] = None
@@ -87,6 +91,8 @@ class Policies:
             shown["sourceRanges"] = self.source_ranges.to_json()
         if self.cors is not None:
             shown["cors"] = self.cors.to_json()
+        if self.rate_limit is not None:
+            shown["rateLimit"] = self.rate_limit.to_json()
         if self.basic_auth is not None:
             shown["basicAuth"] = self.basic_auth.to_json()
         if self.external_auth is not None:

@@ -1,0 +1,108 @@
+"""
+Rate limits through twistd with 1 and 2 workers (ingress-nginx annotations.md "Rate Limiting").
+
+Clients send at twice the limit, each request on a new connection (so with 2 workers both serve
+them); what passes must be the burst plus the rate over the time taken, within 20%, for one client
+and for several at once, each counted apart: nginx's limit_req with burst = rate × limit-burst-multiplier
+and nodelay, per client address, per Ingress.  The refusals are 503 (limit-req-status-code's default).
+"""
+
+from __future__ import annotations
+
+import http.client
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support import EchoBackend, Manifests, Twingress
+
+RATE = 20  # limit-rps
+BURST = 20  # × limit-burst-multiplier 1
+
+
+def _limited(name: str, **extra: str) -> dict:
+    return Manifests.nginx_ingress(name, f"{name}.test", "echo", {"limit-rps": str(RATE), "limit-burst-multiplier": "1", **extra})
+
+
+@pytest.fixture(scope="module", params=[1, 2], ids=["1-worker", "2-workers"])
+def proxy(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twingress]:
+    echo = EchoBackend("pod-limits")
+    manifests = Manifests(tmp_path_factory.mktemp("rate-limits"))
+    manifests.write(
+        "all.yaml",
+        *manifests.service("echo", [echo.address]),
+        _limited("one"),
+        _limited("many"),
+        _limited("exempt", **{"limit-allowlist": "127.0.0.0/8"}),
+        _limited("counted"),
+    )
+    twingress = Twingress(manifests.path, "--workers", str(request.param))
+    yield twingress
+    twingress.stop()
+    echo.stop()
+
+
+def _status(port: int, host: str, source: str = "127.0.0.1") -> int:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10, source_address=(source, 0))
+    connection.request("GET", "/", headers={"Host": host})
+    status = connection.getresponse().status
+    connection.close()
+    return status
+
+
+def _at_twice_the_rate(port: int, host: str, seconds: float, source: str = "127.0.0.1") -> tuple[Counter[int], float]:
+    """Requests paced at 2 × RATE for C{seconds}: the statuses seen and the time it took."""
+    statuses: Counter[int] = Counter()
+    started = time.monotonic()
+    for n in range(int(2 * RATE * seconds)):
+        delay = started + n / (2 * RATE) - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        statuses[_status(port, host, source)] += 1
+    return statuses, time.monotonic() - started
+
+
+def _expected(elapsed: float) -> float:
+    return BURST + 1 + RATE * elapsed
+
+
+def test_one_client_at_twice_the_limit(proxy: Twingress) -> None:
+    statuses, elapsed = _at_twice_the_rate(proxy.http_port, "one.test", 3.0)
+    assert set(statuses) == {200, 503}
+    assert abs(statuses[200] - _expected(elapsed)) <= 0.2 * _expected(elapsed), (statuses, elapsed)
+
+
+def test_several_clients_are_limited_apart(proxy: Twingress) -> None:
+    results: dict[str, tuple[Counter[int], float]] = {}
+
+    def client(source: str) -> None:
+        results[source] = _at_twice_the_rate(proxy.http_port, "many.test", 3.0, source)
+
+    threads = [threading.Thread(target=client, args=(f"127.0.0.{n}",)) for n in (2, 3, 4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for source, (statuses, elapsed) in results.items():
+        assert set(statuses) == {200, 503}, source
+        assert abs(statuses[200] - _expected(elapsed)) <= 0.2 * _expected(elapsed), (source, statuses, elapsed)
+
+
+def test_an_allowlisted_client_is_not_limited(proxy: Twingress) -> None:
+    """ "limit-allowlist": client IP source ranges to be excluded from rate-limiting."""
+    assert {_status(proxy.http_port, "exempt.test") for _ in range(3 * BURST)} == {200}
+
+
+def test_refusals_are_counted(proxy: Twingress) -> None:
+    def refused() -> float:
+        for line in proxy.admin("/metrics")[1].decode().splitlines():
+            if line.startswith('twingress_http_denied_total{reason="rate-limit",route="default/counted"}'):
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    statuses = Counter(_status(proxy.http_port, "counted.test") for _ in range(BURST + 11))
+    assert statuses[503] >= 5
+    assert refused() == statuses[503]
