@@ -21,6 +21,7 @@ import os
 import signal
 import socket
 import sys
+from collections import Counter as Tally
 from collections.abc import Mapping
 from typing import Any, Optional
 
@@ -68,6 +69,7 @@ class WorkerSlot:
         self.served = False  # has served a table once: readiness does not flip while it is replaced
         self.stream_failures: dict[tuple[str, int], str] = {}  # stream ports its last table could not bind
         self.streams: list[str] = []  # the stream ports it listens on ("TCP:9000")
+        self.holds: Tally[tuple[str, str]] = Tally()  # limit-connections places its requests hold (zone, address)
 
     @property
     def alive(self) -> bool:
@@ -148,6 +150,7 @@ class WorkerPool(Service):
 
     def _ended(self, slot: WorkerSlot, reason: Failure) -> None:
         slot.process, slot.channel, slot.streams, slot.stream_failures = None, None, [], {}
+        self._release_holds(slot)
         self.up.labels(str(slot.index)).set(0)
         if slot.families:
             slot.retired.append(slot.families)
@@ -195,11 +198,33 @@ class WorkerPool(Service):
         elif kind == "rate?":
             if slot.channel is not None:
                 slot.channel.send("rate", message[1], self.rates.take(message[2], message[3]))
+        elif kind == "conn?":
+            entered = self.rates.enter(message[2], message[3], message[4])
+            if entered:
+                slot.holds[(message[2], message[4])] += 1
+            if slot.channel is not None:
+                slot.channel.send("rate", message[1], entered)
+        elif kind == "conn-":
+            self._leave(slot, (message[1], message[2]))
         elif kind == "metrics":
             slot.families = message[2]
             waiting = slot.waiting.pop(message[1], None)
             if waiting is not None and not waiting.called:  # a late answer: the scrape went on without it
                 waiting.callback(None)
+
+    def _leave(self, slot: WorkerSlot, hold: tuple[str, str]) -> None:
+        if slot.holds[hold] > 0:
+            slot.holds[hold] -= 1
+            self.rates.leave(*hold)
+        if slot.holds[hold] <= 0:
+            del slot.holds[hold]
+
+    def _release_holds(self, slot: WorkerSlot) -> None:
+        """A worker is gone: the requests it had in progress hold no place under limit-connections."""
+        for (zone, address), count in slot.holds.items():
+            for _ in range(count):
+                self.rates.leave(zone, address)
+        slot.holds.clear()
 
     def collect(self) -> Deferred[list[list[Metric]]]:
         """Every worker's metric families (asked now; the last answer of one that is slow), and the retired ones."""

@@ -45,6 +45,7 @@ class NginxConfig:
     response_headers: Optional[HeaderChanges] = None  # add-headers
     listener: Optional[ListenerSettings] = None
     limit_req_status: int = 503  # limit-req-status-code: the answer to a request over a rate limit
+    limit_conn_status: int = 503  # limit-conn-status-code: the answer to a request over limit-connections
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +78,7 @@ _READERS: Mapping[str, Callable[[str], object]] = {
     "force-ssl-redirect": values.boolean,
     "http-redirect-code": values.status_in(301, 302, 307, 308),
     "limit-req-status-code": values.status_between(400, 599),
+    "limit-conn-status-code": values.status_between(400, 599),
     "hsts": values.boolean,
     "hsts-max-age": values.whole_seconds,
     "hsts-include-subdomains": values.boolean,
@@ -259,6 +261,7 @@ def _config(read: Mapping[str, object], untrusted: bool = False) -> NginxConfig:
         force_ssl_redirect=bool(read.get("force-ssl-redirect", False)),
         redirect_code=int(str(read.get("http-redirect-code", 308))),
         limit_req_status=int(str(read.get("limit-req-status-code", 503))),
+        limit_conn_status=int(str(read.get("limit-conn-status-code", 503))),
         hsts=hsts,
         limits=limits,
     )

@@ -10,6 +10,7 @@ and nodelay, per client address, per Ingress.  The refusals are 503 (limit-req-s
 from __future__ import annotations
 
 import http.client
+import socket
 import threading
 import time
 from collections import Counter
@@ -38,6 +39,7 @@ def proxy(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         _limited("many"),
         _limited("exempt", **{"limit-allowlist": "127.0.0.0/8"}),
         _limited("counted"),
+        Manifests.nginx_ingress("concurrent", "concurrent.test", "echo", {"limit-connections": "2"}),
     )
     twingress = Twingress(manifests.path, "--workers", str(request.param))
     yield twingress
@@ -106,3 +108,39 @@ def test_refusals_are_counted(proxy: Twingress) -> None:
     statuses = Counter(_status(proxy.http_port, "counted.test") for _ in range(BURST + 11))
     assert statuses[503] >= 5
     assert refused() == statuses[503]
+
+
+def _waiting_request(port: int) -> socket.socket:
+    """
+    A request in progress: its head sent, its body not (the proxy has let it through and waits for the body).
+    The pause lets the proxy take its place before the test's probes come: a probe in progress at the same
+    moment would hold a place itself and the waiting request would be refused (as it should be).
+    """
+    client = socket.create_connection(("127.0.0.1", port), timeout=10)
+    client.sendall(b"POST /?delay=0 HTTP/1.1\r\nHost: concurrent.test\r\nContent-Length: 4\r\n\r\n")
+    time.sleep(0.3)
+    return client
+
+
+def _eventually(condition: object, what: str) -> None:
+    deadline = time.monotonic() + 5
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_limit_connections_counts_requests_in_progress(proxy: Twingress) -> None:
+    """ "limit-connections": concurrent requests of one address (limit_conn); a finished or dropped one frees its place."""
+    first, second = _waiting_request(proxy.http_port), _waiting_request(proxy.http_port)
+    _eventually(lambda: _status(proxy.http_port, "concurrent.test") == 503, "a third request refused while two are in progress")
+    first.sendall(b"body")
+    assert first.recv(65536).startswith(b"HTTP/1.1 200 ")
+    first.close()
+    _eventually(lambda: _status(proxy.http_port, "concurrent.test") == 200, "a place free again once a request finished")
+    third = _waiting_request(proxy.http_port)
+    _eventually(lambda: _status(proxy.http_port, "concurrent.test") == 503, "full again")
+    second.close()  # the client goes away mid-request
+    third.close()
+    _eventually(lambda: _status(proxy.http_port, "concurrent.test") == 200, "places of dropped requests free again")
+    statuses = Counter(_status(proxy.http_port, "concurrent.test") for _ in range(20))
+    assert statuses == Counter({200: 20})  # one at a time never reaches the limit

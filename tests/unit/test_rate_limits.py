@@ -93,3 +93,15 @@ def test_the_configmap_sets_the_refusals_status() -> None:
     """ConfigMap "limit-req-status-code" (default 503)."""
     limit = route_rate_limit(IngressAnnotations({"limit-rps": 1}), "default/shop", NginxConfig(limit_req_status=429))
     assert limit is not None and limit.status == 429
+
+
+def test_limit_connections_counts_what_is_in_progress() -> None:
+    """limit_conn: at most N in progress per address; the table keeps only addresses with requests in progress."""
+    rates = RequestRates(Clock())
+    assert rates.enter("c", 2, "a") and rates.enter("c", 2, "a") and not rates.enter("c", 2, "a")
+    assert rates.enter("c", 2, "b") and rates.enter("other", 2, "a")
+    rates.leave("c", "a")
+    assert rates.enter("c", 2, "a") and not rates.enter("c", 2, "a")
+    for zone, address in (("c", "a"), ("c", "a"), ("c", "b"), ("other", "a")):
+        rates.leave(zone, address)
+    assert rates._busy == {}

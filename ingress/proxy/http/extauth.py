@@ -58,9 +58,10 @@ class Verdict:
     C{fields}, CRLF-terminated lines); C{reason} names the denial for twingress_http_denied_total.
     """
 
-    __slots__ = ("status", "reason", "fields", "request_fields", "drop", "cookies")
+    __slots__ = ("status", "reason", "fields", "request_fields", "drop", "cookies", "hold")
 
     def __init__(self, status: int = 0, reason: str = "", fields: bytes = b"", request_fields: bytes = b"", drop: Optional[re.Pattern[bytes]] = None, cookies: bytes = b"") -> None:
+        self.hold: Optional[tuple[str, str]] = None  # limit-connections: (zone, address) to leave when the request ends
         self.status = status
         self.reason = reason
         self.fields = fields

@@ -14,7 +14,8 @@ question to the primary in a worker.
 
 from __future__ import annotations
 
-from typing import Optional
+from collections.abc import Callable
+from typing import Any, Optional, Union
 
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
@@ -26,6 +27,15 @@ from ingress.proxy.http.ratelimit import Rates, RequestRates
 from ingress.routing.policies import Policies
 
 PASSED = Verdict()
+Outcome = Union[Verdict, Deferred[Verdict]]
+
+
+def _then(value: Any, step: Callable[..., Outcome], *args: Any) -> Outcome:
+    """C{step(value, *args)} now, or when C{value} (a Deferred) fires: answers given at once stay synchronous."""
+    if isinstance(value, Deferred):
+        later: Deferred[Verdict] = value.addCallback(step, *args)
+        return later
+    return step(value, *args)
 
 
 class Guards:
@@ -43,19 +53,41 @@ class Guards:
     def check(self, policies: Policies, request: h1.Head, client_ip: str, scheme: bytes, timeout: float) -> Deferred[Verdict]:
         """The verdict on C{request}; C{timeout} bounds the wait for an auth service."""
         rate = policies.rate_limit
-        if rate is not None and not rate.exempts(client_ip):
-            allowed = self.rates.take(rate.zones, client_ip)
-            if isinstance(allowed, Deferred):
-                return allowed.addCallback(self._after_rate, policies, request, client_ip, scheme, timeout)
-            if not allowed:
-                return succeed(Verdict(rate.status, "rate-limit"))
-        return self._authenticate(policies, request, client_ip, scheme, timeout)
+        if rate is None or rate.exempts(client_ip):
+            return self._authenticate(policies, request, client_ip, scheme, timeout)
+        asked = (policies, request, client_ip, scheme, timeout)
+        verdict = _then(self.rates.take(rate.zones, client_ip) if rate.zones else True, self._after_rate, *asked)
+        return verdict if isinstance(verdict, Deferred) else succeed(verdict)
 
-    def _after_rate(self, allowed: bool, policies: Policies, request: h1.Head, client_ip: str, scheme: bytes, timeout: float) -> Verdict | Deferred[Verdict]:
+    def leave(self, hold: tuple[str, str]) -> None:
+        """A request that took a place under limit-connections (L{Verdict.hold}) is over."""
+        self.rates.leave(*hold)
+
+    def _after_rate(self, allowed: bool, policies: Policies, request: h1.Head, client_ip: str, scheme: bytes, timeout: float) -> Outcome:
+        rate = policies.rate_limit
+        assert rate is not None
         if not allowed:
-            assert policies.rate_limit is not None
-            return Verdict(policies.rate_limit.status, "rate-limit")
-        return self._authenticate(policies, request, client_ip, scheme, timeout)
+            return Verdict(rate.status, "rate-limit")
+        if not rate.connections:
+            return self._authenticate(policies, request, client_ip, scheme, timeout)
+        entered = self.rates.enter(rate.connection_zone, rate.connections, client_ip)
+        return _then(entered, self._after_enter, policies, request, client_ip, scheme, timeout)
+
+    def _after_enter(self, entered: bool, policies: Policies, request: h1.Head, client_ip: str, scheme: bytes, timeout: float) -> Outcome:
+        rate = policies.rate_limit
+        assert rate is not None
+        if not entered:
+            return Verdict(rate.connection_status, "connection-limit")
+        return _then(self._authenticate(policies, request, client_ip, scheme, timeout), self._holding, (rate.connection_zone, client_ip))
+
+    def _holding(self, verdict: Verdict, hold: tuple[str, str]) -> Verdict:
+        """The place taken under limit-connections goes with a passing verdict, and is left at once otherwise."""
+        if verdict.status:
+            self.rates.leave(*hold)
+            return verdict
+        passing = Verdict(0, "", b"", verdict.request_fields, verdict.drop, verdict.cookies)
+        passing.hold = hold
+        return passing
 
     def _authenticate(self, policies: Policies, request: h1.Head, client_ip: str, scheme: bytes, timeout: float) -> Deferred[Verdict]:
         if policies.basic_auth is None:
@@ -63,7 +95,7 @@ class Guards:
         checking = self.passwords.check(policies.basic_auth, request.block)
         return checking.addCallback(self._after_password, policies, request, client_ip, scheme, timeout)
 
-    def _after_password(self, ok: bool, policies: Policies, request: h1.Head, client_ip: str, scheme: bytes, timeout: float) -> Verdict | Deferred[Verdict]:
+    def _after_password(self, ok: bool, policies: Policies, request: h1.Head, client_ip: str, scheme: bytes, timeout: float) -> Outcome:
         if not ok:
             assert policies.basic_auth is not None
             return Verdict(401, "basic-auth", policies.basic_auth.challenge)

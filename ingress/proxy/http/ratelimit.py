@@ -42,6 +42,7 @@ class RequestRates:
         self.clock = clock
         self.addresses = addresses
         self._zones: dict[str, dict[str, tuple[float, float]]] = {}
+        self._busy: dict[tuple[str, str], int] = {}  # limit-connections: requests in progress per zone and address
 
     def take(self, zones: tuple[Zone, ...], address: str) -> bool:
         """Whether a request from C{address} passes every zone (counted in all of them if so)."""
@@ -69,6 +70,24 @@ class RequestRates:
     def size(self) -> int:
         return sum(len(entries) for entries in self._zones.values())
 
+    def enter(self, zone: str, limit: int, address: str) -> bool:
+        """One more request of C{address} in progress in C{zone}, unless C{limit} are already (nginx's limit_conn)."""
+        key = (zone, address)
+        busy = self._busy.get(key, 0)
+        if busy >= limit:
+            return False
+        self._busy[key] = busy + 1
+        return True
+
+    def leave(self, zone: str, address: str) -> None:
+        """A request counted by L{enter} is over (entries at zero are dropped: the table holds only what is in progress)."""
+        key = (zone, address)
+        busy = self._busy.get(key, 0) - 1
+        if busy > 0:
+            self._busy[key] = busy
+        else:
+            self._busy.pop(key, None)
+
 
 class RemoteRates:
     """A worker's view: each question goes to the primary's L{RequestRates} over the channel."""
@@ -80,6 +99,16 @@ class RemoteRates:
         self._waiting: dict[int, Deferred[bool]] = {}
 
     def take(self, zones: tuple[Zone, ...], address: str) -> Deferred[bool]:
+        return self._ask("rate?", zones, address)
+
+    def enter(self, zone: str, limit: int, address: str) -> Deferred[bool]:
+        return self._ask("conn?", zone, limit, address)
+
+    def leave(self, zone: str, address: str) -> None:
+        if self.send is not None:
+            self.send("conn-", zone, address)
+
+    def _ask(self, *question: Any) -> Deferred[bool]:
         asked: Deferred[bool] = Deferred()
         if self.send is None:
             asked.callback(True)
@@ -88,7 +117,7 @@ class RemoteRates:
         self._waiting[request] = asked
         asked.addTimeout(ANSWER_WAIT, self.reactor, onTimeoutCancel=lambda result, timeout: True)
         asked.addBoth(self._forget, request)
-        self.send("rate?", request, zones, address)
+        self.send(question[0], request, *question[1:])
         return asked
 
     def answered(self, request: int, allowed: bool) -> None:

@@ -87,6 +87,7 @@ class UpstreamRelay:
     _set_cookie: bytes
     _response_fields: bytes
     _auth_cookies: bytes
+    _conn_hold: Optional[tuple[str, str]]
     _forwarded: ForwardedFor
     _started_at: float
 
@@ -155,12 +156,19 @@ class UpstreamRelay:
     def _take_verdict(self, verdict: Verdict) -> None:
         """An auth service let the request through: its fields go upstream, its cookie to the client."""
         self._head_bytes = verdict.applied_to(self._head_bytes)
+        self._conn_hold = verdict.hold
         if verdict.cookies:
             external = self._route.policies.external_auth if self._route is not None and self._route.policies is not None else None
             if external is not None and external.always_set_cookie:
                 self._response_fields += verdict.cookies  # nginx's add_header ... always: on every response
             else:
                 self._auth_cookies = verdict.cookies
+
+    def _release_hold(self) -> None:
+        """The request is over: its place under limit-connections is free again."""
+        hold, self._conn_hold = self._conn_hold, None
+        if hold is not None:
+            self.factory.guards.leave(hold)
 
     def _apply_limits(self, limits: Limits) -> None:
         """This request's timeouts and body limit are its route's where the route sets them."""

@@ -100,6 +100,7 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         self._set_cookie = b""
         self._response_fields = b""  # fields the route's policies add to the response (CORS)
         self._auth_cookies = b""  # an auth service's Set-Cookie fields, for the responses nginx's add_header reaches
+        self._conn_hold = None  # limit-connections: the place this request holds
 
     # -- connection lifecycle -------------------------------------------------
 
@@ -130,6 +131,8 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         self._timer.cancel()
         self.factory.closed(self)
         self._drop_upstream()
+        if self._conn_hold is not None:
+            self._release_hold()
 
     # IPushProducer for our transport: a slow client pauses the upstream's reads.
     def pauseProducing(self) -> None:
@@ -284,6 +287,8 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
 
     def _guarded(self, verdict: Verdict, head: h1.Head, request_id: int) -> None:
         if request_id != self._request_id or self._state == CLOSED:
+            if verdict.hold is not None:
+                self.factory.guards.leave(verdict.hold)
             return
         self._resume_reading("auth")
         if verdict.status:
@@ -407,6 +412,8 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
 
     def _request_done(self, status: int) -> None:
         """A response is complete (or cut): count it, and log it when the access log is on."""
+        if self._conn_hold is not None:
+            self._release_hold()
         self.factory.metrics.request_done(self._route_name(), status)
         if self.factory.access_log is not None:
             self.factory.access_log.record(self, status)

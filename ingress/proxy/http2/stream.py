@@ -80,6 +80,7 @@ class H2Stream(StreamResponse):
         self._set_cookie = b""
         self._response_fields = b""
         self._auth_cookies = b""
+        self._conn_hold: Optional[tuple[str, str]] = None  # limit-connections: the place this request holds
         self._forwarded = UNKNOWN_PEER
         self._read_pauses: set[str] = set()
         self._unacknowledged = 0  # request bytes received while the upstream pushed back
@@ -130,6 +131,8 @@ class H2Stream(StreamResponse):
 
     def _guarded(self, verdict: Verdict, head: h1.Head, headers: Headers, has_body: bool, routed: Routed) -> None:
         if self._state != AUTH:
+            if verdict.hold is not None:
+                self.factory.guards.leave(verdict.hold)
             return  # reset meanwhile
         if verdict.status:
             self.factory.metrics.denied.labels(verdict.reason, self._route_name()).inc()
@@ -280,6 +283,8 @@ class H2Stream(StreamResponse):
     def _reset(self, code: ErrorCodes) -> None:
         if self._state == CLOSED:
             return
+        if self._conn_hold is not None:
+            self._release_hold()
         self._state = CLOSED
         self._timer.cancel()
         self.connection.h2.reset_stream(self.stream_id, code)
@@ -327,6 +332,8 @@ class H2Stream(StreamResponse):
         self._reset(ErrorCodes.CANCEL)
 
     def _request_done(self, status: int) -> None:
+        if self._conn_hold is not None:
+            self._release_hold()
         self.factory.metrics.request_done(self._route_name(), status, "h2")
         if self.factory.access_log is not None:
             self.factory.access_log.record(self, status)

@@ -120,8 +120,9 @@ KEYS: Mapping[str, Key] = {
     "auth-keepalive-requests": Key(values.positive_number),
     "auth-keepalive-timeout": Key(values.positive_number),
     "auth-keepalive-share-vars": Key(values.boolean),
-    # Rate Limiting (ingress-nginx "Rate Limiting"); limit-connections, limit-rate and limit-rate-after are not read
+    # Rate Limiting (ingress-nginx "Rate Limiting"); limit-rate and limit-rate-after (bandwidth) are not read
     "limit-rps": Key(values.whole_number),
+    "limit-connections": Key(values.whole_number),
     "limit-rpm": Key(values.whole_number),
     "limit-burst-multiplier": Key(values.positive_number),
     "limit-allowlist": Key(values.networks),

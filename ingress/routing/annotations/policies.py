@@ -84,7 +84,7 @@ _NONE = Policies()
 
 
 def route_rate_limit(annotations: IngressAnnotations, ingress: str, config: NginxConfig = TWINGRESS_DEFAULTS) -> Optional[RateLimit]:
-    """limit-rps, limit-rpm (zones of the Ingress C{namespace/name}), limit-burst-multiplier, limit-allowlist (or limit-whitelist)."""
+    """limit-rps, limit-rpm, limit-connections (zones of the Ingress C{namespace/name}), limit-burst-multiplier, limit-allowlist (or limit-whitelist)."""
     allow = annotations.value("limit-allowlist") or annotations.value("limit-whitelist")
     return rate_limit(
         ingress,
@@ -93,6 +93,8 @@ def route_rate_limit(annotations: IngressAnnotations, ingress: str, config: Ngin
         int(annotations.number("limit-burst-multiplier") or DEFAULT_BURST_MULTIPLIER),
         SourceRanges(allow) if isinstance(allow, tuple) and allow else None,
         config.limit_req_status,
+        int(annotations.number("limit-connections") or 0),
+        config.limit_conn_status,
     )
 
 
