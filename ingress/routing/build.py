@@ -37,9 +37,11 @@ from ingress.routing.annotations.extauth import ExternalAuthProblem, external_au
 from ingress.routing.annotations.policies import BadPath, compile_path, route_policies, route_rate_limit
 from ingress.routing.backends import Backends
 from ingress.routing.certs import build_certificates, passthrough_upstreams, tls_hosts, with_tls_options
+from ingress.routing.clienthosts import client_auth_hosts, with_client_auth
 from ingress.routing.nginx_config import TWINGRESS_DEFAULTS, NginxConfig, read_nginx_config
 from ingress.routing.policies import BasicAuth, Canary, Policies, Redirect
 from ingress.routing.policies.affinity import upstream_tag
+from ingress.routing.policies.clientauth import ClientAuth
 from ingress.routing.policies.extauth import ExternalAuth
 from ingress.routing.selection import select_ingresses
 from ingress.routing.streams import build_streams
@@ -87,8 +89,11 @@ def build(
     routes.add_host_aliases(served)
     default_route = routes.default_route(served)
     certificates, tls_problems = build_certificates(state, served, default_certificate)
-    annotation_problems = [problem for found in annotations.values() for problem in found.problems]
-    hosts, wildcards = _freeze(routes.hosts), _freeze(routes.wildcards)
+    client_hosts, client_problems = client_auth_hosts(served, annotations, state)
+    certificates = replace(certificates, client_auth={host: auth for host, auth in client_hosts.items() if isinstance(auth, ClientAuth) and auth.asks})
+    annotation_problems = [problem for found in annotations.values() for problem in found.problems] + client_problems
+    hosts = with_client_auth(_freeze(routes.hosts), client_hosts)
+    wildcards = with_client_auth(_freeze(routes.wildcards), {host[2:]: auth for host, auth in client_hosts.items() if host.startswith("*.")})
     return RoutingTable(
         generation=generation,
         hosts=hosts,

@@ -17,6 +17,7 @@ from typing import Any, Optional
 from ingress.model import ClusterState, Ingress, ObjectRef, Problem, TLSSecret
 from ingress.routing.annotations import IngressAnnotations
 from ingress.routing.nginx_config import TWINGRESS_DEFAULTS, NginxConfig
+from ingress.routing.policies.clientauth import ClientAuth
 from ingress.routing.route import Route, Upstream
 
 SecretKey = tuple[str, str]
@@ -36,6 +37,7 @@ class CertificateTable:
     wildcards: Mapping[str, SecretKey] = field(default_factory=dict)
     secrets: Mapping[SecretKey, TLSSecret] = field(default_factory=dict)
     default: Optional[SecretKey] = None
+    client_auth: Mapping[str, ClientAuth] = field(default_factory=dict)  # hosts ("*.suffix" too) whose handshake asks for a certificate
 
     def secret_for(self, host: str) -> Optional[SecretKey]:
         """Exact host first, then a wildcard covering exactly one more label, else None (default)."""

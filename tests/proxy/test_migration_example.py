@@ -94,11 +94,11 @@ def test_the_configmap_body_limit_and_the_annotation_over_it(example: Example) -
 
 
 def test_what_cannot_be_honoured_is_closed_and_reported(example: Example) -> None:
-    assert example.request("admin.example.com")[0] == 503  # auth-tls-secret is not enforced yet: closed
+    assert example.request("admin.example.com")[0] == 403  # auth-tls-secret names no Secret: closed
     problems = sorted((p["object"], p["reason"]) for p in example.routes()["problems"])
     assert problems == [
         ("ConfigMap/ingress-nginx/ingress-nginx-controller", "UnsupportedConfigKey"),
         ("ConfigMap/ingress-nginx/ingress-nginx-controller", "UnsupportedConfigKey"),
-        ("Ingress/api/admin", "UnsupportedAnnotation"),
+        ("Ingress/api/admin", "InvalidClientAuth"),
         ("Ingress/api/admin", "UnsupportedAnnotation"),
     ]

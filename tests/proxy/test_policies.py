@@ -148,12 +148,12 @@ def test_source_ranges_allow_and_deny_the_client_address(proxy: Twingress) -> No
 
 
 def test_an_access_guard_that_cannot_be_honoured_closes_the_route(proxy: Twingress) -> None:
-    """Fail closed: an unreadable allow list, or auth-tls-secret (not enforced yet): 503, never the backend."""
+    """Fail closed: an unreadable allow list (503), a client-certificate CA that is not there (403), never the backend."""
     assert _request(proxy, "unreadable.test", "/")[0].status == 503
-    assert _request(proxy, "unguarded.test", "/")[0].status == 503
+    assert _request(proxy, "unguarded.test", "/")[0].status == 403
     problems = {(p["object"], p["reason"]) for p in proxy.routes()["problems"]}
     assert ("Ingress/default/unreadable", "InvalidAnnotation") in problems
-    assert ("Ingress/default/unguarded", "UnsupportedAnnotation") in problems
+    assert ("Ingress/default/unguarded", "InvalidClientAuth") in problems
 
 
 def test_denials_are_counted_by_reason_and_route(proxy: Twingress) -> None:

@@ -76,14 +76,14 @@ def test_a_snippet_is_never_executed_and_says_so() -> None:
     assert all("never executed" in p.message for p in _annotation_problems(routes))
 
 
-@pytest.mark.parametrize("key", ["auth-tls-secret"])
-def test_an_access_guard_not_enforced_yet_closes_the_route(key: str) -> None:
+@pytest.mark.parametrize(("key", "value"), [("auth-tls-verify-client", "maybe"), ("auth-url", "not a url"), ("auth-method", "FETCH")])
+def test_an_unreadable_access_guard_closes_the_route(key: str, value: str) -> None:
     """Fail closed where it guards access: the route answers 503 rather than serving unguarded."""
-    routes = _one({NGINX + key: "10.0.0.0/8"})
+    routes = _one({NGINX + key: value})
     route = routes.match("a.test", "/")
     assert route is not None and route.policies is not None and route.policies.deny is not None
     assert route.policies.deny.status == 503
-    assert _reasons(routes) == ["UnsupportedAnnotation"] and "503" in _annotation_problems(routes)[0].message
+    assert _reasons(routes) == ["InvalidAnnotation"] and "503" in _annotation_problems(routes)[0].message
 
 
 @pytest.mark.parametrize(

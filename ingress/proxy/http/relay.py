@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from twisted.internet.interfaces import IConnector
 from twisted.logger import Logger
@@ -25,7 +25,9 @@ from ingress.proxy.http.forwarding import ForwardedFor, response_head_bytes
 from ingress.proxy.http.policy import chosen_endpoint
 from ingress.proxy.http.retry import may_retry
 from ingress.proxy.http.upstream import Address, UpstreamConnection
+from ingress.proxy.tls.clientcerts import peer_certificate, with_client_fields
 from ingress.routing.policies import EWMA, Limits
+from ingress.routing.policies.clientauth import ClientAuth
 from ingress.routing.policies.extauth import ADD_HEADER_CODES
 
 if TYPE_CHECKING:
@@ -163,6 +165,24 @@ class UpstreamRelay:
                 self._response_fields += verdict.cookies  # nginx's add_header ... always: on every response
             else:
                 self._auth_cookies = verdict.cookies
+
+    def _client_transport(self) -> Any: ...
+
+    def _client_certificate_passes(self, auth: ClientAuth) -> bool:
+        """auth-tls-*: whether the connection's certificate lets the request on (else it was answered here)."""
+        peer = peer_certificate(self._client_transport())
+        status = peer.refusal(auth.verify)
+        if not status and auth.match_cn is not None and not auth.match_cn.search(peer.subject):
+            status = 403  # ingress-nginx: return 403 "client certificate unauthorized"
+        if status:
+            self.factory.metrics.denied.labels("client-certificate", self._route_name()).inc()
+            if status == 400 and auth.error_page:
+                self._answer_locally(302, location=auth.error_page.encode("latin-1"))  # error_page 495 496 = URL
+            else:
+                self._answer_locally(status)
+            return False
+        self._head_bytes = with_client_fields(self._head_bytes, peer.fields(auth))
+        return True
 
     def _release_hold(self) -> None:
         """The request is over: its place under limit-connections is free again."""

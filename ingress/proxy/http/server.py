@@ -271,10 +271,16 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         if not self._take_routing(routed):
             return
         policies = self._route.policies if self._route is not None else None
-        if policies is not None and Guards.wanted(policies):
-            self._guard(policies, head)
-            return
+        if policies is not None:
+            if policies.client_auth is not None and not self._client_certificate_passes(policies.client_auth):
+                return
+            if Guards.wanted(policies):
+                self._guard(policies, head)
+                return
         self._forward(head)
+
+    def _client_transport(self) -> IConnectionTransport:
+        return self.transport
 
     def _guard(self, policies: Policies, head: h1.Head) -> None:
         """Basic or external auth: the request waits (reading paused) for its verdict."""

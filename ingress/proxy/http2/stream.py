@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from h2.errors import ErrorCodes
 from twisted.logger import Logger
@@ -117,10 +117,18 @@ class H2Stream(StreamResponse):
         if not self._take_routing(routed):
             return
         policies = self._route.policies if self._route is not None else None
-        if policies is not None and Guards.wanted(policies):
-            self._guard(policies, head, headers, has_body, routed)
-            return
+        if policies is not None:
+            if policies.client_auth is not None:
+                if not self._client_certificate_passes(policies.client_auth):
+                    return
+                routed.head_bytes = self._head_bytes  # an HTTP/2 endpoint's request is made from it too
+            if Guards.wanted(policies):
+                self._guard(policies, head, headers, has_body, routed)
+                return
         self._forward(head, headers, has_body, routed)
+
+    def _client_transport(self) -> Any:
+        return self.connection.transport
 
     def _guard(self, policies: Policies, head: h1.Head, headers: Headers, has_body: bool, routed: Routed) -> None:
         """Basic or external auth: the request's DATA is held (not acknowledged) until the verdict."""

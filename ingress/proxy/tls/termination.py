@@ -30,7 +30,9 @@ from zope.interface import implementer
 
 from ingress.model import ObjectRef, Problem, TLSSecret
 from ingress.observe.metrics import Metrics
+from ingress.proxy.tls.clientcerts import Verifier, ask_for_certificates
 from ingress.routing.certs import CertificateTable, SecretKey
+from ingress.routing.policies.clientauth import ClientAuth
 from ingress.routing.table import RoutingTable, problem_json
 
 log = Logger()
@@ -172,6 +174,8 @@ class CertificateStore:
         self._exact: dict[str, SSL.Context] = {}
         self._wildcards: dict[str, SSL.Context] = {}
         self._cache: dict[tuple[SecretKey, bytes, bytes], Optional[LoadedCertificate]] = {}
+        self._client_cache: dict[tuple[bytes, bytes, ClientAuth, tuple[str, str, str]], tuple[SSL.Context, Verifier]] = {}  # auth-tls-*
+        self._verifiers: dict[SSL.Context, Verifier] = {}
         self._expiry_labels: set[SecretKey] = set()
         self._named_default: Optional[LoadedCertificate] = None
         self.served: dict[str, str] = {}  # host (or "*.suffix") -> "namespace/name" of the certificate it gets
@@ -193,6 +197,9 @@ class CertificateStore:
             context = self.lookup(host)
             if context is not None:
                 connection.set_context(context)
+                verifier = self._verifiers.get(context)
+                if verifier is not None:  # auth-tls-*: the connection keeps the first context's verify mode otherwise
+                    connection.set_verify(SSL.VERIFY_PEER, verifier)
         except Exception:  # noqa: BLE001 - an exception here would abort the handshake
             log.failure("SNI lookup failed; serving the default certificate")
 
@@ -223,15 +230,53 @@ class CertificateStore:
         default = self._new_default(certificates.default, loaded, certificates.secrets) or rebuilt_default
         exact, wildcards, served, refused = self._host_maps(certificates, loaded)
         self._cache = cache
+        verifiers = self._ask_client_certificates(certificates, served, exact, wildcards)
+        self._verifiers = {**self._verifiers, **verifiers}  # both tables' contexts until the commit
 
         def commit() -> None:
             if default is not None:
                 self.default_context = default
             self._exact, self._wildcards = exact, wildcards
             self.served, self.refused = served, refused
+            self._verifiers = verifiers
             self._export_expiry(loaded)
 
         return commit
+
+    def _ask_client_certificates(
+        self, certificates: CertificateTable, served: dict[str, str], exact: dict[str, SSL.Context], wildcards: dict[str, SSL.Context]
+    ) -> dict[SSL.Context, Verifier]:
+        """
+        Hosts with auth-tls-*: a context of their own that asks for a client certificate, on the
+        certificate they get (their Secret, or the default), cached by both.
+        """
+        cache: dict[tuple[bytes, bytes, ClientAuth, tuple[str, str, str]], tuple[SSL.Context, Verifier]] = {}
+        options = (self.min_version, self.max_version, self.ciphers)
+        for host, auth in certificates.client_auth.items():
+            suffix = host[2:] if host.startswith("*.") else host
+            wildcard = "*." + suffix.split(".", 1)[-1]
+            key = certificates.secret_for(suffix) if host in served or wildcard in served else certificates.default
+            secret = certificates.secrets.get(key) if key is not None else None
+            pems = (secret.cert_pem, secret.key_pem) if secret is not None else self._generated
+            if pems is None:
+                continue
+            cache_key = (pems[0], pems[1], auth, options)
+            built = cache.get(cache_key) or self._client_cache.get(cache_key)
+            if built is None:
+                try:
+                    context = load_certificate(pems[0], pems[1], self.min_version, self.ciphers, self.max_version, self.http2).context
+                except CertificateError as error:
+                    log.warn("{host} cannot ask for client certificates: {error}", host=host, error=str(error))
+                    continue
+                built = (context, ask_for_certificates(context, auth))
+            cache[cache_key] = built
+            context = built[0]
+            if host.startswith("*."):
+                wildcards[host[2:]] = context
+            else:
+                exact[host] = context
+        self._client_cache = cache
+        return dict(cache.values())
 
     def _tls_options(self, table: RoutingTable) -> Optional[SSL.Context]:
         """

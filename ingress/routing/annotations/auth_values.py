@@ -57,6 +57,14 @@ def nginx_string(value: str) -> str:
     return value.strip()
 
 
+def subject_pattern(value: str) -> re.Pattern[str]:
+    """auth-tls-match-cn: a regular expression searched for in the client certificate's subject DN (e.g. C{CN=(a|b)})."""
+    try:
+        return re.compile(value)
+    except re.error as error:
+        raise InvalidValue(f"must be a regular expression ({error})") from None
+
+
 def method(value: str) -> str:
     """auth-method: one of the methods ingress-nginx's methodsRegex allows."""
     if value not in METHODS:

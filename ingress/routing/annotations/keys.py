@@ -120,6 +120,13 @@ KEYS: Mapping[str, Key] = {
     "auth-keepalive-requests": Key(values.positive_number),
     "auth-keepalive-timeout": Key(values.positive_number),
     "auth-keepalive-share-vars": Key(values.boolean),
+    # Client Certificate Authentication (ingress-nginx): per host
+    "auth-tls-secret": Key(values.namespaced_name),
+    "auth-tls-verify-client": Key(values.one_of("on", "off", "optional", "optional_no_ca")),
+    "auth-tls-verify-depth": Key(values.positive_number),
+    "auth-tls-error-page": Key(values.redirect_url),
+    "auth-tls-pass-certificate-to-upstream": Key(values.boolean),
+    "auth-tls-match-cn": Key(auth_values.subject_pattern),
     # Rate Limiting (ingress-nginx "Rate Limiting"); limit-rate and limit-rate-after (bandwidth) are not read
     "limit-rps": Key(values.whole_number),
     "limit-connections": Key(values.whole_number),
@@ -134,17 +141,14 @@ KEYS: Mapping[str, Key] = {
 }
 """Every key twingress reads, by its name without prefix."""
 
-ACCESS_GUARDS = frozenset(
-    {
-        "auth-tls-secret",
-    }
-)
+ACCESS_GUARDS: frozenset[str] = frozenset()
 """ingress-nginx keys that restrict who reaches a backend: not enforced yet, so their routes answer 503."""
 
 ENFORCED_GUARDS = frozenset(
     {"whitelist-source-range", "allowlist-source-range", "denylist-source-range", "auth-type", "auth-secret", "auth-secret-type"}
     | {"auth-url", "auth-method", "auth-signin", "auth-signin-redirect-param", "auth-response-headers", "auth-request-redirect"}
     | {"auth-proxy-set-headers", "auth-always-set-cookie", "auth-cache-key", "auth-cache-duration"}
+    | {"auth-tls-secret", "auth-tls-verify-client", "auth-tls-verify-depth", "auth-tls-error-page", "auth-tls-pass-certificate-to-upstream", "auth-tls-match-cn"}
 )
 """Access guards twingress enforces: a value it cannot read closes the route (503), never opens it."""
 

@@ -6,7 +6,9 @@ Each kind is a frozen value in a module of its own, built in C{routing/} from
 whatever described it (Ingress annotations today, Gateway API filters next) and
 applied by the proxy in one fixed order, the order of L{Policies}' fields:
 
-  1. C{deny}: the route is closed (an access guard twingress cannot enforce);
+  1. C{deny}: the route is closed (an access guard twingress cannot enforce); C{client_auth}: the
+     host's client certificate must verify (400, or a redirect to its error page; 403 when the
+     subject does not match);
   2. C{redirect}, C{app_root}, C{cors}: answered by the proxy, no upstream (a CORS preflight:
      204), or fields added (nginx's rewrite phase comes before its access phase);
   3. C{rate_limit}: how often a client may ask (503 by default; counted over all workers);
@@ -34,6 +36,7 @@ from ingress.routing.policies.affinity import Affinity
 from ingress.routing.policies.auth import BasicAuth
 from ingress.routing.policies.backend import BackendTLS
 from ingress.routing.policies.canary import Canary
+from ingress.routing.policies.clientauth import ClientAuth
 from ingress.routing.policies.cors import Cors
 from ingress.routing.policies.extauth import ExternalAuth
 from ingress.routing.policies.hashing import HashBy
@@ -57,6 +60,7 @@ class Policies:
     """Every policy a route may carry; None (or "") where it carries none of that kind."""
 
     deny: Optional[Deny] = None
+    client_auth: Optional[ClientAuth] = None
     redirect: Optional[Redirect] = None
     app_root: str = ""  # "/" alone is redirected (302) to this path
     source_ranges: Optional[SourceRanges] = None
@@ -83,6 +87,8 @@ class Policies:
         shown: dict[str, object] = {}
         if self.deny is not None:
             shown["deny"] = {"status": self.deny.status, "reason": self.deny.reason}
+        if self.client_auth is not None:
+            shown["clientAuth"] = self.client_auth.to_json()
         if self.redirect is not None:
             shown["redirect"] = {"code": self.redirect.code, "location": self.redirect.location or f"{self.redirect.to_host}$request_uri"}
         if self.app_root:
