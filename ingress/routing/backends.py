@@ -66,6 +66,18 @@ class Backends:
         assert port is not None  # the upstream resolved without an issue
         return Upstream(upstream.key + "#service", ((service.cluster_ip, port.port),)), None
 
+    def first_port_upstream(self, namespace: str, service_name: str) -> tuple[Upstream, Optional[Issue]]:
+        """
+        ingress-nginx "Default Backend": a Service of the namespace, at its first port ("In case the
+        service has multiple ports, the first one is the one which will receive the backend traffic").
+        """
+        service = self._services.get((namespace, service_name))
+        if service is None or not service.ports:
+            what = "not found" if service is None else "has no ports"
+            return Upstream(f"{namespace}/{service_name}:", ()), ("ServiceNotFound", f'Service "{namespace}/{service_name}" {what}')
+        first = service.ports[0]
+        return self.upstream(namespace, IngressBackend(service_name, ServiceBackendPort(number=first.port)))
+
     def _resolve(self, key: str, namespace: str, backend: IngressBackend, protocol: str) -> tuple[Upstream, Optional[Issue]]:
         """An unusable backend still gets an (empty) Upstream: its route answers 503, not 404."""
         empty = Upstream(key, ())

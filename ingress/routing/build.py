@@ -33,6 +33,7 @@ from ingress.model import (
 from ingress.routing.annotations import CANARY_WITHOUT_MAIN, INVALID_PATH, IngressAnnotations, read_annotations
 from ingress.routing.annotations.auth import AuthSecretProblem, basic_auth
 from ingress.routing.annotations.backend import MissingSecret, backend_tls
+from ingress.routing.annotations.errorpages import default_backend, error_pages
 from ingress.routing.annotations.extauth import ExternalAuthProblem, external_auth
 from ingress.routing.annotations.policies import BadPath, compile_path, route_policies, route_rate_limit
 from ingress.routing.backends import Backends
@@ -167,6 +168,7 @@ class _RouteBuilder:
         self._auth: dict[ObjectRef, tuple[Optional[BasicAuth], str]] = {}
         self.config_maps = config_maps
         self._external: dict[ObjectRef, tuple[Optional[ExternalAuth], str]] = {}
+        self._default_backends: dict[ObjectRef, Optional[Upstream]] = {}
         self.config = config
         self.backends = backends
         self.annotations = annotations
@@ -353,7 +355,8 @@ class _RouteBuilder:
         auth, auth_closed = self._basic_auth(ingress, read)
         external, external_closed = self._external_auth(ingress, read)
         rate = route_rate_limit(read, name, self.config)
-        policies = route_policies(read, path, regex, tls, closed or auth_closed or external_closed, self.config, auth, external, rate)
+        pages, upstream = error_pages(ingress, read, backend, upstream, self._default_backend(ingress, read))
+        policies = route_policies(read, path, regex, tls, closed or auth_closed or external_closed, self.config, auth, external, rate, pages)
         return Route(name=name, source=ingress.ref, upstream=upstream, path=path, path_type=path_type, policies=policies)
 
     def _basic_auth(self, ingress: Ingress, read: IngressAnnotations) -> tuple[Optional[BasicAuth], str]:
@@ -381,6 +384,15 @@ class _RouteBuilder:
                 self.problems.append(Problem(ingress.ref, "InvalidExternalAuth", f"{error}: the Ingress's routes answer 503"))
             self._external[ingress.ref] = cached
         return cached
+
+    def _default_backend(self, ingress: Ingress, read: IngressAnnotations) -> Optional[Upstream]:
+        """An Ingress's default-backend with a ready endpoint, resolved once (why it is not used: reported once)."""
+        if ingress.ref not in self._default_backends:
+            found, issue = default_backend(ingress, read, self.backends.first_port_upstream)
+            if issue is not None:
+                self.problems.append(Problem(ingress.ref, *issue))
+            self._default_backends[ingress.ref] = found
+        return self._default_backends[ingress.ref]
 
     def _conflict(self, loser: Ingress, winner: Route, what: str) -> None:
         """The loser is told who won: the oldest Ingress, then namespace/name, then rule order."""

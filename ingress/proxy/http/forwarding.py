@@ -32,18 +32,18 @@ _FORWARDING = frozenset(
 _PLAIN_TOKENS = frozenset({b"close", b"keep-alive", b"upgrade"})
 
 
-def _drop_lines_re(names: frozenset[bytes]) -> re.Pattern[bytes]:
+def drop_lines_re(names: frozenset[bytes]) -> re.Pattern[bytes]:
     alternatives = b"|".join(re.escape(n) for n in sorted(names))
     return re.compile(rb"^(?:%s):.*\n" % alternatives, re.MULTILINE | re.IGNORECASE)
 
 
-_REQUEST_DROP_RE = _drop_lines_re(h1.HOP_BY_HOP | _FORWARDING)
+_REQUEST_DROP_RE = drop_lines_re(h1.HOP_BY_HOP | _FORWARDING)
 # The upstream's Server goes too and ours takes its place, as nginx does by default
 # (proxy_hide_header): an edge does not tell the world which software runs behind it.
-_RESPONSE_DROP_RE = _drop_lines_re(h1.HOP_BY_HOP | {b"server"})
-_TRANSFER_ENCODING_RE = _drop_lines_re(frozenset({b"transfer-encoding"}))
-_HOST_RE = _drop_lines_re(frozenset({b"host"}))
-_PREFIX_RE = _drop_lines_re(frozenset({b"x-forwarded-prefix"}))
+_RESPONSE_DROP_RE = drop_lines_re(h1.HOP_BY_HOP | {b"server"})
+_TRANSFER_ENCODING_RE = drop_lines_re(frozenset({b"transfer-encoding"}))
+_HOST_RE = drop_lines_re(frozenset({b"host"}))
+_PREFIX_RE = drop_lines_re(frozenset({b"x-forwarded-prefix"}))
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from twisted.internet.interfaces import IConnector
 from twisted.logger import Logger
 
 from ingress.proxy.http import h1
+from ingress.proxy.http.errorpages import error_request_head
 from ingress.proxy.http.extauth import Verdict
 from ingress.proxy.http.forwarding import ForwardedFor, response_head_bytes
 from ingress.proxy.http.policy import chosen_endpoint
@@ -90,6 +91,7 @@ class UpstreamRelay:
     _response_fields: bytes
     _auth_cookies: bytes
     _conn_hold: Optional[tuple[str, str]]
+    _error_code: int  # the status an error backend is being asked to answer for (custom-http-errors), else 0
     _forwarded: ForwardedFor
     _started_at: float
 
@@ -126,8 +128,10 @@ class UpstreamRelay:
         route = self._route
         assert route is not None
         policies = route.policies
-        if policies is not None and policies.retry is not None and head.status in policies.retry.statuses:
-            if self._retry_after(f"http_{head.status}"):
+        if policies is not None and not self._error_code:
+            if policies.retry is not None and head.status in policies.retry.statuses and self._retry_after(f"http_{head.status}"):
+                return False
+            if policies.error_pages is not None and self._error_page_taken(head.status, upstream_sent=True):
                 return False
         if not self._responded:
             waited = time.monotonic() - self._sent_at
@@ -153,6 +157,30 @@ class UpstreamRelay:
             self._apply_limits(routed.limits)
         self._head_bytes = routed.head_bytes
         self._response_fields = routed.fields
+        return True
+
+    def _error_page_taken(self, status: int, upstream_sent: bool) -> bool:
+        """
+        custom-http-errors: a response of C{status} is replaced by the error backend's answer (or,
+        without one, by this proxy's page for an upstream's response; True), else left alone (False).
+        A request whose body has not all been sent upstream gets this proxy's page, and the connection closes.
+        """
+        route, request = self._route, self._request
+        policies = route.policies if route is not None else None
+        pages = policies.error_pages if policies is not None and not policies.backend_http2 else None  # gRPC keeps its statuses
+        if pages is None or request is None or self._error_code or self._responded or not pages.replaces(status, upstream_sent):
+            return False
+        if pages.backend is None or not self._request_complete:
+            if not upstream_sent:
+                return False  # this proxy's own page is what the caller answers anyway
+            self._drop_upstream()
+            self._answer_locally(status, close=not self._request_complete)
+            return True
+        self._drop_upstream()
+        self._error_code = status
+        self._head_bytes = error_request_head(pages, status, request, self._forwarded.ip)
+        self._pending, self._pending_size, self._tried = [], 0, None
+        self._dispatch()
         return True
 
     def _take_verdict(self, verdict: Verdict) -> None:
@@ -216,7 +244,7 @@ class UpstreamRelay:
             return
         self._attempts += 1
         self._tried = address
-        tls = policies.backend_tls if policies is not None else None
+        tls = policies.backend_tls if policies is not None and not self._error_code else None  # error pages: plain HTTP
         connection = pool.take_idle(address, tls)
         if connection is not None:
             self._bind(connection)
@@ -232,6 +260,10 @@ class UpstreamRelay:
 
     def _choose_endpoint(self, route: Route) -> Optional[Address]:
         """The endpoint the route's policies pick, never the one just tried (L{chosen_endpoint}); a sticky cookie is kept."""
+        if self._error_code:
+            pages = route.policies.error_pages if route.policies is not None else None
+            assert pages is not None and pages.backend is not None
+            return self.factory.pool.choose(pages.backend, exclude=self._tried)
         https = self.factory.scheme == b"https"
         address, cookie = chosen_endpoint(route, self._request, self._forwarded.ip, self.factory.pool, self._tried, https)
         if cookie is not None:
@@ -390,7 +422,7 @@ class UpstreamRelay:
     def _may_retry(self, cause: str, reused: bool) -> bool:
         """Whether this failure passes the request to another endpoint (L{ingress.proxy.http.retry})."""
         request, route = self._request, self._route
-        if request is None or route is None:
+        if request is None or route is None or self._error_code:
             return False
         policy = route.policies.retry if route.policies is not None else None
         elapsed = time.monotonic() - self._started_at
@@ -415,7 +447,9 @@ class UpstreamRelay:
             self._connecting = None
 
     def _fail_upstream(self, status: int, detail: str) -> None:
-        """An upstream problem: answer it if nothing was sent yet, else cut the client off."""
+        """An upstream problem: answer it if nothing was sent yet (or ask the error backend), else cut the client off."""
+        if self._error_page_taken(status, upstream_sent=False):
+            return
         self._drop_upstream()
         log.info("upstream error {status} for {route}: {detail}", status=status, route=self._route_name(), detail=detail)
         if self._responded:

@@ -15,6 +15,7 @@ import re
 from typing import Optional
 
 from ingress.proxy.http import h1
+from ingress.proxy.http.errorpages import fallback_head
 from ingress.proxy.http.fields import field_value
 from ingress.proxy.http.forwarding import ForwardedFor, request_head_bytes
 from ingress.proxy.http.policy import canary_route, https_location, local_answer, upstream_head
@@ -91,4 +92,6 @@ def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, r
     routed.head_bytes = upstream_head(policies, head, forwarded, host, path)
     if policies.basic_auth is not None:  # the credentials stay here (ingress-nginx: proxy_set_header Authorization "")
         routed.head_bytes = _AUTHORIZATION.sub(b"", routed.head_bytes)
+    if policies.error_pages is not None and policies.error_pages.fallback:  # ingress-nginx's custom-default-backend upstream
+        routed.head_bytes = fallback_head(policies.error_pages, routed.head_bytes, head)
     return routed

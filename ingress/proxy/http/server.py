@@ -101,6 +101,7 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         self._response_fields = b""  # fields the route's policies add to the response (CORS)
         self._auth_cookies = b""  # an auth service's Set-Cookie fields, for the responses nginx's add_header reaches
         self._conn_hold = None  # limit-connections: the place this request holds
+        self._error_code = 0
 
     # -- connection lifecycle -------------------------------------------------
 

@@ -81,6 +81,7 @@ class H2Stream(StreamResponse):
         self._response_fields = b""
         self._auth_cookies = b""
         self._conn_hold: Optional[tuple[str, str]] = None  # limit-connections: the place this request holds
+        self._error_code = 0
         self._forwarded = UNKNOWN_PEER
         self._read_pauses: set[str] = set()
         self._unacknowledged = 0  # request bytes received while the upstream pushed back
@@ -279,7 +280,9 @@ class H2Stream(StreamResponse):
         self._answer_locally(status)
 
     def _fail_upstream(self, status: int, detail: str) -> None:
-        """An upstream problem: answer it if nothing was sent yet, else reset the stream (the client sees it cut)."""
+        """An upstream problem: answer it if nothing was sent yet (or ask the error backend), else reset the stream (the client sees it cut)."""
+        if self._error_page_taken(status, upstream_sent=False):
+            return
         self._drop_upstream()
         log.info("upstream error {status} for {route}: {detail}", status=status, route=self._route_name(), detail=detail)
         if self._responded:

@@ -76,6 +76,10 @@ KEYS: Mapping[str, Key] = {
     "upstream-hash-by-subset-size": Key(values.positive_number),
     "load-balance": Key(values.one_of("round_robin", "ewma")),
     "service-upstream": Key(values.boolean),
+    # Error pages (ingress-nginx "Custom HTTP Errors", "Default Backend", "Disable proxy intercept Errors")
+    "custom-http-errors": Key(values.error_codes),
+    "default-backend": Key(values.service_name),
+    "disable-proxy-intercept-errors": Key(values.boolean),
     # Hosts (ingress-nginx "Server Alias", "Redirect from/to www")
     "server-alias": Key(values.host_list),
     "from-to-www-redirect": Key(values.boolean),

@@ -21,6 +21,7 @@ from ingress.routing.nginx_config import TWINGRESS_DEFAULTS, NginxConfig
 from ingress.routing.policies import EWMA, Affinity, BackendTLS, Deny, HashBy, Limits, Policies, Redirect, Retry, Rewrite, SourceRanges, cors
 from ingress.routing.policies.auth import BasicAuth
 from ingress.routing.policies.cors import Cors
+from ingress.routing.policies.errorpages import ErrorPages
 from ingress.routing.policies.extauth import ExternalAuth
 from ingress.routing.policies.limits import UNLIMITED
 from ingress.routing.policies.ratelimit import DEFAULT_BURST_MULTIPLIER, RateLimit, rate_limit
@@ -42,11 +43,12 @@ def route_policies(
     basic_auth: Optional[BasicAuth] = None,
     external_auth: Optional[ExternalAuth] = None,
     rate: Optional[RateLimit] = None,
+    error_pages: Optional[ErrorPages] = None,
 ) -> Optional[Policies]:
     """
     The policies of the route for C{path} (a regex when C{regex}), or None when the annotations ask for none.
 
-    C{backend_tls}, C{basic_auth}, C{external_auth} and C{rate} are resolved by the builder (they need the Secrets); C{closed} says why the
+    C{backend_tls}, C{basic_auth}, C{external_auth}, C{rate} and C{error_pages} are resolved by the builder (they need the Secrets); C{closed} says why the
     route must answer 503 (a guard it cannot honour), besides unenforced access guards;
     C{config} holds the ingress-nginx ConfigMap's route defaults (limits, balancing, header
     fields), which the annotations override.
@@ -75,6 +77,7 @@ def route_policies(
         backend_tls=backend_tls,
         backend_http2=annotations.text("backend-protocol") in HTTP2_BACKENDS,
         retry=_retry(annotations),
+        error_pages=error_pages,
         strip_trailing_slash=not annotations.flag("preserve-trailing-slash", True),
     )
     return None if policies == _NONE else policies

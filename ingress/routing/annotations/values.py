@@ -109,6 +109,21 @@ def status_in(*codes: int) -> Callable[[str], int]:
     return status
 
 
+def error_codes(value: str) -> frozenset[int]:
+    """custom-http-errors: comma-separated statuses from 400 to 599 (ingress-nginx's validator: C{^(?:[4,5]\\d{2},?)*$})."""
+    codes = [code.strip() for code in value.split(",") if code.strip()]
+    if not codes or not all(code.isdigit() and 400 <= int(code) <= 599 for code in codes):
+        raise InvalidValue("must be status codes from 400 to 599, separated by commas")
+    return frozenset(int(code) for code in codes)
+
+
+def service_name(value: str) -> str:
+    """A Service of the Ingress's namespace (a DNS-1035 label)."""
+    if len(value) > 63 or re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", value) is None:
+        raise InvalidValue("must be the name of a Service in the Ingress's namespace")
+    return value
+
+
 def host(value: str) -> str:
     """A host name, optionally with a port: what an upstream's Host field may say."""
     if _HOST.fullmatch(value) is None:

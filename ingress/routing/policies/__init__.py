@@ -18,7 +18,9 @@ applied by the proxy in one fixed order, the order of L{Policies}' fields:
   4. C{canary}, C{affinity}: which backend (the route's own or its canary's) and which endpoint;
   5. C{rewrite}, C{upstream_host}, C{request_headers}: the request the upstream receives,
      and C{response_headers} the response the client receives;
-  6. C{limits}, C{backend_tls}: timeouts, the body size limit, and TLS to the endpoints.
+  6. C{limits}, C{backend_tls}: timeouts, the body size limit, and TLS to the endpoints;
+  7. C{retry}, C{error_pages}: what an error does: another endpoint, or a page from the
+     error backend instead of the response.
 
 A route without any has C{policies=None}, so the proxy pays one attribute
 test for all of them.  A struct of optional fields rather than a list of
@@ -38,6 +40,7 @@ from ingress.routing.policies.backend import BackendTLS
 from ingress.routing.policies.canary import Canary
 from ingress.routing.policies.clientauth import ClientAuth
 from ingress.routing.policies.cors import Cors
+from ingress.routing.policies.errorpages import ErrorPages
 from ingress.routing.policies.extauth import ExternalAuth
 from ingress.routing.policies.hashing import HashBy
 from ingress.routing.policies.headers import HeaderChanges
@@ -50,7 +53,7 @@ from ingress.routing.policies.rewrite import Rewrite
 EWMA = "ewma"  # load_balance: two endpoints at random, the faster answering wins (else round robin)
 
 __all__ = [
-    "EWMA", "BasicAuth", "Cors", "ExternalAuth", "SourceRanges", "Affinity", "BackendTLS", "Canary", "Deny", "HashBy", "HeaderChanges", "Limits", "Policies", "RateLimit",
+    "EWMA", "BasicAuth", "Cors", "ErrorPages", "ExternalAuth", "SourceRanges", "Affinity", "BackendTLS", "Canary", "Deny", "HashBy", "HeaderChanges", "Limits", "Policies", "RateLimit",
     "Redirect", "Retry", "Rewrite",
 ]
 
@@ -80,6 +83,7 @@ class Policies:
     backend_tls: Optional[BackendTLS] = None
     backend_http2: bool = False  # HTTP/2 to the endpoints (backend-protocol GRPC, GRPCS, H2C): HTTP/2 clients only
     retry: Optional[Retry] = None
+    error_pages: Optional[ErrorPages] = None
     strip_trailing_slash: bool = False  # the HTTP to HTTPS redirect drops one trailing "/" (ingress-nginx's default)
 
     def to_json(self) -> dict[str, object]:
@@ -127,6 +131,8 @@ class Policies:
             shown["backendHTTP2"] = True
         if self.retry is not None:
             shown["retry"] = self.retry.to_json()
+        if self.error_pages is not None:
+            shown["errorPages"] = self.error_pages.to_json()
         if self.strip_trailing_slash:
             shown["stripTrailingSlash"] = True
         return shown
