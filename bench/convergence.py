@@ -14,8 +14,9 @@ What it does (everything started here is stopped here, in finally blocks):
    being live *through the proxy*: real HTTP requests (keep-alive, ``Host:`` the changed host),
    back to back, until one answers 200 from the expected backend. Three series of ``--changes``:
    ``create`` (a new Ingress for a new host), ``update-path`` (the path of one Ingress changes, the
-   new path is polled) and ``update-backend`` (the backend Service of one Ingress flips between
-   conv-a and conv-b, polled until the other echo answers).
+   new path is polled), ``update-backend`` (the backend Service of one Ingress flips between
+   conv-a and conv-b, polled until the other echo answers) and ``update-endpoints`` (the one
+   endpoint of a Service's EndpointSlice moves between conv-a and conv-b: a pod replaced).
 3. Scale, cumulatively for each ``--scale`` N: N Ingresses in namespace ``scale``, each with its
    own Service and one EndpointSlice of 3 endpoints (10.244.0.10-12:8080), created by a thread pool
    while twingress runs. Reported: create time, time from the last create returning to all N hosts
@@ -218,6 +219,13 @@ class Api:
                     raise
                 self._local.client = None
             time.sleep(0.2 * 2**attempt)
+
+    def patch_endpoint_slice(self, namespace: str, name: str, ops: list[dict]) -> None:
+        """A JSON patch (a list of operations) on one EndpointSlice."""
+        r = k8s.DiscoveryV1Api(self._client()).patch_namespaced_endpoint_slice(
+            name, namespace, ops, _preload_content=False
+        )
+        self._drain(r)
 
     def patch_ingress(self, namespace: str, name: str, ops: list[dict]) -> None:
         """A JSON patch (a list of operations) on one Ingress."""
@@ -457,7 +465,26 @@ def convergence(api: Api, tw: Twingress, n: int, gap: float, timeout: float, int
 
     out["update-path"] = series("update-path", tw, n, update_path, gap, timeout, interval)
     out["update-backend"] = series("update-backend", tw, n, update_backend, gap, timeout, interval)
+    api.create(service("upd-ep", CONV_NS))
+    api.create(endpoint_slice("upd-ep", CONV_NS, (CONV_BACKENDS["conv-a"],)))
+    api.create(ingress("upd-ep", CONV_NS, "upd-ep.conv.test", "upd-ep"))
+    if tw.wait_live("upd-ep.conv.test", "/", "conv-a", time.monotonic(), timeout)[0] is None:
+        raise RuntimeError("upd-ep.conv.test never became live")
+    out["update-endpoints"] = series("update-endpoints", tw, n, lambda i: update_endpoints(api), gap, timeout, interval)
     return out
+
+
+_ENDPOINT_AT = ["conv-a"]  # where the one endpoint of Service upd-ep is now
+
+
+def update_endpoints(api: Api) -> tuple[str, str, str]:
+    """The one endpoint of Service upd-ep moves to the other echo backend (a pod replaced by another)."""
+    target = "conv-b" if _ENDPOINT_AT[0] == "conv-a" else "conv-a"
+    _ENDPOINT_AT[0] = target
+    api.patch_endpoint_slice(
+        CONV_NS, "upd-ep-1", [{"op": "replace", "path": "/endpoints/0/addresses/0", "value": CONV_BACKENDS[target]}]
+    )
+    return "upd-ep.conv.test", "/", target
 
 
 # --- scale ---------------------------------------------------------------------------------------
@@ -599,6 +626,10 @@ def scale_phase(api: Api, tw: Twingress, n: int, have: int, conv_ingresses: int,
 
         label = f"create @ {n}" + (f", poll {interval * 1000:g}ms" if interval else "")
         conv[label] = series(label, tw, args.scale_changes, create, args.gap, args.timeout, interval)
+    if args.scale_changes:
+        tw.wait_generation_stable(quiet=1.0)
+        label = f"update-endpoints @ {n}"
+        conv[label] = series(label, tw, args.scale_changes, lambda i: update_endpoints(api), args.gap, args.timeout)
     mem = steady_memory(tw)
     log(f"scale {n}: steady RSS {mem['rss_mb']:.0f} MB (peak {mem['hwm_mb']:.0f} MB)")
     return {
@@ -784,7 +815,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             result["twingress_ready_s"] = tw.wait_ready()
             log(f"twingress ready in {result['twingress_ready_s']:.2f} s (pid {tw.pid})")
 
-            log(f"convergence: 3 series of {args.changes} changes")
+            log(f"convergence: 4 series of {args.changes} changes")
             result["convergence"] = convergence(api, tw, args.changes, args.gap, args.timeout, args.poll_interval)
             conv_ingresses = args.changes + 2
 

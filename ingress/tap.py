@@ -40,6 +40,7 @@ from ingress.proxy.options import HTTP2_FLAGS, HTTP2_PARAMETERS, LIMIT_PARAMETER
 from ingress.proxy.streams.listeners import StreamListeners
 from ingress.proxy.tls.termination import MODERN_CIPHERS
 from ingress.routing import build
+from ingress.routing.incremental import IncrementalBuild
 from ingress.routing.table import RoutingTable
 from ingress.sources.files import ManifestsSource
 from ingress.sources.kube.client import KubeClient, in_cluster_available
@@ -254,7 +255,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
             nginx_configmap=options["nginx-configmap-key"],
         )
 
-    builder = TableBuilder(reactor, live, metrics, build_table)
+    builder = TableBuilder(reactor, live, metrics, IncrementalBuild(build_table))  # EndpointSlice-only changes skip the build
     top = LoggingRoot(options["log-format"])
     access_log = None
     if options["access-log"] != "off" and options["worker-count"] == 1:  # with workers, each writes its own lines

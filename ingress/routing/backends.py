@@ -9,7 +9,7 @@ one Upstream object is made per key, so that routes sharing a backend share it
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from typing import Optional
 
 from ingress.model import ClusterState, EndpointSlice, IngressBackend, Service, ServiceBackendPort, ServicePort
@@ -29,13 +29,15 @@ class Backends:
     (and the proxy's pools keyed by it).
     """
 
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(self, state: ClusterState, only: Optional[Container[tuple[str, str]]] = None) -> None:
+        """C{only}: the Services that will be asked for (an EndpointSlice-only update), else every one."""
         self._services: Mapping[tuple[str, str], Service] = state.services
         self._slices: dict[tuple[str, str], list[EndpointSlice]] = {}
         for endpoint_slice in state.endpoint_slices:
             if endpoint_slice.service_name and endpoint_slice.address_type in ROUTED_ADDRESS_TYPES:
                 key = (endpoint_slice.meta.namespace, endpoint_slice.service_name)
-                self._slices.setdefault(key, []).append(endpoint_slice)
+                if only is None or key in only:
+                    self._slices.setdefault(key, []).append(endpoint_slice)
         self._upstreams: dict[str, tuple[Upstream, Optional[Issue]]] = {}
 
     def upstream(self, namespace: str, backend: IngressBackend, protocol: str = "TCP") -> tuple[Upstream, Optional[Issue]]:

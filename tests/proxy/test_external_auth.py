@@ -14,7 +14,6 @@ import http.client
 import json
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -174,11 +173,12 @@ def test_a_401_redirects_to_auth_signin_with_the_original_url(proxy: Proxy) -> N
 
 @pytest.mark.parametrize("host", ["odd.test", "slow.test", "unreachable.test"])
 def test_anything_else_is_a_500_never_the_backend(proxy: Proxy, host: str) -> None:
-    """A 302 from the service, no answer within the route's timeouts (1 s + 1 s here), or no service: 500 (fail closed)."""
-    started = time.monotonic()
+    """
+    A 302 from the service, no answer within the route's timeouts (1 s + 1 s here), or no service: 500 (fail closed).
+    The slow service would say 200 after 5 s: a 500 means the proxy gave up before (no clock needed to tell).
+    """
     response, body = _request(proxy, host)
     assert response.status == 500 and b"pod-external-auth" not in body
-    assert time.monotonic() - started < 4.5  # the slow service answers after 5 s: the proxy did not wait for it
 
 
 @pytest.mark.parametrize(

@@ -27,6 +27,9 @@ NO_GLOBAL_DEFAULT = (
     "which twingress does not have; they are answered with twingress's own page for the same status"
 )
 
+NO_ENDPOINTS = "NoEndpoints"
+"""The problem of a default-backend that is not used because its Service has no ready endpoint."""
+
 DefaultBackend = Callable[[str, str], tuple[Upstream, Optional[Issue]]]
 """(namespace, Service name) → the Service's first-port upstream and what is wrong with it."""
 
@@ -59,5 +62,5 @@ def default_backend(ingress: Ingress, read: IngressAnnotations, resolve: Default
     if issue is not None:
         return None, (issue[0], f"default-backend: {issue[1]}; it is not used")
     if not found.targets:
-        return None, ("NoEndpoints", f'default-backend: Service "{ingress.meta.namespace}/{name}" has no ready endpoint; it is not used')
+        return None, (NO_ENDPOINTS, f'default-backend: Service "{ingress.meta.namespace}/{name}" has no ready endpoint; it is not used')
     return found, None

@@ -1,0 +1,142 @@
+"""
+EndpointSlice-only changes applied to the previous table (ingress.routing.incremental): after any sequence
+of events, for every kind, the table must equal a full build of the same state.
+
+The store below keeps each parsed object until its own event replaces it, as an informer's store does, so
+that unchanged objects are the same objects from one snapshot to the next.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ingress.model.parse import Kind, collect, kind_of, object_ref, parse_object
+from ingress.routing import RoutingTable, build
+from ingress.routing.incremental import IncrementalBuild
+from tests.unit.objects import T1, endpoints, ingress, path, rule, service
+
+NGINX = "nginx.ingress.kubernetes.io/"
+SERVICES = ("web", "api", "admin", "gone")  # "gone" never exists: its routes answer 503
+ADDRESSES = tuple(f"10.0.0.{n}" for n in range(1, 7))
+
+
+class Store:
+    """Parsed objects by identity, as the informers keep them; a snapshot is made of these very objects."""
+
+    def __init__(self) -> None:
+        self.objects: dict[Any, tuple[Kind, Any]] = {}
+
+    def put(self, obj: dict[str, Any]) -> None:
+        kind = kind_of(obj)
+        assert kind is not None
+        self.objects[(obj["kind"], object_ref(obj))] = (kind, parse_object(obj))
+
+    def delete(self, kind: str, obj: dict[str, Any]) -> None:
+        self.objects.pop((kind, object_ref(obj)), None)
+
+    def state(self) -> Any:
+        return collect(self.objects.values())
+
+
+def _full(state: Any, generation: int) -> RoutingTable:
+    return build(state, generation=generation)
+
+
+def _cluster(error_pages: bool = False) -> Store:
+    store = Store()
+    for name in SERVICES[:3]:
+        store.put(service(name, ("http", 80), ("metrics", 9090)))
+    store.put(ingress("shop", rule("shop.test", path("/", "web"), path("/api", "api", "http"), path("/gone", "gone"))))
+    store.put(ingress("canary", rule("shop.test", path("/", "admin")), created=T1, annotations={NGINX + "canary": "true", NGINX + "canary-weight": "50"}))
+    store.put(ingress("direct", rule("direct.test", path("/", "api")), annotations={NGINX + "service-upstream": "true"}))
+    store.put(ingress("pass", rule("pass.test", path("/", "admin", 80)), annotations={NGINX + "ssl-passthrough": "true"}))
+    store.put(ingress("fallback", rule("fallback.test", path("/", "api")), default=("web", 80)))
+    if error_pages:  # routes shaped by endpoints beyond their endpoint sets: every change is a full build
+        store.put(ingress("pages", rule("pages.test", path("/", "web")), annotations={NGINX + "custom-http-errors": "404", NGINX + "default-backend": "admin"}))
+    return store
+
+
+slice_events = st.tuples(
+    st.just("slice"),
+    st.sampled_from(SERVICES),
+    st.integers(0, 1),  # which of two slices of the Service
+    st.lists(st.sampled_from(ADDRESSES), max_size=3, unique=True),
+    st.lists(st.sampled_from(ADDRESSES), max_size=2, unique=True),  # not ready
+    st.sampled_from(("http", "metrics", "other")),
+)
+other_events = st.one_of(
+    st.tuples(st.just("delete-slice"), st.sampled_from(SERVICES), st.integers(0, 1)),
+    st.tuples(st.just("service"), st.sampled_from(SERVICES), st.sampled_from((80, 8080))),
+    st.tuples(st.just("delete-service"), st.sampled_from(SERVICES)),
+    st.tuples(st.just("annotation"), st.sampled_from(("shop", "direct")), st.sampled_from(("true", "false"))),
+    st.tuples(st.just("ingress"), st.sampled_from(SERVICES)),
+)
+events = st.lists(st.one_of(slice_events, slice_events, other_events), min_size=1, max_size=12)
+
+
+def _apply(store: Store, event: tuple[Any, ...]) -> None:
+    kind = event[0]
+    if kind == "slice":
+        _, name, n, ready, not_ready, port = event
+        store.put(endpoints(name, *ready, not_ready=tuple(not_ready), ports=((port, 8000 + n),), name=f"{name}-{n}"))
+    elif kind == "delete-slice":
+        store.delete("EndpointSlice", endpoints(event[1], name=f"{event[1]}-{event[2]}"))
+    elif kind == "service":
+        store.put(service(event[1], ("http", event[2]), ("metrics", 9090)))
+    elif kind == "delete-service":
+        store.delete("Service", service(event[1]))
+    elif kind == "annotation":  # an edit that value equality of the metadata would not see
+        store.put(ingress(event[1], rule(f"{event[1]}.test", path("/", "api")), annotations={NGINX + "ssl-redirect": event[2]}))
+    else:
+        store.put(ingress("late", rule("late.test", path("/", event[1]))))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events, st.booleans())
+def test_after_every_event_the_table_is_the_full_builds(sequence: list[tuple[Any, ...]], error_pages: bool) -> None:
+    store = _cluster(error_pages)
+    incremental = IncrementalBuild(_full)
+    incremental(store.state(), 1)
+    for generation, event in enumerate(sequence, start=2):
+        _apply(store, event)
+        state = store.state()
+        assert incremental(state, generation) == _full(state, generation), event
+
+
+def test_a_slice_change_is_applied_without_a_build() -> None:
+    """The fast path is taken (not only correct when it is not): routes of other Services are the same objects."""
+    store = _cluster()
+    store.put(endpoints("api", "10.0.0.1", name="api-0"))
+    incremental = IncrementalBuild(_full)
+    before = incremental(store.state(), 1)
+    store.put(endpoints("web", "10.0.0.2", "10.0.0.3", name="web-0"))
+    after = incremental(store.state(), 2)
+    assert incremental.endpoint_updates == 1 and after == _full(store.state(), 2)
+    shop = after.match("shop.test", "/")
+    assert shop is not None and shop.upstream.endpoints == (("10.0.0.2", 8080), ("10.0.0.3", 8080))
+    assert after.hosts["direct.test"] is before.hosts["direct.test"] and after.certificates is before.certificates
+
+
+def test_an_annotation_edit_is_never_taken_for_no_change() -> None:
+    """ObjectMeta's equality leaves annotations out: the change must be seen by object identity."""
+    store = _cluster()
+    incremental = IncrementalBuild(_full)
+    incremental(store.state(), 1)
+    store.put(ingress("direct", rule("direct.test", path("/", "api"))))  # service-upstream removed
+    after = incremental(store.state(), 2)
+    assert incremental.endpoint_updates == 0 and after == _full(store.state(), 2)
+
+
+def test_a_default_backend_waiting_for_endpoints_takes_a_full_build() -> None:
+    """A default-backend without endpoints is unused (NoEndpoints); its first endpoint brings it in."""
+    store = _cluster(error_pages=True)
+    incremental = IncrementalBuild(_full)
+    incremental(store.state(), 1)
+    store.put(endpoints("admin", "10.0.0.9", name="admin-0"))
+    after = incremental(store.state(), 2)
+    pages = after.match("pages.test", "/")
+    assert pages is not None and pages.policies is not None and pages.policies.error_pages is not None
+    assert pages.policies.error_pages.backend is not None and incremental.endpoint_updates == 0
