@@ -6,6 +6,11 @@ Sources call L{TableBuilder.submit} (on the reactor thread) with a function
 that produces a snapshot.  Submissions are debounced and coalesced: while a
 build runs, later submissions collapse into one more build with the newest
 snapshot function.  The finished table is swapped in on the reactor thread.
+
+The debounce has a leading edge: a change after a quiet spell (no build for
+C{debounce} seconds) is built at once, so that one Ingress edited or one pod
+replaced is live in the time of its build, not its build plus the debounce;
+changes that follow within the window wait for it and are built together.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Callable
 from typing import Optional
 
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -53,8 +59,9 @@ class TableBuilder:
         self.debounce = debounce
         self.generation = 0
         self._next: Optional[Snapshot] = None
-        self._timer: Optional[object] = None
+        self._timer: Optional[IDelayedCall] = None
         self._running = False
+        self._finished_at = float("-inf")  # when the last build ended (reactor time)
         self._pool = ThreadPool(1, 1, name="twingress-build")
         self.preparers: list[Preparer] = []
 
@@ -62,13 +69,17 @@ class TableBuilder:
         self._pool.start()
 
     def stop(self) -> None:
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()  # no build starts on a stopped pool
+        self._timer = None
         self._pool.stop()
 
     def submit(self, snapshot: Snapshot) -> None:
         """Ask for a build from C{snapshot} (reactor thread); the newest request wins."""
         self._next = snapshot
         if self._timer is None and not self._running:
-            self._timer = self.reactor.callLater(self.debounce, self._start_build)
+            quiet = self.reactor.seconds() - self._finished_at >= self.debounce
+            self._timer = self.reactor.callLater(0 if quiet else self.debounce, self._start_build)
 
     def _start_build(self) -> None:
         self._timer = None
@@ -128,6 +139,7 @@ class TableBuilder:
 
     def _done(self, _: object) -> None:
         self._running = False
+        self._finished_at = self.reactor.seconds()
         if self._next is not None:
             # Changes that came in during the build were coalesced already: build again at once
             # instead of adding the debounce to the wait.

@@ -1,4 +1,4 @@
-"""The builder coalesces bursts of changes and keeps the last good table when a build fails."""
+"""The builder builds a change after a quiet spell at once, coalesces bursts of changes and keeps the last good table when a build fails."""
 
 from __future__ import annotations
 
@@ -81,5 +81,27 @@ def test_a_failing_build_keeps_the_last_good_table() -> Any:
         assert live.table.generation == 1  # generation 2 failed: 1 stays live
         builder.submit(ClusterState)
         yield _until(lambda: live.table.generation == 3)
+    finally:
+        builder.stop()
+
+
+@pytest_twisted.inlineCallbacks
+def test_a_change_after_a_quiet_spell_is_built_at_once_and_the_next_waits() -> Any:
+    """The debounce's leading edge: with a 30 s debounce, the first change is live within the 10 s wait, the next one is held."""
+    builds: list[int] = []
+
+    def build(state: ClusterState, generation: int) -> RoutingTable:
+        builds.append(generation)
+        return RoutingTable(generation=generation)
+
+    live = LiveTable()
+    builder = TableBuilder(reactor, live, Metrics(), build, debounce=30.0)
+    builder.start()
+    try:
+        builder.submit(ClusterState)
+        yield _until(lambda: live.ready)
+        builder.submit(ClusterState)
+        yield _sleep(0.5)
+        assert builds == [1] and live.table.generation == 1  # held for the debounce: bursts are still coalesced
     finally:
         builder.stop()
