@@ -454,10 +454,14 @@ class UpstreamRelay:
         log.info("upstream error {status} for {route}: {detail}", status=status, route=self._route_name(), detail=detail)
         if self._responded:
             self._request_done(self._status)
-            self._state = CLOSED
-            self.transport.abortConnection()
+            self._cut_off()
             return
         self._answer_locally(status, close=not self._request_complete)
+
+    def _cut_off(self) -> None:
+        """A response was started and cannot be finished: the client must see it cut (HTTP/2: its stream reset)."""
+        self._state = CLOSED
+        self.transport.abortConnection()
 
     def _switch_to_tunnel(self, head: h1.Head, body: bytes) -> None:
         request = self._request

@@ -279,17 +279,8 @@ class H2Stream(StreamResponse):
             return
         self._answer_locally(status)
 
-    def _fail_upstream(self, status: int, detail: str) -> None:
-        """An upstream problem: answer it if nothing was sent yet (or ask the error backend), else reset the stream (the client sees it cut)."""
-        if self._error_page_taken(status, upstream_sent=False):
-            return
-        self._drop_upstream()
-        log.info("upstream error {status} for {route}: {detail}", status=status, route=self._route_name(), detail=detail)
-        if self._responded:
-            self._request_done(self._status)
-            self._reset(ErrorCodes.INTERNAL_ERROR)
-            return
-        self._answer_locally(status)
+    def _cut_off(self) -> None:
+        self._reset(ErrorCodes.INTERNAL_ERROR)
 
     def _reset(self, code: ErrorCodes) -> None:
         if self._state == CLOSED:
