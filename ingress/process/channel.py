@@ -3,7 +3,9 @@
 The local channel between the primary and one worker: length-prefixed messages over a socketpair.
 
 A message is a pickled tuple whose first item names it.  The primary sends
-C{("table", RoutingTable)} for every generation and C{("metrics?",)} when it
+C{("table", RoutingTable)} for a generation built in full, C{("change", TableChange)}
+for one derived from the previous (L{ingress.routing.delta}; a worker that cannot
+apply it answers C{("resync",)} and gets the whole table), and C{("metrics?",)} when it
 is scraped; the worker answers C{("serving", generation, stream_failures, stream_ports)} once a table is live
 and C{("metrics", families)}.  Pickle is safe here: both ends are this
 program, on a socketpair nobody else holds.  Frames are length-prefixed (no
@@ -23,6 +25,10 @@ from twisted.python.failure import Failure
 MAX_MESSAGE = 1 << 30
 
 
+def encoded(*message: Any) -> bytes:
+    return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+
+
 class Channel(Int32StringReceiver):
     """One end of the channel: C{send(name, *items)}; received messages go to C{on_message}."""
 
@@ -33,8 +39,12 @@ class Channel(Int32StringReceiver):
         self.on_lost = on_lost
 
     def send(self, *message: Any) -> None:
+        self.send_encoded(encoded(*message))
+
+    def send_encoded(self, data: bytes) -> None:
+        """A message already pickled by L{encoded} (one table pickled once for every worker)."""
         if self.transport is not None and self.connected:
-            self.sendString(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+            self.sendString(data)
 
     def stringReceived(self, data: bytes) -> None:
         self.on_message(pickle.loads(data))

@@ -36,11 +36,12 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ingress.observe.metrics import Metrics
-from ingress.process.channel import Channel, ChannelFactory
+from ingress.process.channel import Channel, ChannelFactory, encoded
 from ingress.process.reactor import IProcessReactor
 from ingress.process.sockets import ListenerSpec, open_listener, parse_listener
 from ingress.proxy.http.ratelimit import RequestRates
 from ingress.proxy.http.settings import ProxySettings
+from ingress.routing.delta import table_change
 from ingress.routing.table import RoutingTable
 
 log = Logger()
@@ -180,18 +181,30 @@ class WorkerPool(Service):
     # -- messages
 
     def publish(self, table: RoutingTable) -> None:
-        """A new live table in the primary (reactor thread): every worker gets it."""
+        """
+        A new live table in the primary (reactor thread): every worker gets it, as a change of the
+        previous one when it shares most of it (an EndpointSlice update), else whole.
+        """
+        change = table_change(self.table, table) if self.table is not None else None
         self.table = table
-        self._broadcast("table", table)
+        if change is not None:
+            self._broadcast("change", change)
+        else:
+            self._broadcast("table", table)
 
     def _broadcast(self, *message: Any) -> None:
+        """One message to every running worker, pickled once."""
+        data = encoded(*message)
         for slot in self.slots:
             if slot.channel is not None:
-                slot.channel.send(*message)
+                slot.channel.send_encoded(data)
 
     def _received(self, slot: WorkerSlot, message: tuple[Any, ...]) -> None:
         kind = message[0]
-        if kind == "serving":
+        if kind == "resync":  # a change it could not apply (it missed the table before): the whole table
+            if slot.channel is not None and self.table is not None:
+                slot.channel.send("table", self.table)
+        elif kind == "serving":
             slot.generation, slot.stream_failures, slot.streams = message[1], message[2], message[3]
             slot.served = True
             self.up.labels(str(slot.index)).set(1)

@@ -26,7 +26,7 @@ import os
 import signal
 import socket
 import sys
-from typing import Any
+from typing import Any, Optional
 
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import IService, MultiService
@@ -49,6 +49,7 @@ from ingress.proxy.http.ratelimit import RemoteRates
 from ingress.proxy.http.settings import HTTP2Settings, ProxySettings
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.streams.listeners import StreamListeners
+from ingress.routing.delta import TableChange, applied
 from ingress.routing.table import RoutingTable
 
 log = Logger()
@@ -71,19 +72,33 @@ class Worker:
         self.metrics = metrics
         self.access_log = access_log
         self.channel = Channel(self._received, self._primary_gone)
+        self._latest: Optional[RoutingTable] = None  # the last table received: what a change applies to
         self.rates = rates
         rates.send = self.channel.send
 
     def _received(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
         if kind == "table":
+            self._latest = message[1]
             self._install(message[1])
+        elif kind == "change":
+            self._change(message[1])
         elif kind == "rate":
             self.rates.answered(message[1], message[2])
         elif kind == "metrics?":
             self.channel.send("metrics", message[1], list(self.metrics.registry.collect()))
         elif kind == "reopen" and self.access_log is not None:
             self.access_log.reopen()
+
+    def _change(self, change: TableChange) -> None:
+        """The next table as a change of the last one received (installed or still being prepared)."""
+        latest = self._latest
+        if latest is None or latest.generation != change.base:
+            log.warn("table change {generation} is not for table {have}: asking for the whole table", generation=change.generation, have=latest.generation if latest else None)
+            self.channel.send("resync")
+            return
+        self._latest = table = applied(latest, change)
+        self._install(table)
 
     def _install(self, table: RoutingTable) -> None:
         store = self.plane.store

@@ -8,13 +8,17 @@ that unchanged objects are the same objects from one snapshot to the next.
 
 from __future__ import annotations
 
+import pickle
+from dataclasses import replace
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ingress.model.parse import Kind, collect, kind_of, object_ref, parse_object
 from ingress.routing import RoutingTable, build
+from ingress.routing.delta import applied, table_change
 from ingress.routing.incremental import IncrementalBuild
 from tests.unit.objects import T1, endpoints, ingress, path, rule, service
 
@@ -97,13 +101,24 @@ def _apply(store: Store, event: tuple[Any, ...]) -> None:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events, st.booleans())
 def test_after_every_event_the_table_is_the_full_builds(sequence: list[tuple[Any, ...]], error_pages: bool) -> None:
+    """And a worker, which holds its own (unpickled) copy of each table, gets the same table from the change the primary sends."""
     store = _cluster(error_pages)
     incremental = IncrementalBuild(_full)
-    incremental(store.state(), 1)
+    table = incremental(store.state(), 1)
+    worker = _across(table)
     for generation, event in enumerate(sequence, start=2):
         _apply(store, event)
         state = store.state()
-        assert incremental(state, generation) == _full(state, generation), event
+        previous, table = table, incremental(state, generation)
+        assert table == _full(state, generation), event
+        change = table_change(previous, table)
+        worker = applied(worker, _across(change)) if change is not None else _across(table)
+        assert worker == table, event
+
+
+def _across(value: Any) -> Any:
+    """What the channel does to a message."""
+    return pickle.loads(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def test_a_slice_change_is_applied_without_a_build() -> None:
@@ -118,6 +133,16 @@ def test_a_slice_change_is_applied_without_a_build() -> None:
     shop = after.match("shop.test", "/")
     assert shop is not None and shop.upstream.endpoints == (("10.0.0.2", 8080), ("10.0.0.3", 8080))
     assert after.hosts["direct.test"] is before.hosts["direct.test"] and after.certificates is before.certificates
+    change = table_change(before, after)  # what the workers get: the one host and the default route (web's too)
+    assert change is not None and change.replaced == {"default_route": after.default_route} and change.entries == {"hosts": ({"shop.test": after.hosts["shop.test"]}, frozenset())}
+    assert applied(before, change) == after
+
+
+def test_a_full_build_goes_to_the_workers_whole() -> None:
+    store = _cluster()
+    first = _full(store.state(), 1)
+    store.put(ingress("late", rule("late.test", path("/", "web"))))
+    assert table_change(first, _full(store.state(), 2)) is None
 
 
 def test_an_annotation_edit_is_never_taken_for_no_change() -> None:
@@ -140,3 +165,17 @@ def test_a_default_backend_waiting_for_endpoints_takes_a_full_build() -> None:
     pages = after.match("pages.test", "/")
     assert pages is not None and pages.policies is not None and pages.policies.error_pages is not None
     assert pages.policies.error_pages.backend is not None and incremental.endpoint_updates == 0
+
+
+def test_a_change_carries_removed_entries() -> None:
+    """Entries gone from a mapping are named in the change and gone from the table it makes."""
+    store = _cluster()
+    old = _full(store.state(), 1)
+    hosts = dict(old.hosts)
+    del hosts["pass.test"]
+    new = replace(old, generation=2, hosts=hosts)
+    change = table_change(old, new)
+    assert change is not None and change.entries == {"hosts": ({}, frozenset({"pass.test"}))}
+    assert applied(_across(old), _across(change)) == new
+    with pytest.raises(ValueError):
+        applied(new, change)  # a change applies to its base generation only
