@@ -338,14 +338,16 @@ class _RouteBuilder:
 
     def route(self, ingress: Ingress, backend: IngressBackend, path: str, path_type: str, regex: bool = False) -> Route:
         """A route to C{backend}, resolved in the Ingress's own namespace."""
-        if self.annotations[ingress.ref].flag("service-upstream"):
+        read = self.annotations[ingress.ref]
+        if read.flag("service-upstream"):
             upstream, issue = self.backends.service_upstream(ingress.meta.namespace, backend)
         else:
             upstream, issue = self.backends.upstream(ingress.meta.namespace, backend)
         if issue is not None:
             self.problems.append(Problem(ingress.ref, *issue))
         name = f"{ingress.meta.namespace}/{ingress.meta.name}"
-        read = self.annotations[ingress.ref]
+        if not read.values and not read.unguarded:  # no annotation: no policy but the ConfigMap's (most Ingresses)
+            return Route(name=name, source=ingress.ref, upstream=upstream, path=path, path_type=path_type, policies=route_policies(read, path, regex, config=self.config))
         tls, closed = None, ""
         try:
             tls = backend_tls(ingress, read, backend.service_name, self.secrets)
