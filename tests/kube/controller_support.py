@@ -13,6 +13,7 @@ from typing import Optional
 
 from kubernetes import client
 
+from ingress.model import CONTROLLER_NAME
 from tests.kube.api import Kube, gone
 from tests.kube.twingress import KubeTwingress, wait_until
 
@@ -86,12 +87,15 @@ def backend_port(ingress: dict) -> dict:
 
 
 def events_about(kube: Kube, namespace: str, name: str, reason: Optional[str] = None) -> list[dict]:
-    """The events.k8s.io/v1 Events regarding the object C{name} in C{namespace}."""
+    """
+    twingress's events.k8s.io/v1 Events regarding the object C{name} in C{namespace}: the control
+    plane's own (the apiserver's ClusterIPAllocation about a Service, now and then) are not ours.
+    """
     events = client.EventsV1Api(kube.api).list_namespaced_event(namespace)
     found = [kube._dict(e) for e in events.items]
     return [
         e for e in found
-        if e["regarding"]["name"] == name and (reason is None or e["reason"] == reason)
+        if e["regarding"]["name"] == name and e.get("reportingController") == CONTROLLER_NAME and (reason is None or e["reason"] == reason)
     ]
 
 
