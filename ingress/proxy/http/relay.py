@@ -333,10 +333,7 @@ class UpstreamRelay:
             self._decode = h1.ChunkedFramer(decode=True)
         hsts = self._route.hsts if self.factory.scheme == b"https" else ""
         changes = policies.response_headers if policies is not None else None
-        added = self._set_cookie + self._response_fields if self._response_fields else self._set_cookie
-        if self._auth_cookies and head.status in ADD_HEADER_CODES:
-            added += self._auth_cookies
-        out = response_head_bytes(head, request, self.settings.server_name, keep, decode, hsts, added, changes)
+        out = response_head_bytes(head, request, self.settings.server_name, keep, decode, hsts, self._added_fields(head.status), changes)
         if body:
             body = self._decoded(body) if decode else body
             out += body
@@ -462,6 +459,13 @@ class UpstreamRelay:
         """A response was started and cannot be finished: the client must see it cut (HTTP/2: its stream reset)."""
         self._state = CLOSED
         self.transport.abortConnection()
+
+    def _added_fields(self, status: int) -> bytes:
+        """The fields the route's policies add to a response of C{status}: a sticky cookie, CORS, an auth service's cookie."""
+        added = self._set_cookie + self._response_fields if self._response_fields else self._set_cookie
+        if self._auth_cookies and status in ADD_HEADER_CODES:
+            added += self._auth_cookies  # nginx's add_header: on these statuses only
+        return added
 
     def _switch_to_tunnel(self, head: h1.Head, body: bytes) -> None:
         request = self._request

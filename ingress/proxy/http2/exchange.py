@@ -27,7 +27,6 @@ from ingress.proxy.http.routed import Routed
 from ingress.proxy.http.upstream import Address
 from ingress.proxy.http2.fields import Headers, upstream_request_headers
 from ingress.proxy.http2.upstream import H2UpstreamConnection
-from ingress.routing.policies.extauth import ADD_HEADER_CODES
 
 if TYPE_CHECKING:
     from ingress.proxy.http2.stream import H2Stream
@@ -155,9 +154,7 @@ class H2Exchange:
         status = next((int(value) for name, value in headers if name == b":status"), 502)
         out = [(name, value) for name, value in headers if name not in _CONNECTION_SPECIFIC]
         out.append((b"server", self.stream.settings.server_name))
-        added = self.stream._set_cookie + self.stream._response_fields  # the affinity cookie, CORS fields
-        if self.stream._auth_cookies and status in ADD_HEADER_CODES:
-            added += self.stream._auth_cookies  # an auth service's cookie
+        added = self.stream._added_fields(status)  # the affinity cookie, CORS fields, an auth service's cookie
         if added:
             out.extend((lower, value) for _, lower, value in h1.split_fields(added))
         hsts = self.route.hsts if self.stream.factory.scheme == b"https" else ""

@@ -24,7 +24,6 @@ from h2.errors import ErrorCodes
 from ingress.proxy.http import h1
 from ingress.proxy.http.relay import CLOSED, UpstreamRelay
 from ingress.proxy.http2.fields import Headers, response_headers
-from ingress.routing.policies.extauth import ADD_HEADER_CODES
 
 if TYPE_CHECKING:
     from ingress.proxy.http2.connection import H2ServerProtocol
@@ -38,7 +37,6 @@ class StreamResponse(UpstreamRelay):
     connection: H2ServerProtocol
     stream_id: int
     _response_fields: bytes
-    _auth_cookies: bytes
     _out: deque[bytes]
     _out_size: int
     _end_pending: bool
@@ -65,10 +63,7 @@ class StreamResponse(UpstreamRelay):
             self._decode = h1.ChunkedFramer(decode=True)
         hsts = route.hsts if self.factory.scheme == b"https" else ""
         changes = policies.response_headers if policies is not None else None
-        added = self._set_cookie + self._response_fields
-        if self._auth_cookies and head.status in ADD_HEADER_CODES:
-            added += self._auth_cookies
-        headers = response_headers(head, request, self.settings.server_name, hsts, added, changes)
+        headers = response_headers(head, request, self.settings.server_name, hsts, self._added_fields(head.status), changes)
         bodiless = complete and not body
         h2 = self.connection.h2
         h2.send_headers(self.stream_id, headers, end_stream=bodiless)
