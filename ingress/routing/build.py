@@ -31,19 +31,17 @@ from ingress.model import (
     TLSSecret,
 )
 from ingress.routing.annotations import CANARY_WITHOUT_MAIN, INVALID_PATH, IngressAnnotations, read_annotations
-from ingress.routing.annotations.auth import AuthSecretProblem, basic_auth
 from ingress.routing.annotations.backend import MissingSecret, backend_tls
-from ingress.routing.annotations.errorpages import default_backend, error_pages
-from ingress.routing.annotations.extauth import ExternalAuthProblem, external_auth
+from ingress.routing.annotations.errorpages import error_pages
 from ingress.routing.annotations.policies import BadPath, compile_path, route_policies, route_rate_limit
 from ingress.routing.backends import Backends
 from ingress.routing.certs import build_certificates, passthrough_upstreams, tls_hosts, with_tls_options
 from ingress.routing.clienthosts import client_auth_hosts, with_client_auth
 from ingress.routing.nginx_config import TWINGRESS_DEFAULTS, NginxConfig, read_nginx_config
-from ingress.routing.policies import BasicAuth, Canary, Policies, Redirect
+from ingress.routing.policies import Canary, Policies, Redirect
 from ingress.routing.policies.affinity import upstream_tag
 from ingress.routing.policies.clientauth import ClientAuth
-from ingress.routing.policies.extauth import ExternalAuth
+from ingress.routing.resolutions import IngressResolutions
 from ingress.routing.selection import select_ingresses
 from ingress.routing.streams import build_streams
 from ingress.routing.table import HostRoutes, Route, RoutingTable, Upstream
@@ -164,11 +162,6 @@ class _RouteBuilder:
         config_maps: Mapping[tuple[str, str], ConfigMap] = {},
     ) -> None:
         self.secrets = secrets
-        self.opaque_secrets = opaque_secrets
-        self._auth: dict[ObjectRef, tuple[Optional[BasicAuth], str]] = {}
-        self.config_maps = config_maps
-        self._external: dict[ObjectRef, tuple[Optional[ExternalAuth], str]] = {}
-        self._default_backends: dict[ObjectRef, Optional[Upstream]] = {}
         self.config = config
         self.backends = backends
         self.annotations = annotations
@@ -178,6 +171,7 @@ class _RouteBuilder:
         self.wildcards: dict[str, _HostPaths] = {}
         self.any_host = _HostPaths()
         self.problems: list[Problem] = []
+        self.resolved = IngressResolutions(backends, opaque_secrets, config_maps, self.problems)
 
     def _paths_of(self, host: str) -> _HostPaths:
         if not host:
@@ -354,47 +348,12 @@ class _RouteBuilder:
         except MissingSecret as error:
             closed = str(error)
             self.problems.append(Problem(ingress.ref, "SecretNotFound", f"{error}: the Ingress's routes answer 503"))
-        auth, auth_closed = self._basic_auth(ingress, read)
-        external, external_closed = self._external_auth(ingress, read)
+        auth, auth_closed = self.resolved.basic_auth(ingress, read)
+        external, external_closed = self.resolved.external_auth(ingress, read)
         rate = route_rate_limit(read, name, self.config)
-        pages, upstream = error_pages(ingress, read, backend, upstream, self._default_backend(ingress, read))
+        pages, upstream = error_pages(ingress, read, backend, upstream, self.resolved.default_backend(ingress, read))
         policies = route_policies(read, path, regex, tls, closed or auth_closed or external_closed, self.config, auth, external, rate, pages)
         return Route(name=name, source=ingress.ref, upstream=upstream, path=path, path_type=path_type, policies=policies)
-
-    def _basic_auth(self, ingress: Ingress, read: IngressAnnotations) -> tuple[Optional[BasicAuth], str]:
-        """An Ingress's basic auth, read once (its problems reported once), and why its routes close, if they do."""
-        cached = self._auth.get(ingress.ref)
-        if cached is None:
-            try:
-                auth, skipped = basic_auth(ingress, read, self.opaque_secrets)
-                cached = (auth, "")
-                self.problems.extend(Problem(ingress.ref, "InvalidAuthSecret", f"{line}; that user cannot sign in") for line in skipped)
-            except AuthSecretProblem as error:
-                cached = (None, str(error))
-                self.problems.append(Problem(ingress.ref, "SecretNotFound", f"{error}: the Ingress's routes answer 503"))
-            self._auth[ingress.ref] = cached
-        return cached
-
-    def _external_auth(self, ingress: Ingress, read: IngressAnnotations) -> tuple[Optional[ExternalAuth], str]:
-        """An Ingress's external auth, read once (its problem reported once), and why its routes close, if they do."""
-        cached = self._external.get(ingress.ref)
-        if cached is None:
-            try:
-                cached = (external_auth(ingress, read, self.config_maps), "")
-            except ExternalAuthProblem as error:
-                cached = (None, str(error))
-                self.problems.append(Problem(ingress.ref, "InvalidExternalAuth", f"{error}: the Ingress's routes answer 503"))
-            self._external[ingress.ref] = cached
-        return cached
-
-    def _default_backend(self, ingress: Ingress, read: IngressAnnotations) -> Optional[Upstream]:
-        """An Ingress's default-backend with a ready endpoint, resolved once (why it is not used: reported once)."""
-        if ingress.ref not in self._default_backends:
-            found, issue = default_backend(ingress, read, self.backends.first_port_upstream)
-            if issue is not None:
-                self.problems.append(Problem(ingress.ref, *issue))
-            self._default_backends[ingress.ref] = found
-        return self._default_backends[ingress.ref]
 
     def _conflict(self, loser: Ingress, winner: Route, what: str) -> None:
         """The loser is told who won: the oldest Ingress, then namespace/name, then rule order."""
