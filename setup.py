@@ -24,6 +24,7 @@ from setuptools import setup
 # (mypyc's state setter assigns through the frozen __setattr__), and workers receive tables pickled.
 HOT_MODULES = [
     "ingress/proxy/http/h1.py",
+    "ingress/proxy/http/chunked.py",
     "ingress/proxy/http/forwarding.py",
     "ingress/proxy/http/target.py",
     "ingress/proxy/http/responses.py",

@@ -13,7 +13,8 @@ from typing import Any, Optional
 import pytest
 
 from ingress.proxy.http import h1
-from ingress.proxy.http.h1 import ChunkedFramer, Framing, HTTPError
+from ingress.proxy.http.chunked import ChunkedFramer
+from ingress.proxy.http.h1 import Framing, HTTPError
 
 
 def head(*lines: bytes) -> bytes:

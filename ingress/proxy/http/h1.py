@@ -1,12 +1,12 @@
 # -*- test-case-name: tests.unit.test_h1 -*-
 """
-Strict HTTP/1.1 message framing (RFC 9112): heads, body lengths, chunked framing.
+Strict HTTP/1.1 message framing (RFC 9112): heads and body lengths (chunked framing: L{ingress.proxy.http.chunked}).
 
 Only what a proxy needs is parsed: the request or status line, the header
 fields (validated as a whole block by one regular expression, then split), and
-the body framing.  Bodies are never decoded into memory: L{ChunkedFramer}
-walks chunked framing and hands the raw bytes back so they can be passed on
-unchanged.
+the body framing.  Bodies are never decoded into memory:
+L{ingress.proxy.http.chunked.ChunkedFramer} walks chunked framing and hands
+the raw bytes back so they can be passed on unchanged.
 
 Why not httptools or h11: httptools' response parser cannot be told that a
 response answers a HEAD request (it only skips bodies for upgrades), and its
@@ -24,17 +24,13 @@ from typing import Optional
 CRLF = b"\r\n"
 HEAD_END = b"\r\n\r\n"
 
-_TOKEN = rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
+TOKEN = rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
 _VCHAR_OBS = rb"[\x21-\x7e\x80-\xff]"
-_FIELD_LINE = rb"%s:[\t \x21-\x7e\x80-\xff]*" % _TOKEN  # value: VCHAR, obs-text, SP, HTAB
+_FIELD_LINE = rb"%s:[\t \x21-\x7e\x80-\xff]*" % TOKEN  # value: VCHAR, obs-text, SP, HTAB
 # A whole field section: zero or more field lines, each followed by CRLF.
-_FIELDS_RE = re.compile(rb"(?:%s\r\n)*" % _FIELD_LINE)
-_REQUEST_LINE_RE = re.compile(rb"(%s) ([\x21-\x7e]+) HTTP/([0-9])\.([0-9])" % _TOKEN)
+FIELDS_RE = re.compile(rb"(?:%s\r\n)*" % _FIELD_LINE)
+_REQUEST_LINE_RE = re.compile(rb"(%s) ([\x21-\x7e]+) HTTP/([0-9])\.([0-9])" % TOKEN)
 _STATUS_LINE_RE = re.compile(rb"HTTP/([0-9])\.([0-9]) ([0-9]{3})(?: ([\t \x21-\x7e\x80-\xff]*))?")
-_CHUNK_SIZE_RE = re.compile(
-    rb"([0-9A-Fa-f]{1,16})((?:[ \t]*;[ \t]*%s(?:[ \t]*=[ \t]*(?:%s|\"(?:[\t \x21\x23-\x5b\x5d-\x7e\x80-\xff]|\\[\t \x21-\x7e\x80-\xff])*\"))?)*)[ \t]*"
-    % (_TOKEN, _TOKEN)
-)
 # The fields a proxy consults, found in the lower-cased section (values come back lower-cased:
 # every one of them is case-insensitive or only tested for presence).
 _INTERESTING_RE = re.compile(
@@ -186,7 +182,7 @@ def _check_fields(block: bytes, max_fields: int) -> list[tuple[bytes, bytes]]:
     interesting fields are found by another, so a head costs a few C-level
     scans instead of a Python loop over every line.
     """
-    if _FIELDS_RE.fullmatch(block) is None:
+    if FIELDS_RE.fullmatch(block) is None:
         raise HTTPError(400, "malformed header field")
     if block.count(b"\n") > max_fields:
         raise HTTPError(431, "too many header fields")
@@ -320,86 +316,3 @@ def parse_response_head(block: bytes, request_method: bytes, max_fields: int = 2
         upgrade=seen.get(b"upgrade", b""),
         has_date=b"date" in seen,
     )
-
-
-class ChunkedFramer:
-    """
-    Walks chunked framing (RFC 9112 7.1) without decoding: C{feed} says how many
-    of the given bytes belong to the message, so they can be forwarded raw.
-
-    With C{decode} set it also collects the chunk payloads (for a client that
-    cannot take chunked: HTTP/1.0).
-    """
-
-    # the states (one name each: mypyc compiles class constants, not tuple unpacking)
-    _SIZE = 0
-    _DATA = 1
-    _DATA_CRLF = 2
-    _TRAILER = 3
-    _DONE = 4
-
-    def __init__(self, max_line: int = 4096, decode: bool = False) -> None:
-        self._state = self._SIZE
-        self._remaining = 0
-        self._line = b""
-        self._max_line = max_line
-        self._decode = decode
-        self.payload: list[bytes] = []
-        self.total = 0
-
-    @property
-    def done(self) -> bool:
-        return self._state == self._DONE
-
-    def feed(self, data: bytes) -> int:
-        """
-        Consume framing from C{data}; returns how many bytes belong to this message.
-
-        Raises L{HTTPError}(400) on invalid framing.  Bytes after the end of
-        the message (a pipelined request) are not consumed.
-        """
-        pos = 0
-        size = len(data)
-        while pos < size and self._state != self._DONE:
-            if self._state == self._DATA:
-                take = min(self._remaining, size - pos)
-                if self._decode:
-                    self.payload.append(data[pos : pos + take])
-                pos += take
-                self._remaining -= take
-                self.total += take
-                if self._remaining == 0:
-                    self._state = self._DATA_CRLF
-                continue
-            end = data.find(b"\n", pos)
-            if end < 0:
-                self._line += data[pos:]
-                if len(self._line) > self._max_line:
-                    raise HTTPError(400, "chunk line too long")
-                return size
-            line = self._line + data[pos : end + 1]
-            self._line = b""
-            pos = end + 1
-            self._line_done(line)
-        return pos
-
-    def _line_done(self, line: bytes) -> None:
-        if len(line) > self._max_line:
-            raise HTTPError(400, "chunk line too long")
-        if not line.endswith(CRLF) or b"\r" in line[:-2]:
-            raise HTTPError(400, "bare CR or LF in chunked body")
-        body = line[:-2]
-        if self._state == self._DATA_CRLF:
-            if body:
-                raise HTTPError(400, "chunk data longer than its size")
-            self._state = self._SIZE
-        elif self._state == self._SIZE:
-            match = _CHUNK_SIZE_RE.fullmatch(body)
-            if match is None:
-                raise HTTPError(400, "invalid chunk size")
-            self._remaining = int(match.group(1), 16)
-            self._state = self._DATA if self._remaining else self._TRAILER
-        elif body == b"":
-            self._state = self._DONE
-        elif _FIELDS_RE.fullmatch(body + CRLF) is None:
-            raise HTTPError(400, "malformed trailer field")

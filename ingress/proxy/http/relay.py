@@ -20,6 +20,7 @@ from twisted.internet.interfaces import IConnector
 from twisted.logger import Logger
 
 from ingress.proxy.http import h1
+from ingress.proxy.http.chunked import ChunkedFramer
 from ingress.proxy.http.forwarding import response_head_bytes
 from ingress.proxy.http.policy import chosen_endpoint
 from ingress.proxy.http.retry import may_retry
@@ -67,7 +68,7 @@ class UpstreamRelay(PolicySteps):
     _sent_at: float
     _status: int
     _keep_alive: bool
-    _decode: Optional[h1.ChunkedFramer]
+    _decode: Optional[ChunkedFramer]
     _body_sent: int
     _connect_timeout: float
     _read_timeout: float
@@ -246,7 +247,7 @@ class UpstreamRelay(PolicySteps):
         )
         self._keep_alive = keep
         if decode:
-            self._decode = h1.ChunkedFramer(decode=True)
+            self._decode = ChunkedFramer(decode=True)
         hsts = self._route.hsts if self.factory.scheme == b"https" else ""
         changes = policies.response_headers if policies is not None else None
         out = response_head_bytes(head, request, self.settings.server_name, keep, decode, hsts, self._added_fields(head.status), changes)

@@ -23,6 +23,7 @@ from zope.interface import implementer
 
 from ingress.observe.metrics import NO_ROUTE
 from ingress.proxy.http import h1
+from ingress.proxy.http.chunked import ChunkedFramer
 from ingress.proxy.http.extauth import Verdict
 from ingress.proxy.http.fastwrite import direct_writer
 from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor
@@ -79,11 +80,11 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         self._pending: list[bytes] = []
         self._pending_size = 0
         self._body_remaining = 0
-        self._body_framer: Optional[h1.ChunkedFramer] = None
+        self._body_framer: Optional[ChunkedFramer] = None
         self._request_complete = False
         self._responded = False
         self._keep_alive = True
-        self._decode: Optional[h1.ChunkedFramer] = None
+        self._decode: Optional[ChunkedFramer] = None
         self._attempts = 0
         self._tried: Optional[Address] = None
         self._head_bytes = b""
@@ -316,7 +317,7 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
             return
         self._timer.set(self._read_timeout, "upstream")
         if framing.chunked:
-            self._body_framer = h1.ChunkedFramer()
+            self._body_framer = ChunkedFramer()
             self._state = BODY
             self._timer.set(self.settings.client_body_timeout, "body")
         elif framing.content_length:

@@ -22,6 +22,7 @@ from zope.interface import implementer
 from ingress.process.reactor import IProcessReactor
 from ingress.proxy.http import h1
 from ingress.proxy.http.backend_tls import connection_creator
+from ingress.proxy.http.chunked import ChunkedFramer
 from ingress.proxy.http.ewma import EwmaScores
 from ingress.proxy.http.fastwrite import direct_writer
 from ingress.proxy.http.settings import ProxySettings
@@ -75,7 +76,7 @@ class UpstreamConnection(Protocol):
         self._buffer = b""
         self._state = _HEAD
         self._remaining = 0
-        self._framer: Optional[h1.ChunkedFramer] = None
+        self._framer: Optional[ChunkedFramer] = None
         self._keep_alive = False
         self.idle_since = 0.0
         self._on_connect: Optional[Callable[[UpstreamConnection], None]] = None
@@ -171,7 +172,7 @@ class UpstreamConnection(Protocol):
             self._state = _BODY
             owner.upstream_head(head, rest, False)
             return
-        self._framer = h1.ChunkedFramer() if framing.chunked else None
+        self._framer = ChunkedFramer() if framing.chunked else None
         self._state = _BODY
         owner.upstream_head(head, b"", False)
         if rest and self.owner is owner:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Optional
 from h2.errors import ErrorCodes
 
 from ingress.proxy.http import h1
+from ingress.proxy.http.chunked import ChunkedFramer
 from ingress.proxy.http.relay import CLOSED, UpstreamRelay
 from ingress.proxy.http2.fields import Headers, response_headers
 
@@ -60,7 +61,7 @@ class StreamResponse(UpstreamRelay):
             return
         policies = route.policies
         if head.framing.chunked:
-            self._decode = h1.ChunkedFramer(decode=True)
+            self._decode = ChunkedFramer(decode=True)
         hsts = route.hsts if self.factory.scheme == b"https" else ""
         changes = policies.response_headers if policies is not None else None
         headers = response_headers(head, request, self.settings.server_name, hsts, self._added_fields(head.status), changes)

@@ -21,6 +21,7 @@ from twisted.logger import Logger
 
 from ingress.observe.metrics import NO_ROUTE
 from ingress.proxy.http import h1
+from ingress.proxy.http.chunked import ChunkedFramer
 from ingress.proxy.http.extauth import Verdict
 from ingress.proxy.http.forwarding import UNKNOWN_PEER
 from ingress.proxy.http.guards import Guards
@@ -71,7 +72,7 @@ class H2Stream(StreamResponse):
         self._status = 0
         self._keep_alive = True
         self._request_complete = False
-        self._decode: Optional[h1.ChunkedFramer] = None
+        self._decode: Optional[ChunkedFramer] = None
         self._body_sent = 0
         self._max_body = settings.max_body_bytes
         self._connect_timeout = settings.connect_timeout
