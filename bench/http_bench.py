@@ -61,6 +61,12 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         "(default: %(default)s)")
     p.add_argument("--annotation", action="append", default=[], metavar="KEY=VALUE",
                    help="an annotation on the benchmark's Ingress, to measure a route policy (repeatable)")
+    p.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
+                   help="a header field on every request wrk sends, to every target (repeatable; "
+                        "basic auth's Authorization, say)")
+    p.add_argument("--manifest", action="append", default=[], type=Path, metavar="FILE",
+                   help="a YAML file of more objects for twingress's manifests directory (an auth "
+                        "Secret, say); {backend_port} in it and in --annotation values is the backend's port")
     p.add_argument("--canary-annotation", action="append", default=None, metavar="KEY=VALUE",
                    help="add a canary Ingress (same host, path and backend) with this annotation (repeatable)")
     p.add_argument("--skip-twingress", action="store_true",
@@ -93,18 +99,19 @@ def check_environment(args: argparse.Namespace) -> None:
 
 # --- one target ---------------------------------------------------------------------------
 
-def fetch(port: int) -> tuple[int, bytes]:
-    """One plain GET / with the benchmark's Host header; (status, body)."""
+def fetch(port: int, headers: Sequence[str] = ()) -> tuple[int, bytes]:
+    """One plain GET / with the benchmark's Host header (and C{headers}); (status, body)."""
     conn = http.client.HTTPConnection(procs.LOOPBACK, port, timeout=2)
+    fields = dict(header.split(":", 1) for header in headers)
     try:
-        conn.request("GET", "/", headers={"Host": targets.HOST})
+        conn.request("GET", "/", headers={"Host": targets.HOST} | {k.strip(): v.strip() for k, v in fields.items()})
         response = conn.getresponse()
         return response.status, response.read()
     finally:
         conn.close()
 
 
-def wait_until_proxied(proc: procs.Proc, port: int, timeout: float) -> None:
+def wait_until_proxied(proc: procs.Proc, port: int, timeout: float, headers: Sequence[str] = ()) -> None:
     """Poll until GET / answers 200 with the backend's body (routes may load after listening)."""
     deadline = time.monotonic() + timeout
     last = "no answer"
@@ -113,7 +120,7 @@ def wait_until_proxied(proc: procs.Proc, port: int, timeout: float) -> None:
             raise procs.StartError(f"{proc.name} exited with code {proc.popen.returncode}; "
                                    f"its output:\n{proc.tail()}")
         try:
-            status, body = fetch(port)
+            status, body = fetch(port, headers)
         except (OSError, http.client.HTTPException) as e:
             last = f"{type(e).__name__}: {e}"
         else:
@@ -129,7 +136,7 @@ def wait_until_proxied(proc: procs.Proc, port: int, timeout: float) -> None:
 def run_wrk(args: argparse.Namespace, port: int, seconds: int) -> wrk.WrkResult:
     """wrk against 127.0.0.1:port on the load CPU."""
     result, _ = wrk.run(f"http://{procs.LOOPBACK}:{port}/", targets.HOST, seconds,
-                        args.connections, args.threads, args.load_cpu)
+                        args.connections, args.threads, args.load_cpu, args.header)
     return result
 
 
@@ -137,7 +144,7 @@ def measure(args: argparse.Namespace, name: str, proc: procs.Proc, port: int) ->
     """Check that the target answers correctly, warm it up, then take the measured run."""
     print(f"==> {name}: checking, warming up {args.warmup} s, measuring {args.duration} s",
           flush=True)
-    wait_until_proxied(proc, port, args.start_timeout)
+    wait_until_proxied(proc, port, args.start_timeout, args.header)
     out = TargetResult(name)
     if args.warmup:
         out.warmup_errors = run_wrk(args, port, args.warmup).errors
@@ -168,9 +175,12 @@ class Bench(Harness):
 
     def twingress(self, port: int, backend_port: int) -> procs.Proc:
         manifests = self.workdir / "manifests"
-        annotations = dict(item.split("=", 1) for item in self.args.annotation)
+        annotations = dict(item.replace("{backend_port}", str(backend_port)).split("=", 1) for item in self.args.annotation)
         canary = dict(item.split("=", 1) for item in self.args.canary_annotation) if self.args.canary_annotation else None
         targets.write_manifests(manifests, backend_port, annotations, canary)
+        for number, extra in enumerate(self.args.manifest):
+            text = extra.read_text().replace("{backend_port}", str(backend_port))
+            (manifests / f"extra-{number}.yaml").write_text(text)
         argv = targets.twingress_argv(self.args.twingress_cmd, Path(sys.prefix) / "bin",
                                       manifests, port, backend_port)
         pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
@@ -84,11 +85,12 @@ def run(
     connections: int,
     threads: int,
     cpu: Optional[int],
+    headers: Sequence[str] = (),
 ) -> tuple[WrkResult, str]:
-    """Run wrk once against C{url} with a C{Host} header; return the result and its raw text."""
+    """Run wrk once against C{url} with a C{Host} header (and C{headers}, "Name: value"); return the result and its raw text."""
     argv = (["taskset", "-c", str(cpu)] if cpu is not None else []) + [
         "wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency",
-        "-H", f"Host: {host}", url,
+        "-H", f"Host: {host}", *(arg for header in headers for arg in ("-H", header)), url,
     ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60)
     if done.returncode != 0:
