@@ -17,7 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Optional, Union
+
+if TYPE_CHECKING:  # the Gateway API values import this module's ObjectMeta and Condition
+    from ingress.model.gateway import Gateway, GatewayClass, HTTPRoute, ReferenceGrant
 
 PATH_EXACT = "Exact"
 PATH_PREFIX = "Prefix"
@@ -227,6 +230,13 @@ class Node:
 
 
 @dataclass(frozen=True, slots=True)
+class Namespace:
+    """A namespace, for its labels: what a Gateway listener's allowedRoutes selector reads."""
+
+    meta: ObjectMeta
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterState:
     """
     Everything the routing build needs, in one immutable snapshot.
@@ -245,6 +255,12 @@ class ClusterState:
     problems: tuple[Problem, ...] = ()
     stream_ingresses: tuple[StreamIngress, ...] = ()
     config_maps: Mapping[tuple[str, str], ConfigMap] = field(default_factory=dict)
+    # Gateway API (ingress.model.gateway): empty where its CRDs are not installed.
+    gateway_classes: tuple[GatewayClass, ...] = ()
+    gateways: tuple[Gateway, ...] = ()
+    http_routes: tuple[HTTPRoute, ...] = ()
+    reference_grants: tuple[ReferenceGrant, ...] = ()
+    namespaces: Mapping[tuple[str, str], Namespace] = field(default_factory=dict)  # keyed ("", name)
 
 
 @dataclass(frozen=True, slots=True)

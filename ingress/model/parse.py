@@ -25,6 +25,7 @@ from typing import Any, Optional
 
 from ingress.model import ClusterState, ObjectMeta, ObjectRef, OpaqueSecret, OwnerReference, Problem
 from ingress.model._fields import ParseError, _int, _list, _mapping, _required, _str, _string_map, _timestamp, parse_host
+from ingress.model._gateway import parse_gateway, parse_gateway_class, parse_http_route, parse_namespace, parse_reference_grant
 from ingress.model._kinds import (
     ADDRESS_TYPES,
     PATH_TYPES,
@@ -47,6 +48,7 @@ from ingress.model._streams import (
     parse_stream_entry,
     parse_stream_ingress,
 )
+from ingress.model.gateway import GATEWAY_GROUP
 
 __all__ = [
     "ADDRESS_TYPES",
@@ -150,6 +152,18 @@ KINDS: dict[tuple[str, str], Kind] = {
         Kind("v1", "Node", parse_node, None, namespaced=False),
         Kind("twingress.io/v1alpha1", "StreamIngress", parse_stream_ingress, "stream_ingresses"),
         Kind("v1", "ConfigMap", parse_config_map, "config_maps", keyed=True),  # read only for the stream maps named
+        # Gateway API: v1, and v1beta1 which the API server also serves (same fields for what we read).
+        *(
+            kind
+            for version in ("v1", "v1beta1")
+            for kind in (
+                Kind(f"{GATEWAY_GROUP}/{version}", "GatewayClass", parse_gateway_class, "gateway_classes", namespaced=False),
+                Kind(f"{GATEWAY_GROUP}/{version}", "Gateway", parse_gateway, "gateways"),
+                Kind(f"{GATEWAY_GROUP}/{version}", "HTTPRoute", parse_http_route, "http_routes"),
+                Kind(f"{GATEWAY_GROUP}/{version}", "ReferenceGrant", parse_reference_grant, "reference_grants"),
+            )
+        ),
+        Kind("v1", "Namespace", parse_namespace, "namespaces", keyed=True, namespaced=False),
     )
 }
 """Every (apiVersion, kind) we parse; objects of any other kind are ignored."""

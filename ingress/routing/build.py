@@ -30,6 +30,7 @@ from ingress.model import (
     Problem,
     TLSSecret,
 )
+from ingress.model.gateway import GATEWAY_CONTROLLER_NAME
 from ingress.routing.annotations import CANARY_WITHOUT_MAIN, INVALID_PATH, IngressAnnotations, read_annotations
 from ingress.routing.annotations.backend import MissingSecret, backend_tls
 from ingress.routing.annotations.errorpages import error_pages
@@ -37,6 +38,8 @@ from ingress.routing.annotations.policies import BadPath, compile_path, route_po
 from ingress.routing.backends import Backends
 from ingress.routing.certs import build_certificates, passthrough_upstreams, tls_hosts, with_tls_options
 from ingress.routing.clienthosts import client_auth_hosts, with_client_auth
+from ingress.routing.gateway import build_gateway_routes
+from ingress.routing.gateway.merge import merge_gateway
 from ingress.routing.nginx_config import TWINGRESS_DEFAULTS, NginxConfig, read_nginx_config
 from ingress.routing.policies import Canary, Policies, Redirect
 from ingress.routing.policies.affinity import upstream_tag
@@ -59,6 +62,7 @@ def build(
     reserved_ports: Mapping[int, str] = {},
     nginx_annotations: bool = True,
     nginx_configmap: Optional[tuple[str, str]] = None,
+    gateway_controller_name: str = GATEWAY_CONTROLLER_NAME,
 ) -> RoutingTable:
     """
     The routing table for C{state}: our Ingresses' rules, merged across Ingresses, and the streams.
@@ -93,16 +97,22 @@ def build(
     annotation_problems = [problem for found in annotations.values() for problem in found.problems] + client_problems
     hosts = with_client_auth(_freeze(routes.hosts), client_hosts)
     wildcards = with_client_auth(_freeze(routes.wildcards), {host[2:]: auth for host, auth in client_hosts.items() if host.startswith("*.")})
+    gateway = build_gateway_routes(state, backends, reserved_ports, gateway_controller_name)
+    merged = merge_gateway(gateway, hosts, wildcards, routes.any_host.freeze() if routes.any_host.routes else None, certificates, state.secrets)
     return RoutingTable(
         generation=generation,
-        hosts=hosts,
+        hosts=merged.hosts,
         wildcards=wildcards,
+        deep_wildcards=merged.deep_wildcards,
+        gateway_status=gateway.status if gateway.status.classes or gateway.status.gateways else None,
         passthrough=passthrough_upstreams(served, annotations, hosts, wildcards),
-        any_host=routes.any_host.freeze() if routes.any_host.routes else None,
+        any_host=merged.any_host,
         default_route=default_route,
         problems=_sorted_problems(state.problems)
-        + _sorted_problems(set(routes.problems) | set(tls_problems) | set(streams.problems) | set(annotation_problems) | set(config_problems)),
-        certificates=certificates,
+        + _sorted_problems(
+            set(routes.problems) | set(tls_problems) | set(streams.problems) | set(annotation_problems) | set(config_problems) | set(merged.problems)
+        ),
+        certificates=merged.certificates,
         streams=streams.streams,
         stream_conditions=streams.conditions,
         trust=config.trust,

@@ -8,6 +8,7 @@ from typing import Optional
 
 from ingress.model import ObjectRef
 from ingress.routing.policies import Policies
+from ingress.routing.policies.matching import FieldLookup, RequestMatch
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,3 +46,13 @@ class Route:
     https_redirect_code: int = 308
     hsts: str = ""  # Strict-Transport-Security value for HTTPS answers
     policies: Optional[Policies] = None  # what the proxy does besides forwarding (None: nothing)
+    # Gateway API: the routes of this path in precedence order, each with what else the request must
+    # carry; the first that accepts it serves it (none: 404).  Empty for every Ingress route.
+    choices: tuple[tuple[RequestMatch, Route], ...] = ()
+
+    def choose(self, scheme: bytes, method: bytes, field: FieldLookup, target: bytes) -> Optional[Route]:
+        """The route of C{choices} that serves a request, or None (404)."""
+        for match, route in self.choices:
+            if match.accepts(scheme, method, field, target):
+                return route
+        return None

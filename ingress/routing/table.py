@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from ingress.model import ObjectRef, Problem
 from ingress.routing.certs import EMPTY_CERTIFICATES, CertificateTable
@@ -20,6 +20,9 @@ from ingress.routing.nginx_config import ListenerSettings
 from ingress.routing.policies.trust import ForwardedTrust
 from ingress.routing.route import Route, Upstream
 from ingress.routing.streams import StreamCondition, StreamRoute, streams_json
+
+if TYPE_CHECKING:  # routing.gateway builds on this module
+    from ingress.routing.gateway.status import GatewayAPIStatus
 
 __all__ = ["EMPTY_TABLE", "HostRoutes", "Route", "RoutingTable", "Upstream", "normalize_host"]
 
@@ -79,6 +82,9 @@ class RoutingTable:
     stream_conditions: Mapping[ObjectRef, tuple[StreamCondition, ...]] = field(default_factory=dict)  # for status
     trust: Optional[ForwardedTrust] = None  # forwarding headers believed (ingress-nginx ConfigMap); None: none
     listener: Optional[ListenerSettings] = None  # connection settings of the ingress-nginx ConfigMap; None: the command line's
+    # Gateway API: wildcard hostnames cover any number of labels (Ingress wildcards: exactly one), longest suffix first.
+    deep_wildcards: Mapping[str, HostRoutes] = field(default_factory=dict)
+    gateway_status: Optional[GatewayAPIStatus] = None  # what the Lease holder writes to Gateway API objects
 
     def passthrough_for(self, host: str) -> Optional[Upstream]:
         """The upstream that gets this SNI name's raw TLS, if its host is passed through."""
@@ -97,6 +103,17 @@ class RoutingTable:
             routes = self.wildcards.get(host[dot + 1 :])
             if routes is not None:
                 return routes
+            if self.deep_wildcards:
+                return self._deep_wildcard(host, dot)
+        return self.any_host
+
+    def _deep_wildcard(self, host: str, dot: int) -> Optional[HostRoutes]:
+        """The Gateway API wildcard with the longest suffix of C{host}, else the host-less rules."""
+        while dot > 0:
+            routes = self.deep_wildcards.get(host[dot + 1 :])
+            if routes is not None:
+                return routes
+            dot = host.find(".", dot + 1)
         return self.any_host
 
     def match(self, host: str, path: str) -> Optional[Route]:
@@ -127,6 +144,8 @@ class RoutingTable:
                 }
                 if route.policies is not None:
                     shown["policies"] = route.policies.to_json()
+                if route.choices:
+                    shown["choices"] = [{"match": match.to_json(), **dump(choice)} for match, choice in route.choices]
                 return shown
 
             shown: dict[str, Any] = {
@@ -140,7 +159,7 @@ class RoutingTable:
         return {
             "generation": self.generation,
             "hosts": {h: dump_host(r) for h, r in sorted(self.hosts.items())},
-            "wildcards": {"*." + h: dump_host(r) for h, r in sorted(self.wildcards.items())},
+            "wildcards": {"*." + h: dump_host(r) for h, r in sorted({**self.deep_wildcards, **self.wildcards}.items())},
             "anyHost": dump_host(self.any_host) if self.any_host else None,
             "defaultBackend": (
                 {"route": self.default_route.name, "upstream": self.default_route.upstream.key}
@@ -154,6 +173,7 @@ class RoutingTable:
             "passthrough": {h: u.key for h, u in sorted(self.passthrough.items())},
             **streams_json(self.streams, self.stream_conditions),
             "problems": [problem_json(p) for p in self.problems],
+            **({"gatewayAPI": self.gateway_status.to_json()} if self.gateway_status is not None else {}),
         }
 
 

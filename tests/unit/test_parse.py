@@ -516,6 +516,12 @@ def test_kinds_handled() -> None:
         ("v1", "Node"),
         ("twingress.io/v1alpha1", "StreamIngress"),
         ("v1", "ConfigMap"),
+        ("v1", "Namespace"),
+        *(
+            (f"gateway.networking.k8s.io/{version}", kind)
+            for version in ("v1", "v1beta1")
+            for kind in ("GatewayClass", "Gateway", "HTTPRoute", "ReferenceGrant")
+        ),
     }
     assert {k.state_field for k in KINDS.values() if k.state_field} <= set(ClusterState.__dataclass_fields__)
 

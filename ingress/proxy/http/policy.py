@@ -37,7 +37,7 @@ def local_answer(policies: Policies, scheme: bytes, host: str, path: str, target
         return policies.deny.status, b""
     if policies.redirect is not None:
         bare_host = h1.host_without_port(host.encode("latin-1")).decode("latin-1")
-        return policies.redirect.code, policies.redirect.location_for(scheme, bare_host, origin_form(target))
+        return policies.redirect.code, policies.redirect.location_for(scheme, bare_host, origin_form(target), path)
     if policies.app_root and path == "/":
         return 302, b"%s://%s%s" % (scheme, host.encode("latin-1"), policies.app_root.encode("latin-1"))
     return None

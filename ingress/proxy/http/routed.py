@@ -12,6 +12,7 @@ response and maybe a close, or a response on one HTTP/2 stream).
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Optional
 
 from ingress.proxy.http import h1
@@ -61,6 +62,10 @@ def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, r
     route = table.match(routing_host(host), path)
     if route is None:
         return Routed(404)
+    if route.choices:  # Gateway API: the first candidate whose method, headers and query match
+        route = route.choose(forwarded.scheme, head.method, partial(field_value, head.block), head.target)
+        if route is None:
+            return Routed(404)
     if route.redirect_https and forwarded.scheme == b"http":
         return Routed(route.https_redirect_code, https_location(redirect_port, host, head.target, route), route)
     policies = route.policies
@@ -84,6 +89,11 @@ def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, r
         return denied
     if policies.canary is not None:
         route = canary_route(policies.canary, head, policies.affinity) or route
+    if policies.backends is not None:  # Gateway API backendRefs with weights; an unusable one answers 500
+        picked = policies.backends.pick()
+        if picked is None:
+            return Routed(500, route=route)
+        route = picked
     if route.policies is not None and route.policies.backend_http2 and head.version < HTTP2:
         return Routed(426, route=route)  # HTTP/2 to the endpoints (gRPC) needs an HTTP/2 client
     routed = Routed(route=route)

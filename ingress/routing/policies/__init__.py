@@ -15,7 +15,8 @@ applied by the proxy in one fixed order, the order of L{Policies}' fields:
      C{source_ranges}: who may pass (403); C{basic_auth}: who may pass (401; checked by the
      proxy off the reactor thread); C{external_auth}: what an auth service says (401, 403, a
      sign-in redirect, or 500 when it cannot say), after the basic auth;
-  4. C{canary}, C{affinity}: which backend (the route's own or its canary's) and which endpoint;
+  4. C{canary}, C{backends}, C{affinity}: which backend (the route's own, its canary's, or one
+     of a Gateway API rule's weighted backendRefs) and which endpoint;
   5. C{rewrite}, C{upstream_host}, C{request_headers}: the request the upstream receives,
      and C{response_headers} the response the client receives;
   6. C{limits}, C{backend_tls}: timeouts, the body size limit, and TLS to the endpoints;
@@ -45,16 +46,18 @@ from ingress.routing.policies.extauth import ExternalAuth
 from ingress.routing.policies.hashing import HashBy
 from ingress.routing.policies.headers import HeaderChanges
 from ingress.routing.policies.limits import Limits
+from ingress.routing.policies.pathreplace import PathReplace
 from ingress.routing.policies.ratelimit import RateLimit
-from ingress.routing.policies.redirect import Deny, Redirect
+from ingress.routing.policies.redirect import Deny, GatewayRedirect, Redirect
 from ingress.routing.policies.retry import Retry
 from ingress.routing.policies.rewrite import Rewrite
+from ingress.routing.policies.weighted import WeightedBackends
 
 EWMA = "ewma"  # load_balance: two endpoints at random, the faster answering wins (else round robin)
 
 __all__ = [
     "EWMA", "BasicAuth", "Cors", "ErrorPages", "ExternalAuth", "SourceRanges", "Affinity", "BackendTLS", "Canary", "Deny", "HashBy", "HeaderChanges", "Limits", "Policies", "RateLimit",
-    "Redirect", "Retry", "Rewrite",
+    "Redirect", "Retry", "Rewrite", "WeightedBackends",
 ]
 
 
@@ -64,7 +67,7 @@ class Policies:
 
     deny: Optional[Deny] = None
     client_auth: Optional[ClientAuth] = None
-    redirect: Optional[Redirect] = None
+    redirect: Optional[Redirect | GatewayRedirect] = None
     app_root: str = ""  # "/" alone is redirected (302) to this path
     source_ranges: Optional[SourceRanges] = None
     cors: Optional[Cors] = None
@@ -72,10 +75,11 @@ class Policies:
     basic_auth: Optional[BasicAuth] = None
     external_auth: Optional[ExternalAuth] = None
     canary: Optional[Canary] = None
+    backends: Optional[WeightedBackends] = None  # Gateway API backendRefs with weights (the route's own upstream unused)
     affinity: Optional[Affinity] = None
     hash_by: Optional[HashBy] = None
     load_balance: str = ""  # "" (round robin) or EWMA
-    rewrite: Optional[Rewrite] = None
+    rewrite: Optional[Rewrite | PathReplace] = None
     upstream_host: str = ""  # the Host field the upstream receives instead of the client's
     request_headers: Optional[HeaderChanges] = None
     response_headers: Optional[HeaderChanges] = None
@@ -94,7 +98,7 @@ class Policies:
         if self.client_auth is not None:
             shown["clientAuth"] = self.client_auth.to_json()
         if self.redirect is not None:
-            shown["redirect"] = {"code": self.redirect.code, "location": self.redirect.location or f"{self.redirect.to_host}$request_uri"}
+            shown["redirect"] = self.redirect.to_json()
         if self.app_root:
             shown["appRoot"] = self.app_root
         if self.source_ranges is not None:
@@ -109,6 +113,8 @@ class Policies:
             shown["externalAuth"] = self.external_auth.to_json()
         if self.canary is not None:
             shown["canary"] = self.canary.to_json()
+        if self.backends is not None:
+            shown["backends"] = self.backends.to_json()
         if self.affinity is not None:
             shown["affinity"] = self.affinity.to_json()
         if self.hash_by is not None:

@@ -25,19 +25,25 @@ class HeaderChanges:
     fields: tuple[tuple[str, str], ...]
     lines: bytes
     drop: re.Pattern[bytes]
+    added: tuple[tuple[str, str], ...] = ()  # fields added beside the client's of the same name (Gateway API "add")
+    removed: tuple[str, ...] = ()  # fields dropped (Gateway API "remove")
 
     def to_json(self) -> dict[str, str]:
-        """For /debug/routes."""
-        return dict(self.fields)
+        """For /debug/routes: set fields by name, added ones as "+name", removed ones as "-name"."""
+        return dict(self.fields) | {f"+{name}": value for name, value in self.added} | {f"-{name}": "" for name in self.removed}
 
 
-def header_changes(fields: Iterable[tuple[str, str]]) -> HeaderChanges:
-    """The changes that set C{fields} (names as RFC 9110 tokens, values without line breaks; checked by the caller)."""
-    pairs = tuple(sorted(fields))
-    names = sorted({name.lower() for name, _ in pairs})
-    drop = re.compile(rb"^(?:%s):.*\n" % b"|".join(re.escape(n.encode("latin-1")) for n in names), re.MULTILINE | re.IGNORECASE)
-    lines = b"".join(b"%s: %s\r\n" % (name.encode("latin-1"), value.encode("latin-1")) for name, value in pairs)
-    return HeaderChanges(pairs, lines, drop)
+def header_changes(fields: Iterable[tuple[str, str]], added: Iterable[tuple[str, str]] = (), removed: Iterable[str] = ()) -> HeaderChanges:
+    """
+    The changes that set C{fields}, add C{added} and drop C{removed} (names as RFC 9110 tokens, values
+    without line breaks; checked by the caller).  An added field is a field line of its own, which
+    means the same as its value appended to the others' with a comma (RFC 9110 5.3).
+    """
+    pairs, extra, gone = tuple(sorted(fields)), tuple(added), tuple(removed)
+    names = sorted({name.lower() for name, _ in pairs} | {name.lower() for name in gone})
+    drop = re.compile(rb"^(?:%s):.*\n" % b"|".join(re.escape(n.encode("latin-1")) for n in names) if names else rb"(?!)", re.MULTILINE | re.IGNORECASE)
+    lines = b"".join(b"%s: %s\r\n" % (name.encode("latin-1"), value.encode("latin-1")) for name, value in pairs + extra)
+    return HeaderChanges(pairs, lines, drop, extra, gone)
 
 
 def valid_field(name: str, value: str) -> bool:

@@ -1,0 +1,336 @@
+# -*- test-case-name: tests.unit.test_gateway_parse -*-
+"""
+Gateway API JSON (gateway.networking.k8s.io/v1) to L{ingress.model.gateway} values.
+
+The CRDs' defaults are applied here (a rule without matches matches PathPrefix
+"/", a backendRef's weight is 1, a parentRef's namespace is the route's own),
+so that objects from a manifests directory, which no API server defaulted,
+mean what they would mean in a cluster.  The CRDs' CEL validation is the API
+server's business: here only what routing relies on is checked.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Optional
+
+from ingress.model import Condition, Namespace, ObjectMeta
+from ingress.model._fields import ParseError, _int, _invalid, _list, _mapping, _port_number, _required, _str, parse_host
+from ingress.model.gateway import (
+    FROM_SAME,
+    GATEWAY_GROUP,
+    PATH_MATCH_EXACT,
+    PATH_MATCH_PREFIX,
+    PATH_MATCH_REGEX,
+    VALUE_MATCH_EXACT,
+    VALUE_MATCH_REGEX,
+    BackendRef,
+    Gateway,
+    GatewayClass,
+    HeaderModifier,
+    HTTPRoute,
+    LabelSelector,
+    Listener,
+    ParentRef,
+    PathModifier,
+    RedirectFilter,
+    ReferenceGrant,
+    RewriteFilter,
+    RouteFilter,
+    RouteKind,
+    RouteMatch,
+    RouteRule,
+    SecretRef,
+    ValueMatch,
+)
+
+_DURATION = re.compile(r"(?:([0-9]{1,5})h)?(?:([0-9]{1,5})m)?(?:([0-9]{1,5})s)?(?:([0-9]{1,5})ms)?")
+
+
+def parse_namespace(obj: Mapping[str, Any], meta: ObjectMeta) -> Namespace:
+    """A Namespace: only its labels are read (allowedRoutes selectors)."""
+    return Namespace(meta)
+
+
+def parse_gateway_class(obj: Mapping[str, Any], meta: ObjectMeta) -> GatewayClass:
+    """A GatewayClass: its controllerName decides whether its Gateways are ours."""
+    controller = _str(_mapping(obj.get("spec"), "spec").get("controllerName"), "spec.controllerName")
+    if not controller:
+        raise _required("spec.controllerName")
+    return GatewayClass(meta, controller, _conditions(obj))
+
+
+def parse_gateway(obj: Mapping[str, Any], meta: ObjectMeta) -> Gateway:
+    """A Gateway: its class and listeners."""
+    spec = _mapping(obj.get("spec"), "spec")
+    class_name = _str(spec.get("gatewayClassName"), "spec.gatewayClassName")
+    if not class_name:
+        raise _required("spec.gatewayClassName")
+    listeners = tuple(_listener(item, f"spec.listeners[{i}]", meta.namespace) for i, item in enumerate(_list(spec.get("listeners"), "spec.listeners")))
+    if not listeners:
+        raise _required("spec.listeners")
+    return Gateway(meta, class_name, listeners, _conditions(obj))
+
+
+def _listener(value: Any, path: str, namespace: str) -> Listener:
+    item = _mapping(value, path)
+    name = _str(item.get("name"), f"{path}.name")
+    if not name:
+        raise _required(f"{path}.name")
+    protocol = _str(item.get("protocol"), f"{path}.protocol")
+    if not protocol:
+        raise _required(f"{path}.protocol")
+    tls = _mapping(item.get("tls"), f"{path}.tls")
+    refs = tuple(_secret_ref(ref, f"{path}.tls.certificateRefs[{i}]", namespace) for i, ref in enumerate(_list(tls.get("certificateRefs"), f"{path}.tls.certificateRefs")))
+    allowed = _mapping(item.get("allowedRoutes"), f"{path}.allowedRoutes")
+    namespaces = _mapping(allowed.get("namespaces"), f"{path}.allowedRoutes.namespaces")
+    selector = namespaces.get("selector")
+    kinds = tuple(
+        RouteKind(_str(k.get("group"), f"{path}.allowedRoutes.kinds.group", GATEWAY_GROUP), _str(k.get("kind"), f"{path}.allowedRoutes.kinds.kind"))
+        for k in (_mapping(k, f"{path}.allowedRoutes.kinds") for k in _list(allowed.get("kinds"), f"{path}.allowedRoutes.kinds"))
+    )
+    return Listener(
+        name=name,
+        port=_port_number(item.get("port"), f"{path}.port"),
+        protocol=protocol,
+        hostname=parse_host(item.get("hostname"), f"{path}.hostname"),
+        tls_mode=(_str(tls.get("mode"), f"{path}.tls.mode", "Terminate") if protocol in ("HTTPS", "TLS") else ""),
+        certificate_refs=refs,
+        allowed_from=_str(namespaces.get("from"), f"{path}.allowedRoutes.namespaces.from", FROM_SAME),
+        allowed_selector=_selector(selector, f"{path}.allowedRoutes.namespaces.selector") if selector is not None else None,
+        allowed_kinds=kinds,
+    )
+
+
+def _secret_ref(value: Any, path: str, namespace: str) -> SecretRef:
+    ref = _mapping(value, path)
+    name = _str(ref.get("name"), f"{path}.name")
+    if not name:
+        raise _required(f"{path}.name")
+    return SecretRef(
+        name=name,
+        namespace=_str(ref.get("namespace"), f"{path}.namespace") or namespace,
+        group=_str(ref.get("group"), f"{path}.group"),
+        kind=_str(ref.get("kind"), f"{path}.kind", "Secret"),
+    )
+
+
+def _selector(value: Any, path: str) -> LabelSelector:
+    item = _mapping(value, path)
+    labels = tuple(sorted((_str(k, path), _str(v, f"{path}.matchLabels[{k}]")) for k, v in _mapping(item.get("matchLabels"), f"{path}.matchLabels").items()))
+    expressions = []
+    for i, raw in enumerate(_list(item.get("matchExpressions"), f"{path}.matchExpressions")):
+        expression = _mapping(raw, f"{path}.matchExpressions[{i}]")
+        operator = _str(expression.get("operator"), f"{path}.matchExpressions[{i}].operator")
+        if operator not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            raise _invalid(f"{path}.matchExpressions[{i}].operator", operator, "must be In, NotIn, Exists or DoesNotExist")
+        values = tuple(_str(v, f"{path}.matchExpressions[{i}].values") for v in _list(expression.get("values"), f"{path}.matchExpressions[{i}].values"))
+        expressions.append((_str(expression.get("key"), f"{path}.matchExpressions[{i}].key"), operator, values))
+    return LabelSelector(labels, tuple(expressions))
+
+
+def parse_http_route(obj: Mapping[str, Any], meta: ObjectMeta) -> HTTPRoute:
+    """An HTTPRoute, with the CRD's defaults applied."""
+    spec = _mapping(obj.get("spec"), "spec")
+    parents = tuple(_parent_ref(p, f"spec.parentRefs[{i}]", meta.namespace) for i, p in enumerate(_list(spec.get("parentRefs"), "spec.parentRefs")))
+    hostnames = tuple(parse_host(h, f"spec.hostnames[{i}]") for i, h in enumerate(_list(spec.get("hostnames"), "spec.hostnames")))
+    rules = tuple(_rule(r, f"spec.rules[{i}]", meta.namespace) for i, r in enumerate(_list(spec.get("rules"), "spec.rules")))
+    status = _mapping(obj.get("status"), "status")
+    status_parents = tuple(
+        (
+            _parent_ref(_mapping(p, "status.parents").get("parentRef"), "status.parents.parentRef", meta.namespace),
+            _str(_mapping(p, "status.parents").get("controllerName"), "status.parents.controllerName"),
+            tuple(_condition(c) for c in _list(_mapping(p, "status.parents").get("conditions"), "status.parents.conditions")),
+        )
+        for p in _list(status.get("parents"), "status.parents")
+    )
+    return HTTPRoute(meta, parents, hostnames, rules or (RouteRule(),), status_parents)
+
+
+def _parent_ref(value: Any, path: str, namespace: str) -> ParentRef:
+    item = _mapping(value, path)
+    name = _str(item.get("name"), f"{path}.name")
+    if not name:
+        raise _required(f"{path}.name")
+    port = item.get("port")
+    return ParentRef(
+        name=name,
+        namespace=_str(item.get("namespace"), f"{path}.namespace") or namespace,
+        group=_str(item.get("group"), f"{path}.group", GATEWAY_GROUP),
+        kind=_str(item.get("kind"), f"{path}.kind", "Gateway"),
+        section_name=_str(item.get("sectionName"), f"{path}.sectionName"),
+        port=_port_number(port, f"{path}.port") if port is not None else None,
+    )
+
+
+def _rule(value: Any, path: str, namespace: str) -> RouteRule:
+    item = _mapping(value, path)
+    matches = tuple(_match(m, f"{path}.matches[{i}]") for i, m in enumerate(_list(item.get("matches"), f"{path}.matches")))
+    timeouts = _mapping(item.get("timeouts"), f"{path}.timeouts")
+    return RouteRule(
+        matches=matches or (RouteMatch(),),
+        filters=tuple(_filter(f, f"{path}.filters[{i}]") for i, f in enumerate(_list(item.get("filters"), f"{path}.filters"))),
+        backend_refs=tuple(_backend_ref(b, f"{path}.backendRefs[{i}]", namespace) for i, b in enumerate(_list(item.get("backendRefs"), f"{path}.backendRefs"))),
+        request_timeout=_duration(timeouts.get("request"), f"{path}.timeouts.request"),
+        backend_request_timeout=_duration(timeouts.get("backendRequest"), f"{path}.timeouts.backendRequest"),
+        name=_str(item.get("name"), f"{path}.name"),
+    )
+
+
+def _match(value: Any, path: str) -> RouteMatch:
+    item = _mapping(value, path)
+    path_match = _mapping(item.get("path"), f"{path}.path")
+    path_type = _str(path_match.get("type"), f"{path}.path.type", PATH_MATCH_PREFIX)
+    if path_type not in (PATH_MATCH_EXACT, PATH_MATCH_PREFIX, PATH_MATCH_REGEX):
+        raise _invalid(f"{path}.path.type", path_type, "must be Exact, PathPrefix or RegularExpression")
+    path_value = _str(path_match.get("value"), f"{path}.path.value", "/")
+    if path_type != PATH_MATCH_REGEX and not path_value.startswith("/"):
+        raise _invalid(f"{path}.path.value", path_value, "must be an absolute path")
+    return RouteMatch(
+        path_type=path_type,
+        path=path_value,
+        headers=tuple(_value_match(h, f"{path}.headers[{i}]", lower=True) for i, h in enumerate(_list(item.get("headers"), f"{path}.headers"))),
+        query_params=tuple(_value_match(q, f"{path}.queryParams[{i}]", lower=False) for i, q in enumerate(_list(item.get("queryParams"), f"{path}.queryParams"))),
+        method=_str(item.get("method"), f"{path}.method"),
+    )
+
+
+def _value_match(value: Any, path: str, *, lower: bool) -> ValueMatch:
+    item = _mapping(value, path)
+    name = _str(item.get("name"), f"{path}.name")
+    if not name:
+        raise _required(f"{path}.name")
+    match_type = _str(item.get("type"), f"{path}.type", VALUE_MATCH_EXACT)
+    if match_type not in (VALUE_MATCH_EXACT, VALUE_MATCH_REGEX):
+        raise _invalid(f"{path}.type", match_type, "must be Exact or RegularExpression")
+    return ValueMatch(name.lower() if lower else name, _str(item.get("value"), f"{path}.value"), match_type)
+
+
+def _filter(value: Any, path: str) -> RouteFilter:
+    item = _mapping(value, path)
+    kind = _str(item.get("type"), f"{path}.type")
+    if not kind:
+        raise _required(f"{path}.type")
+    if kind == "RequestHeaderModifier":
+        return RouteFilter(kind, request_headers=_header_modifier(item.get("requestHeaderModifier"), f"{path}.requestHeaderModifier"))
+    if kind == "ResponseHeaderModifier":
+        return RouteFilter(kind, response_headers=_header_modifier(item.get("responseHeaderModifier"), f"{path}.responseHeaderModifier"))
+    if kind == "RequestRedirect":
+        return RouteFilter(kind, redirect=_redirect(item.get("requestRedirect"), f"{path}.requestRedirect"))
+    if kind == "URLRewrite":
+        rewrite = _mapping(item.get("urlRewrite"), f"{path}.urlRewrite")
+        return RouteFilter(
+            kind,
+            rewrite=RewriteFilter(
+                hostname=parse_host(rewrite.get("hostname"), f"{path}.urlRewrite.hostname"),
+                path=_path_modifier(rewrite.get("path"), f"{path}.urlRewrite.path"),
+            ),
+        )
+    return RouteFilter(kind)  # RequestMirror, CORS, ExtensionRef...: routing reports what it cannot do
+
+
+def _header_modifier(value: Any, path: str) -> HeaderModifier:
+    item = _mapping(value, path)
+
+    def pairs(key: str) -> tuple[tuple[str, str], ...]:
+        found = (_mapping(h, f"{path}.{key}") for h in _list(item.get(key), f"{path}.{key}"))
+        return tuple((_str(h.get("name"), f"{path}.{key}.name"), _str(h.get("value"), f"{path}.{key}.value")) for h in found)
+
+    return HeaderModifier(set=pairs("set"), add=pairs("add"), remove=tuple(_str(n, f"{path}.remove") for n in _list(item.get("remove"), f"{path}.remove")))
+
+
+def _redirect(value: Any, path: str) -> RedirectFilter:
+    item = _mapping(value, path)
+    port = item.get("port")
+    code = _int(item.get("statusCode"), f"{path}.statusCode") or 302
+    if code not in (301, 302, 303, 307, 308):
+        raise _invalid(f"{path}.statusCode", code, "must be 301, 302, 303, 307 or 308")
+    scheme = _str(item.get("scheme"), f"{path}.scheme")
+    if scheme not in ("", "http", "https"):
+        raise _invalid(f"{path}.scheme", scheme, "must be http or https")
+    return RedirectFilter(
+        scheme=scheme,
+        hostname=parse_host(item.get("hostname"), f"{path}.hostname"),
+        path=_path_modifier(item.get("path"), f"{path}.path"),
+        port=_port_number(port, f"{path}.port") if port is not None else None,
+        status_code=code,
+    )
+
+
+def _path_modifier(value: Any, path: str) -> Optional[PathModifier]:
+    if value is None:
+        return None
+    item = _mapping(value, path)
+    kind = _str(item.get("type"), f"{path}.type")
+    if kind == "ReplaceFullPath":
+        return PathModifier(kind, _str(item.get("replaceFullPath"), f"{path}.replaceFullPath"))
+    if kind == "ReplacePrefixMatch":
+        return PathModifier(kind, _str(item.get("replacePrefixMatch"), f"{path}.replacePrefixMatch"))
+    raise _invalid(f"{path}.type", kind, "must be ReplaceFullPath or ReplacePrefixMatch")
+
+
+def _backend_ref(value: Any, path: str, namespace: str) -> BackendRef:
+    item = _mapping(value, path)
+    name = _str(item.get("name"), f"{path}.name")
+    if not name:
+        raise _required(f"{path}.name")
+    port = item.get("port")
+    weight = _int(item.get("weight"), f"{path}.weight")
+    if weight is not None and not 0 <= weight <= 1_000_000:
+        raise _invalid(f"{path}.weight", weight, "must be between 0 and 1000000")
+    return BackendRef(
+        name=name,
+        namespace=_str(item.get("namespace"), f"{path}.namespace") or namespace,
+        port=_port_number(port, f"{path}.port") if port is not None else None,
+        group=_str(item.get("group"), f"{path}.group"),
+        kind=_str(item.get("kind"), f"{path}.kind", "Service"),
+        weight=1 if weight is None else weight,
+        filters=tuple(_filter(f, f"{path}.filters[{i}]") for i, f in enumerate(_list(item.get("filters"), f"{path}.filters"))),
+    )
+
+
+def _duration(value: Any, path: str) -> Optional[float]:
+    """A Gateway API Duration ("10s", "1h30m", "500ms"; "0s" disables): seconds."""
+    if value is None:
+        return None
+    text = _str(value, path)
+    match = _DURATION.fullmatch(text)
+    if not text or match is None:
+        raise _invalid(path, text, "must be a Gateway API duration such as 10s, 1m30s or 500ms")
+    hours, minutes, seconds, millis = (int(g or 0) for g in match.groups())
+    return hours * 3600 + minutes * 60 + seconds + millis / 1000
+
+
+def parse_reference_grant(obj: Mapping[str, Any], meta: ObjectMeta) -> ReferenceGrant:
+    """A ReferenceGrant: who (group, kind, namespace) may refer to what (group, kind, name) here."""
+    spec = _mapping(obj.get("spec"), "spec")
+    sources = tuple(
+        (_str(f.get("group"), "spec.from.group"), _str(f.get("kind"), "spec.from.kind"), _str(f.get("namespace"), "spec.from.namespace"))
+        for f in (_mapping(f, "spec.from") for f in _list(spec.get("from"), "spec.from"))
+    )
+    targets = tuple(
+        (_str(t.get("group"), "spec.to.group"), _str(t.get("kind"), "spec.to.kind"), _str(t.get("name"), "spec.to.name"))
+        for t in (_mapping(t, "spec.to") for t in _list(spec.get("to"), "spec.to"))
+    )
+    return ReferenceGrant(meta, sources, targets)
+
+
+def _conditions(obj: Mapping[str, Any]) -> tuple[Condition, ...]:
+    return tuple(_condition(c) for c in _list(_mapping(obj.get("status"), "status").get("conditions"), "status.conditions"))
+
+
+def _condition(value: Any) -> Condition:
+    item = _mapping(value, "status.conditions")
+    try:
+        generation = _int(item.get("observedGeneration"), "status.conditions.observedGeneration") or 0
+    except ParseError:
+        generation = 0
+    return Condition(
+        type=_str(item.get("type"), "status.conditions.type"),
+        status=_str(item.get("status"), "status.conditions.status"),
+        reason=_str(item.get("reason"), "status.conditions.reason"),
+        message=_str(item.get("message"), "status.conditions.message"),
+        observed_generation=generation,
+        last_transition_time=_str(item.get("lastTransitionTime"), "status.conditions.lastTransitionTime"),
+    )

@@ -1,0 +1,250 @@
+# -*- test-case-name: tests.unit.test_gateway_routing -*-
+"""
+Gateway API (HTTPRoutes on the Gateways of our GatewayClasses) compiled into the routing table.
+
+L{listeners} decides what attaches where, L{rules} what each rule does; here the
+matches of every attached rule become the table's paths, host by host, in the
+Gateway API's precedence: an Exact path, then the longest PathPrefix, then a method,
+then the most header matches, then the most query parameter matches, then the
+oldest route (creation time, then namespace/name), then rule and match order.
+
+A path's slot holds the candidates whose path matches it (an Exact path's slot also
+the prefixes above it, a prefix's slot the shorter prefixes), so the first candidate
+whose other conditions hold is the one the spec names; a slot whose first candidate
+asks for nothing more holds that route alone, and costs what an Ingress path costs.
+Wildcard hostnames cover any number of labels (L{RoutingTable.deep_wildcards}).
+
+A host that an Ingress serves stays the Ingress's: its HTTPRoutes are reported and
+not served there (one owner per host keeps both specifications' precedence rules
+intact).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ingress.model import ClusterState, Condition, ObjectRef, Problem
+from ingress.model.gateway import GATEWAY_CONTROLLER_NAME, PATH_MATCH_EXACT, PATH_MATCH_PREFIX, VALUE_MATCH_REGEX, HTTPRoute, ParentRef, RouteMatch, ValueMatch
+from ingress.routing.backends import Backends
+from ingress.routing.gateway.listeners import ServedListener, attach, condition, our_gateways, serve_listeners
+from ingress.routing.gateway.rules import RuleContext, compile_rule
+from ingress.routing.gateway.status import GatewayAPIStatus, GatewayStatus, ListenerStatus
+from ingress.routing.policies.matching import RequestMatch, ValueCondition
+from ingress.routing.route import Route
+from ingress.routing.table import HostRoutes
+
+
+@dataclass
+class GatewayRoutes:
+    """The Gateway API's part of a table: hosts, wildcard suffixes, the any-host paths, certificates, problems, status."""
+
+    hosts: dict[str, HostRoutes] = field(default_factory=dict)
+    wildcards: dict[str, HostRoutes] = field(default_factory=dict)
+    any_host: Optional[HostRoutes] = None
+    certificates: dict[str, tuple[str, str]] = field(default_factory=dict)  # host or "*.suffix" → Secret
+    problems: list[Problem] = field(default_factory=list)
+    status: GatewayAPIStatus = field(default_factory=GatewayAPIStatus)
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    exact: bool
+    path: str
+    key: str  # the path's elements joined by "/"
+    match: RequestMatch
+    order: tuple[object, ...]
+    route: Route
+
+
+def build_gateway_routes(state: ClusterState, backends: Backends, ports: Mapping[int, str], controller_name: str = GATEWAY_CONTROLLER_NAME) -> GatewayRoutes:
+    """The Gateway API routes of C{state} for the listeners on C{ports} (port → "http", "https")."""
+    out = GatewayRoutes()
+    if not state.gateways and not state.http_routes:
+        return out
+    gateways = our_gateways(state, controller_name)
+    listeners = serve_listeners(state, gateways, ports)
+    routes = sorted(state.http_routes, key=lambda r: r.meta.age_key())
+    attached = attach(state, routes, listeners)
+    context = RuleContext(state, backends, *_ports(ports))
+    candidates: dict[str, list[_Candidate]] = {}
+    route_status: dict[ObjectRef, tuple[tuple[ParentRef, tuple[Condition, ...]], ...]] = {}
+    for route in routes:
+        places = attached.hosts.get(route.ref, [])
+        context.unresolved = {}
+        if places:
+            _add_candidates(route, places, context, candidates)
+        parents = attached.parents.get(route.ref)
+        if parents:
+            refs = _resolved_refs(route, context.unresolved)
+            route_status[route.ref] = tuple((parent, (accepted, refs)) for parent, accepted in parents)
+    for host, found in candidates.items():
+        paths = _host_routes(found)
+        if not host:
+            out.any_host = paths
+        elif host.startswith("*."):
+            out.wildcards[host[2:]] = paths
+        else:
+            out.hosts[host] = paths
+    for served in listeners:
+        if served.secret is not None:
+            out.certificates.setdefault(served.listener.hostname, served.secret)
+    out.problems = context.problems + _listener_problems(listeners)
+    out.status = GatewayAPIStatus(_class_status(state, controller_name), _gateway_status(listeners, attached.attached), route_status)
+    return out
+
+
+def _ports(ports: Mapping[int, str]) -> tuple[int, int]:
+    http = next((p for p, name in ports.items() if name == "http"), 80)
+    https = next((p for p, name in ports.items() if name == "https"), 443)
+    return http, https
+
+
+def _add_candidates(route: HTTPRoute, places: list[tuple[ServedListener, tuple[str, ...]]], context: RuleContext, into: dict[str, list[_Candidate]]) -> None:
+    """Every (host, match) of the route's rules, with the schemes of the listeners that serve each host."""
+    schemes: dict[str, set[bytes]] = {}
+    for served, hosts in places:
+        for host in hosts:
+            schemes.setdefault(host, set()).add(served.scheme)
+    compiled = [compile_rule(route, rule, context) for rule in route.rules]
+    for host, host_schemes in schemes.items():
+        scheme = next(iter(host_schemes)) if len(host_schemes) == 1 else b""
+        for rule_index, (rule, target) in enumerate(zip(route.rules, compiled, strict=True)):
+            for match_index, match in enumerate(rule.matches):
+                candidate = _candidate(route, match, target, scheme, (rule_index, match_index), context)
+                if candidate is not None:
+                    into.setdefault(host, []).append(candidate)
+
+
+def _candidate(route: HTTPRoute, match: RouteMatch, target: Route, scheme: bytes, position: tuple[int, int], context: RuleContext) -> Optional[_Candidate]:
+    if match.path_type not in (PATH_MATCH_EXACT, PATH_MATCH_PREFIX):
+        context.problems.append(Problem(route.ref, "UnsupportedValue", f"path match type {match.path_type} is not supported: that match is not served"))
+        return None
+    try:
+        conditions = RequestMatch(
+            method=match.method.encode("latin-1"),
+            headers=tuple(_condition_of(v, True) for v in _first_of_each(match.headers, lower=True)),
+            query=tuple(_condition_of(v, False) for v in _first_of_each(match.query_params, lower=False)),
+            scheme=scheme,
+        )
+    except re.error as error:
+        context.problems.append(Problem(route.ref, "UnsupportedValue", f"invalid regular expression in a match ({error}): that match is not served"))
+        return None
+    exact = match.path_type == PATH_MATCH_EXACT
+    order = (
+        0 if exact else 1,
+        -len(match.path),
+        0 if match.method else 1,
+        -len(conditions.headers),
+        -len(conditions.query),
+        route.meta.age_key(),
+        position,
+    )
+    key = "/".join(e for e in match.path.split("/") if e)
+    return _Candidate(exact, match.path, key, conditions, order, target)
+
+
+def _first_of_each(matches: tuple[ValueMatch, ...], *, lower: bool) -> list[ValueMatch]:
+    """Only the first match of an equivalent name counts (header names case-insensitively)."""
+    seen: set[str] = set()
+    kept = []
+    for value in matches:
+        name = value.name.lower() if lower else value.name
+        if name not in seen:
+            seen.add(name)
+            kept.append(value)
+    return kept
+
+
+def _condition_of(value: ValueMatch, header: bool) -> ValueCondition:
+    name = value.name.encode("latin-1")
+    if value.type == VALUE_MATCH_REGEX:
+        return ValueCondition(name, pattern=re.compile(value.value.encode("utf-8")))
+    return ValueCondition(name, value.value.encode("utf-8"))
+
+
+def _host_routes(candidates: list[_Candidate]) -> HostRoutes:
+    """One host's paths: each slot holds its chain of candidates, best first (module docstring)."""
+    ordered = sorted(candidates, key=lambda c: c.order)
+    prefixes = [c for c in ordered if not c.exact]
+    exact: dict[str, Route] = {}
+    for path in dict.fromkeys(c.path for c in ordered if c.exact):
+        key = "/".join(e for e in path.split("/") if e)
+        chain = [c for c in ordered if c.exact and c.path == path] + [c for c in prefixes if _under(key, c.key)]
+        exact[path] = _slot(chain, path)
+    slots: dict[str, Route] = {}
+    for key in dict.fromkeys(c.key for c in prefixes):
+        slots[key] = _slot([c for c in prefixes if _under(key, c.key)], "/" + key)
+    return HostRoutes(exact=exact, prefixes=slots)
+
+
+def _under(key: str, prefix: str) -> bool:
+    """Whether a path of elements C{key} is under the prefix of elements C{prefix}."""
+    return not prefix or key == prefix or key.startswith(prefix + "/")
+
+
+def _slot(chain: list[_Candidate], path: str) -> Route:
+    """The route of a slot: its best candidate alone when that one asks for nothing more, else the chain as choices."""
+    first = chain[0]
+    if first.match.unconditional:
+        return first.route
+    choices: list[tuple[RequestMatch, Route]] = []
+    for candidate in chain:
+        choices.append((candidate.match, candidate.route))
+        if candidate.match.unconditional:
+            break  # nothing after it can be reached
+    return Route(name=first.route.name, source=first.route.source, upstream=first.route.upstream, path=path, choices=tuple(choices))
+
+
+def _resolved_refs(route: HTTPRoute, unresolved: Mapping[str, str]) -> Condition:
+    generation = route.meta.generation
+    if not unresolved:
+        return condition("ResolvedRefs", True, "ResolvedRefs", "", generation)
+    reason, message = next(iter(unresolved.items()))
+    return condition("ResolvedRefs", False, reason, message, generation)
+
+
+def _listener_problems(listeners: list[ServedListener]) -> list[Problem]:
+    problems = []
+    for served in listeners:
+        for found in served.conditions:
+            if found.status == "False":
+                what = f"listener {served.listener.name}: {found.type} {found.reason}: {found.message}"
+                problems.append(Problem(served.gateway.ref, found.reason, what))
+    return problems
+
+
+def _class_status(state: ClusterState, controller_name: str) -> dict[str, tuple[Condition, ...]]:
+    return {
+        c.meta.name: (condition("Accepted", True, "Accepted", "", c.meta.generation),)
+        for c in state.gateway_classes
+        if c.controller_name == controller_name
+    }
+
+
+def _gateway_status(listeners: list[ServedListener], attached: Mapping[tuple[ObjectRef, str], int]) -> dict[ObjectRef, GatewayStatus]:
+    by_gateway: dict[ObjectRef, list[ServedListener]] = {}
+    for served in listeners:
+        by_gateway.setdefault(served.gateway.ref, []).append(served)
+    status = {}
+    for ref, served_listeners in by_gateway.items():
+        gateway = served_listeners[0].gateway
+        generation = gateway.meta.generation
+        valid = [s for s in served_listeners if s.served]
+        if len(valid) == len(served_listeners):
+            conditions = (condition("Accepted", True, "Accepted", "", generation), condition("Programmed", True, "Programmed", "", generation))
+        elif valid:
+            conditions = (condition("Accepted", True, "ListenersNotValid", "some listeners are not served", generation), condition("Programmed", True, "Programmed", "", generation))
+        else:
+            none = "no listener is served"
+            conditions = (condition("Accepted", False, "ListenersNotValid", none, generation), condition("Programmed", False, "Invalid", none, generation))
+        status[ref] = GatewayStatus(
+            conditions,
+            tuple(
+                ListenerStatus(s.listener.name, tuple(k.kind for k in s.supported_kinds), attached.get((ref, s.listener.name), 0), s.conditions)
+                for s in served_listeners
+            ),
+        )
+    return status

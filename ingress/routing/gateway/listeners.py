@@ -1,0 +1,227 @@
+# -*- test-case-name: tests.unit.test_gateway_routing -*-
+"""
+Which Gateways are ours, which of their listeners twingress serves, and which routes attach to them.
+
+A Gateway is ours when its GatewayClass names twingress's controller.  Every
+Gateway of ours shares twingress's own listeners: an HTTP listener on the
+C{--http} port is served by the HTTP listener, an HTTPS listener (Terminate) on
+the C{--https} port by the TLS listener with its certificate chosen by SNI.  A
+listener on another port or of another protocol is reported (Accepted=False) and
+not served.
+
+An HTTPRoute attaches, through each of its parentRefs, to the listeners the
+reference selects (sectionName, port) whose C{allowedRoutes} admit its namespace
+and kind and whose hostname intersects the route's (Gateway API "Hostnames" and
+"AllowedRoutes").  Each refusal has the spec's reason, for the route's status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ingress.model import ClusterState, Condition, ObjectRef
+from ingress.model.gateway import (
+    FROM_ALL,
+    FROM_SAME,
+    FROM_SELECTOR,
+    GATEWAY_GROUP,
+    Gateway,
+    HTTPRoute,
+    Listener,
+    ParentRef,
+    RouteKind,
+)
+
+HTTP_ROUTE_KIND = RouteKind(GATEWAY_GROUP, "HTTPRoute")
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+SCHEMES = {"HTTP": b"http", "HTTPS": b"https"}
+
+
+def condition(kind: str, ok: bool, reason: str, message: str = "", generation: int = 0) -> Condition:
+    """A status condition (True when C{ok}) at the object's C{generation}."""
+    return Condition(kind, "True" if ok else "False", reason, message, generation)
+
+
+@dataclass(frozen=True, slots=True)
+class ServedListener:
+    """A listener of one of our Gateways and what became of it; C{secret}: its certificate, resolved."""
+
+    gateway: Gateway
+    listener: Listener
+    scheme: bytes  # b"http" or b"https"; b"" when it is not served
+    supported_kinds: tuple[RouteKind, ...]
+    conditions: tuple[Condition, ...]
+    secret: Optional[tuple[str, str]] = None
+
+    @property
+    def served(self) -> bool:
+        return bool(self.scheme)
+
+
+@dataclass
+class Attachments:
+    """Where each route attached (listener, hosts) and what its parentRefs' status says."""
+
+    hosts: dict[ObjectRef, list[tuple[ServedListener, tuple[str, ...]]]] = field(default_factory=dict)
+    parents: dict[ObjectRef, list[tuple[ParentRef, Condition]]] = field(default_factory=dict)
+    attached: dict[tuple[ObjectRef, str], int] = field(default_factory=dict)  # (Gateway, listener) → routes
+
+
+def our_gateways(state: ClusterState, controller_name: str) -> list[Gateway]:
+    """The Gateways of a GatewayClass that names C{controller_name}, oldest first."""
+    classes = {c.meta.name for c in state.gateway_classes if c.controller_name == controller_name}
+    return sorted((g for g in state.gateways if g.gateway_class_name in classes), key=lambda g: g.meta.age_key())
+
+
+def serve_listeners(state: ClusterState, gateways: Iterable[Gateway], ports: Mapping[int, str]) -> list[ServedListener]:
+    """Every listener of C{gateways}, judged: served (on which of our listeners) or why not."""
+    http_port = next((p for p, name in ports.items() if name == "http"), None)
+    https_port = next((p for p, name in ports.items() if name == "https"), None)
+    return [_judge(state, gateway, listener, http_port, https_port) for gateway in gateways for listener in gateway.listeners]
+
+
+def _judge(state: ClusterState, gateway: Gateway, listener: Listener, http_port: Optional[int], https_port: Optional[int]) -> ServedListener:
+    generation = gateway.meta.generation
+    kinds, bad_kinds = _kinds(listener)
+    refs = condition("ResolvedRefs", True, "ResolvedRefs", "", generation)
+    if bad_kinds:
+        refs = condition("ResolvedRefs", False, "InvalidRouteKinds", f"unsupported route kinds: {', '.join(k.kind for k in bad_kinds)}", generation)
+
+    def refused(reason: str, message: str, resolved: Condition = refs) -> ServedListener:
+        return ServedListener(
+            gateway, listener, b"", kinds if listener.protocol in SCHEMES else (),
+            (condition("Accepted", False, reason, message, generation), condition("Programmed", False, "Invalid", message, generation), resolved),
+        )
+
+    if listener.protocol not in SCHEMES:
+        return refused("UnsupportedProtocol", f"protocol {listener.protocol} is not served by twingress yet (HTTP and HTTPS are)")
+    wanted, option = (http_port, "--http") if listener.protocol == "HTTP" else (https_port, "--https")
+    if wanted != listener.port:
+        where = f"port {wanted}" if wanted is not None else "no port: it is turned off"
+        return refused("PortUnavailable", f"a {listener.protocol} listener is served on twingress's {option} listener ({where}), not on port {listener.port}")
+    secret = None
+    if listener.protocol == "HTTPS":
+        if listener.tls_mode != "Terminate":
+            return refused("UnsupportedValue", "an HTTPS listener terminates TLS (tls.mode Terminate)")
+        secret, problem = _certificate(state, gateway, listener)
+        if problem is not None:
+            reason, message = problem
+            resolved = condition("ResolvedRefs", False, reason, message, generation)
+            return ServedListener(
+                gateway, listener, b"", kinds,
+                (condition("Accepted", True, "Accepted", "", generation), condition("Programmed", False, "Invalid", message, generation), resolved),
+            )
+    return ServedListener(
+        gateway, listener, SCHEMES[listener.protocol], kinds,
+        (condition("Accepted", True, "Accepted", "", generation), condition("Programmed", True, "Programmed", "", generation), refs),
+        secret,
+    )
+
+
+def _kinds(listener: Listener) -> tuple[tuple[RouteKind, ...], tuple[RouteKind, ...]]:
+    """The route kinds a listener supports (of those it allows), and those it names but nobody supports."""
+    if not listener.allowed_kinds:
+        return (HTTP_ROUTE_KIND,), ()
+    good = tuple(k for k in listener.allowed_kinds if k == HTTP_ROUTE_KIND)
+    return good, tuple(k for k in listener.allowed_kinds if k != HTTP_ROUTE_KIND)
+
+
+def _certificate(state: ClusterState, gateway: Gateway, listener: Listener) -> tuple[Optional[tuple[str, str]], Optional[tuple[str, str]]]:
+    """The listener's certificate Secret, or (reason, message) for its ResolvedRefs condition."""
+    if not listener.certificate_refs:
+        return None, ("InvalidCertificateRef", "an HTTPS listener needs a certificateRef")
+    ref = listener.certificate_refs[0]
+    if ref.group or ref.kind != "Secret":
+        return None, ("InvalidCertificateRef", f"certificateRef {ref.group or 'core'}/{ref.kind} is not a Secret")
+    if ref.namespace != gateway.meta.namespace and not any(
+        grant.meta.namespace == ref.namespace and grant.allows(GATEWAY_GROUP, "Gateway", gateway.meta.namespace, "", "Secret", ref.name)
+        for grant in state.reference_grants
+    ):
+        return None, ("RefNotPermitted", f"no ReferenceGrant in namespace {ref.namespace} allows this Gateway to use Secret {ref.name}")
+    if (ref.namespace, ref.name) not in state.secrets:
+        return None, ("InvalidCertificateRef", f"Secret {ref.namespace}/{ref.name} is not a kubernetes.io/tls Secret with a certificate and key")
+    return (ref.namespace, ref.name), None
+
+
+def attach(state: ClusterState, routes: Iterable[HTTPRoute], listeners: list[ServedListener]) -> Attachments:
+    """Every route's attachments to C{listeners}, and the Accepted condition of each of its parentRefs that names a Gateway of ours."""
+    by_gateway: dict[tuple[str, str], list[ServedListener]] = {}
+    for served in listeners:
+        by_gateway.setdefault((served.gateway.meta.namespace, served.gateway.meta.name), []).append(served)
+    found = Attachments()
+    for route in routes:
+        for parent in route.parent_refs:
+            if parent.group != GATEWAY_GROUP or parent.kind != "Gateway":
+                continue
+            candidates = by_gateway.get((parent.namespace, parent.name))
+            if candidates is None:
+                continue  # not a Gateway of ours: another controller's business
+            accepted = _attach_one(state, route, parent, candidates, found)
+            found.parents.setdefault(route.ref, []).append((parent, accepted))
+    return found
+
+
+def _attach_one(state: ClusterState, route: HTTPRoute, parent: ParentRef, candidates: list[ServedListener], found: Attachments) -> Condition:
+    generation = route.meta.generation
+    selected = [
+        s for s in candidates
+        if (not parent.section_name or s.listener.name == parent.section_name) and (parent.port is None or s.listener.port == parent.port)
+    ]
+    if not selected:
+        return condition("Accepted", False, "NoMatchingParent", "no listener of the Gateway matches the parentRef's sectionName and port", generation)
+    allowed = [s for s in selected if HTTP_ROUTE_KIND in s.supported_kinds and _admits(state, s, route.meta.namespace)]
+    if not allowed:
+        return condition("Accepted", False, "NotAllowedByListeners", "no selected listener allows HTTPRoutes from this namespace", generation)
+    attached = False
+    for served in allowed:
+        hosts = intersect_hostnames(served.listener.hostname, route.hostnames)
+        if not hosts:
+            continue
+        attached = True
+        key = (served.gateway.ref, served.listener.name)
+        found.attached[key] = found.attached.get(key, 0) + 1
+        if served.served:
+            found.hosts.setdefault(route.ref, []).append((served, hosts))
+    if not attached:
+        return condition("Accepted", False, "NoMatchingListenerHostname", "no hostname of the route intersects a selected listener's", generation)
+    return condition("Accepted", True, "Accepted", "", generation)
+
+
+def _admits(state: ClusterState, served: ServedListener, namespace: str) -> bool:
+    """Whether the listener's allowedRoutes.namespaces admits a route of C{namespace}."""
+    listener = served.listener
+    if listener.allowed_from == FROM_ALL:
+        return True
+    if listener.allowed_from == FROM_SAME:
+        return namespace == served.gateway.meta.namespace
+    if listener.allowed_from == FROM_SELECTOR and listener.allowed_selector is not None:
+        known = state.namespaces.get(("", namespace))
+        labels = dict(known.meta.labels) if known is not None else {}
+        labels.setdefault(NAMESPACE_NAME_LABEL, namespace)  # the API server sets it on every namespace
+        return listener.allowed_selector.matches(labels)
+    return False
+
+
+def intersect_hostnames(listener: str, route: tuple[str, ...]) -> tuple[str, ...]:
+    """
+    The hosts a route serves on a listener: its hostnames that the listener's admits, or the
+    listener's where a route wildcard covers it; "" is any host.  Empty when nothing intersects.
+    """
+    if not route:
+        return (listener,)
+    if not listener:
+        return route
+    hosts: dict[str, None] = {}
+    for name in route:
+        if name == listener or (listener.startswith("*.") and covers(listener, name)):
+            hosts[name] = None
+        elif name.startswith("*.") and covers(name, listener):
+            hosts[listener] = None
+    return tuple(hosts)
+
+
+def covers(wildcard: str, name: str) -> bool:
+    """Whether "*.suffix" covers C{name} (a host, or a narrower wildcard): any number of labels before the suffix."""
+    return name.endswith(wildcard[1:]) and len(name) > len(wildcard) - 1

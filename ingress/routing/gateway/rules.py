@@ -1,0 +1,152 @@
+# -*- test-case-name: tests.unit.test_gateway_routing -*-
+"""
+One HTTPRoute rule compiled into the route every match of it leads to: its filters as policies,
+its backendRefs as an upstream or a weighted set.
+
+The filters become the policies an Ingress's annotations become (DESIGN "Routes carry
+policies"): RequestHeaderModifier and ResponseHeaderModifier are header changes,
+RequestRedirect is answered by the proxy, URLRewrite is the upstream's Host and path.
+A filter twingress does not implement (RequestMirror, CORS, ExtensionRef) makes its
+rule answer 500: a rule is never served without what it asks for.
+
+A backendRef that cannot be used (another kind than a core Service, a Service that
+does not exist, another namespace without a ReferenceGrant, no port) answers its
+share of the requests 500, with the reason the route's ResolvedRefs condition gives
+(Gateway API "BackendRefs").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+from ingress.model import ClusterState, IngressBackend, Problem, ServiceBackendPort
+from ingress.model.gateway import GATEWAY_GROUP, PATH_MATCH_PREFIX, BackendRef, HeaderModifier, HTTPRoute, RouteRule
+from ingress.routing.backends import Backends
+from ingress.routing.policies import Policies
+from ingress.routing.policies.headers import HeaderChanges, header_changes, valid_field
+from ingress.routing.policies.pathreplace import REPLACE_PREFIX_MATCH, PathReplace
+from ingress.routing.policies.redirect import Deny, GatewayRedirect
+from ingress.routing.policies.weighted import WeightedBackends
+from ingress.routing.route import Route, Upstream
+
+UNSUPPORTED_FILTER = "UnsupportedFilter"
+
+
+@dataclass
+class RuleContext:
+    """What compiling a route's rules needs and reports: the snapshot, the Services, our ports, problems, unresolved refs."""
+
+    state: ClusterState
+    backends: Backends
+    http_port: int = 80
+    https_port: int = 443
+    problems: list[Problem] = field(default_factory=list)
+    unresolved: dict[str, str] = field(default_factory=dict)  # ResolvedRefs reason → first message, per route
+
+
+def compile_rule(route: HTTPRoute, rule: RouteRule, context: RuleContext) -> Route:
+    """The route a match of C{rule} leads to (C{context} collects its problems and unresolved references)."""
+    name = f"{route.meta.namespace}/{route.meta.name}"
+    empty = Upstream(f"{name}#rule", ())
+    base = Route(name=name, source=route.ref, upstream=empty)
+    policies, refused = _filter_policies(route, rule, context)
+    if refused:
+        return Route(name=name, source=route.ref, upstream=empty, policies=Policies(deny=Deny(500, refused)))
+    if policies.redirect is not None:
+        return Route(name=name, source=route.ref, upstream=empty, policies=policies)
+    weighted = [(ref.weight, _backend_route(route, ref, base, context)) for ref in rule.backend_refs]
+    usable = [(weight, target) for weight, target in weighted if weight > 0]
+    if not usable:
+        why = "the rule has no backendRefs" if not rule.backend_refs else "every backendRef has weight 0"
+        return Route(name=name, source=route.ref, upstream=empty, policies=Policies(deny=Deny(500, why)))
+    plain = policies if policies != Policies() else None
+    if len(usable) == 1 and usable[0][1] is not None:
+        return Route(name=name, source=route.ref, upstream=usable[0][1].upstream, policies=plain)
+    routes = tuple(Route(name=name, source=route.ref, upstream=t.upstream, policies=plain) if t is not None else None for _, t in usable)
+    split = WeightedBackends(routes, tuple(weight for weight, _ in usable))
+    return Route(name=name, source=route.ref, upstream=empty, policies=replace(policies, backends=split))
+
+
+def _filter_policies(route: HTTPRoute, rule: RouteRule, context: RuleContext) -> tuple[Policies, str]:
+    """The rule's filters as policies, or the reason the rule cannot be served as asked."""
+    request: Optional[HeaderChanges] = None
+    response: Optional[HeaderChanges] = None
+    redirect: Optional[GatewayRedirect] = None
+    rewrite: Optional[PathReplace] = None
+    upstream_host = ""
+    for item in rule.filters:
+        if item.type == "RequestHeaderModifier" and item.request_headers is not None:
+            request = _changes(item.request_headers)
+            if request is None:
+                return Policies(), _refuse(route, context, "RequestHeaderModifier: a name or value that cannot be sent")
+        elif item.type == "ResponseHeaderModifier" and item.response_headers is not None:
+            response = _changes(item.response_headers)
+            if response is None:
+                return Policies(), _refuse(route, context, "ResponseHeaderModifier: a name or value that cannot be sent")
+        elif item.type == "RequestRedirect" and item.redirect is not None:
+            given = item.redirect
+            path = _path(rule, given.path.type, given.path.value) if given.path is not None else None
+            redirect = GatewayRedirect(given.status_code, given.scheme, given.hostname, given.port, path, context.http_port, context.https_port)
+        elif item.type == "URLRewrite" and item.rewrite is not None:
+            upstream_host = item.rewrite.hostname
+            rewrite = _path(rule, item.rewrite.path.type, item.rewrite.path.value) if item.rewrite.path is not None else None
+        else:
+            return Policies(), _refuse(route, context, f"filter {item.type} is not supported by twingress")
+    return Policies(redirect=redirect, rewrite=rewrite, upstream_host=upstream_host, request_headers=request, response_headers=response), ""
+
+
+def _refuse(route: HTTPRoute, context: RuleContext, why: str) -> str:
+    """A rule that cannot be served as asked answers 500, reported."""
+    context.problems.append(Problem(route.ref, UNSUPPORTED_FILTER, f"{why}: its rule answers 500"))
+    return why
+
+
+def _changes(modifier: HeaderModifier) -> Optional[HeaderChanges]:
+    """A header modifier as header changes; None when a name or value could not be sent (reported by the caller)."""
+    pairs = modifier.set + modifier.add
+    if not all(valid_field(name, value) for name, value in pairs) or not all(valid_field(name, "") for name in modifier.remove):
+        return None
+    return header_changes(modifier.set, modifier.add, modifier.remove)
+
+
+def _path(rule: RouteRule, kind: str, value: str) -> PathReplace:
+    """A path modifier; ReplacePrefixMatch replaces the prefix of the rule's one PathPrefix match (the CRD allows no other)."""
+    if kind != REPLACE_PREFIX_MATCH:
+        return PathReplace(kind, value)
+    prefixes = [m.path for m in rule.matches if m.path_type == PATH_MATCH_PREFIX]
+    return PathReplace(kind, value, prefixes[0] if prefixes else "/")
+
+
+def _backend_route(route: HTTPRoute, ref: BackendRef, base: Route, context: RuleContext) -> Optional[Route]:
+    """The route to one backendRef, or None (answered 500) with the reason recorded for ResolvedRefs."""
+    if ref.group or ref.kind != "Service":
+        return _unresolved(route, context, "InvalidKind", f"backendRef {ref.group or 'core'}/{ref.kind} {ref.name}: only core Services are supported")
+    if ref.namespace != route.meta.namespace and not _granted(context.state, route, ref):
+        return _unresolved(route, context, "RefNotPermitted", f"no ReferenceGrant in namespace {ref.namespace} allows this route to use Service {ref.name}")
+    if ref.port is None:
+        return _unresolved(route, context, "BackendNotFound", f"backendRef Service {ref.namespace}/{ref.name} needs a port")
+    if (ref.namespace, ref.name) not in context.state.services:
+        return _unresolved(route, context, "BackendNotFound", f"Service {ref.namespace}/{ref.name} not found")
+    if ref.filters:
+        names = ", ".join(f.type for f in ref.filters)
+        return _unresolved(route, context, "", f"backendRef {ref.name}: filters on a backendRef ({names}) are not supported by twingress: its share answers 500")
+    upstream, issue = context.backends.upstream(ref.namespace, IngressBackend(ref.name, ServiceBackendPort(number=ref.port)))
+    if issue is not None:
+        context.problems.append(Problem(route.ref, *issue))
+    return Route(name=base.name, source=base.source, upstream=upstream)
+
+
+def _granted(state: ClusterState, route: HTTPRoute, ref: BackendRef) -> bool:
+    return any(
+        grant.meta.namespace == ref.namespace and grant.allows(GATEWAY_GROUP, "HTTPRoute", route.meta.namespace, "", "Service", ref.name)
+        for grant in state.reference_grants
+    )
+
+
+def _unresolved(route: HTTPRoute, context: RuleContext, reason: str, message: str) -> Optional[Route]:
+    """Report a backendRef that cannot be used (C{reason} for ResolvedRefs, "" when it is ours to refuse); None: its share answers 500."""
+    context.problems.append(Problem(route.ref, reason or UNSUPPORTED_FILTER, message))
+    if reason:
+        context.unresolved.setdefault(reason, message)
+    return None

@@ -1,0 +1,67 @@
+# -*- test-case-name: tests.unit.test_gateway_routing -*-
+"""
+The status of the Gateway API objects of ours, as a build judged them: what the Lease holder
+writes to GatewayClasses, Gateways and HTTPRoutes, and what /debug/routes shows.  Plain values,
+carried on the routing table like the StreamIngress conditions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ingress.model import Condition, ObjectRef
+from ingress.model.gateway import ParentRef
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerStatus:
+    name: str
+    supported_kinds: tuple[str, ...]
+    attached_routes: int
+    conditions: tuple[Condition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayStatus:
+    """What the Lease holder writes to a Gateway (and /debug/routes shows)."""
+
+    conditions: tuple[Condition, ...]
+    listeners: tuple[ListenerStatus, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayAPIStatus:
+    """The status of every Gateway API object of ours, as the build judged them."""
+
+    classes: Mapping[str, tuple[Condition, ...]] = field(default_factory=dict)
+    gateways: Mapping[ObjectRef, GatewayStatus] = field(default_factory=dict)
+    routes: Mapping[ObjectRef, tuple[tuple[ParentRef, tuple[Condition, ...]], ...]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """For /debug/routes."""
+
+        def conditions(found: tuple[Condition, ...]) -> list[dict[str, str]]:
+            return [{"type": c.type, "status": c.status, "reason": c.reason, **({"message": c.message} if c.message else {})} for c in found]
+
+        return {
+            "gatewayClasses": {name: conditions(found) for name, found in sorted(self.classes.items())},
+            "gateways": {
+                f"{ref.namespace}/{ref.name}": {
+                    "conditions": conditions(status.conditions),
+                    "listeners": [
+                        {"name": s.name, "supportedKinds": list(s.supported_kinds), "attachedRoutes": s.attached_routes, "conditions": conditions(s.conditions)}
+                        for s in status.listeners
+                    ],
+                }
+                for ref, status in sorted(self.gateways.items())
+            },
+            "httpRoutes": {
+                f"{ref.namespace}/{ref.name}": [
+                    {"parentRef": f"{parent.namespace}/{parent.name}" + (f"/{parent.section_name}" if parent.section_name else ""), "conditions": conditions(found)}
+                    for parent, found in parents
+                ]
+                for ref, parents in sorted(self.routes.items())
+            },
+        }

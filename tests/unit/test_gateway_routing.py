@@ -1,0 +1,502 @@
+"""
+Tests for L{ingress.routing.gateway}: HTTPRoutes on our Gateways compiled into the routing table.
+
+Each case restates a fact of the Gateway API specification (sigs.k8s.io/gateway-api v1.7.0,
+apis/v1/httproute_types.go and gateway_types.go) or a case of its conformance suite
+(conformance/tests/*.go, named after the test's ShortName); the request side is asked the way
+the proxy asks it (L{serve}).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import pytest
+
+from ingress.model import ObjectRef
+from ingress.model.parse import state_from_objects
+from ingress.routing import RoutingTable, build
+from ingress.routing.gateway.listeners import covers, intersect_hostnames
+from ingress.routing.policies.matching import query_params
+from ingress.routing.policies.pathreplace import PathReplace
+from ingress.routing.policies.redirect import GatewayRedirect
+from ingress.routing.route import Route
+from tests.unit.objects import T0, T1, T2, endpoints, ingress, ingress_class, path, rule, service
+
+GW = "gateway.networking.k8s.io/v1"
+PORTS = {80: "http", 443: "https"}
+
+
+def gateway_class(name: str = "twingress", controller: str = "twingress.io/gateway-controller") -> dict[str, Any]:
+    return {"apiVersion": GW, "kind": "GatewayClass", "metadata": {"name": name}, "spec": {"controllerName": controller}}
+
+
+def listener(name: str = "http", port: int = 80, protocol: str = "HTTP", hostname: Optional[str] = None, **extra: Any) -> dict[str, Any]:
+    found: dict[str, Any] = {"name": name, "port": port, "protocol": protocol, **extra}
+    if hostname is not None:
+        found["hostname"] = hostname
+    return found
+
+
+def gateway(name: str = "gw", *listeners: dict[str, Any], namespace: str = "default", class_name: str = "twingress", generation: int = 1) -> dict[str, Any]:
+    return {
+        "apiVersion": GW, "kind": "Gateway",
+        "metadata": {"name": name, "namespace": namespace, "generation": generation},
+        "spec": {"gatewayClassName": class_name, "listeners": list(listeners) or [listener()]},
+    }
+
+
+def http_route(name: str, *rules: dict[str, Any], hostnames: tuple[str, ...] = (), parents: tuple[dict[str, Any], ...] = ({"name": "gw"},),
+               namespace: str = "default", created: str = T0, generation: int = 1) -> dict[str, Any]:
+    spec: dict[str, Any] = {"parentRefs": list(parents), "rules": list(rules)}
+    if hostnames:
+        spec["hostnames"] = list(hostnames)
+    return {
+        "apiVersion": GW, "kind": "HTTPRoute",
+        "metadata": {"name": name, "namespace": namespace, "creationTimestamp": created, "generation": generation},
+        "spec": spec,
+    }
+
+
+def backend(name: str, port: int = 80, weight: Optional[int] = None, **extra: Any) -> dict[str, Any]:
+    ref: dict[str, Any] = {"name": name, "port": port, **extra}
+    if weight is not None:
+        ref["weight"] = weight
+    return ref
+
+
+def to(*backends: dict[str, Any], matches: Optional[list[dict[str, Any]]] = None, filters: Optional[list[dict[str, Any]]] = None) -> dict[str, Any]:
+    found: dict[str, Any] = {"backendRefs": list(backends)}
+    if matches is not None:
+        found["matches"] = matches
+    if filters is not None:
+        found["filters"] = filters
+    return found
+
+
+def prefix(value: str, **extra: Any) -> dict[str, Any]:
+    return {"path": {"type": "PathPrefix", "value": value}, **extra}
+
+
+def exact(value: str, **extra: Any) -> dict[str, Any]:
+    return {"path": {"type": "Exact", "value": value}, **extra}
+
+
+def headers(**values: str) -> list[dict[str, str]]:
+    return [{"name": name.replace("_", "-"), "value": value} for name, value in values.items()]
+
+
+def services(*names: str, namespace: str = "default") -> list[dict[str, Any]]:
+    """A Service with a ready endpoint for each name (port 80 → the pod's 8080)."""
+    objects: list[dict[str, Any]] = []
+    for number, name in enumerate(names, start=1):
+        objects += [service(name, ns=namespace), endpoints(name, f"10.0.0.{number}", ns=namespace)]
+    return objects
+
+
+def gateway_table(*objects: dict[str, Any], ports: dict[int, str] = PORTS) -> RoutingTable:
+    return build(state_from_objects([gateway_class(), *objects]), reserved_ports=ports)
+
+
+def serve(table: RoutingTable, host: str, target: str, *, method: bytes = b"GET", fields: Optional[dict[str, str]] = None,
+          scheme: bytes = b"http", draw: Optional[int] = None) -> str:
+    """What the proxy does with a request: the upstream's Service ("default/svc:80"), a status ("404", "500"), or a redirect."""
+    path = target.partition("?")[0]
+    route: Optional[Route] = table.match(host, path)
+    if route is None:
+        return "404"
+    if route.choices:
+        lower = {k.lower().encode(): v.encode() for k, v in (fields or {}).items()}
+        route = route.choose(scheme, method, lower.get, target.encode())
+        if route is None:
+            return "404"
+    policies = route.policies
+    if policies is not None and policies.deny is not None:
+        return str(policies.deny.status)
+    if policies is not None and policies.redirect is not None:
+        return f"{policies.redirect.code} {policies.redirect.location_for(scheme, host, target.encode(), path).decode()}"
+    if policies is not None and policies.backends is not None:
+        route = policies.backends.pick(draw if draw is not None else 0)
+        if route is None:
+            return "500"
+    return route.upstream.key
+
+
+def problems_of(table: RoutingTable, kind: str = "HTTPRoute") -> set[tuple[str, str]]:
+    return {(p.ref.name, p.reason) for p in table.problems if p.ref.kind == kind}
+
+
+def parent_conditions(table: RoutingTable, name: str, namespace: str = "default") -> list[dict[str, tuple[str, str]]]:
+    assert table.gateway_status is not None
+    return [{c.type: (c.status, c.reason) for c in found} for _, found in table.gateway_status.routes.get(ObjectRef("HTTPRoute", namespace, name), ())]
+
+
+# -- attachment and hostnames
+
+
+def test_a_route_on_a_gateway_of_ours_is_served() -> None:
+    """HTTPRouteSimpleSameNamespace: a route in the Gateway's namespace gets its backend."""
+    table = gateway_table(gateway(), http_route("r", to(backend("v1"))), *services("v1"))
+    assert serve(table, "anything.example", "/") == "default/v1:80"
+    assert parent_conditions(table, "r") == [{"Accepted": ("True", "Accepted"), "ResolvedRefs": ("True", "ResolvedRefs")}]
+
+
+def test_another_controllers_gateway_is_not_ours() -> None:
+    table = build(state_from_objects([gateway_class(controller="example.com/other"), gateway(), http_route("r", to(backend("v1"))), *services("v1")]), reserved_ports=PORTS)
+    assert serve(table, "a.example", "/") == "404"
+    assert table.gateway_status is None
+
+
+@pytest.mark.parametrize(
+    "listener_host, route_hosts, expected",
+    [
+        ("", (), ("",)),
+        ("", ("first.com", "sub.first.com"), ("first.com", "sub.first.com")),
+        ("very.specific.com", (), ("very.specific.com",)),
+        ("very.specific.com", ("very.specific.com",), ("very.specific.com",)),
+        ("very.specific.com", ("*.specific.com",), ("very.specific.com",)),
+        ("*.wildcard.io", ("foo.wildcard.io", "bar.wildcard.io", "foo.bar.wildcard.io"), ("foo.wildcard.io", "bar.wildcard.io", "foo.bar.wildcard.io")),
+        ("*.example.com", ("test.example.com", "test.example.net"), ("test.example.com",)),
+        ("*.example.com", ("*.foo.example.com",), ("*.foo.example.com",)),
+        ("*.example.com", ("*.com",), ("*.example.com",)),
+        ("*.example.com", ("example.com",), ()),
+        ("very.specific.com", ("non.matching.com", "*.nonmatchingwildcard.io"), ()),
+    ],
+)
+def test_hostname_intersection(listener_host: str, route_hosts: tuple[str, ...], expected: tuple[str, ...]) -> None:
+    """HTTPRouteHostnameIntersection and the Hostnames field of HTTPRouteSpec and Listener."""
+    assert intersect_hostnames(listener_host, route_hosts) == expected
+
+
+def test_a_wildcard_covers_any_number_of_labels_but_not_its_suffix() -> None:
+    """Listener.Hostname: "*.example.com" matches test.example.com and foo.test.example.com, not example.com."""
+    assert covers("*.example.com", "test.example.com") and covers("*.example.com", "foo.test.example.com")
+    assert not covers("*.example.com", "example.com") and not covers("*.example.com", "xexample.com")
+
+
+def test_listener_hostname_matching() -> None:
+    """HTTPRouteListenerHostnameMatching: four listeners, routes pinned by sectionName; exact beats wildcard."""
+    table = gateway_table(
+        gateway("gw", listener("l1", hostname="bar.com"), listener("l2", hostname="foo.bar.com"), listener("l3", hostname="*.bar.com"), listener("l4", hostname="*.foo.com")),
+        http_route("v1", to(backend("v1")), parents=({"name": "gw", "sectionName": "l1"},)),
+        http_route("v2", to(backend("v2")), parents=({"name": "gw", "sectionName": "l2"},)),
+        http_route("v3", to(backend("v3")), parents=({"name": "gw", "sectionName": "l3"}, {"name": "gw", "sectionName": "l4"})),
+        *services("v1", "v2", "v3"),
+    )
+    assert serve(table, "bar.com", "/") == "default/v1:80"
+    assert serve(table, "foo.bar.com", "/") == "default/v2:80"
+    assert serve(table, "baz.bar.com", "/") == "default/v3:80"
+    assert serve(table, "multiple.prefixes.bar.com", "/") == "default/v3:80"
+    assert serve(table, "multiple.prefixes.foo.com", "/") == "default/v3:80"
+    assert serve(table, "foo.com", "/") == "404"
+    assert serve(table, "no.matching.host", "/") == "404"
+
+
+def test_a_route_whose_hostnames_intersect_no_listener_is_not_accepted() -> None:
+    """HTTPRouteHostnameIntersection: Accepted=False NoMatchingListenerHostname, not counted in attachedRoutes."""
+    table = gateway_table(gateway("gw", listener(hostname="very.specific.com")), http_route("r", to(backend("v1")), hostnames=("non.matching.com",)), *services("v1"))
+    assert parent_conditions(table, "r")[0]["Accepted"] == ("False", "NoMatchingListenerHostname")
+    assert serve(table, "non.matching.com", "/") == "404"
+    assert table.gateway_status is not None
+    assert table.gateway_status.gateways[ObjectRef("Gateway", "default", "gw")].listeners[0].attached_routes == 0
+
+
+@pytest.mark.parametrize(
+    "parent, route_namespace, reason",
+    [
+        ({"name": "gw", "sectionName": "http1"}, "default", "NoMatchingParent"),  # HTTPRouteInvalidParentRefNotMatchingSectionName
+        ({"name": "gw", "namespace": "default"}, "web", "NotAllowedByListeners"),  # HTTPRouteInvalidCrossNamespaceParentRef
+    ],
+)
+def test_parent_refs_that_do_not_attach(parent: dict[str, Any], route_namespace: str, reason: str) -> None:
+    table = gateway_table(gateway(), http_route("r", to(backend("v1")), parents=(parent,), namespace=route_namespace), *services("v1", namespace=route_namespace))
+    assert parent_conditions(table, "r", route_namespace)[0]["Accepted"] == ("False", reason)
+    assert serve(table, "a.example", "/") == "404"
+
+
+def test_allowed_routes_from_all_and_from_a_selector() -> None:
+    """HTTPRouteCrossNamespace: a listener that allows a labelled namespace (or every namespace) admits its routes."""
+    selector = {"namespaces": {"from": "Selector", "selector": {"matchLabels": {"kubernetes.io/metadata.name": "web"}}}}
+    table = gateway_table(
+        gateway("gw", listener("sel", hostname="sel.example", allowedRoutes=selector), listener("all", hostname="all.example", allowedRoutes={"namespaces": {"from": "All"}})),
+        http_route("r", to(backend("v1")), namespace="web", parents=({"name": "gw", "namespace": "default"},)),
+        http_route("r", to(backend("v1")), namespace="other", parents=({"name": "gw", "namespace": "default"},)),
+        *services("v1", namespace="web"), *services("v1", namespace="other"),
+    )
+    assert serve(table, "sel.example", "/") == "web/v1:80"
+    assert serve(table, "all.example", "/") == "other/v1:80"  # same age: "other/r" before "web/r" alphabetically
+    assert parent_conditions(table, "r", "other")[0]["Accepted"] == ("True", "Accepted")
+
+
+def test_a_listener_on_a_port_twingress_does_not_serve_is_reported() -> None:
+    table = gateway_table(gateway("gw", listener("http", port=8080)), http_route("r", to(backend("v1"))), *services("v1"))
+    assert table.gateway_status is not None
+    status = table.gateway_status.gateways[ObjectRef("Gateway", "default", "gw")]
+    assert {c.type: (c.status, c.reason) for c in status.listeners[0].conditions}["Accepted"] == ("False", "PortUnavailable")
+    assert {c.type: (c.status, c.reason) for c in status.conditions}["Accepted"] == ("False", "ListenersNotValid")
+    assert serve(table, "a.example", "/") == "404"
+
+
+def test_unsupported_protocol_and_route_kinds() -> None:
+    """GatewayListenerUnsupportedProtocol and GatewayInvalidRouteKind."""
+    table = gateway_table(gateway("gw", listener("bad", protocol="INVALID"), listener("http", allowedRoutes={"kinds": [{"kind": "InvalidRoute"}, {"kind": "HTTPRoute"}]})))
+    assert table.gateway_status is not None
+    status = table.gateway_status.gateways[ObjectRef("Gateway", "default", "gw")]
+    bad, http = ({c.type: (c.status, c.reason) for c in s.conditions} for s in status.listeners)
+    assert bad["Accepted"] == ("False", "UnsupportedProtocol") and status.listeners[0].supported_kinds == ()
+    assert http["ResolvedRefs"] == ("False", "InvalidRouteKinds") and status.listeners[1].supported_kinds == ("HTTPRoute",)
+    assert {c.type: (c.status, c.reason) for c in status.conditions}["Accepted"] == ("True", "ListenersNotValid")
+
+
+# -- matching and precedence
+
+
+def test_exact_path_matching() -> None:
+    """HTTPRouteExactPathMatching: Exact /one and /two; /, /one/example, /two/ and /Two are 404."""
+    table = gateway_table(gateway(), http_route("r", to(backend("v1"), matches=[exact("/one")]), to(backend("v2"), matches=[exact("/two")])), *services("v1", "v2"))
+    assert serve(table, "h", "/one") == "default/v1:80" and serve(table, "h", "/two") == "default/v2:80"
+    assert [serve(table, "h", p) for p in ("/", "/one/example", "/two/", "/Two")] == ["404"] * 4
+
+
+def test_prefix_matching_is_element_wise() -> None:
+    """HTTPRouteMatching: prefix /v2 matches /v2, /v2/ and /v2/example; /v2example and /foo/v2/example fall to /."""
+    table = gateway_table(gateway(), http_route("r", to(backend("v1"), matches=[prefix("/")]), to(backend("v2"), matches=[prefix("/v2")])), *services("v1", "v2"))
+    assert [serve(table, "h", p) for p in ("/v2", "/v2/", "/v2/example")] == ["default/v2:80"] * 3
+    assert [serve(table, "h", p) for p in ("/v2example", "/foo/v2/example")] == ["default/v1:80"] * 2
+
+
+def test_path_match_order() -> None:
+    """HTTPRoutePathMatchOrder: Exact beats every prefix, a longer prefix beats a shorter one."""
+    table = gateway_table(
+        gateway(),
+        http_route("r",
+                   to(backend("v1"), matches=[prefix("/match/")]),
+                   to(backend("v2"), matches=[prefix("/match/prefix/one")]),
+                   to(backend("v3"), matches=[exact("/match/exact/one")]),
+                   to(backend("v4"), matches=[prefix("/match/prefix")])),
+        *services("v1", "v2", "v3", "v4"),
+    )
+    assert serve(table, "h", "/match/exact/one") == "default/v3:80"
+    assert serve(table, "h", "/match/prefix/one/any") == "default/v2:80"
+    assert serve(table, "h", "/match/prefix/any") == "default/v4:80"
+    assert serve(table, "h", "/match/any") == "default/v1:80"
+
+
+def test_header_matching_ands_and_more_headers_win() -> None:
+    """HTTPRouteHeaderMatching: a match's headers are ANDed, names case-insensitively; the match with more headers wins."""
+    table = gateway_table(
+        gateway(),
+        http_route("r",
+                   to(backend("v1"), matches=[{"headers": headers(version="one")}]),
+                   to(backend("v2"), matches=[{"headers": headers(version="two")}]),
+                   to(backend("v3"), matches=[{"headers": headers(version="two", color="orange")}])),
+        *services("v1", "v2", "v3"),
+    )
+    assert serve(table, "h", "/", fields={"Version": "one"}) == "default/v1:80"
+    assert serve(table, "h", "/", fields={"version": "two"}) == "default/v2:80"
+    assert serve(table, "h", "/", fields={"version": "two", "COLOR": "orange"}) == "default/v3:80"
+    assert serve(table, "h", "/", fields={"version": "three"}) == "404"
+    assert serve(table, "h", "/", fields={"version": "One"}) == "404"  # values are exact
+
+
+def test_matching_across_routes() -> None:
+    """HTTPRouteMatchingAcrossRoutes: a header match of a younger route beats a bare prefix of an older one."""
+    table = gateway_table(
+        gateway(),
+        http_route("route1", to(backend("v1"), matches=[prefix("/")]), created=T0),
+        http_route("route2", to(backend("v2"), matches=[{"headers": headers(version="two")}]), created=T1),
+        *services("v1", "v2"),
+    )
+    assert serve(table, "h", "/", fields={"version": "two"}) == "default/v2:80"
+    assert serve(table, "h", "/") == "default/v1:80"
+
+
+def test_ties_go_to_the_oldest_route_then_namespace_name_then_rule_order() -> None:
+    """HTTPRouteRule precedence: oldest creationTimestamp, then "{namespace}/{name}", then the first rule."""
+    table = gateway_table(
+        gateway("gw", listener(allowedRoutes={"namespaces": {"from": "All"}})),
+        http_route("b", to(backend("v2")), to(backend("v3")), created=T1),
+        http_route("a", to(backend("v1")), created=T1, namespace="x", parents=({"name": "gw", "namespace": "default"},)),
+        http_route("old", to(backend("v4"), matches=[prefix("/old")]), created=T0),
+        *services("v2", "v3", "v4"), *services("v1", namespace="x"),
+    )
+    assert serve(table, "h", "/") == "default/v2:80"  # default/b before x/a alphabetically, its first rule
+    assert serve(table, "h", "/old/x") == "default/v4:80"
+
+
+def test_rule_order_with_a_missing_backend_is_500_not_the_next_rule() -> None:
+    """HTTPRouteRuleOrder: the first matching rule serves, even when its backend does not exist (500)."""
+    table = gateway_table(gateway(), http_route("r", to(backend("missing")), to(backend("v1"))), *services("v1"))
+    assert serve(table, "h", "/") == "500"
+    assert parent_conditions(table, "r")[0]["ResolvedRefs"] == ("False", "BackendNotFound")
+
+
+def test_method_and_query_matches() -> None:
+    """Extended HTTPRouteMethodMatching and HTTPRouteQueryParamMatching: a method beats a bare path; query values are exact."""
+    table = gateway_table(
+        gateway(),
+        http_route("r",
+                   to(backend("v1")),
+                   to(backend("v2"), matches=[{"method": "POST"}]),
+                   to(backend("v3"), matches=[{"queryParams": [{"name": "animal", "value": "whale"}]}])),
+        *services("v1", "v2", "v3"),
+    )
+    assert serve(table, "h", "/", method=b"POST") == "default/v2:80"
+    assert serve(table, "h", "/?animal=whale") == "default/v3:80"
+    assert serve(table, "h", "/?animal=dolphin") == "default/v1:80"
+    assert query_params(b"/p?a=1&a=2&b=%20x") == {b"a": b"1", b"b": b" x"}
+
+
+def test_a_route_on_an_https_listener_only_is_not_served_over_http() -> None:
+    """A route serves only the listeners it attaches to: HTTPS-only on the TLS listener, 404 on plain HTTP."""
+    tls = [{"name": "cert"}]
+    table = gateway_table(
+        gateway("gw", listener("https", port=443, protocol="HTTPS", hostname="secure.example", tls={"certificateRefs": tls})),
+        http_route("r", to(backend("v1"))),
+        {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "metadata": {"name": "cert", "namespace": "default"},
+         "stringData": {"tls.crt": "c", "tls.key": "k"}},
+        *services("v1"),
+    )
+    assert serve(table, "secure.example", "/", scheme=b"https") == "default/v1:80"
+    assert serve(table, "secure.example", "/", scheme=b"http") == "404"
+    assert table.certificates.secret_for("secure.example") == ("default", "cert")
+
+
+def test_an_https_listener_without_its_secret_is_not_programmed() -> None:
+    """GatewayInvalidTLSConfiguration and GatewaySecretMissingReferenceGrant: ResolvedRefs=False with the reason."""
+    table = gateway_table(
+        gateway("gw",
+                listener("missing", port=443, protocol="HTTPS", hostname="a.example", tls={"certificateRefs": [{"name": "nope"}]}),
+                listener("other-ns", port=443, protocol="HTTPS", hostname="b.example", tls={"certificateRefs": [{"name": "c", "namespace": "certs"}]})),
+    )
+    assert table.gateway_status is not None
+    missing, other = (
+        {c.type: (c.status, c.reason) for c in s.conditions} for s in table.gateway_status.gateways[ObjectRef("Gateway", "default", "gw")].listeners
+    )
+    assert missing["ResolvedRefs"] == ("False", "InvalidCertificateRef") and missing["Programmed"][0] == "False"
+    assert other["ResolvedRefs"] == ("False", "RefNotPermitted")
+
+
+# -- backends
+
+
+def test_weights_split_the_requests() -> None:
+    """HTTPRouteWeight: 70/30/0; a weight-0 backend gets nothing."""
+    table = gateway_table(gateway(), http_route("r", to(backend("v1", weight=70), backend("v2", weight=30), backend("v3", weight=0))), *services("v1", "v2", "v3"))
+    served = [serve(table, "h", "/", draw=draw) for draw in range(100)]
+    assert served.count("default/v1:80") == 70 and served.count("default/v2:80") == 30
+
+
+def test_an_invalid_backend_keeps_its_share_as_500() -> None:
+    """HTTPRouteRule.BackendRefs: two equal backends, one invalid: half the requests get 500."""
+    table = gateway_table(gateway(), http_route("r", to(backend("v1"), backend("nope", kind="Other", group="example.com"))), *services("v1"))
+    served = [serve(table, "h", "/", draw=draw) for draw in range(2)]
+    assert sorted(served) == ["500", "default/v1:80"]
+    assert parent_conditions(table, "r")[0]["ResolvedRefs"] == ("False", "InvalidKind")
+
+
+def test_no_backend_refs_is_500() -> None:
+    """HTTPRouteNoBackendRefs: a rule without backendRefs answers 500; the other rule forwards."""
+    table = gateway_table(gateway(), http_route("r", {"matches": [prefix("/none")]}, to(backend("v1"))), *services("v1"))
+    assert serve(table, "h", "/none") == "500" and serve(table, "h", "/") == "default/v1:80"
+
+
+def test_cross_namespace_backends_need_a_reference_grant() -> None:
+    """HTTPRouteInvalidCrossNamespaceBackendRef, HTTPRouteReferenceGrant, HTTPRoutePartiallyInvalidViaInvalidReferenceGrant."""
+    grant = {
+        "apiVersion": "gateway.networking.k8s.io/v1beta1", "kind": "ReferenceGrant", "metadata": {"name": "g", "namespace": "app"},
+        "spec": {"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "default"}], "to": [{"group": "", "kind": "Service", "name": "v1"}]},
+    }
+    rules = (to(backend("v1", namespace="app"), matches=[prefix("/v1")]), to(backend("v2", namespace="app"), matches=[prefix("/v2")]))
+    objects = [gateway(), http_route("r", *rules), *services("v1", "v2", namespace="app")]
+    without = gateway_table(*objects)
+    assert serve(without, "h", "/v1") == "500" and parent_conditions(without, "r")[0]["ResolvedRefs"] == ("False", "RefNotPermitted")
+    granted = gateway_table(*objects, grant)
+    assert serve(granted, "h", "/v1") == "app/v1:80" and serve(granted, "h", "/v2") == "500"
+
+
+# -- filters
+
+
+def test_request_header_modifier_sets_adds_and_removes() -> None:
+    """HTTPRouteRequestHeaderModifier: set replaces, add appends, remove drops, names case-insensitively."""
+    modifier = {"set": [{"name": "X-Header-Set", "value": "set-overwrites-values"}], "add": [{"name": "X-Header-Add", "value": "header-add"}], "remove": ["X-Header-Remove"]}
+    table = gateway_table(gateway(), http_route("r", to(backend("v1"), filters=[{"type": "RequestHeaderModifier", "requestHeaderModifier": modifier}])), *services("v1"))
+    slot = table.match("h", "/")
+    route = slot.choose(b"http", b"GET", {}.get, b"/") if slot is not None else None  # attached to the HTTP listener only
+    assert route is not None and route.policies is not None and route.policies.request_headers is not None
+    changes = route.policies.request_headers
+    block = b"x-header-set: client\r\nx-header-add: original-val-add\r\nx-header-remove: gone\r\nother: kept\r\n"
+    assert changes.drop.sub(b"", block) + changes.lines == (
+        b"x-header-add: original-val-add\r\nother: kept\r\nX-Header-Set: set-overwrites-values\r\nX-Header-Add: header-add\r\n"
+    )
+
+
+def test_redirect_hostname_and_status() -> None:
+    """HTTPRouteRedirectHostAndStatus: hostname redirect is 302 by default; statusCode 301 is honoured; the path is kept."""
+    table = gateway_table(
+        gateway(),
+        http_route("r",
+                   to(matches=[prefix("/hostname-redirect")], filters=[{"type": "RequestRedirect", "requestRedirect": {"hostname": "example.org"}}]),
+                   to(matches=[prefix("/host-and-status")], filters=[{"type": "RequestRedirect", "requestRedirect": {"hostname": "example.org", "statusCode": 301}}])),
+    )
+    assert serve(table, "h", "/hostname-redirect/x?q=1") == "302 http://example.org/hostname-redirect/x?q=1"
+    assert serve(table, "h", "/host-and-status") == "301 http://example.org/host-and-status"
+
+
+@pytest.mark.parametrize(
+    "redirect, scheme, expected",
+    [
+        (GatewayRedirect(302, scheme="https"), b"http", b"https://h/p?q"),  # a scheme: its well-known port, left out
+        (GatewayRedirect(302, port=8443), b"http", b"http://h:8443/p?q"),
+        (GatewayRedirect(302, http_port=8080), b"http", b"http://h:8080/p?q"),  # no scheme, no port: the listener's port
+        (GatewayRedirect(302, scheme="http", http_port=8080), b"https", b"http://h/p?q"),
+    ],
+)
+def test_redirect_ports(redirect: GatewayRedirect, scheme: bytes, expected: bytes) -> None:
+    """HTTPRequestRedirectFilter.Port: the spec's defaults, and no well-known port in the Location."""
+    assert redirect.location_for(scheme, "h", b"/p?q", "/p") == expected
+
+
+@pytest.mark.parametrize(
+    "path, matched, value, expected",
+    [
+        ("/foo/bar", "/foo", "/xyz", "/xyz/bar"), ("/foo/bar", "/foo", "/xyz/", "/xyz/bar"), ("/foo/bar", "/foo/", "/xyz", "/xyz/bar"),
+        ("/foo", "/foo", "/xyz", "/xyz"), ("/foo/", "/foo", "/xyz", "/xyz/"), ("/foo/bar", "/foo", "", "/bar"),
+        ("/foo/", "/foo", "", "/"), ("/foo", "/foo", "", "/"), ("/foo/", "/foo", "/", "/"), ("/foo", "/foo", "/", "/"),
+    ],
+)
+def test_replace_prefix_match(path: str, matched: str, value: str, expected: str) -> None:
+    """HTTPPathModifier's table of ReplacePrefixMatch results."""
+    assert PathReplace("ReplacePrefixMatch", value, matched).path_for(path) == expected
+
+
+def test_an_unsupported_filter_closes_its_rule() -> None:
+    """A rule is never served without what it asks for: an unsupported filter answers 500, reported."""
+    table = gateway_table(gateway(), http_route("r", to(backend("v1"), filters=[{"type": "ExtensionRef", "extensionRef": {"group": "x", "kind": "Auth", "name": "a"}}])), *services("v1"))
+    assert serve(table, "h", "/") == "500"
+    assert ("r", "UnsupportedFilter") in problems_of(table)
+
+
+# -- living with Ingresses
+
+
+def test_a_host_an_ingress_serves_stays_the_ingress_s() -> None:
+    table = gateway_table(
+        gateway(),
+        http_route("r", to(backend("v1")), hostnames=("shared.example", "gateway.example")),
+        ingress_class("twingress"),
+        ingress("ing", rule("shared.example", path("/", "ingress-svc"))),
+        *services("v1", "ingress-svc"),
+    )
+    assert serve(table, "shared.example", "/") == "default/ingress-svc:80"
+    assert serve(table, "gateway.example", "/") == "default/v1:80"
+    assert ("r", "HostServedByIngress") in problems_of(table)
+
+
+def test_ingress_only_tables_are_unchanged() -> None:
+    """Nothing of the Gateway API in the state: the table is what it was (no status, no deep wildcards)."""
+    table = build(state_from_objects([ingress_class("twingress"), ingress("ing", rule("*.example.com", path("/", "svc"))), *services("svc")]))
+    assert table.gateway_status is None and table.deep_wildcards == {}
+    assert table.match("a.b.example.com", "/") is None  # Ingress wildcards cover one label
+    assert T2  # the fixtures' timestamps are ordered
