@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Optional
 
 from twisted.application.service import Service
@@ -25,6 +26,7 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 
 from ingress.controllers.events import EventRecorder
+from ingress.controllers.gatewaystatus import GatewayStatusSync
 from ingress.controllers.generated import GeneratorConfig
 from ingress.controllers.leader import ElectionConfig, LeaderElector
 from ingress.controllers.loop import ControllerLoop
@@ -34,6 +36,8 @@ from ingress.controllers.servicegen import ServiceIngressSync
 from ingress.controllers.status import IngressStatusSync, PublishedAddresses
 from ingress.controllers.streamstatus import StreamStatusSync
 from ingress.controllers.writer import LeaderWriter
+from ingress.model import ObjectRef
+from ingress.model.gateway import GATEWAY_CONTROLLER_NAME
 from ingress.process.live import LiveTable
 from ingress.routing.table import RoutingTable
 from ingress.sources.kube.client import KubeClient
@@ -42,7 +46,7 @@ from ingress.sources.kube.source import KubeSource
 
 log = Logger()
 
-GENERATOR, STATUS, STREAM_STATUS, PROBLEM_EVENTS = "servicegen", "status", "streamstatus", "problemevents"
+GENERATOR, STATUS, STREAM_STATUS, PROBLEM_EVENTS, GATEWAY_STATUS = "servicegen", "status", "streamstatus", "problemevents", "gatewaystatus"
 NO_FAILURES: Callable[[], Mapping[tuple[str, int], str]] = dict
 
 
@@ -52,6 +56,7 @@ class ControllerOptions:
     generator: GeneratorConfig
     controller_name: str
     generate: bool = True
+    gateway_controller_name: str = GATEWAY_CONTROLLER_NAME
     update_status: bool = True
     workers: int = 5
     publish_addresses: tuple[str, ...] = ()
@@ -102,6 +107,12 @@ class ControllerManager(Service):
                 self._stream_status = StreamStatusSync(self._writer(STREAM_STATUS), self.source.store("StreamIngress"))
                 self._add_loop(STREAM_STATUS, self._stream_status)
                 self.live.subscribe(self._table_changed)
+            if self.live is not None and self.source.watches("Gateway"):
+                classes, gateways, routes = (self.source.store(kind) for kind in ("GatewayClass", "Gateway", "HTTPRoute"))
+                writer = self._writer(GATEWAY_STATUS)
+                self._gateway_status = GatewayStatusSync(writer, classes, gateways, routes, self.options.gateway_controller_name, addresses)
+                self._add_loop(GATEWAY_STATUS, self._gateway_status)
+                self.live.subscribe(self._gateway_table_changed)
             if self.live is not None:
                 events = EventRecorder(self._writer(PROBLEM_EVENTS), self.options.election.identity)
                 self._problem_events = IngressProblemEvents(events, self.source.store("Ingress"))
@@ -189,12 +200,22 @@ class ControllerManager(Service):
             self.source.on_key("IngressClass", lambda key: self._enqueue_all_status())
         if STREAM_STATUS in self.loops:
             self.source.on_key("StreamIngress", self._enqueuer(STREAM_STATUS))
+        if GATEWAY_STATUS in self.loops:
+            enqueue = self._enqueuer(GATEWAY_STATUS)
+            for kind in ("GatewayClass", "Gateway", "HTTPRoute"):
+                self.source.on_key(kind, partial(_enqueue_ref, enqueue, kind))
 
     def _table_changed(self, table: RoutingTable) -> None:
         """A new table (reactor thread): queue the StreamIngresses whose conditions changed."""
         enqueue = self._enqueuer(STREAM_STATUS)
         for key in self._stream_status.table_changed(table, self.listen_failures()):
             enqueue(key)
+
+    def _gateway_table_changed(self, table: RoutingTable) -> None:
+        """A new table (reactor thread): queue the Gateway API objects whose status changed."""
+        enqueue = self._enqueuer(GATEWAY_STATUS)
+        for ref in self._gateway_status.table_changed(table):
+            enqueue(ref)
 
     def _problems_changed(self, table: RoutingTable) -> None:
         """A new table (reactor thread): queue the Ingresses whose annotation problems changed."""
@@ -226,6 +247,9 @@ class ControllerManager(Service):
         if STREAM_STATUS in self.loops:
             for key in self.source.store("StreamIngress").keys():
                 self.loops[STREAM_STATUS].queue.add(key)
+        if GATEWAY_STATUS in self.loops:
+            for ref in self._gateway_status.keys():
+                self.loops[GATEWAY_STATUS].queue.add(ref)
         if PROBLEM_EVENTS in self.loops:
             for key in self._problem_events.keys():
                 self.loops[PROBLEM_EVENTS].queue.add(key)
@@ -254,3 +278,8 @@ class ControllerManager(Service):
     def _stop_resync(self) -> None:
         if self._resync.running:
             self._resync.stop()
+
+
+def _enqueue_ref(enqueue: Callable[[Hashable], None], kind: str, key: tuple[str, str]) -> None:
+    """An informer's (namespace, name) key as the Gateway API status loop's key: the object's reference."""
+    enqueue(ObjectRef(kind, *key))

@@ -11,6 +11,7 @@ server's business: here only what routing relies on is checked.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any, Optional
@@ -32,6 +33,7 @@ from ingress.model.gateway import (
     HTTPRoute,
     LabelSelector,
     Listener,
+    ListenerSeen,
     ParentRef,
     PathModifier,
     RedirectFilter,
@@ -70,7 +72,19 @@ def parse_gateway(obj: Mapping[str, Any], meta: ObjectMeta) -> Gateway:
     listeners = tuple(_listener(item, f"spec.listeners[{i}]", meta.namespace) for i, item in enumerate(_list(spec.get("listeners"), "spec.listeners")))
     if not listeners:
         raise _required("spec.listeners")
-    return Gateway(meta, class_name, listeners, _conditions(obj))
+    status = _mapping(obj.get("status"), "status")
+    seen = tuple(
+        ListenerSeen(
+            name=_str(item.get("name"), "status.listeners.name"),
+            supported_kinds=tuple(_str(_mapping(k, "status.listeners.supportedKinds").get("kind"), "status.listeners.supportedKinds.kind")
+                                  for k in _list(item.get("supportedKinds"), "status.listeners.supportedKinds")),
+            attached_routes=_int(item.get("attachedRoutes"), "status.listeners.attachedRoutes") or 0,
+            conditions=tuple(_condition(c) for c in _list(item.get("conditions"), "status.listeners.conditions")),
+        )
+        for item in (_mapping(i, "status.listeners") for i in _list(status.get("listeners"), "status.listeners"))
+    )
+    addresses = tuple(_str(_mapping(a, "status.addresses").get("value"), "status.addresses.value") for a in _list(status.get("addresses"), "status.addresses"))
+    return Gateway(meta, class_name, listeners, _conditions(obj), seen, addresses)
 
 
 def _listener(value: Any, path: str, namespace: str) -> Listener:
@@ -137,6 +151,7 @@ def parse_http_route(obj: Mapping[str, Any], meta: ObjectMeta) -> HTTPRoute:
     hostnames = tuple(parse_host(h, f"spec.hostnames[{i}]") for i, h in enumerate(_list(spec.get("hostnames"), "spec.hostnames")))
     rules = tuple(_rule(r, f"spec.rules[{i}]", meta.namespace) for i, r in enumerate(_list(spec.get("rules"), "spec.rules")))
     status = _mapping(obj.get("status"), "status")
+    raw = tuple(json.dumps(p, sort_keys=True) for p in _list(status.get("parents"), "status.parents"))
     status_parents = tuple(
         (
             _parent_ref(_mapping(p, "status.parents").get("parentRef"), "status.parents.parentRef", meta.namespace),
@@ -145,7 +160,7 @@ def parse_http_route(obj: Mapping[str, Any], meta: ObjectMeta) -> HTTPRoute:
         )
         for p in _list(status.get("parents"), "status.parents")
     )
-    return HTTPRoute(meta, parents, hostnames, rules or (RouteRule(),), status_parents)
+    return HTTPRoute(meta, parents, hostnames, rules or (RouteRule(),), status_parents, raw)
 
 
 def _parent_ref(value: Any, path: str, namespace: str) -> ParentRef:

@@ -97,11 +97,23 @@ class Listener:
 
 
 @dataclass(frozen=True, slots=True)
+class ListenerSeen:
+    """A listener's status as the object shows it (what the status writer compares with)."""
+
+    name: str
+    supported_kinds: tuple[str, ...]
+    attached_routes: int
+    conditions: tuple[Condition, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Gateway:
     meta: ObjectMeta
     gateway_class_name: str
     listeners: tuple[Listener, ...]
     status_conditions: tuple[Condition, ...] = field(default=(), compare=False)
+    status_listeners: tuple[ListenerSeen, ...] = field(default=(), compare=False)
+    status_addresses: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def ref(self) -> ObjectRef:
@@ -225,6 +237,8 @@ class HTTPRoute:
     hostnames: tuple[str, ...]  # lower-case; may start with "*."
     rules: tuple[RouteRule, ...]
     status_parents: tuple[tuple[ParentRef, str, tuple[Condition, ...]], ...] = field(default=(), compare=False)
+    # Each status.parents entry as JSON text: another controller's entries are written back exactly as they were.
+    status_parents_raw: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def ref(self) -> ObjectRef:

@@ -46,6 +46,20 @@ LOG_TAIL_LINES = 40
 CRDS = (REPO_ROOT / "k8s" / "streamingress-crd.yaml",)
 """Installed at start, from the files we ship (one source of truth for the schema)."""
 
+GATEWAY_API_SCRIPT = REPO_ROOT / "testenv" / "gateway-api.sh"
+GATEWAY_API_KINDS = ("gatewayclasses", "gateways", "httproutes", "referencegrants")
+
+
+def gateway_api_crds() -> tuple[Path, ...]:
+    """The Gateway API release's CRDs that testenv/gateway-api.sh fetched (make testenv): theirs, not a copy."""
+    out = subprocess.run([str(GATEWAY_API_SCRIPT), "--print-dir"], check=True, capture_output=True, text=True)
+    directory = Path(out.stdout.strip().splitlines()[-1])
+    files = tuple(directory / f"gateway.networking.k8s.io_{kind}.yaml" for kind in GATEWAY_API_KINDS)
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise ClusterStartError(f"Gateway API CRDs missing (run make testenv): {', '.join(missing)}")
+    return files
+
 
 # --- where the binaries are -----------------------------------------------------------------
 
@@ -171,7 +185,7 @@ class KubeCluster:
             self.startup_seconds["kube-controller-manager"] = time.monotonic() - t
 
             t = time.monotonic()
-            for crd in CRDS:
+            for crd in CRDS + gateway_api_crds():
                 self.install_crd(crd)
             self.startup_seconds["crds"] = time.monotonic() - t
         except BaseException:

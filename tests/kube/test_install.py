@@ -238,7 +238,7 @@ def informer_refused(kind: str, verb: str, *args: str) -> Callable[[Run], None]:
         def refused() -> bool:
             status, detail = proxy.readyz()
             informer = detail["informers"][kind]
-            optional = kind == "StreamIngress" or kind.startswith("ConfigMap")
+            optional = kind in OPTIONAL or kind.startswith("ConfigMap")
             return (
                 informer.get("lastError", "").startswith("403")
                 and informer["synced"] is (verb == "watch")
@@ -330,10 +330,33 @@ def stream_status_refused(run: Run) -> None:
         streams.close()
 
 
+def gateway_status_refused(run: Run) -> None:
+    """The Gateway API status controller's patch refused: logged, and the objects keep the CRDs' defaults."""
+    proxy = run.start()
+    custom = client.CustomObjectsApi(run.kube.api)
+    group, version = "gateway.networking.k8s.io", "v1"
+    name = f"refused-{uuid.uuid4().hex[:8]}"
+    typed = {"apiVersion": f"{group}/{version}"}
+    custom.create_cluster_custom_object(group, version, "gatewayclasses", {
+        **typed, "kind": "GatewayClass", "metadata": {"name": name}, "spec": {"controllerName": "twingress.io/gateway-controller"},
+    })
+    try:
+        listeners = [{"name": "http", "port": proxy.http_port, "protocol": "HTTP"}]
+        gateway = {**typed, "kind": "Gateway", "metadata": {"name": "gw"}, "spec": {"gatewayClassName": name, "listeners": listeners}}
+        custom.create_namespaced_custom_object(group, version, run.namespace, "gateways", gateway)
+        route = {**typed, "kind": "HTTPRoute", "metadata": {"name": "web"}, "spec": {"parentRefs": [{"name": "gw"}], "rules": [{"backendRefs": [{"name": "web", "port": 80}]}]}}
+        custom.create_namespaced_custom_object(group, version, run.namespace, "httproutes", route)
+        logged(proxy, r"gatewaystatus: sync of .* failed, retrying: 403", "a Gateway API status patch refused")
+    finally:
+        custom.delete_cluster_custom_object(group, version, "gatewayclasses", name)
+
+
 INFORMERS = {
     "ingresses": "Ingress", "ingressclasses": "IngressClass", "services": "Service", "endpointslices": "EndpointSlice",
-    "secrets": "Secret", "streamingresses": "StreamIngress",
+    "secrets": "Secret", "streamingresses": "StreamIngress", "gatewayclasses": "GatewayClass", "gateways": "Gateway",
+    "httproutes": "HTTPRoute", "referencegrants": "ReferenceGrant", "namespaces": "Namespace",
 }
+OPTIONAL = {"StreamIngress", "GatewayClass", "Gateway", "HTTPRoute", "ReferenceGrant", "Namespace"}
 BREAKS: dict[tuple[str, str], Callable[[Run], None]] = {
     **{(resource, verb): informer_refused(kind, verb) for resource, kind in INFORMERS.items() for verb in ("list", "watch")},
     **{("configmaps", verb): informer_refused(f"ConfigMap {STREAM_MAP_ARGS[1]}", verb, *STREAM_MAP_ARGS) for verb in ("list", "watch")},
@@ -347,6 +370,7 @@ BREAKS: dict[tuple[str, str], Callable[[Run], None]] = {
     ("ingresses/status", "patch"): status_refused,
     ("events", "create"): event_refused,
     ("streamingresses/status", "patch"): stream_status_refused,
+    **{(f"{plural}/status", "patch"): gateway_status_refused for plural in ("gatewayclasses", "gateways", "httproutes")},
 }
 """For each (resource, verb) granted in k8s/: what breaks without it."""
 

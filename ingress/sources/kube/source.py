@@ -6,8 +6,8 @@ Reflector threads call C{on_change}; that crosses to the reactor with
 C{callFromThread}, where the builder debounces and coalesces: a burst of
 changes becomes one or two builds.  Nothing is built until every informer has
 synced, so the first table is never half a cluster - except for the optional
-kinds (L{OPTIONAL_KINDS}: StreamIngress, whose CRD may not be installed, and
-the stream ConfigMaps): one of those whose list is refused (404, 403) is
+kinds (L{OPTIONAL_KINDS}: StreamIngress and the Gateway API kinds, whose CRDs may
+not be installed, the Namespaces, and the stream ConfigMaps): one of those whose list is refused (404, 403) is
 logged, reported in /readyz and retried with backoff, and holds up neither
 the first table nor readiness; its streams come with its first good list.
 When the apiserver goes away the informers keep their stores and the proxy
@@ -39,9 +39,16 @@ RESOURCES = (
     Resource("Secret", "v1", "secrets", field_selector="type=kubernetes.io/tls"),
     Resource("Secret", "v1", "secrets", field_selector="type=Opaque"),  # basic auth: auth-secret (auth-file, auth-map)
     Resource("StreamIngress", "twingress.io/v1alpha1", "streamingresses"),
+    # Gateway API (its CRDs may not be installed); ReferenceGrant at v1beta1, which every release serves
+    Resource("GatewayClass", "gateway.networking.k8s.io/v1", "gatewayclasses", namespaced=False),
+    Resource("Gateway", "gateway.networking.k8s.io/v1", "gateways"),
+    Resource("HTTPRoute", "gateway.networking.k8s.io/v1", "httproutes"),
+    Resource("ReferenceGrant", "gateway.networking.k8s.io/v1beta1", "referencegrants"),
+    Resource("Namespace", "v1", "namespaces", namespaced=False),  # labels, for allowedRoutes selectors
 )
 
-OPTIONAL_KINDS = frozenset({"StreamIngress", "ConfigMap"})
+GATEWAY_KINDS = frozenset({"GatewayClass", "Gateway", "HTTPRoute", "ReferenceGrant", "Namespace"})
+OPTIONAL_KINDS = frozenset({"StreamIngress", "ConfigMap"}) | GATEWAY_KINDS
 """Kinds whose refused list does not hold up the first table (see the module docstring)."""
 
 
@@ -151,10 +158,14 @@ class KubeSource(Service):
         if not reflector.synced and _refused(reflector) and kind not in self._warned:
             self._warned.add(kind)
             log.warn(
-                "{kind}: list refused ({error}); routing goes on without it and retries. "
-                "StreamIngress needs its CRD (kubectl apply -k k8s/) and RBAC to list and watch it",
+                "{kind}: list refused ({error}); routing goes on without it and retries. {hint}",
                 kind=kind,
                 error=reflector.last_error,
+                hint=(
+                    "The Gateway API needs its CRDs (the release's standard-install.yaml) and RBAC to list and watch them"
+                    if kind in GATEWAY_KINDS
+                    else "StreamIngress needs its CRD (kubectl apply -k k8s/) and RBAC to list and watch it"
+                ),
             )
             self._changed()  # it may have been the last informer the first table waited for
         self.metrics.kube_connected.labels(kind).set(1 if reflector.connected else 0)

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The Gateway API CRDs (standard channel) for the test apiserver, taken from the
+# sigs.k8s.io/gateway-api Go module of the version below, into
+#
+#   ${TWINGRESS_CACHE:-$HOME/.cache/twingress}/testenv/gateway-api-<version>/
+#
+# tests/kube installs them, so the CRDs' own schema and CEL validation judge every object the
+# tests create.  k8s/ does not copy them: operators install the release's CRDs themselves
+# (README "Gateway API").  Idempotent; the last line of output is always the directory.
+#
+#   testenv/gateway-api.sh              fetch if needed, print the directory
+#   testenv/gateway-api.sh --print-dir  print the directory, fetch nothing
+set -euo pipefail
+
+version=v1.7.0
+kinds=(gatewayclasses gateways httproutes grpcroutes referencegrants tlsroutes tcproutes udproutes)
+
+die() { echo "testenv/gateway-api.sh: error: $*" >&2; exit 1; }
+dir=${TWINGRESS_CACHE:-$HOME/.cache/twingress}/testenv/gateway-api-$version
+
+case "${1:-}" in
+    --print-dir) echo "$dir"; exit 0 ;;
+    "") ;;
+    *) die "unknown argument: $1" ;;
+esac
+
+complete() {
+    local kind
+    for kind in "${kinds[@]}"; do [ -s "$dir/gateway.networking.k8s.io_$kind.yaml" ] || return 1; done
+}
+if complete; then
+    echo "$dir"
+    exit 0
+fi
+
+GO=${GO:-$(command -v go || true)}
+if [ -z "$GO" ] && [ -x /usr/local/go/bin/go ]; then GO=/usr/local/go/bin/go; fi
+[ -n "$GO" ] && [ -x "$GO" ] || die "Go not found: the CRDs come from the sigs.k8s.io/gateway-api module (set GO=/path/to/go)"
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# `go mod download` fetches and verifies the module zip (go.sum database); it also reports that the
+# module's own code needs a newer Go than this one, which does not matter here: only YAML is read.
+(cd "$work" && GOFLAGS=-mod=mod "$GO" mod download -json "sigs.k8s.io/gateway-api@$version" >"$work/download.json") || true
+zip=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1])).get("Zip", ""))' "$work/download.json")
+[ -n "$zip" ] && [ -s "$zip" ] || die "could not download sigs.k8s.io/gateway-api@$version: $(cat "$work/download.json")"
+mkdir -p "$dir"
+python3 - "$zip" "$dir" "$version" "${kinds[@]}" <<'PY'
+import pathlib
+import sys
+import zipfile
+
+zip_path, target, version, kinds = sys.argv[1], pathlib.Path(sys.argv[2]), sys.argv[3], sys.argv[4:]
+prefix = f"sigs.k8s.io/gateway-api@{version}/config/crd/standard/"
+with zipfile.ZipFile(zip_path) as archive:
+    for kind in kinds:
+        name = f"gateway.networking.k8s.io_{kind}.yaml"
+        (target / name).write_bytes(archive.read(prefix + name))
+PY
+complete || die "the module lacks some CRDs: $(ls "$dir")"
+echo "testenv/gateway-api.sh: Gateway API $version CRDs in $dir" >&2
+echo "$dir"

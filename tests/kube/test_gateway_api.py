@@ -1,0 +1,188 @@
+"""
+The Gateway API against a real kube-apiserver with the release's CRDs (testenv/gateway-api.sh,
+v1.7.0): their schema and CEL validation judge every object here, twingress's informers read
+them, its Lease holder writes their status, and real requests go through the proxy.
+
+Each test restates a Gateway API conformance test (sigs.k8s.io/gateway-api/conformance v1.7.0,
+tests/*.go; the name is its ShortName) as far as one twingress on loopback can: the Gateway's
+HTTP listener is twingress's own --http port.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any, Optional
+
+import pytest
+from kubernetes import client
+
+from tests.kube.api import Kube
+from tests.kube.controller_support import start_controller
+from tests.kube.twingress import KubeTwingress, host_for, wait_until
+
+pytestmark = pytest.mark.kube
+
+GROUP, VERSION = "gateway.networking.k8s.io", "v1"
+CONTROLLER = "twingress.io/gateway-controller"
+
+
+class GatewayAPI:
+    """Gateway API objects as plain dicts through the custom objects API."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.custom = client.CustomObjectsApi(kube.api)
+
+    def create(self, plural: str, body: dict[str, Any], namespace: Optional[str] = None) -> dict[str, Any]:
+        if namespace is None:
+            return dict(self.custom.create_cluster_custom_object(GROUP, VERSION, plural, body))
+        return dict(self.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, body))
+
+    def read(self, plural: str, name: str, namespace: Optional[str] = None) -> dict[str, Any]:
+        if namespace is None:
+            return dict(self.custom.get_cluster_custom_object(GROUP, VERSION, plural, name))
+        return dict(self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name))
+
+    def patch(self, plural: str, name: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        return dict(self.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, plural, name, body))
+
+    def patch_status(self, plural: str, name: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        return dict(self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, plural, name, body))
+
+    def delete_class(self, name: str) -> None:
+        self.custom.delete_cluster_custom_object(GROUP, VERSION, "gatewayclasses", name)
+
+
+@pytest.fixture
+def gateway_api(kube: Kube) -> GatewayAPI:
+    return GatewayAPI(kube)
+
+
+@pytest.fixture
+def gateway_class(gateway_api: GatewayAPI) -> Any:
+    """A GatewayClass of our controller, named for the test (cluster-scoped), deleted after it."""
+    name = f"twingress-{uuid.uuid4().hex[:8]}"
+    gateway_api.create("gatewayclasses", {"apiVersion": f"{GROUP}/{VERSION}", "kind": "GatewayClass", "metadata": {"name": name}, "spec": {"controllerName": CONTROLLER}})
+    yield name
+    gateway_api.delete_class(name)
+
+
+def gateway_body(name: str, class_name: str, port: int, listeners: Optional[list[dict[str, Any]]] = None) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "Gateway", "metadata": {"name": name},
+        "spec": {"gatewayClassName": class_name, "listeners": listeners or [{"name": "http", "port": port, "protocol": "HTTP"}]},
+    }
+
+
+def route_body(name: str, hostnames: list[str], rules: list[dict[str, Any]], parents: Optional[list[dict[str, Any]]] = None) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "HTTPRoute", "metadata": {"name": name},
+        "spec": {"parentRefs": parents or [{"name": "gw"}], "hostnames": hostnames, "rules": rules},
+    }
+
+
+def conditions(found: list[dict[str, Any]]) -> dict[str, tuple[str, str, int]]:
+    return {c["type"]: (c["status"], c["reason"], c["observedGeneration"]) for c in found}
+
+
+def ours(route: dict[str, Any]) -> list[dict[str, Any]]:
+    return [p for p in (route.get("status") or {}).get("parents", []) if p["controllerName"] == CONTROLLER]
+
+
+def start(twingress: Any, namespace: str) -> KubeTwingress:
+    return start_controller(twingress, namespace, "--publish-status-address", "192.0.2.80")
+
+
+def test_gateway_and_routes_are_accepted_and_served(kube: Kube, namespace: str, echo: Any, twingress: Any, gateway_api: GatewayAPI, gateway_class: str) -> None:
+    """HTTPRouteSimpleSameNamespace, GatewayWithAttachedRoutes and HTTPRouteInvalidNonExistentBackendRef: status and traffic."""
+    proxy = start(twingress, namespace)
+    pod = echo("pod-gw")
+    kube.backend(namespace, "web", [pod])
+    host = host_for(namespace, "gw")
+    gateway_api.create("gateways", gateway_body("gw", gateway_class, proxy.http_port), namespace)
+    gateway_api.create("httproutes", route_body("web", [host], [{"backendRefs": [{"name": "web", "port": 80}]}]), namespace)
+    gateway_api.create("httproutes", route_body("broken", [host], [{"matches": [{"path": {"type": "PathPrefix", "value": "/missing"}}],
+                                                                   "backendRefs": [{"name": "missing", "port": 80}]}]), namespace)
+
+    proxy.wait_status(host, 200, "/hello", backend="pod-gw")
+    proxy.wait_status(host, 500, "/missing/x")
+
+    def accepted_class() -> Optional[dict[str, Any]]:
+        found = conditions((gateway_api.read("gatewayclasses", gateway_class).get("status") or {}).get("conditions", []))
+        return found if found.get("Accepted", ("",))[0] == "True" else None
+
+    assert wait_until(accepted_class, what="the GatewayClass Accepted")["Accepted"] == ("True", "Accepted", 1)
+
+    def programmed() -> Optional[dict[str, Any]]:
+        status = gateway_api.read("gateways", "gw", namespace).get("status") or {}
+        listeners = status.get("listeners") or []
+        done = conditions(status.get("conditions", [])).get("Programmed", ("",))[0] == "True" and listeners and listeners[0]["attachedRoutes"] == 2
+        return status if done else None
+
+    status = wait_until(programmed, what="the Gateway Programmed with 2 attached routes")
+    assert conditions(status["conditions"])["Accepted"] == ("True", "Accepted", 1)
+    (listener,) = status["listeners"]
+    assert listener["supportedKinds"] == [{"group": GROUP, "kind": "HTTPRoute"}]
+    assert conditions(listener["conditions"]) == {
+        "Accepted": ("True", "Accepted", 1), "Programmed": ("True", "Programmed", 1), "ResolvedRefs": ("True", "ResolvedRefs", 1),
+    }
+    assert status["addresses"] == [{"type": "IPAddress", "value": "192.0.2.80"}]
+
+    web = wait_until(lambda: ours(gateway_api.read("httproutes", "web", namespace)), what="the route's status")
+    assert web[0]["parentRef"] == {"group": GROUP, "kind": "Gateway", "namespace": namespace, "name": "gw"}
+    assert conditions(web[0]["conditions"]) == {"Accepted": ("True", "Accepted", 1), "ResolvedRefs": ("True", "ResolvedRefs", 1)}
+    broken = wait_until(lambda: ours(gateway_api.read("httproutes", "broken", namespace)), what="the broken route's status")
+    assert conditions(broken[0]["conditions"])["ResolvedRefs"] == ("False", "BackendNotFound", 1)
+
+
+def test_observed_generation_follows_spec_changes(kube: Kube, namespace: str, echo: Any, twingress: Any, gateway_api: GatewayAPI, gateway_class: str) -> None:
+    """GatewayObservedGenerationBump and HTTPRouteObservedGenerationBump; a new host is live after the change."""
+    proxy = start(twingress, namespace)
+    pod = echo("pod-bump")
+    kube.backend(namespace, "web", [pod])
+    first, second = host_for(namespace, "first"), host_for(namespace, "second")
+    gateway_api.create("gateways", gateway_body("gw", gateway_class, proxy.http_port), namespace)
+    gateway_api.create("httproutes", route_body("web", [first], [{"backendRefs": [{"name": "web", "port": 80}]}]), namespace)
+    proxy.wait_status(first, 200, backend="pod-bump")
+
+    gateway_api.patch("httproutes", "web", namespace, {"spec": {"hostnames": [second]}})
+    proxy.wait_status(second, 200, backend="pod-bump")
+    proxy.wait_status(first, 404)
+
+    def bumped() -> bool:
+        parents = ours(gateway_api.read("httproutes", "web", namespace))
+        return bool(parents) and all(c["observedGeneration"] == 2 for c in parents[0]["conditions"])
+
+    wait_until(bumped, what="the route's conditions at generation 2")
+    listeners = [{"name": "http", "port": proxy.http_port, "protocol": "HTTP"}, {"name": "other", "port": 1, "protocol": "HTTP", "hostname": "other.example"}]
+    gateway_api.patch("gateways", "gw", namespace, {"spec": {"listeners": listeners}})
+
+    def gateway_bumped() -> Optional[dict[str, Any]]:
+        status = gateway_api.read("gateways", "gw", namespace).get("status") or {}
+        found = conditions(status.get("conditions", []))
+        return status if found and all(g == 2 for _, _, g in found.values()) and len(status.get("listeners", [])) == 2 else None
+
+    status = wait_until(gateway_bumped, what="the Gateway's conditions at generation 2")
+    other = next(entry for entry in status["listeners"] if entry["name"] == "other")
+    assert conditions(other["conditions"])["Accepted"] == ("False", "PortUnavailable", 2)
+    assert conditions(status["conditions"])["Accepted"] == ("True", "ListenersNotValid", 2)
+
+
+def test_another_controllers_status_entries_are_kept(kube: Kube, namespace: str, echo: Any, twingress: Any, gateway_api: GatewayAPI, gateway_class: str) -> None:
+    """HTTPRoutePreserveForeignStatus: a parents entry of another controller stays as it was."""
+    gateway_api.create("httproutes", route_body("web", [host_for(namespace, "foreign")], [{"backendRefs": [{"name": "web", "port": 80}]}],
+                                                parents=[{"name": "gw"}, {"name": "theirs"}]), namespace)
+    foreign = {
+        "parentRef": {"group": GROUP, "kind": "Gateway", "name": "theirs"}, "controllerName": "example.com/other-controller",
+        "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted", "message": "theirs", "observedGeneration": 1,
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+    }
+    gateway_api.patch_status("httproutes", "web", namespace, {"status": {"parents": [foreign]}})
+    proxy = start(twingress, namespace)
+    pod = echo("pod-foreign")
+    kube.backend(namespace, "web", [pod])
+    gateway_api.create("gateways", gateway_body("gw", gateway_class, proxy.http_port), namespace)
+    wait_until(lambda: ours(gateway_api.read("httproutes", "web", namespace)), what="our parents entry")
+    parents = gateway_api.read("httproutes", "web", namespace)["status"]["parents"]
+    assert foreign in parents, json.dumps(parents)
+    assert len(parents) == 2
