@@ -12,7 +12,7 @@ WHEELHOUSE ?= $(HOME)/.cache/twingress/wheelhouse
 export TWINGRESS_WHEELHOUSE := $(WHEELHOUSE)
 HADOLINT_VERSION ?= 2.15.1
 
-.PHONY: run run-migration test venv lint system-packages testenv wheelhouse lint-docker bench clean compiled pure
+.PHONY: run run-migration run-gateway test venv lint system-packages testenv wheelhouse lint-docker bench clean compiled pure
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON3) -m venv $(VENV)
@@ -31,6 +31,10 @@ run: $(STAMP)
 # The ingress-nginx migration example (examples/nginx-migration): its Ingresses and ConfigMap as they were.
 run-migration: $(STAMP)
 	examples/nginx-migration/run.sh
+
+# The Gateway API example (examples/gateway): a shared Gateway and HTTPRoutes of two teams.
+run-gateway: $(STAMP)
+	examples/gateway/run.sh
 
 system-packages:
 	testenv/system-packages.sh

@@ -9,9 +9,11 @@ the proxy asks it (L{serve}).
 
 from __future__ import annotations
 
+import pathlib
 from typing import Any, Optional
 
 import pytest
+import yaml
 
 from ingress.model import ObjectRef
 from ingress.model.parse import state_from_objects
@@ -451,6 +453,8 @@ def test_redirect_hostname_and_status() -> None:
         (GatewayRedirect(302, port=8443), b"http", b"http://h:8443/p?q"),
         (GatewayRedirect(302, http_port=8080), b"http", b"http://h:8080/p?q"),  # no scheme, no port: the listener's port
         (GatewayRedirect(302, scheme="http", http_port=8080), b"https", b"http://h/p?q"),
+        (GatewayRedirect(302, path=PathReplace("ReplaceFullPath", "/new")), b"http", b"http://h/new?q"),  # HTTPRoutePathRedirect
+        (GatewayRedirect(302, path=PathReplace("ReplacePrefixMatch", "/v2", "/p")), b"http", b"http://h/v2?q"),
     ],
 )
 def test_redirect_ports(redirect: GatewayRedirect, scheme: bytes, expected: bytes) -> None:
@@ -500,3 +504,20 @@ def test_ingress_only_tables_are_unchanged() -> None:
     assert table.gateway_status is None and table.deep_wildcards == {}
     assert table.match("a.b.example.com", "/") is None  # Ingress wildcards cover one label
     assert T2  # the fixtures' timestamps are ordered
+
+
+def test_the_gateway_example_means_what_its_comments_say() -> None:
+    """examples/gateway (make run-gateway): its Gateway's listener is twingress's --http port 8080."""
+    directory = pathlib.Path(__file__).resolve().parents[2] / "examples" / "gateway"
+    objects = [obj for name in ("services.yaml", "gateway.yaml", "routes.yaml") for obj in yaml.safe_load_all((directory / name).read_text())]
+    table = build(state_from_objects(objects), reserved_ports={8080: "http"})
+    assert table.problems == ()
+    assert serve(table, "store.example.com", "/", draw=0) == "store/store-v1:80"
+    assert serve(table, "store.example.com", "/", draw=95) == "store/store-v2:80"
+    assert serve(table, "store.example.com", "/", fields={"env": "canary"}) == "store/store-v2:80"
+    assert serve(table, "www.example.com", "/") == "site/site:80"
+    assert serve(table, "example.com", "/about") == "301 http://www.example.com:8080/about"
+    shop = table.match("store.example.com", "/shop/cart")
+    chosen = shop.choose(b"http", b"GET", {}.get, b"/shop/cart") if shop is not None else None
+    assert chosen is not None and chosen.policies is not None and chosen.policies.rewrite is not None
+    assert chosen.policies.rewrite.target_for("/shop/cart", b"") == b"/cart"
