@@ -20,7 +20,7 @@ import pytest
 from h2.errors import ErrorCodes
 from hyperframe.frame import ContinuationFrame, HeadersFrame
 
-from tests.proxy.h2client import H2Client
+from tests.proxy.h2client import H2Client, Response
 from tests.support import EchoBackend, Manifests, Twingress, free_port
 
 
@@ -355,6 +355,26 @@ def test_policies_apply_to_http2_requests_too(proxy: Proxy) -> None:
     response = client.get("/x", authority="cors.test", headers=(("origin", "https://app.example"),))
     assert response.status == 200 and response.headers[b"access-control-allow-origin"] == b"https://app.example"
     client.close()
+
+
+def test_a_local_answer_to_a_request_whose_body_ended_in_the_same_read(proxy: Proxy) -> None:
+    """
+    HEADERS, DATA and END_STREAM in one read, answered here (a CORS preflight) while the END_STREAM
+    event is not handled yet: the stream is already closed both ways, so no RST_STREAM follows
+    (h2 refused it with StreamClosedError and the connection broke; a grpcio client's call to a
+    GRPCRoute method without a rule found it), and the connection serves on.
+    """
+    client = H2Client(proxy.https_port)
+    stream_id = client.conn.get_next_available_stream_id()
+    fields = [(":method", "OPTIONS"), (":path", "/x"), (":scheme", "https"), (":authority", "cors.test"), ("origin", "https://app.example")]
+    client.conn.send_headers(stream_id, [(k.encode(), v.encode()) for k, v in fields])
+    client.conn.send_data(stream_id, b"a body", end_stream=True)
+    client.responses[stream_id] = Response()
+    client.flush()  # one write
+    assert client.wait(stream_id).status == 204
+    assert client.get("/", authority="h2.test").status == 200
+    client.close()
+    assert "StreamClosedError" not in proxy.twingress.log()
 
 
 def test_a_client_going_away_gracefully_still_gets_its_open_streams_answers(proxy: Proxy) -> None:

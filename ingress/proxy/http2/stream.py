@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Optional
 
 from h2.errors import ErrorCodes
+from h2.exceptions import StreamClosedError
 from twisted.logger import Logger
 
 from ingress.observe.metrics import NO_ROUTE
@@ -316,7 +317,10 @@ class H2Stream(StreamResponse):
         self._timer.cancel()
         if not self._request_complete:
             self._drop_upstream()
-            self.connection.h2.reset_stream(self.stream_id, ErrorCodes.NO_ERROR)
+            try:
+                self.connection.h2.reset_stream(self.stream_id, ErrorCodes.NO_ERROR)
+            except StreamClosedError:
+                pass  # the client's END_STREAM came in the same read, its event not handled yet: closed both ways already
             self.connection.flush()
         self.connection.stream_closed(self)
 
