@@ -253,6 +253,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
             reserved_ports=options["reserved-ports"],
             nginx_annotations=options["nginx-annotations"] == "true",
             nginx_configmap=options["nginx-configmap-key"],
+            cleartext_http2=bool(options["http2-cleartext"]),
         )
 
     builder = TableBuilder(reactor, live, metrics, IncrementalBuild(build_table))  # EndpointSlice-only changes skip the build

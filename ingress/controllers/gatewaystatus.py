@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ingress.controllers.leader import micro_time
 from ingress.controllers.status import PublishedAddresses
 from ingress.controllers.writer import LeaderWriter
 from ingress.model import Condition, ObjectRef
-from ingress.model.gateway import GATEWAY_GROUP, Gateway, GatewayClass, HTTPRoute, ParentRef
+from ingress.model.gateway import GATEWAY_GROUP, Gateway, GatewayClass, GRPCRoute, HTTPRoute, ParentRef
 from ingress.routing.gateway.status import GatewayAPIStatus, GatewayStatus
 from ingress.routing.table import RoutingTable
 from ingress.sources.kube.client import MERGE_PATCH
@@ -67,9 +67,10 @@ def parent_json(parent: ParentRef) -> dict[str, Any]:
 class GatewayStatusSync:
     """The sync function of the Gateway API status controller, one object at a time."""
 
-    def __init__(self, writer: LeaderWriter, classes: Store, gateways: Store, routes: Store, controller_name: str, addresses: PublishedAddresses) -> None:
+    def __init__(self, writer: LeaderWriter, stores: Mapping[str, Store], controller_name: str, addresses: PublishedAddresses) -> None:
+        """C{stores}: the informer store of each kind (GatewayClass, Gateway, HTTPRoute, GRPCRoute)."""
         self.writer = writer
-        self.stores = {"GatewayClass": classes, "Gateway": gateways, "HTTPRoute": routes}
+        self.stores = stores
         self.controller_name = controller_name
         self.addresses = addresses
         self._status = GatewayAPIStatus()
@@ -94,12 +95,13 @@ class GatewayStatusSync:
     def __call__(self, ref: ObjectRef) -> None:
         with self._lock:
             status = self._status
-        found = self.stores[ref.kind].get((ref.namespace, ref.name))
+        store = self.stores.get(ref.kind)
+        found = store.get((ref.namespace, ref.name)) if store is not None else None
         if isinstance(found, GatewayClass) and ref.name in status.classes:
             self._class(found, status.classes[ref.name])
         elif isinstance(found, Gateway) and ref in status.gateways:
             self._gateway(found, status.gateways[ref])
-        elif isinstance(found, HTTPRoute) and ref in status.routes:
+        elif isinstance(found, (HTTPRoute, GRPCRoute)) and ref in status.routes:
             self._route(found, status.routes[ref])
 
     def _class(self, found: GatewayClass, desired: tuple[Condition, ...]) -> None:
@@ -129,7 +131,7 @@ class GatewayStatusSync:
         path = f"{API}/namespaces/{found.meta.namespace}/gateways/{found.meta.name}/status"
         self.writer.request("PATCH", path, "Gateway", "patch-status", body, MERGE_PATCH)
 
-    def _route(self, found: HTTPRoute, desired: tuple[tuple[ParentRef, tuple[Condition, ...]], ...]) -> None:
+    def _route(self, found: HTTPRoute | GRPCRoute, desired: tuple[tuple[ParentRef, tuple[Condition, ...]], ...]) -> None:
         if any(c.observed_generation < found.meta.generation for _, conditions in desired for c in conditions):
             return
         ours = {parent: conditions for parent, controller, conditions in found.status_parents if controller == self.controller_name}
@@ -142,8 +144,9 @@ class GatewayStatusSync:
         ]
         foreign = [entry for entry in map(json.loads, found.status_parents_raw) if entry.get("controllerName") != self.controller_name]
         body = {"metadata": {"resourceVersion": found.meta.resource_version}, "status": {"parents": foreign + parents}}
-        path = f"{API}/namespaces/{found.meta.namespace}/httproutes/{found.meta.name}/status"
-        self.writer.request("PATCH", path, "HTTPRoute", "patch-status", body, MERGE_PATCH)
+        kind = found.ref.kind
+        path = f"{API}/namespaces/{found.meta.namespace}/{kind.lower()}s/{found.meta.name}/status"
+        self.writer.request("PATCH", path, kind, "patch-status", body, MERGE_PATCH)
 
 
 def _gateway_shows(found: Gateway, desired: GatewayStatus, addresses: tuple[str, ...]) -> bool:

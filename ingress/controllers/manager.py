@@ -47,6 +47,7 @@ from ingress.sources.kube.source import KubeSource
 log = Logger()
 
 GENERATOR, STATUS, STREAM_STATUS, PROBLEM_EVENTS, GATEWAY_STATUS = "servicegen", "status", "streamstatus", "problemevents", "gatewaystatus"
+GATEWAY_STATUS_KINDS = ("GatewayClass", "Gateway", "HTTPRoute", "GRPCRoute")
 NO_FAILURES: Callable[[], Mapping[tuple[str, int], str]] = dict
 
 
@@ -108,9 +109,8 @@ class ControllerManager(Service):
                 self._add_loop(STREAM_STATUS, self._stream_status)
                 self.live.subscribe(self._table_changed)
             if self.live is not None and self.source.watches("Gateway"):
-                classes, gateways, routes = (self.source.store(kind) for kind in ("GatewayClass", "Gateway", "HTTPRoute"))
-                writer = self._writer(GATEWAY_STATUS)
-                self._gateway_status = GatewayStatusSync(writer, classes, gateways, routes, self.options.gateway_controller_name, addresses)
+                stores = {kind: self.source.store(kind) for kind in GATEWAY_STATUS_KINDS if self.source.watches(kind)}
+                self._gateway_status = GatewayStatusSync(self._writer(GATEWAY_STATUS), stores, self.options.gateway_controller_name, addresses)
                 self._add_loop(GATEWAY_STATUS, self._gateway_status)
                 self.live.subscribe(self._gateway_table_changed)
             if self.live is not None:
@@ -202,8 +202,9 @@ class ControllerManager(Service):
             self.source.on_key("StreamIngress", self._enqueuer(STREAM_STATUS))
         if GATEWAY_STATUS in self.loops:
             enqueue = self._enqueuer(GATEWAY_STATUS)
-            for kind in ("GatewayClass", "Gateway", "HTTPRoute"):
-                self.source.on_key(kind, partial(_enqueue_ref, enqueue, kind))
+            for kind in GATEWAY_STATUS_KINDS:
+                if self.source.watches(kind):
+                    self.source.on_key(kind, partial(_enqueue_ref, enqueue, kind))
 
     def _table_changed(self, table: RoutingTable) -> None:
         """A new table (reactor thread): queue the StreamIngresses whose conditions changed."""

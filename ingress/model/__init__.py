@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional, Union
 
 if TYPE_CHECKING:  # the Gateway API values import this module's ObjectMeta and Condition
-    from ingress.model.gateway import Gateway, GatewayClass, HTTPRoute, ReferenceGrant
+    from ingress.model.gateway import Gateway, GatewayClass, GRPCRoute, HTTPRoute, ReferenceGrant
 
 PATH_EXACT = "Exact"
 PATH_PREFIX = "Prefix"
@@ -259,6 +259,7 @@ class ClusterState:
     gateway_classes: tuple[GatewayClass, ...] = ()
     gateways: tuple[Gateway, ...] = ()
     http_routes: tuple[HTTPRoute, ...] = ()
+    grpc_routes: tuple[GRPCRoute, ...] = ()
     reference_grants: tuple[ReferenceGrant, ...] = ()
     namespaces: Mapping[tuple[str, str], Namespace] = field(default_factory=dict)  # keyed ("", name)
 

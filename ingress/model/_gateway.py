@@ -29,6 +29,10 @@ from ingress.model.gateway import (
     BackendRef,
     Gateway,
     GatewayClass,
+    GRPCMethodMatch,
+    GRPCRoute,
+    GRPCRouteMatch,
+    GRPCRouteRule,
     HeaderModifier,
     HTTPRoute,
     LabelSelector,
@@ -150,17 +154,60 @@ def parse_http_route(obj: Mapping[str, Any], meta: ObjectMeta) -> HTTPRoute:
     parents = tuple(_parent_ref(p, f"spec.parentRefs[{i}]", meta.namespace) for i, p in enumerate(_list(spec.get("parentRefs"), "spec.parentRefs")))
     hostnames = tuple(parse_host(h, f"spec.hostnames[{i}]") for i, h in enumerate(_list(spec.get("hostnames"), "spec.hostnames")))
     rules = tuple(_rule(r, f"spec.rules[{i}]", meta.namespace) for i, r in enumerate(_list(spec.get("rules"), "spec.rules")))
-    status = _mapping(obj.get("status"), "status")
-    raw = tuple(json.dumps(p, sort_keys=True) for p in _list(status.get("parents"), "status.parents"))
-    status_parents = tuple(
-        (
-            _parent_ref(_mapping(p, "status.parents").get("parentRef"), "status.parents.parentRef", meta.namespace),
-            _str(_mapping(p, "status.parents").get("controllerName"), "status.parents.controllerName"),
-            tuple(_condition(c) for c in _list(_mapping(p, "status.parents").get("conditions"), "status.parents.conditions")),
-        )
-        for p in _list(status.get("parents"), "status.parents")
-    )
+    status_parents, raw = _status_parents(obj, meta.namespace)
     return HTTPRoute(meta, parents, hostnames, rules or (RouteRule(),), status_parents, raw)
+
+
+def parse_grpc_route(obj: Mapping[str, Any], meta: ObjectMeta) -> GRPCRoute:
+    """A GRPCRoute, with the CRD's defaults applied (a rule without matches matches every call)."""
+    spec = _mapping(obj.get("spec"), "spec")
+    parents = tuple(_parent_ref(p, f"spec.parentRefs[{i}]", meta.namespace) for i, p in enumerate(_list(spec.get("parentRefs"), "spec.parentRefs")))
+    hostnames = tuple(parse_host(h, f"spec.hostnames[{i}]") for i, h in enumerate(_list(spec.get("hostnames"), "spec.hostnames")))
+    rules = tuple(_grpc_rule(r, f"spec.rules[{i}]", meta.namespace) for i, r in enumerate(_list(spec.get("rules"), "spec.rules")))
+    status_parents, raw = _status_parents(obj, meta.namespace)
+    return GRPCRoute(meta, parents, hostnames, rules or (GRPCRouteRule(),), status_parents, raw)
+
+
+def _grpc_rule(value: Any, path: str, namespace: str) -> GRPCRouteRule:
+    item = _mapping(value, path)
+    matches = []
+    for i, raw in enumerate(_list(item.get("matches"), f"{path}.matches")):
+        match = _mapping(raw, f"{path}.matches[{i}]")
+        method = match.get("method")
+        method_match = None
+        if method is not None:
+            found = _mapping(method, f"{path}.matches[{i}].method")
+            kind = _str(found.get("type"), f"{path}.matches[{i}].method.type", VALUE_MATCH_EXACT)
+            if kind not in (VALUE_MATCH_EXACT, VALUE_MATCH_REGEX):
+                raise _invalid(f"{path}.matches[{i}].method.type", kind, "must be Exact or RegularExpression")
+            service = _str(found.get("service"), f"{path}.matches[{i}].method.service")
+            name = _str(found.get("method"), f"{path}.matches[{i}].method.method")
+            if not service and not name:
+                raise _required(f"{path}.matches[{i}].method", "one of service and method is required")
+            method_match = GRPCMethodMatch(service, name, kind)
+        headers = tuple(_value_match(h, f"{path}.matches[{i}].headers[{j}]", lower=True) for j, h in enumerate(_list(match.get("headers"), f"{path}.matches[{i}].headers")))
+        matches.append(GRPCRouteMatch(method_match, headers))
+    return GRPCRouteRule(
+        matches=tuple(matches) or (GRPCRouteMatch(),),
+        filters=tuple(_filter(f, f"{path}.filters[{i}]") for i, f in enumerate(_list(item.get("filters"), f"{path}.filters"))),
+        backend_refs=tuple(_backend_ref(b, f"{path}.backendRefs[{i}]", namespace) for i, b in enumerate(_list(item.get("backendRefs"), f"{path}.backendRefs"))),
+        name=_str(item.get("name"), f"{path}.name"),
+    )
+
+
+def _status_parents(obj: Mapping[str, Any], namespace: str) -> tuple[tuple[tuple[ParentRef, str, tuple[Condition, ...]], ...], tuple[str, ...]]:
+    """A route's status.parents: parsed (ours are compared with what we would write) and as JSON text (others' are written back)."""
+    status = _mapping(obj.get("status"), "status")
+    entries = [_mapping(p, "status.parents") for p in _list(status.get("parents"), "status.parents")]
+    parsed = tuple(
+        (
+            _parent_ref(entry.get("parentRef"), "status.parents.parentRef", namespace),
+            _str(entry.get("controllerName"), "status.parents.controllerName"),
+            tuple(_condition(c) for c in _list(entry.get("conditions"), "status.parents.conditions")),
+        )
+        for entry in entries
+    )
+    return parsed, tuple(json.dumps(entry, sort_keys=True) for entry in entries)
 
 
 def _parent_ref(value: Any, path: str, namespace: str) -> ParentRef:

@@ -232,6 +232,8 @@ class RouteRule:
 
 @dataclass(frozen=True, slots=True)
 class HTTPRoute:
+    """An HTTPRoute; routing also reads a GRPCRoute in this shape (C{kind} "GRPCRoute", its matches as paths)."""
+
     meta: ObjectMeta
     parent_refs: tuple[ParentRef, ...]
     hostnames: tuple[str, ...]  # lower-case; may start with "*."
@@ -239,10 +241,50 @@ class HTTPRoute:
     status_parents: tuple[tuple[ParentRef, str, tuple[Condition, ...]], ...] = field(default=(), compare=False)
     # Each status.parents entry as JSON text: another controller's entries are written back exactly as they were.
     status_parents_raw: tuple[str, ...] = field(default=(), compare=False)
+    kind: str = "HTTPRoute"
 
     @property
     def ref(self) -> ObjectRef:
-        return ObjectRef("HTTPRoute", self.meta.namespace, self.meta.name)
+        return ObjectRef(self.kind, self.meta.namespace, self.meta.name)
+
+
+@dataclass(frozen=True, slots=True)
+class GRPCMethodMatch:
+    """A GRPCRoute method match: C{service} ("package.Service") and C{method}, at least one set; Exact or RegularExpression."""
+
+    service: str = ""
+    method: str = ""
+    type: str = VALUE_MATCH_EXACT
+
+
+@dataclass(frozen=True, slots=True)
+class GRPCRouteMatch:
+    method: Optional[GRPCMethodMatch] = None
+    headers: tuple[ValueMatch, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GRPCRouteRule:
+    """One GRPCRouteRule; the API's default is one match of every call."""
+
+    matches: tuple[GRPCRouteMatch, ...] = (GRPCRouteMatch(),)
+    filters: tuple[RouteFilter, ...] = ()
+    backend_refs: tuple[BackendRef, ...] = ()
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GRPCRoute:
+    meta: ObjectMeta
+    parent_refs: tuple[ParentRef, ...]
+    hostnames: tuple[str, ...]
+    rules: tuple[GRPCRouteRule, ...]
+    status_parents: tuple[tuple[ParentRef, str, tuple[Condition, ...]], ...] = field(default=(), compare=False)
+    status_parents_raw: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef("GRPCRoute", self.meta.namespace, self.meta.name)
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,6 +63,7 @@ def build(
     nginx_annotations: bool = True,
     nginx_configmap: Optional[tuple[str, str]] = None,
     gateway_controller_name: str = GATEWAY_CONTROLLER_NAME,
+    cleartext_http2: bool = False,
 ) -> RoutingTable:
     """
     The routing table for C{state}: our Ingresses' rules, merged across Ingresses, and the streams.
@@ -72,7 +73,8 @@ def build(
     C{tcp_services}/C{udp_services} and C{reserved_ports} are for
     L{ingress.routing.streams.build_streams}; C{nginx_annotations} reads
     the C{nginx.ingress.kubernetes.io/} annotations besides C{twingress.io/};
-    C{nginx_configmap} names the ingress-nginx ConfigMap whose keys are the routes' defaults.
+    C{nginx_configmap} names the ingress-nginx ConfigMap whose keys are the routes' defaults;
+    C{cleartext_http2} says HTTP/2 with prior knowledge is served on the HTTP listener (GRPCRoutes may attach there).
     """
     config, config_problems = read_nginx_config(state.config_maps, nginx_configmap) if nginx_configmap else (TWINGRESS_DEFAULTS, [])
     ingresses = select_ingresses(state, class_name=class_name, controller_name=controller_name)
@@ -97,7 +99,7 @@ def build(
     annotation_problems = [problem for found in annotations.values() for problem in found.problems] + client_problems
     hosts = with_client_auth(_freeze(routes.hosts), client_hosts)
     wildcards = with_client_auth(_freeze(routes.wildcards), {host[2:]: auth for host, auth in client_hosts.items() if host.startswith("*.")})
-    gateway = build_gateway_routes(state, backends, reserved_ports, gateway_controller_name)
+    gateway = build_gateway_routes(state, backends, reserved_ports, gateway_controller_name, cleartext_http2)
     merged = merge_gateway(gateway, hosts, wildcards, routes.any_host.freeze() if routes.any_host.routes else None, certificates, state.secrets)
     return RoutingTable(
         generation=generation,

@@ -330,33 +330,38 @@ def stream_status_refused(run: Run) -> None:
         streams.close()
 
 
-def gateway_status_refused(run: Run) -> None:
-    """The Gateway API status controller's patch refused: logged, and the objects keep the CRDs' defaults."""
-    proxy = run.start()
-    custom = client.CustomObjectsApi(run.kube.api)
-    group, version = "gateway.networking.k8s.io", "v1"
-    name = f"refused-{uuid.uuid4().hex[:8]}"
-    typed = {"apiVersion": f"{group}/{version}"}
-    custom.create_cluster_custom_object(group, version, "gatewayclasses", {
-        **typed, "kind": "GatewayClass", "metadata": {"name": name}, "spec": {"controllerName": "twingress.io/gateway-controller"},
-    })
-    try:
-        listeners = [{"name": "http", "port": proxy.http_port, "protocol": "HTTP"}]
-        gateway = {**typed, "kind": "Gateway", "metadata": {"name": "gw"}, "spec": {"gatewayClassName": name, "listeners": listeners}}
-        custom.create_namespaced_custom_object(group, version, run.namespace, "gateways", gateway)
-        route = {**typed, "kind": "HTTPRoute", "metadata": {"name": "web"}, "spec": {"parentRefs": [{"name": "gw"}], "rules": [{"backendRefs": [{"name": "web", "port": 80}]}]}}
-        custom.create_namespaced_custom_object(group, version, run.namespace, "httproutes", route)
-        logged(proxy, r"gatewaystatus: sync of .* failed, retrying: 403", "a Gateway API status patch refused")
-    finally:
-        custom.delete_cluster_custom_object(group, version, "gatewayclasses", name)
+def gateway_status_refused(route_kind: str) -> Callable[[Run], None]:
+    """A Gateway API status patch refused: logged for an object whose status the build judged (a GatewayClass,
+    a Gateway and a route of C{route_kind}; a GRPCRoute on an HTTP listener without h2c is judged too: not accepted)."""
+
+    def check(run: Run) -> None:
+        proxy = run.start()
+        custom = client.CustomObjectsApi(run.kube.api)
+        group, version = "gateway.networking.k8s.io", "v1"
+        typed = {"apiVersion": f"{group}/{version}"}
+        name = f"refused-{uuid.uuid4().hex[:8]}"
+        custom.create_cluster_custom_object(group, version, "gatewayclasses", {
+            **typed, "kind": "GatewayClass", "metadata": {"name": name}, "spec": {"controllerName": "twingress.io/gateway-controller"},
+        })
+        try:
+            listeners = [{"name": "http", "port": proxy.http_port, "protocol": "HTTP"}]
+            gateway = {**typed, "kind": "Gateway", "metadata": {"name": "gw"}, "spec": {"gatewayClassName": name, "listeners": listeners}}
+            custom.create_namespaced_custom_object(group, version, run.namespace, "gateways", gateway)
+            spec = {"parentRefs": [{"name": "gw"}], "rules": [{"backendRefs": [{"name": "web", "port": 80}]}]}
+            custom.create_namespaced_custom_object(group, version, run.namespace, f"{route_kind.lower()}s", {**typed, "kind": route_kind, "metadata": {"name": "web"}, "spec": spec})
+            logged(proxy, r"gatewaystatus: sync of .* failed, retrying: 403", "a Gateway API status patch refused")
+        finally:
+            custom.delete_cluster_custom_object(group, version, "gatewayclasses", name)
+
+    return check
 
 
 INFORMERS = {
     "ingresses": "Ingress", "ingressclasses": "IngressClass", "services": "Service", "endpointslices": "EndpointSlice",
     "secrets": "Secret", "streamingresses": "StreamIngress", "gatewayclasses": "GatewayClass", "gateways": "Gateway",
-    "httproutes": "HTTPRoute", "referencegrants": "ReferenceGrant", "namespaces": "Namespace",
+    "httproutes": "HTTPRoute", "grpcroutes": "GRPCRoute", "referencegrants": "ReferenceGrant", "namespaces": "Namespace",
 }
-OPTIONAL = {"StreamIngress", "GatewayClass", "Gateway", "HTTPRoute", "ReferenceGrant", "Namespace"}
+OPTIONAL = {"StreamIngress", "GatewayClass", "Gateway", "HTTPRoute", "GRPCRoute", "ReferenceGrant", "Namespace"}
 BREAKS: dict[tuple[str, str], Callable[[Run], None]] = {
     **{(resource, verb): informer_refused(kind, verb) for resource, kind in INFORMERS.items() for verb in ("list", "watch")},
     **{("configmaps", verb): informer_refused(f"ConfigMap {STREAM_MAP_ARGS[1]}", verb, *STREAM_MAP_ARGS) for verb in ("list", "watch")},
@@ -370,7 +375,8 @@ BREAKS: dict[tuple[str, str], Callable[[Run], None]] = {
     ("ingresses/status", "patch"): status_refused,
     ("events", "create"): event_refused,
     ("streamingresses/status", "patch"): stream_status_refused,
-    **{(f"{plural}/status", "patch"): gateway_status_refused for plural in ("gatewayclasses", "gateways", "httproutes")},
+    **{(f"{plural}/status", "patch"): gateway_status_refused("HTTPRoute") for plural in ("gatewayclasses", "gateways", "httproutes")},
+    ("grpcroutes/status", "patch"): gateway_status_refused("GRPCRoute"),
 }
 """For each (resource, verb) granted in k8s/: what breaks without it."""
 

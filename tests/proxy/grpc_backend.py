@@ -33,8 +33,9 @@ def _identity(data: bytes) -> bytes:
 
 
 class Echo:
-    def __init__(self, marker: Path) -> None:
+    def __init__(self, marker: Path, name: str = "") -> None:
         self.marker = marker
+        self.name = name  # answered to the request "who": which server a call reached
 
     def unary(self, request: bytes, context: grpc.ServicerContext) -> bytes:
         metadata = dict(context.invocation_metadata())
@@ -43,6 +44,8 @@ class Echo:
             context.set_trailing_metadata((("x-trailer", "t-" + metadata["x-echo"]),))
         if request == b"fail":
             context.abort(grpc.StatusCode.NOT_FOUND, "no such thing")
+        if request == b"who":
+            return self.name.encode()
         return request
 
     def download(self, request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
@@ -70,7 +73,7 @@ class Echo:
 
 def main() -> None:
     port, marker = int(sys.argv[1]), Path(sys.argv[2])
-    echo = Echo(marker)
+    echo = Echo(marker, f"port-{port}")
     handlers = {
         "Unary": grpc.unary_unary_rpc_method_handler(echo.unary, _identity, _identity),
         "Download": grpc.unary_stream_rpc_method_handler(echo.download, _identity, _identity),

@@ -118,9 +118,10 @@ def serve(table: RoutingTable, host: str, target: str, *, method: bytes = b"GET"
     if policies is not None and policies.redirect is not None:
         return f"{policies.redirect.code} {policies.redirect.location_for(scheme, host, target.encode(), path).decode()}"
     if policies is not None and policies.backends is not None:
-        route = policies.backends.pick(draw if draw is not None else 0)
-        if route is None:
-            return "500"
+        picked = policies.backends.pick(draw if draw is not None else 0)
+        if picked is None:
+            return str(policies.backends.unusable_status)
+        route = picked
     return route.upstream.key
 
 
@@ -128,9 +129,9 @@ def problems_of(table: RoutingTable, kind: str = "HTTPRoute") -> set[tuple[str, 
     return {(p.ref.name, p.reason) for p in table.problems if p.ref.kind == kind}
 
 
-def parent_conditions(table: RoutingTable, name: str, namespace: str = "default") -> list[dict[str, tuple[str, str]]]:
+def parent_conditions(table: RoutingTable, name: str, namespace: str = "default", kind: str = "HTTPRoute") -> list[dict[str, tuple[str, str]]]:
     assert table.gateway_status is not None
-    return [{c.type: (c.status, c.reason) for c in found} for _, found in table.gateway_status.routes.get(ObjectRef("HTTPRoute", namespace, name), ())]
+    return [{c.type: (c.status, c.reason) for c in found} for _, found in table.gateway_status.routes.get(ObjectRef(kind, namespace, name), ())]
 
 
 # -- attachment and hostnames
@@ -521,3 +522,60 @@ def test_the_gateway_example_means_what_its_comments_say() -> None:
     chosen = shop.choose(b"http", b"GET", {}.get, b"/shop/cart") if shop is not None else None
     assert chosen is not None and chosen.policies is not None and chosen.policies.rewrite is not None
     assert chosen.policies.rewrite.target_for("/shop/cart", b"") == b"/cart"
+
+
+# -- GRPCRoute
+
+
+def grpc_route(name: str, *rules: dict[str, Any], hostnames: tuple[str, ...] = ()) -> dict[str, Any]:
+    found = http_route(name, *rules, hostnames=hostnames)
+    found["kind"] = "GRPCRoute"
+    return found
+
+
+def method(service: str = "", name: str = "", **extra: Any) -> dict[str, Any]:
+    return {"method": {k: v for k, v in (("service", service), ("method", name)) if v}, **extra}
+
+
+def test_grpc_routes_need_http2_on_the_listener() -> None:
+    """GRPCRoute on an HTTP listener means h2c with prior knowledge: without --http2-cleartext it is not allowed there."""
+    objects = (gateway(), grpc_route("rpc", to(backend("v1"))), *services("v1"))
+    without = gateway_table(*objects)
+    assert parent_conditions(without, "rpc", kind="GRPCRoute")[0]["Accepted"] == ("False", "NotAllowedByListeners")
+    assert serve(without, "h", "/test.Echo/Unary") == "404"
+    with_h2c = build(state_from_objects([gateway_class(), *objects]), reserved_ports=PORTS, cleartext_http2=True)
+    assert parent_conditions(with_h2c, "rpc", kind="GRPCRoute")[0]["Accepted"] == ("True", "Accepted")
+    slot = with_h2c.match("h", "/test.Echo/Unary")
+    route = slot.choose(b"http", b"POST", {}.get, b"/test.Echo/Unary") if slot is not None else None
+    assert route is not None and route.policies is not None and route.policies.backend_http2  # h2c to the endpoints
+
+
+def test_grpc_exact_method_matching() -> None:
+    """GRPCExactMethodMatching and GRPCRouteHeaderMatching: service and method, a service alone, more headers first."""
+    table = build(state_from_objects([
+        gateway_class(), gateway(),
+        grpc_route("rpc",
+                   to(backend("v1"), matches=[method("gateway_api_conformance.echo_basic.grpcecho.GrpcEcho", "Echo")]),
+                   to(backend("v2"), matches=[method("gateway_api_conformance.echo_basic.grpcecho.GrpcEcho", "EchoTwo")]),
+                   to(backend("v3"), matches=[method("other.Service")]),
+                   to(backend("v2"), matches=[method("other.Service", headers=headers(version="two"))])),
+        *services("v1", "v2", "v3"),
+    ]), reserved_ports=PORTS, cleartext_http2=True)
+    service = "/gateway_api_conformance.echo_basic.grpcecho.GrpcEcho"
+    assert serve(table, "h", f"{service}/Echo", method=b"POST") == "default/v1:80"
+    assert serve(table, "h", f"{service}/EchoTwo", method=b"POST") == "default/v2:80"
+    assert serve(table, "h", f"{service}/EchoThree", method=b"POST") == "404"  # gRPC clients read 404 as UNIMPLEMENTED
+    assert serve(table, "h", "/other.Service/Any", method=b"POST") == "default/v3:80"
+    assert serve(table, "h", "/other.Service/Any", method=b"POST", fields={"version": "two"}) == "default/v2:80"
+
+
+def test_grpc_unusable_backends_answer_503_and_unsupported_matches_are_reported() -> None:
+    """GRPCRoute's BackendRefs: UNAVAILABLE (HTTP 503 to gRPC clients); a method without a service is not served."""
+    table = build(state_from_objects([
+        gateway_class(), gateway(),
+        grpc_route("rpc", to(backend("missing"), matches=[method("a.B")]), to(backend("v1"), matches=[method(name="Only")])),
+        *services("v1"),
+    ]), reserved_ports=PORTS, cleartext_http2=True)
+    assert serve(table, "h", "/a.B/C", method=b"POST") == "503"
+    assert ("rpc", "UnsupportedValue") in problems_of(table, "GRPCRoute")
+    assert serve(table, "h", "/x.Y/Only", method=b"POST") == "404"

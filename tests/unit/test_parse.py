@@ -517,6 +517,7 @@ def test_kinds_handled() -> None:
         ("twingress.io/v1alpha1", "StreamIngress"),
         ("v1", "ConfigMap"),
         ("v1", "Namespace"),
+        ("gateway.networking.k8s.io/v1", "GRPCRoute"),
         *(
             (f"gateway.networking.k8s.io/{version}", kind)
             for version in ("v1", "v1beta1")

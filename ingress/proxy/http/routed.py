@@ -92,7 +92,7 @@ def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, r
     if policies.backends is not None:  # Gateway API backendRefs with weights; an unusable one answers 500
         picked = policies.backends.pick()
         if picked is None:
-            return Routed(500, route=route)
+            return Routed(policies.backends.unusable_status, route=route)
         route = picked
     if route.policies is not None and route.policies.backend_http2 and head.version < HTTP2:
         return Routed(426, route=route)  # HTTP/2 to the endpoints (gRPC) needs an HTTP/2 client

@@ -29,6 +29,7 @@ from typing import Optional
 from ingress.model import ClusterState, Condition, ObjectRef, Problem
 from ingress.model.gateway import GATEWAY_CONTROLLER_NAME, PATH_MATCH_EXACT, PATH_MATCH_PREFIX, VALUE_MATCH_REGEX, HTTPRoute, ParentRef, RouteMatch, ValueMatch
 from ingress.routing.backends import Backends
+from ingress.routing.gateway.grpc import as_http_route
 from ingress.routing.gateway.listeners import ServedListener, attach, condition, our_gateways, serve_listeners
 from ingress.routing.gateway.rules import RuleContext, compile_rule
 from ingress.routing.gateway.status import GatewayAPIStatus, GatewayStatus, ListenerStatus
@@ -59,16 +60,19 @@ class _Candidate:
     route: Route
 
 
-def build_gateway_routes(state: ClusterState, backends: Backends, ports: Mapping[int, str], controller_name: str = GATEWAY_CONTROLLER_NAME) -> GatewayRoutes:
+def build_gateway_routes(
+    state: ClusterState, backends: Backends, ports: Mapping[int, str], controller_name: str = GATEWAY_CONTROLLER_NAME, cleartext_http2: bool = False
+) -> GatewayRoutes:
     """The Gateway API routes of C{state} for the listeners on C{ports} (port → "http", "https")."""
     out = GatewayRoutes()
-    if not state.gateways and not state.http_routes:
+    if not state.gateways and not state.http_routes and not state.grpc_routes:
         return out
     gateways = our_gateways(state, controller_name)
-    listeners = serve_listeners(state, gateways, ports)
-    routes = sorted(state.http_routes, key=lambda r: r.meta.age_key())
-    attached = attach(state, routes, listeners)
+    listeners = serve_listeners(state, gateways, ports, cleartext_http2)
     context = RuleContext(state, backends, *_ports(ports))
+    grpc = [as_http_route(route, context.problems) for route in state.grpc_routes]
+    routes = sorted((*state.http_routes, *grpc), key=lambda r: r.meta.age_key())
+    attached = attach(state, routes, listeners)
     candidates: dict[str, list[_Candidate]] = {}
     route_status: dict[ObjectRef, tuple[tuple[ParentRef, tuple[Condition, ...]], ...]] = {}
     for route in routes:

@@ -35,6 +35,7 @@ from ingress.model.gateway import (
 )
 
 HTTP_ROUTE_KIND = RouteKind(GATEWAY_GROUP, "HTTPRoute")
+GRPC_ROUTE_KIND = RouteKind(GATEWAY_GROUP, "GRPCRoute")
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 SCHEMES = {"HTTP": b"http", "HTTPS": b"https"}
 
@@ -75,16 +76,20 @@ def our_gateways(state: ClusterState, controller_name: str) -> list[Gateway]:
     return sorted((g for g in state.gateways if g.gateway_class_name in classes), key=lambda g: g.meta.age_key())
 
 
-def serve_listeners(state: ClusterState, gateways: Iterable[Gateway], ports: Mapping[int, str]) -> list[ServedListener]:
-    """Every listener of C{gateways}, judged: served (on which of our listeners) or why not."""
+def serve_listeners(state: ClusterState, gateways: Iterable[Gateway], ports: Mapping[int, str], cleartext_http2: bool = False) -> list[ServedListener]:
+    """
+    Every listener of C{gateways}, judged: served (on which of our listeners) or why not.  GRPCRoutes
+    attach to HTTPS listeners, and to HTTP ones when HTTP/2 with prior knowledge is served there
+    (C{--http2-cleartext}): GRPCRoute asks for h2c on an HTTP listener.
+    """
     http_port = next((p for p, name in ports.items() if name == "http"), None)
     https_port = next((p for p, name in ports.items() if name == "https"), None)
-    return [_judge(state, gateway, listener, http_port, https_port) for gateway in gateways for listener in gateway.listeners]
+    return [_judge(state, gateway, listener, http_port, https_port, cleartext_http2) for gateway in gateways for listener in gateway.listeners]
 
 
-def _judge(state: ClusterState, gateway: Gateway, listener: Listener, http_port: Optional[int], https_port: Optional[int]) -> ServedListener:
+def _judge(state: ClusterState, gateway: Gateway, listener: Listener, http_port: Optional[int], https_port: Optional[int], cleartext_http2: bool) -> ServedListener:
     generation = gateway.meta.generation
-    kinds, bad_kinds = _kinds(listener)
+    kinds, bad_kinds = _kinds(listener, listener.protocol == "HTTPS" or cleartext_http2)
     refs = condition("ResolvedRefs", True, "ResolvedRefs", "", generation)
     if bad_kinds:
         refs = condition("ResolvedRefs", False, "InvalidRouteKinds", f"unsupported route kinds: {', '.join(k.kind for k in bad_kinds)}", generation)
@@ -120,12 +125,13 @@ def _judge(state: ClusterState, gateway: Gateway, listener: Listener, http_port:
     )
 
 
-def _kinds(listener: Listener) -> tuple[tuple[RouteKind, ...], tuple[RouteKind, ...]]:
-    """The route kinds a listener supports (of those it allows), and those it names but nobody supports."""
+def _kinds(listener: Listener, http2: bool) -> tuple[tuple[RouteKind, ...], tuple[RouteKind, ...]]:
+    """The route kinds a listener supports (of those it allows), and those it names but cannot support."""
+    supported = (HTTP_ROUTE_KIND, GRPC_ROUTE_KIND) if http2 else (HTTP_ROUTE_KIND,)
     if not listener.allowed_kinds:
-        return (HTTP_ROUTE_KIND,), ()
-    good = tuple(k for k in listener.allowed_kinds if k == HTTP_ROUTE_KIND)
-    return good, tuple(k for k in listener.allowed_kinds if k != HTTP_ROUTE_KIND)
+        return supported, ()
+    good = tuple(k for k in listener.allowed_kinds if k in supported)
+    return good, tuple(k for k in listener.allowed_kinds if k not in supported)
 
 
 def _certificate(state: ClusterState, gateway: Gateway, listener: Listener) -> tuple[Optional[tuple[str, str]], Optional[tuple[str, str]]]:
@@ -171,9 +177,13 @@ def _attach_one(state: ClusterState, route: HTTPRoute, parent: ParentRef, candid
     ]
     if not selected:
         return condition("Accepted", False, "NoMatchingParent", "no listener of the Gateway matches the parentRef's sectionName and port", generation)
-    allowed = [s for s in selected if HTTP_ROUTE_KIND in s.supported_kinds and _admits(state, s, route.meta.namespace)]
+    kind = RouteKind(GATEWAY_GROUP, route.kind)
+    allowed = [s for s in selected if kind in s.supported_kinds and _admits(state, s, route.meta.namespace)]
     if not allowed:
-        return condition("Accepted", False, "NotAllowedByListeners", "no selected listener allows HTTPRoutes from this namespace", generation)
+        why = f"no selected listener allows {route.kind}s from this namespace"
+        if kind == GRPC_ROUTE_KIND and any(s.listener.protocol == "HTTP" for s in selected):
+            why += " (GRPCRoutes need HTTP/2: HTTPS listeners, or HTTP ones with --http2-cleartext)"
+        return condition("Accepted", False, "NotAllowedByListeners", why, generation)
     attached = False
     for served in allowed:
         hosts = intersect_hostnames(served.listener.hostname, route.hostnames)

@@ -23,6 +23,7 @@ from typing import Optional
 from ingress.model import ClusterState, IngressBackend, Problem, ServiceBackendPort
 from ingress.model.gateway import GATEWAY_GROUP, PATH_MATCH_PREFIX, BackendRef, HeaderModifier, HTTPRoute, RouteRule
 from ingress.routing.backends import Backends
+from ingress.routing.gateway.grpc import GRPC_ROUTE
 from ingress.routing.policies import Policies
 from ingress.routing.policies.headers import HeaderChanges, header_changes, valid_field
 from ingress.routing.policies.pathreplace import REPLACE_PREFIX_MATCH, PathReplace
@@ -50,21 +51,25 @@ def compile_rule(route: HTTPRoute, rule: RouteRule, context: RuleContext) -> Rou
     name = f"{route.meta.namespace}/{route.meta.name}"
     empty = Upstream(f"{name}#rule", ())
     base = Route(name=name, source=route.ref, upstream=empty)
+    grpc = route.kind == GRPC_ROUTE
+    unusable = 503 if grpc else 500  # gRPC clients read 503 as UNAVAILABLE, what GRPCRoute asks for
     policies, refused = _filter_policies(route, rule, context)
     if refused:
-        return Route(name=name, source=route.ref, upstream=empty, policies=Policies(deny=Deny(500, refused)))
+        return Route(name=name, source=route.ref, upstream=empty, policies=Policies(deny=Deny(unusable, refused)))
+    if grpc:
+        policies = replace(policies, backend_http2=True)
     if policies.redirect is not None:
         return Route(name=name, source=route.ref, upstream=empty, policies=policies)
     weighted = [(ref.weight, _backend_route(route, ref, base, context)) for ref in rule.backend_refs]
     usable = [(weight, target) for weight, target in weighted if weight > 0]
     if not usable:
         why = "the rule has no backendRefs" if not rule.backend_refs else "every backendRef has weight 0"
-        return Route(name=name, source=route.ref, upstream=empty, policies=Policies(deny=Deny(500, why)))
+        return Route(name=name, source=route.ref, upstream=empty, policies=Policies(deny=Deny(unusable, why)))
     plain = policies if policies != Policies() else None
     if len(usable) == 1 and usable[0][1] is not None:
         return Route(name=name, source=route.ref, upstream=usable[0][1].upstream, policies=plain)
     routes = tuple(Route(name=name, source=route.ref, upstream=t.upstream, policies=plain) if t is not None else None for _, t in usable)
-    split = WeightedBackends(routes, tuple(weight for weight, _ in usable))
+    split = WeightedBackends(routes, tuple(weight for weight, _ in usable), unusable)
     return Route(name=name, source=route.ref, upstream=empty, policies=replace(policies, backends=split))
 
 
@@ -139,7 +144,7 @@ def _backend_route(route: HTTPRoute, ref: BackendRef, base: Route, context: Rule
 
 def _granted(state: ClusterState, route: HTTPRoute, ref: BackendRef) -> bool:
     return any(
-        grant.meta.namespace == ref.namespace and grant.allows(GATEWAY_GROUP, "HTTPRoute", route.meta.namespace, "", "Service", ref.name)
+        grant.meta.namespace == ref.namespace and grant.allows(GATEWAY_GROUP, route.kind, route.meta.namespace, "", "Service", ref.name)
         for grant in state.reference_grants
     )
 

@@ -27,6 +27,7 @@ class WeightedBackends:
 
     routes: tuple[Optional[Route], ...]
     weights: tuple[int, ...]
+    unusable_status: int = 500  # what a share without a usable backend answers (GRPCRoute: 503, UNAVAILABLE to gRPC)
     running: tuple[int, ...] = ()  # the running sums of the weights, made once
 
     def __post_init__(self) -> None:
