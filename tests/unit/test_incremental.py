@@ -2,8 +2,8 @@
 EndpointSlice-only changes applied to the previous table (ingress.routing.incremental): after any sequence
 of events, for every kind, the table must equal a full build of the same state.
 
-The store below keeps each parsed object until its own event replaces it, as an informer's store does, so
-that unchanged objects are the same objects from one snapshot to the next.
+The store (tests.unit.objects.Store) keeps each parsed object until its own event replaces it, as an
+informer's store does, so that unchanged objects are the same objects from one snapshot to the next.
 """
 
 from __future__ import annotations
@@ -16,33 +16,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ingress.model.parse import Kind, collect, kind_of, object_ref, parse_object
 from ingress.routing import RoutingTable, build
 from ingress.routing.delta import applied, table_change
 from ingress.routing.incremental import IncrementalBuild
-from tests.unit.objects import T1, endpoints, ingress, path, rule, service
+from tests.unit.objects import T1, Store, endpoints, ingress, path, rule, service
 
 NGINX = "nginx.ingress.kubernetes.io/"
 SERVICES = ("web", "api", "admin", "gone")  # "gone" never exists: its routes answer 503
 ADDRESSES = tuple(f"10.0.0.{n}" for n in range(1, 7))
-
-
-class Store:
-    """Parsed objects by identity, as the informers keep them; a snapshot is made of these very objects."""
-
-    def __init__(self) -> None:
-        self.objects: dict[Any, tuple[Kind, Any]] = {}
-
-    def put(self, obj: dict[str, Any]) -> None:
-        kind = kind_of(obj)
-        assert kind is not None
-        self.objects[(obj["kind"], object_ref(obj))] = (kind, parse_object(obj))
-
-    def delete(self, kind: str, obj: dict[str, Any]) -> None:
-        self.objects.pop((kind, object_ref(obj)), None)
-
-    def state(self) -> Any:
-        return collect(self.objects.values())
 
 
 def _full(state: Any, generation: int) -> RoutingTable:
