@@ -9,22 +9,30 @@ derived from the previous one (an EndpointSlice-only update, L{ingress.routing.i
 shares every unchanged host, certificate and problem with it, object for object; L{table_change}
 finds what is not shared, and L{applied} rebuilds the new table from the old one and that
 change.  A table that shares little (a full build) is sent whole: its change would be as big.
+
+The certificate table is compared mapping by mapping ("certificates.exact", "certificates.secrets"...):
+an Ingress-only update (L{ingress.routing.ingress_changes}) changes the certificate of one host,
+and the Secrets of every other host (their PEM, most of the table's bytes) are not sent again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any, Optional
 
 from ingress.routing.table import RoutingTable
 
 _FIELDS = tuple(f.name for f in fields(RoutingTable) if f.name != "generation")
+_NESTED = frozenset({"certificates"})  # frozen values made of mappings: compared (and sent) mapping by mapping
 
 
 @dataclass(frozen=True, slots=True)
 class TableChange:
-    """The new table C{generation} as a change of table C{base}: fields replaced whole, and mapping fields' changed and removed entries."""
+    """
+    The new table C{generation} as a change of table C{base}: fields replaced whole, and mapping
+    fields' changed and removed entries; a field of a nested value is named "field.subfield".
+    """
 
     base: int
     generation: int
@@ -37,10 +45,7 @@ def table_change(old: RoutingTable, new: RoutingTable) -> Optional[TableChange]:
     replaced: dict[str, Any] = {}
     entries: dict[str, tuple[Mapping[Any, Any], frozenset[Any]]] = {}
     kept = total = 0
-    for name in _FIELDS:
-        before, after = getattr(old, name), getattr(new, name)
-        if after is before:
-            continue
+    for name, before, after in _compared(old, new):
         if isinstance(before, Mapping) and isinstance(after, Mapping):
             changed = {key: value for key, value in after.items() if before.get(key) is not value}
             removed = frozenset(key for key in before if key not in after)
@@ -54,15 +59,49 @@ def table_change(old: RoutingTable, new: RoutingTable) -> Optional[TableChange]:
     return TableChange(old.generation, new.generation, replaced, entries)
 
 
+def _compared(old: RoutingTable, new: RoutingTable) -> Iterator[tuple[str, Any, Any]]:
+    """The (name, old value, new value) of each field that is not the same object, nested values' fields one by one."""
+    for name in _FIELDS:
+        before, after = getattr(old, name), getattr(new, name)
+        if after is before:
+            continue
+        if name in _NESTED:
+            for inner in fields(after):
+                inner_before, inner_after = getattr(before, inner.name), getattr(after, inner.name)
+                if inner_after is not inner_before:
+                    yield f"{name}.{inner.name}", inner_before, inner_after
+        else:
+            yield name, before, after
+
+
 def applied(table: RoutingTable, change: TableChange) -> RoutingTable:
     """C{table} (generation C{change.base}) changed into table C{change.generation}."""
     if table.generation != change.base:
         raise ValueError(f"a change of table {change.base} cannot apply to table {table.generation}")
-    updates: dict[str, Any] = dict(change.replaced)
+    updates: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}
+    for name, value in change.replaced.items():
+        _put(updates, nested, name, value)
     for name, (changed, removed) in change.entries.items():
-        merged = dict(getattr(table, name))
+        merged = dict(_value(table, name))
         merged.update(changed)
         for key in removed:
             del merged[key]
-        updates[name] = merged
+        _put(updates, nested, name, merged)
+    for name, inner in nested.items():
+        updates[name] = replace(getattr(table, name), **inner)
     return replace(table, generation=change.generation, **updates)
+
+
+def _value(table: RoutingTable, name: str) -> Any:
+    outer, dot, inner = name.partition(".")
+    value = getattr(table, outer)
+    return getattr(value, inner) if dot else value
+
+
+def _put(updates: dict[str, Any], nested: dict[str, dict[str, Any]], name: str, value: Any) -> None:
+    outer, dot, inner = name.partition(".")
+    if dot:
+        nested.setdefault(outer, {})[inner] = value
+    else:
+        updates[name] = value

@@ -16,6 +16,9 @@ checks it on random sequences of changes.  What depends on endpoints beyond the
 endpoint sets goes through a full build: an ingress-nginx C{default-backend}
 (used only while it has endpoints, or while the route's own Service has none) and
 stream routes (their status condition counts the endpoints).
+
+L{IncrementalBuild} also sends Ingress-only changes to L{ingress.routing.ingress_changes}, which
+builds again only the Ingresses that share a host with the changed ones.
 """
 
 from __future__ import annotations
@@ -28,40 +31,76 @@ from typing import Optional, TypeVar
 from ingress.model import ClusterState, EndpointSlice, IngressBackend, ServiceBackendPort
 from ingress.routing.annotations.errorpages import NO_ENDPOINTS
 from ingress.routing.backends import Backends
+from ingress.routing.ingress_changes import Build, IngressIndex, with_changed_ingresses
 from ingress.routing.route import Route, Upstream
 from ingress.routing.table import HostRoutes, RoutingTable
 
-Build = Callable[[ClusterState, int], RoutingTable]
 ServiceKey = tuple[str, str]
 _K = TypeVar("_K")
 _V = TypeVar("_V")
-_OTHER_FIELDS = tuple(f.name for f in fields(ClusterState) if f.name != "endpoint_slices")
+_FIELDS = tuple(f.name for f in fields(ClusterState))
+_OTHER_FIELDS = tuple(name for name in _FIELDS if name != "endpoint_slices")
 _EVERYWHERE = "*"  # a use outside the hosts (the host-less rules, the default route, passthrough): rebuilt every time
 
 
 class IncrementalBuild:
     """
     A build function that remembers the last state and table: an EndpointSlice-only change is
-    applied to that table (L{with_new_endpoints}), anything else is a full build.
+    applied to that table (L{with_new_endpoints}), an Ingress-only change rebuilds just the hosts it
+    touches (L{ingress.routing.ingress_changes}), anything else is a full build.
     """
 
-    def __init__(self, full: Build) -> None:
+    def __init__(self, full: Build, max_share: float = 0.25) -> None:
+        """C{max_share}: the largest part of the Ingresses an Ingress-only change builds again, rather than all of them."""
         self.full = full
+        self.max_share = max_share
         self._last: Optional[tuple[ClusterState, RoutingTable, Optional[ServiceUses]]] = None
+        self._index: Optional[IngressIndex] = None  # follows the last state's Ingresses
         self.endpoint_updates = 0  # builds that were EndpointSlice-only (for tests and the log)
+        self.ingress_updates = 0  # builds that were Ingress-only and built only the Ingresses they touch
+        self.ingress_fallback: Optional[str] = None  # why the last Ingress-only change took a full build (None: it did not)
 
     def __call__(self, state: ClusterState, generation: int) -> RoutingTable:
-        if self._last is not None:
-            old, previous, uses = self._last
-            if uses is None and _only_slices_differ(old, state):
-                uses = ServiceUses.of(previous)
-            table = with_new_endpoints(previous, old, state, generation, uses) if uses is not None else None
+        try:
+            return self._build(state, generation)
+        except BaseException:
+            self._index = None  # it may follow a snapshot whose table was never made: made again from the last one
+            raise
+
+    def _build(self, state: ClusterState, generation: int) -> RoutingTable:
+        if self._last is None:
+            return self._full_build(state, generation)
+        old, previous, uses = self._last
+        differ = [name for name in _FIELDS if not _same_objects(getattr(old, name), getattr(state, name))]
+        if differ in ([], ["endpoint_slices"]):
+            uses = uses if uses is not None else ServiceUses.of(previous)
+            table = with_new_endpoints(previous, old, state, generation, uses)
             if table is not None:
                 self.endpoint_updates += 1
                 self._last = (state, table, uses)  # the same hosts use the same Services
                 return table
+        elif differ == ["ingresses"]:
+            index = self._index if self._index is not None else IngressIndex.of(old.ingresses)
+            self._index = index
+            old_versions, new_versions = index.changed_to(state.ingresses)
+            found = with_changed_ingresses(previous, state, index, old_versions, new_versions, self.full, generation, self.max_share)
+            if isinstance(found, RoutingTable):
+                self.ingress_updates += 1
+                self.ingress_fallback = None
+                self._last = (state, found, uses.following(previous, found) if uses is not None else None)
+                return found
+            self.ingress_fallback = found
+        elif "ingresses" in differ and self._index is not None:
+            self._index.changed_to(state.ingresses)
+        return self._full_build(state, generation)
+
+    def _full_build(self, state: ClusterState, generation: int) -> RoutingTable:
         table = self.full(state, generation)
         self._last = (state, table, None)
+        if self._index is None or not self._index.consistent:
+            # Made now, beside the full build it costs a tenth of, rather than in the first Ingress change;
+            # made again after a snapshot with two Ingresses of one name, which this one may no longer have.
+            self._index = IngressIndex.of(state.ingresses)
         return table
 
 
@@ -95,6 +134,40 @@ class ServiceUses:
             hosts.setdefault(_service_of(upstream.key) or ("", ""), set()).add(_EVERYWHERE)
         freeze = lambda index: {key: frozenset(names) for key, names in index.items()}  # noqa: E731
         return cls(freeze(hosts), freeze(wildcards), shaped)
+
+    def following(self, before: RoutingTable, after: RoutingTable) -> Optional[ServiceUses]:
+        """
+        The uses of C{after}, made from C{before} (whose uses these are) by changing some hosts and
+        wildcards (an Ingress-only update): their entries found again, the others kept.  None when
+        more than hosts changed: then they are found again from the whole table when needed.
+        """
+        if not all(getattr(after, name) is getattr(before, name) for name in ("any_host", "default_route", "passthrough", "streams")):
+            return None
+        shaped = self.shaped_by_endpoints or any(problem.reason == NO_ENDPOINTS for problem in after.problems)
+        found: list[Mapping[ServiceKey, frozenset[str]]] = []
+        for uses, old, new in ((self.hosts, before.hosts, after.hosts), (self.wildcards, before.wildcards, after.wildcards)):
+            if new is old:
+                found.append(uses)
+                continue
+            changed = [host for host in old.keys() | new.keys() if old.get(host) is not new.get(host)]
+            touched: dict[ServiceKey, set[str]] = {}
+            for host in changed:  # every changed host leaves its Services first...
+                for route in _routes_of(old[host]) if host in old else ():
+                    for service in _services_of(route):
+                        touched.setdefault(service, set(uses.get(service, ()))).discard(host)
+            for host in changed:  # ...then joins the Services of its new routes
+                for route in _routes_of(new[host]) if host in new else ():
+                    shaped = shaped or _has_error_pages(route)
+                    for service in _services_of(route):
+                        touched.setdefault(service, set(uses.get(service, ()))).add(host)
+            result = dict(uses)
+            for service, names in touched.items():
+                if names:
+                    result[service] = frozenset(names)
+                else:
+                    result.pop(service, None)
+            found.append(result)
+        return ServiceUses(found[0], found[1], shaped)
 
 
 def with_new_endpoints(

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ingress.model import CONTROLLER_NAME
-from ingress.model.parse import state_from_objects
+from ingress.model import CONTROLLER_NAME, ClusterState, Problem
+from ingress.model.parse import Kind, collect, kind_of, object_ref, parse_object, state_from_objects
 from ingress.routing import RoutingTable, build, normalize_host
 
 T0, T1, T2 = "2024-01-01T00:00:00Z", "2024-01-02T00:00:00Z", "2024-01-03T00:00:00Z"
@@ -37,13 +37,19 @@ def ingress(
     created: str = T0,
     default: Optional[tuple[str, Any]] = None,
     annotations: Optional[dict[str, str]] = None,
+    tls: tuple[tuple[tuple[str, ...], str], ...] = (),
 ) -> dict[str, Any]:
-    """An Ingress of our class by default; C{default} is (service, port) for spec.defaultBackend."""
+    """
+    An Ingress of our class by default; C{default} is (service, port) for spec.defaultBackend,
+    C{tls} its spec.tls as (hosts, secretName) pairs.
+    """
     spec: dict[str, Any] = {"rules": list(rules)} if rules else {}
     if cls is not None:
         spec["ingressClassName"] = cls
     if default is not None:
         spec["defaultBackend"] = path("/", *default)["backend"]
+    if tls:
+        spec["tls"] = [{"hosts": list(hosts), "secretName": secret} for hosts, secret in tls]
     metadata = {"name": name, "namespace": ns, "creationTimestamp": created, "annotations": annotations or {}}
     return {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": metadata, "spec": spec}
 
@@ -77,6 +83,36 @@ def endpoints(
                 "labels": {"kubernetes.io/service-name": svc}}
     return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": metadata,
             "addressType": address_type, "ports": [{"name": n, "port": p} for n, p in ports], "endpoints": items}
+
+
+def tls_secret(name: str, ns: str = "default") -> dict[str, Any]:
+    """A kubernetes.io/tls Secret (its PEM is not checked before the TLS layer)."""
+    return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "metadata": {"name": name, "namespace": ns},
+            "stringData": {"tls.crt": f"cert of {name}", "tls.key": f"key of {name}"}}
+
+
+class Store:
+    """Parsed objects by identity, as the informers keep them; a snapshot is made of these very objects."""
+
+    def __init__(self) -> None:
+        self.objects: dict[Any, tuple[Kind, Any]] = {}
+
+    def put(self, obj: dict[str, Any]) -> None:
+        kind = kind_of(obj)
+        assert kind is not None
+        self.objects[(obj["kind"], object_ref(obj))] = (kind, parse_object(obj))
+
+    def delete(self, kind: str, obj: dict[str, Any]) -> None:
+        self.objects.pop((kind, object_ref(obj)), None)
+
+    def refuse(self, obj: dict[str, Any], message: str) -> None:
+        """A version of C{obj} the source refused: a Problem in the snapshot, beside the last good version (as parse_objects does)."""
+        kind = kind_of(obj)
+        assert kind is not None
+        self.objects[(obj["kind"], object_ref(obj), "refused")] = (kind, Problem(object_ref(obj), "Invalid", message))
+
+    def state(self) -> ClusterState:
+        return collect(self.objects.values())
 
 
 def table(*objects: dict[str, Any], **kwargs: Any) -> RoutingTable:

@@ -1,9 +1,10 @@
 """
-EndpointSlice-only changes applied to the previous table (ingress.routing.incremental): after any sequence
-of events, for every kind, the table must equal a full build of the same state.
+EndpointSlice-only and Ingress-only changes applied to the previous table (ingress.routing.incremental,
+ingress.routing.ingress_changes): after any sequence of events, for every kind, the table must equal a
+full build of the same state.
 
-The store below keeps each parsed object until its own event replaces it, as an informer's store does, so
-that unchanged objects are the same objects from one snapshot to the next.
+The store (tests.unit.objects.Store) keeps each parsed object until its own event replaces it, as an
+informer's store does, so that unchanged objects are the same objects from one snapshot to the next.
 """
 
 from __future__ import annotations
@@ -16,48 +17,43 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ingress.model.parse import Kind, collect, kind_of, object_ref, parse_object
 from ingress.routing import RoutingTable, build
 from ingress.routing.delta import applied, table_change
-from ingress.routing.incremental import IncrementalBuild
-from tests.unit.objects import T1, endpoints, ingress, path, rule, service
+from ingress.routing.incremental import IncrementalBuild, ServiceUses
+from ingress.routing.ingress_changes import IngressIndex
+from tests.unit.objects import T0, T1, T2, Store, endpoints, ingress, path, rule, service, tls_secret
 
 NGINX = "nginx.ingress.kubernetes.io/"
 SERVICES = ("web", "api", "admin", "gone")  # "gone" never exists: its routes answer 503
 ADDRESSES = tuple(f"10.0.0.{n}" for n in range(1, 7))
 
 
-class Store:
-    """Parsed objects by identity, as the informers keep them; a snapshot is made of these very objects."""
-
-    def __init__(self) -> None:
-        self.objects: dict[Any, tuple[Kind, Any]] = {}
-
-    def put(self, obj: dict[str, Any]) -> None:
-        kind = kind_of(obj)
-        assert kind is not None
-        self.objects[(obj["kind"], object_ref(obj))] = (kind, parse_object(obj))
-
-    def delete(self, kind: str, obj: dict[str, Any]) -> None:
-        self.objects.pop((kind, object_ref(obj)), None)
-
-    def state(self) -> Any:
-        return collect(self.objects.values())
-
-
 def _full(state: Any, generation: int) -> RoutingTable:
     return build(state, generation=generation)
+
+
+def _full_with_options(state: Any, generation: int) -> RoutingTable:
+    """The build with the options that change what a table holds for every host: a default certificate, no nginx keys."""
+    return build(state, generation=generation, default_certificate=("default", "cert"), nginx_annotations=False)
 
 
 def _cluster(error_pages: bool = False) -> Store:
     store = Store()
     for name in SERVICES[:3]:
         store.put(service(name, ("http", 80), ("metrics", 9090)))
+    store.put(tls_secret("cert"))
+    store.put(tls_secret("cert2"))
     store.put(ingress("shop", rule("shop.test", path("/", "web"), path("/api", "api", "http"), path("/gone", "gone"))))
+    store.refuse(ingress("shop"), "spec.rules: not a list; its last good version stays in use")  # the source's own problem
     store.put(ingress("canary", rule("shop.test", path("/", "admin")), created=T1, annotations={NGINX + "canary": "true", NGINX + "canary-weight": "50"}))
     store.put(ingress("direct", rule("direct.test", path("/", "api")), annotations={NGINX + "service-upstream": "true"}))
     store.put(ingress("pass", rule("pass.test", path("/", "admin", 80)), annotations={NGINX + "ssl-passthrough": "true"}))
     store.put(ingress("fallback", rule("fallback.test", path("/", "api")), default=("web", 80)))
+    # Secrets that Ingresses outside a group name too: one we serve, one of another class
+    store.put(ingress("keeper", rule("keep.test", path("/", "gone")), tls=((("keep.test",), "cert"),)))
+    store.put(ingress("foreign", rule("foreign.test", path("/", "gone")), cls="other", tls=((("foreign.test",), "cert2"),)))
+    # Hosts that an Ingress's annotations claim while no Ingress names them: b.test (server-alias), c.test (from www.c.test)
+    store.put(ingress("aliaser", rule("www.c.test", path("/", "gone")), annotations={NGINX + "server-alias": "b.test", NGINX + "from-to-www-redirect": "true"}))
     if error_pages:  # routes shaped by endpoints beyond their endpoint sets: every change is a full build
         store.put(ingress("pages", rule("pages.test", path("/", "web")), annotations={NGINX + "custom-http-errors": "404", NGINX + "default-backend": "admin"}))
     return store
@@ -77,8 +73,44 @@ other_events = st.one_of(
     st.tuples(st.just("delete-service"), st.sampled_from(SERVICES)),
     st.tuples(st.just("annotation"), st.sampled_from(("shop", "direct")), st.sampled_from(("true", "false"))),
     st.tuples(st.just("ingress"), st.sampled_from(SERVICES)),
+    st.tuples(st.just("secret"), st.sampled_from(("cert", "cert2")), st.booleans()),
 )
-events = st.lists(st.one_of(slice_events, slice_events, other_events), min_size=1, max_size=12)
+# Ingresses that come, change and go: a few names over a few hosts, so that they share hosts, conflict
+# on paths (oldest wins), take TLS hosts from each other, and now and then do what needs a full build.
+INGRESS_NAMES = ("i0", "i1", "i2", "i3")
+HOSTS = ("a.test", "a.test", "b.test", "c.test", "*.w.test", "x.w.test", "direct.test", "keep.test", "shop.test", None)
+PATHS = (("/", "Prefix"), ("/", "Prefix"), ("/api", "Prefix"), ("/x", "Exact"))
+ANNOTATIONS: tuple[dict[str, str], ...] = (
+    {}, {}, {},
+    {NGINX + "ssl-redirect": "false"},
+    {NGINX + "force-ssl-redirect": "true"},
+    {"twingress.io/hsts-max-age": "60", NGINX + "proxy-read-timeout": "5"},
+    {NGINX + "proxy-read-timeout": "soon"},  # unreadable: the Ingress's paths are not served
+    {NGINX + "server-snippet": "return 200;", "twingress.io/typo": "1"},  # problems only
+    {NGINX + "service-upstream": "true"},
+    {NGINX + "server-alias": "b.test,alias.test"},  # the ones below need a full build
+    {NGINX + "from-to-www-redirect": "true"},
+    {NGINX + "canary": "true", NGINX + "canary-by-header": "x-canary"},
+    {NGINX + "use-regex": "true"},
+)
+tls_sections = st.lists(
+    st.tuples(st.lists(st.sampled_from(HOSTS[:-1]), max_size=2, unique=True).map(tuple), st.sampled_from(("cert", "cert2", "missing"))),
+    max_size=2,
+).map(tuple)
+ingress_events = st.one_of(
+    st.tuples(
+        st.just("put-ingress"),
+        st.sampled_from(INGRESS_NAMES),
+        st.lists(st.tuples(st.sampled_from(HOSTS), st.sampled_from(PATHS), st.sampled_from(SERVICES)), min_size=1, max_size=3),
+        st.sampled_from((T0, T1, T2, "")),  # "" (no timestamp) sorts last
+        tls_sections,
+        st.sampled_from(ANNOTATIONS),
+        st.sampled_from(("twingress", "twingress", "twingress", "other")),
+        st.sampled_from((None, None, None, None, ("web", 80))),
+    ),
+    st.tuples(st.just("delete-ingress"), st.sampled_from(INGRESS_NAMES)),
+)
+events = st.lists(st.one_of(slice_events, slice_events, other_events, ingress_events, ingress_events, ingress_events), min_size=1, max_size=12)
 
 
 def _apply(store: Store, event: tuple[Any, ...]) -> None:
@@ -94,26 +126,64 @@ def _apply(store: Store, event: tuple[Any, ...]) -> None:
         store.delete("Service", service(event[1]))
     elif kind == "annotation":  # an edit that value equality of the metadata would not see
         store.put(ingress(event[1], rule(f"{event[1]}.test", path("/", "api")), annotations={NGINX + "ssl-redirect": event[2]}))
+    elif kind == "secret":
+        store.put(tls_secret(event[1])) if event[2] else store.delete("Secret", tls_secret(event[1]))
+    elif kind == "put-ingress":
+        _, name, rules, created, tls, annotations, cls, default = event
+        made = [rule(host, path(p, svc, kind=path_type)) for host, (p, path_type), svc in rules]
+        store.put(ingress(name, *made, created=created, tls=tls, annotations=dict(annotations), cls=cls, default=default))
+    elif kind == "delete-ingress":
+        store.delete("Ingress", ingress(event[1]))
     else:
         store.put(ingress("late", rule("late.test", path("/", event[1]))))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(events, st.booleans())
-def test_after_every_event_the_table_is_the_full_builds(sequence: list[tuple[Any, ...]], error_pages: bool) -> None:
-    """And a worker, which holds its own (unpickled) copy of each table, gets the same table from the change the primary sends."""
-    store = _cluster(error_pages)
-    incremental = IncrementalBuild(_full)
-    table = incremental(store.state(), 1)
-    worker = _across(table)
-    for generation, event in enumerate(sequence, start=2):
-        _apply(store, event)
-        state = store.state()
-        previous, table = table, incremental(state, generation)
-        assert table == _full(state, generation), event
-        change = table_change(previous, table)
-        worker = applied(worker, _across(change)) if change is not None else _across(table)
-        assert worker == table, event
+def test_after_every_event_the_table_is_the_full_builds() -> None:
+    """
+    And a worker, which holds its own (unpickled) copy of each table, gets the same table from the
+    change the primary sends.  Over the run, a good share of the Ingress-only changes must have
+    taken the Ingress path: the test cannot pass by always building in full.
+    """
+    counted = {"ingress_events": 0, "ingress_updates": 0}
+
+    @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(events, st.booleans(), st.sampled_from((_full, _full_with_options)))
+    def run(sequence: list[tuple[Any, ...]], error_pages: bool, full: Any) -> None:
+        store = _cluster(error_pages)
+        incremental = IncrementalBuild(full, max_share=1.0)  # a tiny cluster: any group may take the Ingress path
+        table = incremental(store.state(), 1)
+        worker = _across(table)
+        for generation, event in enumerate(sequence, start=2):
+            _apply(store, event)
+            state = store.state()
+            previous, table = table, incremental(state, generation)
+            assert table == full(state, generation), (event, incremental.ingress_fallback)
+            _check_indexes(incremental, state, table)
+            change = table_change(previous, table)
+            worker = applied(worker, _across(change)) if change is not None else _across(table)
+            assert worker == table, event
+        counted["ingress_events"] += sum(1 for event in sequence if event[0] in ("put-ingress", "delete-ingress", "annotation", "ingress"))
+        counted["ingress_updates"] += incremental.ingress_updates
+
+    run()
+    assert counted["ingress_updates"] * 4 > counted["ingress_events"], counted
+
+
+def _check_indexes(incremental: IncrementalBuild, state: Any, table: RoutingTable) -> None:
+    """
+    What the next update trusts, kept up to date from one update to the next, is what it would be
+    made from scratch: which hosts use which Service (the slice path), who names which host and
+    Secret (the Ingress path).  Checked here because a stale entry only shows in a table later.
+    """
+    uses = incremental._last[2] if incremental._last is not None else None
+    if uses is not None:
+        fresh = ServiceUses.of(table)
+        assert (uses.hosts, uses.wildcards) == (fresh.hosts, fresh.wildcards)
+        assert uses.shaped_by_endpoints >= fresh.shaped_by_endpoints  # it may stay on, which only costs full builds
+    index = incremental._index
+    if index is not None:
+        fresh_index = IngressIndex.of(state.ingresses)
+        assert (index.by_ref, index.by_name, index.by_secret, index.aliases) == (fresh_index.by_ref, fresh_index.by_name, fresh_index.by_secret, fresh_index.aliases)
 
 
 def _across(value: Any) -> Any:

@@ -1,0 +1,384 @@
+# -*- test-case-name: tests.unit.test_ingress_changes -*-
+"""
+Ingress-only changes applied to the previous table: only the hosts the changed Ingresses touch are built again.
+
+At 10k Ingresses a full build costs far more than one new Ingress should.  When a snapshot differs
+from the previous one in its Ingresses only (object for object, as L{ingress.routing.incremental}
+compares), almost everything the full build decides for one host depends only on the Ingresses that
+name that host: who wins a path (oldest first), its TLS redirect, its certificate, its client
+certificate settings, its passthrough, the problems of those Ingresses.  So the hosts the changed
+Ingresses name (before and after) are closed over "another Ingress names it too" until nothing is
+added, and that group of Ingresses is built by the full build itself (the caller's build function,
+so every option and every rule is the same) on a snapshot that holds just the group.  The new table
+is the previous one with those hosts (and their certificates, passthrough and client-auth entries,
+and the group's problems) taken from that small build; every other entry is the previous table's
+object, so a worker receives a small change (L{ingress.routing.delta}).
+
+What reaches beyond the hosts of its own Ingress takes a full build, for every Ingress of the group:
+spec.defaultBackend (one default route for all), a rule without host (the rules of every host),
+server-alias and from-to-www-redirect (hosts named by other Ingresses' annotations), and, to be
+safe rather than clever, canary, use-regex/rewrite-target, ssl-passthrough, auth-tls-*,
+default-backend and custom-http-errors.  So does a host that some Ingress outside the group might
+alias, and a group too large for the shortcut to pay.  The Secrets of the certificate table are the
+one entry shared across hosts: a Secret is there while any Ingress we serve names it, which is
+decided with the index of who names it (L{IngressIndex}) and, if need be, a build of stand-ins.
+
+The result must equal a full build of the same snapshot: tests/unit/test_incremental.py checks it
+on random sequences of changes, tests/unit/test_ingress_changes.py case by case.  (Our own status
+writes make new Ingress objects with the same spec: they take this path and change no entry.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+from heapq import merge
+from itertools import compress, islice
+from operator import attrgetter
+from typing import Optional, TypeVar, Union
+
+from ingress.model import ClusterState, Ingress, IngressTLS, ObjectRef, Problem, TLSSecret
+from ingress.routing.certs import SecretKey
+from ingress.routing.table import RoutingTable
+
+Build = Callable[[ClusterState, int], RoutingTable]
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+_PREFIXES = ("twingress.io/", "nginx.ingress.kubernetes.io/")
+# Annotation keys (without prefix) whose effect reaches beyond the Ingress's own hosts, or that we
+# rather not reason about here: any of them on an Ingress of the group means a full build.
+_FAR_REACHING = frozenset(
+    {"server-alias", "from-to-www-redirect", "use-regex", "rewrite-target", "ssl-passthrough", "default-backend", "custom-http-errors"}
+)
+_FAR_REACHING_FAMILIES = ("canary", "auth-tls-")
+_SERVICE_NAME = attrgetter("service_name")
+_PROBED_NAMERS = 16  # Ingresses outside the group tried as stand-ins for one Secret before a full build
+
+
+class IngressIndex:
+    """
+    Who names what among every Ingress of a snapshot (ours or not; the build decides that): kept
+    from one snapshot to the next and changed per changed Ingress, so that finding a group costs
+    what the group holds, not what the cluster holds.
+    """
+
+    def __init__(self) -> None:
+        self.by_id: dict[int, Ingress] = {}  # the snapshot's very objects, by identity (they keep their ids alive)
+        self.by_ref: dict[ObjectRef, Ingress] = {}
+        self.by_name: dict[str, set[ObjectRef]] = {}  # rule and TLS hosts as written ("*.suffix" too)
+        self.by_secret: dict[SecretKey, set[ObjectRef]] = {}  # spec.tls Secrets
+        self.aliases: dict[str, set[ObjectRef]] = {}  # names that server-alias or from-to-www-redirect may claim
+        self.consistent = True  # False once two Ingresses of a snapshot share a name (then every change is a full build)
+
+    @classmethod
+    def of(cls, ingresses: Sequence[Ingress]) -> IngressIndex:
+        index = cls()
+        index.changed_to(ingresses)
+        return index
+
+    def changed_to(self, ingresses: Sequence[Ingress]) -> tuple[dict[ObjectRef, Ingress], dict[ObjectRef, Ingress]]:
+        """
+        Follow the snapshot to C{ingresses}: the old and the new versions of the Ingresses that are
+        not the same objects as before, by reference (a deleted one has no new version, a new one no old).
+        """
+        after = dict(zip(map(id, ingresses), ingresses, strict=True))  # no Python-level loop: this runs over every Ingress
+        before = self.by_id
+        old = {before[key].ref: before[key] for key in before.keys() - after.keys()}
+        new = {after[key].ref: after[key] for key in after.keys() - before.keys()}
+        self.by_id = after
+        for ref, ingress in old.items():
+            if self.by_ref.get(ref) is not ingress:
+                self.consistent = False
+                continue
+            del self.by_ref[ref]
+            _forget(self.by_name, _names(ingress), ref)
+            _forget(self.by_secret, _secrets(ingress), ref)
+            _forget(self.aliases, _alias_names(ingress), ref)
+        for ref, ingress in new.items():
+            if ref in self.by_ref:
+                self.consistent = False
+            self.by_ref[ref] = ingress
+            _note(self.by_name, _names(ingress), ref)
+            _note(self.by_secret, _secrets(ingress), ref)
+            _note(self.aliases, _alias_names(ingress), ref)
+        if len(self.by_ref) != len(self.by_id):
+            self.consistent = False
+        return old, new
+
+
+def _note(index: dict[_K, set[ObjectRef]], keys: Iterable[_K], ref: ObjectRef) -> None:
+    for key in keys:
+        index.setdefault(key, set()).add(ref)
+
+
+def _forget(index: dict[_K, set[ObjectRef]], keys: Iterable[_K], ref: ObjectRef) -> None:
+    for key in keys:
+        refs = index[key]
+        refs.discard(ref)
+        if not refs:
+            del index[key]
+
+
+def with_changed_ingresses(
+    previous: RoutingTable,
+    new: ClusterState,
+    index: IngressIndex,
+    old_versions: Mapping[ObjectRef, Ingress],
+    new_versions: Mapping[ObjectRef, Ingress],
+    build: Build,
+    generation: int,
+    max_share: float,
+) -> Union[RoutingTable, str]:
+    """
+    C{previous} with the Ingresses changed from C{old_versions} to C{new_versions} (C{index} already
+    follows C{new}), or why that needs a full build.
+    """
+    if not index.consistent:
+        return "two Ingresses of one name"
+    if not old_versions and not new_versions:
+        return replace(previous, generation=generation)
+    group = _group(index, old_versions, new_versions, max_share)
+    if isinstance(group, str):
+        return group
+    members, hosts = group
+    for ingress in (*old_versions.values(), *members):
+        reason = far_reaching(ingress)
+        if reason is not None:
+            return f"Ingress {ingress.ref.namespace}/{ingress.ref.name}: {reason}"
+    aliased = hosts & index.aliases.keys()
+    if aliased:
+        return f"host {min(aliased)} may be an alias of another Ingress"
+    refs = frozenset(old_versions) | frozenset(ingress.ref for ingress in members)
+    sub = build(_sub_state(new, members), generation)
+    spliced = _spliced(previous, sub, hosts, refs, len(new.problems), generation)
+    if spliced is None:
+        return "the group's build has entries outside its hosts"
+    secrets = _secrets_kept(previous, sub, new, index, old_versions, members, refs, build)
+    if secrets is None:
+        return "a Secret named outside the group, by no Ingress found served"
+    if secrets is not previous.certificates.secrets:
+        spliced = replace(spliced, certificates=replace(spliced.certificates, secrets=secrets))
+    return spliced
+
+
+def far_reaching(ingress: Ingress) -> Optional[str]:
+    """Why C{ingress} may shape more than its own hosts, or None."""
+    if ingress.default_backend is not None:
+        return "spec.defaultBackend"
+    if any(not rule.host for rule in ingress.rules) or any(not host for tls in ingress.tls for host in tls.hosts):
+        return "a rule without host"
+    for key in ingress.meta.annotations:
+        name = _annotation_name(key)
+        if name is not None and (name in _FAR_REACHING or name.startswith(_FAR_REACHING_FAMILIES)):
+            return f"annotation {key}"
+    return None
+
+
+def _group(
+    index: IngressIndex, old_versions: Mapping[ObjectRef, Ingress], new_versions: Mapping[ObjectRef, Ingress], max_share: float
+) -> Union[tuple[tuple[Ingress, ...], frozenset[str]], str]:
+    """
+    The Ingresses to build again (of the new snapshot) and their hosts: the changed ones, then
+    every Ingress naming a host of the group, until no host is added.
+    """
+    hosts = {name for ingress in (*old_versions.values(), *new_versions.values()) for name in _names(ingress)}
+    refs = set(new_versions)
+    limit = max(1, int(max_share * len(index.by_ref)))
+    frontier = set(hosts)
+    while frontier and len(refs) <= limit:
+        found = {ref for name in frontier for ref in index.by_name.get(name, ())} - refs
+        refs |= found
+        frontier = {name for ref in found for name in _names(index.by_ref[ref])} - hosts
+        hosts |= frontier
+    if len(refs) > limit:  # a full build costs about what building this many again does
+        return f"the group passed {limit} Ingresses"
+    return tuple(index.by_ref[ref] for ref in refs), frozenset(hosts)
+
+
+def _sub_state(state: ClusterState, members: tuple[Ingress, ...]) -> ClusterState:
+    """
+    C{state} with just the group's Ingresses, and the slices of the Services their paths name (the
+    only Services a group without far-reaching features asks for: indexing every slice would cost
+    as much as the group).  No StreamIngresses and no source problems: those parts of the table are
+    kept from the previous one, and problems of objects outside the group are not taken.
+    """
+    services = {(ingress.meta.namespace, path.backend.service_name) for ingress in members for rule in ingress.rules for path in rule.paths}
+    names = {name for _, name in services}
+    named = compress(state.endpoint_slices, map(names.__contains__, map(_SERVICE_NAME, state.endpoint_slices)))  # over every slice: no Python-level loop
+    slices = tuple(s for s in named if (s.meta.namespace, s.service_name) in services)
+    return replace(state, ingresses=members, endpoint_slices=slices, stream_ingresses=(), problems=())
+
+
+def _spliced(
+    previous: RoutingTable, sub: RoutingTable, hosts: frozenset[str], refs: frozenset[ObjectRef], source_problems: int, generation: int
+) -> Optional[RoutingTable]:
+    """
+    The previous table with the group's hosts and problems taken from C{sub}; None if C{sub} has entries elsewhere.
+    A table's problems are the snapshot's own (C{source_problems} of them, the source's, unchanged here), then the build's.
+    """
+    exact = frozenset(host for host in hosts if not host.startswith("*."))
+    wildcards = frozenset(host[2:] for host in hosts if host.startswith("*."))
+    certificates = previous.certificates
+    found = sub.certificates
+    replaced = (
+        _replaced(previous.hosts, sub.hosts, exact),
+        _replaced(previous.wildcards, sub.wildcards, wildcards),
+        _replaced(previous.passthrough, sub.passthrough, hosts),
+        _replaced(certificates.exact, found.exact, exact),
+        _replaced(certificates.wildcards, found.wildcards, wildcards),
+        _replaced(certificates.client_auth, found.client_auth, hosts),
+    )
+    if any(result is None for result in replaced) or sub.any_host is not None or sub.default_route is not None:
+        return None
+    by_host, by_suffix, passthrough, exact_certs, wildcard_certs, client_auth = replaced
+    assert by_host is not None and by_suffix is not None and passthrough is not None
+    assert exact_certs is not None and wildcard_certs is not None and client_auth is not None
+    if exact_certs is not certificates.exact or wildcard_certs is not certificates.wildcards or client_auth is not certificates.client_auth:
+        certificates = replace(certificates, exact=exact_certs, wildcards=wildcard_certs, client_auth=client_auth)
+    return replace(
+        previous,
+        generation=generation,
+        hosts=by_host,
+        wildcards=by_suffix,
+        passthrough=passthrough,
+        certificates=certificates,
+        problems=_problems(previous.problems, sub.problems, refs, source_problems),
+    )
+
+
+def _replaced(before: Mapping[str, _V], after: Mapping[str, _V], keys: frozenset[str]) -> Optional[Mapping[str, _V]]:
+    """
+    C{before} with C{keys} as in C{after} (removed when C{after} lacks them); an entry equal to the
+    one before stays the object it was, and nothing changed gives C{before} itself.  None when
+    C{after} has a key outside C{keys}: the group shaped what it should not have.
+    """
+    if not after.keys() <= keys:
+        return None
+    result: Optional[dict[str, _V]] = None
+    for key in keys:
+        old, value = before.get(key), after.get(key)
+        if old is value or (old is not None and old == value):
+            continue
+        if result is None:
+            result = dict(before)
+        if value is None:
+            del result[key]
+        else:
+            result[key] = value
+    return before if result is None else result
+
+
+def _problem_key(problem: Problem) -> tuple[ObjectRef, str, str]:
+    return (problem.ref, problem.reason, problem.message)
+
+
+def _problems(previous: tuple[Problem, ...], built: tuple[Problem, ...], refs: frozenset[ObjectRef], start: int) -> tuple[Problem, ...]:
+    """
+    The previous problems with those of the group's Ingresses replaced by the group build's: sorted
+    and unique as the build makes them (merged, not sorted again: a cluster may have thousands), and
+    the previous tuple itself when the group's problems did not change (nothing to send).
+    """
+    kept: list[Problem] = []
+    removed: list[Problem] = []
+    for problem in previous[start:]:
+        (removed if problem.ref in refs else kept).append(problem)
+    ours = sorted({problem for problem in built if problem.ref in refs}, key=_problem_key)
+    if ours == removed:
+        return previous
+    return previous[:start] + tuple(merge(kept, ours, key=_problem_key))
+
+
+def _secrets_kept(
+    previous: RoutingTable,
+    sub: RoutingTable,
+    state: ClusterState,
+    index: IngressIndex,
+    old_versions: Mapping[ObjectRef, Ingress],
+    members: tuple[Ingress, ...],
+    refs: frozenset[ObjectRef],
+    build: Build,
+) -> Optional[Mapping[SecretKey, TLSSecret]]:
+    """
+    The certificate table's Secrets: a Secret the group names is there while an Ingress we serve
+    names it.  The group's own say so by the group's build; for the Ingresses outside the group
+    (whose being served did not change), the previous table tells when no old version in the group
+    named the Secret, else stand-ins of a few of them are built (L{_served_elsewhere}).  None: not
+    decided (a full build).
+    """
+    before = previous.certificates.secrets
+    result: Optional[dict[SecretKey, TLSSecret]] = None
+    named_before = {key for ingress in old_versions.values() for key in _secrets(ingress)}
+    for key in named_before | {key for ingress in members for key in _secrets(ingress)}:
+        wanted: Optional[bool]
+        if key in sub.certificates.secrets:
+            wanted = True
+        elif key not in state.secrets or not _outside(index.by_secret.get(key, set()), refs):
+            wanted = False
+        elif key not in named_before:
+            wanted = key in before  # only Ingresses outside the group could have put it there
+        else:
+            wanted = _served_elsewhere(key, index.by_secret[key], refs, state, index, build)
+            if wanted is None:
+                return None
+        if wanted == (key in before):
+            continue
+        if result is None:
+            result = dict(before)
+        if wanted:
+            result[key] = state.secrets[key]
+        else:
+            del result[key]
+    return before if result is None else result
+
+
+def _outside(namers: set[ObjectRef], refs: frozenset[ObjectRef]) -> int:
+    """How many of C{namers} are outside the group (without copying them: one Secret may be named by every Ingress)."""
+    return len(namers) - sum(1 for ref in refs if ref in namers)
+
+
+def _served_elsewhere(
+    key: SecretKey, namers: set[ObjectRef], refs: frozenset[ObjectRef], state: ClusterState, index: IngressIndex, build: Build
+) -> Optional[bool]:
+    """
+    Whether one of C{namers} outside the group (C{refs}) is served: a build of stand-ins, each the
+    Ingress with its class and annotations (what decides whether we serve it) but no rules, naming
+    only the Secret.  A few of them, any few (usually the first one we serve says yes); None when
+    they say no and there are more.
+    """
+    probed = list(islice((ref for ref in namers if ref not in refs), _PROBED_NAMERS))
+    stand_ins = tuple(replace(index.by_ref[ref], rules=(), default_backend=None, tls=(IngressTLS((), key[1]),)) for ref in probed)
+    found = build(replace(state, ingresses=stand_ins, endpoint_slices=(), stream_ingresses=(), problems=()), 0)
+    if key in found.certificates.secrets:
+        return True
+    return False if len(probed) == _outside(namers, refs) else None
+
+
+def _names(ingress: Ingress) -> set[str]:
+    """The hosts an Ingress names: its rules' and its TLS sections'."""
+    return {rule.host for rule in ingress.rules} | {host for tls in ingress.tls for host in tls.hosts}
+
+
+def _secrets(ingress: Ingress) -> set[SecretKey]:
+    return {(ingress.meta.namespace, tls.secret_name) for tls in ingress.tls if tls.secret_name}
+
+
+def _alias_names(ingress: Ingress) -> set[str]:
+    """
+    Every name the Ingress's server-alias or from-to-www-redirect could claim (more than it does:
+    whether the annotation is read, and valid, is the build's business).
+    """
+    names: set[str] = set()
+    for key, value in ingress.meta.annotations.items():
+        name = _annotation_name(key)
+        if name == "server-alias":
+            names.update(alias.strip().lower() for alias in value.split(",") if alias.strip())
+        elif name == "from-to-www-redirect":
+            names.update(host[4:] if host.startswith("www.") else "www." + host for rule in ingress.rules if rule.host for host in (rule.host,))
+    return names
+
+
+def _annotation_name(key: str) -> Optional[str]:
+    for prefix in _PREFIXES:
+        if key.startswith(prefix):
+            return key[len(prefix) :]
+    return None

@@ -1,0 +1,45 @@
+"""
+What the workers are sent (ingress.routing.delta): the certificate table goes mapping by mapping, so that
+one host's new certificate does not send every other host's Secret again.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import replace
+from typing import Any
+
+from ingress.model.parse import state_from_objects
+from ingress.routing import build
+from ingress.routing.delta import applied, table_change
+from tests.unit.objects import ingress, path, rule, service, tls_secret
+
+
+def _across(value: Any) -> Any:
+    return pickle.loads(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def test_a_certificate_change_sends_only_the_entries_that_changed() -> None:
+    objects = [service("web"), tls_secret("a-tls"), tls_secret("b-tls"), tls_secret("c-tls")]
+    objects += [ingress(name, rule(f"{name}.test", path("/", "web")), tls=(((f"{name}.test",), f"{name}-tls"),)) for name in ("a", "b", "c")]
+    state = state_from_objects(objects)
+    old = build(state, generation=1)
+    certificates = old.certificates
+    exact = {**certificates.exact, "b.test": ("default", "c-tls")}
+    secrets = {key: secret for key, secret in certificates.secrets.items() if key != ("default", "b-tls")}
+    new = replace(old, generation=2, certificates=replace(certificates, exact=exact, secrets=secrets, default=("default", "a-tls")))
+    change = table_change(old, new)
+    assert change is not None
+    assert change.replaced == {"certificates.default": ("default", "a-tls")}
+    assert change.entries == {
+        "certificates.exact": ({"b.test": ("default", "c-tls")}, frozenset()),
+        "certificates.secrets": ({}, frozenset({("default", "b-tls")})),
+    }
+    assert applied(_across(old), _across(change)) == new
+
+
+def test_an_unchanged_certificate_table_is_not_sent() -> None:
+    old = build(state_from_objects([service("web"), ingress("a", rule("a.test", path("/", "web")))]), generation=1)
+    hosts = {**old.hosts, "b.test": old.hosts["a.test"]}
+    change = table_change(old, replace(old, generation=2, hosts=hosts))
+    assert change is not None and change.replaced == {} and set(change.entries) == {"hosts"}
