@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Optional, TypeVar
 
 from ingress.model import ClusterState, EndpointSlice, IngressBackend, ServiceBackendPort
@@ -79,7 +79,7 @@ class IncrementalBuild:
                 self.endpoint_updates += 1
                 self._last = (state, table, uses)  # the same hosts use the same Services
                 return table
-        elif differ == ["ingresses"]:
+        elif differ == ["ingresses"] and not _has_gateway_routes(state):
             index = self._index if self._index is not None else IngressIndex.of(old.ingresses)
             self._index = index
             old_versions, new_versions = index.changed_to(state.ingresses)
@@ -111,13 +111,15 @@ class ServiceUses:
     hosts: Mapping[ServiceKey, frozenset[str]]
     wildcards: Mapping[ServiceKey, frozenset[str]]
     shaped_by_endpoints: bool  # a default-backend or a stream: endpoint changes need a full build
+    deep_wildcards: Mapping[ServiceKey, frozenset[str]] = field(default_factory=dict)  # Gateway API wildcard suffixes
 
     @classmethod
     def of(cls, table: RoutingTable) -> ServiceUses:
         hosts: dict[ServiceKey, set[str]] = {}
         wildcards: dict[ServiceKey, set[str]] = {}
+        deep: dict[ServiceKey, set[str]] = {}
         shaped = bool(table.streams) or any(problem.reason == NO_ENDPOINTS for problem in table.problems)
-        for index, by_host in ((hosts, table.hosts), (wildcards, table.wildcards)):
+        for index, by_host in ((hosts, table.hosts), (wildcards, table.wildcards), (deep, table.deep_wildcards)):
             for host, routes in by_host.items():
                 for route in _routes_of(routes):
                     shaped = shaped or _has_error_pages(route)
@@ -133,7 +135,7 @@ class ServiceUses:
         for upstream in table.passthrough.values():
             hosts.setdefault(_service_of(upstream.key) or ("", ""), set()).add(_EVERYWHERE)
         freeze = lambda index: {key: frozenset(names) for key, names in index.items()}  # noqa: E731
-        return cls(freeze(hosts), freeze(wildcards), shaped)
+        return cls(freeze(hosts), freeze(wildcards), shaped, freeze(deep))
 
     def following(self, before: RoutingTable, after: RoutingTable) -> Optional[ServiceUses]:
         """
@@ -141,7 +143,7 @@ class ServiceUses:
         wildcards (an Ingress-only update): their entries found again, the others kept.  None when
         more than hosts changed: then they are found again from the whole table when needed.
         """
-        if not all(getattr(after, name) is getattr(before, name) for name in ("any_host", "default_route", "passthrough", "streams")):
+        if not all(getattr(after, name) is getattr(before, name) for name in ("any_host", "default_route", "passthrough", "streams", "deep_wildcards")):
             return None
         shaped = self.shaped_by_endpoints or any(problem.reason == NO_ENDPOINTS for problem in after.problems)
         found: list[Mapping[ServiceKey, frozenset[str]]] = []
@@ -167,7 +169,7 @@ class ServiceUses:
                 else:
                     result.pop(service, None)
             found.append(result)
-        return ServiceUses(found[0], found[1], shaped)
+        return ServiceUses(found[0], found[1], shaped, self.deep_wildcards)
 
 
 def with_new_endpoints(
@@ -190,6 +192,7 @@ def with_new_endpoints(
         generation=generation,
         hosts=_rebuilt(previous.hosts, hosts, swap),
         wildcards=_rebuilt(previous.wildcards, {host for service in changed for host in uses.wildcards.get(service, ())}, swap),
+        deep_wildcards=_rebuilt(previous.deep_wildcards, {host for service in changed for host in uses.deep_wildcards.get(service, ())}, swap),
         any_host=_host(previous.any_host, swap) if everywhere and previous.any_host is not None else previous.any_host,
         default_route=_route(default_route, swap) if everywhere and default_route is not None else default_route,
         passthrough=_mapped(previous.passthrough, swap) if everywhere else previous.passthrough,
@@ -263,12 +266,19 @@ def _routes_of(routes: HostRoutes) -> Iterable[Route]:
 
 
 def _services_of(route: Route) -> Iterable[ServiceKey]:
-    """The Services a route (and its canary) sends requests to."""
+    """The Services a route sends requests to: its own, its canary's, a Gateway rule's weighted backends', its choices'."""
     service = _service_of(route.upstream.key)
     if service is not None:
         yield service
-    if route.policies is not None and route.policies.canary is not None:
-        yield from _services_of(route.policies.canary.route)
+    policies = route.policies
+    if policies is not None and policies.canary is not None:
+        yield from _services_of(policies.canary.route)
+    if policies is not None and policies.backends is not None:
+        for backend in policies.backends.routes:
+            if backend is not None:
+                yield from _services_of(backend)
+    for _, choice in route.choices:
+        yield from _services_of(choice)
 
 
 def _has_error_pages(route: Route) -> bool:
@@ -312,12 +322,28 @@ def _host(routes: HostRoutes, swap: _UpstreamSwap) -> HostRoutes:
 
 
 def _route(route: Route, swap: _UpstreamSwap) -> Route:
+    """The route with every upstream it may send to resolved again (its own, a canary's, weighted backends', choices')."""
     policies = route.policies
     if policies is not None and policies.canary is not None:
         canary = _route(policies.canary.route, swap)
         if canary is not policies.canary.route:
             policies = replace(policies, canary=replace(policies.canary, route=canary))
+    if policies is not None and policies.backends is not None:
+        backends = tuple(_route(backend, swap) if backend is not None else None for backend in policies.backends.routes)
+        if any(a is not b for a, b in zip(backends, policies.backends.routes, strict=True)):
+            policies = replace(policies, backends=replace(policies.backends, routes=backends))
+    choices = tuple((match, _route(choice, swap)) for match, choice in route.choices)
+    if any(a[1] is not b[1] for a, b in zip(choices, route.choices, strict=True)):
+        route = replace(route, choices=choices)
     upstream = swap(route.upstream)
     if upstream is route.upstream and policies is route.policies:
         return route
     return replace(route, upstream=upstream, policies=policies)
+
+
+def _has_gateway_routes(state: ClusterState) -> bool:
+    """
+    Gateway API routes share hosts with Ingresses (merge: one owner per host, problems on the routes):
+    an Ingress change there takes a full build.
+    """
+    return bool(state.gateways or state.http_routes or state.grpc_routes)

@@ -28,17 +28,45 @@ SERVICES = ("web", "api", "admin", "gone")  # "gone" never exists: its routes an
 ADDRESSES = tuple(f"10.0.0.{n}" for n in range(1, 7))
 
 
+PORTS = {80: "http"}  # a Gateway's HTTP listener on port 80 is served
+
+
 def _full(state: Any, generation: int) -> RoutingTable:
-    return build(state, generation=generation)
+    return build(state, generation=generation, reserved_ports=PORTS)
 
 
 def _full_with_options(state: Any, generation: int) -> RoutingTable:
     """The build with the options that change what a table holds for every host: a default certificate, no nginx keys."""
-    return build(state, generation=generation, default_certificate=("default", "cert"), nginx_annotations=False)
+    return build(state, generation=generation, default_certificate=("default", "cert"), nginx_annotations=False, reserved_ports=PORTS)
 
 
-def _cluster(error_pages: bool = False) -> Store:
+GW = "gateway.networking.k8s.io/v1"
+
+
+def _http_route(name: str, hostnames: tuple[str, ...], weights: tuple[tuple[str, int], ...], header: bool) -> dict[str, Any]:
+    """An HTTPRoute with a rule of weighted backends and, when asked, a rule that needs a header (a path slot with choices)."""
+    rules: list[dict[str, Any]] = [{"backendRefs": [{"name": svc, "port": 80, "weight": weight} for svc, weight in weights]}]
+    if header:
+        rules.insert(0, {"matches": [{"headers": [{"name": "x-v", "value": "2"}]}], "backendRefs": [{"name": "api", "port": 80}]})
+    return {"apiVersion": GW, "kind": "HTTPRoute", "metadata": {"name": name, "namespace": "default", "creationTimestamp": T0},
+            "spec": {"parentRefs": [{"name": "gw"}], "hostnames": list(hostnames), "rules": rules}}
+
+
+def _gateway_objects() -> list[dict[str, Any]]:
+    """A Gateway of ours with routes over an exact host, a Gateway wildcard (any number of labels) and an Ingress's host."""
+    return [
+        {"apiVersion": GW, "kind": "GatewayClass", "metadata": {"name": "twingress"}, "spec": {"controllerName": "twingress.io/gateway-controller"}},
+        {"apiVersion": GW, "kind": "Gateway", "metadata": {"name": "gw", "namespace": "default"},
+         "spec": {"gatewayClassName": "twingress", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}},
+        _http_route("g", ("g.test", "*.deep.test"), (("web", 3), ("admin", 1), ("gone", 1)), True),
+        _http_route("clash", ("shop.test",), (("web", 1),), False),  # an Ingress's host: reported, not served
+    ]
+
+
+def _cluster(error_pages: bool = False, gateway: bool = False) -> Store:
     store = Store()
+    for obj in _gateway_objects() if gateway else ():
+        store.put(obj)
     for name in SERVICES[:3]:
         store.put(service(name, ("http", 80), ("metrics", 9090)))
     store.put(tls_secret("cert"))
@@ -110,7 +138,17 @@ ingress_events = st.one_of(
     ),
     st.tuples(st.just("delete-ingress"), st.sampled_from(INGRESS_NAMES)),
 )
-events = st.lists(st.one_of(slice_events, slice_events, other_events, ingress_events, ingress_events, ingress_events), min_size=1, max_size=12)
+route_events = st.one_of(
+    st.tuples(
+        st.just("put-route"),
+        st.sampled_from(("g", "r1")),
+        st.lists(st.sampled_from(("g.test", "*.deep.test", "a.test", "r.test")), min_size=1, max_size=2, unique=True).map(tuple),
+        st.lists(st.tuples(st.sampled_from(SERVICES), st.integers(0, 3)), min_size=1, max_size=3).map(tuple),
+        st.booleans(),
+    ),
+    st.tuples(st.just("delete-route"), st.sampled_from(("g", "r1"))),
+)
+events = st.lists(st.one_of(slice_events, slice_events, other_events, ingress_events, ingress_events, ingress_events, route_events), min_size=1, max_size=12)
 
 
 def _apply(store: Store, event: tuple[Any, ...]) -> None:
@@ -134,6 +172,10 @@ def _apply(store: Store, event: tuple[Any, ...]) -> None:
         store.put(ingress(name, *made, created=created, tls=tls, annotations=dict(annotations), cls=cls, default=default))
     elif kind == "delete-ingress":
         store.delete("Ingress", ingress(event[1]))
+    elif kind == "put-route":
+        store.put(_http_route(*event[1:]))
+    elif kind == "delete-route":
+        store.delete("HTTPRoute", _http_route(event[1], (), (), False))
     else:
         store.put(ingress("late", rule("late.test", path("/", event[1]))))
 
@@ -147,9 +189,9 @@ def test_after_every_event_the_table_is_the_full_builds() -> None:
     counted = {"ingress_events": 0, "ingress_updates": 0}
 
     @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(events, st.booleans(), st.sampled_from((_full, _full_with_options)))
-    def run(sequence: list[tuple[Any, ...]], error_pages: bool, full: Any) -> None:
-        store = _cluster(error_pages)
+    @given(events, st.booleans(), st.sampled_from((_full, _full_with_options)), st.booleans())
+    def run(sequence: list[tuple[Any, ...]], error_pages: bool, full: Any, gateway: bool) -> None:
+        store = _cluster(error_pages, gateway)
         incremental = IncrementalBuild(full, max_share=1.0)  # a tiny cluster: any group may take the Ingress path
         table = incremental(store.state(), 1)
         worker = _across(table)
@@ -162,7 +204,8 @@ def test_after_every_event_the_table_is_the_full_builds() -> None:
             change = table_change(previous, table)
             worker = applied(worker, _across(change)) if change is not None else _across(table)
             assert worker == table, event
-        counted["ingress_events"] += sum(1 for event in sequence if event[0] in ("put-ingress", "delete-ingress", "annotation", "ingress"))
+        if not any(kind == "put-route" for kind, *_ in sequence) and not gateway:  # Gateway routes: Ingress changes build in full
+            counted["ingress_events"] += sum(1 for event in sequence if event[0] in ("put-ingress", "delete-ingress", "annotation", "ingress"))
         counted["ingress_updates"] += incremental.ingress_updates
 
     run()
@@ -178,7 +221,7 @@ def _check_indexes(incremental: IncrementalBuild, state: Any, table: RoutingTabl
     uses = incremental._last[2] if incremental._last is not None else None
     if uses is not None:
         fresh = ServiceUses.of(table)
-        assert (uses.hosts, uses.wildcards) == (fresh.hosts, fresh.wildcards)
+        assert (uses.hosts, uses.wildcards, uses.deep_wildcards) == (fresh.hosts, fresh.wildcards, fresh.deep_wildcards)
         assert uses.shaped_by_endpoints >= fresh.shaped_by_endpoints  # it may stay on, which only costs full builds
     index = incremental._index
     if index is not None:
