@@ -24,7 +24,7 @@ from ingress.controllers.leader import micro_time
 from ingress.controllers.status import PublishedAddresses
 from ingress.controllers.writer import LeaderWriter
 from ingress.model import Condition, ObjectRef
-from ingress.model.gateway import GATEWAY_GROUP, Gateway, GatewayClass, GRPCRoute, HTTPRoute, ParentRef
+from ingress.model.gateway import GATEWAY_GROUP, Gateway, GatewayClass, GRPCRoute, HTTPRoute, L4Route, ParentRef
 from ingress.routing.gateway.status import GatewayAPIStatus, GatewayStatus
 from ingress.routing.table import RoutingTable
 from ingress.sources.kube.client import MERGE_PATCH
@@ -68,7 +68,7 @@ class GatewayStatusSync:
     """The sync function of the Gateway API status controller, one object at a time."""
 
     def __init__(self, writer: LeaderWriter, stores: Mapping[str, Store], controller_name: str, addresses: PublishedAddresses) -> None:
-        """C{stores}: the informer store of each kind (GatewayClass, Gateway, HTTPRoute, GRPCRoute)."""
+        """C{stores}: the informer store of each kind (GatewayClass, Gateway, and each route kind)."""
         self.writer = writer
         self.stores = stores
         self.controller_name = controller_name
@@ -101,7 +101,7 @@ class GatewayStatusSync:
             self._class(found, status.classes[ref.name])
         elif isinstance(found, Gateway) and ref in status.gateways:
             self._gateway(found, status.gateways[ref])
-        elif isinstance(found, (HTTPRoute, GRPCRoute)) and ref in status.routes:
+        elif isinstance(found, (HTTPRoute, GRPCRoute, L4Route)) and ref in status.routes:
             self._route(found, status.routes[ref])
 
     def _class(self, found: GatewayClass, desired: tuple[Condition, ...]) -> None:
@@ -131,7 +131,7 @@ class GatewayStatusSync:
         path = f"{API}/namespaces/{found.meta.namespace}/gateways/{found.meta.name}/status"
         self.writer.request("PATCH", path, "Gateway", "patch-status", body, MERGE_PATCH)
 
-    def _route(self, found: HTTPRoute | GRPCRoute, desired: tuple[tuple[ParentRef, tuple[Condition, ...]], ...]) -> None:
+    def _route(self, found: HTTPRoute | GRPCRoute | L4Route, desired: tuple[tuple[ParentRef, tuple[Condition, ...]], ...]) -> None:
         if any(c.observed_generation < found.meta.generation for _, conditions in desired for c in conditions):
             return
         ours = {parent: conditions for parent, controller, conditions in found.status_parents if controller == self.controller_name}

@@ -47,7 +47,7 @@ from ingress.sources.kube.source import KubeSource
 log = Logger()
 
 GENERATOR, STATUS, STREAM_STATUS, PROBLEM_EVENTS, GATEWAY_STATUS = "servicegen", "status", "streamstatus", "problemevents", "gatewaystatus"
-GATEWAY_STATUS_KINDS = ("GatewayClass", "Gateway", "HTTPRoute", "GRPCRoute")
+GATEWAY_STATUS_KINDS = ("GatewayClass", "Gateway", "HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute", "UDPRoute")
 NO_FAILURES: Callable[[], Mapping[tuple[str, int], str]] = dict
 
 

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional, Union
 
 if TYPE_CHECKING:  # the Gateway API values import this module's ObjectMeta and Condition
-    from ingress.model.gateway import Gateway, GatewayClass, GRPCRoute, HTTPRoute, ReferenceGrant
+    from ingress.model.gateway import Gateway, GatewayClass, GRPCRoute, HTTPRoute, L4Route, ReferenceGrant
+
 
 PATH_EXACT = "Exact"
 PATH_PREFIX = "Prefix"
@@ -260,6 +261,7 @@ class ClusterState:
     gateways: tuple[Gateway, ...] = ()
     http_routes: tuple[HTTPRoute, ...] = ()
     grpc_routes: tuple[GRPCRoute, ...] = ()
+    l4_routes: tuple[L4Route, ...] = ()  # TLSRoute, TCPRoute, UDPRoute
     reference_grants: tuple[ReferenceGrant, ...] = ()
     namespaces: Mapping[tuple[str, str], Namespace] = field(default_factory=dict)  # keyed ("", name)
 

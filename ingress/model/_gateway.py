@@ -35,6 +35,7 @@ from ingress.model.gateway import (
     GRPCRouteRule,
     HeaderModifier,
     HTTPRoute,
+    L4Route,
     LabelSelector,
     Listener,
     ListenerSeen,
@@ -166,6 +167,20 @@ def parse_grpc_route(obj: Mapping[str, Any], meta: ObjectMeta) -> GRPCRoute:
     rules = tuple(_grpc_rule(r, f"spec.rules[{i}]", meta.namespace) for i, r in enumerate(_list(spec.get("rules"), "spec.rules")))
     status_parents, raw = _status_parents(obj, meta.namespace)
     return GRPCRoute(meta, parents, hostnames, rules or (GRPCRouteRule(),), status_parents, raw)
+
+
+def parse_l4_route(obj: Mapping[str, Any], meta: ObjectMeta) -> L4Route:
+    """A TLSRoute, TCPRoute or UDPRoute: parents, hostnames and the backendRefs of its first rule."""
+    spec = _mapping(obj.get("spec"), "spec")
+    kind = _str(obj.get("kind"), "kind")
+    parents = tuple(_parent_ref(p, f"spec.parentRefs[{i}]", meta.namespace) for i, p in enumerate(_list(spec.get("parentRefs"), "spec.parentRefs")))
+    hostnames = tuple(parse_host(h, f"spec.hostnames[{i}]") for i, h in enumerate(_list(spec.get("hostnames"), "spec.hostnames")))
+    rules = [_mapping(r, f"spec.rules[{i}]") for i, r in enumerate(_list(spec.get("rules"), "spec.rules"))]
+    if not rules:
+        raise _required("spec.rules")
+    backends = tuple(_backend_ref(b, f"spec.rules[0].backendRefs[{i}]", meta.namespace) for i, b in enumerate(_list(rules[0].get("backendRefs"), "spec.rules[0].backendRefs")))
+    status_parents, raw = _status_parents(obj, meta.namespace)
+    return L4Route(meta, kind, parents, hostnames, backends, len(rules) - 1, status_parents, raw)
 
 
 def _grpc_rule(value: Any, path: str, namespace: str) -> GRPCRouteRule:

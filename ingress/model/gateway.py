@@ -303,3 +303,25 @@ class ReferenceGrant:
         return any(f == (group, kind, namespace) for f in self.from_) and any(
             t[0] == to_group and t[1] == to_kind and t[2] in ("", to_name) for t in self.to
         )
+
+
+@dataclass(frozen=True, slots=True)
+class L4Route:
+    """
+    A TLSRoute, TCPRoute or UDPRoute (C{kind}), an "L4" route: parents, hostnames (TLSRoute: the SNI names) and
+    the backendRefs of its rule.  The API allows exactly one rule for TLSRoute; TCP and UDP routes
+    may list more, of which the first is used (reported when there are more).
+    """
+
+    meta: ObjectMeta
+    kind: str
+    parent_refs: tuple[ParentRef, ...]
+    hostnames: tuple[str, ...]
+    backend_refs: tuple[BackendRef, ...]
+    extra_rules: int = 0  # rules after the first, not served
+    status_parents: tuple[tuple[ParentRef, str, tuple[Condition, ...]], ...] = field(default=(), compare=False)
+    status_parents_raw: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef(self.kind, self.meta.namespace, self.meta.name)

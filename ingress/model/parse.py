@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 from ingress.model import ClusterState, ObjectMeta, ObjectRef, OpaqueSecret, OwnerReference, Problem
 from ingress.model._fields import ParseError, _int, _list, _mapping, _required, _str, _string_map, _timestamp, parse_host
-from ingress.model._gateway import parse_gateway, parse_gateway_class, parse_grpc_route, parse_http_route, parse_namespace, parse_reference_grant
+from ingress.model._gateway import parse_gateway, parse_gateway_class, parse_grpc_route, parse_http_route, parse_l4_route, parse_namespace, parse_reference_grant
 from ingress.model._kinds import (
     ADDRESS_TYPES,
     PATH_TYPES,
@@ -164,6 +164,8 @@ KINDS: dict[tuple[str, str], Kind] = {
             )
         ),
         Kind(f"{GATEWAY_GROUP}/v1", "GRPCRoute", parse_grpc_route, "grpc_routes"),
+        *(Kind(f"{GATEWAY_GROUP}/{version}", kind, parse_l4_route, "l4_routes")
+          for kind in ("TLSRoute", "TCPRoute", "UDPRoute") for version in ("v1", "v1alpha2")),
         Kind("v1", "Namespace", parse_namespace, "namespaces", keyed=True, namespaced=False),
     )
 }

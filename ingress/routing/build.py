@@ -100,14 +100,16 @@ def build(
     hosts = with_client_auth(_freeze(routes.hosts), client_hosts)
     wildcards = with_client_auth(_freeze(routes.wildcards), {host[2:]: auth for host, auth in client_hosts.items() if host.startswith("*.")})
     gateway = build_gateway_routes(state, backends, reserved_ports, gateway_controller_name, cleartext_http2)
-    merged = merge_gateway(gateway, hosts, wildcards, routes.any_host.freeze() if routes.any_host.routes else None, certificates, state.secrets)
+    any_host = routes.any_host.freeze() if routes.any_host.routes else None
+    passthrough = passthrough_upstreams(served, annotations, hosts, wildcards)
+    merged = merge_gateway(gateway, hosts, wildcards, any_host, certificates, state.secrets, passthrough, streams.streams)
     return RoutingTable(
         generation=generation,
         hosts=merged.hosts,
         wildcards=wildcards,
         deep_wildcards=merged.deep_wildcards,
         gateway_status=gateway.status if gateway.status.classes or gateway.status.gateways else None,
-        passthrough=passthrough_upstreams(served, annotations, hosts, wildcards),
+        passthrough=merged.passthrough,
         any_host=merged.any_host,
         default_route=default_route,
         problems=_sorted_problems(state.problems)
@@ -115,7 +117,7 @@ def build(
             set(routes.problems) | set(tls_problems) | set(streams.problems) | set(annotation_problems) | set(config_problems) | set(merged.problems)
         ),
         certificates=merged.certificates,
-        streams=streams.streams,
+        streams=merged.streams,
         stream_conditions=streams.conditions,
         trust=config.trust,
         listener=config.listener,

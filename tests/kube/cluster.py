@@ -47,7 +47,7 @@ CRDS = (REPO_ROOT / "k8s" / "streamingress-crd.yaml",)
 """Installed at start, from the files we ship (one source of truth for the schema)."""
 
 GATEWAY_API_SCRIPT = REPO_ROOT / "testenv" / "gateway-api.sh"
-GATEWAY_API_KINDS = ("gatewayclasses", "gateways", "httproutes", "grpcroutes", "referencegrants")
+GATEWAY_API_KINDS = ("gatewayclasses", "gateways", "httproutes", "grpcroutes", "tlsroutes", "tcproutes", "udproutes", "referencegrants")
 
 
 def gateway_api_crds() -> tuple[Path, ...]:

@@ -347,7 +347,9 @@ def gateway_status_refused(route_kind: str) -> Callable[[Run], None]:
             listeners = [{"name": "http", "port": proxy.http_port, "protocol": "HTTP"}]
             gateway = {**typed, "kind": "Gateway", "metadata": {"name": "gw"}, "spec": {"gatewayClassName": name, "listeners": listeners}}
             custom.create_namespaced_custom_object(group, version, run.namespace, "gateways", gateway)
-            spec = {"parentRefs": [{"name": "gw"}], "rules": [{"backendRefs": [{"name": "web", "port": 80}]}]}
+            spec: dict = {"parentRefs": [{"name": "gw"}], "rules": [{"backendRefs": [{"name": "web", "port": 80}]}]}
+            if route_kind == "TLSRoute":
+                spec["hostnames"] = ["tls.example"]  # required by its CRD
             custom.create_namespaced_custom_object(group, version, run.namespace, f"{route_kind.lower()}s", {**typed, "kind": route_kind, "metadata": {"name": "web"}, "spec": spec})
             logged(proxy, r"gatewaystatus: sync of .* failed, retrying: 403", "a Gateway API status patch refused")
         finally:
@@ -359,9 +361,10 @@ def gateway_status_refused(route_kind: str) -> Callable[[Run], None]:
 INFORMERS = {
     "ingresses": "Ingress", "ingressclasses": "IngressClass", "services": "Service", "endpointslices": "EndpointSlice",
     "secrets": "Secret", "streamingresses": "StreamIngress", "gatewayclasses": "GatewayClass", "gateways": "Gateway",
-    "httproutes": "HTTPRoute", "grpcroutes": "GRPCRoute", "referencegrants": "ReferenceGrant", "namespaces": "Namespace",
+    "httproutes": "HTTPRoute", "grpcroutes": "GRPCRoute", "tlsroutes": "TLSRoute", "tcproutes": "TCPRoute", "udproutes": "UDPRoute",
+    "referencegrants": "ReferenceGrant", "namespaces": "Namespace",
 }
-OPTIONAL = {"StreamIngress", "GatewayClass", "Gateway", "HTTPRoute", "GRPCRoute", "ReferenceGrant", "Namespace"}
+OPTIONAL = {"StreamIngress", "GatewayClass", "Gateway", "HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute", "UDPRoute", "ReferenceGrant", "Namespace"}
 BREAKS: dict[tuple[str, str], Callable[[Run], None]] = {
     **{(resource, verb): informer_refused(kind, verb) for resource, kind in INFORMERS.items() for verb in ("list", "watch")},
     **{("configmaps", verb): informer_refused(f"ConfigMap {STREAM_MAP_ARGS[1]}", verb, *STREAM_MAP_ARGS) for verb in ("list", "watch")},
@@ -376,7 +379,7 @@ BREAKS: dict[tuple[str, str], Callable[[Run], None]] = {
     ("events", "create"): event_refused,
     ("streamingresses/status", "patch"): stream_status_refused,
     **{(f"{plural}/status", "patch"): gateway_status_refused("HTTPRoute") for plural in ("gatewayclasses", "gateways", "httproutes")},
-    ("grpcroutes/status", "patch"): gateway_status_refused("GRPCRoute"),
+    **{(f"{kind.lower()}s/status", "patch"): gateway_status_refused(kind) for kind in ("GRPCRoute", "TLSRoute", "TCPRoute", "UDPRoute")},
 }
 """For each (resource, verb) granted in k8s/: what breaks without it."""
 

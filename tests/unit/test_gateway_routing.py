@@ -579,3 +579,91 @@ def test_grpc_unusable_backends_answer_503_and_unsupported_matches_are_reported(
     assert serve(table, "h", "/a.B/C", method=b"POST") == "503"
     assert ("rpc", "UnsupportedValue") in problems_of(table, "GRPCRoute")
     assert serve(table, "h", "/x.Y/Only", method=b"POST") == "404"
+
+
+# -- TLSRoute, TCPRoute, UDPRoute
+
+
+def l4_route(kind: str, name: str, *backends: dict[str, Any], hostnames: tuple[str, ...] = (), section: str = "") -> dict[str, Any]:
+    parent = {"name": "gw", **({"sectionName": section} if section else {})}
+    spec: dict[str, Any] = {"parentRefs": [parent], "rules": [{"backendRefs": list(backends)}]}
+    if hostnames:
+        spec["hostnames"] = list(hostnames)
+    return {"apiVersion": GW, "kind": kind, "metadata": {"name": name, "namespace": "default", "creationTimestamp": T0}, "spec": spec}
+
+
+def passthrough_listener(hostname: Optional[str] = "*.example.com", mode: str = "Passthrough") -> dict[str, Any]:
+    return listener("tls", port=443, protocol="TLS", hostname=hostname, tls={"mode": mode})
+
+
+def listener_conditions(table: RoutingTable, index: int = 0) -> dict[str, tuple[str, str]]:
+    assert table.gateway_status is not None
+    found = table.gateway_status.gateways[ObjectRef("Gateway", "default", "gw")].listeners[index]
+    return {c.type: (c.status, c.reason) for c in found.conditions}
+
+
+def test_tls_routes_pass_tls_through_by_sni() -> None:
+    """TLSRouteSimpleSameNamespace and TLSRouteInvalidNoMatchingListenerHostname: a Passthrough listener, SNI names."""
+    table = gateway_table(
+        gateway("gw", passthrough_listener()),
+        l4_route("TLSRoute", "tls", backend("tcp-backend", 8443), hostnames=("abc.example.com",)),
+        l4_route("TLSRoute", "elsewhere", backend("tcp-backend", 8443), hostnames=("abc.other.com",)),
+        service("tcp-backend", ("tls", 8443)), endpoints("tcp-backend", "10.0.0.9", ports=(("tls", 8443),)),
+    )
+    assert table.passthrough_for("abc.example.com") is not None
+    assert table.passthrough_for("abc.example.com").key == "default/tcp-backend:8443"  # type: ignore[union-attr]
+    assert parent_conditions(table, "tls", kind="TLSRoute")[0] == {"Accepted": ("True", "Accepted"), "ResolvedRefs": ("True", "ResolvedRefs")}
+    assert parent_conditions(table, "elsewhere", kind="TLSRoute")[0]["Accepted"] == ("False", "NoMatchingListenerHostname")
+    assert table.passthrough_for("abc.other.com") is None
+
+
+def test_tls_listeners_only_pass_through_and_tls_routes_only_attach_to_them() -> None:
+    """TLSRouteListenerTerminateNotSupported and TLSRouteInvalidNoMatchingListener."""
+    terminate = gateway_table(gateway("gw", passthrough_listener(mode="Terminate")))
+    assert listener_conditions(terminate)["Accepted"] == ("False", "UnsupportedValue")
+    on_http = gateway_table(gateway(), l4_route("TLSRoute", "tls", backend("v1"), hostnames=("a.example.com",)), *services("v1"))
+    assert parent_conditions(on_http, "tls", kind="TLSRoute")[0]["Accepted"] == ("False", "NotAllowedByListeners")
+
+
+def test_an_ingress_passthrough_host_stays_the_ingress_s() -> None:
+    table = gateway_table(
+        gateway("gw", passthrough_listener()),
+        l4_route("TLSRoute", "tls", backend("v1"), hostnames=("abc.example.com",)),
+        ingress_class("twingress"),
+        ingress("pass", rule("abc.example.com", path("/", "v2")), annotations={"nginx.ingress.kubernetes.io/ssl-passthrough": "true"}),
+        *services("v1", "v2"),
+    )
+    assert table.passthrough_for("abc.example.com").key == "default/v2:80"  # type: ignore[union-attr]
+    assert ("tls", "HostServedByIngress") in problems_of(table, "TLSRoute")
+
+
+def test_tcp_and_udp_routes_are_stream_listeners() -> None:
+    """TCPRoute and UDPRoute: a stream listener on the Gateway listener's port, to the route's backend."""
+    table = gateway_table(
+        gateway("gw", listener("tcp", port=9000, protocol="TCP"), listener("udp", port=9001, protocol="UDP"), listener("busy", port=80, protocol="TCP")),
+        l4_route("TCPRoute", "db", backend("v1", 5432), section="tcp"),
+        l4_route("UDPRoute", "dns", backend("v2", 53), section="udp"),
+        service("v1", ("pg", 5432)), endpoints("v1", "10.0.0.1", ports=(("pg", 5432),)),
+        service("v2", ("dns", 53)), endpoints("v2", "10.0.0.2", ports=(("dns", 53),)),
+    )
+    assert table.streams[("TCP", 9000)].upstream.key == "default/v1:5432"
+    assert table.streams[("UDP", 9001)].upstream.key == "default/v2:53/UDP"
+    assert table.streams[("TCP", 9000)].source == ObjectRef("TCPRoute", "default", "db")
+    assert listener_conditions(table, 2)["Accepted"] == ("False", "PortUnavailable")  # twingress's own HTTP port
+
+
+def test_a_stream_ingress_keeps_its_port_and_a_missing_backend_opens_nothing() -> None:
+    stream_ingress = {
+        "apiVersion": "twingress.io/v1alpha1", "kind": "StreamIngress", "metadata": {"name": "pg", "namespace": "default"},
+        "spec": {"protocol": "TCP", "listen": 9000, "upstream": {"service": "v2", "port": 80}},
+    }
+    table = gateway_table(
+        gateway("gw", listener("tcp", port=9000, protocol="TCP"), listener("other", port=9002, protocol="TCP")),
+        l4_route("TCPRoute", "db", backend("v1"), section="tcp"),
+        l4_route("TCPRoute", "nowhere", backend("missing"), section="other"),
+        stream_ingress, *services("v1", "v2"),
+    )
+    assert table.streams[("TCP", 9000)].source.kind == "StreamIngress"
+    assert ("db", "PortConflict") in problems_of(table, "TCPRoute")
+    assert ("TCP", 9002) not in table.streams
+    assert parent_conditions(table, "nowhere", kind="TCPRoute")[0]["ResolvedRefs"] == ("False", "BackendNotFound")

@@ -518,6 +518,7 @@ def test_kinds_handled() -> None:
         ("v1", "ConfigMap"),
         ("v1", "Namespace"),
         ("gateway.networking.k8s.io/v1", "GRPCRoute"),
+        *((f"gateway.networking.k8s.io/{version}", kind) for kind in ("TLSRoute", "TCPRoute", "UDPRoute") for version in ("v1", "v1alpha2")),
         *(
             (f"gateway.networking.k8s.io/{version}", kind)
             for version in ("v1", "v1beta1")

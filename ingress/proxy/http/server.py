@@ -285,12 +285,17 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         return self.transport
 
     def _guard(self, policies: Policies, head: h1.Head) -> None:
-        """Basic or external auth: the request waits (reading paused) for its verdict."""
+        """
+        Rate limits, basic or external auth: the request waits (reading paused) for its verdict.  A
+        verdict known at once (a remembered password, a limit counted in this process) pauses nothing:
+        a pause and a resume are two changes of the reactor's interest in the socket per request.
+        """
         self._state = AUTH
-        self._pause_reading("auth")
         request_id = self._request_id
         timeout = self._connect_timeout + self._read_timeout
         checking = self.factory.guards.check(policies, head, self._forwarded.ip, self._forwarded.scheme, timeout)
+        if not checking.called:
+            self._pause_reading("auth")
         checking.addCallback(self._guarded, head, request_id)
 
     def _guarded(self, verdict: Verdict, head: h1.Head, request_id: int) -> None:

@@ -30,6 +30,7 @@ from ingress.model import ClusterState, Condition, ObjectRef, Problem
 from ingress.model.gateway import GATEWAY_CONTROLLER_NAME, PATH_MATCH_EXACT, PATH_MATCH_PREFIX, VALUE_MATCH_REGEX, HTTPRoute, ParentRef, RouteMatch, ValueMatch
 from ingress.routing.backends import Backends
 from ingress.routing.gateway.grpc import as_http_route
+from ingress.routing.gateway.l4 import L4Entries, add_l4_route
 from ingress.routing.gateway.listeners import ServedListener, attach, condition, our_gateways, serve_listeners
 from ingress.routing.gateway.rules import RuleContext, compile_rule
 from ingress.routing.gateway.status import GatewayAPIStatus, GatewayStatus, ListenerStatus
@@ -46,6 +47,7 @@ class GatewayRoutes:
     wildcards: dict[str, HostRoutes] = field(default_factory=dict)
     any_host: Optional[HostRoutes] = None
     certificates: dict[str, tuple[str, str]] = field(default_factory=dict)  # host or "*.suffix" → Secret
+    l4: L4Entries = field(default_factory=L4Entries)  # TLSRoute passthrough hosts, TCPRoute and UDPRoute listeners
     problems: list[Problem] = field(default_factory=list)
     status: GatewayAPIStatus = field(default_factory=GatewayAPIStatus)
 
@@ -65,14 +67,15 @@ def build_gateway_routes(
 ) -> GatewayRoutes:
     """The Gateway API routes of C{state} for the listeners on C{ports} (port → "http", "https")."""
     out = GatewayRoutes()
-    if not state.gateways and not state.http_routes and not state.grpc_routes:
+    if not state.gateways and not state.http_routes and not state.grpc_routes and not state.l4_routes:
         return out
     gateways = our_gateways(state, controller_name)
     listeners = serve_listeners(state, gateways, ports, cleartext_http2)
     context = RuleContext(state, backends, *_ports(ports))
     grpc = [as_http_route(route, context.problems) for route in state.grpc_routes]
     routes = sorted((*state.http_routes, *grpc), key=lambda r: r.meta.age_key())
-    attached = attach(state, routes, listeners)
+    l4_routes = sorted(state.l4_routes, key=lambda r: r.meta.age_key())
+    attached = attach(state, [*routes, *l4_routes], listeners)
     candidates: dict[str, list[_Candidate]] = {}
     route_status: dict[ObjectRef, tuple[tuple[ParentRef, tuple[Condition, ...]], ...]] = {}
     for route in routes:
@@ -82,8 +85,17 @@ def build_gateway_routes(
             _add_candidates(route, places, context, candidates)
         parents = attached.parents.get(route.ref)
         if parents:
-            refs = _resolved_refs(route, context.unresolved)
+            refs = _resolved_refs(route.meta.generation, context.unresolved)
             route_status[route.ref] = tuple((parent, (accepted, refs)) for parent, accepted in parents)
+    for l4_route in l4_routes:
+        context.unresolved = {}
+        places = attached.hosts.get(l4_route.ref, [])
+        if places:
+            add_l4_route(l4_route, places, context, out.l4)
+        parents = attached.parents.get(l4_route.ref)
+        if parents:
+            refs = _resolved_refs(l4_route.meta.generation, context.unresolved)
+            route_status[l4_route.ref] = tuple((parent, (accepted, refs)) for parent, accepted in parents)
     for host, found in candidates.items():
         paths = _host_routes(found)
         if not host:
@@ -95,7 +107,7 @@ def build_gateway_routes(
     for served in listeners:
         if served.secret is not None:
             out.certificates.setdefault(served.listener.hostname, served.secret)
-    out.problems = context.problems + _listener_problems(listeners)
+    out.problems = context.problems + out.l4.problems + _listener_problems(listeners)
     out.status = GatewayAPIStatus(_class_status(state, controller_name), _gateway_status(listeners, attached.attached), route_status)
     return out
 
@@ -202,8 +214,7 @@ def _slot(chain: list[_Candidate], path: str) -> Route:
     return Route(name=first.route.name, source=first.route.source, upstream=first.route.upstream, path=path, choices=tuple(choices))
 
 
-def _resolved_refs(route: HTTPRoute, unresolved: Mapping[str, str]) -> Condition:
-    generation = route.meta.generation
+def _resolved_refs(generation: int, unresolved: Mapping[str, str]) -> Condition:
     if not unresolved:
         return condition("ResolvedRefs", True, "ResolvedRefs", "", generation)
     reason, message = next(iter(unresolved.items()))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Union
 
 from ingress.model import ClusterState, Condition, ObjectRef
 from ingress.model.gateway import (
@@ -29,6 +29,7 @@ from ingress.model.gateway import (
     GATEWAY_GROUP,
     Gateway,
     HTTPRoute,
+    L4Route,
     Listener,
     ParentRef,
     RouteKind,
@@ -37,7 +38,9 @@ from ingress.model.gateway import (
 HTTP_ROUTE_KIND = RouteKind(GATEWAY_GROUP, "HTTPRoute")
 GRPC_ROUTE_KIND = RouteKind(GATEWAY_GROUP, "GRPCRoute")
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
-SCHEMES = {"HTTP": b"http", "HTTPS": b"https"}
+SCHEMES = {"HTTP": b"http", "HTTPS": b"https", "TLS": b"tls", "TCP": b"tcp", "UDP": b"udp"}
+L4_KINDS = {"TLS": RouteKind(GATEWAY_GROUP, "TLSRoute"), "TCP": RouteKind(GATEWAY_GROUP, "TCPRoute"), "UDP": RouteKind(GATEWAY_GROUP, "UDPRoute")}
+AnyRoute = Union[HTTPRoute, L4Route]
 
 
 def condition(kind: str, ok: bool, reason: str, message: str = "", generation: int = 0) -> Condition:
@@ -82,14 +85,14 @@ def serve_listeners(state: ClusterState, gateways: Iterable[Gateway], ports: Map
     attach to HTTPS listeners, and to HTTP ones when HTTP/2 with prior knowledge is served there
     (C{--http2-cleartext}): GRPCRoute asks for h2c on an HTTP listener.
     """
-    http_port = next((p for p, name in ports.items() if name == "http"), None)
-    https_port = next((p for p, name in ports.items() if name == "https"), None)
-    return [_judge(state, gateway, listener, http_port, https_port, cleartext_http2) for gateway in gateways for listener in gateway.listeners]
+    return [_judge(state, gateway, listener, ports, cleartext_http2) for gateway in gateways for listener in gateway.listeners]
 
 
-def _judge(state: ClusterState, gateway: Gateway, listener: Listener, http_port: Optional[int], https_port: Optional[int], cleartext_http2: bool) -> ServedListener:
+def _judge(state: ClusterState, gateway: Gateway, listener: Listener, ports: Mapping[int, str], cleartext_http2: bool) -> ServedListener:
     generation = gateway.meta.generation
     kinds, bad_kinds = _kinds(listener, listener.protocol == "HTTPS" or cleartext_http2)
+    http_port = next((p for p, name in ports.items() if name == "http"), None)
+    https_port = next((p for p, name in ports.items() if name == "https"), None)
     refs = condition("ResolvedRefs", True, "ResolvedRefs", "", generation)
     if bad_kinds:
         refs = condition("ResolvedRefs", False, "InvalidRouteKinds", f"unsupported route kinds: {', '.join(k.kind for k in bad_kinds)}", generation)
@@ -101,8 +104,17 @@ def _judge(state: ClusterState, gateway: Gateway, listener: Listener, http_port:
         )
 
     if listener.protocol not in SCHEMES:
-        return refused("UnsupportedProtocol", f"protocol {listener.protocol} is not served by twingress yet (HTTP and HTTPS are)")
+        return refused("UnsupportedProtocol", f"protocol {listener.protocol} is not served by twingress (HTTP, HTTPS, TLS, TCP and UDP are)")
+    if listener.protocol in ("TCP", "UDP"):
+        if listener.protocol == "TCP" and listener.port in ports:
+            return refused("PortUnavailable", f"TCP port {listener.port} is twingress's own {ports[listener.port]} listener")
+        return ServedListener(
+            gateway, listener, SCHEMES[listener.protocol], kinds,
+            (condition("Accepted", True, "Accepted", "", generation), condition("Programmed", True, "Programmed", "", generation), refs),
+        )
     wanted, option = (http_port, "--http") if listener.protocol == "HTTP" else (https_port, "--https")
+    if listener.protocol == "TLS" and listener.tls_mode != "Passthrough":
+        return refused("UnsupportedValue", "a TLS listener passes TLS through by SNI (tls.mode Passthrough); terminating it is not supported")
     if wanted != listener.port:
         where = f"port {wanted}" if wanted is not None else "no port: it is turned off"
         return refused("PortUnavailable", f"a {listener.protocol} listener is served on twingress's {option} listener ({where}), not on port {listener.port}")
@@ -127,7 +139,10 @@ def _judge(state: ClusterState, gateway: Gateway, listener: Listener, http_port:
 
 def _kinds(listener: Listener, http2: bool) -> tuple[tuple[RouteKind, ...], tuple[RouteKind, ...]]:
     """The route kinds a listener supports (of those it allows), and those it names but cannot support."""
-    supported = (HTTP_ROUTE_KIND, GRPC_ROUTE_KIND) if http2 else (HTTP_ROUTE_KIND,)
+    if listener.protocol in L4_KINDS:
+        supported: tuple[RouteKind, ...] = (L4_KINDS[listener.protocol],)
+    else:
+        supported = (HTTP_ROUTE_KIND, GRPC_ROUTE_KIND) if http2 else (HTTP_ROUTE_KIND,)
     if not listener.allowed_kinds:
         return supported, ()
     good = tuple(k for k in listener.allowed_kinds if k in supported)
@@ -151,7 +166,7 @@ def _certificate(state: ClusterState, gateway: Gateway, listener: Listener) -> t
     return (ref.namespace, ref.name), None
 
 
-def attach(state: ClusterState, routes: Iterable[HTTPRoute], listeners: list[ServedListener]) -> Attachments:
+def attach(state: ClusterState, routes: Iterable[AnyRoute], listeners: list[ServedListener]) -> Attachments:
     """Every route's attachments to C{listeners}, and the Accepted condition of each of its parentRefs that names a Gateway of ours."""
     by_gateway: dict[tuple[str, str], list[ServedListener]] = {}
     for served in listeners:
@@ -169,7 +184,7 @@ def attach(state: ClusterState, routes: Iterable[HTTPRoute], listeners: list[Ser
     return found
 
 
-def _attach_one(state: ClusterState, route: HTTPRoute, parent: ParentRef, candidates: list[ServedListener], found: Attachments) -> Condition:
+def _attach_one(state: ClusterState, route: AnyRoute, parent: ParentRef, candidates: list[ServedListener], found: Attachments) -> Condition:
     generation = route.meta.generation
     selected = [
         s for s in candidates

@@ -18,6 +18,8 @@ from typing import Optional
 from ingress.model import ObjectRef, Problem, TLSSecret
 from ingress.routing.certs import CertificateTable
 from ingress.routing.gateway import GatewayRoutes
+from ingress.routing.route import Upstream
+from ingress.routing.streams import StreamRoute
 from ingress.routing.table import HostRoutes
 
 HOST_CONFLICT = "HostServedByIngress"
@@ -30,6 +32,8 @@ class Merged:
     any_host: Optional[HostRoutes]
     certificates: CertificateTable
     problems: list[Problem]
+    passthrough: dict[str, Upstream]
+    streams: dict[tuple[str, int], StreamRoute]
 
 
 def merge_gateway(
@@ -39,8 +43,14 @@ def merge_gateway(
     any_host: Optional[HostRoutes],
     certificates: CertificateTable,
     secrets: Mapping[tuple[str, str], TLSSecret],
+    passthrough: Mapping[str, Upstream] = {},
+    streams: Mapping[tuple[str, int], StreamRoute] = {},
 ) -> Merged:
-    """The table's hosts, Gateway API wildcards, host-less paths and certificates with the Gateway API's added."""
+    """
+    The table's hosts, Gateway API wildcards, host-less paths, certificates, passthrough hosts and
+    stream listeners with the Gateway API's added (an Ingress's passthrough host and a
+    StreamIngress's port stay theirs).
+    """
     problems = list(gateway.problems)
     joined = dict(hosts)
     for host, paths in gateway.hosts.items():
@@ -58,7 +68,20 @@ def merge_gateway(
         problems.extend(_conflicts(gateway.any_host, "every host (no hostname)"))
     elif gateway.any_host is not None:
         any_host = gateway.any_host
-    return Merged(joined, deep, any_host, _with_certificates(certificates, gateway.certificates, secrets), problems)
+    joined_passthrough = dict(passthrough)
+    for host, upstream in gateway.l4.passthrough.items():
+        if host in passthrough:
+            problems.append(Problem(gateway.l4.passed_by[host], HOST_CONFLICT, f'TLS host "{host}" is passed through by an Ingress: this route is not served there'))
+        else:
+            joined_passthrough[host] = upstream
+    joined_streams = dict(streams)
+    for key, stream in gateway.l4.streams.items():
+        if key in streams:
+            problems.append(Problem(stream.source, "PortConflict", f"{key[0]} port {key[1]} is {streams[key].name}'s (older): this route is not served there"))
+        else:
+            joined_streams[key] = stream
+    certs = _with_certificates(certificates, gateway.certificates, secrets)
+    return Merged(joined, deep, any_host, certs, problems, joined_passthrough, joined_streams)
 
 
 def _conflicts(paths: HostRoutes, where: str) -> list[Problem]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from ingress.model import ClusterState, IngressBackend, Problem, ServiceBackendPort
-from ingress.model.gateway import GATEWAY_GROUP, PATH_MATCH_PREFIX, BackendRef, HeaderModifier, HTTPRoute, RouteRule
+from ingress.model.gateway import GATEWAY_GROUP, PATH_MATCH_PREFIX, BackendRef, HeaderModifier, HTTPRoute, L4Route, RouteRule
 from ingress.routing.backends import Backends
 from ingress.routing.gateway.grpc import GRPC_ROUTE
 from ingress.routing.policies import Policies
@@ -125,31 +125,47 @@ def _path(rule: RouteRule, kind: str, value: str) -> PathReplace:
 
 def _backend_route(route: HTTPRoute, ref: BackendRef, base: Route, context: RuleContext) -> Optional[Route]:
     """The route to one backendRef, or None (answered 500) with the reason recorded for ResolvedRefs."""
-    if ref.group or ref.kind != "Service":
-        return _unresolved(route, context, "InvalidKind", f"backendRef {ref.group or 'core'}/{ref.kind} {ref.name}: only core Services are supported")
-    if ref.namespace != route.meta.namespace and not _granted(context.state, route, ref):
-        return _unresolved(route, context, "RefNotPermitted", f"no ReferenceGrant in namespace {ref.namespace} allows this route to use Service {ref.name}")
-    if ref.port is None:
-        return _unresolved(route, context, "BackendNotFound", f"backendRef Service {ref.namespace}/{ref.name} needs a port")
-    if (ref.namespace, ref.name) not in context.state.services:
-        return _unresolved(route, context, "BackendNotFound", f"Service {ref.namespace}/{ref.name} not found")
+    if not usable_backend(route, ref, context):
+        return None
     if ref.filters:
         names = ", ".join(f.type for f in ref.filters)
         return _unresolved(route, context, "", f"backendRef {ref.name}: filters on a backendRef ({names}) are not supported by twingress: its share answers 500")
+    assert ref.port is not None  # usable_backend checked it
     upstream, issue = context.backends.upstream(ref.namespace, IngressBackend(ref.name, ServiceBackendPort(number=ref.port)))
     if issue is not None:
         context.problems.append(Problem(route.ref, *issue))
     return Route(name=base.name, source=base.source, upstream=upstream)
 
 
-def _granted(state: ClusterState, route: HTTPRoute, ref: BackendRef) -> bool:
+def usable_backend(route: HTTPRoute | L4Route, ref: BackendRef, context: RuleContext) -> bool:
+    """Whether a backendRef names a Service the route may use; if not, why is recorded (problems, ResolvedRefs)."""
+    fault = _backend_fault(route, ref, context.state)
+    if fault is not None:
+        _unresolved(route, context, *fault)
+    return fault is None
+
+
+def _backend_fault(route: HTTPRoute | L4Route, ref: BackendRef, state: ClusterState) -> Optional[tuple[str, str]]:
+    """The ResolvedRefs reason and message of a backendRef that cannot be used, or None."""
+    if ref.group or ref.kind != "Service":
+        return "InvalidKind", f"backendRef {ref.group or 'core'}/{ref.kind} {ref.name}: only core Services are supported"
+    if ref.namespace != route.meta.namespace and not _granted(state, route, ref):
+        return "RefNotPermitted", f"no ReferenceGrant in namespace {ref.namespace} allows this route to use Service {ref.name}"
+    if ref.port is None:
+        return "BackendNotFound", f"backendRef Service {ref.namespace}/{ref.name} needs a port"
+    if (ref.namespace, ref.name) not in state.services:
+        return "BackendNotFound", f"Service {ref.namespace}/{ref.name} not found"
+    return None
+
+
+def _granted(state: ClusterState, route: HTTPRoute | L4Route, ref: BackendRef) -> bool:
     return any(
         grant.meta.namespace == ref.namespace and grant.allows(GATEWAY_GROUP, route.kind, route.meta.namespace, "", "Service", ref.name)
         for grant in state.reference_grants
     )
 
 
-def _unresolved(route: HTTPRoute, context: RuleContext, reason: str, message: str) -> Optional[Route]:
+def _unresolved(route: HTTPRoute | L4Route, context: RuleContext, reason: str, message: str) -> Optional[Route]:
     """Report a backendRef that cannot be used (C{reason} for ResolvedRefs, "" when it is ours to refuse); None: its share answers 500."""
     context.problems.append(Problem(route.ref, reason or UNSUPPORTED_FILTER, message))
     if reason:

@@ -44,11 +44,14 @@ RESOURCES = (
     Resource("Gateway", "gateway.networking.k8s.io/v1", "gateways"),
     Resource("HTTPRoute", "gateway.networking.k8s.io/v1", "httproutes"),
     Resource("GRPCRoute", "gateway.networking.k8s.io/v1", "grpcroutes"),
+    Resource("TLSRoute", "gateway.networking.k8s.io/v1", "tlsroutes"),
+    Resource("TCPRoute", "gateway.networking.k8s.io/v1", "tcproutes"),
+    Resource("UDPRoute", "gateway.networking.k8s.io/v1", "udproutes"),
     Resource("ReferenceGrant", "gateway.networking.k8s.io/v1beta1", "referencegrants"),
     Resource("Namespace", "v1", "namespaces", namespaced=False),  # labels, for allowedRoutes selectors
 )
 
-GATEWAY_KINDS = frozenset({"GatewayClass", "Gateway", "HTTPRoute", "GRPCRoute", "ReferenceGrant", "Namespace"})
+GATEWAY_KINDS = frozenset({"GatewayClass", "Gateway", "HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute", "UDPRoute", "ReferenceGrant", "Namespace"})
 OPTIONAL_KINDS = frozenset({"StreamIngress", "ConfigMap"}) | GATEWAY_KINDS
 """Kinds whose refused list does not hold up the first table (see the module docstring)."""
 

@@ -1,0 +1,85 @@
+# -*- test-case-name: tests.unit.test_gateway_routing -*-
+"""
+TLSRoute, TCPRoute and UDPRoute: the Gateway API's routes of bytes, compiled into what twingress
+already serves for Ingresses and StreamIngresses.
+
+A TLSRoute on a TLS listener (tls.mode Passthrough, on the C{--https} port) passes the TLS of
+its hostnames through by SNI, as C{ssl-passthrough} does: entries of C{RoutingTable.passthrough}.
+A TCPRoute or UDPRoute on a TCP or UDP listener is a stream listener on the listener's port, as
+a StreamIngress is: entries of C{RoutingTable.streams}.  The oldest route wins a host or a port;
+an Ingress's passthrough host and a StreamIngress's port stay theirs (reported on the route).
+Each route uses the first backendRef with a weight; more are reported (weights across L4
+backends are not implemented), and a route without a usable one serves nothing: a connection
+its TLS names reaches no backend (it is answered as any unknown name is), a stream port is not
+opened (the connection is refused), as the spec asks ("reject the connection").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Optional, TypeVar
+
+from ingress.model import IngressBackend, ObjectRef, Problem, ServiceBackendPort
+from ingress.model.gateway import L4Route
+from ingress.routing.gateway.listeners import ServedListener
+from ingress.routing.gateway.rules import RuleContext, usable_backend
+from ingress.routing.route import Upstream
+from ingress.routing.streams import DEFAULT_STREAM_IDLE_TIMEOUT, StreamRoute
+
+TAKEN = "Conflict"
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+@dataclass
+class L4Entries:
+    """What the Gateway API's L4 routes add to a table: hosts passed through, stream listeners, problems."""
+
+    passthrough: dict[str, Upstream] = field(default_factory=dict)
+    passed_by: dict[str, ObjectRef] = field(default_factory=dict)  # the TLSRoute of each passed-through host
+    streams: dict[tuple[str, int], StreamRoute] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+
+
+def add_l4_route(route: L4Route, attached: Iterable[tuple[ServedListener, tuple[str, ...]]], context: RuleContext, found: L4Entries) -> None:
+    """The passthrough hosts and stream listeners of one route where it attached (routes come oldest first)."""
+    upstream = _upstream(route, context)
+    if upstream is None:
+        return
+    for served, hosts in attached:
+        if served.listener.protocol == "TLS":
+            for host in hosts:
+                _claim(found.passthrough, host, upstream, route, f'TLS host "{host}"', found.problems)
+                found.passed_by.setdefault(host, route.ref)
+        else:
+            protocol, port = served.listener.protocol, served.listener.port
+            stream = StreamRoute(protocol, port, f"{route.meta.namespace}/{route.meta.name}", route.ref, upstream, idle_timeout=DEFAULT_STREAM_IDLE_TIMEOUT)
+            _claim(found.streams, (protocol, port), stream, route, f"{protocol} port {port}", found.problems)
+
+
+def _claim(into: dict[_K, _V], key: _K, value: _V, route: L4Route, what: str, problems: list[Problem]) -> None:
+    """The first (oldest) route takes a host or port; a later one is reported."""
+    if key in into:
+        problems.append(Problem(route.ref, TAKEN, f"{what} is already served by an older route: this one is not served there"))
+    else:
+        into[key] = value
+
+
+def _upstream(route: L4Route, context: RuleContext) -> Optional[Upstream]:
+    """The route's backend: its first backendRef with a weight, if usable."""
+    weighted = [ref for ref in route.backend_refs if ref.weight > 0]
+    if not weighted:
+        context.problems.append(Problem(route.ref, "NoBackend", "no backendRef with a weight: the route serves nothing"))
+        return None
+    if len(weighted) > 1 or route.extra_rules:
+        context.problems.append(Problem(route.ref, "UnsupportedValue", f"only the first backendRef of the first rule is used ({weighted[0].name})"))
+    ref = weighted[0]
+    if not usable_backend(route, ref, context):
+        return None
+    assert ref.port is not None
+    protocol = "UDP" if route.kind == "UDPRoute" else "TCP"
+    upstream, issue = context.backends.upstream(ref.namespace, IngressBackend(ref.name, ServiceBackendPort(number=ref.port)), protocol)
+    if issue is not None:
+        context.problems.append(Problem(route.ref, *issue))
+    return upstream
