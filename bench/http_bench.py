@@ -67,6 +67,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--manifest", action="append", default=[], type=Path, metavar="FILE",
                    help="a YAML file of more objects for twingress's manifests directory (an auth "
                         "Secret, say); {backend_port} in it and in --annotation values is the backend's port")
+    p.add_argument("--gateway", action="store_true",
+                   help="route the benchmark's host by a Gateway API HTTPRoute instead of an Ingress")
     p.add_argument("--canary-annotation", action="append", default=None, metavar="KEY=VALUE",
                    help="add a canary Ingress (same host, path and backend) with this annotation (repeatable)")
     p.add_argument("--skip-twingress", action="store_true",
@@ -178,6 +180,8 @@ class Bench(Harness):
         annotations = dict(item.replace("{backend_port}", str(backend_port)).split("=", 1) for item in self.args.annotation)
         canary = dict(item.split("=", 1) for item in self.args.canary_annotation) if self.args.canary_annotation else None
         targets.write_manifests(manifests, backend_port, annotations, canary)
+        if self.args.gateway:
+            targets.gateway_manifests(manifests, port)
         for number, extra in enumerate(self.args.manifest):
             text = extra.read_text().replace("{backend_port}", str(backend_port))
             (manifests / f"extra-{number}.yaml").write_text(text)

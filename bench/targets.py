@@ -144,6 +144,21 @@ def write_manifests(directory: Path, backend_port: int, annotations: dict[str, s
         (directory / name).write_text(yaml.safe_dump(obj, sort_keys=False))
 
 
+def gateway_manifests(directory: Path, port: int) -> None:
+    """Route the benchmark's host by the Gateway API instead of an Ingress: a Gateway whose HTTP
+    listener is twingress's port C{port} and an HTTPRoute of C{HOST} to the same Service."""
+    (directory / "ingress.yaml").unlink(missing_ok=True)
+    objects = [
+        {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass", "metadata": {"name": "twingress"},
+         "spec": {"controllerName": "twingress.io/gateway-controller"}},
+        {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway", "metadata": {"name": "bench", "namespace": NAMESPACE},
+         "spec": {"gatewayClassName": "twingress", "listeners": [{"name": "http", "port": port, "protocol": "HTTP"}]}},
+        {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "metadata": {"name": SERVICE, "namespace": NAMESPACE},
+         "spec": {"parentRefs": [{"name": "bench"}], "hostnames": [HOST], "rules": [{"backendRefs": [{"name": SERVICE, "port": 80}]}]}},
+    ]
+    (directory / "gateway.yaml").write_text(yaml.safe_dump_all(objects, sort_keys=False))
+
+
 def twingress_argv(template: str, venv_bin: Path, manifests_dir: Path, port: int,
                    backend_port: int) -> list[str]:
     """Fill the placeholders into the command template, then split it like a shell would.

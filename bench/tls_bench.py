@@ -202,6 +202,10 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                    help="certificate key: ECDSA P-256 or RSA-2048 (ecdsa)")
     p.add_argument("--sni-certs", type=int, default=10_000,
                    help="certificates in the big SNI run (10000); 0 skips the SNI test")
+    p.add_argument("--annotation", action="append", default=[], metavar="KEY=VALUE",
+                   help="an annotation on twingress's bench Ingress, to measure a policy over TLS (repeatable); "
+                        "{ca_secret} in a value names a Secret whose ca.crt is the bench certificate "
+                        "(auth-tls-secret={ca_secret} with auth-tls-verify-client=optional: wrk sends no certificate)")
     p.add_argument("--sni-rounds", type=int, default=2,
                    help="measurements of each SNI instance, alternated A B B A (2)")
     p.add_argument("--proxy-cpu", type=int, default=0, help="CPU for the proxy under test (0)")
@@ -409,11 +413,16 @@ class Bench(Harness):
                 proc = self.nginx(NGINX_TLS, conf, port, self.args.proxy_cpu)
             else:
                 manifests = self.workdir / "manifests-bench"
-                write_manifests(manifests, backend_port, [secret(SECRET, cert)], True)
+                ca = secret(f"{SECRET}-ca", cert)
+                ca["stringData"]["ca.crt"] = ca["stringData"]["tls.crt"]
+                write_manifests(manifests, backend_port, [secret(SECRET, cert), ca], True)
                 objects = json.loads((manifests / "all.json").read_text())["items"]
                 ingress = next(o for o in objects if o["kind"] == "Ingress")
                 ingress["spec"]["tls"] = [{"hosts": [targets.HOST, WRK_SNI],
                                            "secretName": SECRET}]
+                annotations = dict(item.split("=", 1) for item in self.args.annotation)
+                ca_ref = f"{targets.NAMESPACE}/{SECRET}-ca"
+                ingress["metadata"]["annotations"] = {k: v.replace("{ca_secret}", ca_ref) for k, v in annotations.items()}
                 (manifests / "all.json").write_text(json.dumps(
                     {"apiVersion": "v1", "kind": "List", "items": objects}))
                 admin_port = procs.free_port()

@@ -258,6 +258,27 @@ def parse_objects(
     return outcomes, good
 
 
+def merged_state(parts: Iterable[ClusterState]) -> ClusterState:
+    """
+    One snapshot from the snapshots of parts of the cluster (an informer's each): a field only one
+    part fills is that part's value itself, not a copy; mappings are joined, tuples concatenated,
+    problems put in the order L{collect} gives them.
+    """
+    parts = list(parts)
+    values: dict[str, Any] = {}
+    for found in dataclasses.fields(ClusterState):
+        if found.name == "problems":
+            continue
+        filled = [value for part in parts if (value := getattr(part, found.name))]
+        if len(filled) == 1:
+            values[found.name] = filled[0]
+        elif filled:
+            values[found.name] = {k: v for value in filled for k, v in value.items()} if isinstance(filled[0], Mapping) else tuple(x for value in filled for x in value)
+    problems = [problem for part in parts for problem in part.problems]
+    problems.sort(key=lambda p: (p.ref, p.reason, p.message))
+    return ClusterState(**values, problems=tuple(problems))
+
+
 def collect(outcomes: Iterable[tuple[Kind, Any]]) -> ClusterState:
     """A L{ClusterState} from parsed values (and Problems), each with the L{Kind} it was parsed as."""
     fields: dict[str, Any] = {}

@@ -126,11 +126,12 @@ class TableBuilder:
                 log.warn("skipped {problem}", problem=str(problem))
         self.live.swap(table)
         log.info(
-            "routing table {generation} live: {hosts} hosts, {problems} problems, built in {ms:.1f} ms",
+            "routing table {generation} live: {hosts} hosts, {problems} problems, built in {ms:.1f} ms{how}",
             generation=table.generation,
             hosts=len(table.hosts) + len(table.wildcards),
             problems=len(table.problems),
             ms=seconds * 1000,
+            how=f" ({how})" if (how := getattr(self.build, "last_path", "")) else "",
         )
 
     def _failed(self, failure: Failure) -> None:

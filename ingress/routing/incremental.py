@@ -59,6 +59,7 @@ class IncrementalBuild:
         self.endpoint_updates = 0  # builds that were EndpointSlice-only (for tests and the log)
         self.ingress_updates = 0  # builds that were Ingress-only and built only the Ingresses they touch
         self.ingress_fallback: Optional[str] = None  # why the last Ingress-only change took a full build (None: it did not)
+        self.last_path = ""  # how the last table was made, for the build's log line
 
     def __call__(self, state: ClusterState, generation: int) -> RoutingTable:
         try:
@@ -72,11 +73,13 @@ class IncrementalBuild:
             return self._full_build(state, generation)
         old, previous, uses = self._last
         differ = [name for name in _FIELDS if not _same_objects(getattr(old, name), getattr(state, name))]
+        self.last_path = f"full build: {', '.join(differ) or 'nothing'} changed"
         if differ in ([], ["endpoint_slices"]):
             uses = uses if uses is not None else ServiceUses.of(previous)
             table = with_new_endpoints(previous, old, state, generation, uses)
             if table is not None:
                 self.endpoint_updates += 1
+                self.last_path = "endpoints only"
                 self._last = (state, table, uses)  # the same hosts use the same Services
                 return table
         elif differ == ["ingresses"] and not _has_gateway_routes(state):
@@ -86,6 +89,7 @@ class IncrementalBuild:
             found = with_changed_ingresses(previous, state, index, old_versions, new_versions, self.full, generation, self.max_share)
             if isinstance(found, RoutingTable):
                 self.ingress_updates += 1
+                self.last_path = "Ingresses only"
                 self.ingress_fallback = None
                 self._last = (state, found, uses.following(previous, found) if uses is not None else None)
                 return found
@@ -95,6 +99,8 @@ class IncrementalBuild:
         return self._full_build(state, generation)
 
     def _full_build(self, state: ClusterState, generation: int) -> RoutingTable:
+        if self._last is None:
+            self.last_path = "full build"
         table = self.full(state, generation)
         self._last = (state, table, None)
         if self._index is None or not self._index.consistent:

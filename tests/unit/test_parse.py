@@ -23,7 +23,7 @@ from ingress.model import (
     ServiceBackendPort,
     ServicePort,
 )
-from ingress.model.parse import KINDS, ParseError, object_ref, parse_object, state_from_objects
+from ingress.model.parse import KINDS, ParseError, collect, merged_state, object_ref, parse_object, parse_objects, state_from_objects
 
 # -- compact builders for API dicts
 
@@ -658,3 +658,16 @@ def test_state_problems_are_sorted() -> None:
     refs = [p.ref for p in state.problems]
     assert refs == sorted(refs)
     assert [r.name for r in refs] == ["m", "a", "z"]
+
+
+def test_a_snapshot_merged_from_parts_is_the_snapshot_of_them_all() -> None:
+    """What the kube source does with its informers' parts (each made again only when its store changed)."""
+    objects = [service(), {"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass", "metadata": {"name": "c"}, "spec": {"controller": "x"}},
+               {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "bad", "namespace": "n"}, "spec": {"ports": "not a list"}},
+               {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "n"}, "data": {"k": "v"}},
+               {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b", "namespace": "n"}, "data": {"k": "w"}}]
+    outcomes = parse_objects(objects, {})[0]
+    parts = [collect([outcome]) for outcome in outcomes]
+    whole = collect(outcomes)
+    assert merged_state(parts) == whole and merged_state(parts).problems == whole.problems
+    assert merged_state([parts[0]]).services is parts[0].services  # one part's value is kept, not copied

@@ -76,11 +76,13 @@ class Store:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._items: dict[tuple[str, str], Any] = {}
+        self.version = 0  # moves on every write: a snapshot of an unchanged store can be reused
 
     def replace(self, items: dict[tuple[str, str], Any]) -> set[tuple[str, str]]:
         """Swap in a relist's items; returns the keys that changed (added, removed or different)."""
         with self._lock:
             old, self._items = self._items, items
+            self.version += 1
         return {k for k in old.keys() | items.keys() if old.get(k) != items.get(k)}
 
     def get(self, key: tuple[str, str]) -> Any:
@@ -91,14 +93,21 @@ class Store:
     def put(self, key: tuple[str, str], value: Any) -> None:
         with self._lock:
             self._items[key] = value
+            self.version += 1
 
     def delete(self, key: tuple[str, str]) -> None:
         with self._lock:
             self._items.pop(key, None)
+            self.version += 1
 
     def values(self) -> list[Any]:
         with self._lock:
             return list(self._items.values())
+
+    def versioned_values(self) -> tuple[int, list[Any]]:
+        """The values and the version they are of, read together."""
+        with self._lock:
+            return self.version, list(self._items.values())
 
     def keys(self) -> list[tuple[str, str]]:
         with self._lock:

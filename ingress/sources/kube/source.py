@@ -23,7 +23,7 @@ from twisted.application.service import Service
 from twisted.logger import Logger
 
 from ingress.model import ClusterState
-from ingress.model.parse import KINDS, Kind, collect
+from ingress.model.parse import KINDS, collect, merged_state
 from ingress.observe.metrics import Metrics
 from ingress.process.builder import TableBuilder
 from ingress.sources.kube.client import KubeClient
@@ -99,6 +99,7 @@ class KubeSource(Service):
         self._warned: set[str] = set()
         self._seen: dict[str, tuple[int, int]] = {}
         self._trigger: Optional[object] = None
+        self._parts: dict[int, tuple[int, ClusterState]] = {}  # each informer's part of the last snapshot, by store version
 
     def startService(self) -> None:
         super().startService()
@@ -183,12 +184,24 @@ class KubeSource(Service):
             self.metrics.source_errors.labels("kube").inc()
 
     def snapshot(self) -> ClusterState:
-        """Every store's values as one ClusterState (build thread; stores hand out copies)."""
-        outcomes: list[tuple[Kind, Any]] = []
-        for reflector in self.reflectors:
+        """
+        Every store's values as one ClusterState (build thread; stores hand out copies).  Each
+        informer's part is kept with its store's version and made again only when the store
+        changed: one EndpointSlice moved costs the slices' part, and the other kinds' values stay
+        the very objects they were (which the incremental build compares by identity).
+        """
+        parts = []
+        for index, reflector in enumerate(self.reflectors):
+            cached = self._parts.get(index)
+            if cached is not None and cached[0] == reflector.store.version:
+                parts.append(cached[1])
+                continue
             handler = KINDS[(reflector.resource.api_version, reflector.resource.kind)]
-            outcomes.extend((handler, value) for value in reflector.store.values())
-        return collect(outcomes)
+            version, values = reflector.store.versioned_values()
+            part = collect((handler, value) for value in values)
+            self._parts[index] = (version, part)
+            parts.append(part)
+        return merged_state(parts)
 
     def readiness(self) -> tuple[bool, dict[str, object]]:
         """Ready once every informer synced; later disconnections are reported, not failed on."""
