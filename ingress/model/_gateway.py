@@ -149,11 +149,17 @@ def _selector(value: Any, path: str) -> LabelSelector:
     return LabelSelector(labels, tuple(expressions))
 
 
+def _parents_and_hostnames(spec: Mapping[str, Any], meta: ObjectMeta) -> tuple[tuple[ParentRef, ...], tuple[str, ...]]:
+    """What every route kind has: parentRefs (namespace defaulted to the route's) and hostnames."""
+    parents = tuple(_parent_ref(p, f"spec.parentRefs[{i}]", meta.namespace) for i, p in enumerate(_list(spec.get("parentRefs"), "spec.parentRefs")))
+    hostnames = tuple(parse_host(h, f"spec.hostnames[{i}]") for i, h in enumerate(_list(spec.get("hostnames"), "spec.hostnames")))
+    return parents, hostnames
+
+
 def parse_http_route(obj: Mapping[str, Any], meta: ObjectMeta) -> HTTPRoute:
     """An HTTPRoute, with the CRD's defaults applied."""
     spec = _mapping(obj.get("spec"), "spec")
-    parents = tuple(_parent_ref(p, f"spec.parentRefs[{i}]", meta.namespace) for i, p in enumerate(_list(spec.get("parentRefs"), "spec.parentRefs")))
-    hostnames = tuple(parse_host(h, f"spec.hostnames[{i}]") for i, h in enumerate(_list(spec.get("hostnames"), "spec.hostnames")))
+    parents, hostnames = _parents_and_hostnames(spec, meta)
     rules = tuple(_rule(r, f"spec.rules[{i}]", meta.namespace) for i, r in enumerate(_list(spec.get("rules"), "spec.rules")))
     status_parents, raw = _status_parents(obj, meta.namespace)
     return HTTPRoute(meta, parents, hostnames, rules or (RouteRule(),), status_parents, raw)
@@ -162,8 +168,7 @@ def parse_http_route(obj: Mapping[str, Any], meta: ObjectMeta) -> HTTPRoute:
 def parse_grpc_route(obj: Mapping[str, Any], meta: ObjectMeta) -> GRPCRoute:
     """A GRPCRoute, with the CRD's defaults applied (a rule without matches matches every call)."""
     spec = _mapping(obj.get("spec"), "spec")
-    parents = tuple(_parent_ref(p, f"spec.parentRefs[{i}]", meta.namespace) for i, p in enumerate(_list(spec.get("parentRefs"), "spec.parentRefs")))
-    hostnames = tuple(parse_host(h, f"spec.hostnames[{i}]") for i, h in enumerate(_list(spec.get("hostnames"), "spec.hostnames")))
+    parents, hostnames = _parents_and_hostnames(spec, meta)
     rules = tuple(_grpc_rule(r, f"spec.rules[{i}]", meta.namespace) for i, r in enumerate(_list(spec.get("rules"), "spec.rules")))
     status_parents, raw = _status_parents(obj, meta.namespace)
     return GRPCRoute(meta, parents, hostnames, rules or (GRPCRouteRule(),), status_parents, raw)
@@ -173,8 +178,7 @@ def parse_l4_route(obj: Mapping[str, Any], meta: ObjectMeta) -> L4Route:
     """A TLSRoute, TCPRoute or UDPRoute: parents, hostnames and the backendRefs of its first rule."""
     spec = _mapping(obj.get("spec"), "spec")
     kind = _str(obj.get("kind"), "kind")
-    parents = tuple(_parent_ref(p, f"spec.parentRefs[{i}]", meta.namespace) for i, p in enumerate(_list(spec.get("parentRefs"), "spec.parentRefs")))
-    hostnames = tuple(parse_host(h, f"spec.hostnames[{i}]") for i, h in enumerate(_list(spec.get("hostnames"), "spec.hostnames")))
+    parents, hostnames = _parents_and_hostnames(spec, meta)
     rules = [_mapping(r, f"spec.rules[{i}]") for i, r in enumerate(_list(spec.get("rules"), "spec.rules"))]
     if not rules:
         raise _required("spec.rules")
