@@ -186,3 +186,20 @@ def test_another_controllers_status_entries_are_kept(kube: Kube, namespace: str,
     parents = gateway_api.read("httproutes", "web", namespace)["status"]["parents"]
     assert foreign in parents, json.dumps(parents)
     assert len(parents) == 2
+
+
+def test_service_types(kube: Kube, namespace: str, echo: Any, twingress: Any, gateway_api: GatewayAPI, gateway_class: str) -> None:
+    """HTTPRouteServiceTypes: a headless Service with manual EndpointSlices, as a ClusterIP one, reached through its slices."""
+    proxy = start(twingress, namespace)
+    pod = echo("pod-headless")
+    headless = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "headless", "namespace": namespace},
+                "spec": {"clusterIP": "None", "ports": [{"name": "http", "port": 8080, "targetPort": pod.port, "protocol": "TCP"}]}}
+    kube.core.create_namespaced_service(namespace, headless)
+    kube.put_endpoint_slice(namespace, "headless-1", "headless", [pod.host], pod.port)
+    kube.backend(namespace, "plain", [pod])
+    hosts = {name: host_for(namespace, name) for name in ("headless", "plain")}
+    gateway_api.create("gateways", gateway_body("gw", gateway_class, proxy.http_port), namespace)
+    gateway_api.create("httproutes", route_body("headless", [hosts["headless"]], [{"backendRefs": [{"name": "headless", "port": 8080}]}]), namespace)
+    gateway_api.create("httproutes", route_body("plain", [hosts["plain"]], [{"backendRefs": [{"name": "plain", "port": 80}]}]), namespace)
+    for host in hosts.values():
+        proxy.wait_status(host, 200, backend="pod-headless")

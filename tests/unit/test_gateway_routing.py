@@ -667,3 +667,32 @@ def test_a_stream_ingress_keeps_its_port_and_a_missing_backend_opens_nothing() -
     assert ("db", "PortConflict") in problems_of(table, "TCPRoute")
     assert ("TCP", 9002) not in table.streams
     assert parent_conditions(table, "nowhere", kind="TCPRoute")[0]["ResolvedRefs"] == ("False", "BackendNotFound")
+
+
+@pytest.mark.parametrize("name", ["certificate", ""], ids=["GatewaySecretReferenceGrantSpecific", "GatewaySecretReferenceGrantAllInNamespace"])
+def test_a_reference_grant_lets_a_listener_use_another_namespace_s_secret(name: str) -> None:
+    """A grant to the Secret by name, or to every Secret of its namespace: ResolvedRefs and Programmed."""
+    to = {"group": "", "kind": "Secret", **({"name": name} if name else {})}
+    grant = {
+        "apiVersion": "gateway.networking.k8s.io/v1beta1", "kind": "ReferenceGrant", "metadata": {"name": "g", "namespace": "certs"},
+        "spec": {"from": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": "default"}], "to": [to]},
+    }
+    secret = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "metadata": {"name": "certificate", "namespace": "certs"},
+              "stringData": {"tls.crt": "c", "tls.key": "k"}}
+    refs = {"certificateRefs": [{"name": "certificate", "namespace": "certs"}]}
+    table = gateway_table(gateway("gw", listener("https", port=443, protocol="HTTPS", hostname="a.example", tls=refs)), grant, secret)
+    found = listener_conditions(table)
+    assert found["ResolvedRefs"] == ("True", "ResolvedRefs") and found["Programmed"] == ("True", "Programmed")
+    assert table.certificates.secret_for("a.example") == ("certs", "certificate")
+
+
+def test_listeners_added_and_removed() -> None:
+    """GatewayModifyListeners: a route naming a listener that does not exist attaches once it is added, and leaves with it."""
+    route = http_route("r", to(backend("v1")), parents=({"name": "gw", "sectionName": "two"},))
+    before = gateway_table(gateway("gw", listener("one", hostname="one.example")), route, *services("v1"))
+    assert parent_conditions(before, "r")[0]["Accepted"] == ("False", "NoMatchingParent")
+    added = gateway_table(gateway("gw", listener("one", hostname="one.example"), listener("two", hostname="two.example")), route, *services("v1"))
+    assert parent_conditions(added, "r")[0]["Accepted"] == ("True", "Accepted")
+    assert serve(added, "two.example", "/") == "default/v1:80" and serve(added, "one.example", "/") == "404"
+    assert added.gateway_status is not None
+    assert [s.attached_routes for s in added.gateway_status.gateways[ObjectRef("Gateway", "default", "gw")].listeners] == [0, 1]
