@@ -59,7 +59,14 @@ from tests.kube import cluster  # noqa: E402
 from tests.support import EchoBackend  # noqa: E402
 
 SAMPLE_INTERVAL = 10.0
-METRIC_LINE = re.compile(r"^(twingress_http_requests_total|twingress_upstream_failures_total)\{([^}]*)\} (\S+)$")
+PASSIVE_HEALTH = 5.0  # twingress's --upstream-fail-timeout default: an endpoint that refused is skipped that long
+METRICS = {  # name: (the label summed by, the group in the report)
+    "twingress_http_requests_total": ("status", "requests_by_status"),
+    "twingress_upstream_failures_total": ("reason", "upstream_failures"),
+    "twingress_kube_watch_restarts_total": ("kind", "watch_restarts"),
+    "twingress_kube_relists_total": ("kind", "relists"),
+}
+METRIC_LINE = re.compile(r"^(\w+)\{([^}]*)\} (\S+)$")
 
 
 # --- the twingress process tree ------------------------------------------------------------------
@@ -83,30 +90,42 @@ def process_tree(root: int) -> list[int]:
     return tree
 
 
+def open_fds(pid: int) -> tuple[int, int]:
+    """(open fds, of which sockets) of one process, from /proc/PID/fd."""
+    fds = sockets = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        fds += 1
+        try:
+            sockets += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+        except OSError:
+            pass  # closed meanwhile
+    return fds, sockets
+
+
 def tree_usage(root: int) -> dict[str, float]:
-    """Summed VmRSS (MB) and open fds (entries of /proc/PID/fd) over ROOT's process tree."""
-    rss_kb, fds, count = 0, 0, 0
+    """Summed VmRSS (MB), open fds and sockets among them over ROOT's process tree."""
+    rss_kb = fds = sockets = count = 0
     for pid in process_tree(root):
         try:
             status = Path(f"/proc/{pid}/status").read_text()
-            fds += len(os.listdir(f"/proc/{pid}/fd"))
+            f, so = open_fds(pid)
         except OSError:
             continue  # it exited meanwhile
-        count += 1
+        fds, sockets, count = fds + f, sockets + so, count + 1
         rss_kb += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
-    return {"rss_mb": rss_kb / 1024.0, "fds": fds, "processes": count}
+    return {"rss_mb": rss_kb / 1024.0, "fds": fds, "sockets": sockets, "processes": count}
 
 
 def twingress_metrics(tw: Twingress) -> dict[str, dict[str, float]]:
-    """twingress_http_requests_total summed by status, twingress_upstream_failures_total by reason."""
-    out: dict[str, dict[str, float]] = {"requests_by_status": {}, "upstream_failures": {}}
+    """The METRICS counters, each summed by one label."""
+    out: dict[str, dict[str, float]] = {group: {} for _, group in METRICS.values()}
     _, body = tw.admin_get("/metrics")
     for line in body.decode().splitlines():
         m = METRIC_LINE.match(line)
-        if m:
-            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
-            key, group = ("status", "requests_by_status") if "status" in labels else ("reason", "upstream_failures")
-            out[group][labels.get(key, "?")] = out[group].get(labels.get(key, "?"), 0.0) + float(m.group(3))
+        if m and m.group(1) in METRICS:
+            label, group = METRICS[m.group(1)]
+            value = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2))).get(label, "?")
+            out[group][value] = out[group].get(value, 0.0) + float(m.group(3))
     return out
 
 
@@ -119,6 +138,7 @@ class Backends:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.running: dict[str, Optional[EchoBackend]] = dict.fromkeys(churn.NAMES)
+        self.restarted: dict[str, float] = dict.fromkeys(churn.NAMES, 0.0)
 
     def start(self) -> None:
         for name in churn.NAMES:
@@ -131,10 +151,16 @@ class Backends:
             backend.process.send_signal(signal.SIGKILL)
             backend.process.wait()
 
+    def down_lately(self, name: str) -> bool:
+        """Killed now, or restarted less than PASSIVE_HEALTH s ago (twingress may still skip it)."""
+        with self.lock:
+            return self.running[name] is None or time.monotonic() - self.restarted[name] < PASSIVE_HEALTH
+
     def restart(self, name: str) -> None:
         backend = EchoBackend(name, churn.BACKENDS[name], BACKEND_PORT)
         with self.lock:
             self.running[name] = backend
+            self.restarted[name] = time.monotonic()
 
     def stop(self) -> None:
         with self.lock:
@@ -235,7 +261,7 @@ def soak(args: argparse.Namespace, api: churn.SoakApi, tw: Twingress, https_port
     """Load, churn, kills and sampling for --duration seconds; the raw results."""
     stop = threading.Event()
     prober = churn.Prober(tw.http_port, https_port)
-    checker = churn.Checker(prober, stop)
+    checker = churn.Checker(prober, stop, backends.down_lately)
     changes = churn.Churn(api, world, checker, args.change_timeout)
     kills: list[dict[str, Any]] = []
     samples: list[dict[str, float]] = []
@@ -267,6 +293,7 @@ def soak(args: argparse.Namespace, api: churn.SoakApi, tw: Twingress, https_port
         "churn_ticks": ticks,
         "changes": changes.summary(),
         "live_ms": checker.live_ms,
+        "live_after_kill_ms": checker.live_after_kill_ms,
         "not_live": checker.not_live,
         "metrics": {"start": metrics_start, "end": metrics_end},
     }

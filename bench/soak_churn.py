@@ -13,7 +13,10 @@ A churn tick changes one object, in turn: an Ingress (its ``c{i}`` path ``/c{k}`
 or its pinned backend), an EndpointSlice (one endpoint of ``s{i}`` moves to the third backend), a
 TLS Secret (a new certificate). Each change leaves an expectation (host, path and backend that
 must answer, or certificate that must be served) that the checker thread polls through the proxy,
-never blocking the churn; an object is not changed again while its last change is pending.
+never blocking the churn; an object is not changed again while its last change is pending. While
+the backend a change expects is killed (or restarted less than 5 s ago: twingress skips an endpoint
+that refused for --upstream-fail-timeout), its probes wait (they could only get 502s), and its time to
+live is kept apart: it measures the kill, not twingress.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import ssl
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -47,6 +50,7 @@ BACKENDS = {"soak-0": "10.244.0.20", "soak-1": "10.244.0.21", "soak-2": "10.244.
 NAMES = tuple(BACKENDS)
 CHANGE_KINDS = ("ingress-path", "ingress-backend", "endpointslice", "secret")
 PROBE_INTERVAL = 0.05  # seconds between two probes of one pending change
+SLICE_TRIES = 3  # requests per probe of a moved endpoint: round robin over two endpoints, and the load's requests in between
 
 
 class SoakApi(Api):
@@ -140,7 +144,9 @@ class Expectation:
     path: str = "/"
     backend: str = ""
     cert_sha: str = ""
+    tries: int = 1
     next_probe: float = 0.0
+    waited_for_kill: bool = False
 
 
 class Prober:
@@ -173,22 +179,25 @@ class Prober:
         if e.cert_sha:
             return self.serves(e.host, e.cert_sha)
         try:
-            return self.answering_backend(e.host, e.path) == e.backend
+            return any(self.answering_backend(e.host, e.path) == e.backend for _ in range(e.tries))
         except (OSError, ValueError, http.client.HTTPException):
             self.http.close()
             return False
 
 
 class Checker(threading.Thread):
-    """Polls pending expectations (each every PROBE_INTERVAL) until live or past their deadline."""
+    """Polls pending expectations (each every PROBE_INTERVAL) until live or past their deadline;
+    BACKEND_DOWN(name) says whether that echo backend is killed now (its probes wait then)."""
 
-    def __init__(self, prober: Prober, stop: threading.Event) -> None:
+    def __init__(self, prober: Prober, stop: threading.Event, backend_down: Callable[[str], bool]) -> None:
         super().__init__(name="soak-checker", daemon=True)
         self.prober = prober
         self.stop = stop
+        self.backend_down = backend_down
         self.lock = threading.Lock()
         self.pending: dict[str, Expectation] = {}
         self.live_ms: dict[str, list[float]] = {k: [] for k in CHANGE_KINDS}
+        self.live_after_kill_ms: dict[str, list[float]] = {k: [] for k in CHANGE_KINDS}
         self.not_live: dict[str, list[str]] = {k: [] for k in CHANGE_KINDS}
 
     def expect(self, e: Expectation) -> None:
@@ -210,8 +219,13 @@ class Checker(threading.Thread):
         self.prober.http.close()
 
     def check(self, e: Expectation) -> None:
+        if e.backend and self.backend_down(e.backend) and time.monotonic() < e.deadline:
+            e.waited_for_kill = True
+            e.next_probe = time.monotonic() + PROBE_INTERVAL
+            return
         if self.prober.live(e):
-            self.live_ms[e.kind].append((time.monotonic() - e.written) * 1000.0)
+            times = self.live_after_kill_ms if e.waited_for_kill else self.live_ms
+            times[e.kind].append((time.monotonic() - e.written) * 1000.0)
         elif time.monotonic() > e.deadline:
             what = f"{e.host}: certificate {e.cert_sha[:12]}" if e.cert_sha else f"{e.host}{e.path} from {e.backend}"
             self.not_live[e.kind].append(what)
@@ -269,7 +283,7 @@ class Churn:
                 return i
         return None
 
-    def _expectation(self, kind: str, i: int, host_name: str, **what: str) -> Expectation:
+    def _expectation(self, kind: str, i: int, host_name: str, **what: Any) -> Expectation:
         now = time.monotonic()
         return Expectation(kind, f"{kind.split('-')[0]}/{i}", host_name, now, now + self.timeout, **what)
 
@@ -294,7 +308,7 @@ class Churn:
         ops = [{"op": "replace", "path": f"/endpoints/{slot}/addresses/0", "value": BACKENDS[NAMES[target]]}]
         self.api.patch_endpoint_slice(NS, f"s{i}-1", ops)
         ends[slot] = target
-        return self._expectation("endpointslice", i, host(i), backend=NAMES[target])
+        return self._expectation("endpointslice", i, host(i), backend=NAMES[target], tries=SLICE_TRIES)
 
     def secret(self, i: int) -> Expectation:
         data = self.world.new_secret(i)["data"]
