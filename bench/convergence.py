@@ -48,7 +48,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Optional
@@ -272,7 +272,10 @@ class Http:
 class Twingress:
     """twistd -n ingress --kubeconfig ... on free loopback ports, with its admin endpoints."""
 
-    def __init__(self, kubeconfig: Path, log_dir: Path, name: str = "twingress", workers: int = 1) -> None:
+    def __init__(
+        self, kubeconfig: Path, log_dir: Path, name: str = "twingress", workers: int = 1, extra_args: Sequence[str] = ()
+    ) -> None:
+        """EXTRA_ARGS come last on twistd's command line, so they win (e.g. ``--https tcp:PORT``)."""
         self.http_port = procs.free_port()
         self.admin_port = procs.free_port()
         while self.admin_port == self.http_port:
@@ -285,6 +288,7 @@ class Twingress:
             "--admin", f"tcp:{self.admin_port}:interface=127.0.0.1",
             "--https", "",
             "--workers", str(workers),
+            *extra_args,
         ]  # fmt: skip
         self.proc = procs.start(name, argv, log_dir, cpu=None, cwd=REPO)
         self.proxy = Http(self.http_port)
