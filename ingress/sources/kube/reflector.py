@@ -18,9 +18,10 @@ import random
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 from twisted.logger import Logger
+from urllib3.exceptions import ReadTimeoutError
 
 from ingress.model import Problem
 from ingress.model.parse import ParseError, object_ref, parse_object
@@ -30,7 +31,7 @@ log = Logger()
 
 LIST_PAGE = 500
 WATCH_SECONDS = 300  # server-side; jittered so watches don't all end together
-READ_TIMEOUT = 90.0  # > the ~60 s bookmark interval: a silent connection is a dead one
+READ_TIMEOUT = 90.0  # > the ~60 s bookmark interval of a watch that has news; a quiet one is watched again
 BACKOFF_START, BACKOFF_CAP = 0.5, 30.0
 
 
@@ -117,6 +118,16 @@ class Store:
         return len(self._items)
 
 
+def _read_timed_out(error: BaseException) -> bool:
+    """Whether C{error} (or what caused it) is a socket read timing out: urllib3 says so with its own class."""
+    found: Optional[BaseException] = error
+    while found is not None:
+        if isinstance(found, (TimeoutError, ReadTimeoutError)):
+            return True
+        found = found.__cause__ or found.__context__
+    return False
+
+
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
     meta = obj.get("metadata") or {}
     return (str(meta.get("namespace", "")), str(meta.get("name", "")))
@@ -140,8 +151,10 @@ class Reflector:
         on_change: Callable[[], None],
         on_status: Callable[[Reflector], None],
         namespace: str = "",
+        read_timeout: float = READ_TIMEOUT,
     ) -> None:
         self.client_factory = client_factory
+        self.read_timeout = read_timeout
         self.client = client_factory()
         self.resource = resource
         self.namespace = namespace
@@ -155,6 +168,7 @@ class Reflector:
         self.watch_restarts = 0
         self.last_error = ""
         self._version = ""  # the last resourceVersion seen; empty means "list first"
+        self._watching = False  # a watch was established since the last failure: the next one's backoff starts afresh
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"reflector-{resource.kind}", daemon=True)
 
@@ -177,6 +191,7 @@ class Reflector:
                 if not self._version:
                     self._version = self._list()
                     backoff = BACKOFF_START
+                self._watching = False
                 self._watch()
             except Gone:
                 log.info("{kind}: resourceVersion too old, relisting", kind=self.resource.kind)
@@ -188,6 +203,8 @@ class Reflector:
                     self._version = ""
                     continue
                 self._failed(error)
+                if self._watching:  # it worked until now: a failure after a working watch is a first failure
+                    backoff = BACKOFF_START
                 if self._stopped.wait(backoff * random.uniform(0.8, 1.2)):
                     return
                 backoff = min(backoff * 2, BACKOFF_CAP)
@@ -239,7 +256,13 @@ class Reflector:
         return version
 
     def _watch(self) -> None:
-        """Watch from the current resourceVersion until stopped; a server-side timeout just re-watches."""
+        """
+        Watch from the current resourceVersion until stopped; a server-side timeout just re-watches,
+        and so does a quiet one: no event and no bookmark for the read timeout.  An apiserver sends a
+        bookmark only when it has a resourceVersion newer than the watch's, which for a kind nobody
+        changes comes with etcd's progress notifications (ten minutes apart by default) or never, so
+        a quiet watch is no dead connection: a dead one shows as the next watch failing to start.
+        """
         while not self._stopped.is_set():
             query: dict[str, Any] = {
                 "watch": "true",
@@ -248,12 +271,17 @@ class Reflector:
                 "timeoutSeconds": int(WATCH_SECONDS * random.uniform(0.8, 1.2)),
                 **self.resource.selectors(),
             }
-            stream = self.client.stream_lines(self.resource.path(self.namespace), query, timeout=(5.0, READ_TIMEOUT))
+            stream = self.client.stream_lines(self.resource.path(self.namespace), query, timeout=(5.0, self.read_timeout))
             self._set_connected(True)
-            for event in stream:
-                if self._stopped.is_set():
-                    return
-                self._version = self._apply(event, self._version)
+            self._watching = True
+            try:
+                for event in stream:
+                    if self._stopped.is_set():
+                        return
+                    self._version = self._apply(event, self._version)
+            except Exception as error:  # noqa: BLE001 - only a read timeout is a quiet watch; the rest goes on up
+                if not _read_timed_out(error):
+                    raise
             self.watch_restarts += 1
             self.on_status(self)
 
