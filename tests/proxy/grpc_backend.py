@@ -67,7 +67,9 @@ class Echo:
         context.add_callback(done.set)
         done.wait(30)
         if not context.is_active():
-            self.marker.write_text("cancelled")
+            written = self.marker.with_suffix(".tmp")
+            written.write_text("cancelled")
+            written.replace(self.marker)  # whole or not at all: the test polls for the file and reads it at once
         return b"late"
 
 
