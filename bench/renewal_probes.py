@@ -7,7 +7,10 @@ Three kinds of threads share one L{Hosts} record:
 - detectors: the hosts whose Secret write returned and whose new certificate has not been seen
   yet, each in turn, at a bounded rate (the "served within 2 s" half);
 - a generation poller: twingress swaps certificates together with its routing table, so /readyz's
-  generation, polled every few tens of milliseconds, says when a swap happened.
+  generation, polled every few tens of milliseconds, says when a swap happened; after each swap it
+  reads /metrics once, whose ``twingress_tls_certificate_not_after_seconds`` (set in the same
+  reactor call that swaps the contexts) says which Secrets' new certificates are loaded (the new
+  ones expire a day after the old ones).
 
 A handshake is a new TCP connection and a full TLS handshake with SNI (stdlib ssl, no
 verification: the leaf's SHA-256 is compared with the host's old and new certificate). It fails on
@@ -22,6 +25,7 @@ import itertools
 import json
 import math
 import random
+import re
 import threading
 import time
 from collections import Counter, deque
@@ -32,6 +36,13 @@ from convergence import Http, log
 from soak_churn import Prober
 
 NAN = float("nan")
+NOT_AFTER = re.compile(r'^twingress_tls_certificate_not_after_seconds\{namespace="[^"]*",secret="tls-(\d+)"\} (\S+)$', re.M)
+
+
+def bound(values: tuple[float, ...], pick: Callable[..., float]) -> float:
+    """PICK (min or max) of the VALUES that are known (not NaN); NaN if none is."""
+    known = [v for v in values if not math.isnan(v)]
+    return pick(known) if known else NAN
 
 
 class Pacer:
@@ -54,14 +65,16 @@ class Pacer:
 
 class Hosts:
     """Per host: old and new certificate, when its write started and returned, the start of the
-    latest handshake that got the old certificate, the end of the first that got the new one."""
+    latest handshake (and /metrics read) that got the old certificate, the end of the first that got
+    the new one."""
 
-    def __init__(self, old_sha: list[str], new_sha: list[str]) -> None:
+    def __init__(self, old_sha: list[str], new_sha: list[str], new_not_after: list[float]) -> None:
         n = len(old_sha)
-        self.old, self.new = old_sha, new_sha
+        self.old, self.new, self.new_not_after = old_sha, new_sha, new_not_after
         self.lock = threading.Lock()
         self.write_start, self.write_end = [NAN] * n, [NAN] * n
         self.last_old, self.first_new = [NAN] * n, [NAN] * n
+        self.metrics_old, self.metrics_new = [NAN] * n, [NAN] * n
         self.pending: deque[int] = deque()
         self.served = 0
         self.outcomes: Counter[str] = Counter()  # "{who} {outcome}" -> handshakes
@@ -73,6 +86,15 @@ class Hosts:
             self.write_start[i], self.write_end[i] = start, end
             if math.isnan(self.first_new[i]):
                 self.pending.append(i)
+
+    def loaded(self, not_after: dict[int, float], start: float, end: float) -> None:
+        """A /metrics read from START to END: the expiry of each Secret's loaded certificate."""
+        with self.lock:
+            for i, value in not_after.items():
+                if value < self.new_not_after[i] - 1.0:
+                    self.metrics_old[i] = start
+                elif math.isnan(self.metrics_new[i]):
+                    self.metrics_new[i] = end
 
     def next_pending(self) -> Optional[int]:
         with self.lock:
@@ -142,43 +164,60 @@ def detect(prober: Prober, hosts: Hosts, name: Callable[[int], str], pacer: Pace
 class GenerationPoller(threading.Thread):
     """Polls /readyz every INTERVAL s; each generation change is kept as (after, by, generation):
     the swap happened after the start of the last poll that saw the old generation and by the
-    end of the first that saw the new one."""
+    end of the first that saw the new one. /metrics is read at start and after every change."""
 
-    def __init__(self, admin_port: int, interval: float, stop: threading.Event) -> None:
+    def __init__(self, admin_port: int, interval: float, hosts: Hosts, stop: threading.Event) -> None:
         super().__init__(name="renewal-generations", daemon=True)
         self.http = Http(admin_port, timeout=5.0)
-        self.interval, self.stop = interval, stop
+        self.interval, self.hosts, self.stop = interval, hosts, stop
         self.swaps: list[tuple[float, float, int]] = []
+        self.metrics_reads: list[float] = []  # seconds each /metrics read took
         self.polls = self.errors = 0
+
+    def get(self, path: str) -> Optional[bytes]:
+        try:
+            return self.http.get(path)[1]
+        except (OSError, http.client.HTTPException) as e:
+            self.errors += 1
+            if self.errors <= 3:
+                log(f"{path} failed: {e}")
+            return None
+
+    def read_metrics(self) -> None:
+        start = time.monotonic()
+        body = self.get("/metrics")
+        if body is not None:
+            self.metrics_reads.append(time.monotonic() - start)
+            self.hosts.loaded({int(m[1]): float(m[2]) for m in NOT_AFTER.finditer(body.decode())}, start, time.monotonic())
 
     def run(self) -> None:
         last, after = -1, NAN
+        self.read_metrics()
         while not self.stop.wait(self.interval):
             start = time.monotonic()
-            try:
-                generation = int(json.loads(self.http.get("/readyz")[1]).get("generation", -1))
-            except (OSError, ValueError, http.client.HTTPException) as e:
-                self.errors += 1
-                if self.errors <= 3:
-                    log(f"/readyz poll failed: {e}")
+            body = self.get("/readyz")
+            if body is None:
                 continue
             self.polls += 1
+            generation = int(json.loads(body).get("generation", -1))
             if generation != last and last != -1:
                 self.swaps.append((after, time.monotonic(), generation))
+                self.read_metrics()
             last, after = generation, start
         self.http.close()
 
 
-def served_at(hosts: Hosts, i: int, swaps: list[tuple[float, float, int]]) -> tuple[float, int]:
-    """When host I served its new certificate at the latest, and how many table swaps could be it.
+def served_at(hosts: Hosts, i: int, swaps: list[tuple[float, float, int]]) -> tuple[float, int, bool]:
+    """When host I served its new certificate at the latest, how many table swaps could be it, and
+    whether its handshakes and /metrics reads agree.
 
-    Its new context went live at a swap after its write started and after the last handshake that
-    still got the old certificate (LOWER), and before the end of the first that got the new one
-    (UPPER). The latest swap seen in that window bounds it more tightly than UPPER; with exactly one
-    such swap the time is known to a poll interval."""
-    upper = hosts.first_new[i]
-    if math.isnan(upper):
-        return NAN, 0
-    lower = hosts.write_start[i] if math.isnan(hosts.last_old[i]) else max(hosts.write_start[i], hosts.last_old[i])
+    Its new context went live at a swap after its write started and after the last handshake or
+    /metrics read that still got the old certificate (LOWER), and before the end of the first that
+    got the new one (UPPER). The latest swap seen in that window bounds it more tightly than UPPER;
+    with exactly one such swap the time is known to a poll interval. NaN until a handshake got it."""
+    if math.isnan(hosts.first_new[i]):
+        return NAN, 0, True
+    upper = bound((hosts.first_new[i], hosts.metrics_new[i]), min)
+    lower = bound((hosts.write_start[i], hosts.last_old[i], hosts.metrics_old[i]), max)
     candidates = [by for after, by, _ in swaps if after < upper and by > lower]
-    return (min(upper, max(candidates)) if candidates else upper), len(candidates)
+    return (min(upper, max(candidates)) if candidates else upper), len(candidates), lower < upper
