@@ -58,6 +58,7 @@ class IncrementalBuild:
         self._index: Optional[IngressIndex] = None  # follows the last state's Ingresses
         self.endpoint_updates = 0  # builds that were EndpointSlice-only (for tests and the log)
         self.ingress_updates = 0  # builds that were Ingress-only and built only the Ingresses they touch
+        self.secret_updates = 0  # Secret contents renewed: the certificates swapped, nothing built
         self.ingress_fallback: Optional[str] = None  # why the last Ingress-only change took a full build (None: it did not)
         self.last_path = ""  # how the last table was made, for the build's log line
 
@@ -94,6 +95,13 @@ class IncrementalBuild:
                 self._last = (state, found, uses.following(previous, found) if uses is not None else None)
                 return found
             self.ingress_fallback = found
+        elif differ == ["secrets"]:
+            renewed = with_renewed_secrets(previous, old, state, generation)
+            if renewed is not None:
+                self.secret_updates += 1
+                self.last_path = "Secrets only"
+                self._last = (state, renewed, uses)  # the routes are the same: so are their Services
+                return renewed
         elif "ingresses" in differ and self._index is not None:
             self._index.changed_to(state.ingresses)
         return self._full_build(state, generation)
@@ -345,6 +353,30 @@ def _route(route: Route, swap: _UpstreamSwap) -> Route:
     if upstream is route.upstream and policies is route.policies:
         return route
     return replace(route, upstream=upstream, policies=policies)
+
+
+_SECRET_CONTENT_KEYS = tuple(f"{prefix}{key}" for prefix in ("twingress.io/", "nginx.ingress.kubernetes.io/") for key in ("proxy-ssl-secret", "auth-tls-secret"))
+
+
+def with_renewed_secrets(previous: RoutingTable, old: ClusterState, new: ClusterState, generation: int) -> Optional[RoutingTable]:
+    """
+    C{previous} with the certificates of C{new}'s TLS Secrets, when only their contents changed (a
+    certificate renewed, as cert-manager does): the same Secrets exist, so every host keeps the Secret
+    it had, and only the certificate table's PEMs differ; None when that is not all (a Secret came or
+    went, or an Ingress reads a Secret's contents into a route: proxy-ssl-secret, auth-tls-secret).
+    """
+    if old.secrets.keys() != new.secrets.keys() or _reads_secret_contents(new):
+        return None
+    certificates = previous.certificates
+    secrets = {key: new.secrets[key] for key in certificates.secrets}
+    if all(secrets[key] is certificates.secrets[key] for key in secrets):
+        return replace(previous, generation=generation)
+    return replace(previous, generation=generation, certificates=replace(certificates, secrets=secrets))
+
+
+def _reads_secret_contents(state: ClusterState) -> bool:
+    """Whether an Ingress names a Secret whose contents go into its routes or client-certificate checks."""
+    return any(key in ingress.meta.annotations for ingress in state.ingresses for key in _SECRET_CONTENT_KEYS)
 
 
 def _has_gateway_routes(state: ClusterState) -> bool:

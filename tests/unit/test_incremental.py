@@ -101,7 +101,7 @@ other_events = st.one_of(
     st.tuples(st.just("delete-service"), st.sampled_from(SERVICES)),
     st.tuples(st.just("annotation"), st.sampled_from(("shop", "direct")), st.sampled_from(("true", "false"))),
     st.tuples(st.just("ingress"), st.sampled_from(SERVICES)),
-    st.tuples(st.just("secret"), st.sampled_from(("cert", "cert2")), st.booleans()),
+    st.tuples(st.just("secret"), st.sampled_from(("cert", "cert2")), st.sampled_from((None, 0, 1))),  # deleted, or one of two contents
 )
 # Ingresses that come, change and go: a few names over a few hosts, so that they share hosts, conflict
 # on paths (oldest wins), take TLS hosts from each other, and now and then do what needs a full build.
@@ -116,6 +116,7 @@ ANNOTATIONS: tuple[dict[str, str], ...] = (
     {NGINX + "proxy-read-timeout": "soon"},  # unreadable: the Ingress's paths are not served
     {NGINX + "server-snippet": "return 200;", "twingress.io/typo": "1"},  # problems only
     {NGINX + "service-upstream": "true"},
+    {NGINX + "proxy-ssl-secret": "default/cert"},  # a Secret's PEMs in a route: its renewal is built again
     {NGINX + "server-alias": "b.test,alias.test"},  # the ones below need a full build
     {NGINX + "from-to-www-redirect": "true"},
     {NGINX + "canary": "true", NGINX + "canary-by-header": "x-canary"},
@@ -165,7 +166,12 @@ def _apply(store: Store, event: tuple[Any, ...]) -> None:
     elif kind == "annotation":  # an edit that value equality of the metadata would not see
         store.put(ingress(event[1], rule(f"{event[1]}.test", path("/", "api")), annotations={NGINX + "ssl-redirect": event[2]}))
     elif kind == "secret":
-        store.put(tls_secret(event[1])) if event[2] else store.delete("Secret", tls_secret(event[1]))
+        if event[2] is None:
+            store.delete("Secret", tls_secret(event[1]))
+        else:
+            renewed = tls_secret(event[1])
+            renewed["stringData"] = {"tls.crt": f"certificate {event[2]} of {event[1]}", "tls.key": f"key {event[2]}"}
+            store.put(renewed)
     elif kind == "put-ingress":
         _, name, rules, created, tls, annotations, cls, default = event
         made = [rule(host, path(p, svc, kind=path_type)) for host, (p, path_type), svc in rules]
@@ -292,3 +298,31 @@ def test_a_change_carries_removed_entries() -> None:
     assert applied(_across(old), _across(change)) == new
     with pytest.raises(ValueError):
         applied(new, change)  # a change applies to its base generation only
+
+
+def test_a_renewed_certificate_is_swapped_in_without_a_build() -> None:
+    """A Secret's contents changed (cert-manager renews): the certificate table gets the new PEMs, the routes stay the very same."""
+    store = _cluster()
+    incremental = IncrementalBuild(_full)
+    before = incremental(store.state(), 1)
+    renewed = tls_secret("cert")
+    renewed["stringData"] = {"tls.crt": "the renewed certificate", "tls.key": "its new key"}
+    store.put(renewed)
+    state = store.state()
+    table = incremental(state, 2)
+    assert incremental.secret_updates == 1 and incremental.last_path == "Secrets only"
+    assert table == _full(state, 2)
+    assert table.hosts is before.hosts  # nothing built again
+    assert table.certificates.secrets[("default", "cert")] is state.secrets[("default", "cert")]
+
+
+def test_a_secret_whose_contents_go_into_routes_takes_a_full_build() -> None:
+    """proxy-ssl-secret (and auth-tls-secret) put a Secret's PEMs into a route's policies: those must be built again."""
+    store = _cluster()
+    store.put(ingress("mtls", rule("mtls.test", path("/", "web")), annotations={NGINX + "proxy-ssl-secret": "default/cert"}))
+    incremental = IncrementalBuild(_full)
+    incremental(store.state(), 1)
+    store.put(tls_secret("cert"))
+    state = store.state()
+    assert incremental(state, 2) == _full(state, 2)
+    assert incremental.secret_updates == 0
