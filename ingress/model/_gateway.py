@@ -12,47 +12,35 @@ server's business: here only what routing relies on is checked.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import Any
 
 from ingress.model import Condition, Namespace, ObjectMeta
 from ingress.model._fields import ParseError, _int, _invalid, _list, _mapping, _port_number, _required, _str, parse_host
+from ingress.model._gateway_rules import backend_ref, duration, route_filter, route_match, value_match
 from ingress.model.gateway import (
     FROM_SAME,
     GATEWAY_GROUP,
-    PATH_MATCH_EXACT,
-    PATH_MATCH_PREFIX,
-    PATH_MATCH_REGEX,
     VALUE_MATCH_EXACT,
     VALUE_MATCH_REGEX,
-    BackendRef,
     Gateway,
     GatewayClass,
     GRPCMethodMatch,
     GRPCRoute,
     GRPCRouteMatch,
     GRPCRouteRule,
-    HeaderModifier,
     HTTPRoute,
     L4Route,
     LabelSelector,
     Listener,
     ListenerSeen,
     ParentRef,
-    PathModifier,
-    RedirectFilter,
     ReferenceGrant,
-    RewriteFilter,
-    RouteFilter,
     RouteKind,
     RouteMatch,
     RouteRule,
     SecretRef,
-    ValueMatch,
 )
-
-_DURATION = re.compile(r"(?:([0-9]{1,5})h)?(?:([0-9]{1,5})m)?(?:([0-9]{1,5})s)?(?:([0-9]{1,5})ms)?")
 
 
 def parse_namespace(obj: Mapping[str, Any], meta: ObjectMeta) -> Namespace:
@@ -182,7 +170,7 @@ def parse_l4_route(obj: Mapping[str, Any], meta: ObjectMeta) -> L4Route:
     rules = [_mapping(r, f"spec.rules[{i}]") for i, r in enumerate(_list(spec.get("rules"), "spec.rules"))]
     if not rules:
         raise _required("spec.rules")
-    backends = tuple(_backend_ref(b, f"spec.rules[0].backendRefs[{i}]", meta.namespace) for i, b in enumerate(_list(rules[0].get("backendRefs"), "spec.rules[0].backendRefs")))
+    backends = tuple(backend_ref(b, f"spec.rules[0].backendRefs[{i}]", meta.namespace) for i, b in enumerate(_list(rules[0].get("backendRefs"), "spec.rules[0].backendRefs")))
     status_parents, raw = _status_parents(obj, meta.namespace)
     return L4Route(meta, kind, parents, hostnames, backends, len(rules) - 1, status_parents, raw)
 
@@ -204,12 +192,12 @@ def _grpc_rule(value: Any, path: str, namespace: str) -> GRPCRouteRule:
             if not service and not name:
                 raise _required(f"{path}.matches[{i}].method", "one of service and method is required")
             method_match = GRPCMethodMatch(service, name, kind)
-        headers = tuple(_value_match(h, f"{path}.matches[{i}].headers[{j}]", lower=True) for j, h in enumerate(_list(match.get("headers"), f"{path}.matches[{i}].headers")))
+        headers = tuple(value_match(h, f"{path}.matches[{i}].headers[{j}]", lower=True) for j, h in enumerate(_list(match.get("headers"), f"{path}.matches[{i}].headers")))
         matches.append(GRPCRouteMatch(method_match, headers))
     return GRPCRouteRule(
         matches=tuple(matches) or (GRPCRouteMatch(),),
-        filters=tuple(_filter(f, f"{path}.filters[{i}]") for i, f in enumerate(_list(item.get("filters"), f"{path}.filters"))),
-        backend_refs=tuple(_backend_ref(b, f"{path}.backendRefs[{i}]", namespace) for i, b in enumerate(_list(item.get("backendRefs"), f"{path}.backendRefs"))),
+        filters=tuple(route_filter(f, f"{path}.filters[{i}]") for i, f in enumerate(_list(item.get("filters"), f"{path}.filters"))),
+        backend_refs=tuple(backend_ref(b, f"{path}.backendRefs[{i}]", namespace) for i, b in enumerate(_list(item.get("backendRefs"), f"{path}.backendRefs"))),
         name=_str(item.get("name"), f"{path}.name"),
     )
 
@@ -247,140 +235,16 @@ def _parent_ref(value: Any, path: str, namespace: str) -> ParentRef:
 
 def _rule(value: Any, path: str, namespace: str) -> RouteRule:
     item = _mapping(value, path)
-    matches = tuple(_match(m, f"{path}.matches[{i}]") for i, m in enumerate(_list(item.get("matches"), f"{path}.matches")))
+    matches = tuple(route_match(m, f"{path}.matches[{i}]") for i, m in enumerate(_list(item.get("matches"), f"{path}.matches")))
     timeouts = _mapping(item.get("timeouts"), f"{path}.timeouts")
     return RouteRule(
         matches=matches or (RouteMatch(),),
-        filters=tuple(_filter(f, f"{path}.filters[{i}]") for i, f in enumerate(_list(item.get("filters"), f"{path}.filters"))),
-        backend_refs=tuple(_backend_ref(b, f"{path}.backendRefs[{i}]", namespace) for i, b in enumerate(_list(item.get("backendRefs"), f"{path}.backendRefs"))),
-        request_timeout=_duration(timeouts.get("request"), f"{path}.timeouts.request"),
-        backend_request_timeout=_duration(timeouts.get("backendRequest"), f"{path}.timeouts.backendRequest"),
+        filters=tuple(route_filter(f, f"{path}.filters[{i}]") for i, f in enumerate(_list(item.get("filters"), f"{path}.filters"))),
+        backend_refs=tuple(backend_ref(b, f"{path}.backendRefs[{i}]", namespace) for i, b in enumerate(_list(item.get("backendRefs"), f"{path}.backendRefs"))),
+        request_timeout=duration(timeouts.get("request"), f"{path}.timeouts.request"),
+        backend_request_timeout=duration(timeouts.get("backendRequest"), f"{path}.timeouts.backendRequest"),
         name=_str(item.get("name"), f"{path}.name"),
     )
-
-
-def _match(value: Any, path: str) -> RouteMatch:
-    item = _mapping(value, path)
-    path_match = _mapping(item.get("path"), f"{path}.path")
-    path_type = _str(path_match.get("type"), f"{path}.path.type", PATH_MATCH_PREFIX)
-    if path_type not in (PATH_MATCH_EXACT, PATH_MATCH_PREFIX, PATH_MATCH_REGEX):
-        raise _invalid(f"{path}.path.type", path_type, "must be Exact, PathPrefix or RegularExpression")
-    path_value = _str(path_match.get("value"), f"{path}.path.value", "/")
-    if path_type != PATH_MATCH_REGEX and not path_value.startswith("/"):
-        raise _invalid(f"{path}.path.value", path_value, "must be an absolute path")
-    return RouteMatch(
-        path_type=path_type,
-        path=path_value,
-        headers=tuple(_value_match(h, f"{path}.headers[{i}]", lower=True) for i, h in enumerate(_list(item.get("headers"), f"{path}.headers"))),
-        query_params=tuple(_value_match(q, f"{path}.queryParams[{i}]", lower=False) for i, q in enumerate(_list(item.get("queryParams"), f"{path}.queryParams"))),
-        method=_str(item.get("method"), f"{path}.method"),
-    )
-
-
-def _value_match(value: Any, path: str, *, lower: bool) -> ValueMatch:
-    item = _mapping(value, path)
-    name = _str(item.get("name"), f"{path}.name")
-    if not name:
-        raise _required(f"{path}.name")
-    match_type = _str(item.get("type"), f"{path}.type", VALUE_MATCH_EXACT)
-    if match_type not in (VALUE_MATCH_EXACT, VALUE_MATCH_REGEX):
-        raise _invalid(f"{path}.type", match_type, "must be Exact or RegularExpression")
-    return ValueMatch(name.lower() if lower else name, _str(item.get("value"), f"{path}.value"), match_type)
-
-
-def _filter(value: Any, path: str) -> RouteFilter:
-    item = _mapping(value, path)
-    kind = _str(item.get("type"), f"{path}.type")
-    if not kind:
-        raise _required(f"{path}.type")
-    if kind == "RequestHeaderModifier":
-        return RouteFilter(kind, request_headers=_header_modifier(item.get("requestHeaderModifier"), f"{path}.requestHeaderModifier"))
-    if kind == "ResponseHeaderModifier":
-        return RouteFilter(kind, response_headers=_header_modifier(item.get("responseHeaderModifier"), f"{path}.responseHeaderModifier"))
-    if kind == "RequestRedirect":
-        return RouteFilter(kind, redirect=_redirect(item.get("requestRedirect"), f"{path}.requestRedirect"))
-    if kind == "URLRewrite":
-        rewrite = _mapping(item.get("urlRewrite"), f"{path}.urlRewrite")
-        return RouteFilter(
-            kind,
-            rewrite=RewriteFilter(
-                hostname=parse_host(rewrite.get("hostname"), f"{path}.urlRewrite.hostname"),
-                path=_path_modifier(rewrite.get("path"), f"{path}.urlRewrite.path"),
-            ),
-        )
-    return RouteFilter(kind)  # RequestMirror, CORS, ExtensionRef...: routing reports what it cannot do
-
-
-def _header_modifier(value: Any, path: str) -> HeaderModifier:
-    item = _mapping(value, path)
-
-    def pairs(key: str) -> tuple[tuple[str, str], ...]:
-        found = (_mapping(h, f"{path}.{key}") for h in _list(item.get(key), f"{path}.{key}"))
-        return tuple((_str(h.get("name"), f"{path}.{key}.name"), _str(h.get("value"), f"{path}.{key}.value")) for h in found)
-
-    return HeaderModifier(set=pairs("set"), add=pairs("add"), remove=tuple(_str(n, f"{path}.remove") for n in _list(item.get("remove"), f"{path}.remove")))
-
-
-def _redirect(value: Any, path: str) -> RedirectFilter:
-    item = _mapping(value, path)
-    port = item.get("port")
-    code = _int(item.get("statusCode"), f"{path}.statusCode") or 302
-    if code not in (301, 302, 303, 307, 308):
-        raise _invalid(f"{path}.statusCode", code, "must be 301, 302, 303, 307 or 308")
-    scheme = _str(item.get("scheme"), f"{path}.scheme")
-    if scheme not in ("", "http", "https"):
-        raise _invalid(f"{path}.scheme", scheme, "must be http or https")
-    return RedirectFilter(
-        scheme=scheme,
-        hostname=parse_host(item.get("hostname"), f"{path}.hostname"),
-        path=_path_modifier(item.get("path"), f"{path}.path"),
-        port=_port_number(port, f"{path}.port") if port is not None else None,
-        status_code=code,
-    )
-
-
-def _path_modifier(value: Any, path: str) -> Optional[PathModifier]:
-    if value is None:
-        return None
-    item = _mapping(value, path)
-    kind = _str(item.get("type"), f"{path}.type")
-    if kind == "ReplaceFullPath":
-        return PathModifier(kind, _str(item.get("replaceFullPath"), f"{path}.replaceFullPath"))
-    if kind == "ReplacePrefixMatch":
-        return PathModifier(kind, _str(item.get("replacePrefixMatch"), f"{path}.replacePrefixMatch"))
-    raise _invalid(f"{path}.type", kind, "must be ReplaceFullPath or ReplacePrefixMatch")
-
-
-def _backend_ref(value: Any, path: str, namespace: str) -> BackendRef:
-    item = _mapping(value, path)
-    name = _str(item.get("name"), f"{path}.name")
-    if not name:
-        raise _required(f"{path}.name")
-    port = item.get("port")
-    weight = _int(item.get("weight"), f"{path}.weight")
-    if weight is not None and not 0 <= weight <= 1_000_000:
-        raise _invalid(f"{path}.weight", weight, "must be between 0 and 1000000")
-    return BackendRef(
-        name=name,
-        namespace=_str(item.get("namespace"), f"{path}.namespace") or namespace,
-        port=_port_number(port, f"{path}.port") if port is not None else None,
-        group=_str(item.get("group"), f"{path}.group"),
-        kind=_str(item.get("kind"), f"{path}.kind", "Service"),
-        weight=1 if weight is None else weight,
-        filters=tuple(_filter(f, f"{path}.filters[{i}]") for i, f in enumerate(_list(item.get("filters"), f"{path}.filters"))),
-    )
-
-
-def _duration(value: Any, path: str) -> Optional[float]:
-    """A Gateway API Duration ("10s", "1h30m", "500ms"; "0s" disables): seconds."""
-    if value is None:
-        return None
-    text = _str(value, path)
-    match = _DURATION.fullmatch(text)
-    if not text or match is None:
-        raise _invalid(path, text, "must be a Gateway API duration such as 10s, 1m30s or 500ms")
-    hours, minutes, seconds, millis = (int(g or 0) for g in match.groups())
-    return hours * 3600 + minutes * 60 + seconds + millis / 1000
 
 
 def parse_reference_grant(obj: Mapping[str, Any], meta: ObjectMeta) -> ReferenceGrant:

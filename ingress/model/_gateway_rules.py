@@ -1,0 +1,154 @@
+# -*- test-case-name: tests.unit.test_gateway_parse -*-
+"""
+The parts of a Gateway API route rule (matches, filters, backendRefs, durations) to values, for
+L{ingress.model._gateway}, which reads the objects around them.  The CRDs' defaults are applied
+here as there (a backendRef's weight is 1 and its namespace the route's, a redirect's code 302).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Optional
+
+from ingress.model._fields import _int, _invalid, _list, _mapping, _port_number, _required, _str, parse_host
+from ingress.model.gateway import (
+    PATH_MATCH_EXACT,
+    PATH_MATCH_PREFIX,
+    PATH_MATCH_REGEX,
+    VALUE_MATCH_EXACT,
+    VALUE_MATCH_REGEX,
+    BackendRef,
+    HeaderModifier,
+    PathModifier,
+    RedirectFilter,
+    RewriteFilter,
+    RouteFilter,
+    RouteMatch,
+    ValueMatch,
+)
+
+_DURATION = re.compile(r"(?:([0-9]{1,5})h)?(?:([0-9]{1,5})m)?(?:([0-9]{1,5})s)?(?:([0-9]{1,5})ms)?")
+
+
+def route_match(value: Any, path: str) -> RouteMatch:
+    item = _mapping(value, path)
+    path_match = _mapping(item.get("path"), f"{path}.path")
+    path_type = _str(path_match.get("type"), f"{path}.path.type", PATH_MATCH_PREFIX)
+    if path_type not in (PATH_MATCH_EXACT, PATH_MATCH_PREFIX, PATH_MATCH_REGEX):
+        raise _invalid(f"{path}.path.type", path_type, "must be Exact, PathPrefix or RegularExpression")
+    path_value = _str(path_match.get("value"), f"{path}.path.value", "/")
+    if path_type != PATH_MATCH_REGEX and not path_value.startswith("/"):
+        raise _invalid(f"{path}.path.value", path_value, "must be an absolute path")
+    return RouteMatch(
+        path_type=path_type,
+        path=path_value,
+        headers=tuple(value_match(h, f"{path}.headers[{i}]", lower=True) for i, h in enumerate(_list(item.get("headers"), f"{path}.headers"))),
+        query_params=tuple(value_match(q, f"{path}.queryParams[{i}]", lower=False) for i, q in enumerate(_list(item.get("queryParams"), f"{path}.queryParams"))),
+        method=_str(item.get("method"), f"{path}.method"),
+    )
+
+
+def value_match(value: Any, path: str, *, lower: bool) -> ValueMatch:
+    item = _mapping(value, path)
+    name = _str(item.get("name"), f"{path}.name")
+    if not name:
+        raise _required(f"{path}.name")
+    match_type = _str(item.get("type"), f"{path}.type", VALUE_MATCH_EXACT)
+    if match_type not in (VALUE_MATCH_EXACT, VALUE_MATCH_REGEX):
+        raise _invalid(f"{path}.type", match_type, "must be Exact or RegularExpression")
+    return ValueMatch(name.lower() if lower else name, _str(item.get("value"), f"{path}.value"), match_type)
+
+
+def route_filter(value: Any, path: str) -> RouteFilter:
+    item = _mapping(value, path)
+    kind = _str(item.get("type"), f"{path}.type")
+    if not kind:
+        raise _required(f"{path}.type")
+    if kind == "RequestHeaderModifier":
+        return RouteFilter(kind, request_headers=_header_modifier(item.get("requestHeaderModifier"), f"{path}.requestHeaderModifier"))
+    if kind == "ResponseHeaderModifier":
+        return RouteFilter(kind, response_headers=_header_modifier(item.get("responseHeaderModifier"), f"{path}.responseHeaderModifier"))
+    if kind == "RequestRedirect":
+        return RouteFilter(kind, redirect=_redirect(item.get("requestRedirect"), f"{path}.requestRedirect"))
+    if kind == "URLRewrite":
+        rewrite = _mapping(item.get("urlRewrite"), f"{path}.urlRewrite")
+        return RouteFilter(
+            kind,
+            rewrite=RewriteFilter(
+                hostname=parse_host(rewrite.get("hostname"), f"{path}.urlRewrite.hostname"),
+                path=_path_modifier(rewrite.get("path"), f"{path}.urlRewrite.path"),
+            ),
+        )
+    return RouteFilter(kind)  # RequestMirror, CORS, ExtensionRef...: routing reports what it cannot do
+
+
+def _header_modifier(value: Any, path: str) -> HeaderModifier:
+    item = _mapping(value, path)
+
+    def pairs(key: str) -> tuple[tuple[str, str], ...]:
+        found = (_mapping(h, f"{path}.{key}") for h in _list(item.get(key), f"{path}.{key}"))
+        return tuple((_str(h.get("name"), f"{path}.{key}.name"), _str(h.get("value"), f"{path}.{key}.value")) for h in found)
+
+    return HeaderModifier(set=pairs("set"), add=pairs("add"), remove=tuple(_str(n, f"{path}.remove") for n in _list(item.get("remove"), f"{path}.remove")))
+
+
+def _redirect(value: Any, path: str) -> RedirectFilter:
+    item = _mapping(value, path)
+    port = item.get("port")
+    code = _int(item.get("statusCode"), f"{path}.statusCode") or 302
+    if code not in (301, 302, 303, 307, 308):
+        raise _invalid(f"{path}.statusCode", code, "must be 301, 302, 303, 307 or 308")
+    scheme = _str(item.get("scheme"), f"{path}.scheme")
+    if scheme not in ("", "http", "https"):
+        raise _invalid(f"{path}.scheme", scheme, "must be http or https")
+    return RedirectFilter(
+        scheme=scheme,
+        hostname=parse_host(item.get("hostname"), f"{path}.hostname"),
+        path=_path_modifier(item.get("path"), f"{path}.path"),
+        port=_port_number(port, f"{path}.port") if port is not None else None,
+        status_code=code,
+    )
+
+
+def _path_modifier(value: Any, path: str) -> Optional[PathModifier]:
+    if value is None:
+        return None
+    item = _mapping(value, path)
+    kind = _str(item.get("type"), f"{path}.type")
+    if kind == "ReplaceFullPath":
+        return PathModifier(kind, _str(item.get("replaceFullPath"), f"{path}.replaceFullPath"))
+    if kind == "ReplacePrefixMatch":
+        return PathModifier(kind, _str(item.get("replacePrefixMatch"), f"{path}.replacePrefixMatch"))
+    raise _invalid(f"{path}.type", kind, "must be ReplaceFullPath or ReplacePrefixMatch")
+
+
+def backend_ref(value: Any, path: str, namespace: str) -> BackendRef:
+    item = _mapping(value, path)
+    name = _str(item.get("name"), f"{path}.name")
+    if not name:
+        raise _required(f"{path}.name")
+    port = item.get("port")
+    weight = _int(item.get("weight"), f"{path}.weight")
+    if weight is not None and not 0 <= weight <= 1_000_000:
+        raise _invalid(f"{path}.weight", weight, "must be between 0 and 1000000")
+    return BackendRef(
+        name=name,
+        namespace=_str(item.get("namespace"), f"{path}.namespace") or namespace,
+        port=_port_number(port, f"{path}.port") if port is not None else None,
+        group=_str(item.get("group"), f"{path}.group"),
+        kind=_str(item.get("kind"), f"{path}.kind", "Service"),
+        weight=1 if weight is None else weight,
+        filters=tuple(route_filter(f, f"{path}.filters[{i}]") for i, f in enumerate(_list(item.get("filters"), f"{path}.filters"))),
+    )
+
+
+def duration(value: Any, path: str) -> Optional[float]:
+    """A Gateway API Duration ("10s", "1h30m", "500ms"; "0s" disables): seconds."""
+    if value is None:
+        return None
+    text = _str(value, path)
+    match = _DURATION.fullmatch(text)
+    if not text or match is None:
+        raise _invalid(path, text, "must be a Gateway API duration such as 10s, 1m30s or 500ms")
+    hours, minutes, seconds, millis = (int(g or 0) for g in match.groups())
+    return hours * 3600 + minutes * 60 + seconds + millis / 1000
