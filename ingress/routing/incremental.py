@@ -31,6 +31,7 @@ from typing import Optional, TypeVar
 from ingress.model import ClusterState, EndpointSlice, IngressBackend, ServiceBackendPort
 from ingress.routing.annotations.errorpages import NO_ENDPOINTS
 from ingress.routing.backends import Backends
+from ingress.routing.gateway import has_gateway_api
 from ingress.routing.ingress_changes import Build, IngressIndex, with_changed_ingresses
 from ingress.routing.route import Route, Upstream
 from ingress.routing.table import HostRoutes, RoutingTable
@@ -83,7 +84,7 @@ class IncrementalBuild:
                 self.last_path = "endpoints only"
                 self._last = (state, table, uses)  # the same hosts use the same Services
                 return table
-        elif differ == ["ingresses"] and not _has_gateway_routes(state):
+        elif differ == ["ingresses"] and not has_gateway_api(state):  # they share hosts: one owner per host, problems on the routes
             index = self._index if self._index is not None else IngressIndex.of(old.ingresses)
             self._index = index
             old_versions, new_versions = index.changed_to(state.ingresses)
@@ -377,11 +378,3 @@ def with_renewed_secrets(previous: RoutingTable, old: ClusterState, new: Cluster
 def _reads_secret_contents(state: ClusterState) -> bool:
     """Whether an Ingress names a Secret whose contents go into its routes or client-certificate checks."""
     return any(key in ingress.meta.annotations for ingress in state.ingresses for key in _SECRET_CONTENT_KEYS)
-
-
-def _has_gateway_routes(state: ClusterState) -> bool:
-    """
-    Gateway API routes share hosts with Ingresses (merge: one owner per host, problems on the routes):
-    an Ingress change there takes a full build.
-    """
-    return bool(state.gateways or state.http_routes or state.grpc_routes)

@@ -67,7 +67,7 @@ def build_gateway_routes(
 ) -> GatewayRoutes:
     """The Gateway API routes of C{state} for the listeners on C{ports} (port → "http", "https")."""
     out = GatewayRoutes()
-    if not state.gateways and not state.http_routes and not state.grpc_routes and not state.l4_routes:
+    if not has_gateway_api(state):
         return out
     gateways = our_gateways(state, controller_name)
     listeners = serve_listeners(state, gateways, ports, cleartext_http2)
@@ -110,6 +110,11 @@ def build_gateway_routes(
     out.problems = context.problems + out.l4.problems + _listener_problems(listeners)
     out.status = GatewayAPIStatus(_class_status(state, controller_name), _gateway_status(listeners, attached.attached), route_status)
     return out
+
+
+def has_gateway_api(state: ClusterState) -> bool:
+    """Whether the snapshot holds Gateway API objects that routing may serve (Gateways or routes of any kind)."""
+    return bool(state.gateways or state.http_routes or state.grpc_routes or state.l4_routes)
 
 
 def _ports(ports: Mapping[int, str]) -> tuple[int, int]:
