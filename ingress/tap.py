@@ -88,6 +88,10 @@ class Options(usage.Options):
         ["access-log", None, "-", "Access log: '-' (stdout), a file path (reopened on SIGUSR1) or 'off'."],
         ["access-log-format", None, "text", "Access log lines: text (combined log format + fields) or json."],
         ["stream-interface", None, "", "Address the TCP/UDP stream listeners bind ('' = every IPv4 address, :: = IPv6 and IPv4)."],
+        [
+            "gateway-interface", None, "",
+            "Address the Gateway API listeners on ports other than --http/--https bind ('' = every IPv4 address, :: = IPv6 and IPv4).",
+        ],
         ["nginx-configmap", None, None, "NAMESPACE/NAME of an ingress-nginx controller ConfigMap: its keys are every route's defaults (ingress-nginx's for keys it lacks)."],
         ["nginx-annotations", None, "true", "Read nginx.ingress.kubernetes.io/ annotations on Ingresses too (true|false); twingress.io/ ones win."],
         ["stream-drain-timeout", None, 30.0, "Seconds a removed stream's open connections are kept before they are closed."],
@@ -268,9 +272,11 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
     # Subscribed before the controllers, so a table's bind failures are known when status is written.
     streams: StreamListeners | WorkerStreams
     if options["worker-count"] > 1:  # the workers listen; the primary probes new ports and merges their failures
-        streams = WorkerStreams(metrics, options["stream-interface"])
+        streams = WorkerStreams(metrics, options["stream-interface"], options["gateway-interface"])
     else:
-        streams = StreamListeners(reactor, pool, metrics, options["stream-interface"], options["stream-drain-timeout"])
+        streams = StreamListeners(
+            reactor, pool, metrics, options["stream-interface"], options["stream-drain-timeout"], gateway_interface=options["gateway-interface"]
+        )
     live.subscribe(streams.apply)
     admin.route_sections["streamListeners"] = streams.to_json
     admin.route_views.append(streams.show)
@@ -316,10 +322,11 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
         behind_proxy=frozenset(name for name in ("http", "https") if (options[name] or "").startswith("haproxy:")),
     )
     drainables.extend(plane.drainables)
+    streams.gateway_listener = plane.gateway_listener  # the stream listeners open Gateway ports with it
+    builder.preparers.append(plane.prepare)  # TLS contexts are built on the build thread
     if plane.http is not None:
         listeners.append(listen(reactor, options["http"], plane.http, top, "http"))
     if plane.https is not None and plane.store is not None:
-        builder.preparers.append(plane.store.prepare)  # contexts are built on the build thread
         admin.route_views.append(plane.store.show)
         listeners.append(listen(reactor, options["https"], plane.https, top, "https"))
     return _finish(reactor, options, top, admin, listeners, drainables)

@@ -1,11 +1,14 @@
 # -*- test-case-name: tests.proxy.test_workers -*-
 """
 The HTTP and HTTPS listeners' protocol factories, built the same way in a
-single process and in each worker process (L{ingress.process.worker}).
+single process and in each worker process (L{ingress.process.worker}), and
+those of Gateway API listeners on ports of their own (L{DataPlane.gateway_listener}).
 """
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -15,6 +18,7 @@ from twisted.protocols.tls import TLSMemoryBIOFactory
 from ingress.observe.accesslog import AccessLog
 from ingress.observe.metrics import Metrics
 from ingress.process.drain import Drainable, HTTPConnections, PassthroughConnections
+from ingress.process.gatewayports import GatewayListener, PortCertificates, PortView
 from ingress.process.live import LiveTable
 from ingress.process.reactor import IProcessReactor
 from ingress.proxy.http.factory import HTTPProxyFactory
@@ -25,6 +29,7 @@ from ingress.proxy.http2.upstream import H2UpstreamPool
 from ingress.proxy.proxy_protocol import ProxyProtocolWhenAsked
 from ingress.proxy.tls.front import TLSFrontFactory
 from ingress.proxy.tls.termination import CertificateStore, SNIConnectionCreator, load_certificate, self_signed_certificate
+from ingress.routing.streams import StreamRoute
 from ingress.routing.table import RoutingTable
 
 
@@ -36,6 +41,18 @@ class DataPlane:
     https: Optional[IProtocolFactory] = None
     store: Optional[CertificateStore] = None
     drainables: list[Drainable] = field(default_factory=list)
+    gateway_listener: Optional[Callable[[StreamRoute], GatewayListener]] = None  # for the stream listeners
+    port_certificates: Optional[PortCertificates] = None  # the HTTPS Gateway ports' stores
+
+    def prepare(self, table: RoutingTable) -> Callable[[], None]:
+        """Every TLS context C{table} needs, main and Gateway ports (build thread); the commit swaps them in."""
+        commits = [each.prepare(table) for each in (self.store, self.port_certificates) if each is not None]
+
+        def commit() -> None:
+            for each in commits:
+                each()
+
+        return commit
 
 
 def data_plane(
@@ -61,31 +78,62 @@ def data_plane(
     """
     plane = DataPlane()
     guards = guards if guards is not None else Guards(reactor)  # one for both listeners: their rate limits are one count
-    factories: list[HTTPProxyFactory] = []
+    factories: weakref.WeakSet[HTTPProxyFactory] = weakref.WeakSet()
     http2_upstreams = H2UpstreamPool(reactor, settings, http2 or HTTP2Settings())
     if http:
         factory = HTTPProxyFactory(live, pool, settings, metrics, reactor, access_log=access_log, http2=http2, http2_upstreams=http2_upstreams, guards=guards)
         plane.http = factory if "http" in behind_proxy else ProxyProtocolWhenAsked(factory, live)
         plane.drainables.append(HTTPConnections(factory))
-        factories.append(factory)
+        factories.add(factory)
+    offer_h2 = http2 is None or http2.enabled
+    default_certificate: list[tuple[bytes, bytes]] = []  # the self-signed default, made once
     if https:
         generated = self_signed_certificate()
-        offer_h2 = http2 is None or http2.enabled
+        default_certificate.append(generated)
         store = CertificateStore(metrics, load_certificate(*generated, http2=offer_h2), tls_min_version, tls_ciphers, generated, offer_h2)
         terminating = HTTPProxyFactory(
             live, pool, settings, metrics, reactor, scheme=b"https", listener="https", access_log=access_log, http2=http2, http2_upstreams=http2_upstreams, guards=guards
         )
         plane.drainables.append(HTTPConnections(terminating))
-        factories.append(terminating)
+        factories.add(terminating)
         terminate = TLSMemoryBIOFactory(SNIConnectionCreator(store), False, terminating)
         front = TLSFrontFactory(terminate, live, pool, reactor, settings.header_timeout, metrics, settings.server_name)
         plane.drainables.append(PassthroughConnections(front.passthrough))
         plane.https = front if "https" in behind_proxy else ProxyProtocolWhenAsked(front, live)
         plane.store = store
 
+    live_settings = [settings]  # those of the table live now, for a Gateway port opened later
+
+    def port_store() -> CertificateStore:
+        """A store for one HTTPS Gateway port (its default: a self-signed certificate, made once)."""
+        if not default_certificate:
+            default_certificate.append(self_signed_certificate())
+        generated = default_certificate[0]
+        return CertificateStore(metrics, load_certificate(*generated, http2=offer_h2), tls_min_version, tls_ciphers, generated, offer_h2, exports_expiry=False)
+
+    certificates = plane.port_certificates = PortCertificates(port_store)
+
+    def gateway_listener(route: StreamRoute) -> GatewayListener:
+        """What answers on a Gateway listener's own port: HTTP, or TLS terminated with the port's certificates."""
+        view = PortView(live, route.port)
+        scheme = route.serves.encode()
+        factory = HTTPProxyFactory(
+            view, pool, live_settings[0], metrics, reactor, scheme=scheme, listener=f"{route.serves}:{route.port}",
+            access_log=access_log, http2=http2, http2_upstreams=http2_upstreams, guards=guards,
+        )
+        factories.add(factory)  # weakly: it goes when its port's drain ends
+        if scheme == b"http":
+            return GatewayListener(route, ProxyProtocolWhenAsked(factory, view), factory)
+        store = certificates.ready_store(route.port, view.table)
+        terminate = TLSMemoryBIOFactory(SNIConnectionCreator(store), False, factory)
+        front = TLSFrontFactory(terminate, view, pool, reactor, settings.header_timeout, metrics, settings.server_name)
+        return GatewayListener(route, ProxyProtocolWhenAsked(front, view), factory)
+
+    plane.gateway_listener = gateway_listener
+
     def connection_settings(table: RoutingTable) -> None:
         """A table with the ingress-nginx ConfigMap's connection settings replaces the command line's."""
-        effective = with_listener(settings, table.listener)
+        effective = live_settings[0] = with_listener(settings, table.listener)
         pool.settings = effective
         http2_upstreams.settings = effective
         for each in factories:

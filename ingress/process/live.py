@@ -9,6 +9,7 @@ touches open connections.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 from twisted.logger import Logger
 
@@ -17,6 +18,13 @@ from ingress.routing.table import EMPTY_TABLE, RoutingTable
 log = Logger()
 
 TableListener = Callable[[RoutingTable], None]
+
+
+class TableView(Protocol):
+    """What a listener reads on every request: the table live now (whole, or one Gateway port's part)."""
+
+    @property
+    def table(self) -> RoutingTable: ...
 
 
 class LiveTable:

@@ -344,6 +344,7 @@ def worker_pool(reactor: IProcessReactor, options: Mapping[str, Any], settings: 
         "log_format": options["log-format"],
         "drain_timeout": options["drain-timeout"],
         "stream_interface": options["stream-interface"],
+        "gateway_interface": options["gateway-interface"],
         "stream_drain_timeout": options["stream-drain-timeout"],
     }
     return WorkerPool(reactor, options["worker-count"], shared, config, metrics)

@@ -42,9 +42,10 @@ log = Logger()
 class WorkerStreams:
     """What the primary knows of the workers' stream listeners: which ports bind, which do not."""
 
-    def __init__(self, metrics: Metrics, interface: str = "") -> None:
+    def __init__(self, metrics: Metrics, interface: str = "", gateway_interface: Optional[str] = None) -> None:
         self.metrics = metrics
         self.interface = interface
+        self.gateway_interface = interface if gateway_interface is None else gateway_interface
         self.routes: dict[Key, StreamRoute] = {}
         self.probed: dict[Key, Optional[str]] = {}  # the primary's own answer per port of the table
         self.reported: Callable[[], Mapping[Key, str]] = dict  # the workers' failures (the pool sets it)
@@ -57,8 +58,9 @@ class WorkerStreams:
     def _probe(self, key: Key) -> Optional[str]:
         protocol, port = key
         kind = socket.SOCK_STREAM if protocol == TCP else socket.SOCK_DGRAM
+        interface = self.gateway_interface if self.routes[key].serves else self.interface
         try:
-            bound_socket(address_family(self.interface), kind, self.interface, port, reuse_port=True).close()
+            bound_socket(address_family(interface), kind, interface, port, reuse_port=True).close()
         except OSError as error:
             detail = str(error)  # as the workers (and a single process) say it
             if self.probed.get(key) != detail:

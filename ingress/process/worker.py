@@ -101,11 +101,10 @@ class Worker:
         self._install(table)
 
     def _install(self, table: RoutingTable) -> None:
-        store = self.plane.store
-        if store is None:
+        if self.plane.store is None and not table.gateway_ports:
             self._swap(table, None)
             return
-        deferToThread(store.prepare, table).addCallbacks(  # contexts off the reactor thread
+        deferToThread(self.plane.prepare, table).addCallbacks(  # contexts off the reactor thread
             lambda commit: self._swap(table, commit),
             lambda failure: log.failure("TLS contexts of table {generation} failed", failure, generation=table.generation),
         )
@@ -153,7 +152,8 @@ def main(argv: list[str]) -> None:
         guards=Guards(reactor, rates),
     )
     streams = StreamListeners(
-        reactor, upstreams, metrics, config["stream_interface"], config["stream_drain_timeout"], reuse_port=True
+        reactor, upstreams, metrics, config["stream_interface"], config["stream_drain_timeout"], reuse_port=True,
+        gateway_listener=plane.gateway_listener, gateway_interface=config["gateway_interface"],
     )
     live.subscribe(streams.apply)
     listeners: list[IService] = []

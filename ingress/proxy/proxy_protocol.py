@@ -20,7 +20,7 @@ from twisted.internet.protocol import Factory
 from twisted.protocols.haproxy import proxyEndpoint
 from zope.interface import implementer
 
-from ingress.process.live import LiveTable
+from ingress.process.live import TableView
 
 
 @implementer(IStreamServerEndpoint)
@@ -49,7 +49,7 @@ def behind_proxy_protocol(factory: IProtocolFactory) -> IProtocolFactory:
 class ProxyProtocolWhenAsked(Factory):
     """Builds the wrapped factory's protocols, behind the PROXY-protocol wrapper while the table asks."""
 
-    def __init__(self, wrapped: IProtocolFactory, live: LiveTable) -> None:
+    def __init__(self, wrapped: IProtocolFactory, live: TableView) -> None:
         self.wrapped = wrapped
         self.live = live
         self._behind_proxy = behind_proxy_protocol(wrapped)

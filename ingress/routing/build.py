@@ -36,10 +36,10 @@ from ingress.routing.annotations.backend import MissingSecret, backend_tls
 from ingress.routing.annotations.errorpages import error_pages
 from ingress.routing.annotations.policies import BadPath, compile_path, route_policies, route_rate_limit
 from ingress.routing.backends import Backends
-from ingress.routing.certs import build_certificates, passthrough_upstreams, tls_hosts, with_tls_options
+from ingress.routing.certs import CertificateTable, build_certificates, passthrough_upstreams, tls_hosts, with_tls_options
 from ingress.routing.clienthosts import client_auth_hosts, with_client_auth
-from ingress.routing.gateway import build_gateway_routes
-from ingress.routing.gateway.merge import merge_gateway
+from ingress.routing.gateway import GatewayRoutes, build_gateway_routes
+from ingress.routing.gateway.merge import merge_gateway, with_listener_certificates
 from ingress.routing.nginx_config import TWINGRESS_DEFAULTS, NginxConfig, read_nginx_config
 from ingress.routing.policies import Canary, Policies, Redirect
 from ingress.routing.policies.affinity import upstream_tag
@@ -119,6 +119,28 @@ def build(
         certificates=merged.certificates,
         streams=merged.streams,
         stream_conditions=streams.conditions,
+        trust=config.trust,
+        listener=config.listener,
+        gateway_ports={port: _port_table(routes, generation, state.secrets, config, default_certificate) for port, routes in gateway.own_ports.items()},
+    )
+
+
+def _port_table(
+    routes: GatewayRoutes, generation: int, secrets: Mapping[tuple[str, str], TLSSecret], config: NginxConfig, default_certificate: Optional[tuple[str, str]]
+) -> RoutingTable:
+    """
+    The table a Gateway listener on a port of its own serves: that port's hosts and certificates (the
+    --default-ssl-certificate where no listener of the port has a hostless one), nothing else.
+    """
+    certificates = with_listener_certificates(CertificateTable(), routes.certificates, secrets)
+    if certificates.default is None and default_certificate is not None and default_certificate in secrets:
+        certificates = replace(certificates, default=default_certificate, secrets={**certificates.secrets, default_certificate: secrets[default_certificate]})
+    return RoutingTable(
+        generation=generation,
+        hosts=routes.hosts,
+        deep_wildcards=routes.wildcards,
+        any_host=routes.any_host,
+        certificates=certificates,
         trust=config.trust,
         listener=config.listener,
     )

@@ -364,9 +364,10 @@ def with_renewed_secrets(previous: RoutingTable, old: ClusterState, new: Cluster
     C{previous} with the certificates of C{new}'s TLS Secrets, when only their contents changed (a
     certificate renewed, as cert-manager does): the same Secrets exist, so every host keeps the Secret
     it had, and only the certificate table's PEMs differ; None when that is not all (a Secret came or
-    went, or an Ingress reads a Secret's contents into a route: proxy-ssl-secret, auth-tls-secret).
+    went, an Ingress reads a Secret's contents into a route: proxy-ssl-secret, auth-tls-secret, or
+    Gateway listeners on ports of their own have certificate tables of their own).
     """
-    if old.secrets.keys() != new.secrets.keys() or _reads_secret_contents(new):
+    if old.secrets.keys() != new.secrets.keys() or _reads_secret_contents(new) or previous.gateway_ports:
         return None
     certificates = previous.certificates
     secrets = {key: new.secrets[key] for key in certificates.secrets}

@@ -47,7 +47,12 @@ class StreamRoute:
     C{name} is the metrics label ("namespace/name" of the StreamIngress, or
     "namespace/configmap:port" for an ingress-nginx ConfigMap entry).
     C{proxy_protocol} is None, "v1" or "v2": the PROXY header sent to the
-    upstream before the client's bytes (TCP only).
+    upstream before the client's bytes (TCP only).  C{serves} is "" for a
+    relay of bytes to C{upstream}; "http" or "https" for a Gateway API
+    listener on a port of its own, which answers HTTP (over TLS) with the
+    routes of C{RoutingTable.gateway_ports[port]} (its C{upstream} is empty).
+    Such a listener is a stream port so that it is opened, closed, shared
+    with the worker processes and refused a taken port as every stream is.
     """
 
     protocol: str
@@ -57,6 +62,7 @@ class StreamRoute:
     upstream: Upstream
     proxy_protocol: Optional[str] = None
     idle_timeout: float = DEFAULT_STREAM_IDLE_TIMEOUT
+    serves: str = ""
 
     @property
     def key(self) -> tuple[str, int]:
@@ -253,6 +259,7 @@ def streams_json(streams: Mapping[tuple[str, int], StreamRoute], conditions: Map
                 "endpoints": [f"{h}:{p}" for h, p in route.upstream.targets],
                 "proxyProtocol": route.proxy_protocol,
                 "idleTimeout": route.idle_timeout,
+                **({"serves": route.serves} if route.serves else {}),
             }
             for (protocol, port), route in sorted(streams.items())
         },

@@ -85,6 +85,9 @@ class RoutingTable:
     # Gateway API: wildcard hostnames cover any number of labels (Ingress wildcards: exactly one), longest suffix first.
     deep_wildcards: Mapping[str, HostRoutes] = field(default_factory=dict)
     gateway_status: Optional[GatewayAPIStatus] = None  # what the Lease holder writes to Gateway API objects
+    # Gateway API listeners on ports of their own (not --http/--https): port → the table of that port alone
+    # (its hosts, certificates; everything else as here).  Their stream route (C{serves}) opens the port.
+    gateway_ports: Mapping[int, RoutingTable] = field(default_factory=dict)
 
     def passthrough_for(self, host: str) -> Optional[Upstream]:
         """The upstream that gets this SNI name's raw TLS, if its host is passed through."""
@@ -174,7 +177,13 @@ class RoutingTable:
             **streams_json(self.streams, self.stream_conditions),
             "problems": [problem_json(p) for p in self.problems],
             **({"gatewayAPI": self.gateway_status.to_json()} if self.gateway_status is not None else {}),
+            **({"gatewayPorts": {str(port): _port_json(table.to_json()) for port, table in sorted(self.gateway_ports.items())}} if self.gateway_ports else {}),
         }
+
+
+def _port_json(shown: dict[str, Any]) -> dict[str, Any]:
+    """A Gateway port's table for /debug/routes: its routes and certificates (the rest is the main table's)."""
+    return {key: shown[key] for key in ("hosts", "wildcards", "anyHost", "certificates")}
 
 
 def problem_json(problem: Problem) -> dict[str, str]:

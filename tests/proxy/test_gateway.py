@@ -62,7 +62,7 @@ def gateway_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayP
         "spec": {"gatewayClassName": "twingress", "listeners": [
             {"name": "http", "port": process.http_port, "protocol": "HTTP"},
             {"name": "https", "port": https_port, "protocol": "HTTPS", "hostname": "secure.gw.test", "tls": {"certificateRefs": [{"name": "secure-tls"}]}},
-            {"name": "elsewhere", "port": 1, "protocol": "HTTP"},
+            {"name": "elsewhere", "port": process.admin_port, "protocol": "HTTP"},
         ]},
     }
     header_modifier = {"set": [{"name": "X-Header-Set", "value": "set-overwrites-values"}], "add": [{"name": "X-Header-Add", "value": "header-add"}],
@@ -193,7 +193,7 @@ def test_https_listener_serves_its_routes_with_its_certificate(gateway_proxy: Ga
 
 
 def test_status_in_debug_routes(gateway_proxy: GatewayProxy) -> None:
-    """The listeners' conditions and attachedRoutes as the Lease holder would write them; a listener on a port twingress does not serve is refused."""
+    """The listeners' conditions and attachedRoutes as the Lease holder would write them; a listener on twingress's admin port is refused."""
     status = gateway_proxy.process.routes()["gatewayAPI"]
     assert status["gatewayClasses"]["twingress"][0]["status"] == "True"
     listeners = {entry["name"]: entry for entry in status["gateways"]["default/gw"]["listeners"]}

@@ -231,15 +231,6 @@ def test_allowed_routes_from_all_and_from_a_selector() -> None:
     assert parent_conditions(table, "r", "other")[0]["Accepted"] == ("True", "Accepted")
 
 
-def test_a_listener_on_a_port_twingress_does_not_serve_is_reported() -> None:
-    table = gateway_table(gateway("gw", listener("http", port=8080)), http_route("r", to(backend("v1"))), *services("v1"))
-    assert table.gateway_status is not None
-    status = table.gateway_status.gateways[ObjectRef("Gateway", "default", "gw")]
-    assert {c.type: (c.status, c.reason) for c in status.listeners[0].conditions}["Accepted"] == ("False", "PortUnavailable")
-    assert {c.type: (c.status, c.reason) for c in status.conditions}["Accepted"] == ("False", "ListenersNotValid")
-    assert serve(table, "a.example", "/") == "404"
-
-
 def test_unsupported_protocol_and_route_kinds() -> None:
     """GatewayListenerUnsupportedProtocol and GatewayInvalidRouteKind."""
     table = gateway_table(gateway("gw", listener("bad", protocol="INVALID"), listener("http", allowedRoutes={"kinds": [{"kind": "InvalidRoute"}, {"kind": "HTTPRoute"}]})))

@@ -14,7 +14,7 @@ from twisted.internet.protocol import Factory
 
 from ingress.observe.accesslog import AccessLog
 from ingress.observe.metrics import Metrics
-from ingress.process.live import LiveTable
+from ingress.process.live import TableView
 from ingress.proxy.http.guards import Guards
 from ingress.proxy.http.server import HTTPProxyProtocol
 from ingress.proxy.http.settings import HTTP2Settings, ProxySettings
@@ -32,7 +32,7 @@ class HTTPProxyFactory(Factory["HTTPProxyProtocol"]):
 
     def __init__(
         self,
-        live: LiveTable,
+        live: TableView,
         pool: UpstreamPool,
         settings: ProxySettings,
         metrics: Metrics,

@@ -11,20 +11,26 @@ connections are cut off after the drain timeout.  A port that cannot be
 bound is logged once, counted, and remembered in L{failures} (for
 /debug/routes and the StreamIngress status); the other listeners are not
 affected, and binding is tried again with each new table.
+
+A Gateway API listener on a port of its own is a stream route too (C{serves}):
+its handler answers HTTP (L{ingress.process.gatewayports}), made by the
+C{gateway_listener} the data plane gives; a change of what it serves reopens
+the port.
 """
 
 from __future__ import annotations
 
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 from twisted.internet.endpoints import quoteStringArgument, serverFromString
 from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
 from ingress.observe.metrics import Metrics
+from ingress.process.gatewayports import GatewayListener
 from ingress.process.sockets import address_family, bound_socket
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.streams.tcp import TCPStreamFactory
@@ -35,7 +41,7 @@ from ingress.routing.table import RoutingTable
 log = Logger()
 
 Key = tuple[str, int]
-Handler = Union[TCPStreamFactory, UDPStreamListener]
+Handler = Union[TCPStreamFactory, UDPStreamListener, GatewayListener]
 STREAM_BACKLOG = 50  # as Twisted's listenTCP
 
 
@@ -65,14 +71,18 @@ class StreamListeners:
         drain_timeout: float = 30.0,
         max_udp_sessions: int = DEFAULT_MAX_SESSIONS,
         reuse_port: bool = False,
+        gateway_listener: Optional[Callable[[StreamRoute], GatewayListener]] = None,
+        gateway_interface: Optional[str] = None,
     ) -> None:
         self.reactor = reactor
         self.pool = pool
         self.metrics = metrics
         self.interface = interface
+        self.gateway_interface = interface if gateway_interface is None else gateway_interface  # Gateway listeners' own ports
         self.drain_timeout = drain_timeout
         self.max_udp_sessions = max_udp_sessions
         self.reuse_port = reuse_port  # in a worker process: one socket of a SO_REUSEPORT group per worker
+        self.gateway_listener = gateway_listener  # makes the handler of a Gateway listener's port (None: refused)
         self.listeners: dict[Key, _Listener] = {}
         self.failures: dict[Key, str] = {}
         self._draining: dict[int, _Draining] = {}
@@ -91,6 +101,9 @@ class StreamListeners:
             del self.failures[key]
         for key, route in streams.items():
             listener = self.listeners.get(key)
+            if listener is not None and listener.route.serves != route.serves:
+                self._close(key)  # another kind of listener on the port: a new socket and handler
+                listener = None
             if listener is None:
                 self._open(key, route)
             elif listener.route != route:
@@ -111,44 +124,52 @@ class StreamListeners:
     def _listen(self, route: StreamRoute) -> tuple[Handler, Any]:
         """Bind one listener; raises CannotListenError."""
         handler: Handler
-        if route.protocol == TCP:
+        if route.serves:
+            if self.gateway_listener is None:
+                raise CannotListenError(self.gateway_interface, route.port, OSError(f"no {route.serves} listener can be made here"))
+            handler = self.gateway_listener(route)
+        elif route.protocol == TCP:
             handler = TCPStreamFactory(route, self.pool, self.metrics, self.reactor)
         else:
             handler = UDPStreamListener(route, self.pool, self.metrics, self.reactor, self.max_udp_sessions)
         if self.reuse_port:
             return handler, self._adopt(route, handler)
-        if isinstance(handler, TCPStreamFactory):
-            return handler, self._listen_tcp(route.port, handler)
-        return handler, self.reactor.listenUDP(route.port, handler, interface=self.interface, maxPacketSize=65535)
+        if isinstance(handler, UDPStreamListener):
+            return handler, self.reactor.listenUDP(route.port, handler, interface=self.interface, maxPacketSize=65535)
+        return handler, self._listen_tcp(route.port, _listening(handler), self._interface(route))
 
     def _adopt(self, route: StreamRoute, handler: Handler) -> Any:
         """Bind this process's socket of the port's SO_REUSEPORT group and listen on it."""
-        family = address_family(self.interface)
+        interface = self._interface(route)
+        family = address_family(interface)
         kind = socket.SOCK_STREAM if route.protocol == TCP else socket.SOCK_DGRAM
         try:
-            sock = bound_socket(family, kind, self.interface, route.port, reuse_port=True, backlog=STREAM_BACKLOG if route.protocol == TCP else None)
+            sock = bound_socket(family, kind, interface, route.port, reuse_port=True, backlog=STREAM_BACKLOG if route.protocol == TCP else None)
         except OSError as error:
-            raise CannotListenError(self.interface, route.port, error) from None
+            raise CannotListenError(interface, route.port, error) from None
         try:
-            if isinstance(handler, TCPStreamFactory):
-                return self.reactor.adoptStreamPort(sock.fileno(), family, handler)
-            return self.reactor.adoptDatagramPort(sock.fileno(), family, handler, maxPacketSize=65535)
+            if isinstance(handler, UDPStreamListener):
+                return self.reactor.adoptDatagramPort(sock.fileno(), family, handler, maxPacketSize=65535)
+            return self.reactor.adoptStreamPort(sock.fileno(), family, _listening(handler))
         finally:
             sock.close()  # the reactor listens on its own duplicate
 
-    def _listen_tcp(self, port: int, factory: TCPStreamFactory) -> Any:
+    def _interface(self, route: StreamRoute) -> str:
+        return self.gateway_interface if route.serves else self.interface
+
+    def _listen_tcp(self, port: int, factory: Any, interface: str) -> Any:
         """
         serverFromString(...).listen() with the result taken synchronously:
         the TCP endpoints bind before returning their Deferred, so the failure
         (or the port) is known here and recorded with the rest of this table.
         """
         description = f"tcp:{port}"
-        if self.interface:
-            description += ":interface=" + quoteStringArgument(self.interface)
+        if interface:
+            description += ":interface=" + quoteStringArgument(interface)
         outcome: list[Any] = []
         serverFromString(self.reactor, description).listen(factory).addBoth(outcome.append)
         if not outcome:
-            raise CannotListenError(self.interface, port, OSError("the endpoint did not bind synchronously"))
+            raise CannotListenError(interface, port, OSError("the endpoint did not bind synchronously"))
         result = outcome[0]
         if hasattr(result, "raiseException"):
             result.raiseException()
@@ -179,6 +200,8 @@ class StreamListeners:
             handler.accepting = False
         else:
             listener.port.stopListening()
+            if isinstance(handler, GatewayListener):
+                handler.drain()
         draining = _Draining(key, listener, None)
         draining.timer = self.reactor.callLater(self.drain_timeout, self._end_drain, draining)
         self._draining[id(draining)] = draining
@@ -216,11 +239,13 @@ class StreamListeners:
                 listener.handler.accepting = False  # replies still leave through the bound socket
             else:
                 listener.port.stopListening()
+                if isinstance(listener.handler, GatewayListener):
+                    listener.handler.drain()
 
     def open_count(self) -> int:
         """TCP connections and UDP sessions open, on every listener, draining ones included."""
         handlers = [listener.handler for listener in self.listeners.values()] + [d.listener.handler for d in self._draining.values()]
-        return sum(len(h.relays) if isinstance(h, TCPStreamFactory) else len(h.sessions) for h in handlers)
+        return sum(len(h.sessions) if isinstance(h, UDPStreamListener) else len(h.relays) for h in handlers)
 
     def abort_all(self) -> int:
         """End of the shutdown drain: close everything; returns how many connections and sessions were open."""
@@ -254,12 +279,18 @@ class StreamListeners:
                     "upstream": listener.route.upstream.key,
                     "endpoints": [f"{h}:{p}" for h, p in listener.route.upstream.targets],
                     "proxyProtocol": listener.route.proxy_protocol,
-                    "open": len(listener.handler.relays if isinstance(listener.handler, TCPStreamFactory) else listener.handler.sessions),
+                    "open": len(listener.handler.sessions if isinstance(listener.handler, UDPStreamListener) else listener.handler.relays),
+                    **({"serves": listener.route.serves} if listener.route.serves else {}),
                 }
                 for (protocol, port), listener in sorted(self.listeners.items())
             },
             "failed": {f"{protocol}:{port}": detail for (protocol, port), detail in sorted(self.failures.items())},
         }
+
+
+def _listening(handler: Union[TCPStreamFactory, GatewayListener]) -> Any:
+    """The protocol factory a TCP port listens with."""
+    return handler.factory if isinstance(handler, GatewayListener) else handler
 
 
 def show_listen_failures(routes: dict[str, Any], failures: Mapping[Key, str]) -> None:

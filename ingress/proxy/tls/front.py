@@ -24,7 +24,7 @@ from twisted.python.failure import Failure
 
 from ingress.model import ObjectRef
 from ingress.observe.metrics import Metrics
-from ingress.process.live import LiveTable
+from ingress.process.live import TableView
 from ingress.proxy.http.responses import plain_http_on_tls_port
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.streams.tcp import TCPStreamFactory
@@ -46,7 +46,7 @@ class TLSFrontFactory(Factory):
     def __init__(
         self,
         terminate: IProtocolFactory,
-        live: LiveTable,
+        live: TableView,
         pool: UpstreamPool,
         reactor: Any,
         hello_timeout: float,

@@ -161,8 +161,10 @@ class CertificateStore:
         ciphers: str = MODERN_CIPHERS,
         generated: Optional[tuple[bytes, bytes]] = None,
         http2: bool = True,
+        exports_expiry: bool = True,
     ) -> None:
         self.metrics = metrics
+        self.exports_expiry = exports_expiry  # one store per process exports the expiry gauge (a Gateway port's does not)
         self.http2 = http2  # whether ALPN offers h2
         self.default = default
         self.min_version = min_version
@@ -364,6 +366,8 @@ class CertificateStore:
         routes["problems"] = routes["problems"] + [problem_json(p) for p in self.refused]
 
     def _export_expiry(self, loaded: dict[SecretKey, Optional[LoadedCertificate]]) -> None:
+        if not self.exports_expiry:
+            return
         gauge = self.metrics.tls_not_after
         current = {key for key, cert in loaded.items() if cert is not None}
         for key in self._expiry_labels - current:

@@ -35,7 +35,8 @@ from ingress.routing.gateway.listeners import ServedListener, attach, condition,
 from ingress.routing.gateway.rules import RuleContext, compile_rule
 from ingress.routing.gateway.status import GatewayAPIStatus, GatewayStatus, ListenerStatus
 from ingress.routing.policies.matching import RequestMatch, ValueCondition
-from ingress.routing.route import Route
+from ingress.routing.route import Route, Upstream
+from ingress.routing.streams import TCP, StreamRoute
 from ingress.routing.table import HostRoutes
 
 
@@ -50,6 +51,7 @@ class GatewayRoutes:
     l4: L4Entries = field(default_factory=L4Entries)  # TLSRoute passthrough hosts, TCPRoute and UDPRoute listeners
     problems: list[Problem] = field(default_factory=list)
     status: GatewayAPIStatus = field(default_factory=GatewayAPIStatus)
+    own_ports: dict[int, GatewayRoutes] = field(default_factory=dict)  # HTTP(S) listeners on ports of their own: each port's routes
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +78,7 @@ def build_gateway_routes(
     routes = sorted((*state.http_routes, *grpc), key=lambda r: r.meta.age_key())
     l4_routes = sorted(state.l4_routes, key=lambda r: r.meta.age_key())
     attached = attach(state, [*routes, *l4_routes], listeners)
-    candidates: dict[str, list[_Candidate]] = {}
+    candidates: dict[tuple[int, str], list[_Candidate]] = {}  # (own port or 0, host)
     route_status: dict[ObjectRef, tuple[tuple[ParentRef, tuple[Condition, ...]], ...]] = {}
     for route in routes:
         places = attached.hosts.get(route.ref, [])
@@ -96,17 +98,20 @@ def build_gateway_routes(
         if parents:
             refs = _resolved_refs(l4_route.meta.generation, context.unresolved)
             route_status[l4_route.ref] = tuple((parent, (accepted, refs)) for parent, accepted in parents)
-    for host, found in candidates.items():
+    _open_own_ports(listeners, out)
+    for (port, host), found in candidates.items():
         paths = _host_routes(found)
+        where = out.own_ports[port] if port else out
         if not host:
-            out.any_host = paths
+            where.any_host = paths
         elif host.startswith("*."):
-            out.wildcards[host[2:]] = paths
+            where.wildcards[host[2:]] = paths
         else:
-            out.hosts[host] = paths
+            where.hosts[host] = paths
     for served in listeners:
         if served.secret is not None:
-            out.certificates.setdefault(served.listener.hostname, served.secret)
+            where = out.own_ports[served.listener.port] if served.own_port else out
+            where.certificates.setdefault(served.listener.hostname, served.secret)
     out.problems = context.problems + out.l4.problems + _listener_problems(listeners)
     out.status = GatewayAPIStatus(_class_status(state, controller_name), _gateway_status(listeners, attached.attached), route_status)
     return out
@@ -123,20 +128,42 @@ def _ports(ports: Mapping[int, str]) -> tuple[int, int]:
     return http, https
 
 
-def _add_candidates(route: HTTPRoute, places: list[tuple[ServedListener, tuple[str, ...]]], context: RuleContext, into: dict[str, list[_Candidate]]) -> None:
-    """Every (host, match) of the route's rules, with the schemes of the listeners that serve each host."""
-    schemes: dict[str, set[bytes]] = {}
+def _open_own_ports(listeners: list[ServedListener], out: GatewayRoutes) -> None:
+    """
+    A stream route that opens each port served by listeners of its own (the first listener's Gateway
+    names it), and the port's (empty) routes: a listener without routes answers 404, as the spec's
+    Programmed listener does.
+    """
+    for served in listeners:
+        port = served.listener.port
+        if not served.served or not served.own_port or port in out.own_ports:
+            continue
+        out.own_ports[port] = GatewayRoutes()
+        gateway = served.gateway.meta
+        stream = StreamRoute(TCP, port, f"{gateway.namespace}/{gateway.name}", served.gateway.ref, Upstream(f"gateway:{port}", ()), serves=served.scheme.decode())
+        out.l4.streams.setdefault((TCP, port), stream)
+
+
+def _add_candidates(
+    route: HTTPRoute, places: list[tuple[ServedListener, tuple[str, ...]]], context: RuleContext, into: dict[tuple[int, str], list[_Candidate]]
+) -> None:
+    """
+    Every (host, match) of the route's rules, with the schemes of the listeners that serve each host;
+    a listener on a port of its own has its own hosts (and one scheme: no condition on it).
+    """
+    schemes: dict[tuple[int, str], set[bytes]] = {}
     for served, hosts in places:
+        port = served.listener.port if served.own_port else 0
         for host in hosts:
-            schemes.setdefault(host, set()).add(served.scheme)
+            schemes.setdefault((port, host), set()).add(b"" if port else served.scheme)
     compiled = [compile_rule(route, rule, context) for rule in route.rules]
-    for host, host_schemes in schemes.items():
+    for place, host_schemes in schemes.items():
         scheme = next(iter(host_schemes)) if len(host_schemes) == 1 else b""
         for rule_index, (rule, target) in enumerate(zip(route.rules, compiled, strict=True)):
             for match_index, match in enumerate(rule.matches):
                 candidate = _candidate(route, match, target, scheme, (rule_index, match_index), context)
                 if candidate is not None:
-                    into.setdefault(host, []).append(candidate)
+                    into.setdefault(place, []).append(candidate)
 
 
 def _candidate(route: HTTPRoute, match: RouteMatch, target: Route, scheme: bytes, position: tuple[int, int], context: RuleContext) -> Optional[_Candidate]:
@@ -230,7 +257,7 @@ def _listener_problems(listeners: list[ServedListener]) -> list[Problem]:
     problems = []
     for served in listeners:
         for found in served.conditions:
-            if found.status == "False":
+            if found.status == "False" and found.type != "Conflicted":  # a conflict is told by its Accepted=False
                 what = f"listener {served.listener.name}: {found.type} {found.reason}: {found.message}"
                 problems.append(Problem(served.gateway.ref, found.reason, what))
     return problems

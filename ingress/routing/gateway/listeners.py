@@ -5,9 +5,18 @@ Which Gateways are ours, which of their listeners twingress serves, and which ro
 A Gateway is ours when its GatewayClass names twingress's controller.  Every
 Gateway of ours shares twingress's own listeners: an HTTP listener on the
 C{--http} port is served by the HTTP listener, an HTTPS listener (Terminate) on
-the C{--https} port by the TLS listener with its certificate chosen by SNI.  A
-listener on another port or of another protocol is reported (Accepted=False) and
-not served.
+the C{--https} port by the TLS listener with its certificate chosen by SNI.  An
+HTTP or HTTPS listener on another port gets a listener of its own on that port
+(C{own_port}), opened on C{--gateway-interface} as stream ports are; a TLS
+(passthrough) listener is served on the C{--https} port only.  A listener of
+another protocol, or on a port twingress holds for something else, is reported
+(Accepted=False) and not served.
+
+All our Gateways share one address, so their listeners share its ports: on a
+port that listeners of different kinds want (HTTP, TLS-based, TCP; UDP is a port
+space of its own) the first one (oldest Gateway, then listener order) keeps it
+and the others are C{Conflicted} (ProtocolConflict), as the spec asks of
+listeners that are not distinct.
 
 An HTTPRoute attaches, through each of its parentRefs, to the listeners the
 reference selects (sectionName, port) whose C{allowedRoutes} admit its namespace
@@ -18,7 +27,7 @@ and kind and whose hostname intersects the route's (Gateway API "Hostnames" and
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional, Union
 
 from ingress.model import ClusterState, Condition, ObjectRef
@@ -58,6 +67,7 @@ class ServedListener:
     supported_kinds: tuple[RouteKind, ...]
     conditions: tuple[Condition, ...]
     secret: Optional[tuple[str, str]] = None
+    own_port: bool = False  # served on a listener of its own on its port, not on --http/--https
 
     @property
     def served(self) -> bool:
@@ -85,7 +95,42 @@ def serve_listeners(state: ClusterState, gateways: Iterable[Gateway], ports: Map
     attach to HTTPS listeners, and to HTTP ones when HTTP/2 with prior knowledge is served there
     (C{--http2-cleartext}): GRPCRoute asks for h2c on an HTTP listener.
     """
-    return [_judge(state, gateway, listener, ports, cleartext_http2) for gateway in gateways for listener in gateway.listeners]
+    judged = [_judge(state, gateway, listener, ports, cleartext_http2) for gateway in gateways for listener in gateway.listeners]
+    return _without_conflicts(judged)
+
+
+def _port_kind(served: ServedListener) -> tuple[str, str]:
+    """(transport, what answers there): listeners of one transport and port must agree on the second."""
+    protocol = served.listener.protocol
+    if protocol == "UDP":
+        return "UDP", "UDP"
+    return "TCP", {"HTTPS": "TLS"}.get(protocol, protocol)
+
+
+def _without_conflicts(judged: list[ServedListener]) -> list[ServedListener]:
+    """Every listener with its Conflicted condition: on a port, the first served listener's kind holds it."""
+    holders: dict[tuple[str, int], tuple[str, ServedListener]] = {}
+    settled = []
+    for served in judged:
+        generation = served.gateway.meta.generation
+        transport, kind = _port_kind(served)
+        holder = holders.setdefault((transport, served.listener.port), (kind, served)) if served.served else None
+        if holder is None or holder[0] == kind:
+            settled.append(replace(served, conditions=(*served.conditions, condition("Conflicted", False, "NoConflicts", "", generation))))
+            continue
+        other = holder[1]
+        message = (
+            f"port {served.listener.port} is held by listener {other.listener.name} ({other.listener.protocol}) "
+            f"of Gateway {other.gateway.meta.namespace}/{other.gateway.meta.name}"
+        )
+        refs = [c for c in served.conditions if c.type == "ResolvedRefs"]
+        settled.append(replace(served, scheme=b"", secret=None, conditions=(
+            condition("Accepted", False, "PortUnavailable", message, generation),
+            condition("Programmed", False, "Invalid", message, generation),
+            *refs,
+            condition("Conflicted", True, "ProtocolConflict", message, generation),
+        )))
+    return settled
 
 
 def _judge(state: ClusterState, gateway: Gateway, listener: Listener, ports: Mapping[int, str], cleartext_http2: bool) -> ServedListener:
@@ -112,12 +157,15 @@ def _judge(state: ClusterState, gateway: Gateway, listener: Listener, ports: Map
             gateway, listener, SCHEMES[listener.protocol], kinds,
             (condition("Accepted", True, "Accepted", "", generation), condition("Programmed", True, "Programmed", "", generation), refs),
         )
-    wanted, option = (http_port, "--http") if listener.protocol == "HTTP" else (https_port, "--https")
+    wanted = http_port if listener.protocol == "HTTP" else https_port
     if listener.protocol == "TLS" and listener.tls_mode != "Passthrough":
         return refused("UnsupportedValue", "a TLS listener passes TLS through by SNI (tls.mode Passthrough); terminating it is not supported")
-    if wanted != listener.port:
+    own_port = listener.port not in ports
+    if own_port and listener.protocol == "TLS":
         where = f"port {wanted}" if wanted is not None else "no port: it is turned off"
-        return refused("PortUnavailable", f"a {listener.protocol} listener is served on twingress's {option} listener ({where}), not on port {listener.port}")
+        return refused("PortUnavailable", f"a TLS listener is served on twingress's --https listener ({where}), not on port {listener.port}")
+    if not own_port and wanted != listener.port:
+        return refused("PortUnavailable", f"port {listener.port} is twingress's own {ports[listener.port]} listener, which does not serve {listener.protocol}")
     secret = None
     if listener.protocol == "HTTPS":
         if listener.tls_mode != "Terminate":
@@ -133,7 +181,7 @@ def _judge(state: ClusterState, gateway: Gateway, listener: Listener, ports: Map
     return ServedListener(
         gateway, listener, SCHEMES[listener.protocol], kinds,
         (condition("Accepted", True, "Accepted", "", generation), condition("Programmed", True, "Programmed", "", generation), refs),
-        secret,
+        secret, own_port,
     )
 
 

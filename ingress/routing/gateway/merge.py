@@ -80,7 +80,7 @@ def merge_gateway(
             problems.append(Problem(stream.source, "PortConflict", f"{key[0]} port {key[1]} is {streams[key].name}'s (older): this route is not served there"))
         else:
             joined_streams[key] = stream
-    certs = _with_certificates(certificates, gateway.certificates, secrets)
+    certs = with_listener_certificates(certificates, gateway.certificates, secrets)
     return Merged(joined, deep, any_host, certs, problems, joined_passthrough, joined_streams)
 
 
@@ -94,7 +94,7 @@ def _conflicts(paths: HostRoutes, where: str) -> list[Problem]:
     return [Problem(source, HOST_CONFLICT, message) for source in sorted(sources)]
 
 
-def _with_certificates(table: CertificateTable, added: Mapping[str, tuple[str, str]], secrets: Mapping[tuple[str, str], TLSSecret]) -> CertificateTable:
+def with_listener_certificates(table: CertificateTable, added: Mapping[str, tuple[str, str]], secrets: Mapping[tuple[str, str], TLSSecret]) -> CertificateTable:
     """C{table} with the Gateway listeners' certificates where no Ingress named one ("" : the default)."""
     if not added:
         return table
