@@ -25,7 +25,7 @@ from ingress.controllers.status import PublishedAddresses
 from ingress.controllers.writer import LeaderWriter
 from ingress.model import Condition, ObjectRef
 from ingress.model.gateway import GATEWAY_GROUP, Gateway, GatewayClass, GRPCRoute, HTTPRoute, L4Route, ParentRef
-from ingress.routing.gateway.status import GatewayAPIStatus, GatewayStatus
+from ingress.routing.gateway.status import GatewayAPIStatus, GatewayStatus, with_listen_failures
 from ingress.routing.table import RoutingTable
 from ingress.sources.kube.client import MERGE_PATCH
 from ingress.sources.kube.reflector import Store
@@ -76,9 +76,12 @@ class GatewayStatusSync:
         self._status = GatewayAPIStatus()
         self._lock = threading.Lock()
 
-    def table_changed(self, table: RoutingTable) -> list[ObjectRef]:
-        """Keep the new table's status (reactor thread); returns the objects whose status changed."""
-        status = table.gateway_status or GatewayAPIStatus()
+    def table_changed(self, table: RoutingTable, listen_failures: Mapping[tuple[str, int], str] = {}) -> list[ObjectRef]:
+        """
+        Keep the new table's status, with the ports that could not be bound (reactor thread); returns the
+        objects whose status changed.
+        """
+        status = with_listen_failures(table.gateway_status or GatewayAPIStatus(), listen_failures)
         with self._lock:
             old, self._status = self._status, status
         changed = [ObjectRef("GatewayClass", "", name) for name in set(old.classes) | set(status.classes) if old.classes.get(name) != status.classes.get(name)]

@@ -215,7 +215,7 @@ class ControllerManager(Service):
     def _gateway_table_changed(self, table: RoutingTable) -> None:
         """A new table (reactor thread): queue the Gateway API objects whose status changed."""
         enqueue = self._enqueuer(GATEWAY_STATUS)
-        for ref in self._gateway_status.table_changed(table):
+        for ref in self._gateway_status.table_changed(table, self.listen_failures()):
             enqueue(ref)
 
     def _problems_changed(self, table: RoutingTable) -> None:

@@ -125,6 +125,7 @@ def test_gateway_and_routes_are_accepted_and_served(kube: Kube, namespace: str, 
     assert listener["supportedKinds"] == [{"group": GROUP, "kind": "HTTPRoute"}]
     assert conditions(listener["conditions"]) == {
         "Accepted": ("True", "Accepted", 1), "Programmed": ("True", "Programmed", 1), "ResolvedRefs": ("True", "ResolvedRefs", 1),
+        "Conflicted": ("False", "NoConflicts", 1),
     }
     assert status["addresses"] == [{"type": "IPAddress", "value": "192.0.2.80"}]
 
@@ -154,7 +155,7 @@ def test_observed_generation_follows_spec_changes(kube: Kube, namespace: str, ec
         return bool(parents) and all(c["observedGeneration"] == 2 for c in parents[0]["conditions"])
 
     wait_until(bumped, what="the route's conditions at generation 2")
-    listeners = [{"name": "http", "port": proxy.http_port, "protocol": "HTTP"}, {"name": "other", "port": 1, "protocol": "HTTP", "hostname": "other.example"}]
+    listeners = [{"name": "http", "port": proxy.http_port, "protocol": "HTTP"}, {"name": "other", "port": proxy.admin_port, "protocol": "HTTP", "hostname": "other.example"}]
     gateway_api.patch("gateways", "gw", namespace, {"spec": {"listeners": listeners}})
 
     def gateway_bumped() -> Optional[dict[str, Any]]:

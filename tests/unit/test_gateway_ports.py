@@ -13,6 +13,7 @@ from typing import Any
 
 from ingress.model import ObjectRef
 from ingress.routing import RoutingTable
+from ingress.routing.gateway.status import with_listen_failures
 from tests.unit.test_gateway_routing import backend, gateway, gateway_table, http_route, listener, problems_of, serve, services, to
 
 TLS_SECRET = {
@@ -140,3 +141,14 @@ def test_a_stream_ingress_keeps_a_port_a_gateway_listener_wants() -> None:
     table = gateway_table(gateway("gw", listener("alt", port=8080)), stream_ingress, *services("v1"))
     assert table.streams[("TCP", 8080)].source.kind == "StreamIngress"
     assert ("gw", "PortConflict") in problems_of(table, "Gateway")
+
+
+def test_a_port_that_cannot_be_bound_makes_its_listener_unavailable() -> None:
+    """The status the Lease holder writes: a listener whose port failed to bind is neither Accepted (PortUnavailable) nor Programmed."""
+    table = gateway_table(gateway("gw", listener("http"), listener("alt", port=8080)))
+    assert table.gateway_status is not None
+    status = with_listen_failures(table.gateway_status, {("TCP", 8080): "Address already in use"})
+    http, alt = ({c.type: (c.status, c.reason) for c in each.conditions} for each in status.gateways[ObjectRef("Gateway", "default", "gw")].listeners)
+    assert alt["Accepted"] == ("False", "PortUnavailable") and alt["Programmed"] == ("False", "Invalid")
+    assert http["Accepted"] == ("True", "Accepted")
+    assert with_listen_failures(table.gateway_status, {("UDP", 8080): "taken"}) == table.gateway_status

@@ -263,6 +263,14 @@ def _listener_problems(listeners: list[ServedListener]) -> list[Problem]:
     return problems
 
 
+def _bound_port(served: ServedListener) -> tuple[str, int]:
+    """The (transport, port) a served listener binds itself: stream listeners and those on ports of their own."""
+    protocol = served.listener.protocol
+    if not served.served or not (served.own_port or protocol in ("TCP", "UDP")):
+        return ("", 0)
+    return ("UDP" if protocol == "UDP" else "TCP", served.listener.port)
+
+
 def _class_status(state: ClusterState, controller_name: str) -> dict[str, tuple[Condition, ...]]:
     return {
         c.meta.name: (condition("Accepted", True, "Accepted", "", c.meta.generation),)
@@ -290,7 +298,7 @@ def _gateway_status(listeners: list[ServedListener], attached: Mapping[tuple[Obj
         status[ref] = GatewayStatus(
             conditions,
             tuple(
-                ListenerStatus(s.listener.name, tuple(k.kind for k in s.supported_kinds), attached.get((ref, s.listener.name), 0), s.conditions)
+                ListenerStatus(s.listener.name, tuple(k.kind for k in s.supported_kinds), attached.get((ref, s.listener.name), 0), s.conditions, _bound_port(s))
                 for s in served_listeners
             ),
         )

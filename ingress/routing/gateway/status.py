@@ -8,7 +8,7 @@ carried on the routing table like the StreamIngress conditions.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ingress.model import Condition, ObjectRef
@@ -21,6 +21,7 @@ class ListenerStatus:
     supported_kinds: tuple[str, ...]
     attached_routes: int
     conditions: tuple[Condition, ...]
+    port: tuple[str, int] = ("", 0)  # (transport, port) when the listener has a port of its own to bind; else ("", 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,3 +66,30 @@ class GatewayAPIStatus:
                 for ref, parents in sorted(self.routes.items())
             },
         }
+
+
+def with_listen_failures(status: GatewayAPIStatus, failures: Mapping[tuple[str, int], str]) -> GatewayAPIStatus:
+    """
+    C{status} with the listeners whose port could not be bound (in this process or a worker) not
+    Accepted (PortUnavailable, the spec's reason for a port in use) nor Programmed: the build
+    judged the objects, only binding tells whether the port is free.
+    """
+    if not failures:
+        return status
+    gateways = dict(status.gateways)
+    for ref, gateway in status.gateways.items():
+        if any(listener.port in failures for listener in gateway.listeners):
+            gateways[ref] = replace(gateway, listeners=tuple(_unbound(listener, failures) for listener in gateway.listeners))
+    return replace(status, gateways=gateways)
+
+
+def _unbound(listener: ListenerStatus, failures: Mapping[tuple[str, int], str]) -> ListenerStatus:
+    detail = failures.get(listener.port)
+    if detail is None:
+        return listener
+    message = f"port {listener.port[1]} could not be opened: {detail}"
+    replaced = {"Accepted": ("PortUnavailable", message), "Programmed": ("Invalid", message)}
+    conditions = tuple(
+        Condition(c.type, "False", *replaced[c.type], c.observed_generation) if c.type in replaced else c for c in listener.conditions
+    )
+    return replace(listener, conditions=conditions)
