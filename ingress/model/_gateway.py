@@ -196,7 +196,7 @@ def _grpc_rule(value: Any, path: str, namespace: str) -> GRPCRouteRule:
         matches.append(GRPCRouteMatch(method_match, headers))
     return GRPCRouteRule(
         matches=tuple(matches) or (GRPCRouteMatch(),),
-        filters=tuple(route_filter(f, f"{path}.filters[{i}]") for i, f in enumerate(_list(item.get("filters"), f"{path}.filters"))),
+        filters=tuple(route_filter(f, f"{path}.filters[{i}]", namespace) for i, f in enumerate(_list(item.get("filters"), f"{path}.filters"))),
         backend_refs=tuple(backend_ref(b, f"{path}.backendRefs[{i}]", namespace) for i, b in enumerate(_list(item.get("backendRefs"), f"{path}.backendRefs"))),
         name=_str(item.get("name"), f"{path}.name"),
     )
@@ -239,7 +239,7 @@ def _rule(value: Any, path: str, namespace: str) -> RouteRule:
     timeouts = _mapping(item.get("timeouts"), f"{path}.timeouts")
     return RouteRule(
         matches=matches or (RouteMatch(),),
-        filters=tuple(route_filter(f, f"{path}.filters[{i}]") for i, f in enumerate(_list(item.get("filters"), f"{path}.filters"))),
+        filters=tuple(route_filter(f, f"{path}.filters[{i}]", namespace) for i, f in enumerate(_list(item.get("filters"), f"{path}.filters"))),
         backend_refs=tuple(backend_ref(b, f"{path}.backendRefs[{i}]", namespace) for i, b in enumerate(_list(item.get("backendRefs"), f"{path}.backendRefs"))),
         request_timeout=duration(timeouts.get("request"), f"{path}.timeouts.request"),
         backend_request_timeout=duration(timeouts.get("backendRequest"), f"{path}.timeouts.backendRequest"),

@@ -19,6 +19,7 @@ from ingress.model.gateway import (
     VALUE_MATCH_REGEX,
     BackendRef,
     HeaderModifier,
+    MirrorFilter,
     PathModifier,
     RedirectFilter,
     RewriteFilter,
@@ -59,7 +60,7 @@ def value_match(value: Any, path: str, *, lower: bool) -> ValueMatch:
     return ValueMatch(name.lower() if lower else name, _str(item.get("value"), f"{path}.value"), match_type)
 
 
-def route_filter(value: Any, path: str) -> RouteFilter:
+def route_filter(value: Any, path: str, namespace: str) -> RouteFilter:
     item = _mapping(value, path)
     kind = _str(item.get("type"), f"{path}.type")
     if not kind:
@@ -79,7 +80,27 @@ def route_filter(value: Any, path: str) -> RouteFilter:
                 path=_path_modifier(rewrite.get("path"), f"{path}.urlRewrite.path"),
             ),
         )
-    return RouteFilter(kind)  # RequestMirror, CORS, ExtensionRef...: routing reports what it cannot do
+    if kind == "RequestMirror":
+        return RouteFilter(kind, mirror=_mirror(item.get("requestMirror"), f"{path}.requestMirror", namespace))
+    return RouteFilter(kind)  # CORS, ExtensionRef...: routing reports what it cannot do
+
+
+def _mirror(value: Any, path: str, namespace: str) -> MirrorFilter:
+    """HTTPRequestMirrorFilter: backendRef, and percent (0-100) or fraction (numerator/denominator, default 100)."""
+    item = _mapping(value, path)
+    backend = backend_ref(item.get("backendRef"), f"{path}.backendRef", namespace)
+    percent = _int(item.get("percent"), f"{path}.percent")
+    if percent is not None and not 0 <= percent <= 100:
+        raise _invalid(f"{path}.percent", percent, "must be between 0 and 100")
+    share = 100.0 if percent is None else float(percent)
+    if item.get("fraction") is not None:
+        fraction = _mapping(item.get("fraction"), f"{path}.fraction")
+        numerator = _int(fraction.get("numerator"), f"{path}.fraction.numerator") or 0
+        denominator = _int(fraction.get("denominator"), f"{path}.fraction.denominator") or 100
+        if not 0 <= numerator <= denominator:
+            raise _invalid(f"{path}.fraction", f"{numerator}/{denominator}", "needs 0 <= numerator <= denominator, denominator > 0")
+        share = 100.0 * numerator / denominator
+    return MirrorFilter(backend, share)
 
 
 def _header_modifier(value: Any, path: str) -> HeaderModifier:
@@ -138,7 +159,7 @@ def backend_ref(value: Any, path: str, namespace: str) -> BackendRef:
         group=_str(item.get("group"), f"{path}.group"),
         kind=_str(item.get("kind"), f"{path}.kind", "Service"),
         weight=1 if weight is None else weight,
-        filters=tuple(route_filter(f, f"{path}.filters[{i}]") for i, f in enumerate(_list(item.get("filters"), f"{path}.filters"))),
+        filters=tuple(route_filter(f, f"{path}.filters[{i}]", namespace) for i, f in enumerate(_list(item.get("filters"), f"{path}.filters"))),
     )
 
 

@@ -192,6 +192,14 @@ class RewriteFilter:
 
 
 @dataclass(frozen=True, slots=True)
+class MirrorFilter:
+    """RequestMirror: where copies of the requests go (a BackendObjectReference: no weight) and the share copied, in percent."""
+
+    backend: BackendRef
+    percent: float = 100.0
+
+
+@dataclass(frozen=True, slots=True)
 class RouteFilter:
     """
     One HTTPRouteFilter.  C{type} names it; the field of that type is set.  A filter
@@ -203,6 +211,7 @@ class RouteFilter:
     response_headers: Optional[HeaderModifier] = None
     redirect: Optional[RedirectFilter] = None
     rewrite: Optional[RewriteFilter] = None
+    mirror: Optional[MirrorFilter] = None
 
 
 @dataclass(frozen=True, slots=True)

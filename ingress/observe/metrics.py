@@ -30,6 +30,11 @@ class Metrics:
         self.open_connections = Gauge(
             "twingress_open_connections", "Client connections open now, by listener", ["listener"], registry=r
         )
+        self.mirror_requests = Counter(
+            "twingress_http_mirror_requests",
+            "Request copies for RequestMirror backends, by route and outcome (answered, failed, cut: the mirror was too slow, no-endpoint)",
+            ["route", "outcome"], registry=r,
+        )
         self.upstream_failures = Counter(
             "twingress_upstream_failures", "Upstream connect failures and resets, by reason", ["reason"], registry=r
         )

@@ -281,7 +281,7 @@ def _routes_of(routes: HostRoutes) -> Iterable[Route]:
 
 
 def _services_of(route: Route) -> Iterable[ServiceKey]:
-    """The Services a route sends requests to: its own, its canary's, a Gateway rule's weighted backends', its choices'."""
+    """The Services a route sends requests to: its own, its canary's, a Gateway rule's weighted backends' and mirrors', its choices'."""
     service = _service_of(route.upstream.key)
     if service is not None:
         yield service
@@ -292,6 +292,8 @@ def _services_of(route: Route) -> Iterable[ServiceKey]:
         for backend in policies.backends.routes:
             if backend is not None:
                 yield from _services_of(backend)
+    if policies is not None and policies.mirror is not None:
+        yield from (service for target in policies.mirror.targets if (service := _service_of(target.upstream.key)) is not None)
     for _, choice in route.choices:
         yield from _services_of(choice)
 
@@ -337,7 +339,7 @@ def _host(routes: HostRoutes, swap: _UpstreamSwap) -> HostRoutes:
 
 
 def _route(route: Route, swap: _UpstreamSwap) -> Route:
-    """The route with every upstream it may send to resolved again (its own, a canary's, weighted backends', choices')."""
+    """The route with every upstream it may send to resolved again (its own, a canary's, weighted backends', mirrors', choices')."""
     policies = route.policies
     if policies is not None and policies.canary is not None:
         canary = _route(policies.canary.route, swap)
@@ -347,6 +349,10 @@ def _route(route: Route, swap: _UpstreamSwap) -> Route:
         backends = tuple(_route(backend, swap) if backend is not None else None for backend in policies.backends.routes)
         if any(a is not b for a, b in zip(backends, policies.backends.routes, strict=True)):
             policies = replace(policies, backends=replace(policies.backends, routes=backends))
+    if policies is not None and policies.mirror is not None:
+        targets = tuple(replace(target, upstream=swap(target.upstream)) for target in policies.mirror.targets)
+        if any(a.upstream is not b.upstream for a, b in zip(targets, policies.mirror.targets, strict=True)):
+            policies = replace(policies, mirror=replace(policies.mirror, targets=targets))
     choices = tuple((match, _route(choice, swap)) for match, choice in route.choices)
     if any(a[1] is not b[1] for a, b in zip(choices, route.choices, strict=True)):
         route = replace(route, choices=choices)

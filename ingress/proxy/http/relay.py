@@ -22,11 +22,12 @@ from twisted.logger import Logger
 from ingress.proxy.http import h1
 from ingress.proxy.http.chunked import ChunkedFramer
 from ingress.proxy.http.forwarding import response_head_bytes
+from ingress.proxy.http.mirror import MirrorCopy, start_copies
 from ingress.proxy.http.policy import chosen_endpoint
 from ingress.proxy.http.retry import may_retry
 from ingress.proxy.http.steps import PolicySteps
 from ingress.proxy.http.upstream import Address, UpstreamConnection
-from ingress.routing.policies import EWMA, Limits
+from ingress.routing.policies import EWMA, Limits, Mirror
 
 if TYPE_CHECKING:
     from ingress.proxy.http.routed import Routed
@@ -75,6 +76,7 @@ class UpstreamRelay(PolicySteps):
     _send_timeout: float
     _max_body: int
     _started_at: float
+    _mirrors: tuple[MirrorCopy, ...]  # RequestMirror copies of the request being served (usually none)
 
     def _refuse(self, status: int, detail: str) -> None: ...
 
@@ -306,8 +308,18 @@ class UpstreamRelay(PolicySteps):
             else:
                 upstream.transport.loseConnection()
 
+    def _start_mirrors(self, mirror: Mirror) -> None:
+        """RequestMirror: copies of this request (its head now, its body as it is sent upstream) to the route's mirrors."""
+        factory = self.factory
+        self._mirrors = start_copies(
+            mirror, self._head_bytes, factory.pool, factory.reactor, factory.metrics, self._route_name(), self._connect_timeout, self._read_timeout
+        )
+
     def _send_upstream(self, data: bytes) -> None:
         """Request bytes: to the upstream connection, or held (up to a limit) while it is being opened."""
+        if self._mirrors:
+            for copy in self._mirrors:
+                copy.send(data)
         upstream = self._upstream
         if upstream is not None:
             upstream.write(data)

@@ -103,6 +103,7 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         self._auth_cookies = b""  # an auth service's Set-Cookie fields, for the responses nginx's add_header reaches
         self._conn_hold = None  # limit-connections: the place this request holds
         self._error_code = 0
+        self._mirrors = ()
 
     # -- connection lifecycle -------------------------------------------------
 
@@ -332,6 +333,9 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         else:
             self._request_complete = True
             self._state = AWAIT
+        policies = self._route.policies if self._route is not None else None
+        if policies is not None and policies.mirror is not None:
+            self._start_mirrors(policies.mirror)
         self._dispatch()
 
     def _read_body(self) -> None:

@@ -84,6 +84,7 @@ class H2Stream(StreamResponse):
         self._auth_cookies = b""
         self._conn_hold: Optional[tuple[str, str]] = None  # limit-connections: the place this request holds
         self._error_code = 0
+        self._mirrors = ()
         self._forwarded = UNKNOWN_PEER
         self._read_pauses: set[str] = set()
         self._unacknowledged = 0  # request bytes received while the upstream pushed back
@@ -183,6 +184,8 @@ class H2Stream(StreamResponse):
         else:
             self._state = AWAIT
             self._timer.set(self._read_timeout, "upstream")
+        if policies is not None and policies.mirror is not None:
+            self._start_mirrors(policies.mirror)
         self._dispatch()
 
     def receive_body(self, data: bytes, flow_length: int) -> None:

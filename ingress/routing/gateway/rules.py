@@ -5,9 +5,11 @@ its backendRefs as an upstream or a weighted set.
 
 The filters become the policies an Ingress's annotations become (DESIGN "Routes carry
 policies"): RequestHeaderModifier and ResponseHeaderModifier are header changes,
-RequestRedirect is answered by the proxy, URLRewrite is the upstream's Host and path.
-A filter twingress does not implement (RequestMirror, CORS, ExtensionRef) makes its
-rule answer 500: a rule is never served without what it asks for.
+RequestRedirect is answered by the proxy, URLRewrite is the upstream's Host and path,
+RequestMirror copies the requests to other backends (a mirror whose backend cannot be
+used is dropped and reported in ResolvedRefs, as the spec asks; the rule is served).
+A filter twingress does not implement (CORS, ExtensionRef; RequestMirror on a GRPCRoute)
+makes its rule answer 500: a rule is never served without what it asks for.
 
 A backendRef that cannot be used (another kind than a core Service, a Service that
 does not exist, another namespace without a ReferenceGrant, no port) answers its
@@ -26,6 +28,7 @@ from ingress.routing.backends import Backends
 from ingress.routing.gateway.grpc import GRPC_ROUTE
 from ingress.routing.policies import Policies
 from ingress.routing.policies.headers import HeaderChanges, header_changes, valid_field
+from ingress.routing.policies.mirror import Mirror, MirrorTarget
 from ingress.routing.policies.pathreplace import REPLACE_PREFIX_MATCH, PathReplace
 from ingress.routing.policies.redirect import Deny, GatewayRedirect
 from ingress.routing.policies.weighted import WeightedBackends
@@ -80,6 +83,7 @@ def _filter_policies(route: HTTPRoute, rule: RouteRule, context: RuleContext) ->
     redirect: Optional[GatewayRedirect] = None
     rewrite: Optional[PathReplace] = None
     upstream_host = ""
+    mirrors: list[MirrorTarget] = []
     for item in rule.filters:
         if item.type == "RequestHeaderModifier" and item.request_headers is not None:
             request = _changes(item.request_headers)
@@ -96,9 +100,25 @@ def _filter_policies(route: HTTPRoute, rule: RouteRule, context: RuleContext) ->
         elif item.type == "URLRewrite" and item.rewrite is not None:
             upstream_host = item.rewrite.hostname
             rewrite = _path(rule, item.rewrite.path.type, item.rewrite.path.value) if item.rewrite.path is not None else None
+        elif item.type == "RequestMirror" and item.mirror is not None and route.kind != GRPC_ROUTE:
+            target = _mirror_target(route, item.mirror.backend, item.mirror.percent, context)
+            if target is not None:
+                mirrors.append(target)
         else:
-            return Policies(), _refuse(route, context, f"filter {item.type} is not supported by twingress")
-    return Policies(redirect=redirect, rewrite=rewrite, upstream_host=upstream_host, request_headers=request, response_headers=response), ""
+            return Policies(), _refuse(route, context, f"filter {item.type} is not supported by twingress" + (" on a GRPCRoute" if item.type == "RequestMirror" else ""))
+    mirror = Mirror(tuple(mirrors)) if mirrors else None
+    return Policies(redirect=redirect, rewrite=rewrite, upstream_host=upstream_host, request_headers=request, response_headers=response, mirror=mirror), ""
+
+
+def _mirror_target(route: HTTPRoute, ref: BackendRef, percent: float, context: RuleContext) -> Optional[MirrorTarget]:
+    """A RequestMirror's backend, or None (the mirror dropped, ResolvedRefs says why; a share of 0 copies nothing)."""
+    if not usable_backend(route, ref, context) or percent <= 0:
+        return None
+    assert ref.port is not None  # usable_backend checked it
+    upstream, issue = context.backends.upstream(ref.namespace, IngressBackend(ref.name, ServiceBackendPort(number=ref.port)))
+    if issue is not None:
+        context.problems.append(Problem(route.ref, *issue))
+    return MirrorTarget(upstream, percent)
 
 
 def _refuse(route: HTTPRoute, context: RuleContext, why: str) -> str:

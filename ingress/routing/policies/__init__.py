@@ -20,6 +20,7 @@ applied by the proxy in one fixed order, the order of L{Policies}' fields:
   5. C{rewrite}, C{upstream_host}, C{request_headers}: the request the upstream receives,
      and C{response_headers} the response the client receives;
   6. C{limits}, C{backend_tls}: timeouts, the body size limit, and TLS to the endpoints;
+     C{mirror}: copies of the request to other backends, their answers ignored;
   7. C{retry}, C{error_pages}: what an error does: another endpoint, or a page from the
      error backend instead of the response.
 
@@ -46,6 +47,7 @@ from ingress.routing.policies.extauth import ExternalAuth
 from ingress.routing.policies.hashing import HashBy
 from ingress.routing.policies.headers import HeaderChanges
 from ingress.routing.policies.limits import Limits
+from ingress.routing.policies.mirror import Mirror
 from ingress.routing.policies.pathreplace import PathReplace
 from ingress.routing.policies.ratelimit import RateLimit
 from ingress.routing.policies.redirect import Deny, GatewayRedirect, Redirect
@@ -56,7 +58,8 @@ from ingress.routing.policies.weighted import WeightedBackends
 EWMA = "ewma"  # load_balance: two endpoints at random, the faster answering wins (else round robin)
 
 __all__ = [
-    "EWMA", "BasicAuth", "Cors", "ErrorPages", "ExternalAuth", "SourceRanges", "Affinity", "BackendTLS", "Canary", "Deny", "HashBy", "HeaderChanges", "Limits", "Policies", "RateLimit",
+    "EWMA", "BasicAuth", "Cors", "ErrorPages", "ExternalAuth", "SourceRanges", "Affinity", "BackendTLS", "Canary", "Deny", "HashBy", "HeaderChanges", "Limits", "Mirror",
+    "Policies", "RateLimit",
     "Redirect", "Retry", "Rewrite", "WeightedBackends",
 ]
 
@@ -86,6 +89,7 @@ class Policies:
     limits: Optional[Limits] = None
     backend_tls: Optional[BackendTLS] = None
     backend_http2: bool = False  # HTTP/2 to the endpoints (backend-protocol GRPC, GRPCS, H2C): HTTP/2 clients only
+    mirror: Optional[Mirror] = None  # Gateway API RequestMirror
     retry: Optional[Retry] = None
     error_pages: Optional[ErrorPages] = None
     strip_trailing_slash: bool = False  # the HTTP to HTTPS redirect drops one trailing "/" (ingress-nginx's default)
@@ -135,6 +139,8 @@ class Policies:
             shown["backendTLS"] = self.backend_tls.to_json()
         if self.backend_http2:
             shown["backendHTTP2"] = True
+        if self.mirror is not None:
+            shown["mirror"] = self.mirror.to_json()
         if self.retry is not None:
             shown["retry"] = self.retry.to_json()
         if self.error_pages is not None:
