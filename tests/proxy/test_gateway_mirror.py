@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -46,7 +47,7 @@ def mirror_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MirrorPro
     echo = EchoBackend("pod-primary")
     mirrors = {"one": Service(), "two": Service()}
     manifests = Manifests(tmp_path_factory.mktemp("mirror"))
-    process = Twingress(manifests.path)
+    process = Twingress(manifests.path, "--http2-cleartext")
     wait_for_port("127.0.0.1", process.http_port, process.process)
     generation = process.generation()
     manifests.write(
@@ -101,6 +102,19 @@ def test_a_request_is_copied_to_the_mirror(mirror_proxy: MirrorProxy) -> None:
     assert _send(mirror_proxy, "single.test", "/posted", "POST", body) == (200, "pod-primary")
     (posted,) = _copies(mirror_proxy.mirrors["one"], "/posted", 1)
     assert (posted["method"], posted["body"]) == ("POST", len(body))
+
+
+def test_an_http2_request_is_copied_too(mirror_proxy: MirrorProxy) -> None:
+    """An HTTP/2 client's request (h2c with prior knowledge) goes to an HTTP/1.1 backend and its mirror alike."""
+    done = subprocess.run(
+        ["curl", "-sS", "--max-time", "15", "--http2-prior-knowledge", "-H", "Host: single.test", "--data-binary", "x" * 5000,
+         f"http://127.0.0.1:{mirror_proxy.process.http_port}/h2"],
+        capture_output=True, timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["name"] == "pod-primary"
+    (copy,) = _copies(mirror_proxy.mirrors["one"], "/h2", 1)
+    assert (copy["method"], copy["body"]) == ("POST", 5000)
 
 
 def test_every_mirror_of_a_rule_gets_a_copy(mirror_proxy: MirrorProxy) -> None:
