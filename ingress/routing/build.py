@@ -110,6 +110,7 @@ def build(
         deep_wildcards=merged.deep_wildcards,
         gateway_status=gateway.status if gateway.status.classes or gateway.status.gateways else None,
         passthrough=merged.passthrough,
+        deep_passthrough=merged.deep_passthrough,
         any_host=merged.any_host,
         default_route=default_route,
         problems=_sorted_problems(state.problems)

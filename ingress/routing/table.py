@@ -85,16 +85,31 @@ class RoutingTable:
     # Gateway API: wildcard hostnames cover any number of labels (Ingress wildcards: exactly one), longest suffix first.
     deep_wildcards: Mapping[str, HostRoutes] = field(default_factory=dict)
     gateway_status: Optional[GatewayAPIStatus] = None  # what the Lease holder writes to Gateway API objects
+    # Gateway API TLSRoute wildcards passed through: the suffix after "*." → upstream; any number of labels
+    deep_passthrough: Mapping[str, Upstream] = field(default_factory=dict)
     # Gateway API listeners on ports of their own (not --http/--https): port → the table of that port alone
     # (its hosts, certificates; everything else as here).  Their stream route (C{serves}) opens the port.
     gateway_ports: Mapping[int, RoutingTable] = field(default_factory=dict)
 
     def passthrough_for(self, host: str) -> Optional[Upstream]:
-        """The upstream that gets this SNI name's raw TLS, if its host is passed through."""
+        """
+        The upstream that gets this SNI name's raw TLS, if its host is passed through: an exact name,
+        an Ingress wildcard (one label), a Gateway API wildcard (any number of labels, longest suffix).
+        """
         upstream = self.passthrough.get(host)
         if upstream is None and "." in host:
             upstream = self.passthrough.get("*." + host.split(".", 1)[1])
+        if upstream is None and self.deep_passthrough:
+            dot = host.find(".")
+            while dot > 0 and upstream is None:
+                upstream = self.deep_passthrough.get(host[dot + 1 :])
+                dot = host.find(".", dot + 1)
         return upstream
+
+    @property
+    def passes_through(self) -> bool:
+        """Whether any name is passed through (the TLS listener reads the SNI name first only then)."""
+        return bool(self.passthrough or self.deep_passthrough)
 
     def host_routes(self, host: str) -> Optional[HostRoutes]:
         """The rules that own C{host} (already normalised): exact beats wildcard beats host-less."""
@@ -173,7 +188,7 @@ class RoutingTable:
                 **{h: "/".join(k) for h, k in sorted(self.certificates.exact.items())},
                 **{"*." + h: "/".join(k) for h, k in sorted(self.certificates.wildcards.items())},
             },
-            "passthrough": {h: u.key for h, u in sorted(self.passthrough.items())},
+            "passthrough": {h: u.key for h, u in sorted({**{"*." + s: u for s, u in self.deep_passthrough.items()}, **self.passthrough}.items())},
             **streams_json(self.streams, self.stream_conditions),
             "problems": [problem_json(p) for p in self.problems],
             **({"gatewayAPI": self.gateway_status.to_json()} if self.gateway_status is not None else {}),

@@ -608,6 +608,32 @@ def test_tls_routes_pass_tls_through_by_sni() -> None:
     assert table.passthrough_for("abc.other.com") is None
 
 
+@pytest.mark.parametrize(("listener_host", "route_hosts", "wildcard_backend"), [
+    ("abc.example.com", ("abc.example.com", "*.example.com"), None),
+    ("*.example.com", ("abc.example.com", "*.com"), "default/v2:443"),
+    ("*.com", ("abc.example.com", "*.example.com"), "default/v2:443"),
+    (None, ("abc.example.com", "*.com"), "default/v2:443"),
+], ids=["exact-listener", "more-specific-listener", "less-specific-listener", "no-listener-hostname"])
+def test_tls_route_hostnames_intersect_with_the_listener_s(listener_host: Optional[str], route_hosts: tuple[str, str], wildcard_backend: Optional[str]) -> None:
+    """
+    TLSRouteHostnameIntersection: the exact host reaches backend 1, "other.example.com" reaches the
+    wildcard route's backend 2 (a Gateway wildcard covers any number of labels: "*.com" covers it),
+    a name outside the intersection reaches neither.
+    """
+    table = gateway_table(
+        gateway("gw", passthrough_listener(listener_host)),
+        l4_route("TLSRoute", "exact", backend("v1", 443), hostnames=route_hosts[:1]),
+        l4_route("TLSRoute", "wild", backend("v2", 443), hostnames=route_hosts[1:]),
+        service("v1", ("tls", 443)), endpoints("v1", "10.0.0.1", ports=(("tls", 443),)),
+        service("v2", ("tls", 443)), endpoints("v2", "10.0.0.2", ports=(("tls", 443),)),
+    )
+    found = table.passthrough_for("abc.example.com")
+    assert found is not None and found.key == "default/v1:443"
+    other = table.passthrough_for("other.example.com")
+    assert (other.key if other is not None else None) == wildcard_backend
+    assert table.passthrough_for("non.matching.org") is None
+
+
 def test_tls_listeners_only_pass_through_and_tls_routes_only_attach_to_them() -> None:
     """TLSRouteListenerTerminateNotSupported and TLSRouteInvalidNoMatchingListener."""
     terminate = gateway_table(gateway("gw", passthrough_listener(mode="Terminate")))

@@ -108,7 +108,8 @@ class TLSFront(Protocol):
             self._answer_plain_http()
             return
         self._cancel_timer()
-        upstream = self.factory.live.table.passthrough_for(name) if name and self.factory.live.table.passthrough else None
+        table = self.factory.live.table
+        upstream = table.passthrough_for(name) if name and table.passes_through else None
         if upstream is None:
             self._terminate()
             return

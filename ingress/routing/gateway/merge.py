@@ -34,6 +34,7 @@ class Merged:
     problems: list[Problem]
     passthrough: dict[str, Upstream]
     streams: dict[tuple[str, int], StreamRoute]
+    deep_passthrough: dict[str, Upstream]
 
 
 def merge_gateway(
@@ -69,9 +70,12 @@ def merge_gateway(
     elif gateway.any_host is not None:
         any_host = gateway.any_host
     joined_passthrough = dict(passthrough)
+    deep_passthrough: dict[str, Upstream] = {}
     for host, upstream in gateway.l4.passthrough.items():
         if host in passthrough:
             problems.append(Problem(gateway.l4.passed_by[host], HOST_CONFLICT, f'TLS host "{host}" is passed through by an Ingress: this route is not served there'))
+        elif host.startswith("*."):
+            deep_passthrough[host[2:]] = upstream  # a Gateway wildcard covers any number of labels
         else:
             joined_passthrough[host] = upstream
     joined_streams = dict(streams)
@@ -81,7 +85,7 @@ def merge_gateway(
         else:
             joined_streams[key] = stream
     certs = with_listener_certificates(certificates, gateway.certificates, secrets)
-    return Merged(joined, deep, any_host, certs, problems, joined_passthrough, joined_streams)
+    return Merged(joined, deep, any_host, certs, problems, joined_passthrough, joined_streams, deep_passthrough)
 
 
 def _conflicts(paths: HostRoutes, where: str) -> list[Problem]:
