@@ -152,3 +152,20 @@ def test_a_port_that_cannot_be_bound_makes_its_listener_unavailable() -> None:
     assert alt["Accepted"] == ("False", "PortUnavailable") and alt["Programmed"] == ("False", "Invalid")
     assert http["Accepted"] == ("True", "Accepted")
     assert with_listen_failures(table.gateway_status, {("UDP", 8080): "taken"}) == table.gateway_status
+
+
+def test_a_redirect_without_scheme_and_port_goes_to_the_own_port_it_came_to() -> None:
+    """
+    HTTPRequestRedirectFilter.Port: without scheme and port the Location has the port of the
+    listener the request came to; a route on --http and on a port of its own redirects each
+    request to its own listener's port (the well-known port left out).
+    """
+    redirect = {"type": "RequestRedirect", "requestRedirect": {"hostname": "example.org"}}
+    tls: dict[str, Any] = {"certificateRefs": [{"name": "cert"}]}
+    table = gateway_table(
+        gateway("gw", listener("http"), listener("alt", port=8080), listener("secure", port=8443, protocol="HTTPS", tls=tls)),
+        http_route("r", to(filters=[redirect])), TLS_SECRET,
+    )
+    assert serve(table, "a.example", "/x?q") == "302 http://example.org/x?q"
+    assert serve(table.gateway_ports[8080], "a.example", "/x?q") == "302 http://example.org:8080/x?q"
+    assert serve(table.gateway_ports[8443], "a.example", "/x?q", scheme=b"https") == "302 https://example.org:8443/x?q"
