@@ -71,6 +71,7 @@ def build_gateway_routes(
     """The Gateway API routes of C{state} for the listeners on C{ports} (port → "http", "https")."""
     out = GatewayRoutes()
     if not has_gateway_api(state):
+        out.status = GatewayAPIStatus(_class_status(state, controller_name))  # a class of ours is Accepted before any Gateway names it
         return out
     gateways = our_gateways(state, controller_name)
     listeners = serve_listeners(state, gateways, ports, cleartext_http2)
