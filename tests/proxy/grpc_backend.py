@@ -4,6 +4,7 @@ A gRPC server for the tests (grpcio, generic handlers on raw bytes: no generated
 Service C{test.Echo}:
 - C{Unary}: answers the request's bytes; metadata C{x-echo} comes back as initial metadata
   C{x-echo} and trailer C{x-trailer}; a request of C{b"fail"} ends with NOT_FOUND and a message.
+- C{UnaryTwo}: the same as C{Unary}, another method of the service (routes that match methods).
 - C{Download}: the request is a decimal byte count; answers it in 64 KiB messages.
 - C{Upload}: counts the bytes of every request message; answers the count.
 - C{Chat}: bidirectional; answers each message with it reversed.
@@ -78,6 +79,7 @@ def main() -> None:
     echo = Echo(marker, f"port-{port}")
     handlers = {
         "Unary": grpc.unary_unary_rpc_method_handler(echo.unary, _identity, _identity),
+        "UnaryTwo": grpc.unary_unary_rpc_method_handler(echo.unary, _identity, _identity),
         "Download": grpc.unary_stream_rpc_method_handler(echo.download, _identity, _identity),
         "Upload": grpc.stream_unary_rpc_method_handler(echo.upload, _identity, _identity),
         "Chat": grpc.stream_stream_rpc_method_handler(echo.chat, _identity, _identity),

@@ -10,16 +10,20 @@ UNAVAILABLE ("gRPC over HTTP2", the HTTP-to-gRPC status mapping), which GRPCRout
 from __future__ import annotations
 
 import collections
+import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 
-from tests.proxy.test_grpc import Backend
-from tests.support import Manifests, Twingress
+from tests.proxy.gateway_support import GATEWAY_CLASS, apply, gateway, route
+from tests.proxy.grpc_support import Backend, h2c_channel
+from tests.support import Manifests, Twingress, free_port, wait_for_port
 
 GW = "gateway.networking.k8s.io/v1"
+ECHO = "test.Echo"
 
 
 def _rule(service: str, *, method: str = "", matches: list[dict[str, Any]] | None = None, weights: tuple[int, ...] = (), backends: tuple[str, ...] = ("a",)) -> dict[str, Any]:
@@ -44,9 +48,8 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Twingress,
     header = [{"method": {"service": "test.Echo", "method": "Unary"}, "headers": [{"name": "version", "value": "two"}]}]
     manifests.write(
         "gateway.yaml",
-        {"apiVersion": GW, "kind": "GatewayClass", "metadata": {"name": "twingress"}, "spec": {"controllerName": "twingress.io/gateway-controller"}},
-        {"apiVersion": GW, "kind": "Gateway", "metadata": {"name": "gw", "namespace": "default"},
-         "spec": {"gatewayClassName": "twingress", "listeners": [{"name": "http", "port": twingress.http_port, "protocol": "HTTP"}]}},
+        GATEWAY_CLASS,
+        gateway("gw", [{"name": "http", "port": twingress.http_port, "protocol": "HTTP"}]),
         {"apiVersion": GW, "kind": "GRPCRoute", "metadata": {"name": "rpc", "namespace": "default"},
          "spec": {"parentRefs": [{"name": "gw"}], "hostnames": ["rpc.gw.test"], "rules": [
              _rule("test.Echo", method="Unary", backends=("a",)),
@@ -67,7 +70,7 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Twingress,
 
 
 def _channel(twingress: Twingress, host: str) -> grpc.Channel:
-    return grpc.insecure_channel(f"127.0.0.1:{twingress.http_port}", options=[("grpc.default_authority", host)])
+    return h2c_channel(twingress.http_port, host)
 
 
 def test_exact_method_and_header_matching(proxy: tuple[Twingress, dict[str, str]]) -> None:
@@ -106,3 +109,83 @@ def test_status_shows_the_routes_accepted(proxy: tuple[Twingress, dict[str, str]
     assert listener["supportedKinds"] == ["HTTPRoute", "GRPCRoute"] and listener["attachedRoutes"] == 2
     (split,) = status["httpRoutes"]["default/split"]
     assert {c["type"]: c["reason"] for c in split["conditions"]} == {"Accepted": "Accepted", "ResolvedRefs": "BackendNotFound"}
+
+
+@contextlib.contextmanager
+def _grpc_twingress(directory: Path, names: tuple[str, ...]) -> Iterator[tuple[Manifests, Twingress, dict[str, bytes]]]:
+    """twistd with h2c on --http and Gateway ports on 127.0.0.1, in front of a grpcio server per name; what each answers to "who"."""
+    backends = {name: Backend(directory) for name in names}
+    manifests = Manifests(directory / "manifests")
+    manifests.path.mkdir()
+    manifests.write("services.yaml", *(obj for name, b in backends.items() for obj in manifests.service(name, [("127.0.0.1", b.port)])))
+    twingress = Twingress(manifests.path, "--http2-cleartext", "--gateway-interface", "127.0.0.1")
+    try:
+        yield manifests, twingress, {name: b.name for name, b in backends.items()}
+    finally:
+        twingress.stop()
+        for started in backends.values():
+            started.stop()
+
+
+def _who(port: int, authority: str, method: str = "Unary") -> bytes | grpc.StatusCode:
+    """What answered a call of test.Echo/C{method} to C{authority} on 127.0.0.1:port, or the call's status code."""
+    with h2c_channel(port, authority) as channel:
+        try:
+            return bytes(channel.unary_unary(f"/{ECHO}/{method}")(b"who", timeout=10))
+        except grpc.RpcError as error:
+            return error.code()
+
+
+def test_grpcroute_listener_hostname_matching(tmp_path: Path) -> None:
+    """
+    GRPCRouteListenerHostnameMatching (grpcroute-listener-hostname-matching.go): listeners of one
+    port with different hostnames, a GRPCRoute on each by sectionName: the :authority picks the
+    listener (an exact hostname before a wildcard, a wildcard over any number of labels), and an
+    authority no listener has is UNIMPLEMENTED.
+    """
+    with _grpc_twingress(tmp_path, ("v1", "v2", "v3")) as (manifests, twingress, names):
+        same = {"namespaces": {"from": "Same"}}
+        listeners = [
+            {"name": f"listener-{n}", "port": twingress.http_port, "protocol": "HTTP", "hostname": host, "allowedRoutes": same}
+            for n, host in ((1, "bar.com"), (2, "foo.bar.com"), (3, "*.bar.com"), (4, "*.foo.com"))
+        ]
+        rules = [{"backendRefs": [{"name": "v1", "port": 80}]}]
+        apply(
+            manifests, twingress, gateway("grpcroute-listener-hostname-matching", listeners),
+            route("backend-v1", [{"name": "grpcroute-listener-hostname-matching", "sectionName": "listener-1"}], rules, kind="GRPCRoute"),
+            route("backend-v2", [{"name": "grpcroute-listener-hostname-matching", "sectionName": "listener-2"}],
+                  [{"backendRefs": [{"name": "v2", "port": 80}]}], kind="GRPCRoute"),
+            route("backend-v3", [{"name": "grpcroute-listener-hostname-matching", "sectionName": f"listener-{n}"} for n in (3, 4)],
+                  [{"backendRefs": [{"name": "v3", "port": 80}]}], kind="GRPCRoute"),
+        )
+        expected = {
+            "bar.com": names["v1"], "foo.bar.com": names["v2"], "baz.bar.com": names["v3"], "boo.bar.com": names["v3"],
+            "multiple.prefixes.bar.com": names["v3"], "multiple.prefixes.foo.com": names["v3"],
+            "foo.com": grpc.StatusCode.UNIMPLEMENTED, "no.matching.host": grpc.StatusCode.UNIMPLEMENTED,
+        }
+        assert {authority: _who(twingress.http_port, authority) for authority in expected} == expected
+
+
+def test_grpcroute_multiple_gateways(tmp_path: Path) -> None:
+    """
+    GRPCRouteMultipleGateways (grpcroute-multiple-gateways.go): a GRPCRoute attached to two
+    Gateways (one on --http, one on a port of its own: ours share one address) is served by
+    each, and each Gateway's dedicated route (another method) only by its own.
+    """
+    with _grpc_twingress(tmp_path, ("v1", "v2", "v3")) as (manifests, twingress, names):
+        own = free_port()
+
+        def method(name: str, backend: str) -> list[dict[str, Any]]:
+            return [{"matches": [{"method": {"service": ECHO, "method": name}}], "backendRefs": [{"name": backend, "port": 80}]}]
+
+        apply(
+            manifests, twingress,
+            gateway("same-namespace", [{"name": "http", "port": twingress.http_port, "protocol": "HTTP"}]),
+            gateway("all-namespaces", [{"name": "http", "port": own, "protocol": "HTTP", "allowedRoutes": {"namespaces": {"from": "All"}}}]),
+            route("multiple-gateways-shared-route", [{"name": "same-namespace"}, {"name": "all-namespaces"}], method("Unary", "v1"), kind="GRPCRoute"),
+            route("same-namespace-dedicated-route", [{"name": "same-namespace"}], method("UnaryTwo", "v2"), kind="GRPCRoute"),
+            route("all-namespaces-dedicated-route", [{"name": "all-namespaces"}], method("UnaryTwo", "v3"), kind="GRPCRoute"),
+        )
+        wait_for_port("127.0.0.1", own, twingress.process)
+        assert [_who(twingress.http_port, "grpc.example"), _who(twingress.http_port, "grpc.example", "UnaryTwo")] == [names["v1"], names["v2"]]
+        assert [_who(own, "grpc.example"), _who(own, "grpc.example", "UnaryTwo")] == [names["v1"], names["v3"]]

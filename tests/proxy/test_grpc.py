@@ -10,9 +10,7 @@ Protocol" annotation (annotations.md) names GRPC and GRPCS.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -22,24 +20,8 @@ import grpc
 import pytest
 
 from tests.proxy.certs import CertificateAuthority, tls_secret
-from tests.support import ROOT, Manifests, Twingress, free_port, wait_for_port
-
-SERVICE = "/test.Echo/"
-
-
-class Backend:
-    def __init__(self, directory: Path, *tls: str, max_age_ms: int = 0) -> None:
-        self.port = free_port()
-        self.marker = directory / f"cancelled-{self.port}"
-        command = [sys.executable, str(ROOT / "tests" / "proxy" / "grpc_backend.py"), str(self.port), str(self.marker), *tls]
-        env = {**os.environ, "GRPC_BACKEND_MAX_AGE_MS": str(max_age_ms)} if max_age_ms else None
-        self.process = subprocess.Popen(command, cwd=ROOT, env=env)
-        wait_for_port("127.0.0.1", self.port, self.process)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
+from tests.proxy.grpc_support import SERVICE, Backend, h2c_channel
+from tests.support import Manifests, Twingress, free_port
 
 
 class Proxy:
@@ -53,7 +35,7 @@ class Proxy:
         return grpc.secure_channel(f"127.0.0.1:{self.https_port}", credentials, options=[("grpc.ssl_target_name_override", host), ("grpc.default_authority", host)])
 
     def h2c_channel(self, host: str = "grpc.test") -> grpc.Channel:
-        return grpc.insecure_channel(f"127.0.0.1:{self.twingress.http_port}", options=[("grpc.default_authority", host)])
+        return h2c_channel(self.twingress.http_port, host)
 
 
 @pytest.fixture(scope="module")

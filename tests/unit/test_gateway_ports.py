@@ -14,7 +14,7 @@ from typing import Any
 from ingress.model import ObjectRef
 from ingress.routing import RoutingTable
 from ingress.routing.gateway.status import with_listen_failures
-from tests.unit.test_gateway_routing import backend, gateway, gateway_table, http_route, listener, problems_of, serve, services, to
+from tests.unit.test_gateway_routing import backend, gateway, gateway_table, http_route, listener, parent_conditions, problems_of, serve, services, to
 
 TLS_SECRET = {
     "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "metadata": {"name": "cert", "namespace": "default"},
@@ -152,3 +152,71 @@ def test_a_port_that_cannot_be_bound_makes_its_listener_unavailable() -> None:
     assert alt["Accepted"] == ("False", "PortUnavailable") and alt["Programmed"] == ("False", "Invalid")
     assert http["Accepted"] == ("True", "Accepted")
     assert with_listen_failures(table.gateway_status, {("UDP", 8080): "taken"}) == table.gateway_status
+
+
+def test_a_redirect_without_scheme_and_port_goes_to_the_own_port_it_came_to() -> None:
+    """
+    HTTPRequestRedirectFilter.Port: without scheme and port the Location has the port of the
+    listener the request came to; a route on --http and on a port of its own redirects each
+    request to its own listener's port (the well-known port left out).
+    """
+    redirect = {"type": "RequestRedirect", "requestRedirect": {"hostname": "example.org"}}
+    tls: dict[str, Any] = {"certificateRefs": [{"name": "cert"}]}
+    table = gateway_table(
+        gateway("gw", listener("http"), listener("alt", port=8080), listener("secure", port=8443, protocol="HTTPS", tls=tls)),
+        http_route("r", to(filters=[redirect])), TLS_SECRET,
+    )
+    assert serve(table, "a.example", "/x?q") == "302 http://example.org/x?q"
+    assert serve(table.gateway_ports[8080], "a.example", "/x?q") == "302 http://example.org:8080/x?q"
+    assert serve(table.gateway_ports[8443], "a.example", "/x?q", scheme=b"https") == "302 https://example.org:8443/x?q"
+
+
+def test_httproute_listener_port_matching() -> None:
+    """
+    HTTPRouteListenerPortMatching (httproute-listener-port-matching.go): a parentRef's port selects
+    the listeners on that port (80: twingress's --http here; 8080 and 8090: ports of their own),
+    with sectionName too when both are given; each port answers its own listeners' hosts.
+    """
+    same = {"namespaces": {"from": "Same"}}
+    table = gateway_table(
+        gateway(
+            "gw",
+            listener("listener-1", port=80, hostname="foo.com", allowedRoutes=same),
+            listener("listener-2", port=8080, hostname="foo.com", allowedRoutes=same),
+            listener("listener-3", port=8080, hostname="bar.com", allowedRoutes=same),
+            listener("listener-4", port=8090, hostname="foo.com", allowedRoutes=same),
+            listener("listener-5", port=8090, hostname="bar.com", allowedRoutes=same),
+        ),
+        http_route("backend-v1", to(backend("v1")), parents=({"name": "gw", "port": 80},)),
+        http_route("backend-v2", to(backend("v2")), parents=({"name": "gw", "port": 8080},)),
+        http_route("backend-v3", to(backend("v3")), parents=({"name": "gw", "port": 8090, "sectionName": "listener-4"},)),
+        *services("v1", "v2", "v3"),
+    )
+    assert serve(table, "foo.com", "/") == "default/v1:80"
+    assert serve(table, "bar.com", "/") == "404"
+    assert serve(table.gateway_ports[8080], "foo.com", "/") == "default/v2:80"
+    assert serve(table.gateway_ports[8080], "bar.com", "/") == "default/v2:80"
+    assert serve(table.gateway_ports[8090], "foo.com", "/") == "default/v3:80"
+    assert serve(table.gateway_ports[8090], "bar.com", "/") == "404"
+    assert [c["Accepted"] for c in parent_conditions(table, "backend-v3")] == [("True", "Accepted")]
+    assert [count for _, count in _attached(table)] == [1, 1, 1, 1, 0]
+
+
+def test_httproute_invalid_parent_ref_section_name_not_matching_port() -> None:
+    """
+    HTTPRouteInvalidParentRefSectionNameNotMatchingPort
+    (httproute-invalid-parentref-section-name-not-matching-port.go): a sectionName whose listener
+    is not on the parentRef's port: NoMatchingParent, and the listener counts no route.
+    """
+    table = gateway_table(
+        gateway("gw", listener("http", port=80, allowedRoutes={"kinds": [{"kind": "HTTPRoute"}], "namespaces": {"from": "All"}})),
+        http_route("r", to(backend("v1")), parents=({"name": "gw", "sectionName": "http", "port": 81},)), *services("v1"),
+    )
+    assert [c["Accepted"] for c in parent_conditions(table, "r")] == [("False", "NoMatchingParent")]
+    assert [count for _, count in _attached(table)] == [0]
+    assert serve(table, "a.example", "/") == "404"
+
+
+def _attached(table: RoutingTable, gateway_name: str = "gw") -> list[tuple[str, int]]:
+    assert table.gateway_status is not None
+    return [(each.name, each.attached_routes) for each in table.gateway_status.gateways[ObjectRef("Gateway", "default", gateway_name)].listeners]

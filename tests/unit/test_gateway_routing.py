@@ -490,6 +490,16 @@ def test_a_host_an_ingress_serves_stays_the_ingress_s() -> None:
     assert ("r", "HostServedByIngress") in problems_of(table)
 
 
+def test_a_class_of_ours_is_accepted_before_any_gateway_names_it() -> None:
+    """GatewayClass status: ours is Accepted at its generation with no Gateway or route in the snapshot; another controller's is not judged."""
+    ours, theirs = gateway_class("ours"), gateway_class("theirs", controller="example.com/other")
+    ours["metadata"]["generation"] = 4
+    table = build(state_from_objects([ours, theirs]))
+    assert table.gateway_status is not None
+    assert [(c.type, c.status, c.observed_generation) for c in table.gateway_status.classes["ours"]] == [("Accepted", "True", 4)]
+    assert "theirs" not in table.gateway_status.classes
+
+
 def test_ingress_only_tables_are_unchanged() -> None:
     """Nothing of the Gateway API in the state: the table is what it was (no status, no deep wildcards)."""
     table = build(state_from_objects([ingress_class("twingress"), ingress("ing", rule("*.example.com", path("/", "svc"))), *services("svc")]))

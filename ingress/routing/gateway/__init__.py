@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from ingress.model import ClusterState, Condition, ObjectRef, Problem
@@ -35,6 +35,7 @@ from ingress.routing.gateway.listeners import ServedListener, attach, condition,
 from ingress.routing.gateway.rules import RuleContext, compile_rule
 from ingress.routing.gateway.status import GatewayAPIStatus, GatewayStatus, ListenerStatus
 from ingress.routing.policies.matching import RequestMatch, ValueCondition
+from ingress.routing.policies.redirect import GatewayRedirect
 from ingress.routing.route import Route, Upstream
 from ingress.routing.streams import TCP, StreamRoute
 from ingress.routing.table import HostRoutes
@@ -70,6 +71,7 @@ def build_gateway_routes(
     """The Gateway API routes of C{state} for the listeners on C{ports} (port → "http", "https")."""
     out = GatewayRoutes()
     if not has_gateway_api(state):
+        out.status = GatewayAPIStatus(_class_status(state, controller_name))  # a class of ours is Accepted before any Gateway names it
         return out
     gateways = our_gateways(state, controller_name)
     listeners = serve_listeners(state, gateways, ports, cleartext_http2)
@@ -159,11 +161,23 @@ def _add_candidates(
     compiled = [compile_rule(route, rule, context) for rule in route.rules]
     for place, host_schemes in schemes.items():
         scheme = next(iter(host_schemes)) if len(host_schemes) == 1 else b""
-        for rule_index, (rule, target) in enumerate(zip(route.rules, compiled, strict=True)):
+        targets = [_on_own_port(target, place[0]) for target in compiled] if place[0] else compiled
+        for rule_index, (rule, target) in enumerate(zip(route.rules, targets, strict=True)):
             for match_index, match in enumerate(rule.matches):
                 candidate = _candidate(route, match, target, scheme, (rule_index, match_index), context)
                 if candidate is not None:
                     into.setdefault(place, []).append(candidate)
+
+
+def _on_own_port(target: Route, port: int) -> Route:
+    """
+    A rule's route as a listener on a port of its own serves it: a redirect without scheme and port
+    goes to that listener's port (HTTPRequestRedirectFilter.Port), not to --http's or --https's.
+    """
+    policies = target.policies
+    if policies is None or not isinstance(policies.redirect, GatewayRedirect):
+        return target
+    return replace(target, policies=replace(policies, redirect=replace(policies.redirect, http_port=port, https_port=port)))
 
 
 def _candidate(route: HTTPRoute, match: RouteMatch, target: Route, scheme: bytes, position: tuple[int, int], context: RuleContext) -> Optional[_Candidate]:
