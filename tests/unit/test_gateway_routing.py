@@ -19,10 +19,12 @@ from ingress.model import ObjectRef
 from ingress.model.parse import state_from_objects
 from ingress.routing import RoutingTable, build
 from ingress.routing.gateway.listeners import covers, intersect_hostnames
+from ingress.routing.gateway.regex import RegexPaths
 from ingress.routing.policies.matching import query_params
 from ingress.routing.policies.pathreplace import PathReplace
 from ingress.routing.policies.redirect import GatewayRedirect
 from ingress.routing.route import Route
+from ingress.routing.table import HostRoutes
 from tests.unit.objects import T0, T1, T2, endpoints, ingress, ingress_class, path, rule, service
 
 GW = "gateway.networking.k8s.io/v1"
@@ -348,6 +350,81 @@ def test_method_and_query_matches() -> None:
     assert serve(table, "h", "/?animal=whale") == "default/v3:80"
     assert serve(table, "h", "/?animal=dolphin") == "default/v1:80"
     assert query_params(b"/p?a=1&a=2&b=%20x") == {b"a": b"1", b"b": b" x"}
+
+
+# -- RegularExpression paths (precedence implementation-specific: ingress/routing/gateway/regex.py)
+
+
+def regex(value: str, **extra: Any) -> dict[str, Any]:
+    return {"path": {"type": "RegularExpression", "value": value}, **extra}
+
+
+def test_a_regular_expression_matches_the_whole_path_case_sensitively() -> None:
+    """apis/v1/httproute_types.go PathMatchRegularExpression: "matches the given regular expression with case sensitivity"; twingress: re.fullmatch."""
+    table = gateway_table(gateway(), http_route("r", to(backend("v1"), matches=[regex(r"/v[0-9]+/items")])), *services("v1"))
+    assert serve(table, "h", "/v2/items") == "default/v1:80"
+    assert serve(table, "h", "/v12/items?x=1") == "default/v1:80"  # the query is not part of the path
+    assert [serve(table, "h", p) for p in ("/v2/items/x", "/x/v2/items", "/V2/items", "/vx/items")] == ["404"] * 4
+
+
+def test_exact_then_regular_expressions_longest_first_then_prefixes() -> None:
+    """HTTPRouteRule.Matches: "the precedence of RegularExpression path matches are implementation-specific"; ours is Exact, regex, PathPrefix."""
+    table = gateway_table(
+        gateway(),
+        http_route("r",
+                   to(backend("v1"), matches=[prefix("/")]),
+                   to(backend("v2"), matches=[prefix("/api/v2/deep")]),
+                   to(backend("v3"), matches=[regex("/api/.*")]),
+                   to(backend("v4"), matches=[regex("/api/v[0-9]+/.*")]),
+                   to(backend("v5"), matches=[exact("/api/v2/status")])),
+        *services("v1", "v2", "v3", "v4", "v5"),
+    )
+    assert serve(table, "h", "/api/v2/status") == "default/v5:80"  # Exact first
+    assert serve(table, "h", "/api/v2/deep/x") == "default/v4:80"  # any pattern before the longest prefix
+    assert serve(table, "h", "/api/v2/users") == "default/v4:80"  # the longer pattern first
+    assert serve(table, "h", "/api/users") == "default/v3:80"
+    assert serve(table, "h", "/other") == "default/v1:80"
+    assert isinstance(table.match("h", "/other"), Route)
+
+
+def test_regular_expression_candidates_keep_the_other_precedence_rules() -> None:
+    """Among patterns of one length: a method, then more headers, then the oldest route; a condition that fails falls to the next kind."""
+    table = gateway_table(
+        gateway(),
+        http_route("old", to(backend("v1"), matches=[regex("/r/.*")]), created=T0),
+        http_route("young", to(backend("v2"), matches=[regex("/r/.*", method="POST"), regex("/q/.*", headers=headers(x="1"))]),
+                   to(backend("v3"), matches=[regex("/r/.*", headers=headers(x="1"))]), created=T1),
+        http_route("prefixes", to(backend("v4"), matches=[prefix("/q"), exact("/e", headers=headers(x="2"))]), created=T0),
+        *services("v1", "v2", "v3", "v4"),
+    )
+    assert serve(table, "h", "/r/a", method=b"POST") == "default/v2:80"  # a method beats headers and age
+    assert serve(table, "h", "/r/a", fields={"x": "1"}) == "default/v3:80"  # a header beats age
+    assert serve(table, "h", "/r/a") == "default/v1:80"  # then the oldest route
+    assert serve(table, "h", "/q/a", fields={"X": "1"}) == "default/v2:80"
+    assert serve(table, "h", "/q/a") == "default/v4:80"  # the pattern's header is missing: the prefix serves
+    assert serve(table, "h", "/e", fields={"x": "2"}) == "default/v4:80" and serve(table, "h", "/e") == "404"
+
+
+def test_an_invalid_regular_expression_is_reported_and_only_that_match_is_not_served() -> None:
+    """An invalid pattern (Python's re dialect) is an UnsupportedValue problem; the route's other matches are served."""
+    table = gateway_table(gateway(), http_route("r", to(backend("v1"), matches=[regex("/a/(unclosed"), regex(r"/b/\p{L}+"), prefix("/c")])), *services("v1"))
+    assert problems_of(table) == {("r", "UnsupportedValue")}
+    assert sum("RegularExpression" in p.message for p in table.problems) == 2
+    assert serve(table, "h", "/c/x") == "default/v1:80" and serve(table, "h", "/a/(unclosed") == "404"
+    assert parent_conditions(table, "r")[0]["Accepted"] == ("True", "Accepted")
+
+
+def test_hosts_without_regular_expressions_keep_the_plain_lookup() -> None:
+    """Regex paths cost nothing where there are none: only a host with a pattern gets the joining lookup."""
+    table = gateway_table(
+        gateway(),
+        http_route("plain", to(backend("v1"), matches=[prefix("/")]), hostnames=("plain.example",)),
+        http_route("patterns", to(backend("v1"), matches=[regex("/x.*")]), hostnames=("regex.example",)),
+        *services("v1"),
+    )
+    assert type(table.host_routes("plain.example")) is HostRoutes
+    assert type(table.host_routes("regex.example")) is RegexPaths
+    assert table.to_json()["hosts"]["regex.example"]["regex"][0]["pattern"] == "/x.*"
 
 
 def test_a_route_on_an_https_listener_only_is_not_served_over_http() -> None:
