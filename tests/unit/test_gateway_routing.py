@@ -20,6 +20,7 @@ from ingress.model.parse import state_from_objects
 from ingress.routing import RoutingTable, build
 from ingress.routing.gateway.listeners import covers, intersect_hostnames
 from ingress.routing.gateway.regex import RegexPaths
+from ingress.routing.policies.limits import Deadlines, Limits
 from ingress.routing.policies.matching import query_params
 from ingress.routing.policies.pathreplace import PathReplace
 from ingress.routing.policies.redirect import GatewayRedirect
@@ -425,6 +426,60 @@ def test_hosts_without_regular_expressions_keep_the_plain_lookup() -> None:
     assert type(table.host_routes("plain.example")) is HostRoutes
     assert type(table.host_routes("regex.example")) is RegexPaths
     assert table.to_json()["hosts"]["regex.example"]["regex"][0]["pattern"] == "/x.*"
+
+
+# -- timeouts (HTTPRouteTimeouts)
+
+
+def timed(rule: dict[str, Any], **values: str) -> dict[str, Any]:
+    return {**rule, "timeouts": {name.replace("backend_request", "backendRequest"): value for name, value in values.items()}}
+
+
+def chosen(table: RoutingTable, host: str, path: str) -> Route:
+    """The route a plain GET over HTTP is served by, before a weighted pick (what the proxy reads the limits of)."""
+    route = table.match(host, path)
+    route = route.choose(b"http", b"GET", {}.get, path.encode()) if route is not None and route.choices else route
+    assert route is not None
+    return route
+
+
+def test_timeouts_become_the_route_s_deadlines() -> None:
+    """
+    apis/v1/httproute_types.go HTTPRouteTimeouts: request bounds the whole request, backendRequest one
+    request to a backend, both Gateway API durations; "0s" SHOULD disable a timeout completely.
+    """
+    table = gateway_table(
+        gateway(),
+        http_route("r",
+                   timed(to(backend("v1"), matches=[prefix("/both")]), request="10s", backend_request="500ms"),
+                   timed(to(backend("v1"), matches=[prefix("/request")]), request="1h"),
+                   timed(to(backend("v1"), matches=[prefix("/backend")]), request="0s", backend_request="2s"),
+                   timed(to(backend("v1"), matches=[prefix("/off")]), request="0s", backend_request="0s"),
+                   to(backend("v1"), matches=[prefix("/none")])),
+        *services("v1"),
+    )
+
+    def limits(path: str) -> Optional[Limits]:
+        route = chosen(table, "h", path)
+        assert serve(table, "h", path) == "default/v1:80"
+        return route.policies.limits if route.policies is not None else None
+
+    assert limits("/both") == Limits(read_timeout=10.0, send_timeout=10.0, deadlines=Deadlines(request=10.0, backend=0.5))
+    assert limits("/request") == Limits(read_timeout=3600.0, send_timeout=3600.0, deadlines=Deadlines(request=3600.0))
+    assert limits("/backend") == Limits(read_timeout=2.0, send_timeout=2.0, deadlines=Deadlines(backend=2.0))
+    assert limits("/off") is None and limits("/none") is None  # no policy at all: the proxy's plain path
+    shown = table.to_json()["anyHost"]["prefix"]["/both"]["choices"][0]["policies"]["limits"]
+    assert shown["deadlines"] == {"request": 10.0, "backendRequest": 0.5}
+
+
+def test_timeouts_of_a_weighted_rule_apply_to_each_backend() -> None:
+    """The deadlines are the rule's, whichever backendRef a request is sent to (the proxy reads them before the pick)."""
+    rule = timed(to(backend("v1", weight=1), backend("v2", weight=1), matches=[prefix("/")]), request="3s")
+    table = gateway_table(gateway(), http_route("r", rule), *services("v1", "v2"))
+    route = chosen(table, "h", "/")
+    assert route.policies is not None and route.policies.backends is not None
+    assert route.policies.limits is not None and route.policies.limits.deadlines == Deadlines(request=3.0)
+    assert {serve(table, "h", "/", draw=d) for d in (0, 1)} == {"default/v1:80", "default/v2:80"}
 
 
 def test_a_route_on_an_https_listener_only_is_not_served_over_http() -> None:
