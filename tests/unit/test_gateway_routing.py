@@ -464,10 +464,11 @@ def test_timeouts_become_the_route_s_deadlines() -> None:
         assert serve(table, "h", path) == "default/v1:80"
         return route.policies.limits if route.policies is not None else None
 
-    assert limits("/both") == Limits(read_timeout=10.0, send_timeout=10.0, deadlines=Deadlines(request=10.0, backend=0.5))
-    assert limits("/request") == Limits(read_timeout=3600.0, send_timeout=3600.0, deadlines=Deadlines(request=3600.0))
-    assert limits("/backend") == Limits(read_timeout=2.0, send_timeout=2.0, deadlines=Deadlines(backend=2.0))
+    assert limits("/both") == Limits(deadlines=Deadlines(request=10.0, backend=0.5))
+    assert limits("/request") == Limits(deadlines=Deadlines(request=3600.0))
+    assert limits("/backend") == Limits(deadlines=Deadlines(backend=2.0))
     assert limits("/off") is None and limits("/none") is None  # no policy at all: the proxy's plain path
+    assert Deadlines(request=10.0, backend=0.5).longest == 10.0 and Deadlines(backend=2.0).longest == 2.0
     shown = table.to_json()["anyHost"]["prefix"]["/both"]["choices"][0]["policies"]["limits"]
     assert shown["deadlines"] == {"request": 10.0, "backendRequest": 0.5}
 

@@ -80,19 +80,12 @@ def compile_rule(route: HTTPRoute, rule: RouteRule, context: RuleContext) -> Rou
 
 
 def rule_limits(rule: RouteRule) -> Optional[Limits]:
-    """
-    A rule's timeouts (HTTPRouteTimeouts) as the route's deadlines; None without any ("0s"
-    disables one, as the spec asks).  The wait between two reads from the backend (and
-    for it to take the request body) becomes the longest deadline, so that the listener's
-    C{--upstream-timeout} never ends a request sooner than the route allows; it stays the
-    listener's when both timeouts are "0s".
-    """
+    """A rule's timeouts (HTTPRouteTimeouts) as the route's deadlines; None without any ("0s" disables one, as the spec asks)."""
     request = rule.request_timeout or None
     backend = rule.backend_request_timeout or None
     if request is None and backend is None:
         return None
-    longest = max(t for t in (request, backend) if t is not None)
-    return Limits(read_timeout=longest, send_timeout=longest, deadlines=Deadlines(request, backend))
+    return Limits(deadlines=Deadlines(request, backend))
 
 
 def _filter_policies(route: HTTPRoute, rule: RouteRule, context: RuleContext) -> tuple[Policies, str]:

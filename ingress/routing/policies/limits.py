@@ -26,6 +26,11 @@ class Deadlines:
     request: Optional[float] = None
     backend: Optional[float] = None
 
+    @property
+    def longest(self) -> float:
+        """The proxy's waits (between two reads from the backend, for it to take the body) are raised to this: never shorter than the route allows."""
+        return max(self.request or 0.0, self.backend or 0.0)
+
     def to_json(self) -> dict[str, float]:
         names = (("request", self.request), ("backendRequest", self.backend))
         return {name: value for name, value in names if value is not None}
