@@ -237,12 +237,16 @@ def _rule(value: Any, path: str, namespace: str) -> RouteRule:
     item = _mapping(value, path)
     matches = tuple(route_match(m, f"{path}.matches[{i}]") for i, m in enumerate(_list(item.get("matches"), f"{path}.matches")))
     timeouts = _mapping(item.get("timeouts"), f"{path}.timeouts")
+    request = duration(timeouts.get("request"), f"{path}.timeouts.request")
+    backend = duration(timeouts.get("backendRequest"), f"{path}.timeouts.backendRequest")
+    if request and backend is not None and backend > request:  # the CRD's CEL rule on HTTPRouteTimeouts
+        raise _invalid(f"{path}.timeouts.backendRequest", timeouts.get("backendRequest"), "backendRequest timeout cannot be longer than request timeout")
     return RouteRule(
         matches=matches or (RouteMatch(),),
         filters=tuple(route_filter(f, f"{path}.filters[{i}]", namespace) for i, f in enumerate(_list(item.get("filters"), f"{path}.filters"))),
         backend_refs=tuple(backend_ref(b, f"{path}.backendRefs[{i}]", namespace) for i, b in enumerate(_list(item.get("backendRefs"), f"{path}.backendRefs"))),
-        request_timeout=duration(timeouts.get("request"), f"{path}.timeouts.request"),
-        backend_request_timeout=duration(timeouts.get("backendRequest"), f"{path}.timeouts.backendRequest"),
+        request_timeout=request,
+        backend_request_timeout=backend,
         name=_str(item.get("name"), f"{path}.name"),
     )
 

@@ -28,7 +28,10 @@ from ingress.model.gateway import (
     ValueMatch,
 )
 
-_DURATION = re.compile(r"(?:([0-9]{1,5})h)?(?:([0-9]{1,5})m)?(?:([0-9]{1,5})s)?(?:([0-9]{1,5})ms)?")
+# GEP-2257: one to four components of 1-5 digits and a unit, in any order, repeats summed.
+_DURATION = re.compile(r"(?:[0-9]{1,5}(?:h|ms|m|s)){1,4}")
+_COMPONENT = re.compile(r"([0-9]{1,5})(h|ms|m|s)")
+_UNIT_MILLIS = {"h": 3_600_000, "m": 60_000, "s": 1000, "ms": 1}
 
 
 def route_match(value: Any, path: str) -> RouteMatch:
@@ -164,12 +167,16 @@ def backend_ref(value: Any, path: str, namespace: str) -> BackendRef:
 
 
 def duration(value: Any, path: str) -> Optional[float]:
-    """A Gateway API Duration ("10s", "1h30m", "500ms"; "0s" disables): seconds."""
+    """
+    A Gateway API Duration (GEP-2257: "10s", "1h30m", "500ms"; "0s" is zero): seconds.
+
+    The GEP's pattern C{^([0-9]{1,5}(h|m|s|ms)){1,4}$} read as Go's time.ParseDuration reads
+    it: components in any order, a repeated unit adds up ("10s30m1h" is 1h30m10s).
+    """
     if value is None:
         return None
     text = _str(value, path)
-    match = _DURATION.fullmatch(text)
-    if not text or match is None:
+    if _DURATION.fullmatch(text) is None:
         raise _invalid(path, text, "must be a Gateway API duration such as 10s, 1m30s or 500ms")
-    hours, minutes, seconds, millis = (int(g or 0) for g in match.groups())
-    return hours * 3600 + minutes * 60 + seconds + millis / 1000
+    millis = sum(int(digits) * _UNIT_MILLIS[unit] for digits, unit in _COMPONENT.findall(text))
+    return millis / 1000

@@ -36,7 +36,8 @@ class HostRoutes:
     prefix (path elements joined by "/", no leading or trailing slash, "" for
     "/") to its route.  A host whose paths are regular expressions (see
     L{ingress.routing.build.regex_hosts}) has only C{regex}: patterns tried in
-    order, the first that matches wins.
+    order, the first that matches wins.  A Gateway API host with RegularExpression
+    path matches is a L{ingress.routing.gateway.regex.RegexPaths}, which has all three.
     """
 
     exact: Mapping[str, Route] = field(default_factory=dict)

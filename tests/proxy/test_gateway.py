@@ -12,7 +12,9 @@ from __future__ import annotations
 import collections
 import http.client
 import json
+import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,7 @@ from typing import Any, Optional
 import pytest
 
 from tests.proxy.certs import CertificateAuthority, tls_secret
+from tests.proxy.clients import ScriptedBackend, read_request_head
 from tests.support import EchoBackend, Manifests, Twingress, free_port, wait_for_port
 
 GW = "gateway.networking.k8s.io/v1"
@@ -32,6 +35,7 @@ class GatewayProxy:
     https_port: int
     cafile: Path
     echoes: dict[str, EchoBackend]
+    stalling: ScriptedBackend
 
 
 def _route(name: str, rules: list[dict[str, Any]], hostnames: Optional[list[str]] = None, parents: Optional[list[dict[str, Any]]] = None) -> dict[str, Any]:
@@ -46,11 +50,24 @@ def _to(*services: str, weights: tuple[int, ...] = (), **rule: Any) -> dict[str,
     return {"backendRefs": refs, **rule}
 
 
+def _path(kind: str, value: str) -> list[dict[str, Any]]:
+    return [{"path": {"type": kind, "value": value}}]
+
+
+def _stall_after_some_body(sock: socket.socket, backend: ScriptedBackend) -> None:
+    """A response head and 100 of its 1,000 bytes, then nothing for 3 s."""
+    backend.record(read_request_head(sock))
+    sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + b"y" * 100)
+    time.sleep(3)
+
+
 @pytest.fixture(scope="module")
 def gateway_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProxy]:
     echoes = {name: EchoBackend(f"pod-{name}") for name in ("v1", "v2", "v3")}
     manifests = Manifests(tmp_path_factory.mktemp("gateway"))
-    manifests.write("services.yaml", *(obj for name, echo in echoes.items() for obj in manifests.service(name, [echo.address])))
+    stalling = ScriptedBackend(_stall_after_some_body)
+    manifests.write("services.yaml", *(obj for name, echo in echoes.items() for obj in manifests.service(name, [echo.address])),
+                    *manifests.service("stalling", [stalling.address]))
     root = CertificateAuthority("gateway test root")
     cafile = root.write(tmp_path_factory.mktemp("gateway-pki") / "root.pem")
     https_port = free_port()
@@ -89,13 +106,28 @@ def gateway_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayP
         _route("broken", [_to("missing", matches=[{"path": {"type": "PathPrefix", "value": "/missing"}}]), {"matches": [{"path": {"type": "PathPrefix", "value": "/none"}}]}],
                hostnames=["broken.gw.test"]),
         _route("wild", [_to("v2")], hostnames=["*.wild.gw.test"]),
-        _route("secure", [_to("v3")], parents=[{"name": "gw", "sectionName": "https"}]),
+        _route("secure", [_to("v3"), _to("v3", matches=_path("PathPrefix", "/slow"), timeouts={"request": "500ms"})],
+               parents=[{"name": "gw", "sectionName": "https"}]),
+        _route("regex", [
+            _to("v1", matches=_path("PathPrefix", "/")),
+            _to("v2", matches=_path("RegularExpression", "/items/[0-9]+")),
+            _to("v3", matches=_path("PathPrefix", "/items")),
+            _to("v3", matches=_path("RegularExpression", "/broken/(")),
+        ], hostnames=["regex.gw.test"]),
+        _route("timeouts", [
+            _to("v1", matches=_path("PathPrefix", "/request-timeout"), timeouts={"request": "500ms"}),
+            _to("v1", matches=_path("PathPrefix", "/disable-request-timeout"), timeouts={"request": "0s"}),
+            _to("v1", matches=_path("PathPrefix", "/backend-timeout"), timeouts={"backendRequest": "500ms"}),
+            _to("v1", matches=_path("PathPrefix", "/disable-backend-timeout"), timeouts={"backendRequest": "0s"}),
+            _to("stalling", matches=_path("PathPrefix", "/stalling"), timeouts={"request": "500ms"}),
+        ], hostnames=["timeouts.gw.test"]),
     )
     process.wait_generation_above(generation)
-    yield GatewayProxy(process, https_port, cafile, echoes)
+    yield GatewayProxy(process, https_port, cafile, echoes, stalling)
     process.stop()
     for echo in echoes.values():
         echo.stop()
+    stalling.stop()
 
 
 def _request(proxy: GatewayProxy, host: str, target: str = "/", method: str = "GET", headers: Optional[dict[str, str]] = None) -> tuple[http.client.HTTPResponse, bytes]:
@@ -197,8 +229,73 @@ def test_status_in_debug_routes(gateway_proxy: GatewayProxy) -> None:
     status = gateway_proxy.process.routes()["gatewayAPI"]
     assert status["gatewayClasses"]["twingress"][0]["status"] == "True"
     listeners = {entry["name"]: entry for entry in status["gateways"]["default/gw"]["listeners"]}
-    assert listeners["http"]["attachedRoutes"] == 7 and listeners["https"]["attachedRoutes"] == 1
+    assert listeners["http"]["attachedRoutes"] == 9 and listeners["https"]["attachedRoutes"] == 1
     refused = {c["type"]: (c["status"], c["reason"]) for c in listeners["elsewhere"]["conditions"]}
     assert refused["Accepted"] == ("False", "PortUnavailable")
     gateway = {c["type"]: (c["status"], c["reason"]) for c in status["gateways"]["default/gw"]["conditions"]}
     assert gateway["Accepted"] == ("True", "ListenersNotValid")
+
+
+
+def test_regular_expression_paths_in_their_precedence(gateway_proxy: GatewayProxy) -> None:
+    """
+    apis/v1/httproute_types.go PathMatchRegularExpression (implementation-specific): a full match of the
+    path, before every prefix and after Exact paths; an invalid pattern is reported, its match not served.
+    """
+    assert _pod(gateway_proxy, "regex.gw.test", "/items/42") == "pod-v2"  # the pattern before the longer prefix
+    assert _pod(gateway_proxy, "regex.gw.test", "/items/42?page=2") == "pod-v2"
+    assert _pod(gateway_proxy, "regex.gw.test", "/items/42/reviews") == "pod-v3"  # not a full match: the prefix
+    assert _pod(gateway_proxy, "regex.gw.test", "/items/abc") == "pod-v3"
+    assert _pod(gateway_proxy, "regex.gw.test", "/%69tems/7") == "pod-v2"  # matched against the normalised path
+    assert _pod(gateway_proxy, "regex.gw.test", "/broken/(") == "pod-v1"
+    problems = [p for p in gateway_proxy.process.routes()["problems"] if p["object"].endswith("default/regex")]
+    assert [p["reason"] for p in problems] == ["UnsupportedValue"] and "/broken/(" in problems[0]["message"]
+
+
+def test_request_and_backend_request_timeouts(gateway_proxy: GatewayProxy) -> None:
+    """
+    HTTPRouteTimeoutRequest and HTTPRouteTimeoutBackendRequest (timeouts 500ms; "0s" disables): a backend
+    answering after 1 s gets the client a 504, a fast one passes, and the connection serves on.
+    """
+    connection = http.client.HTTPConnection("127.0.0.1", gateway_proxy.process.http_port, timeout=10)
+
+    def status(target: str) -> int:
+        connection.request("GET", target, headers={"Host": "timeouts.gw.test"})
+        response = connection.getresponse()
+        response.read()
+        return response.status
+
+    for prefix in ("/request-timeout", "/backend-timeout"):
+        assert status(prefix) == 200
+        assert status(f"{prefix}?delay=1") == 504
+        assert status(prefix) == 200  # the same connection serves on
+    assert status("/disable-request-timeout?delay=1") == 200
+    assert status("/disable-backend-timeout?delay=1") == 200
+    assert status("/request-timeout?delay=0.1") == 200
+
+
+def test_a_response_under_way_at_the_deadline_is_cut(gateway_proxy: GatewayProxy) -> None:
+    """The backend began its response and stalls past the request timeout: the client sees it cut (reset), never complete."""
+    connection = http.client.HTTPConnection("127.0.0.1", gateway_proxy.process.http_port, timeout=10)
+    connection.request("GET", "/stalling", headers={"Host": "timeouts.gw.test"})
+    response = connection.getresponse()
+    assert response.status == 200 and response.getheader("Content-Length") == "1000"
+    started = time.monotonic()
+    with pytest.raises((http.client.IncompleteRead, ConnectionResetError)):
+        response.read()
+    assert time.monotonic() - started < 2.5  # cut by the deadline, not by the backend's end 3 s later
+    assert _pod(gateway_proxy, "timeouts.gw.test", "/request-timeout") == "pod-v1"
+
+
+def test_a_request_timeout_over_http2(gateway_proxy: GatewayProxy) -> None:
+    """The same deadline on an HTTP/2 stream: 504 on that stream, and the connection's next streams are served."""
+    port = gateway_proxy.https_port
+    base = f"https://secure.gw.test:{port}"
+    done = subprocess.run(
+        ["curl", "-sS", "--http2", "--max-time", "15", "--resolve", f"secure.gw.test:{port}:127.0.0.1", "--cacert", str(gateway_proxy.cafile),
+         "-o", "/dev/null", "-o", "/dev/null", "-o", "/dev/null", "-w", "%{http_version} %{http_code} %{num_connects}\\n",
+         f"{base}/slow?delay=1", f"{base}/slow", f"{base}/"],
+        capture_output=True, timeout=30, text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["2 504 1", "2 200 0", "2 200 0"]

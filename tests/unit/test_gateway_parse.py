@@ -44,12 +44,20 @@ def test_listener_defaults() -> None:
 
 @pytest.mark.parametrize(
     "text, seconds",
-    [("10s", 10.0), ("1m30s", 90.0), ("1h", 3600.0), ("500ms", 0.5), ("0s", 0.0), ("1h1m1s1ms", 3661.001)],
+    [("10s", 10.0), ("1m30s", 90.0), ("1h", 3600.0), ("500ms", 0.5), ("0s", 0.0), ("1h1m1s1ms", 3661.001),
+     ("10s30m1h", 5410.0), ("30m1800s", 3600.0), ("0h0m0s", 0.0), ("99999ms", 99.999)],
 )
 def test_durations(text: str, seconds: float) -> None:
-    """GEP-2257 durations, as in HTTPRouteRule.timeouts."""
+    """GEP-2257 durations, as in HTTPRouteRule.timeouts: any order, repeated units add up (the GEP's table: 10s30m1h is 1h30m10s)."""
     spec = {"rules": [{"timeouts": {"request": text}}]}
     assert state_from_objects([route(spec)]).http_routes[0].rules[0].request_timeout == seconds
+
+
+def test_a_backend_request_timeout_longer_than_a_disabled_request_timeout_is_valid() -> None:
+    """HTTPRouteTimeouts' CEL rule compares the two only when request is not "0s"."""
+    spec = {"rules": [{"timeouts": {"request": "0s", "backendRequest": "2s"}}]}
+    rule = state_from_objects([route(spec)]).http_routes[0].rules[0]
+    assert (rule.request_timeout, rule.backend_request_timeout) == (0.0, 2.0)
 
 
 @pytest.mark.parametrize(
@@ -60,6 +68,10 @@ def test_durations(text: str, seconds: float) -> None:
         ({"rules": [{"backendRefs": [{"name": "s", "port": 80, "weight": -1}]}]}, "spec.rules[0].backendRefs[0].weight"),
         ({"rules": [{"filters": [{"type": "RequestRedirect", "requestRedirect": {"statusCode": 305}}]}]}, "spec.rules[0].filters[0].requestRedirect.statusCode"),
         ({"rules": [{"timeouts": {"request": "ten seconds"}}]}, "spec.rules[0].timeouts.request"),
+        ({"rules": [{"timeouts": {"request": "1h30m10s20ms50h"}}]}, "spec.rules[0].timeouts.request"),  # GEP-2257: five components
+        ({"rules": [{"timeouts": {"request": "1.5s"}}]}, "spec.rules[0].timeouts.request"),
+        ({"rules": [{"timeouts": {"request": "100000s"}}]}, "spec.rules[0].timeouts.request"),
+        ({"rules": [{"timeouts": {"request": "1s", "backendRequest": "2s"}}]}, "spec.rules[0].timeouts.backendRequest"),  # HTTPRouteTimeouts' CEL rule
         ({"parentRefs": [{"namespace": "x"}]}, "spec.parentRefs[0].name"),
     ],
 )

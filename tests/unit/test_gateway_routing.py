@@ -19,10 +19,13 @@ from ingress.model import ObjectRef
 from ingress.model.parse import state_from_objects
 from ingress.routing import RoutingTable, build
 from ingress.routing.gateway.listeners import covers, intersect_hostnames
+from ingress.routing.gateway.regex import RegexPaths
+from ingress.routing.policies.limits import Deadlines, Limits
 from ingress.routing.policies.matching import query_params
 from ingress.routing.policies.pathreplace import PathReplace
 from ingress.routing.policies.redirect import GatewayRedirect
 from ingress.routing.route import Route
+from ingress.routing.table import HostRoutes
 from tests.unit.objects import T0, T1, T2, endpoints, ingress, ingress_class, path, rule, service
 
 GW = "gateway.networking.k8s.io/v1"
@@ -339,6 +342,136 @@ def test_method_and_query_matches() -> None:
     assert serve(table, "h", "/?animal=whale") == "default/v3:80"
     assert serve(table, "h", "/?animal=dolphin") == "default/v1:80"
     assert query_params(b"/p?a=1&a=2&b=%20x") == {b"a": b"1", b"b": b" x"}
+
+
+# -- RegularExpression paths (precedence implementation-specific: ingress/routing/gateway/regex.py)
+
+
+def regex(value: str, **extra: Any) -> dict[str, Any]:
+    return {"path": {"type": "RegularExpression", "value": value}, **extra}
+
+
+def test_a_regular_expression_matches_the_whole_path_case_sensitively() -> None:
+    """apis/v1/httproute_types.go PathMatchRegularExpression: "matches the given regular expression with case sensitivity"; twingress: re.fullmatch."""
+    table = gateway_table(gateway(), http_route("r", to(backend("v1"), matches=[regex(r"/v[0-9]+/items")])), *services("v1"))
+    assert serve(table, "h", "/v2/items") == "default/v1:80"
+    assert serve(table, "h", "/v12/items?x=1") == "default/v1:80"  # the query is not part of the path
+    assert [serve(table, "h", p) for p in ("/v2/items/x", "/x/v2/items", "/V2/items", "/vx/items")] == ["404"] * 4
+
+
+def test_exact_then_regular_expressions_longest_first_then_prefixes() -> None:
+    """HTTPRouteRule.Matches: "the precedence of RegularExpression path matches are implementation-specific"; ours is Exact, regex, PathPrefix."""
+    table = gateway_table(
+        gateway(),
+        http_route("r",
+                   to(backend("v1"), matches=[prefix("/")]),
+                   to(backend("v2"), matches=[prefix("/api/v2/deep")]),
+                   to(backend("v3"), matches=[regex("/api/.*")]),
+                   to(backend("v4"), matches=[regex("/api/v[0-9]+/.*")]),
+                   to(backend("v5"), matches=[exact("/api/v2/status")])),
+        *services("v1", "v2", "v3", "v4", "v5"),
+    )
+    assert serve(table, "h", "/api/v2/status") == "default/v5:80"  # Exact first
+    assert serve(table, "h", "/api/v2/deep/x") == "default/v4:80"  # any pattern before the longest prefix
+    assert serve(table, "h", "/api/v2/users") == "default/v4:80"  # the longer pattern first
+    assert serve(table, "h", "/api/users") == "default/v3:80"
+    assert serve(table, "h", "/other") == "default/v1:80"
+    assert isinstance(table.match("h", "/other"), Route)
+
+
+def test_regular_expression_candidates_keep_the_other_precedence_rules() -> None:
+    """Among patterns of one length: a method, then more headers, then the oldest route; a condition that fails falls to the next kind."""
+    table = gateway_table(
+        gateway(),
+        http_route("old", to(backend("v1"), matches=[regex("/r/.*")]), created=T0),
+        http_route("young", to(backend("v2"), matches=[regex("/r/.*", method="POST"), regex("/q/.*", headers=headers(x="1"))]),
+                   to(backend("v3"), matches=[regex("/r/.*", headers=headers(x="1"))]), created=T1),
+        http_route("prefixes", to(backend("v4"), matches=[prefix("/q"), exact("/e", headers=headers(x="2"))]), created=T0),
+        *services("v1", "v2", "v3", "v4"),
+    )
+    assert serve(table, "h", "/r/a", method=b"POST") == "default/v2:80"  # a method beats headers and age
+    assert serve(table, "h", "/r/a", fields={"x": "1"}) == "default/v3:80"  # a header beats age
+    assert serve(table, "h", "/r/a") == "default/v1:80"  # then the oldest route
+    assert serve(table, "h", "/q/a", fields={"X": "1"}) == "default/v2:80"
+    assert serve(table, "h", "/q/a") == "default/v4:80"  # the pattern's header is missing: the prefix serves
+    assert serve(table, "h", "/e", fields={"x": "2"}) == "default/v4:80" and serve(table, "h", "/e") == "404"
+
+
+def test_an_invalid_regular_expression_is_reported_and_only_that_match_is_not_served() -> None:
+    """An invalid pattern (Python's re dialect) is an UnsupportedValue problem; the route's other matches are served."""
+    table = gateway_table(gateway(), http_route("r", to(backend("v1"), matches=[regex("/a/(unclosed"), regex(r"/b/\p{L}+"), prefix("/c")])), *services("v1"))
+    assert problems_of(table) == {("r", "UnsupportedValue")}
+    assert sum("RegularExpression" in p.message for p in table.problems) == 2
+    assert serve(table, "h", "/c/x") == "default/v1:80" and serve(table, "h", "/a/(unclosed") == "404"
+    assert parent_conditions(table, "r")[0]["Accepted"] == ("True", "Accepted")
+
+
+def test_hosts_without_regular_expressions_keep_the_plain_lookup() -> None:
+    """Regex paths cost nothing where there are none: only a host with a pattern gets the joining lookup."""
+    table = gateway_table(
+        gateway(),
+        http_route("plain", to(backend("v1"), matches=[prefix("/")]), hostnames=("plain.example",)),
+        http_route("patterns", to(backend("v1"), matches=[regex("/x.*")]), hostnames=("regex.example",)),
+        *services("v1"),
+    )
+    assert type(table.host_routes("plain.example")) is HostRoutes
+    assert type(table.host_routes("regex.example")) is RegexPaths
+    assert table.to_json()["hosts"]["regex.example"]["regex"][0]["pattern"] == "/x.*"
+
+
+# -- timeouts (HTTPRouteTimeouts)
+
+
+def timed(rule: dict[str, Any], **values: str) -> dict[str, Any]:
+    return {**rule, "timeouts": {name.replace("backend_request", "backendRequest"): value for name, value in values.items()}}
+
+
+def chosen(table: RoutingTable, host: str, path: str) -> Route:
+    """The route a plain GET over HTTP is served by, before a weighted pick (what the proxy reads the limits of)."""
+    route = table.match(host, path)
+    route = route.choose(b"http", b"GET", {}.get, path.encode()) if route is not None and route.choices else route
+    assert route is not None
+    return route
+
+
+def test_timeouts_become_the_route_s_deadlines() -> None:
+    """
+    apis/v1/httproute_types.go HTTPRouteTimeouts: request bounds the whole request, backendRequest one
+    request to a backend, both Gateway API durations; "0s" SHOULD disable a timeout completely.
+    """
+    table = gateway_table(
+        gateway(),
+        http_route("r",
+                   timed(to(backend("v1"), matches=[prefix("/both")]), request="10s", backend_request="500ms"),
+                   timed(to(backend("v1"), matches=[prefix("/request")]), request="1h"),
+                   timed(to(backend("v1"), matches=[prefix("/backend")]), request="0s", backend_request="2s"),
+                   timed(to(backend("v1"), matches=[prefix("/off")]), request="0s", backend_request="0s"),
+                   to(backend("v1"), matches=[prefix("/none")])),
+        *services("v1"),
+    )
+
+    def limits(path: str) -> Optional[Limits]:
+        route = chosen(table, "h", path)
+        assert serve(table, "h", path) == "default/v1:80"
+        return route.policies.limits if route.policies is not None else None
+
+    assert limits("/both") == Limits(deadlines=Deadlines(request=10.0, backend=0.5))
+    assert limits("/request") == Limits(deadlines=Deadlines(request=3600.0))
+    assert limits("/backend") == Limits(deadlines=Deadlines(backend=2.0))
+    assert limits("/off") is None and limits("/none") is None  # no policy at all: the proxy's plain path
+    assert Deadlines(request=10.0, backend=0.5).longest == 10.0 and Deadlines(backend=2.0).longest == 2.0
+    shown = table.to_json()["anyHost"]["prefix"]["/both"]["choices"][0]["policies"]["limits"]
+    assert shown["deadlines"] == {"request": 10.0, "backendRequest": 0.5}
+
+
+def test_timeouts_of_a_weighted_rule_apply_to_each_backend() -> None:
+    """The deadlines are the rule's, whichever backendRef a request is sent to (the proxy reads them before the pick)."""
+    rule = timed(to(backend("v1", weight=1), backend("v2", weight=1), matches=[prefix("/")]), request="3s")
+    table = gateway_table(gateway(), http_route("r", rule), *services("v1", "v2"))
+    route = chosen(table, "h", "/")
+    assert route.policies is not None and route.policies.backends is not None
+    assert route.policies.limits is not None and route.policies.limits.deadlines == Deadlines(request=3.0)
+    assert {serve(table, "h", "/", draw=d) for d in (0, 1)} == {"default/v1:80", "default/v2:80"}
 
 
 def test_a_route_on_an_https_listener_only_is_not_served_over_http() -> None:

@@ -44,10 +44,14 @@ GW = "gateway.networking.k8s.io/v1"
 
 
 def _http_route(name: str, hostnames: tuple[str, ...], weights: tuple[tuple[str, int], ...], header: bool) -> dict[str, Any]:
-    """An HTTPRoute with a rule of weighted backends and, when asked, a rule that needs a header (a path slot with choices)."""
+    """
+    An HTTPRoute with a rule of weighted backends and, when asked, a rule that needs a header (a path slot with choices)
+    and one with a RegularExpression path (the host's paths are a RegexPaths).
+    """
     rules: list[dict[str, Any]] = [{"backendRefs": [{"name": svc, "port": 80, "weight": weight} for svc, weight in weights]}]
     if header:
         rules.insert(0, {"matches": [{"headers": [{"name": "x-v", "value": "2"}]}], "backendRefs": [{"name": "api", "port": 80}]})
+        rules.append({"matches": [{"path": {"type": "RegularExpression", "value": "/r/[a-z]+"}}], "backendRefs": [{"name": "admin", "port": 80}]})
     return {"apiVersion": GW, "kind": "HTTPRoute", "metadata": {"name": name, "namespace": "default", "creationTimestamp": T0},
             "spec": {"parentRefs": [{"name": "gw"}], "hostnames": list(hostnames), "rules": rules}}
 

@@ -21,6 +21,7 @@ from twisted.logger import Logger
 
 from ingress.proxy.http import h1
 from ingress.proxy.http.chunked import ChunkedFramer
+from ingress.proxy.http.deadlines import DeadlineSteps
 from ingress.proxy.http.forwarding import response_head_bytes
 from ingress.proxy.http.mirror import MirrorCopy, start_copies
 from ingress.proxy.http.policy import chosen_endpoint
@@ -44,7 +45,7 @@ _PENDING_LIMIT = 1 << 20  # request bytes held while the upstream connection is 
 HEAD, BODY, AWAIT, TUNNEL, CLOSED, AUTH = range(6)  # AUTH: a password being checked (reading paused)
 
 
-class UpstreamRelay(PolicySteps):
+class UpstreamRelay(DeadlineSteps, PolicySteps):
     """
     Dispatch, retry and response relay for the request a connection is serving.
 
@@ -147,6 +148,12 @@ class UpstreamRelay(PolicySteps):
             self._read_timeout = limits.read_timeout
         if limits.send_timeout is not None:
             self._send_timeout = limits.send_timeout
+        if limits.deadlines is not None:
+            self._start_deadlines(limits.deadlines)
+
+    def _deadline_applies(self) -> bool:
+        """A deadline may still end the request (not once it is over or a tunnel)."""
+        return self._state != CLOSED and self._state != TUNNEL
 
     def _dispatch(self) -> None:
         """Pick an endpoint and send the request there (pooled connection first)."""
@@ -206,7 +213,7 @@ class UpstreamRelay(PolicySteps):
         self.factory.metrics.upstream_failures.labels("connect-timeout" if timed_out else "connect").inc()
         log.warn("upstream {address} failed: {detail}", address=f"{address[0]}:{address[1]}", detail=detail)
         if self._may_retry("connect-timeout" if timed_out else "connect-error", reused=False):
-            self._dispatch()
+            self._redispatch()
             return
         self._fail_upstream(504 if timed_out else 502, detail)
 
@@ -341,7 +348,7 @@ class UpstreamRelay(PolicySteps):
                 self.factory.metrics.upstream_failures.labels("reset").inc()
             if self._may_retry("invalid_header" if responded else "error", reused):
                 self._tried = None if reused else self._tried
-                self._dispatch()
+                self._redispatch()
                 return
         self._fail_upstream(status, detail)
 
@@ -359,7 +366,7 @@ class UpstreamRelay(PolicySteps):
         if self._responded or not self._may_retry(cause, reused=False):
             return False
         self._drop_upstream()
-        self._dispatch()
+        self._redispatch()
         return True
 
     def _drop_upstream(self) -> None:

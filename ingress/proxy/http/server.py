@@ -136,6 +136,8 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         self._drop_upstream()
         if self._conn_hold is not None:
             self._release_hold()
+        if self._deadlines is not None:  # a route's deadlines, armed by some request on this connection
+            self._deadlines.cancel()
 
     # IPushProducer for our transport: a slow client pauses the upstream's reads.
     def pauseProducing(self) -> None:

@@ -23,6 +23,7 @@ from twisted.logger import Logger
 from ingress.observe.metrics import NO_ROUTE
 from ingress.proxy.http import h1
 from ingress.proxy.http.chunked import ChunkedFramer
+from ingress.proxy.http.deadlines import StreamDeadline
 from ingress.proxy.http.extauth import Verdict
 from ingress.proxy.http.forwarding import UNKNOWN_PEER
 from ingress.proxy.http.guards import Guards
@@ -35,6 +36,7 @@ from ingress.proxy.http2.fields import Headers, local_response, request_head
 from ingress.proxy.http2.response import StreamResponse
 from ingress.proxy.idle import Deadline
 from ingress.routing.policies import Policies
+from ingress.routing.policies.limits import Deadlines
 
 if TYPE_CHECKING:
     from ingress.proxy.http2.connection import H2ServerProtocol
@@ -133,6 +135,13 @@ class H2Stream(StreamResponse):
 
     def _client_transport(self) -> Any:
         return self.connection.transport
+
+    def _start_deadlines(self, deadlines: Deadlines) -> None:
+        """As for HTTP/1.1; the stream's progress timer, cancelled at each of its ends, ends them too."""
+        super()._start_deadlines(deadlines)
+        assert self._deadlines is not None
+        self._timer.cancel()  # not armed yet: routing comes first
+        self._timer = StreamDeadline(self.factory.reactor, self._timed_out, self._deadlines)
 
     def _guard(self, policies: Policies, head: h1.Head, headers: Headers, has_body: bool, routed: Routed) -> None:
         """Basic or external auth: the request's DATA is held (not acknowledged) until the verdict."""

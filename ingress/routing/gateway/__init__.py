@@ -7,6 +7,7 @@ matches of every attached rule become the table's paths, host by host, in the
 Gateway API's precedence: an Exact path, then the longest PathPrefix, then a method,
 then the most header matches, then the most query parameter matches, then the
 oldest route (creation time, then namespace/name), then rule and match order.
+RegularExpression paths come after the Exact ones and before the prefixes (L{regex}).
 
 A path's slot holds the candidates whose path matches it (an Exact path's slot also
 the prefixes above it, a prefix's slot the shorter prefixes), so the first candidate
@@ -27,11 +28,12 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from ingress.model import ClusterState, Condition, ObjectRef, Problem
-from ingress.model.gateway import GATEWAY_CONTROLLER_NAME, PATH_MATCH_EXACT, PATH_MATCH_PREFIX, VALUE_MATCH_REGEX, HTTPRoute, ParentRef, RouteMatch, ValueMatch
+from ingress.model.gateway import GATEWAY_CONTROLLER_NAME, PATH_MATCH_EXACT, PATH_MATCH_PREFIX, PATH_MATCH_REGEX, VALUE_MATCH_REGEX, HTTPRoute, ParentRef, RouteMatch, ValueMatch
 from ingress.routing.backends import Backends
 from ingress.routing.gateway.grpc import as_http_route
 from ingress.routing.gateway.l4 import L4Entries, add_l4_route
 from ingress.routing.gateway.listeners import ServedListener, attach, condition, our_gateways, serve_listeners
+from ingress.routing.gateway.regex import RegexPaths
 from ingress.routing.gateway.rules import RuleContext, compile_rule
 from ingress.routing.gateway.status import GatewayAPIStatus, GatewayStatus, ListenerStatus
 from ingress.routing.policies.matching import RequestMatch, ValueCondition
@@ -63,6 +65,7 @@ class _Candidate:
     match: RequestMatch
     order: tuple[object, ...]
     route: Route
+    pattern: Optional[re.Pattern[str]] = None  # a RegularExpression path match
 
 
 def build_gateway_routes(
@@ -181,8 +184,13 @@ def _on_own_port(target: Route, port: int) -> Route:
 
 
 def _candidate(route: HTTPRoute, match: RouteMatch, target: Route, scheme: bytes, position: tuple[int, int], context: RuleContext) -> Optional[_Candidate]:
-    if match.path_type not in (PATH_MATCH_EXACT, PATH_MATCH_PREFIX):
+    if match.path_type not in (PATH_MATCH_EXACT, PATH_MATCH_PREFIX, PATH_MATCH_REGEX):
         context.problems.append(Problem(route.ref, "UnsupportedValue", f"path match type {match.path_type} is not supported: that match is not served"))
+        return None
+    try:
+        pattern = re.compile(match.path) if match.path_type == PATH_MATCH_REGEX else None
+    except (re.error, OverflowError) as error:
+        context.problems.append(Problem(route.ref, "UnsupportedValue", f"invalid RegularExpression path {match.path!r} ({error}): that match is not served"))
         return None
     try:
         conditions = RequestMatch(
@@ -196,7 +204,7 @@ def _candidate(route: HTTPRoute, match: RouteMatch, target: Route, scheme: bytes
         return None
     exact = match.path_type == PATH_MATCH_EXACT
     order = (
-        0 if exact else 1,
+        0 if exact else 1 if pattern is not None else 2,
         -len(match.path),
         0 if match.method else 1,
         -len(conditions.headers),
@@ -205,7 +213,7 @@ def _candidate(route: HTTPRoute, match: RouteMatch, target: Route, scheme: bytes
         position,
     )
     key = "/".join(e for e in match.path.split("/") if e)
-    return _Candidate(exact, match.path, key, conditions, order, target)
+    return _Candidate(exact, match.path, key, conditions, order, target, pattern)
 
 
 def _first_of_each(matches: tuple[ValueMatch, ...], *, lower: bool) -> list[ValueMatch]:
@@ -230,15 +238,18 @@ def _condition_of(value: ValueMatch, header: bool) -> ValueCondition:
 def _host_routes(candidates: list[_Candidate]) -> HostRoutes:
     """One host's paths: each slot holds its chain of candidates, best first (module docstring)."""
     ordered = sorted(candidates, key=lambda c: c.order)
-    prefixes = [c for c in ordered if not c.exact]
+    prefixes = [c for c in ordered if not c.exact and c.pattern is None]
+    patterns = [(c.pattern, c) for c in ordered if c.pattern is not None]
     exact: dict[str, Route] = {}
     for path in dict.fromkeys(c.path for c in ordered if c.exact):
         key = "/".join(e for e in path.split("/") if e)
-        chain = [c for c in ordered if c.exact and c.path == path] + [c for c in prefixes if _under(key, c.key)]
-        exact[path] = _slot(chain, path)
+        below = [] if patterns else [c for c in prefixes if _under(key, c.key)]  # with patterns: joined at lookup
+        exact[path] = _slot([c for c in ordered if c.exact and c.path == path] + below, path)
     slots: dict[str, Route] = {}
     for key in dict.fromkeys(c.key for c in prefixes):
         slots[key] = _slot([c for c in prefixes if _under(key, c.key)], "/" + key)
+    if patterns:
+        return RegexPaths(exact=exact, prefixes=slots, regex=tuple((pattern, _slot([c], c.path)) for pattern, c in patterns))
     return HostRoutes(exact=exact, prefixes=slots)
 
 

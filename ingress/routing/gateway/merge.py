@@ -91,7 +91,7 @@ def merge_gateway(
 def _conflicts(paths: HostRoutes, where: str) -> list[Problem]:
     """One problem for each HTTPRoute of C{paths}: an Ingress serves that host."""
     sources: set[ObjectRef] = set()
-    for route in (*paths.exact.values(), *paths.prefixes.values()):
+    for route in (*paths.exact.values(), *paths.prefixes.values(), *(route for _, route in paths.regex)):
         sources.add(route.source)
         sources.update(choice.source for _, choice in route.choices)
     message = f"{where} is served by an Ingress: this HTTPRoute is not served there"

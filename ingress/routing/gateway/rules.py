@@ -11,6 +11,8 @@ used is dropped and reported in ResolvedRefs, as the spec asks; the rule is serv
 A filter twingress does not implement (CORS, ExtensionRef; RequestMirror on a GRPCRoute)
 makes its rule answer 500: a rule is never served without what it asks for.
 
+The rule's timeouts are the route's deadlines (L{rule_limits}).
+
 A backendRef that cannot be used (another kind than a core Service, a Service that
 does not exist, another namespace without a ReferenceGrant, no port) answers its
 share of the requests 500, with the reason the route's ResolvedRefs condition gives
@@ -28,6 +30,7 @@ from ingress.routing.backends import Backends
 from ingress.routing.gateway.grpc import GRPC_ROUTE
 from ingress.routing.policies import Policies
 from ingress.routing.policies.headers import HeaderChanges, header_changes, valid_field
+from ingress.routing.policies.limits import Deadlines, Limits
 from ingress.routing.policies.mirror import Mirror, MirrorTarget
 from ingress.routing.policies.pathreplace import REPLACE_PREFIX_MATCH, PathReplace
 from ingress.routing.policies.redirect import Deny, GatewayRedirect
@@ -61,6 +64,9 @@ def compile_rule(route: HTTPRoute, rule: RouteRule, context: RuleContext) -> Rou
         return Route(name=name, source=route.ref, upstream=empty, policies=Policies(deny=Deny(unusable, refused)))
     if grpc:
         policies = replace(policies, backend_http2=True)
+    limits = rule_limits(rule)
+    if limits is not None:
+        policies = replace(policies, limits=limits)
     if policies.redirect is not None:
         return Route(name=name, source=route.ref, upstream=empty, policies=policies)
     weighted = [(ref.weight, _backend_route(route, ref, base, context)) for ref in rule.backend_refs]
@@ -74,6 +80,15 @@ def compile_rule(route: HTTPRoute, rule: RouteRule, context: RuleContext) -> Rou
     routes = tuple(Route(name=name, source=route.ref, upstream=t.upstream, policies=plain) if t is not None else None for _, t in usable)
     split = WeightedBackends(routes, tuple(weight for weight, _ in usable), unusable)
     return Route(name=name, source=route.ref, upstream=empty, policies=replace(policies, backends=split))
+
+
+def rule_limits(rule: RouteRule) -> Optional[Limits]:
+    """A rule's timeouts (HTTPRouteTimeouts) as the route's deadlines; None without any ("0s" disables one, as the spec asks)."""
+    request = rule.request_timeout or None
+    backend = rule.backend_request_timeout or None
+    if request is None and backend is None:
+        return None
+    return Limits(deadlines=Deadlines(request, backend))
 
 
 def _filter_policies(route: HTTPRoute, rule: RouteRule, context: RuleContext) -> tuple[Policies, str]:
