@@ -31,6 +31,10 @@ What it does (everything started here is stopped here, in finally blocks):
 4. Unless ``--no-cold-start``, a fresh twingress against the largest cluster: time
    to ready and to all hosts live, and its steady RSS (the first one is stopped before).
 
+With ``--gateway-routes N``, between 2 and 3: N HTTPRoutes on a Gateway of ours, their rebuild time
+and ``--gateway-changes`` new HTTPRoute hosts timed as in 2 (bench/convergence_gateway.py).
+``--changes 0`` skips 2.
+
 Nothing asserts; targets from the issue are printed next to the numbers.
 """
 
@@ -73,6 +77,7 @@ BACKEND_PORT = 8080
 TARGET_P99_MS = 250.0
 TARGET_REBUILD_S = 2.0
 TARGET_RSS_MB = 400.0
+GATEWAY_GROUP = "gateway.networking.k8s.io"
 
 
 def log(message: str) -> None:
@@ -200,6 +205,13 @@ class Api:
             r = k8s.NetworkingV1Api(c).create_ingress_class(body, _preload_content=False)
         elif kind == "Namespace":
             r = k8s.CoreV1Api(c).create_namespace(body, _preload_content=False)
+        elif body["apiVersion"].startswith(GATEWAY_GROUP + "/"):
+            version, plural = body["apiVersion"].split("/")[1], kind.lower() + ("es" if kind.endswith("s") else "s")
+            custom = k8s.CustomObjectsApi(c)
+            if ns is None:
+                r = custom.create_cluster_custom_object(GATEWAY_GROUP, version, plural, body, _preload_content=False)
+            else:
+                r = custom.create_namespaced_custom_object(GATEWAY_GROUP, version, ns, plural, body, _preload_content=False)
         else:
             raise ValueError(kind)
         self._drain(r)
@@ -331,8 +343,8 @@ class Twingress:
     def generation(self) -> int:
         return int(self.readyz()[1].get("generation", -1))
 
-    def ingress_objects(self) -> int:
-        return int(self.readyz()[1].get("informers", {}).get("Ingress", {}).get("objects", -1))
+    def informer_objects(self, kind: str = "Ingress") -> int:
+        return int(self.readyz()[1].get("informers", {}).get(kind, {}).get("objects", -1))
 
     def metrics(self) -> dict[str, float]:
         _, body = self.admin_get("/metrics")
@@ -494,21 +506,28 @@ def update_endpoints(api: Api) -> tuple[str, str, str]:
 # --- scale ---------------------------------------------------------------------------------------
 
 
-def create_scale(api: Api, start: int, stop: int, threads: int) -> tuple[float, str]:
-    """Create Service, EndpointSlice and Ingress s{i} for i in [start, stop) with a thread pool.
-    Returns (seconds, host of the Ingress whose create returned last)."""
+RouteBody = Callable[[str, str, str, str], dict]
+"""(name, namespace, host, Service) -> the object that routes host to the Service: an Ingress, an HTTPRoute."""
+
+
+def create_scale(
+    api: Api, start: int, stop: int, threads: int, route: RouteBody = ingress, namespace: str = SCALE_NS
+) -> tuple[float, str]:
+    """Create Service, EndpointSlice and route s{i} (host s{i}.NAMESPACE.test) for i in [start, stop)
+    with a thread pool. Returns (seconds, host of the route whose create returned last)."""
     last = {"t": 0.0, "host": ""}
     lock = threading.Lock()
 
     def one(i: int) -> None:
         name = f"s{i}"
-        api.create_retrying(service(name, SCALE_NS))
-        api.create_retrying(endpoint_slice(name, SCALE_NS, SCALE_BACKENDS))
-        api.create_retrying(ingress(name, SCALE_NS, f"{name}.scale.test", name))
+        host = f"{name}.{namespace}.test"
+        api.create_retrying(service(name, namespace))
+        api.create_retrying(endpoint_slice(name, namespace, SCALE_BACKENDS))
+        api.create_retrying(route(name, namespace, host, name))
         now = time.monotonic()
         with lock:
             if now > last["t"]:
-                last["t"], last["host"] = now, f"{name}.scale.test"
+                last["t"], last["host"] = now, host
 
     t0 = time.monotonic()
     done = 0
@@ -523,14 +542,17 @@ def create_scale(api: Api, start: int, stop: int, threads: int) -> tuple[float, 
     return time.monotonic() - t0, last["host"]
 
 
-def wait_all_live(tw: Twingress, ingresses: int, scale_hosts: int, last_host: str, t0: float, timeout: float) -> dict[str, Any]:
-    """From t0 (the last create returned): informers hold every Ingress, the last host answers
-    through the proxy, and /debug/routes has every scale host."""
+def wait_all_live(
+    tw: Twingress, ingresses: int, scale_hosts: int, last_host: str, t0: float, timeout: float,
+    kind: str = "Ingress", namespace: str = SCALE_NS,
+) -> dict[str, Any]:
+    """From t0 (the last create returned): informers hold every route (INGRESSES objects of KIND),
+    the last host answers through the proxy, and /debug/routes has every host of NAMESPACE."""
     marks: dict[str, Any] = {}
     while time.monotonic() - t0 < timeout:
         tw.check_alive()
         if "informers_s" not in marks:
-            if tw.ingress_objects() >= ingresses:
+            if tw.informer_objects(kind) >= ingresses:
                 marks["informers_s"] = time.monotonic() - t0
             else:
                 time.sleep(0.05)
@@ -542,7 +564,7 @@ def wait_all_live(tw: Twingress, ingresses: int, scale_hosts: int, last_host: st
             else:
                 time.sleep(0.01)
                 continue
-        hosts = sum(1 for h in tw.route_hosts() if h.endswith(".scale.test"))
+        hosts = sum(1 for h in tw.route_hosts() if h.endswith(f".{namespace}.test"))
         marks["route_hosts"] = hosts
         if hosts >= scale_hosts:
             marks["all_live_s"] = time.monotonic() - t0
@@ -555,9 +577,14 @@ def wait_all_live(tw: Twingress, ingresses: int, scale_hosts: int, last_host: st
 SCALE_BACKENDS_NAMES = tuple(f"scale-{a.rsplit('.', 1)[1]}" for a in SCALE_BACKENDS)
 
 
-def rebuilds(api: Api, tw: Twingress, count: int, name: str) -> dict[str, Any]:
-    """Touch one Ingress (an annotation) COUNT times; each time the build histogram diff gives that
-    build's time, and the write-to-new-generation time is measured from the API call's return."""
+def touch_ingress(api: Api, name: str) -> Callable[[int], None]:
+    """A change that makes a full build and nothing else: an annotation on Ingress NAME."""
+    return lambda k: api.patch_ingress(SCALE_NS, name, [{"op": "add", "path": "/metadata/annotations", "value": {"bench/touch": str(k)}}])
+
+
+def rebuilds(tw: Twingress, count: int, touch: Callable[[int], None]) -> dict[str, Any]:
+    """TOUCH an object COUNT times; each time the build histogram diff gives that build's time, and
+    the write-to-new-generation time is measured from the API call's return."""
     builds: list[float] = []
     swaps: list[float] = []
     cpus: list[float] = []
@@ -566,9 +593,7 @@ def rebuilds(api: Api, tw: Twingress, count: int, name: str) -> dict[str, Any]:
         before = tw.metrics()
         cpu0 = proc_status(tw.pid)["cpu_s"]
         gen = int(before.get("twingress_table_generation", 0))
-        api.patch_ingress(
-            SCALE_NS, name, [{"op": "add", "path": "/metadata/annotations", "value": {"bench/touch": str(k)}}]
-        )
+        touch(k)
         t0 = time.monotonic()
         while tw.generation() <= gen:
             if time.monotonic() - t0 > 120:
@@ -617,7 +642,7 @@ def scale_phase(api: Api, tw: Twingress, n: int, have: int, conv_ingresses: int,
     build_s_during = m1["twingress_table_build_seconds_sum"] - m0["twingress_table_build_seconds_sum"]
     cpu1 = proc_status(tw.pid)["cpu_s"]
     tw.wait_generation_stable(quiet=3.0)
-    rb = rebuilds(api, tw, args.rebuilds, f"s{n - 1}")
+    rb = rebuilds(tw, args.rebuilds, touch_ingress(api, f"s{n - 1}"))
     log(f"scale {n}: rebuild {rb['build_ms']} ms (process CPU {rb['process_cpu_ms']} ms), write->swap {rb['write_to_swap_ms']} ms")
     conv: dict[str, Any] = {}
     for k, interval in enumerate(args.scale_poll_intervals if args.scale_changes else ()):
@@ -687,11 +712,12 @@ def report(result: dict[str, Any]) -> str:
     )
     add(f"twingress ready (empty-ish cluster): {result['twingress_ready_s']:.2f} s")
     add("")
-    add(f"Convergence: API write returned -> 200 from the expected backend through the proxy (target p99 <= {TARGET_P99_MS:.0f} ms)")
-    add(f"  {'series':<28}{'n':>5}{'fail':>6}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}{'max ms':>9}  target")
     rows = list(result["convergence"].items())
     for s in result["scale"]:
         rows.extend(s.get("convergence", {}).items())
+    if rows:
+        add(f"Convergence: API write returned -> 200 from the expected backend through the proxy (target p99 <= {TARGET_P99_MS:.0f} ms)")
+        add(f"  {'series':<28}{'n':>5}{'fail':>6}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}{'max ms':>9}  target")
     for name, r in rows:
         if not r.get("n"):
             add(f"  {name:<28}{0:>5}{r.get('failures', 0):>6}")
@@ -737,6 +763,10 @@ def report(result: dict[str, Any]) -> str:
             f"{cold['builds']} builds ({cold['build_s_total']:.2f} s), steady RSS {cold['memory']['rss_mb']:.0f} MB "
             f"(peak {cold['memory']['hwm_mb']:.0f} MB)"
         )
+    if result.get("gateway"):
+        import convergence_gateway
+
+        lines.extend(convergence_gateway.report_lines(result["gateway"]))
     add(f"total run time {result['elapsed_s']:.0f} s")
     return "\n".join(lines)
 
@@ -763,6 +793,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=30.0, help="per-change convergence timeout, s (30)")
     p.add_argument("--live-timeout", type=float, default=600.0, help="timeout for a scale step to go live, s")
     p.add_argument("--no-cold-start", dest="cold_start", action="store_false", help="skip the cold start")
+    p.add_argument("--gateway-routes", type=int, default=0, help="HTTPRoutes on a Gateway of ours (0: no Gateway phase)")
+    p.add_argument("--gateway-changes", type=int, default=200, help="new HTTPRoute hosts timed with the Gateway's routes (200)")
     p.add_argument("--json", type=Path, help="write the results here")
     p.add_argument("--keep-logs", type=Path, help="copy the logs (cluster, twingress) here")
     return p.parse_args(argv)
@@ -819,9 +851,16 @@ def main(argv: Optional[list[str]] = None) -> int:
             result["twingress_ready_s"] = tw.wait_ready()
             log(f"twingress ready in {result['twingress_ready_s']:.2f} s (pid {tw.pid})")
 
-            log(f"convergence: 4 series of {args.changes} changes")
-            result["convergence"] = convergence(api, tw, args.changes, args.gap, args.timeout, args.poll_interval)
-            conv_ingresses = args.changes + 2
+            result["convergence"] = {}
+            if args.changes:
+                log(f"convergence: 4 series of {args.changes} changes")
+                result["convergence"] = convergence(api, tw, args.changes, args.gap, args.timeout, args.poll_interval)
+            conv_ingresses = args.changes + 2 if args.changes else 0
+
+            if args.gateway_routes:
+                import convergence_gateway
+
+                result["gateway"] = convergence_gateway.gateway_phase(api, tw, args)
 
             result["scale"] = []
             have = 0
@@ -861,4 +900,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as the module ``convergence``, the one convergence_gateway imports: one copy of its code.
+    import convergence as _module
+
+    sys.exit(_module.main())

@@ -11,6 +11,11 @@ and an HTTPRoute's C{status.parents} entries of other controllers (HTTPRoutePres
 an HTTPRoute's patch carries its resourceVersion, so that a concurrent writer's entries are
 never overwritten (a conflict is retried with the newer object).  C{lastTransitionTime}
 moves only when a condition's status changes.
+
+A route that no longer names any Gateway of ours (its parentRefs changed, our Gateway or class went
+away) loses our C{status.parents} entries: the spec reads an empty list as "attached to no Gateway",
+so an entry left behind would claim an attachment that is gone.  The table that stops judging such
+a route queues it, and a resync (on becoming leader too) finds those a previous leader left.
 """
 
 from __future__ import annotations
@@ -74,6 +79,7 @@ class GatewayStatusSync:
         self.controller_name = controller_name
         self.addresses = addresses
         self._status = GatewayAPIStatus()
+        self._judged = False  # no table yet: a route missing from the status says nothing until one comes
         self._lock = threading.Lock()
 
     def table_changed(self, table: RoutingTable, listen_failures: Mapping[tuple[str, int], str] = {}) -> list[ObjectRef]:
@@ -83,29 +89,35 @@ class GatewayStatusSync:
         """
         status = with_listen_failures(table.gateway_status or GatewayAPIStatus(), listen_failures)
         with self._lock:
-            old, self._status = self._status, status
+            old, self._status, self._judged = self._status, status, True
         changed = [ObjectRef("GatewayClass", "", name) for name in set(old.classes) | set(status.classes) if old.classes.get(name) != status.classes.get(name)]
         changed += [ref for ref in set(old.gateways) | set(status.gateways) if old.gateways.get(ref) != status.gateways.get(ref)]
         changed += [ref for ref in set(old.routes) | set(status.routes) if old.routes.get(ref) != status.routes.get(ref)]
         return changed
 
     def keys(self) -> list[ObjectRef]:
-        """Every object the current table judged (a resync)."""
+        """Every object the current table judged, and every route still showing entries of ours that it did not (a resync)."""
         with self._lock:
-            status = self._status
-        return [ObjectRef("GatewayClass", "", name) for name in status.classes] + list(status.gateways) + list(status.routes)
+            status, judged = self._status, self._judged
+        stale = [
+            route.ref
+            for store in self.stores.values()
+            for route in (store.values() if judged else ())
+            if isinstance(route, _ROUTES) and route.ref not in status.routes and self._shows_ours(route)
+        ]
+        return [ObjectRef("GatewayClass", "", name) for name in status.classes] + list(status.gateways) + list(status.routes) + stale
 
     def __call__(self, ref: ObjectRef) -> None:
         with self._lock:
-            status = self._status
+            status, judged = self._status, self._judged
         store = self.stores.get(ref.kind)
         found = store.get((ref.namespace, ref.name)) if store is not None else None
         if isinstance(found, GatewayClass) and ref.name in status.classes:
             self._class(found, status.classes[ref.name])
         elif isinstance(found, Gateway) and ref in status.gateways:
             self._gateway(found, status.gateways[ref])
-        elif isinstance(found, (HTTPRoute, GRPCRoute, L4Route)) and ref in status.routes:
-            self._route(found, status.routes[ref])
+        elif isinstance(found, _ROUTES) and (ref in status.routes or judged):
+            self._route(found, status.routes.get(ref, ()))  # absent: judged by no Gateway of ours, our entries go
 
     def _class(self, found: GatewayClass, desired: tuple[Condition, ...]) -> None:
         if not desired or desired[0].observed_generation < found.meta.generation or _same(found.status_conditions, desired):
@@ -150,6 +162,13 @@ class GatewayStatusSync:
         kind = found.ref.kind
         path = f"{API}/namespaces/{found.meta.namespace}/{kind.lower()}s/{found.meta.name}/status"
         self.writer.request("PATCH", path, kind, "patch-status", body, MERGE_PATCH)
+
+    def _shows_ours(self, route: HTTPRoute | GRPCRoute | L4Route) -> bool:
+        """Whether the route's status holds a parents entry of our controller."""
+        return any(controller == self.controller_name for _, controller, _ in route.status_parents)
+
+
+_ROUTES = (HTTPRoute, GRPCRoute, L4Route)
 
 
 def _gateway_shows(found: Gateway, desired: GatewayStatus, addresses: tuple[str, ...]) -> bool:

@@ -25,6 +25,8 @@ import pytest
 
 from tests.kube import cluster
 from tests.kube.api import Kube
+from tests.kube.gateway_support import CONTROLLER as GATEWAY_CONTROLLER
+from tests.kube.gateway_support import GROUP, VERSION, GatewayAPI
 from tests.kube.relay import TcpRelay, relayed_kubeconfig
 from tests.kube.streams_support import StreamEchoes, Streams
 from tests.kube.twingress import CONTROLLER, READY_TIMEOUT, KubeTwingress, log_sections, next_pod_ip
@@ -180,3 +182,18 @@ def stream_echoes() -> Iterator[StreamEchoes]:
     echoes = StreamEchoes()
     yield echoes
     echoes.close()
+
+
+@pytest.fixture
+def gateway_api(kube: Kube) -> GatewayAPI:
+    return GatewayAPI(kube)
+
+
+@pytest.fixture
+def gateway_class(gateway_api: GatewayAPI) -> Iterator[str]:
+    """A GatewayClass of our controller, named for the test (cluster-scoped), deleted after it."""
+    name = f"twingress-{uuid.uuid4().hex[:8]}"
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "GatewayClass", "metadata": {"name": name}, "spec": {"controllerName": GATEWAY_CONTROLLER}}
+    gateway_api.create("gatewayclasses", body)
+    yield name
+    gateway_api.delete_class(name)

@@ -11,86 +11,15 @@ HTTP listener is twingress's own --http port.
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any, Optional
 
 import pytest
-from kubernetes import client
 
 from tests.kube.api import Kube
-from tests.kube.controller_support import start_controller
-from tests.kube.twingress import KubeTwingress, host_for, wait_until
+from tests.kube.gateway_support import GROUP, GatewayAPI, conditions, gateway_body, ours, route_body, start
+from tests.kube.twingress import host_for, wait_until
 
 pytestmark = pytest.mark.kube
-
-GROUP, VERSION = "gateway.networking.k8s.io", "v1"
-CONTROLLER = "twingress.io/gateway-controller"
-
-
-class GatewayAPI:
-    """Gateway API objects as plain dicts through the custom objects API."""
-
-    def __init__(self, kube: Kube) -> None:
-        self.custom = client.CustomObjectsApi(kube.api)
-
-    def create(self, plural: str, body: dict[str, Any], namespace: Optional[str] = None) -> dict[str, Any]:
-        if namespace is None:
-            return dict(self.custom.create_cluster_custom_object(GROUP, VERSION, plural, body))
-        return dict(self.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, body))
-
-    def read(self, plural: str, name: str, namespace: Optional[str] = None) -> dict[str, Any]:
-        if namespace is None:
-            return dict(self.custom.get_cluster_custom_object(GROUP, VERSION, plural, name))
-        return dict(self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name))
-
-    def patch(self, plural: str, name: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        return dict(self.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, plural, name, body))
-
-    def patch_status(self, plural: str, name: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        return dict(self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, plural, name, body))
-
-    def delete_class(self, name: str) -> None:
-        self.custom.delete_cluster_custom_object(GROUP, VERSION, "gatewayclasses", name)
-
-
-@pytest.fixture
-def gateway_api(kube: Kube) -> GatewayAPI:
-    return GatewayAPI(kube)
-
-
-@pytest.fixture
-def gateway_class(gateway_api: GatewayAPI) -> Any:
-    """A GatewayClass of our controller, named for the test (cluster-scoped), deleted after it."""
-    name = f"twingress-{uuid.uuid4().hex[:8]}"
-    gateway_api.create("gatewayclasses", {"apiVersion": f"{GROUP}/{VERSION}", "kind": "GatewayClass", "metadata": {"name": name}, "spec": {"controllerName": CONTROLLER}})
-    yield name
-    gateway_api.delete_class(name)
-
-
-def gateway_body(name: str, class_name: str, port: int, listeners: Optional[list[dict[str, Any]]] = None) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "Gateway", "metadata": {"name": name},
-        "spec": {"gatewayClassName": class_name, "listeners": listeners or [{"name": "http", "port": port, "protocol": "HTTP"}]},
-    }
-
-
-def route_body(name: str, hostnames: list[str], rules: list[dict[str, Any]], parents: Optional[list[dict[str, Any]]] = None) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "HTTPRoute", "metadata": {"name": name},
-        "spec": {"parentRefs": parents or [{"name": "gw"}], "hostnames": hostnames, "rules": rules},
-    }
-
-
-def conditions(found: list[dict[str, Any]]) -> dict[str, tuple[str, str, int]]:
-    return {c["type"]: (c["status"], c["reason"], c["observedGeneration"]) for c in found}
-
-
-def ours(route: dict[str, Any]) -> list[dict[str, Any]]:
-    return [p for p in (route.get("status") or {}).get("parents", []) if p["controllerName"] == CONTROLLER]
-
-
-def start(twingress: Any, namespace: str) -> KubeTwingress:
-    return start_controller(twingress, namespace, "--publish-status-address", "192.0.2.80")
 
 
 def test_gateway_and_routes_are_accepted_and_served(kube: Kube, namespace: str, echo: Any, twingress: Any, gateway_api: GatewayAPI, gateway_class: str) -> None:

@@ -14,14 +14,14 @@ from typing import Any, Optional
 import pytest
 
 from tests.kube.api import Kube
-from tests.kube.test_gateway_api import GatewayAPI, conditions, gateway_api, gateway_body, gateway_class, route_body, start  # noqa: F401 - fixtures
+from tests.kube.gateway_support import GatewayAPI, conditions, gateway_body, route_body, start
 from tests.kube.twingress import get, host_for, wait_until
 from tests.support import free_port
 
 pytestmark = pytest.mark.kube
 
 
-def test_listener_ports_conflicts_and_bind_failures(kube: Kube, namespace: str, echo: Any, twingress: Any, gateway_api: GatewayAPI, gateway_class: str) -> None:  # noqa: F811 - the fixtures above
+def test_listener_ports_conflicts_and_bind_failures(kube: Kube, namespace: str, echo: Any, twingress: Any, gateway_api: GatewayAPI, gateway_class: str) -> None:
     """
     One Gateway: HTTP on a free port (served there), TCP on the same port (Conflicted: ProtocolConflict),
     HTTP on a port another process holds (PortUnavailable once binding failed).
