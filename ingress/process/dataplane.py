@@ -96,8 +96,9 @@ def data_plane(
         )
         plane.drainables.append(HTTPConnections(terminating))
         factories.add(terminating)
-        terminate = TLSMemoryBIOFactory(SNIConnectionCreator(store), False, terminating)
-        front = TLSFrontFactory(terminate, live, pool, reactor, settings.header_timeout, metrics, settings.server_name)
+        creator = SNIConnectionCreator(store)
+        terminate = TLSMemoryBIOFactory(creator, False, terminating)
+        front = TLSFrontFactory(terminate, live, pool, reactor, settings.header_timeout, metrics, settings.server_name, creator)
         plane.drainables.append(PassthroughConnections(front.passthrough))
         plane.https = front if "https" in behind_proxy else ProxyProtocolWhenAsked(front, live)
         plane.store = store
@@ -125,9 +126,10 @@ def data_plane(
         if scheme == b"http":
             return GatewayListener(route, ProxyProtocolWhenAsked(factory, view), factory)
         store = certificates.ready_store(route.port, view.table)
-        terminate = TLSMemoryBIOFactory(SNIConnectionCreator(store), False, factory)
-        front = TLSFrontFactory(terminate, view, pool, reactor, settings.header_timeout, metrics, settings.server_name)
-        return GatewayListener(route, ProxyProtocolWhenAsked(front, view), factory)
+        port_creator = SNIConnectionCreator(store)
+        terminate = TLSMemoryBIOFactory(port_creator, False, factory)
+        front = TLSFrontFactory(terminate, view, pool, reactor, settings.header_timeout, metrics, settings.server_name, port_creator)
+        return GatewayListener(route, ProxyProtocolWhenAsked(front, view), factory, front.passthrough)
 
     plane.gateway_listener = gateway_listener
 

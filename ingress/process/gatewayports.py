@@ -15,13 +15,14 @@ listener's are (L{PortCertificates}).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Optional
 
 from twisted.internet.interfaces import IProtocolFactory
 
 from ingress.process.drain import HTTPConnections
 from ingress.process.live import LiveTable
 from ingress.proxy.http.factory import HTTPProxyFactory
+from ingress.proxy.streams.tcp import TCPStreamFactory
 from ingress.proxy.tls.termination import CertificateStore
 from ingress.routing.streams import StreamRoute
 from ingress.routing.table import EMPTY_TABLE, RoutingTable
@@ -49,23 +50,24 @@ class GatewayListener:
     listens on the port, C{http} the HTTP factory whose connections it counts.
     """
 
-    def __init__(self, route: StreamRoute, factory: IProtocolFactory, http: HTTPProxyFactory) -> None:
+    def __init__(self, route: StreamRoute, factory: IProtocolFactory, http: HTTPProxyFactory, streams: Optional[TCPStreamFactory] = None) -> None:
         self.route = route
         self.factory = factory
         self.http = http
+        self.streams = streams  # an HTTPS port's TLS front: connections passed through or terminated to TCP backends
         self._connections = HTTPConnections(http)
 
     @property
-    def relays(self) -> Any:
-        """The open client connections (what the stream listener manager counts)."""
-        return self.http.connections
+    def relays(self) -> list[Any]:
+        """The open client connections, HTTP and streams (what the stream listener manager counts)."""
+        return [*self.http.connections, *(self.streams.relays if self.streams is not None else ())]
 
     def drain(self) -> None:
         """Idle keep-alive connections close now; busy ones after their response."""
         self._connections.drain()
 
     def abort_all(self) -> int:
-        return self._connections.abort_all()
+        return self._connections.abort_all() + (self.streams.abort_all() if self.streams is not None else 0)
 
 
 class PortCertificates:

@@ -111,6 +111,7 @@ def build(
         gateway_status=gateway.status if gateway.status.classes or gateway.status.gateways else None,
         passthrough=merged.passthrough,
         deep_passthrough=merged.deep_passthrough,
+        tls_terminated=merged.tls_terminated,
         any_host=merged.any_host,
         default_route=default_route,
         problems=_sorted_problems(state.problems)
@@ -136,11 +137,15 @@ def _port_table(
     certificates = with_listener_certificates(CertificateTable(), routes.certificates, secrets)
     if certificates.default is None and default_certificate is not None and default_certificate in secrets:
         certificates = replace(certificates, default=default_certificate, secrets={**certificates.secrets, default_certificate: secrets[default_certificate]})
+    passed = routes.l4.passthrough
     return RoutingTable(
         generation=generation,
         hosts=routes.hosts,
         deep_wildcards=routes.wildcards,
         any_host=routes.any_host,
+        passthrough={host: upstream for host, upstream in passed.items() if not host.startswith("*.")},
+        deep_passthrough={host[2:]: upstream for host, upstream in passed.items() if host.startswith("*.")},
+        tls_terminated=dict(routes.l4.terminated),
         certificates=certificates,
         trust=config.trust,
         listener=config.listener,

@@ -147,7 +147,7 @@ class ServiceUses:
             shaped = shaped or _has_error_pages(route)
             for service in _services_of(route):
                 hosts.setdefault(service, set()).add(_EVERYWHERE)
-        for upstream in (*table.passthrough.values(), *table.deep_passthrough.values()):
+        for upstream in (*table.passthrough.values(), *table.deep_passthrough.values(), *table.tls_terminated.values()):
             hosts.setdefault(_service_of(upstream.key) or ("", ""), set()).add(_EVERYWHERE)
         freeze = lambda index: {key: frozenset(names) for key, names in index.items()}  # noqa: E731
         return cls(freeze(hosts), freeze(wildcards), shaped, freeze(deep))
@@ -158,7 +158,7 @@ class ServiceUses:
         wildcards (an Ingress-only update): their entries found again, the others kept.  None when
         more than hosts changed: then they are found again from the whole table when needed.
         """
-        if not all(getattr(after, name) is getattr(before, name) for name in ("any_host", "default_route", "passthrough", "deep_passthrough", "streams", "deep_wildcards")):
+        if not all(getattr(after, name) is getattr(before, name) for name in ("any_host", "default_route", "passthrough", "deep_passthrough", "tls_terminated", "streams", "deep_wildcards")):
             return None
         shaped = self.shaped_by_endpoints or any(problem.reason == NO_ENDPOINTS for problem in after.problems)
         found: list[Mapping[ServiceKey, frozenset[str]]] = []
@@ -212,6 +212,7 @@ def with_new_endpoints(
         default_route=_route(default_route, swap) if everywhere and default_route is not None else default_route,
         passthrough=_mapped(previous.passthrough, swap) if everywhere else previous.passthrough,
         deep_passthrough=_mapped(previous.deep_passthrough, swap) if everywhere else previous.deep_passthrough,
+        tls_terminated=_mapped(previous.tls_terminated, swap) if everywhere else previous.tls_terminated,
     )
 
 

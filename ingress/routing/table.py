@@ -88,6 +88,8 @@ class RoutingTable:
     gateway_status: Optional[GatewayAPIStatus] = None  # what the Lease holder writes to Gateway API objects
     # Gateway API TLSRoute wildcards passed through: the suffix after "*." → upstream; any number of labels
     deep_passthrough: Mapping[str, Upstream] = field(default_factory=dict)
+    # Gateway API TLSRoutes on TLS listeners that terminate: host (or "*.suffix", any number of labels) → TCP upstream
+    tls_terminated: Mapping[str, Upstream] = field(default_factory=dict)
     # Gateway API listeners on ports of their own (not --http/--https): port → the table of that port alone
     # (its hosts, certificates; everything else as here).  Their stream route (C{serves}) opens the port.
     gateway_ports: Mapping[int, RoutingTable] = field(default_factory=dict)
@@ -101,16 +103,18 @@ class RoutingTable:
         if upstream is None and "." in host:
             upstream = self.passthrough.get("*." + host.split(".", 1)[1])
         if upstream is None and self.deep_passthrough:
-            dot = host.find(".")
-            while dot > 0 and upstream is None:
-                upstream = self.deep_passthrough.get(host[dot + 1 :])
-                dot = host.find(".", dot + 1)
+            upstream = _longest_suffix(self.deep_passthrough, host, "")
         return upstream
 
+    def terminated_for(self, host: str) -> Optional[Upstream]:
+        """The TCP upstream of this SNI name's TLS, terminated here (a Gateway TLS listener with tls.mode Terminate)."""
+        upstream = self.tls_terminated.get(host)
+        return upstream if upstream is not None else _longest_suffix(self.tls_terminated, host, "*.")
+
     @property
-    def passes_through(self) -> bool:
-        """Whether any name is passed through (the TLS listener reads the SNI name first only then)."""
-        return bool(self.passthrough or self.deep_passthrough)
+    def reads_server_name(self) -> bool:
+        """Whether a TLS connection's SNI name may mean more than a certificate (passthrough, or TLS to a TCP backend)."""
+        return bool(self.passthrough or self.deep_passthrough or self.tls_terminated)
 
     def host_routes(self, host: str) -> Optional[HostRoutes]:
         """The rules that own C{host} (already normalised): exact beats wildcard beats host-less."""
@@ -190,11 +194,23 @@ class RoutingTable:
                 **{"*." + h: "/".join(k) for h, k in sorted(self.certificates.wildcards.items())},
             },
             "passthrough": {h: u.key for h, u in sorted({**{"*." + s: u for s, u in self.deep_passthrough.items()}, **self.passthrough}.items())},
+            **({"tlsTerminated": {h: u.key for h, u in sorted(self.tls_terminated.items())}} if self.tls_terminated else {}),
             **streams_json(self.streams, self.stream_conditions),
             "problems": [problem_json(p) for p in self.problems],
             **({"gatewayAPI": self.gateway_status.to_json()} if self.gateway_status is not None else {}),
             **({"gatewayPorts": {str(port): _port_json(table.to_json()) for port, table in sorted(self.gateway_ports.items())}} if self.gateway_ports else {}),
         }
+
+
+def _longest_suffix(by_suffix: Mapping[str, Upstream], host: str, prefix: str) -> Optional[Upstream]:
+    """The entry for the longest suffix of C{host} after a dot (keys: C{prefix} + suffix): Gateway wildcards, any number of labels."""
+    dot = host.find(".")
+    while dot > 0:
+        found = by_suffix.get(prefix + host[dot + 1 :])
+        if found is not None:
+            return found
+        dot = host.find(".", dot + 1)
+    return None
 
 
 def _port_json(shown: dict[str, Any]) -> dict[str, Any]:

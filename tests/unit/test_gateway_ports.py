@@ -14,7 +14,7 @@ from typing import Any
 from ingress.model import ObjectRef
 from ingress.routing import RoutingTable
 from ingress.routing.gateway.status import with_listen_failures
-from tests.unit.test_gateway_routing import backend, gateway, gateway_table, http_route, listener, parent_conditions, problems_of, serve, services, to
+from tests.unit.test_gateway_routing import backend, gateway, gateway_table, http_route, l4_route, listener, parent_conditions, problems_of, serve, services, to
 
 TLS_SECRET = {
     "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "metadata": {"name": "cert", "namespace": "default"},
@@ -86,10 +86,21 @@ def test_a_port_twingress_holds_for_another_listener_is_unavailable() -> None:
     assert not table.streams and not table.gateway_ports
 
 
-def test_tls_passthrough_is_served_on_the_https_port_only() -> None:
-    table = gateway_table(gateway("gw", listener("pass", port=8443, protocol="TLS", tls={"mode": "Passthrough"})))
-    assert listener_conditions(table)[0]["Accepted"] == ("False", "PortUnavailable")
-    assert not table.streams
+def test_tls_listeners_on_a_port_of_their_own_pass_through_and_terminate() -> None:
+    """A TLS listener on another port: its port's TLS front passes its TLSRoutes' names through, or terminates them."""
+    table = gateway_table(
+        gateway("gw", listener("pass", port=8883, protocol="TLS", hostname="abc.example.com", tls={"mode": "Passthrough"}),
+                listener("term", port=8883, protocol="TLS", hostname="tls.example.com", tls={"mode": "Terminate", "certificateRefs": [{"name": "cert"}]})),
+        l4_route("TLSRoute", "pass", backend("v1", 443), section="pass"),
+        l4_route("TLSRoute", "term", backend("v2", 443), section="term"),
+        TLS_SECRET, *services("v1", "v2"),
+    )
+    assert [found["Accepted"] for found in listener_conditions(table)] == [("True", "Accepted")] * 2
+    assert table.streams[("TCP", 8883)].serves == "https"
+    port = table.gateway_ports[8883]
+    assert port.passthrough_for("abc.example.com") is not None and port.terminated_for("tls.example.com") is not None
+    assert port.certificates.secret_for("tls.example.com") == ("default", "cert")
+    assert table.passthrough_for("abc.example.com") is None and table.terminated_for("tls.example.com") is None
 
 
 def test_protocols_that_want_one_port_conflict_and_the_first_keeps_it() -> None:

@@ -777,12 +777,46 @@ def test_tls_route_hostnames_intersect_with_the_listener_s(listener_host: Option
     assert table.passthrough_for("non.matching.org") is None
 
 
-def test_tls_listeners_only_pass_through_and_tls_routes_only_attach_to_them() -> None:
-    """TLSRouteListenerTerminateNotSupported and TLSRouteInvalidNoMatchingListener."""
-    terminate = gateway_table(gateway("gw", passthrough_listener(mode="Terminate")))
-    assert listener_conditions(terminate)["Accepted"] == ("False", "UnsupportedValue")
+def test_tls_routes_attach_to_tls_listeners_only() -> None:
+    """TLSRouteInvalidNoMatchingListener."""
     on_http = gateway_table(gateway(), l4_route("TLSRoute", "tls", backend("v1"), hostnames=("a.example.com",)), *services("v1"))
     assert parent_conditions(on_http, "tls", kind="TLSRoute")[0]["Accepted"] == ("False", "NotAllowedByListeners")
+
+
+def test_a_tls_listener_that_terminates_relays_the_bytes_inside_to_tcp_routes() -> None:
+    """
+    TLSRouteTerminateSimpleSameNamespace and TLSRouteListenerTerminateSupportedKinds: a TLS listener
+    with tls.mode Terminate supports TLSRoutes; their hosts' TLS is terminated with the listener's
+    certificate and the stream goes to the backend; a wildcard covers any number of labels; beside it
+    a Passthrough listener on the same port (TLSRouteMixedTerminationSameNamespace) keeps its hosts.
+    """
+    terminate = listener("terminate", port=443, protocol="TLS", hostname="*.example.com", tls={"mode": "Terminate", "certificateRefs": [{"name": "cert"}]})
+    table = gateway_table(
+        gateway("gw", terminate, listener("pass", port=443, protocol="TLS", hostname="abc.other.com", tls={"mode": "Passthrough"})),
+        l4_route("TLSRoute", "term", backend("v1", 3000), hostnames=("*.example.com",), section="terminate"),
+        l4_route("TLSRoute", "pass", backend("v2", 8443), hostnames=("abc.other.com",), section="pass"),
+        {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "metadata": {"name": "cert", "namespace": "default"},
+         "stringData": {"tls.crt": "c", "tls.key": "k"}},
+        service("v1", ("tcp", 3000)), endpoints("v1", "10.0.0.1", ports=(("tcp", 3000),)),
+        service("v2", ("tls", 8443)), endpoints("v2", "10.0.0.2", ports=(("tls", 8443),)),
+    )
+    assert listener_conditions(table, 0) == {
+        "Accepted": ("True", "Accepted"), "Programmed": ("True", "Programmed"), "ResolvedRefs": ("True", "ResolvedRefs"), "Conflicted": ("False", "NoConflicts"),
+    }
+    assert table.gateway_status is not None
+    assert table.gateway_status.gateways[ObjectRef("Gateway", "default", "gw")].listeners[0].supported_kinds == ("TLSRoute",)
+    found = table.terminated_for("a.b.example.com")
+    assert found is not None and found.key == "default/v1:3000"
+    assert table.passthrough_for("a.b.example.com") is None and table.terminated_for("abc.other.com") is None
+    assert table.certificates.secret_for("abc.example.com") == ("default", "cert")
+    passed = table.passthrough_for("abc.other.com")
+    assert passed is not None and passed.key == "default/v2:8443"
+
+
+def test_a_tls_listener_that_terminates_needs_a_certificate() -> None:
+    table = gateway_table(gateway("gw", passthrough_listener(mode="Terminate")))
+    assert listener_conditions(table)["ResolvedRefs"] == ("False", "InvalidCertificateRef")
+    assert listener_conditions(table)["Programmed"] == ("False", "Invalid")
 
 
 def test_an_ingress_passthrough_host_stays_the_ingress_s() -> None:

@@ -1,8 +1,9 @@
 # -*- test-case-name: tests.proxy.test_tls_passthrough -*-
 """
 The front door of the TLS listener: read the ClientHello's server name, then
-either pass the raw stream through to a backend (SSL passthrough) or hand the
-connection to TLS termination.
+either pass the raw stream through to a backend (SSL passthrough), terminate
+TLS and relay the bytes inside to a TCP backend (a Gateway API TLS listener
+with tls.mode Terminate), or hand the connection to TLS termination for HTTP.
 
 Handing over replaces the transport's protocol with the terminating one and
 replays the bytes read so far, so the terminated path costs one extra
@@ -18,8 +19,9 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
-from twisted.internet.interfaces import IDelayedCall, IProtocolFactory
+from twisted.internet.interfaces import IDelayedCall, IOpenSSLServerConnectionCreator, IProtocolFactory
 from twisted.internet.protocol import Factory, Protocol, connectionDone
+from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.python.failure import Failure
 
 from ingress.model import ObjectRef
@@ -27,7 +29,7 @@ from ingress.observe.metrics import Metrics
 from ingress.process.live import TableView
 from ingress.proxy.http.responses import plain_http_on_tls_port
 from ingress.proxy.http.upstream import UpstreamPool
-from ingress.proxy.streams.tcp import TCPStreamFactory
+from ingress.proxy.streams.tcp import TCPRelay, TCPStreamFactory
 from ingress.proxy.tls import sni
 from ingress.proxy.transport import IConnectionTransport, hand_over
 from ingress.routing.route import Upstream
@@ -52,8 +54,10 @@ class TLSFrontFactory(Factory):
         hello_timeout: float,
         metrics: Metrics,
         server_name: bytes = b"twingress",
+        creator: Optional[IOpenSSLServerConnectionCreator] = None,
     ) -> None:
         self.terminate = terminate
+        self.creator = creator  # the certificates by SNI, for TLS terminated to a TCP backend (None: not done here)
         self.live = live
         self.pool = pool
         self.reactor = reactor
@@ -61,7 +65,7 @@ class TLSFrontFactory(Factory):
         self.metrics = metrics
         self.server_name = server_name
         self.passthrough = TCPStreamFactory(None, pool, metrics, reactor)  # its relays: what the drain waits for
-        self._routes: dict[Upstream, StreamRoute] = {}
+        self._routes: dict[tuple[Upstream, str], StreamRoute] = {}
 
     def doStart(self) -> None:
         self.terminate.doStart()
@@ -69,14 +73,17 @@ class TLSFrontFactory(Factory):
     def doStop(self) -> None:
         self.terminate.doStop()
 
-    def route_for(self, upstream: Upstream) -> StreamRoute:
-        """The stream route of a passthrough upstream (one per upstream value: the metrics label is its key)."""
-        route = self._routes.get(upstream)
+    def route_for(self, upstream: Upstream, kind: str = "passthrough") -> StreamRoute:
+        """
+        The stream route of a passthrough (or terminated) upstream, one per upstream value and kind: the
+        metrics label is "passthrough/<key>" (or "tls-terminated/<key>").
+        """
+        route = self._routes.get((upstream, kind))
         if route is None:
             if len(self._routes) > 10_000:  # upstreams of old tables: start over rather than grow
                 self._routes.clear()
-            name = f"passthrough/{upstream.key}"
-            route = self._routes[upstream] = StreamRoute(TCP, 0, name, ObjectRef("Passthrough", "", upstream.key), upstream)
+            name = f"{kind}/{upstream.key}"
+            route = self._routes[(upstream, kind)] = StreamRoute(TCP, 0, name, ObjectRef("Passthrough", "", upstream.key), upstream)
         return route
 
     def buildProtocol(self, addr: Any) -> TLSFront:
@@ -109,7 +116,15 @@ class TLSFront(Protocol):
             return
         self._cancel_timer()
         table = self.factory.live.table
-        upstream = table.passthrough_for(name) if name and table.passes_through else None
+        if name and table.reads_server_name:
+            upstream = table.passthrough_for(name)
+            if upstream is None:
+                stream = table.terminated_for(name)
+                if stream is not None:
+                    self._terminate_stream(stream)
+                    return
+        else:
+            upstream = None
         if upstream is None:
             self._terminate()
             return
@@ -142,6 +157,19 @@ class TLSFront(Protocol):
         buffered, self._buffer = self._buffer, b""
         inner.dataReceived(buffered)
 
+    def _terminate_stream(self, upstream: Upstream) -> None:
+        """TLS terminated here with the name's certificate; the bytes inside go to C{upstream} as a TCP stream."""
+        creator = self.factory.creator
+        if creator is None:
+            self._terminate()
+            return
+        relays = _OneRelay(self.factory.passthrough, self.factory.route_for(upstream, "tls-terminated"))
+        inner = TLSMemoryBIOFactory(creator, False, relays).buildProtocol(self.address)
+        hand_over(self.transport, inner)
+        inner.makeConnection(self.transport)
+        buffered, self._buffer = self._buffer, b""
+        inner.dataReceived(buffered)
+
     def _cancel_timer(self) -> None:
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
@@ -149,3 +177,16 @@ class TLSFront(Protocol):
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._cancel_timer()
+
+
+class _OneRelay(Factory):
+    """The protocol inside one terminated TLS connection: the client side of a TCP relay to the route's upstream."""
+
+    noisy = False
+
+    def __init__(self, streams: TCPStreamFactory, route: StreamRoute) -> None:
+        self.streams = streams
+        self.route = route
+
+    def buildProtocol(self, addr: Any) -> Protocol:
+        return TCPRelay(self.streams, self.route).client_side

@@ -84,6 +84,7 @@ def build_gateway_routes(
     l4_routes = sorted(state.l4_routes, key=lambda r: r.meta.age_key())
     attached = attach(state, [*routes, *l4_routes], listeners)
     candidates: dict[tuple[int, str], list[_Candidate]] = {}  # (own port or 0, host)
+    _open_own_ports(listeners, out)
     route_status: dict[ObjectRef, tuple[tuple[ParentRef, tuple[Condition, ...]], ...]] = {}
     for route in routes:
         places = attached.hosts.get(route.ref, [])
@@ -97,13 +98,15 @@ def build_gateway_routes(
     for l4_route in l4_routes:
         context.unresolved = {}
         places = attached.hosts.get(l4_route.ref, [])
-        if places:
-            add_l4_route(l4_route, places, context, out.l4)
+        by_port: dict[int, list[tuple[ServedListener, tuple[str, ...]]]] = {}
+        for served, hosts in places:
+            by_port.setdefault(served.listener.port if served.own_port else 0, []).append((served, hosts))
+        for port, port_places in by_port.items():
+            add_l4_route(l4_route, port_places, context, out.own_ports[port].l4 if port else out.l4)
         parents = attached.parents.get(l4_route.ref)
         if parents:
             refs = _resolved_refs(l4_route.meta.generation, context.unresolved)
             route_status[l4_route.ref] = tuple((parent, (accepted, refs)) for parent, accepted in parents)
-    _open_own_ports(listeners, out)
     for (port, host), found in candidates.items():
         paths = _host_routes(found)
         where = out.own_ports[port] if port else out
@@ -117,7 +120,8 @@ def build_gateway_routes(
         if served.secret is not None:
             where = out.own_ports[served.listener.port] if served.own_port else out
             where.certificates.setdefault(served.listener.hostname, served.secret)
-    out.problems = context.problems + out.l4.problems + _listener_problems(listeners)
+    port_problems = [problem for port in out.own_ports.values() for problem in port.l4.problems]
+    out.problems = context.problems + out.l4.problems + port_problems + _listener_problems(listeners)
     out.status = GatewayAPIStatus(_class_status(state, controller_name), _gateway_status(listeners, attached.attached), route_status)
     return out
 
@@ -145,7 +149,8 @@ def _open_own_ports(listeners: list[ServedListener], out: GatewayRoutes) -> None
             continue
         out.own_ports[port] = GatewayRoutes()
         gateway = served.gateway.meta
-        stream = StreamRoute(TCP, port, f"{gateway.namespace}/{gateway.name}", served.gateway.ref, Upstream(f"gateway:{port}", ()), serves=served.scheme.decode())
+        serves = "http" if served.scheme == b"http" else "https"  # HTTPS and TLS listeners: the TLS front, SNI decides
+        stream = StreamRoute(TCP, port, f"{gateway.namespace}/{gateway.name}", served.gateway.ref, Upstream(f"gateway:{port}", ()), serves=serves)
         out.l4.streams.setdefault((TCP, port), stream)
 
 

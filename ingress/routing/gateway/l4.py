@@ -3,8 +3,10 @@
 TLSRoute, TCPRoute and UDPRoute: the Gateway API's routes of bytes, compiled into what twingress
 already serves for Ingresses and StreamIngresses.
 
-A TLSRoute on a TLS listener (tls.mode Passthrough, on the C{--https} port) passes the TLS of
-its hostnames through by SNI, as C{ssl-passthrough} does: entries of C{RoutingTable.passthrough}.
+A TLSRoute on a TLS listener (tls.mode Passthrough) passes the TLS of its hostnames through by
+SNI, as C{ssl-passthrough} does: entries of C{RoutingTable.passthrough}; on a TLS listener that
+terminates (tls.mode Terminate) the TLS of its hostnames is terminated with the listener's
+certificate and the bytes inside go to the backend as a TCP stream (C{RoutingTable.tls_terminated}).
 A TCPRoute or UDPRoute on a TCP or UDP listener is a stream listener on the listener's port, as
 a StreamIngress is: entries of C{RoutingTable.streams}.  The oldest route wins a host or a port;
 an Ingress's passthrough host and a StreamIngress's port stay theirs (reported on the route).
@@ -38,6 +40,8 @@ class L4Entries:
 
     passthrough: dict[str, Upstream] = field(default_factory=dict)
     passed_by: dict[str, ObjectRef] = field(default_factory=dict)  # the TLSRoute of each passed-through host
+    terminated: dict[str, Upstream] = field(default_factory=dict)  # hosts whose TLS is terminated, to a TCP backend
+    terminated_by: dict[str, ObjectRef] = field(default_factory=dict)
     streams: dict[tuple[str, int], StreamRoute] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
 
@@ -48,7 +52,11 @@ def add_l4_route(route: L4Route, attached: Iterable[tuple[ServedListener, tuple[
     if upstream is None:
         return
     for served, hosts in attached:
-        if served.listener.protocol == "TLS":
+        if served.listener.protocol == "TLS" and served.listener.tls_mode == "Terminate":
+            for host in hosts:
+                _claim(found.terminated, host, upstream, route, f'TLS host "{host}"', found.problems)
+                found.terminated_by.setdefault(host, route.ref)
+        elif served.listener.protocol == "TLS":
             for host in hosts:
                 _claim(found.passthrough, host, upstream, route, f'TLS host "{host}"', found.problems)
                 found.passed_by.setdefault(host, route.ref)

@@ -158,18 +158,13 @@ def _judge(state: ClusterState, gateway: Gateway, listener: Listener, ports: Map
             (condition("Accepted", True, "Accepted", "", generation), condition("Programmed", True, "Programmed", "", generation), refs),
         )
     wanted = http_port if listener.protocol == "HTTP" else https_port
-    if listener.protocol == "TLS" and listener.tls_mode != "Passthrough":
-        return refused("UnsupportedValue", "a TLS listener passes TLS through by SNI (tls.mode Passthrough); terminating it is not supported")
     own_port = listener.port not in ports
-    if own_port and listener.protocol == "TLS":
-        where = f"port {wanted}" if wanted is not None else "no port: it is turned off"
-        return refused("PortUnavailable", f"a TLS listener is served on twingress's --https listener ({where}), not on port {listener.port}")
     if not own_port and wanted != listener.port:
         return refused("PortUnavailable", f"port {listener.port} is twingress's own {ports[listener.port]} listener, which does not serve {listener.protocol}")
     secret = None
-    if listener.protocol == "HTTPS":
-        if listener.tls_mode != "Terminate":
-            return refused("UnsupportedValue", "an HTTPS listener terminates TLS (tls.mode Terminate)")
+    if listener.protocol == "HTTPS" and listener.tls_mode != "Terminate":
+        return refused("UnsupportedValue", "an HTTPS listener terminates TLS (tls.mode Terminate)")
+    if listener.tls_mode == "Terminate":  # HTTPS, or TLS terminated here for TLSRoutes' TCP backends
         secret, problem = _certificate(state, gateway, listener)
         if problem is not None:
             reason, message = problem

@@ -35,6 +35,7 @@ class Merged:
     passthrough: dict[str, Upstream]
     streams: dict[tuple[str, int], StreamRoute]
     deep_passthrough: dict[str, Upstream]
+    tls_terminated: dict[str, Upstream]
 
 
 def merge_gateway(
@@ -78,6 +79,12 @@ def merge_gateway(
             deep_passthrough[host[2:]] = upstream  # a Gateway wildcard covers any number of labels
         else:
             joined_passthrough[host] = upstream
+    terminated: dict[str, Upstream] = {}
+    for host, upstream in gateway.l4.terminated.items():
+        if host in passthrough or host in hosts or (host.startswith("*.") and host[2:] in wildcards):
+            problems.append(Problem(gateway.l4.terminated_by[host], HOST_CONFLICT, f'TLS host "{host}" is served by an Ingress: this route is not served there'))
+        else:
+            terminated[host] = upstream
     joined_streams = dict(streams)
     for key, stream in gateway.l4.streams.items():
         if key in streams:
@@ -85,7 +92,7 @@ def merge_gateway(
         else:
             joined_streams[key] = stream
     certs = with_listener_certificates(certificates, gateway.certificates, secrets)
-    return Merged(joined, deep, any_host, certs, problems, joined_passthrough, joined_streams, deep_passthrough)
+    return Merged(joined, deep, any_host, certs, problems, joined_passthrough, joined_streams, deep_passthrough, terminated)
 
 
 def _conflicts(paths: HostRoutes, where: str) -> list[Problem]:
