@@ -51,15 +51,17 @@ class HostRoutes:
         route = self.exact.get(path)
         if route is not None:
             return route
-        prefixes = self.prefixes
-        if not prefixes:
-            return None
-        elements = [e for e in path.split("/") if e]
-        for n in range(len(elements), -1, -1):
-            route = prefixes.get("/".join(elements[:n]))
-            if route is not None:
-                return route
-        return None
+        return longest_prefix(self.prefixes, path) if self.prefixes else None
+
+
+def longest_prefix(prefixes: Mapping[str, Route], path: str) -> Optional[Route]:
+    """The route of the longest prefix of C{path}, element-wise (the table's prefix keys)."""
+    elements = [e for e in path.split("/") if e]
+    for n in range(len(elements), -1, -1):
+        route = prefixes.get("/".join(elements[:n]))
+        if route is not None:
+            return route
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,13 +22,13 @@ expressions are plain L{HostRoutes} and pay nothing for this.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Optional
 
 from ingress.routing.policies.matching import RequestMatch
 from ingress.routing.route import Route
-from ingress.routing.table import HostRoutes
+from ingress.routing.table import HostRoutes, longest_prefix
 
 _ANY = RequestMatch()
 
@@ -62,16 +62,6 @@ class RegexPaths(HostRoutes):
         route = longest_prefix(self.prefixes, path)
         if route is not None:
             yield route
-
-
-def longest_prefix(prefixes: Mapping[str, Route], path: str) -> Optional[Route]:
-    """The route of the longest prefix of C{path}, element-wise (the table's prefix keys)."""
-    elements = [e for e in path.split("/") if e]
-    for n in range(len(elements), -1, -1):
-        route = prefixes.get("/".join(elements[:n]))
-        if route is not None:
-            return route
-    return None
 
 
 def _final(route: Route) -> bool:
