@@ -29,16 +29,24 @@ class Backends:
     (and the proxy's pools keyed by it).
     """
 
-    def __init__(self, state: ClusterState, only: Optional[Container[tuple[str, str]]] = None) -> None:
-        """C{only}: the Services that will be asked for (an EndpointSlice-only update), else every one."""
+    def __init__(
+        self, state: ClusterState, only: Optional[Container[tuple[str, str]]] = None, slices: Optional[Mapping[tuple[str, str], list[EndpointSlice]]] = None
+    ) -> None:
+        """
+        C{only}: the Services that will be asked for (an EndpointSlice-only update), else every one;
+        C{slices}: their slices by Service, when the caller has them (else every slice is looked at).
+        """
         self._services: Mapping[tuple[str, str], Service] = state.services
         self._slices: dict[tuple[str, str], list[EndpointSlice]] = {}
+        self._upstreams: dict[str, tuple[Upstream, Optional[Issue]]] = {}
+        if slices is not None:
+            self._slices = {key: [s for s in found if s.address_type in ROUTED_ADDRESS_TYPES] for key, found in slices.items()}
+            return
         for endpoint_slice in state.endpoint_slices:
             if endpoint_slice.service_name and endpoint_slice.address_type in ROUTED_ADDRESS_TYPES:
                 key = (endpoint_slice.meta.namespace, endpoint_slice.service_name)
                 if only is None or key in only:
                     self._slices.setdefault(key, []).append(endpoint_slice)
-        self._upstreams: dict[str, tuple[Upstream, Optional[Issue]]] = {}
 
     def upstream(self, namespace: str, backend: IngressBackend, protocol: str = "TCP") -> tuple[Upstream, Optional[Issue]]:
         """

@@ -24,7 +24,7 @@ builds again only the Ingresses that share a host with the changed ones.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Optional, TypeVar
 
@@ -57,6 +57,7 @@ class IncrementalBuild:
         self.max_share = max_share
         self._last: Optional[tuple[ClusterState, RoutingTable, Optional[ServiceUses]]] = None
         self._index: Optional[IngressIndex] = None  # follows the last state's Ingresses
+        self._slices: Optional[SliceIndex] = None  # the last state's EndpointSlices by Service (made by the first endpoint update)
         self.endpoint_updates = 0  # builds that were EndpointSlice-only (for tests and the log)
         self.ingress_updates = 0  # builds that were Ingress-only and built only the Ingresses they touch
         self.secret_updates = 0  # Secret contents renewed: the certificates swapped, nothing built
@@ -78,7 +79,10 @@ class IncrementalBuild:
         self.last_path = f"full build: {', '.join(differ) or 'nothing'} changed"
         if differ in ([], ["endpoint_slices"]):
             uses = uses if uses is not None else ServiceUses.of(previous)
-            table = with_new_endpoints(previous, old, state, generation, uses)
+            slices = self._slices if self._slices is not None and self._slices.state is old else SliceIndex(old)
+            self._slices = None
+            table = with_new_endpoints(previous, old, state, generation, uses, slices)
+            self._slices = slices if slices.state is state else None
             if table is not None:
                 self.endpoint_updates += 1
                 self.last_path = "endpoints only"
@@ -188,17 +192,21 @@ class ServiceUses:
 
 
 def with_new_endpoints(
-    previous: RoutingTable, old: ClusterState, new: ClusterState, generation: int, uses: ServiceUses
+    previous: RoutingTable, old: ClusterState, new: ClusterState, generation: int, uses: ServiceUses, slices: Optional[SliceIndex] = None
 ) -> Optional[RoutingTable]:
-    """C{previous} (built from C{old}, used as C{uses} says) with C{new}'s endpoints, or None when that needs a full build."""
+    """
+    C{previous} (built from C{old}, used as C{uses} says) with C{new}'s endpoints, or None when that
+    needs a full build.  C{slices} (of C{old}) is moved on to C{new} when given.
+    """
     if not _only_slices_differ(old, new):
         return None
-    changed = _changed_services(old.endpoint_slices, new.endpoint_slices)
+    index = slices if slices is not None else SliceIndex(old)
+    changed = index.follow(new)
     if not changed:
         return replace(previous, generation=generation)
     if uses.shaped_by_endpoints:
         return None
-    swap = _UpstreamSwap(Backends(new, changed), changed)
+    swap = _UpstreamSwap(Backends(new, changed, {service: index.by_service.get(service, []) for service in changed}), changed)
     hosts = {host for service in changed for host in uses.hosts.get(service, ())}
     everywhere = _EVERYWHERE in hosts
     default_route = previous.default_route
@@ -235,14 +243,46 @@ def _same_objects(old: object, new: object) -> bool:
     return False
 
 
-def _changed_services(old: Iterable[EndpointSlice], new: Iterable[EndpointSlice]) -> frozenset[ServiceKey]:
+class SliceIndex:
     """
-    The Services of the slices that are in one snapshot and not the other, object for object
+    A snapshot's EndpointSlices by Service, moved on from snapshot to snapshot by the slices that
+    changed: an endpoint update at 10k Services then costs what changed, not a look at every slice.
+    """
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self.by_service: dict[ServiceKey, list[EndpointSlice]] = {}
+        for endpoint_slice in state.endpoint_slices:
+            self.by_service.setdefault(_slice_service(endpoint_slice), []).append(endpoint_slice)
+
+    def follow(self, new: ClusterState) -> frozenset[ServiceKey]:
+        """Move on to C{new}; returns the Services whose slices changed (object for object)."""
+        removed, added = _moved(self.state.endpoint_slices, new.endpoint_slices)
+        for endpoint_slice in removed:
+            found = self.by_service.get(_slice_service(endpoint_slice), [])
+            found[:] = [s for s in found if s is not endpoint_slice]
+        for endpoint_slice in added:
+            self.by_service.setdefault(_slice_service(endpoint_slice), []).append(endpoint_slice)
+        self.state = new
+        return frozenset(_slice_service(s) for s in (*removed, *added))
+
+
+def _slice_service(endpoint_slice: EndpointSlice) -> ServiceKey:
+    return (endpoint_slice.meta.namespace, endpoint_slice.service_name)
+
+
+def _moved(old: Sequence[EndpointSlice], new: Sequence[EndpointSlice]) -> tuple[list[EndpointSlice], list[EndpointSlice]]:
+    """
+    The slices only in C{old} and only in C{new}, object for object.  An informer's store keeps a
+    changed object in its place, so two snapshots of one length are compared place by place (a
+    slice that moved place counts as removed and added: a harmless update); otherwise by identity
     (both snapshots hold theirs, so no two of these objects share an id).
     """
+    if len(old) == len(new):
+        places = [i for i, same in enumerate(map(operator.is_, old, new)) if not same]
+        return [old[i] for i in places], [new[i] for i in places]
     before, after = {id(s): s for s in old}, {id(s): s for s in new}
-    moved = [before[key] for key in before.keys() - after.keys()] + [after[key] for key in after.keys() - before.keys()]
-    return frozenset((s.meta.namespace, s.service_name) for s in moved)
+    return [before[key] for key in before.keys() - after.keys()], [after[key] for key in after.keys() - before.keys()]
 
 
 def _service_of(key: str) -> Optional[ServiceKey]:
