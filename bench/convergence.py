@@ -28,6 +28,11 @@ What it does (everything started here is stopped here, in finally blocks):
    busy, and the build thread shares the GIL with it: the second series shows how much the probe
    itself slows a big build), and the steady RSS (VmRSS after the generation has not
    moved for a few seconds) plus VmHWM (peak).
+With ``--baseline N``, before twingress starts: N Services, EndpointSlices and Ingresses of
+another class created the same way with no twingress running, for the objects/s to compare the
+scale steps' creation rate with (then their namespace is deleted, and twingress starts once it is
+gone).
+
 4. Unless ``--no-cold-start``, a fresh twingress against the largest cluster: time
    to ready and to all hosts live, and its steady RSS (the first one is stopped before).
 
@@ -627,6 +632,33 @@ def steady_memory(tw: Twingress) -> dict[str, Any]:
     return {"generation": gen, "rss_mb": st["VmRSS"], "hwm_mb": st["VmHWM"], "cpu_s": st["cpu_s"]}
 
 
+BASELINE_NS = "baseline"
+
+
+def baseline_rate(api: Api, kubeconfig: Path, n: int, threads: int) -> dict[str, Any]:
+    """Objects/s creating N (Service, EndpointSlice, Ingress of another class) with no twingress running; the namespace is deleted after."""
+    api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": BASELINE_NS}})
+
+    def other_class(name: str, namespace: str, host: str, service_name: str) -> dict:
+        body = ingress(name, namespace, host, service_name)
+        body["spec"]["ingressClassName"] = "not-twingress"
+        return body
+
+    seconds, _ = create_scale(api, 0, n, threads, other_class, BASELINE_NS)
+    core = k8s.CoreV1Api(k8s_config.new_client_from_config(str(kubeconfig)))
+    core.delete_namespace(BASELINE_NS)
+    deleted = time.monotonic()
+    while time.monotonic() - deleted < 600:
+        try:
+            core.read_namespace(BASELINE_NS)
+        except ApiException as e:
+            if e.status == 404:
+                break
+            raise
+        time.sleep(1.0)
+    return {"objects": 3 * n, "seconds": round(seconds, 2), "objects_per_s": round(3 * n / seconds, 1), "namespace_deleted_s": round(time.monotonic() - deleted, 1)}
+
+
 def scale_phase(api: Api, tw: Twingress, n: int, have: int, conv_ingresses: int, args: argparse.Namespace) -> dict[str, Any]:
     log(f"scale {n}: creating Ingresses s{have}..s{n - 1} (+ Service + EndpointSlice each), {args.threads} threads")
     m0 = tw.metrics()
@@ -793,6 +825,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=30.0, help="per-change convergence timeout, s (30)")
     p.add_argument("--live-timeout", type=float, default=600.0, help="timeout for a scale step to go live, s")
     p.add_argument("--no-cold-start", dest="cold_start", action="store_false", help="skip the cold start")
+    p.add_argument("--baseline", type=int, default=0, help="routes created (x3 objects) before twingress starts, for the creation rate without it (0: skip)")
     p.add_argument("--gateway-routes", type=int, default=0, help="HTTPRoutes on a Gateway of ours (0: no Gateway phase)")
     p.add_argument("--gateway-changes", type=int, default=200, help="new HTTPRoute hosts timed with the Gateway's routes (200)")
     p.add_argument("--json", type=Path, help="write the results here")
@@ -845,6 +878,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             for name, address in CONV_BACKENDS.items():
                 api.create(service(name, CONV_NS))
                 api.create(endpoint_slice(name, CONV_NS, (address,)))
+
+            if args.baseline:
+                result["baseline"] = baseline_rate(api, kube.kubeconfig, args.baseline, args.threads)
+                log(f"baseline without twingress: {result['baseline']}")
 
             tw = Twingress(kube.kubeconfig, log_dir, workers=args.workers)
             stack.callback(tw.stop)

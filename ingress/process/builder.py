@@ -7,10 +7,17 @@ that produces a snapshot.  Submissions are debounced and coalesced: while a
 build runs, later submissions collapse into one more build with the newest
 snapshot function.  The finished table is swapped in on the reactor thread.
 
-The debounce has a leading edge: a change after a quiet spell (no build for
-C{debounce} seconds) is built at once, so that one Ingress edited or one pod
-replaced is live in the time of its build, not its build plus the debounce;
-changes that follow within the window wait for it and are built together.
+The debounce has a leading edge: a change after a quiet spell is built at
+once, so that one Ingress edited or one pod replaced is live in the time of
+its build, not its build plus the debounce; changes that follow within the
+window after a build wait for the rest of it and are built together.  The
+window is twice the last build's time (the build thread's, and the reactor's
+for the swap and its listeners: workers' tables, status, TLS contexts), at
+least C{min_window} and at most C{debounce}: builds never take more than
+about a third of the process while changes stream in, and a cheap build (an EndpointSlice-only update: 2 ms at
+10k Ingresses) does not make the next pod replaced wait 50 ms for a window
+sized for a full build (measured: the endpoint moves that waited for it were
+the p99 of the convergence bench, 53-64 ms against a p50 of 3 ms).
 """
 
 from __future__ import annotations
@@ -51,12 +58,15 @@ class TableBuilder:
         metrics: Metrics,
         build: BuildFunction,
         debounce: float = 0.05,
+        min_window: float = 0.01,
     ) -> None:
         self.reactor = reactor
         self.live = live
         self.metrics = metrics
         self.build = build
         self.debounce = debounce
+        self.min_window = min(min_window, debounce)
+        self._window = debounce  # after the next build: twice its time, within [min_window, debounce]
         self.generation = 0
         self._next: Optional[Snapshot] = None
         self._timer: Optional[IDelayedCall] = None
@@ -78,8 +88,8 @@ class TableBuilder:
         """Ask for a build from C{snapshot} (reactor thread); the newest request wins."""
         self._next = snapshot
         if self._timer is None and not self._running:
-            quiet = self.reactor.seconds() - self._finished_at >= self.debounce
-            self._timer = self.reactor.callLater(0 if quiet else self.debounce, self._start_build)
+            wait = self._window - (self.reactor.seconds() - self._finished_at)
+            self._timer = self.reactor.callLater(max(0.0, wait), self._start_build)
 
     def _start_build(self) -> None:
         self._timer = None
@@ -115,6 +125,7 @@ class TableBuilder:
 
     def _built(self, result: tuple[RoutingTable, float, list[Callable[[], None]]]) -> None:
         table, seconds, commits = result
+        swap_started = time.perf_counter()
         for commit in commits:
             commit()
         self.metrics.build_seconds.observe(seconds)
@@ -125,6 +136,7 @@ class TableBuilder:
             if problem not in previous:  # each problem is logged once, when it appears
                 log.warn("skipped {problem}", problem=str(problem))
         self.live.swap(table)
+        self._window = min(self.debounce, max(self.min_window, 2 * (seconds + time.perf_counter() - swap_started)))
         log.info(
             "routing table {generation} live: {hosts} hosts, {problems} problems, built in {ms:.1f} ms{how}",
             generation=table.generation,

@@ -38,7 +38,7 @@ def test_a_burst_of_100_changes_in_50_ms_makes_one_or_two_builds() -> Any:
         return RoutingTable(generation=generation)
 
     live = LiveTable()
-    builder = TableBuilder(reactor, live, Metrics(), build, debounce=0.05)
+    builder = TableBuilder(reactor, live, Metrics(), build, debounce=0.05, min_window=0.05)  # a window of 50 ms, whatever the builds cost
     builder.start()
     try:
         started = reactor.seconds()
@@ -87,7 +87,7 @@ def test_a_failing_build_keeps_the_last_good_table() -> Any:
 
 @pytest_twisted.inlineCallbacks
 def test_a_change_after_a_quiet_spell_is_built_at_once_and_the_next_waits() -> Any:
-    """The debounce's leading edge: with a 30 s debounce, the first change is live within the 10 s wait, the next one is held."""
+    """The debounce's leading edge: with a 30 s window, the first change is live within the 10 s wait, the next one is held."""
     builds: list[int] = []
 
     def build(state: ClusterState, generation: int) -> RoutingTable:
@@ -95,7 +95,7 @@ def test_a_change_after_a_quiet_spell_is_built_at_once_and_the_next_waits() -> A
         return RoutingTable(generation=generation)
 
     live = LiveTable()
-    builder = TableBuilder(reactor, live, Metrics(), build, debounce=30.0)
+    builder = TableBuilder(reactor, live, Metrics(), build, debounce=30.0, min_window=30.0)
     builder.start()
     try:
         builder.submit(ClusterState)
@@ -103,5 +103,30 @@ def test_a_change_after_a_quiet_spell_is_built_at_once_and_the_next_waits() -> A
         builder.submit(ClusterState)
         yield _sleep(0.5)
         assert builds == [1] and live.table.generation == 1  # held for the debounce: bursts are still coalesced
+    finally:
+        builder.stop()
+
+
+@pytest_twisted.inlineCallbacks
+def test_the_window_after_a_cheap_build_is_short() -> Any:
+    """
+    The window is twice the last build's time (at least min_window): after a build of no cost the
+    next change is built at once, not after the 30 s the debounce allows for costly builds.
+    """
+    builds: list[int] = []
+
+    def build(state: ClusterState, generation: int) -> RoutingTable:
+        builds.append(generation)
+        return RoutingTable(generation=generation)
+
+    live = LiveTable()
+    builder = TableBuilder(reactor, live, Metrics(), build, debounce=30.0, min_window=0.001)
+    builder.start()
+    try:
+        builder.submit(ClusterState)
+        yield _until(lambda: live.ready)
+        builder.submit(ClusterState)
+        yield _until(lambda: live.table.generation == 2)  # within _until's 10 s, far inside the 30 s debounce
+        assert builds == [1, 2]
     finally:
         builder.stop()
