@@ -14,7 +14,8 @@ deadlines: a request without them does no work for them.  An HTTP/1.1 connection
 timer across requests and re-arms it (moving it later is an attribute store, as with
 L{Deadline}); a request that ended before its deadline leaves it to fire once, for nothing
 (the owner checks which request it was for).  An HTTP/2 stream's ends already cancel its
-progress timer, so that one (L{StreamDeadline}) cancels these too.
+progress timer, and cancel these with it.  (Not by a subclass of L{Deadline}: that class is compiled in
+the optional mypyc build, and an interpreted class cannot inherit from a compiled one.)
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from twisted.internet.interfaces import IDelayedCall
 
-from ingress.proxy.idle import Deadline
 from ingress.routing.policies.limits import Deadlines
 
 if TYPE_CHECKING:
@@ -98,18 +98,6 @@ class RequestDeadlines:
             return
         self._at = _NEVER
         self._on_expiry(self._kind, self.request_id)
-
-
-class StreamDeadline(Deadline):
-    """An HTTP/2 stream's progress deadline that also cancels the stream's L{RequestDeadlines}."""
-
-    def __init__(self, reactor: Any, on_expiry: Callable[[str], None], deadlines: RequestDeadlines) -> None:
-        super().__init__(reactor, on_expiry)
-        self.deadlines = deadlines
-
-    def cancel(self) -> None:
-        super().cancel()
-        self.deadlines.cancel()
 
 
 class DeadlineSteps:

@@ -23,7 +23,6 @@ from twisted.logger import Logger
 from ingress.observe.metrics import NO_ROUTE
 from ingress.proxy.http import h1
 from ingress.proxy.http.chunked import ChunkedFramer
-from ingress.proxy.http.deadlines import StreamDeadline
 from ingress.proxy.http.extauth import Verdict
 from ingress.proxy.http.forwarding import UNKNOWN_PEER
 from ingress.proxy.http.guards import Guards
@@ -36,7 +35,6 @@ from ingress.proxy.http2.fields import Headers, local_response, request_head
 from ingress.proxy.http2.response import StreamResponse
 from ingress.proxy.idle import Deadline
 from ingress.routing.policies import Policies
-from ingress.routing.policies.limits import Deadlines
 
 if TYPE_CHECKING:
     from ingress.proxy.http2.connection import H2ServerProtocol
@@ -136,12 +134,11 @@ class H2Stream(StreamResponse):
     def _client_transport(self) -> Any:
         return self.connection.transport
 
-    def _start_deadlines(self, deadlines: Deadlines) -> None:
-        """As for HTTP/1.1; the stream's progress timer, cancelled at each of its ends, ends them too."""
-        super()._start_deadlines(deadlines)
-        assert self._deadlines is not None
-        self._timer.cancel()  # not armed yet: routing comes first
-        self._timer = StreamDeadline(self.factory.reactor, self._timed_out, self._deadlines)
+    def _stop_timers(self) -> None:
+        """The stream's ends: its progress timer and its route's deadlines (Gateway API timeouts), if any."""
+        self._timer.cancel()
+        if self._deadlines is not None:
+            self._deadlines.cancel()
 
     def _guard(self, policies: Policies, head: h1.Head, headers: Headers, has_body: bool, routed: Routed) -> None:
         """Basic or external auth: the request's DATA is held (not acknowledged) until the verdict."""
@@ -302,7 +299,7 @@ class H2Stream(StreamResponse):
         if self._conn_hold is not None:
             self._release_hold()
         self._state = CLOSED
-        self._timer.cancel()
+        self._stop_timers()
         self.connection.h2.reset_stream(self.stream_id, code)
         self.connection.flush()
         self.connection.stream_closed(self)
@@ -326,7 +323,7 @@ class H2Stream(StreamResponse):
             return
         self._request_done(status)
         self._state = CLOSED
-        self._timer.cancel()
+        self._stop_timers()
         if not self._request_complete:
             self._drop_upstream()
             try:
@@ -343,7 +340,7 @@ class H2Stream(StreamResponse):
         if self._exchange is not None:
             self._exchange.cancel()
         self._state = CLOSED
-        self._timer.cancel()
+        self._stop_timers()
         self._drop_upstream()
         self._request_done(499)  # nginx's code for a request the client gave up on
 
