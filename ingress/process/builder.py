@@ -151,8 +151,18 @@ class TableBuilder:
         log.failure("routing table build failed; the last good table stays live", failure)
 
     def _done(self, _: object) -> None:
-        self._running = False
         self._finished_at = self.reactor.seconds()
+        warm = getattr(self.build, "warm", None)
+        if self._next is None and warm is not None:
+            # Nothing to build: the build thread prepares what the next cheap update needs (inside the window).
+            d = deferToThreadPool(self.reactor, self._pool, warm)
+            d.addErrback(lambda failure: log.failure("preparing for the next build failed", failure))
+            d.addBoth(self._ready)
+            return
+        self._ready(None)
+
+    def _ready(self, _: object) -> None:
+        self._running = False
         if self._next is not None:
             # Changes that came in during the build were coalesced already: build again at once
             # instead of adding the debounce to the wait.

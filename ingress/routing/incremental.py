@@ -111,6 +111,21 @@ class IncrementalBuild:
             self._index.changed_to(state.ingresses)
         return self._full_build(state, generation)
 
+    def warm(self) -> None:
+        """
+        Make now what the next EndpointSlice-only update needs from the last table (where it uses
+        each Service, its slices by Service): the build thread calls this when it has nothing to
+        build, so that the first pod replaced after any other change does not pay for them (30 ms
+        at 10k Ingresses, the p99 of the bench's endpoint moves).
+        """
+        if self._last is None:
+            return
+        state, table, uses = self._last
+        if uses is None:
+            self._last = (state, table, ServiceUses.of(table))
+        if self._slices is None or self._slices.state is not state:
+            self._slices = SliceIndex(state)
+
     def _full_build(self, state: ClusterState, generation: int) -> RoutingTable:
         if self._last is None:
             self.last_path = "full build"

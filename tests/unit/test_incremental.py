@@ -330,3 +330,19 @@ def test_a_secret_whose_contents_go_into_routes_takes_a_full_build() -> None:
     state = store.state()
     assert incremental(state, 2) == _full(state, 2)
     assert incremental.secret_updates == 0
+
+
+def test_warm_makes_what_the_next_endpoint_update_needs() -> None:
+    """After warm() (the build thread's idle work) the endpoint update reuses the uses and the slice index it made, and equals a full build."""
+    store = _cluster()
+    incremental = IncrementalBuild(_full)
+    incremental(store.state(), 1)
+    incremental.warm()
+    assert incremental._last is not None
+    uses, slices = incremental._last[2], incremental._slices
+    assert uses is not None and slices is not None
+    store.put(endpoints("web", "10.0.0.7", name="web-0"))
+    after = incremental(store.state(), 2)
+    assert incremental.endpoint_updates == 1 and after == _full(store.state(), 2)
+    assert incremental._last[2] is uses and incremental._slices is slices  # reused, moved on to the new snapshot
+    assert slices.state is incremental._last[0]
