@@ -25,7 +25,7 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Callable
-from typing import Optional
+from typing import Optional, TypeVar
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall
@@ -113,13 +113,7 @@ class TableBuilder:
         up to 0.64 s with).  Reference counting still frees everything.
         """
         started = time.perf_counter()
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            table = self.build(snapshot(), generation)
-        finally:
-            if collecting:
-                gc.enable()
+        table = _without_gc(lambda: self.build(snapshot(), generation))
         commits = [prepare(table) for prepare in self.preparers]
         return table, time.perf_counter() - started, commits
 
@@ -155,7 +149,7 @@ class TableBuilder:
         warm = getattr(self.build, "warm", None)
         if self._next is None and warm is not None:
             # Nothing to build: the build thread prepares what the next cheap update needs (inside the window).
-            d = deferToThreadPool(self.reactor, self._pool, warm)
+            d = deferToThreadPool(self.reactor, self._pool, _without_gc, warm)
             d.addErrback(lambda failure: log.failure("preparing for the next build failed", failure))
             d.addBoth(self._ready)
             return
@@ -167,3 +161,21 @@ class TableBuilder:
             # Changes that came in during the build were coalesced already: build again at once
             # instead of adding the debounce to the wait.
             self._timer = self.reactor.callLater(0, self._start_build)
+
+
+_T = TypeVar("_T")
+
+
+def _without_gc(work: Callable[[], _T]) -> _T:
+    """
+    C{work()} with the cyclic collector paused: the build thread's work allocates hundreds of
+    thousands of acyclic values at 10k Ingresses, and a full collection they trigger holds the GIL
+    for hundreds of milliseconds (the reactor with it).  Reference counting still frees them.
+    """
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return work()
+    finally:
+        if collecting:
+            gc.enable()
