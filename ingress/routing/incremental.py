@@ -79,10 +79,10 @@ class IncrementalBuild:
         self.last_path = f"full build: {', '.join(differ) or 'nothing'} changed"
         if differ in ([], ["endpoint_slices"]):
             uses = uses if uses is not None else ServiceUses.of(previous)
-            slices = self._slices if self._slices is not None and self._slices.state is old else SliceIndex(old)
+            slices = self._slices if self._slices is not None and self._slices.slices is old.endpoint_slices else SliceIndex(old)
             self._slices = None
             table = with_new_endpoints(previous, old, state, generation, uses, slices)
-            self._slices = slices if slices.state is state else None
+            self._slices = slices if slices.slices is state.endpoint_slices else None
             if table is not None:
                 self.endpoint_updates += 1
                 self.last_path = "endpoints only"
@@ -123,8 +123,8 @@ class IncrementalBuild:
         state, table, uses = self._last
         if uses is None:
             self._last = (state, table, ServiceUses.of(table))
-        if self._slices is None or self._slices.state is not state:
-            self._slices = SliceIndex(state)
+        if self._slices is None or self._slices.slices is not state.endpoint_slices:
+            self._slices = SliceIndex(state)  # the slices changed along with other kinds (a snapshot keeps an unchanged kind's values)
 
     def _full_build(self, state: ClusterState, generation: int) -> RoutingTable:
         if self._last is None:
@@ -265,20 +265,20 @@ class SliceIndex:
     """
 
     def __init__(self, state: ClusterState) -> None:
-        self.state = state
+        self.slices = state.endpoint_slices
         self.by_service: dict[ServiceKey, list[EndpointSlice]] = {}
         for endpoint_slice in state.endpoint_slices:
             self.by_service.setdefault(_slice_service(endpoint_slice), []).append(endpoint_slice)
 
     def follow(self, new: ClusterState) -> frozenset[ServiceKey]:
         """Move on to C{new}; returns the Services whose slices changed (object for object)."""
-        removed, added = _moved(self.state.endpoint_slices, new.endpoint_slices)
+        removed, added = _moved(self.slices, new.endpoint_slices)
         for endpoint_slice in removed:
             found = self.by_service.get(_slice_service(endpoint_slice), [])
             found[:] = [s for s in found if s is not endpoint_slice]
         for endpoint_slice in added:
             self.by_service.setdefault(_slice_service(endpoint_slice), []).append(endpoint_slice)
-        self.state = new
+        self.slices = new.endpoint_slices
         return frozenset(_slice_service(s) for s in (*removed, *added))
 
 

@@ -345,4 +345,4 @@ def test_warm_makes_what_the_next_endpoint_update_needs() -> None:
     after = incremental(store.state(), 2)
     assert incremental.endpoint_updates == 1 and after == _full(store.state(), 2)
     assert incremental._last[2] is uses and incremental._slices is slices  # reused, moved on to the new snapshot
-    assert slices.state is incremental._last[0]
+    assert slices.slices is incremental._last[0].endpoint_slices
