@@ -177,7 +177,7 @@ def test_every_condition_reason(kube: Kube, namespace: str, echo: Any, twingress
     ListenersNotValid while some listener is refused); GatewayListenerUnsupportedProtocol (as
     UnsupportedProtocol; PortUnavailable for twingress's admin port); GatewayInvalidRouteKind (InvalidRouteKinds,
     empty supportedKinds); GatewayInvalidTLSConfiguration (InvalidCertificateRef); GatewaySecretMissingReferenceGrant
-    (RefNotPermitted); TLSRouteListenerTerminateNotSupported (a TLS listener that terminates: UnsupportedValue);
+    (RefNotPermitted); a TLS listener that terminates with a missing certificate (InvalidCertificateRef);
     HTTPRouteInvalidParentRefNotMatchingSectionName (NoMatchingParent); HTTPRouteInvalidCrossNamespaceParentRef's
     reason on an allowedRoutes selector (NotAllowedByListeners); HTTPRouteHostnameIntersection's
     NoMatchingListenerHostname; HTTPRouteInvalidNonExistentBackendRef (BackendNotFound),
@@ -237,7 +237,7 @@ def test_every_condition_reason(kube: Kube, namespace: str, echo: Any, twingress
                supportedKinds=[*http_route, {"group": GROUP, "kind": "GRPCRoute"}]),  # HTTPS listeners serve HTTP/2
         Expect("gw-tls/other-kind", status.listener("gw-tls", "other-kind"), unresolved_listener("InvalidCertificateRef")),
         Expect("gw-tls/foreign-cert", status.listener("gw-tls", "foreign-cert"), unresolved_listener("RefNotPermitted")),
-        Expect("gw-tls/terminate", status.listener("gw-tls", "terminate"), refused_listener("UnsupportedValue"),
+        Expect("gw-tls/terminate", status.listener("gw-tls", "terminate"), unresolved_listener("InvalidCertificateRef"),
                supportedKinds=[{"group": GROUP, "kind": "TLSRoute"}]),
         Expect("r-ok", status.parent("r-ok", "gw-ok"), OK),
         Expect("r-missing", status.parent("r-missing", "gw-ok"), {**OK, "ResolvedRefs": ("False", "BackendNotFound")}),
