@@ -9,7 +9,7 @@ one Upstream object is made per key, so that routes sharing a backend share it
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Optional
 
 from ingress.model import ClusterState, EndpointSlice, IngressBackend, Service, ServiceBackendPort, ServicePort
@@ -29,12 +29,10 @@ class Backends:
     (and the proxy's pools keyed by it).
     """
 
-    def __init__(
-        self, state: ClusterState, only: Optional[Container[tuple[str, str]]] = None, slices: Optional[Mapping[tuple[str, str], list[EndpointSlice]]] = None
-    ) -> None:
+    def __init__(self, state: ClusterState, slices: Optional[Mapping[tuple[str, str], list[EndpointSlice]]] = None) -> None:
         """
-        C{only}: the Services that will be asked for (an EndpointSlice-only update), else every one;
-        C{slices}: their slices by Service, when the caller has them (else every slice is looked at).
+        C{slices}: the slices of the Services that will be asked for, when the caller has them (an
+        EndpointSlice-only update); else every slice of C{state} is indexed.
         """
         self._services: Mapping[tuple[str, str], Service] = state.services
         self._slices: dict[tuple[str, str], list[EndpointSlice]] = {}
@@ -44,9 +42,7 @@ class Backends:
             return
         for endpoint_slice in state.endpoint_slices:
             if endpoint_slice.service_name and endpoint_slice.address_type in ROUTED_ADDRESS_TYPES:
-                key = (endpoint_slice.meta.namespace, endpoint_slice.service_name)
-                if only is None or key in only:
-                    self._slices.setdefault(key, []).append(endpoint_slice)
+                self._slices.setdefault((endpoint_slice.meta.namespace, endpoint_slice.service_name), []).append(endpoint_slice)
 
     def upstream(self, namespace: str, backend: IngressBackend, protocol: str = "TCP") -> tuple[Upstream, Optional[Issue]]:
         """

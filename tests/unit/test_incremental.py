@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from ingress.routing import RoutingTable, build
 from ingress.routing.delta import applied, table_change
-from ingress.routing.incremental import IncrementalBuild, ServiceUses
+from ingress.routing.endpoint_changes import ServiceUses
+from ingress.routing.incremental import IncrementalBuild
 from ingress.routing.ingress_changes import IngressIndex
 from tests.unit.objects import T0, T1, T2, Store, endpoints, ingress, path, rule, service, tls_secret
 
