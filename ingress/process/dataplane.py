@@ -19,7 +19,7 @@ from ingress.observe.accesslog import AccessLog
 from ingress.observe.metrics import Metrics
 from ingress.process.drain import Drainable, HTTPConnections, PassthroughConnections
 from ingress.process.gatewayports import GatewayListener, PortCertificates, PortView
-from ingress.process.live import LiveTable
+from ingress.process.live import LiveTable, TableView
 from ingress.process.reactor import IProcessReactor
 from ingress.proxy.http.factory import HTTPProxyFactory
 from ingress.proxy.http.guards import Guards
@@ -87,55 +87,53 @@ def data_plane(
         factories.add(factory)
     offer_h2 = http2 is None or http2.enabled
     default_certificate: list[tuple[bytes, bytes]] = []  # the self-signed default, made once
+
+    def new_store(exports_expiry: bool = True) -> CertificateStore:
+        """A certificate store whose default is the self-signed certificate (made on first use)."""
+        if not default_certificate:
+            default_certificate.append(self_signed_certificate())
+        generated = default_certificate[0]
+        return CertificateStore(metrics, load_certificate(*generated, http2=offer_h2), tls_min_version, tls_ciphers, generated, offer_h2, exports_expiry)
+
+    def tls_front(store: CertificateStore, terminating: HTTPProxyFactory, view: TableView) -> TLSFrontFactory:
+        """The TLS listener's front door: SNI passthrough, TLS to TCP backends, or HTTP over TLS with C{store}'s certificates."""
+        creator = SNIConnectionCreator(store)
+        terminate = TLSMemoryBIOFactory(creator, False, terminating)
+        return TLSFrontFactory(terminate, view, pool, reactor, settings.header_timeout, metrics, settings.server_name, creator)
+
     if https:
-        generated = self_signed_certificate()
-        default_certificate.append(generated)
-        store = CertificateStore(metrics, load_certificate(*generated, http2=offer_h2), tls_min_version, tls_ciphers, generated, offer_h2)
+        store = new_store()
         terminating = HTTPProxyFactory(
             live, pool, settings, metrics, reactor, scheme=b"https", listener="https", access_log=access_log, http2=http2, http2_upstreams=http2_upstreams, guards=guards
         )
         plane.drainables.append(HTTPConnections(terminating))
         factories.add(terminating)
-        creator = SNIConnectionCreator(store)
-        terminate = TLSMemoryBIOFactory(creator, False, terminating)
-        front = TLSFrontFactory(terminate, live, pool, reactor, settings.header_timeout, metrics, settings.server_name, creator)
+        front = tls_front(store, terminating, live)
         plane.drainables.append(PassthroughConnections(front.passthrough))
         plane.https = front if "https" in behind_proxy else ProxyProtocolWhenAsked(front, live)
         plane.store = store
 
-    live_settings = [settings]  # those of the table live now, for a Gateway port opened later
-
-    def port_store() -> CertificateStore:
-        """A store for one HTTPS Gateway port (its default: a self-signed certificate, made once)."""
-        if not default_certificate:
-            default_certificate.append(self_signed_certificate())
-        generated = default_certificate[0]
-        return CertificateStore(metrics, load_certificate(*generated, http2=offer_h2), tls_min_version, tls_ciphers, generated, offer_h2, exports_expiry=False)
-
-    certificates = plane.port_certificates = PortCertificates(port_store)
+    certificates = plane.port_certificates = PortCertificates(lambda: new_store(exports_expiry=False))
 
     def gateway_listener(route: StreamRoute) -> GatewayListener:
         """What answers on a Gateway listener's own port: HTTP, or TLS terminated with the port's certificates."""
         view = PortView(live, route.port)
         scheme = route.serves.encode()
         factory = HTTPProxyFactory(
-            view, pool, live_settings[0], metrics, reactor, scheme=scheme, listener=f"{route.serves}:{route.port}",
+            view, pool, pool.settings, metrics, reactor, scheme=scheme, listener=f"{route.serves}:{route.port}",  # pool.settings: the live table's
             access_log=access_log, http2=http2, http2_upstreams=http2_upstreams, guards=guards,
         )
         factories.add(factory)  # weakly: it goes when its port's drain ends
         if scheme == b"http":
             return GatewayListener(route, ProxyProtocolWhenAsked(factory, view), factory)
-        store = certificates.ready_store(route.port, view.table)
-        port_creator = SNIConnectionCreator(store)
-        terminate = TLSMemoryBIOFactory(port_creator, False, factory)
-        front = TLSFrontFactory(terminate, view, pool, reactor, settings.header_timeout, metrics, settings.server_name, port_creator)
+        front = tls_front(certificates.ready_store(route.port, view.table), factory, view)
         return GatewayListener(route, ProxyProtocolWhenAsked(front, view), factory, front.passthrough)
 
     plane.gateway_listener = gateway_listener
 
     def connection_settings(table: RoutingTable) -> None:
         """A table with the ingress-nginx ConfigMap's connection settings replaces the command line's."""
-        effective = live_settings[0] = with_listener(settings, table.listener)
+        effective = with_listener(settings, table.listener)
         pool.settings = effective
         http2_upstreams.settings = effective
         for each in factories:
