@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 from ingress.model import ObjectRef, Problem
 from ingress.routing.certs import EMPTY_CERTIFICATES, CertificateTable
@@ -129,16 +129,9 @@ class RoutingTable:
             if routes is not None:
                 return routes
             if self.deep_wildcards:
-                return self._deep_wildcard(host, dot)
-        return self.any_host
-
-    def _deep_wildcard(self, host: str, dot: int) -> Optional[HostRoutes]:
-        """The Gateway API wildcard with the longest suffix of C{host}, else the host-less rules."""
-        while dot > 0:
-            routes = self.deep_wildcards.get(host[dot + 1 :])
-            if routes is not None:
-                return routes
-            dot = host.find(".", dot + 1)
+                routes = _longest_suffix(self.deep_wildcards, host, "", dot)  # Gateway API wildcards: any number of labels
+                if routes is not None:
+                    return routes
         return self.any_host
 
     def match(self, host: str, path: str) -> Optional[Route]:
@@ -204,9 +197,16 @@ class RoutingTable:
         }
 
 
-def _longest_suffix(by_suffix: Mapping[str, Upstream], host: str, prefix: str) -> Optional[Upstream]:
-    """The entry for the longest suffix of C{host} after a dot (keys: C{prefix} + suffix): Gateway wildcards, any number of labels."""
-    dot = host.find(".")
+_T = TypeVar("_T")
+
+
+def _longest_suffix(by_suffix: Mapping[str, _T], host: str, prefix: str, dot: Optional[int] = None) -> Optional[_T]:
+    """
+    The entry for the longest suffix of C{host} after a dot (keys: C{prefix} + suffix): Gateway
+    wildcards, any number of labels.  C{dot}: the first dot of C{host}, when the caller found it.
+    """
+    if dot is None:
+        dot = host.find(".")
     while dot > 0:
         found = by_suffix.get(prefix + host[dot + 1 :])
         if found is not None:
