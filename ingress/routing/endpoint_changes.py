@@ -29,10 +29,10 @@ from typing import Optional, TypeVar
 from ingress.model import ClusterState, EndpointSlice, IngressBackend, ServiceBackendPort
 from ingress.routing.annotations.errorpages import NO_ENDPOINTS
 from ingress.routing.backends import Backends
+from ingress.routing.ingress_changes import ServiceKey
 from ingress.routing.route import Route, Upstream
 from ingress.routing.table import HostRoutes, RoutingTable
 
-ServiceKey = tuple[str, str]
 _K = TypeVar("_K")
 _V = TypeVar("_V")
 FIELDS = tuple(f.name for f in fields(ClusterState))
@@ -72,6 +72,10 @@ class ServiceUses:
             hosts.setdefault(_service_of(upstream.key) or ("", ""), set()).add(_EVERYWHERE)
         freeze = lambda index: {key: frozenset(names) for key, names in index.items()}  # noqa: E731
         return cls(freeze(hosts), freeze(wildcards), shaped, freeze(deep))
+
+    def beyond_hosts(self, services: Iterable[ServiceKey]) -> Optional[ServiceKey]:
+        """One of C{services} that a route outside the hosts uses (the default route, host-less rules, passthrough), or None."""
+        return next((service for service in services if _EVERYWHERE in self.hosts.get(service, ())), None)
 
     def following(self, before: RoutingTable, after: RoutingTable) -> Optional[ServiceUses]:
         """

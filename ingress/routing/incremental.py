@@ -3,8 +3,9 @@
 Which way a new snapshot becomes a table: the cheapest that gives what a full build would.
 
 EndpointSlice-only changes update the endpoints of the previous table
-(L{ingress.routing.endpoint_changes}); Ingress-only changes build again only the Ingresses that
-share a host with the changed ones (L{ingress.routing.ingress_changes}); Secret-only changes swap
+(L{ingress.routing.endpoint_changes}); changes of Ingresses, Services and EndpointSlices build
+again only the Ingresses that changed or name a changed Service, with those that share a host with
+them (L{ingress.routing.ingress_changes}); Secret-only changes swap
 the certificates' PEMs (L{with_renewed_secrets}); anything else is a full build.  The result must
 equal a full build of the same state; tests/unit/test_incremental.py checks it on random sequences
 of changes.
@@ -12,21 +13,22 @@ of changes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Optional
+from typing import Optional, Union
 
 from ingress.model import ClusterState
 from ingress.routing.endpoint_changes import FIELDS, ServiceUses, SliceIndex, same_objects, with_new_endpoints
 from ingress.routing.gateway import has_gateway_api
-from ingress.routing.ingress_changes import Build, IngressIndex, with_changed_ingresses
+from ingress.routing.ingress_changes import Build, IngressIndex, ServiceKey, with_changed_ingresses
 from ingress.routing.table import RoutingTable
 
 
 class IncrementalBuild:
     """
     A build function that remembers the last state and table: an EndpointSlice-only change is
-    applied to that table (L{with_new_endpoints}), an Ingress-only change rebuilds just the hosts it
-    touches (L{ingress.routing.ingress_changes}), anything else is a full build.
+    applied to that table (L{with_new_endpoints}), a change of Ingresses, Services and slices
+    rebuilds just the hosts it touches (L{ingress.routing.ingress_changes}), anything else is a full build.
     """
 
     def __init__(self, full: Build, max_share: float = 0.25) -> None:
@@ -66,17 +68,15 @@ class IncrementalBuild:
                 self.last_path = "endpoints only"
                 self._last = (state, table, uses)  # the same hosts use the same Services
                 return table
-        elif differ == ["ingresses"] and not has_gateway_api(state):  # they share hosts: one owner per host, problems on the routes
-            index = self._index if self._index is not None else IngressIndex.of(old.ingresses)
-            self._index = index
-            old_versions, new_versions = index.changed_to(state.ingresses)
-            found = with_changed_ingresses(previous, state, index, old_versions, new_versions, self.full, generation, self.max_share)
-            if isinstance(found, RoutingTable):
+        elif _ROUTE_KINDS.issuperset(differ) and not has_gateway_api(state):  # they share hosts: one owner per host, problems on the routes
+            found = self._with_changed_routes(old, previous, uses, state, generation, differ)
+            if isinstance(found, tuple):
                 self.ingress_updates += 1
-                self.last_path = "Ingresses only"
+                self.last_path = "Ingresses only" if differ == ["ingresses"] else f"the routes of the changed {', '.join(differ)}"
                 self.ingress_fallback = None
-                self._last = (state, found, uses.following(previous, found) if uses is not None else None)
-                return found
+                table, uses = found
+                self._last = (state, table, uses.following(previous, table) if uses is not None else None)
+                return table
             self.ingress_fallback = found
         elif differ == ["secrets"]:
             renewed = with_renewed_secrets(previous, old, state, generation)
@@ -88,6 +88,40 @@ class IncrementalBuild:
         elif "ingresses" in differ and self._index is not None:
             self._index.changed_to(state.ingresses)
         return self._full_build(state, generation)
+
+    def _with_changed_routes(
+        self, old: ClusterState, previous: RoutingTable, uses: Optional[ServiceUses], state: ClusterState, generation: int, differ: list[str]
+    ) -> Union[tuple[RoutingTable, Optional[ServiceUses]], str]:
+        """
+        The table with the Ingresses that changed, and those naming a Service whose object or slices
+        changed, built again (L{with_changed_ingresses}), and the uses it was checked with; or why
+        that needs a full build.  This is how a new application (its Service, its slices and its
+        Ingress, created together) goes live at 10k Ingresses without a full build.
+        """
+        index = self._index if self._index is not None else IngressIndex.of(old.ingresses)
+        self._index = index
+        old_versions, new_versions = index.changed_to(state.ingresses)
+        services = self._changed_services(old, state, differ)
+        if services:
+            uses = uses if uses is not None else ServiceUses.of(previous)
+            reason = _services_read_elsewhere(previous, state, uses, services)
+            if reason is not None:
+                return reason
+            for ref in index.naming(services):
+                if ref not in old_versions and ref not in new_versions:  # unchanged itself: built again as it is
+                    old_versions[ref] = new_versions[ref] = index.by_ref[ref]
+        found = with_changed_ingresses(previous, state, index, old_versions, new_versions, self.full, generation, self.max_share)
+        return (found, uses) if isinstance(found, RoutingTable) else found
+
+    def _changed_services(self, old: ClusterState, state: ClusterState, differ: list[str]) -> set[ServiceKey]:
+        """The Services whose object or slices are not the same objects as in C{old} (the slice index moved on to C{state})."""
+        changed = _changed_keys(old.services, state.services) if "services" in differ else set()
+        if "endpoint_slices" in differ:
+            slices = self._slices if self._slices is not None and self._slices.slices is old.endpoint_slices else SliceIndex(old)
+            self._slices = None  # half moved on if this raises
+            changed |= slices.follow(state)
+            self._slices = slices
+        return changed
 
     def warm(self) -> None:
         """
@@ -114,6 +148,30 @@ class IncrementalBuild:
             # made again after a snapshot with two Ingresses of one name, which this one may no longer have.
             self._index = IngressIndex.of(state.ingresses)
         return table
+
+
+_ROUTE_KINDS = frozenset({"ingresses", "services", "endpoint_slices"})
+
+
+def _changed_keys(old: Mapping[ServiceKey, object], new: Mapping[ServiceKey, object]) -> set[ServiceKey]:
+    """The keys whose values are not the same objects (both snapshots hold theirs: no two live objects share an id); no Python-level loop over every value."""
+    before = dict(zip(map(id, old.values()), old.keys(), strict=True))
+    after = dict(zip(map(id, new.values()), new.keys(), strict=True))
+    return {before[key] for key in before.keys() - after.keys()} | {after[key] for key in after.keys() - before.keys()}
+
+
+def _services_read_elsewhere(previous: RoutingTable, state: ClusterState, uses: ServiceUses, services: set[ServiceKey]) -> Optional[str]:
+    """
+    Why a change of C{services} may reach beyond the routes of the Ingresses that name them, or
+    None: streams (StreamIngresses and the tcp/udp-services ConfigMaps name Services too, and a
+    stream's conditions count endpoints), routes shaped by endpoints, a Service used outside the hosts.
+    """
+    if state.stream_ingresses or previous.streams or previous.stream_conditions or any(problem.ref.kind == "ConfigMap" for problem in previous.problems):
+        return "streams name Services"
+    if uses.shaped_by_endpoints:
+        return "routes shaped by endpoints (a default-backend)"
+    beyond = uses.beyond_hosts(services)
+    return f"Service {beyond[0]}/{beyond[1]} is used beyond hosts" if beyond is not None else None
 
 
 _SECRET_CONTENT_KEYS = tuple(f"{prefix}{key}" for prefix in ("twingress.io/", "nginx.ingress.kubernetes.io/") for key in ("proxy-ssl-secret", "auth-tls-secret"))

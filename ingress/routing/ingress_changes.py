@@ -42,6 +42,7 @@ from ingress.routing.certs import SecretKey
 from ingress.routing.table import RoutingTable
 
 Build = Callable[[ClusterState, int], RoutingTable]
+ServiceKey = tuple[str, str]
 _K = TypeVar("_K")
 _V = TypeVar("_V")
 _PREFIXES = ("twingress.io/", "nginx.ingress.kubernetes.io/")
@@ -68,6 +69,7 @@ class IngressIndex:
         self.by_name: dict[str, set[ObjectRef]] = {}  # rule and TLS hosts as written ("*.suffix" too)
         self.by_secret: dict[SecretKey, set[ObjectRef]] = {}  # spec.tls Secrets
         self.aliases: dict[str, set[ObjectRef]] = {}  # names that server-alias or from-to-www-redirect may claim
+        self.by_service: dict[ServiceKey, set[ObjectRef]] = {}  # every Service an Ingress names: paths, defaultBackend, default-backend
         self.consistent = True  # False once two Ingresses of a snapshot share a name (then every change is a full build)
 
     @classmethod
@@ -94,6 +96,7 @@ class IngressIndex:
             _forget(self.by_name, _names(ingress), ref)
             _forget(self.by_secret, _secrets(ingress), ref)
             _forget(self.aliases, _alias_names(ingress), ref)
+            _forget(self.by_service, services_named(ingress), ref)
         for ref, ingress in new.items():
             if ref in self.by_ref:
                 self.consistent = False
@@ -101,9 +104,14 @@ class IngressIndex:
             _note(self.by_name, _names(ingress), ref)
             _note(self.by_secret, _secrets(ingress), ref)
             _note(self.aliases, _alias_names(ingress), ref)
+            _note(self.by_service, services_named(ingress), ref)
         if len(self.by_ref) != len(self.by_id):
             self.consistent = False
         return old, new
+
+    def naming(self, services: Iterable[ServiceKey]) -> set[ObjectRef]:
+        """The Ingresses that name any of C{services}."""
+        return {ref for service in services for ref in self.by_service.get(service, ())}
 
 
 def _note(index: dict[_K, set[ObjectRef]], keys: Iterable[_K], ref: ObjectRef) -> None:
@@ -375,6 +383,19 @@ def _alias_names(ingress: Ingress) -> set[str]:
         elif name == "from-to-www-redirect":
             names.update(host[4:] if host.startswith("www.") else "www." + host for rule in ingress.rules if rule.host for host in (rule.host,))
     return names
+
+
+def services_named(ingress: Ingress) -> set[ServiceKey]:
+    """
+    Every Service an Ingress can send to or ask about, more than it does: its paths', its
+    spec.defaultBackend's, and the default-backend annotation's (whether it is read is the build's business).
+    """
+    namespace = ingress.meta.namespace
+    names = {path.backend.service_name for rule in ingress.rules for path in rule.paths}
+    if ingress.default_backend is not None:
+        names.add(ingress.default_backend.service_name)
+    names.update(value.strip() for key, value in ingress.meta.annotations.items() if _annotation_name(key) == "default-backend")
+    return {(namespace, name) for name in names if name}
 
 
 def _annotation_name(key: str) -> Optional[str]:

@@ -1,7 +1,7 @@
 """
-EndpointSlice-only and Ingress-only changes applied to the previous table (ingress.routing.incremental,
-ingress.routing.ingress_changes): after any sequence of events, for every kind, the table must equal a
-full build of the same state.
+EndpointSlice-only changes and changes of Ingresses, Services and slices applied to the previous table
+(ingress.routing.incremental, ingress.routing.ingress_changes): after any sequence of events, for every
+kind, one at a time or several in one snapshot, the table must equal a full build of the same state.
 
 The store (tests.unit.objects.Store) keeps each parsed object until its own event replaces it, as an
 informer's store does, so that unchanged objects are the same objects from one snapshot to the next.
@@ -68,7 +68,8 @@ def _gateway_objects() -> list[dict[str, Any]]:
     ]
 
 
-def _cluster(error_pages: bool = False, gateway: bool = False) -> Store:
+def _cluster(error_pages: bool = False, gateway: bool = False, far_reaching: bool = True) -> Store:
+    """C{far_reaching}: with the Ingresses whose changes (and their Services' changes) need a full build."""
     store = Store()
     for obj in _gateway_objects() if gateway else ():
         store.put(obj)
@@ -78,15 +79,18 @@ def _cluster(error_pages: bool = False, gateway: bool = False) -> Store:
     store.put(tls_secret("cert2"))
     store.put(ingress("shop", rule("shop.test", path("/", "web"), path("/api", "api", "http"), path("/gone", "gone"))))
     store.refuse(ingress("shop"), "spec.rules: not a list; its last good version stays in use")  # the source's own problem
-    store.put(ingress("canary", rule("shop.test", path("/", "admin")), created=T1, annotations={NGINX + "canary": "true", NGINX + "canary-weight": "50"}))
+    if far_reaching:
+        store.put(ingress("canary", rule("shop.test", path("/", "admin")), created=T1, annotations={NGINX + "canary": "true", NGINX + "canary-weight": "50"}))
     store.put(ingress("direct", rule("direct.test", path("/", "api")), annotations={NGINX + "service-upstream": "true"}))
-    store.put(ingress("pass", rule("pass.test", path("/", "admin", 80)), annotations={NGINX + "ssl-passthrough": "true"}))
-    store.put(ingress("fallback", rule("fallback.test", path("/", "api")), default=("web", 80)))
+    if far_reaching:
+        store.put(ingress("pass", rule("pass.test", path("/", "admin", 80)), annotations={NGINX + "ssl-passthrough": "true"}))
+        store.put(ingress("fallback", rule("fallback.test", path("/", "api")), default=("web", 80)))
     # Secrets that Ingresses outside a group name too: one we serve, one of another class
     store.put(ingress("keeper", rule("keep.test", path("/", "gone")), tls=((("keep.test",), "cert"),)))
     store.put(ingress("foreign", rule("foreign.test", path("/", "gone")), cls="other", tls=((("foreign.test",), "cert2"),)))
     # Hosts that an Ingress's annotations claim while no Ingress names them: b.test (server-alias), c.test (from www.c.test)
-    store.put(ingress("aliaser", rule("www.c.test", path("/", "gone")), annotations={NGINX + "server-alias": "b.test", NGINX + "from-to-www-redirect": "true"}))
+    if far_reaching:
+        store.put(ingress("aliaser", rule("www.c.test", path("/", "gone")), annotations={NGINX + "server-alias": "b.test", NGINX + "from-to-www-redirect": "true"}))
     if error_pages:  # routes shaped by endpoints beyond their endpoint sets: every change is a full build
         store.put(ingress("pages", rule("pages.test", path("/", "web")), annotations={NGINX + "custom-http-errors": "404", NGINX + "default-backend": "admin"}))
     return store
@@ -154,7 +158,12 @@ route_events = st.one_of(
     ),
     st.tuples(st.just("delete-route"), st.sampled_from(("g", "r1"))),
 )
-events = st.lists(st.one_of(slice_events, slice_events, other_events, ingress_events, ingress_events, ingress_events, route_events), min_size=1, max_size=12)
+# A new application, part by part: its Service, its slice, its Ingress (a host of its own, or a shared one).
+app_events = st.tuples(st.just("app"), st.sampled_from(("n0", "n1")), st.sampled_from(("service", "slice", "ingress", "shared", "all")))
+event = st.one_of(slice_events, slice_events, other_events, ingress_events, ingress_events, ingress_events, route_events, app_events)
+# What one snapshot brings: mostly one event, often several of any kinds (the builder waits a few
+# milliseconds and takes whatever came meanwhile, as when kubectl applies a file of objects).
+steps = st.lists(st.lists(event, min_size=1, max_size=4), min_size=1, max_size=10)
 
 
 def _apply(store: Store, event: tuple[Any, ...]) -> None:
@@ -183,6 +192,14 @@ def _apply(store: Store, event: tuple[Any, ...]) -> None:
         store.put(ingress(name, *made, created=created, tls=tls, annotations=dict(annotations), cls=cls, default=default))
     elif kind == "delete-ingress":
         store.delete("Ingress", ingress(event[1]))
+    elif kind == "app":
+        _, name, part = event
+        if part in ("service", "all"):
+            store.put(service(name, ("http", 80)))
+        if part in ("slice", "all"):
+            store.put(endpoints(name, "10.0.0.8", name=f"{name}-0"))
+        if part in ("ingress", "shared", "all"):
+            store.put(ingress(name, rule("a.test" if part == "shared" else f"{name}.test", path(f"/{name}", name))))
     elif kind == "put-route":
         store.put(_http_route(*event[1:]))
     elif kind == "delete-route":
@@ -197,30 +214,32 @@ def test_after_every_event_the_table_is_the_full_builds() -> None:
     change the primary sends.  Over the run, a good share of the Ingress-only changes must have
     taken the Ingress path: the test cannot pass by always building in full.
     """
-    counted = {"ingress_events": 0, "ingress_updates": 0}
+    counted = {"ingress_steps": 0, "ingress_updates": 0}
+    ingress_kinds = ("put-ingress", "delete-ingress", "annotation", "ingress", "app")
 
     @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(events, st.booleans(), st.sampled_from((_full, _full_with_options)), st.booleans())
-    def run(sequence: list[tuple[Any, ...]], error_pages: bool, full: Any, gateway: bool) -> None:
-        store = _cluster(error_pages, gateway)
+    @given(steps, st.booleans(), st.sampled_from((_full, _full_with_options)), st.booleans(), st.booleans())
+    def run(sequence: list[list[tuple[Any, ...]]], error_pages: bool, full: Any, gateway: bool, far_reaching: bool) -> None:
+        store = _cluster(error_pages, gateway, far_reaching)
         incremental = IncrementalBuild(full, max_share=1.0)  # a tiny cluster: any group may take the Ingress path
         table = incremental(store.state(), 1)
         worker = _across(table)
-        for generation, event in enumerate(sequence, start=2):
-            _apply(store, event)
+        for generation, batch in enumerate(sequence, start=2):
+            for event in batch:
+                _apply(store, event)
             state = store.state()
             previous, table = table, incremental(state, generation)
-            assert table == full(state, generation), (event, incremental.ingress_fallback)
+            assert table == full(state, generation), (batch, incremental.ingress_fallback)
             _check_indexes(incremental, state, table)
             change = table_change(previous, table)
             worker = applied(worker, _across(change)) if change is not None else _across(table)
-            assert worker == table, event
-        if not any(kind == "put-route" for kind, *_ in sequence) and not gateway:  # Gateway routes: Ingress changes build in full
-            counted["ingress_events"] += sum(1 for event in sequence if event[0] in ("put-ingress", "delete-ingress", "annotation", "ingress"))
+            assert worker == table, batch
+        if not any(kind == "put-route" for batch in sequence for kind, *_ in batch) and not gateway:  # Gateway routes: Ingress changes build in full
+            counted["ingress_steps"] += sum(1 for batch in sequence if any(event[0] in ingress_kinds for event in batch))
         counted["ingress_updates"] += incremental.ingress_updates
 
     run()
-    assert counted["ingress_updates"] * 4 > counted["ingress_events"], counted
+    assert counted["ingress_updates"] * 4 > counted["ingress_steps"], counted
 
 
 def _check_indexes(incremental: IncrementalBuild, state: Any, table: RoutingTable) -> None:
@@ -237,7 +256,9 @@ def _check_indexes(incremental: IncrementalBuild, state: Any, table: RoutingTabl
     index = incremental._index
     if index is not None:
         fresh_index = IngressIndex.of(state.ingresses)
-        assert (index.by_ref, index.by_name, index.by_secret, index.aliases) == (fresh_index.by_ref, fresh_index.by_name, fresh_index.by_secret, fresh_index.aliases)
+        assert (index.by_ref, index.by_name, index.by_secret, index.aliases, index.by_service) == (
+            fresh_index.by_ref, fresh_index.by_name, fresh_index.by_secret, fresh_index.aliases, fresh_index.by_service
+        )
 
 
 def _across(value: Any) -> Any:

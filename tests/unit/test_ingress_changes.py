@@ -270,3 +270,63 @@ def test_a_secret_named_by_many_ingresses_we_do_not_serve_takes_a_full_build() -
     _, after = run.next()
     assert run.incremental.ingress_updates == 0 and "Secret" in (run.incremental.ingress_fallback or "")
     assert ("default", "shop-tls") not in after.certificates.secrets
+
+
+def test_a_new_application_created_together_builds_only_its_host() -> None:
+    """Its Service, its slice and its Ingress in one snapshot (as kubectl apply -f app.yaml does): no full build."""
+    run = _Run(_cluster())
+    run.store.put(service("new"))
+    run.store.put(endpoints("new", "10.0.0.9", name="new-a"))
+    run.store.put(ingress("new", rule("new.test", path("/", "new")), created=T2))
+    before, after = run.next()
+    assert run.incremental.ingress_updates == 1 and run.incremental.last_path == "the routes of the changed ingresses, services, endpoint_slices"
+    assert target(after, "new.test") == "default/new:80" and after.match("new.test", "/").upstream.endpoints == (("10.0.0.9", 8080),)  # type: ignore[union-attr]
+    assert all(after.hosts[host] is before.hosts[host] for host in ("shop.test", "api.test", "noisy.test"))
+
+
+def test_a_service_that_comes_late_rebuilds_the_ingresses_naming_it() -> None:
+    """An Ingress whose Service did not exist (its route answers 503, its problem says why) is built again when the Service comes, with it."""
+    run = _Run(_cluster())
+    run.store.put(ingress("early", rule("early.test", path("/", "late")), created=T2))
+    _, first = run.next()
+    assert _problems(first) == [("early", "ServiceNotFound"), ("noisy", "UnsupportedAnnotation")]
+    run.store.put(service("late"))
+    run.store.put(endpoints("late", "10.0.0.7", name="late-a"))
+    run.store.put(ingress("api", rule("api.test", path("/", "api"), path("/v2", "other")), created=T0))  # and an unrelated edit
+    before, after = run.next()
+    assert run.incremental.ingress_updates == 2 and _problems(after) == [("noisy", "UnsupportedAnnotation")]
+    assert after.match("early.test", "/").upstream.endpoints == (("10.0.0.7", 8080),)  # type: ignore[union-attr]
+    assert after.hosts["shop.test"] is before.hosts["shop.test"] and after.wildcards is before.wildcards
+
+
+def test_a_service_edit_rebuilds_the_hosts_that_use_it() -> None:
+    """A Service's port renamed: the Ingresses naming it (and only they) are built again; the edit alone is a change of routes."""
+    run = _Run(_cluster())
+    run.store.put(service("api", ("grpc", 80)))
+    before, after = run.next()
+    assert run.incremental.ingress_updates == 1 and after.hosts["shop.test"] is before.hosts["shop.test"]
+
+
+def test_a_changed_service_used_beyond_hosts_takes_a_full_build() -> None:
+    """A Service behind the default route (spec.defaultBackend) is used by every host's misses: a full build."""
+    store = _cluster()
+    store.put(ingress("fallback", rule("fallback.test", path("/", "api")), default=("other", 80)))
+    run = _Run(store)
+    store.put(endpoints("other", "10.0.0.5", name="other-b"))
+    store.put(ingress("new", rule("new.test", path("/", "web")), created=T2))
+    run.next()
+    assert run.incremental.ingress_updates == 0 and "default/other is used beyond hosts" in (run.incremental.ingress_fallback or "")
+
+
+def test_a_service_named_by_a_stream_takes_a_full_build() -> None:
+    """A StreamIngress names Services outside every Ingress: their changes are built in full."""
+    store = _cluster()
+    store.put(
+        {"apiVersion": "twingress.io/v1alpha1", "kind": "StreamIngress", "metadata": {"name": "db", "namespace": "default"},
+         "spec": {"protocol": "TCP", "listen": 5432, "upstream": {"service": "db", "port": 5432}}}
+    )
+    run = _Run(store)
+    store.put(service("db", ("pg", 5432)))
+    store.put(ingress("new", rule("new.test", path("/", "web")), created=T2))
+    run.next()
+    assert run.incremental.ingress_updates == 0 and "streams" in (run.incremental.ingress_fallback or "")
