@@ -22,7 +22,7 @@ stream routes (their status condition counts the endpoints).
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Optional, TypeVar
 
@@ -77,21 +77,26 @@ class ServiceUses:
         """One of C{services} that a route outside the hosts uses (the default route, host-less rules, passthrough), or None."""
         return next((service for service in services if _EVERYWHERE in self.hosts.get(service, ())), None)
 
-    def following(self, before: RoutingTable, after: RoutingTable) -> Optional[ServiceUses]:
+    def following(self, before: RoutingTable, after: RoutingTable, names: Optional[Collection[str]] = None) -> Optional[ServiceUses]:
         """
         The uses of C{after}, made from C{before} (whose uses these are) by changing some hosts and
-        wildcards (an Ingress-only update): their entries found again, the others kept.  None when
-        more than hosts changed: then they are found again from the whole table when needed.
+        wildcards (an Ingress-only update): their entries found again, the others kept.  C{names}:
+        the only hosts that may differ, as Ingresses name them ("*.suffix" for a wildcard), when
+        known (else every host is compared).  None when more than hosts changed: then they are
+        found again from the whole table when needed.
         """
         if not all(getattr(after, name) is getattr(before, name) for name in ("any_host", "default_route", "passthrough", "deep_passthrough", "tls_terminated", "streams", "deep_wildcards")):
             return None
         shaped = self.shaped_by_endpoints or any(problem.reason == NO_ENDPOINTS for problem in after.problems)
         found: list[Mapping[ServiceKey, frozenset[str]]] = []
-        for uses, old, new in ((self.hosts, before.hosts, after.hosts), (self.wildcards, before.wildcards, after.wildcards)):
+        exact = None if names is None else {name for name in names if not name.startswith("*.")}
+        suffixes = None if names is None else {name[2:] for name in names if name.startswith("*.")}
+        for uses, old, new, candidates in ((self.hosts, before.hosts, after.hosts, exact), (self.wildcards, before.wildcards, after.wildcards, suffixes)):
             if new is old:
                 found.append(uses)
                 continue
-            changed = [host for host in old.keys() | new.keys() if old.get(host) is not new.get(host)]
+            maybe = old.keys() | new.keys() if candidates is None else candidates
+            changed = [host for host in maybe if old.get(host) is not new.get(host)]
             touched: dict[ServiceKey, set[str]] = {}
             for host in changed:  # every changed host leaves its Services first...
                 for route in _routes_of(old[host]) if host in old else ():
@@ -202,7 +207,7 @@ def _moved(old: Sequence[EndpointSlice], new: Sequence[EndpointSlice]) -> tuple[
     if len(old) == len(new):
         places = [i for i, same in enumerate(map(operator.is_, old, new)) if not same]
         return [old[i] for i in places], [new[i] for i in places]
-    before, after = {id(s): s for s in old}, {id(s): s for s in new}
+    before, after = dict(zip(map(id, old), old, strict=True)), dict(zip(map(id, new), new, strict=True))  # no Python-level loop over every slice
     return [before[key] for key in before.keys() - after.keys()], [after[key] for key in after.keys() - before.keys()]
 
 

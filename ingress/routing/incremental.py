@@ -74,8 +74,8 @@ class IncrementalBuild:
                 self.ingress_updates += 1
                 self.last_path = "Ingresses only" if differ == ["ingresses"] else f"the routes of the changed {', '.join(differ)}"
                 self.ingress_fallback = None
-                table, uses = found
-                self._last = (state, table, uses.following(previous, table) if uses is not None else None)
+                table, hosts, uses = found
+                self._last = (state, table, uses.following(previous, table, hosts) if uses is not None else None)
                 return table
             self.ingress_fallback = found
         elif differ == ["secrets"]:
@@ -91,10 +91,10 @@ class IncrementalBuild:
 
     def _with_changed_routes(
         self, old: ClusterState, previous: RoutingTable, uses: Optional[ServiceUses], state: ClusterState, generation: int, differ: list[str]
-    ) -> Union[tuple[RoutingTable, Optional[ServiceUses]], str]:
+    ) -> Union[tuple[RoutingTable, frozenset[str], Optional[ServiceUses]], str]:
         """
         The table with the Ingresses that changed, and those naming a Service whose object or slices
-        changed, built again (L{with_changed_ingresses}), and the uses it was checked with; or why
+        changed, built again (L{with_changed_ingresses}), the hosts that may differ and the uses it was checked with; or why
         that needs a full build.  This is how a new application (its Service, its slices and its
         Ingress, created together) goes live at 10k Ingresses without a full build.
         """
@@ -111,7 +111,7 @@ class IncrementalBuild:
                 if ref not in old_versions and ref not in new_versions:  # unchanged itself: built again as it is
                     old_versions[ref] = new_versions[ref] = index.by_ref[ref]
         found = with_changed_ingresses(previous, state, index, old_versions, new_versions, self.full, generation, self.max_share)
-        return (found, uses) if isinstance(found, RoutingTable) else found
+        return (*found, uses) if isinstance(found, tuple) else found
 
     def _changed_services(self, old: ClusterState, state: ClusterState, differ: list[str]) -> set[ServiceKey]:
         """The Services whose object or slices are not the same objects as in C{old} (the slice index moved on to C{state})."""

@@ -136,15 +136,16 @@ def with_changed_ingresses(
     build: Build,
     generation: int,
     max_share: float,
-) -> Union[RoutingTable, str]:
+) -> Union[tuple[RoutingTable, frozenset[str]], str]:
     """
     C{previous} with the Ingresses changed from C{old_versions} to C{new_versions} (C{index} already
-    follows C{new}), or why that needs a full build.
+    follows C{new}) and the hosts that may differ (as Ingresses name them: "*.suffix" for a
+    wildcard), or why that needs a full build.
     """
     if not index.consistent:
         return "two Ingresses of one name"
     if not old_versions and not new_versions:
-        return replace(previous, generation=generation)
+        return replace(previous, generation=generation), frozenset()
     group = _group(index, old_versions, new_versions, max_share)
     if isinstance(group, str):
         return group
@@ -166,7 +167,7 @@ def with_changed_ingresses(
         return "a Secret named outside the group, by no Ingress found served"
     if secrets is not previous.certificates.secrets:
         spliced = replace(spliced, certificates=replace(spliced.certificates, secrets=secrets))
-    return spliced
+    return spliced, hosts
 
 
 def far_reaching(ingress: Ingress) -> Optional[str]:

@@ -78,12 +78,16 @@ class Store:
         self._lock = threading.Lock()
         self._items: dict[tuple[str, str], Any] = {}
         self.version = 0  # moves on every write: a snapshot of an unchanged store can be reused
+        self._written: dict[tuple[str, str], bool] = {}  # keys written since the last take_changes, in _items' order; True: deleted meanwhile
+        self._whole = True  # the next take_changes hands out every item (the first one, or after a relist)
 
     def replace(self, items: dict[tuple[str, str], Any]) -> set[tuple[str, str]]:
         """Swap in a relist's items; returns the keys that changed (added, removed or different)."""
         with self._lock:
             old, self._items = self._items, items
             self.version += 1
+            self._whole = True
+            self._written.clear()
         return {k for k in old.keys() | items.keys() if old.get(k) != items.get(k)}
 
     def get(self, key: tuple[str, str]) -> Any:
@@ -93,13 +97,41 @@ class Store:
 
     def put(self, key: tuple[str, str], value: Any) -> None:
         with self._lock:
+            deleted = self._written.get(key, False)
+            if key not in self._items:
+                self._written.pop(key, None)  # a new key goes last, here as in _items
             self._items[key] = value
             self.version += 1
+            self._written[key] = deleted
 
     def delete(self, key: tuple[str, str]) -> None:
         with self._lock:
             self._items.pop(key, None)
             self.version += 1
+            self._written.pop(key, None)
+            self._written[key] = True
+
+    def take_changes(self) -> tuple[bool, list[tuple[tuple[str, str], Any]]]:
+        """
+        For the one reader that follows the store write by write (the snapshot's
+        L{ingress.sources.kube.parts.CollectedPart}): whether to start again, and the items to
+        apply, every item when starting again, else the keys written since the last call with
+        their values now (None: deleted; a key deleted and written again comes as both, so that it
+        goes last as it did here): applied in order, the reader's values are in the store's order.
+        """
+        with self._lock:
+            whole, self._whole = self._whole, False
+            changes: list[tuple[tuple[str, str], Any]] = []
+            if whole:
+                changes.extend(self._items.items())
+            else:
+                for key, deleted in self._written.items():
+                    value = self._items.get(key)
+                    if deleted and value is not None:
+                        changes.append((key, None))
+                    changes.append((key, value))
+            self._written.clear()
+            return whole, changes
 
     def values(self) -> list[Any]:
         with self._lock:

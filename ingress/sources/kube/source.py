@@ -23,10 +23,11 @@ from twisted.application.service import Service
 from twisted.logger import Logger
 
 from ingress.model import ClusterState
-from ingress.model.parse import KINDS, collect, merged_state
+from ingress.model.parse import KINDS, merged_state
 from ingress.observe.metrics import Metrics
 from ingress.process.builder import TableBuilder
 from ingress.sources.kube.client import KubeClient
+from ingress.sources.kube.parts import CollectedPart
 from ingress.sources.kube.reflector import Reflector, Resource, Store
 
 log = Logger()
@@ -99,7 +100,7 @@ class KubeSource(Service):
         self._warned: set[str] = set()
         self._seen: dict[str, tuple[int, int]] = {}
         self._trigger: Optional[object] = None
-        self._parts: dict[int, tuple[int, ClusterState]] = {}  # each informer's part of the last snapshot, by store version
+        self._parts: dict[int, CollectedPart] = {}  # each informer's part of the snapshot, following its store
 
     def startService(self) -> None:
         super().startService()
@@ -185,22 +186,22 @@ class KubeSource(Service):
 
     def snapshot(self) -> ClusterState:
         """
-        Every store's values as one ClusterState (build thread; stores hand out copies).  Each
-        informer's part is kept with its store's version and made again only when the store
-        changed: one EndpointSlice moved costs the slices' part, and the other kinds' values stay
-        the very objects they were (which the incremental build compares by identity).
+        Every store's values as one ClusterState (build thread).  Each informer's part follows its
+        store by the keys written since the last snapshot (L{CollectedPart}): one EndpointSlice
+        moved costs that slice, and the other kinds' values stay the very objects they were (which
+        the incremental build compares by identity).
         """
         parts = []
         for index, reflector in enumerate(self.reflectors):
-            cached = self._parts.get(index)
-            if cached is not None and cached[0] == reflector.store.version:
-                parts.append(cached[1])
-                continue
-            handler = KINDS[(reflector.resource.api_version, reflector.resource.kind)]
-            version, values = reflector.store.versioned_values()
-            part = collect((handler, value) for value in values)
-            self._parts[index] = (version, part)
-            parts.append(part)
+            part = self._parts.get(index)
+            if part is None:
+                part = self._parts[index] = CollectedPart(KINDS[(reflector.resource.api_version, reflector.resource.kind)])
+            whole, changes = reflector.store.take_changes()
+            if whole:
+                part.reset(changes)
+            else:
+                part.update(changes)
+            parts.append(part.state())
         return merged_state(parts)
 
     def readiness(self) -> tuple[bool, dict[str, object]]:
