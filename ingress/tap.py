@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from functools import partial
 from typing import Any, Optional, cast
 
 from twisted.application.service import IService, MultiService, Service
@@ -261,7 +260,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
         )
 
     builder = TableBuilder(reactor, live, metrics, IncrementalBuild(build_table))  # EndpointSlice-only changes skip the build
-    builder.preparers.append(partial(_count_routes, metrics))
+    metrics.table_routes.set_function(lambda: _route_count(live.table))  # counted when scraped, not per build (3 ms at 10k hosts)
     top = LoggingRoot(options["log-format"])
     access_log = None
     if options["access-log"] != "off" and options["worker-count"] == 1:  # with workers, each writes its own lines
@@ -341,12 +340,6 @@ def _finish(reactor: IProcessReactor, options: Options, top: MultiService, admin
     if options["admin"]:
         listen(reactor, options["admin"], admin.site(), top, "admin")
     return top
-
-
-def _count_routes(metrics: Metrics, table: RoutingTable) -> Callable[[], None]:
-    """The table's route count, counted on the build thread (2 ms at 10k hosts), set when it goes live."""
-    count = _route_count(table)
-    return lambda: metrics.table_routes.set(count)
 
 
 def _route_count(table: RoutingTable) -> int:

@@ -238,6 +238,21 @@ class Namespace:
 
 
 @dataclass(frozen=True, slots=True)
+class SnapshotChanges:
+    """
+    What one snapshot changed from the one its source made before it (C{base}), when the source
+    follows its objects write by write (the informers do): for each field written, the keys
+    written with their values now (None: gone from that field).  The incremental build uses it
+    instead of comparing every object of both snapshots, which it does when these are missing or
+    are not from the snapshot it built last.
+    """
+
+    serial: int  # this snapshot's number, from its source
+    base: int
+    written: Optional[Mapping[str, Mapping[tuple[str, str], object]]]  # None: not known (an informer listed again)
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterState:
     """
     Everything the routing build needs, in one immutable snapshot.
@@ -264,6 +279,7 @@ class ClusterState:
     l4_routes: tuple[L4Route, ...] = ()  # TLSRoute, TCPRoute, UDPRoute
     reference_grants: tuple[ReferenceGrant, ...] = ()
     namespaces: Mapping[tuple[str, str], Namespace] = field(default_factory=dict)  # keyed ("", name)
+    changes: Optional[SnapshotChanges] = field(default=None, compare=False, repr=False)  # from the source's previous snapshot
 
 
 @dataclass(frozen=True, slots=True)

@@ -267,7 +267,7 @@ def merged_state(parts: Iterable[ClusterState]) -> ClusterState:
     parts = list(parts)
     values: dict[str, Any] = {}
     for found in dataclasses.fields(ClusterState):
-        if found.name == "problems":
+        if found.name in ("problems", "changes"):
             continue
         filled = [value for part in parts if (value := getattr(part, found.name))]
         if len(filled) == 1:

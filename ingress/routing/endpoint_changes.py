@@ -35,7 +35,7 @@ from ingress.routing.table import HostRoutes, RoutingTable
 
 _K = TypeVar("_K")
 _V = TypeVar("_V")
-FIELDS = tuple(f.name for f in fields(ClusterState))
+FIELDS = tuple(f.name for f in fields(ClusterState) if f.name != "changes")  # the snapshot's values
 _OTHER_FIELDS = tuple(name for name in FIELDS if name != "endpoint_slices")
 _EVERYWHERE = "*"  # a use outside the hosts (the host-less rules, the default route, passthrough): rebuilt every time
 
@@ -118,16 +118,23 @@ class ServiceUses:
 
 
 def with_new_endpoints(
-    previous: RoutingTable, old: ClusterState, new: ClusterState, generation: int, uses: ServiceUses, slices: Optional[SliceIndex] = None
+    previous: RoutingTable,
+    old: ClusterState,
+    new: ClusterState,
+    generation: int,
+    uses: ServiceUses,
+    slices: Optional[SliceIndex] = None,
+    written: Optional[Mapping[tuple[str, str], object]] = None,
 ) -> Optional[RoutingTable]:
     """
     C{previous} (built from C{old}, used as C{uses} says) with C{new}'s endpoints, or None when that
-    needs a full build.  C{slices} (of C{old}) is moved on to C{new} when given.
+    needs a full build.  C{slices} (of C{old}) is moved on to C{new} when given; C{written}: the
+    slices written since C{old}, when the source says (L{SliceIndex.follow}).
     """
     if not _only_slices_differ(old, new):
         return None
     index = slices if slices is not None else SliceIndex(old)
-    changed = index.follow(new)
+    changed = index.follow(new, written)
     if not changed:
         return replace(previous, generation=generation)
     if uses.shaped_by_endpoints:
@@ -178,19 +185,36 @@ class SliceIndex:
     def __init__(self, state: ClusterState) -> None:
         self.slices = state.endpoint_slices
         self.by_service: dict[ServiceKey, list[EndpointSlice]] = {}
+        self.by_key: dict[tuple[str, str], EndpointSlice] = {}  # by (namespace, name): what a source's written keys name
         for endpoint_slice in state.endpoint_slices:
             self.by_service.setdefault(_slice_service(endpoint_slice), []).append(endpoint_slice)
+            self.by_key[(endpoint_slice.meta.namespace, endpoint_slice.meta.name)] = endpoint_slice
 
-    def follow(self, new: ClusterState) -> frozenset[ServiceKey]:
-        """Move on to C{new}; returns the Services whose slices changed (object for object)."""
-        removed, added = _moved(self.slices, new.endpoint_slices)
+    def follow(self, new: ClusterState, written: Optional[Mapping[tuple[str, str], object]] = None) -> frozenset[ServiceKey]:
+        """
+        Move on to C{new}; returns the Services whose slices changed (object for object).
+        C{written}: the slices the source wrote since this index's snapshot, by key (None: gone),
+        when it says so (L{ingress.model.SnapshotChanges}); else both snapshots are compared.
+        """
+        if written is None:
+            removed, added = _moved(self.slices, new.endpoint_slices)
+        else:
+            removed = [gone for key in written if (gone := self.by_key.get(key)) is not None]
+            added = [value for value in written.values() if isinstance(value, EndpointSlice)]
         for endpoint_slice in removed:
             found = self.by_service.get(_slice_service(endpoint_slice), [])
             found[:] = [s for s in found if s is not endpoint_slice]
+            key = (endpoint_slice.meta.namespace, endpoint_slice.meta.name)
+            if self.by_key.get(key) is endpoint_slice:
+                del self.by_key[key]
         for endpoint_slice in added:
             self.by_service.setdefault(_slice_service(endpoint_slice), []).append(endpoint_slice)
+            self.by_key[(endpoint_slice.meta.namespace, endpoint_slice.meta.name)] = endpoint_slice
         self.slices = new.endpoint_slices
         return frozenset(_slice_service(s) for s in (*removed, *added))
+
+    def slices_of(self, service: ServiceKey) -> Sequence[EndpointSlice]:
+        return self.by_service.get(service, ())
 
 
 def _slice_service(endpoint_slice: EndpointSlice) -> ServiceKey:

@@ -38,6 +38,7 @@ class IncrementalBuild:
         self._last: Optional[tuple[ClusterState, RoutingTable, Optional[ServiceUses]]] = None
         self._index: Optional[IngressIndex] = None  # follows the last state's Ingresses
         self._slices: Optional[SliceIndex] = None  # the last state's EndpointSlices by Service (made by the first endpoint update)
+        self._written: Optional[Mapping[str, Mapping[tuple[str, str], object]]] = None  # what the source wrote since the last state (this build's)
         self.endpoint_updates = 0  # builds that were EndpointSlice-only (for tests and the log)
         self.ingress_updates = 0  # builds that were Ingress-only and built only the Ingresses they touch
         self.secret_updates = 0  # Secret contents renewed: the certificates swapped, nothing built
@@ -55,13 +56,18 @@ class IncrementalBuild:
         if self._last is None:
             return self._full_build(state, generation)
         old, previous, uses = self._last
-        differ = [name for name in FIELDS if not same_objects(getattr(old, name), getattr(state, name))]
+        written = _written_since(old, state)
+        if written is not None:  # the source says what it wrote: no need to compare every object
+            differ = [name for name in FIELDS if written.get(name)]
+        else:
+            differ = [name for name in FIELDS if not same_objects(getattr(old, name), getattr(state, name))]
+        self._written = written
         self.last_path = f"full build: {', '.join(differ) or 'nothing'} changed"
         if differ in ([], ["endpoint_slices"]):
             uses = uses if uses is not None else ServiceUses.of(previous)
             slices = self._slices if self._slices is not None and self._slices.slices is old.endpoint_slices else SliceIndex(old)
             self._slices = None
-            table = with_new_endpoints(previous, old, state, generation, uses, slices)
+            table = with_new_endpoints(previous, old, state, generation, uses, slices, self._written_of("endpoint_slices"))
             self._slices = slices if slices.slices is state.endpoint_slices else None
             if table is not None:
                 self.endpoint_updates += 1
@@ -86,8 +92,12 @@ class IncrementalBuild:
                 self._last = (state, renewed, uses)  # the routes are the same: so are their Services
                 return renewed
         elif "ingresses" in differ and self._index is not None:
-            self._index.changed_to(state.ingresses)
+            self._index.changed_to(state.ingresses, self._written_of("ingresses"))
         return self._full_build(state, generation)
+
+    def _written_of(self, name: str) -> Optional[Mapping[tuple[str, str], object]]:
+        """The keys of field C{name} the source wrote since the last snapshot built, when it says (else None: compare)."""
+        return None if self._written is None else self._written.get(name, {})
 
     def _with_changed_routes(
         self, old: ClusterState, previous: RoutingTable, uses: Optional[ServiceUses], state: ClusterState, generation: int, differ: list[str]
@@ -100,7 +110,7 @@ class IncrementalBuild:
         """
         index = self._index if self._index is not None else IngressIndex.of(old.ingresses)
         self._index = index
-        old_versions, new_versions = index.changed_to(state.ingresses)
+        old_versions, new_versions = index.changed_to(state.ingresses, self._written_of("ingresses"))
         services = self._changed_services(old, state, differ)
         if services:
             uses = uses if uses is not None else ServiceUses.of(previous)
@@ -110,17 +120,25 @@ class IncrementalBuild:
             for ref in index.naming(services):
                 if ref not in old_versions and ref not in new_versions:  # unchanged itself: built again as it is
                     old_versions[ref] = new_versions[ref] = index.by_ref[ref]
-        found = with_changed_ingresses(previous, state, index, old_versions, new_versions, self.full, generation, self.max_share)
+        slices = self._slices if self._slices is not None and self._slices.slices is state.endpoint_slices else None
+        found = with_changed_ingresses(
+            previous, state, index, old_versions, new_versions, self.full, generation, self.max_share, slices.slices_of if slices is not None else None
+        )
         return (*found, uses) if isinstance(found, tuple) else found
 
     def _changed_services(self, old: ClusterState, state: ClusterState, differ: list[str]) -> set[ServiceKey]:
         """The Services whose object or slices are not the same objects as in C{old} (the slice index moved on to C{state})."""
-        changed = _changed_keys(old.services, state.services) if "services" in differ else set()
+        changed: set[ServiceKey] = set()
+        if "services" in differ:
+            written = self._written_of("services")
+            changed.update(written if written is not None else _changed_keys(old.services, state.services))
         if "endpoint_slices" in differ:
             slices = self._slices if self._slices is not None and self._slices.slices is old.endpoint_slices else SliceIndex(old)
             self._slices = None  # half moved on if this raises
-            changed |= slices.follow(state)
+            changed |= slices.follow(state, self._written_of("endpoint_slices"))
             self._slices = slices
+        elif self._slices is not None and self._slices.slices is old.endpoint_slices:
+            self._slices.slices = state.endpoint_slices  # the same slices (a source's part is kept while unwritten)
         return changed
 
     def warm(self) -> None:
@@ -151,6 +169,13 @@ class IncrementalBuild:
 
 
 _ROUTE_KINDS = frozenset({"ingresses", "services", "endpoint_slices"})
+
+
+def _written_since(old: ClusterState, new: ClusterState) -> Optional[Mapping[str, Mapping[tuple[str, str], object]]]:
+    """What C{new}'s source wrote since C{old}, when it says so and C{old} is the snapshot it made before C{new}."""
+    if new.changes is None or old.changes is None or new.changes.base != old.changes.serial:
+        return None
+    return new.changes.written
 
 
 def _changed_keys(old: Mapping[ServiceKey, object], new: Mapping[ServiceKey, object]) -> set[ServiceKey]:

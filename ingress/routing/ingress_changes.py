@@ -37,7 +37,7 @@ from itertools import compress, islice
 from operator import attrgetter
 from typing import Optional, TypeVar, Union
 
-from ingress.model import ClusterState, Ingress, IngressTLS, ObjectRef, Problem, TLSSecret
+from ingress.model import ClusterState, EndpointSlice, Ingress, IngressTLS, ObjectRef, Problem, TLSSecret
 from ingress.routing.certs import SecretKey
 from ingress.routing.table import RoutingTable
 
@@ -78,16 +78,28 @@ class IngressIndex:
         index.changed_to(ingresses)
         return index
 
-    def changed_to(self, ingresses: Sequence[Ingress]) -> tuple[dict[ObjectRef, Ingress], dict[ObjectRef, Ingress]]:
+    def changed_to(
+        self, ingresses: Sequence[Ingress], written: Optional[Mapping[tuple[str, str], object]] = None
+    ) -> tuple[dict[ObjectRef, Ingress], dict[ObjectRef, Ingress]]:
         """
         Follow the snapshot to C{ingresses}: the old and the new versions of the Ingresses that are
-        not the same objects as before, by reference (a deleted one has no new version, a new one no old).
+        not the same objects as before, by reference (a deleted one has no new version, a new one no
+        old).  C{written}: the Ingresses the source wrote since the index's snapshot, by key (None:
+        gone), when it says so (L{ingress.model.SnapshotChanges}); else both snapshots are compared.
         """
-        after = dict(zip(map(id, ingresses), ingresses, strict=True))  # no Python-level loop: this runs over every Ingress
-        before = self.by_id
-        old = {before[key].ref: before[key] for key in before.keys() - after.keys()}
-        new = {after[key].ref: after[key] for key in after.keys() - before.keys()}
-        self.by_id = after
+        if written is None:
+            after = dict(zip(map(id, ingresses), ingresses, strict=True))  # no Python-level loop: this runs over every Ingress
+            before = self.by_id
+            old = {before[key].ref: before[key] for key in before.keys() - after.keys()}
+            new = {after[key].ref: after[key] for key in after.keys() - before.keys()}
+            self.by_id = after
+        else:
+            refs = [ObjectRef("Ingress", *key) for key in written]
+            old = {ref: self.by_ref[ref] for ref in refs if ref in self.by_ref}
+            new = {value.ref: value for value in written.values() if isinstance(value, Ingress)}
+            for ingress in old.values():
+                self.by_id.pop(id(ingress), None)
+            self.by_id.update((id(ingress), ingress) for ingress in new.values())
         for ref, ingress in old.items():
             if self.by_ref.get(ref) is not ingress:
                 self.consistent = False
@@ -136,11 +148,13 @@ def with_changed_ingresses(
     build: Build,
     generation: int,
     max_share: float,
+    slices_of: Optional[Callable[[ServiceKey], Sequence[EndpointSlice]]] = None,
 ) -> Union[tuple[RoutingTable, frozenset[str]], str]:
     """
     C{previous} with the Ingresses changed from C{old_versions} to C{new_versions} (C{index} already
     follows C{new}) and the hosts that may differ (as Ingresses name them: "*.suffix" for a
-    wildcard), or why that needs a full build.
+    wildcard), or why that needs a full build.  C{slices_of}: C{new}'s slices of a Service, when the
+    caller has them by Service (else they are picked from every slice).
     """
     if not index.consistent:
         return "two Ingresses of one name"
@@ -158,7 +172,7 @@ def with_changed_ingresses(
     if aliased:
         return f"host {min(aliased)} may be an alias of another Ingress"
     refs = frozenset(old_versions) | frozenset(ingress.ref for ingress in members)
-    sub = build(_sub_state(new, members), generation)
+    sub = build(_sub_state(new, members, slices_of), generation)
     spliced = _spliced(previous, sub, hosts, refs, len(new.problems), generation)
     if spliced is None:
         return "the group's build has entries outside its hosts"
@@ -204,7 +218,7 @@ def _group(
     return tuple(index.by_ref[ref] for ref in refs), frozenset(hosts)
 
 
-def _sub_state(state: ClusterState, members: tuple[Ingress, ...]) -> ClusterState:
+def _sub_state(state: ClusterState, members: tuple[Ingress, ...], slices_of: Optional[Callable[[ServiceKey], Sequence[EndpointSlice]]] = None) -> ClusterState:
     """
     C{state} with just the group's Ingresses, and the slices of the Services their paths name (the
     only Services a group without far-reaching features asks for: indexing every slice would cost
@@ -212,10 +226,13 @@ def _sub_state(state: ClusterState, members: tuple[Ingress, ...]) -> ClusterStat
     kept from the previous one, and problems of objects outside the group are not taken.
     """
     services = {(ingress.meta.namespace, path.backend.service_name) for ingress in members for rule in ingress.rules for path in rule.paths}
-    names = {name for _, name in services}
-    named = compress(state.endpoint_slices, map(names.__contains__, map(_SERVICE_NAME, state.endpoint_slices)))  # over every slice: no Python-level loop
-    slices = tuple(s for s in named if (s.meta.namespace, s.service_name) in services)
-    return replace(state, ingresses=members, endpoint_slices=slices, stream_ingresses=(), problems=())
+    if slices_of is not None:
+        slices = tuple(s for service in services for s in slices_of(service))
+    else:
+        names = {name for _, name in services}
+        named = compress(state.endpoint_slices, map(names.__contains__, map(_SERVICE_NAME, state.endpoint_slices)))  # over every slice: no Python-level loop
+        slices = tuple(s for s in named if (s.meta.namespace, s.service_name) in services)
+    return replace(state, ingresses=members, endpoint_slices=slices, stream_ingresses=(), problems=(), changes=None)
 
 
 def _spliced(

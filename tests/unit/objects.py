@@ -12,6 +12,8 @@ from typing import Any, Optional
 from ingress.model import CONTROLLER_NAME, ClusterState, Problem
 from ingress.model.parse import Kind, collect, kind_of, object_ref, parse_object, state_from_objects
 from ingress.routing import RoutingTable, build, normalize_host
+from ingress.sources.kube.parts import Snapshots
+from ingress.sources.kube.reflector import Store as ReflectorStore
 
 T0, T1, T2 = "2024-01-01T00:00:00Z", "2024-01-02T00:00:00Z", "2024-01-03T00:00:00Z"
 DEFAULT_CLASS = {"ingressclass.kubernetes.io/is-default-class": "true"}
@@ -113,6 +115,44 @@ class Store:
 
     def state(self) -> ClusterState:
         return collect(self.objects.values())
+
+
+class FollowedStore(Store):
+    """
+    The same, with snapshots made as the kube source makes them: a reflector store per kind, each
+    followed write by write, each snapshot saying what was written since the one before
+    (ingress.sources.kube.parts.Snapshots).  A refused version is a Problem under a key of its own.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stores: dict[str, tuple[Kind, ReflectorStore]] = {}
+        self.snapshots = Snapshots()
+
+    def _store(self, obj: dict[str, Any]) -> ReflectorStore:
+        kind = kind_of(obj)
+        assert kind is not None
+        return self.stores.setdefault(obj["kind"], (kind, ReflectorStore()))[1]
+
+    def put(self, obj: dict[str, Any]) -> None:
+        super().put(obj)
+        self._store(obj).put(_store_key(obj), parse_object(obj))
+
+    def delete(self, kind: str, obj: dict[str, Any]) -> None:
+        super().delete(kind, obj)
+        self._store(obj).delete(_store_key(obj))
+
+    def refuse(self, obj: dict[str, Any], message: str) -> None:
+        super().refuse(obj, message)
+        namespace, name = _store_key(obj)
+        self._store(obj).put((namespace, f"{name}/refused"), Problem(object_ref(obj), "Invalid", message))
+
+    def state(self) -> ClusterState:
+        return self.snapshots.take(self.stores.values())
+
+
+def _store_key(obj: dict[str, Any]) -> tuple[str, str]:
+    return (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
 
 
 def table(*objects: dict[str, Any], **kwargs: Any) -> RoutingTable:

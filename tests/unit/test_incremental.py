@@ -22,7 +22,7 @@ from ingress.routing.delta import applied, table_change
 from ingress.routing.endpoint_changes import ServiceUses
 from ingress.routing.incremental import IncrementalBuild
 from ingress.routing.ingress_changes import IngressIndex
-from tests.unit.objects import T0, T1, T2, Store, endpoints, ingress, path, rule, service, tls_secret
+from tests.unit.objects import T0, T1, T2, FollowedStore, Store, endpoints, ingress, path, rule, service, tls_secret
 
 NGINX = "nginx.ingress.kubernetes.io/"
 SERVICES = ("web", "api", "admin", "gone")  # "gone" never exists: its routes answer 503
@@ -68,9 +68,12 @@ def _gateway_objects() -> list[dict[str, Any]]:
     ]
 
 
-def _cluster(error_pages: bool = False, gateway: bool = False, far_reaching: bool = True) -> Store:
-    """C{far_reaching}: with the Ingresses whose changes (and their Services' changes) need a full build."""
-    store = Store()
+def _cluster(error_pages: bool = False, gateway: bool = False, far_reaching: bool = True, followed: bool = False) -> Store:
+    """
+    C{far_reaching}: with the Ingresses whose changes (and their Services' changes) need a full build.
+    C{followed}: snapshots made as the kube source makes them, saying what was written since the one before.
+    """
+    store = FollowedStore() if followed else Store()
     for obj in _gateway_objects() if gateway else ():
         store.put(obj)
     for name in SERVICES[:3]:
@@ -111,6 +114,7 @@ other_events = st.one_of(
     st.tuples(st.just("annotation"), st.sampled_from(("shop", "direct")), st.sampled_from(("true", "false"))),
     st.tuples(st.just("ingress"), st.sampled_from(SERVICES)),
     st.tuples(st.just("secret"), st.sampled_from(("cert", "cert2")), st.sampled_from((None, 0, 1))),  # deleted, or one of two contents
+    st.tuples(st.just("lost")),  # a snapshot taken and never built (a build that failed): the next one's changes are not from the last built
 )
 # Ingresses that come, change and go: a few names over a few hosts, so that they share hosts, conflict
 # on paths (oldest wins), take TLS hosts from each other, and now and then do what needs a full build.
@@ -192,6 +196,8 @@ def _apply(store: Store, event: tuple[Any, ...]) -> None:
         store.put(ingress(name, *made, created=created, tls=tls, annotations=dict(annotations), cls=cls, default=default))
     elif kind == "delete-ingress":
         store.delete("Ingress", ingress(event[1]))
+    elif kind == "lost":
+        store.state()
     elif kind == "app":
         _, name, part = event
         if part in ("service", "all"):
@@ -218,9 +224,9 @@ def test_after_every_event_the_table_is_the_full_builds() -> None:
     ingress_kinds = ("put-ingress", "delete-ingress", "annotation", "ingress", "app")
 
     @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(steps, st.booleans(), st.sampled_from((_full, _full_with_options)), st.booleans(), st.booleans())
-    def run(sequence: list[list[tuple[Any, ...]]], error_pages: bool, full: Any, gateway: bool, far_reaching: bool) -> None:
-        store = _cluster(error_pages, gateway, far_reaching)
+    @given(steps, st.booleans(), st.sampled_from((_full, _full_with_options)), st.booleans(), st.booleans(), st.booleans())
+    def run(sequence: list[list[tuple[Any, ...]]], error_pages: bool, full: Any, gateway: bool, far_reaching: bool, followed: bool) -> None:
+        store = _cluster(error_pages, gateway, far_reaching, followed)
         incremental = IncrementalBuild(full, max_share=1.0)  # a tiny cluster: any group may take the Ingress path
         table = incremental(store.state(), 1)
         worker = _across(table)

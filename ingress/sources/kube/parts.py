@@ -18,10 +18,12 @@ and a field no write touched stays the very object it was.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any, Optional
 
-from ingress.model import ClusterState, Problem
-from ingress.model.parse import Kind
+from ingress.model import ClusterState, Problem, SnapshotChanges
+from ingress.model.parse import Kind, merged_state
+from ingress.sources.kube.reflector import Store
 
 Key = tuple[str, str]
 
@@ -37,6 +39,8 @@ class CollectedPart:
         self._frozen: dict[str, Any] = {}  # state field → its tuple or mapping in the last state made
         self._changed: set[str] = set()  # fields written since then ("problems" too)
         self._state: Optional[ClusterState] = None
+        self._written: dict[str, dict[Key, Any]] = {}  # since the last take_written: field → key → value now (None: gone)
+        self._whole = True  # started again since the last take_written: what was written is not known
 
     def reset(self, items: Iterable[tuple[Key, Any]]) -> None:
         """Start again from every item of the store (the first snapshot, or after a relist)."""
@@ -44,6 +48,13 @@ class CollectedPart:
         self._fields, self._field_of, self._problems = {}, {}, {}
         self.update(items)
         self._state = None
+        self._whole = True
+
+    def take_written(self) -> Optional[dict[str, dict[Key, Any]]]:
+        """What was written since the last call, by field (for L{ingress.model.SnapshotChanges}); None when not known (started again)."""
+        written, whole = self._written, self._whole
+        self._written, self._whole = {}, False
+        return None if whole else written
 
     def update(self, items: Iterable[tuple[Key, Any]]) -> None:
         """The written keys with their values now (None: deleted)."""
@@ -62,20 +73,24 @@ class CollectedPart:
 
     def _put(self, key: Key, value: Any) -> None:
         if self._problems.pop(key, None) is not None:
-            self._changed.add("problems")
+            self._wrote("problems", key, None)
         target = self._target(value)
         was = self._field_of.get(key)
         if was is not None and was != target:
             del self._fields[was][key]
             del self._field_of[key]
-            self._changed.add(was)
+            self._wrote(was, key, None)
         if isinstance(value, Problem):
             self._problems[key] = value
-            self._changed.add("problems")
+            self._wrote("problems", key, value)
         elif target is not None:
             self._fields.setdefault(target, {})[key] = value  # a key it holds keeps its place
             self._field_of[key] = target
-            self._changed.add(target)
+            self._wrote(target, key, value)
+
+    def _wrote(self, name: str, key: Key, value: Any) -> None:
+        self._changed.add(name)
+        self._written.setdefault(name, {})[key] = value
 
     def _target(self, value: Any) -> Optional[str]:
         """The state field a value goes to, as collect decides it (None: none, or a Problem)."""
@@ -91,3 +106,38 @@ class CollectedPart:
             return tuple(sorted(self._problems.values(), key=lambda p: (p.ref, p.reason, p.message)))
         values = self._fields.get(name, {})
         return dict(values) if self.handler.keyed else tuple(values.values())  # keyed as collect keys them: the store's key is the value's namespace and name
+
+
+class Snapshots:
+    """
+    Numbered snapshots of a list of stores (an informer's each), every part followed write by
+    write (L{CollectedPart}), each snapshot saying what was written since the one before it
+    (L{SnapshotChanges}): the incremental build then looks at those objects only.
+    """
+
+    def __init__(self) -> None:
+        self._parts: dict[int, CollectedPart] = {}  # by the store's place in the list
+        self._serial = 0  # the last snapshot's number
+
+    def take(self, stores: Iterable[tuple[Kind, Store]]) -> ClusterState:
+        """A snapshot of C{stores} (always the same list, in the same order)."""
+        parts = []
+        written: Optional[dict[str, dict[Key, Any]]] = {}
+        for index, (handler, store) in enumerate(stores):
+            part = self._parts.get(index)
+            if part is None:
+                part = self._parts[index] = CollectedPart(handler)
+            whole, changes = store.take_changes()
+            if whole:
+                part.reset(changes)
+            else:
+                part.update(changes)
+            parts.append(part.state())
+            found = part.take_written()
+            if found is None or written is None:
+                written = None
+            else:
+                for name, items in found.items():
+                    written.setdefault(name, {}).update(items)
+        self._serial += 1
+        return replace(merged_state(parts), changes=SnapshotChanges(self._serial, self._serial - 1, written))

@@ -23,11 +23,11 @@ from twisted.application.service import Service
 from twisted.logger import Logger
 
 from ingress.model import ClusterState
-from ingress.model.parse import KINDS, merged_state
+from ingress.model.parse import KINDS
 from ingress.observe.metrics import Metrics
 from ingress.process.builder import TableBuilder
 from ingress.sources.kube.client import KubeClient
-from ingress.sources.kube.parts import CollectedPart
+from ingress.sources.kube.parts import Snapshots
 from ingress.sources.kube.reflector import Reflector, Resource, Store
 
 log = Logger()
@@ -100,7 +100,7 @@ class KubeSource(Service):
         self._warned: set[str] = set()
         self._seen: dict[str, tuple[int, int]] = {}
         self._trigger: Optional[object] = None
-        self._parts: dict[int, CollectedPart] = {}  # each informer's part of the snapshot, following its store
+        self._snapshots = Snapshots()  # each informer's part of the snapshot, following its store
 
     def startService(self) -> None:
         super().startService()
@@ -187,22 +187,12 @@ class KubeSource(Service):
     def snapshot(self) -> ClusterState:
         """
         Every store's values as one ClusterState (build thread).  Each informer's part follows its
-        store by the keys written since the last snapshot (L{CollectedPart}): one EndpointSlice
-        moved costs that slice, and the other kinds' values stay the very objects they were (which
-        the incremental build compares by identity).
+        store by the keys written since the last snapshot (L{Snapshots}): one EndpointSlice moved
+        costs that slice, the other kinds' values stay the very objects they were, and the
+        snapshot says which keys were written (which the incremental build looks at, instead of
+        every object).
         """
-        parts = []
-        for index, reflector in enumerate(self.reflectors):
-            part = self._parts.get(index)
-            if part is None:
-                part = self._parts[index] = CollectedPart(KINDS[(reflector.resource.api_version, reflector.resource.kind)])
-            whole, changes = reflector.store.take_changes()
-            if whole:
-                part.reset(changes)
-            else:
-                part.update(changes)
-            parts.append(part.state())
-        return merged_state(parts)
+        return self._snapshots.take((KINDS[(r.resource.api_version, r.resource.kind)], r.store) for r in self.reflectors)
 
     def readiness(self) -> tuple[bool, dict[str, object]]:
         """Ready once every informer synced; later disconnections are reported, not failed on."""
