@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from ingress.routing import RoutingTable, build
 from ingress.routing.delta import applied, table_change
-from ingress.routing.endpoint_changes import ServiceUses
+from ingress.routing.endpoint_changes import ServiceUses, SliceIndex
 from ingress.routing.incremental import IncrementalBuild
 from ingress.routing.ingress_changes import IngressIndex
 from tests.unit.objects import T0, T1, T2, FollowedStore, Store, endpoints, ingress, path, rule, service, tls_secret
@@ -265,6 +265,12 @@ def _check_indexes(incremental: IncrementalBuild, state: Any, table: RoutingTabl
         assert (index.by_ref, index.by_name, index.by_secret, index.aliases, index.by_service) == (
             fresh_index.by_ref, fresh_index.by_name, fresh_index.by_secret, fresh_index.aliases, fresh_index.by_service
         )
+        assert index.by_id.keys() == fresh_index.by_id.keys()  # what the next comparison of snapshots starts from
+    slices = incremental._slices
+    if slices is not None and slices.slices is state.endpoint_slices:
+        fresh_slices = SliceIndex(state)
+        assert {key: sorted(map(id, found)) for key, found in slices.by_service.items() if found} == {key: sorted(map(id, found)) for key, found in fresh_slices.by_service.items()}
+        assert slices.by_key == fresh_slices.by_key
 
 
 def _across(value: Any) -> Any:
