@@ -129,12 +129,13 @@ def summary(ms: list[float], failures: int) -> dict[str, Any]:
 # --- objects -------------------------------------------------------------------------------------
 
 
-def service(name: str, namespace: str) -> dict:
+def service(name: str, namespace: str, headless: bool = False) -> dict:
+    """C{headless}: no cluster IP (clusterIP: None), which twingress does not use: routes go to the endpoints."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"ports": [{"name": "http", "port": 80, "targetPort": BACKEND_PORT}]},
+        "spec": {"ports": [{"name": "http", "port": 80, "targetPort": BACKEND_PORT}], **({"clusterIP": "None"} if headless else {})},
     }
 
 
@@ -515,7 +516,7 @@ RouteBody = Callable[[str, str, str, str], dict]
 
 
 def create_scale(
-    api: Api, start: int, stop: int, threads: int, route: RouteBody = ingress, namespace: str = SCALE_NS
+    api: Api, start: int, stop: int, threads: int, route: RouteBody = ingress, namespace: str = SCALE_NS, headless: bool = False
 ) -> tuple[float, str]:
     """Create Service, EndpointSlice and route s{i} (host s{i}.NAMESPACE.test) for i in [start, stop)
     with a thread pool. Returns (seconds, host of the route whose create returned last)."""
@@ -525,7 +526,7 @@ def create_scale(
     def one(i: int) -> None:
         name = f"s{i}"
         host = f"{name}.{namespace}.test"
-        api.create_retrying(service(name, namespace))
+        api.create_retrying(service(name, namespace, headless))
         api.create_retrying(endpoint_slice(name, namespace, SCALE_BACKENDS))
         api.create_retrying(route(name, namespace, host, name))
         now = time.monotonic()
@@ -634,7 +635,7 @@ def steady_memory(tw: Twingress) -> dict[str, Any]:
 BASELINE_NS = "baseline"
 
 
-def baseline_rate(workdir: Path, n: int, threads: int) -> dict[str, Any]:
+def baseline_rate(workdir: Path, n: int, threads: int, headless: bool = False) -> dict[str, Any]:
     """
     Objects/s creating N (Service, EndpointSlice, Ingress of another class) with no twingress
     running, in a control plane of its own (fresh, as the main one is when twingress's scale step
@@ -651,7 +652,7 @@ def baseline_rate(workdir: Path, n: int, threads: int) -> dict[str, Any]:
             body["spec"]["ingressClassName"] = "not-twingress"
             return body
 
-        seconds, _ = create_scale(api, 0, n, threads, other_class, BASELINE_NS)
+        seconds, _ = create_scale(api, 0, n, threads, other_class, BASELINE_NS, headless)
     finally:
         kube.stop()
     return {"objects": 3 * n, "seconds": round(seconds, 2), "objects_per_s": round(3 * n / seconds, 1)}
@@ -661,7 +662,7 @@ def scale_phase(api: Api, tw: Twingress, n: int, have: int, conv_ingresses: int,
     log(f"scale {n}: creating Ingresses s{have}..s{n - 1} (+ Service + EndpointSlice each), {args.threads} threads")
     m0 = tw.metrics()
     cpu0 = proc_status(tw.pid)["cpu_s"]
-    create_s, last_host = create_scale(api, have, n, args.threads)
+    create_s, last_host = create_scale(api, have, n, args.threads, headless=args.headless_services)
     t_last = time.monotonic()
     objects = 3 * (n - have)
     log(f"scale {n}: {objects} objects in {create_s:.1f} s ({objects / create_s:.0f}/s); waiting for all live")
@@ -685,7 +686,7 @@ def scale_phase(api: Api, tw: Twingress, n: int, have: int, conv_ingresses: int,
 
         label = f"create @ {n}" + (f", poll {interval * 1000:g}ms" if interval else "")
         conv[label] = series(label, tw, args.scale_changes, create, args.gap, args.timeout, interval)
-    if args.scale_changes:
+    if args.scale_changes and args.changes:  # the Service whose endpoint moves is made by the convergence series
         tw.wait_generation_stable(quiet=1.0)
         label = f"update-endpoints @ {n}"
         conv[label] = series(label, tw, args.scale_changes, lambda i: update_endpoints(api), args.gap, args.timeout)
@@ -824,6 +825,11 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--live-timeout", type=float, default=600.0, help="timeout for a scale step to go live, s")
     p.add_argument("--no-cold-start", dest="cold_start", action="store_false", help="skip the cold start")
     p.add_argument("--baseline", type=int, default=0, help="routes created (x3 objects) before twingress starts, for the creation rate without it (0: skip)")
+    p.add_argument(
+        "--headless-services",
+        action="store_true",
+        help="scale (and baseline) Services without a cluster IP: this control plane allocates cluster IPs in time growing with their number (74/s at 6k), which 50k would take hours for",
+    )
     p.add_argument("--gateway-routes", type=int, default=0, help="HTTPRoutes on a Gateway of ours (0: no Gateway phase)")
     p.add_argument("--gateway-changes", type=int, default=200, help="new HTTPRoute hosts timed with the Gateway's routes (200)")
     p.add_argument("--json", type=Path, help="write the results here")
@@ -852,7 +858,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         with ExitStack() as stack:
             if args.baseline:
-                result["baseline"] = baseline_rate(work / "baseline-kube", args.baseline, args.threads)
+                result["baseline"] = baseline_rate(work / "baseline-kube", args.baseline, args.threads, args.headless_services)
                 log(f"baseline without twingress (a control plane of its own): {result['baseline']}")
             kube = cluster.KubeCluster(cluster.bin_dir(), work / "kube")
             stack.callback(kube.stop)

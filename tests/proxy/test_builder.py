@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest_twisted
@@ -130,3 +131,32 @@ def test_the_window_after_a_cheap_build_is_short() -> Any:
         assert builds == [1, 2]
     finally:
         builder.stop()
+
+
+@pytest_twisted.inlineCallbacks
+def test_changes_streaming_in_during_builds_wait_the_window() -> Any:
+    """
+    Builds of 20 ms with a change every millisecond for a second: each next build waits twice the
+    last one's time, so there are about a third as many builds as back to back (50), and the last
+    change is built.
+    """
+    builds: list[int] = []
+
+    def build(state: ClusterState, generation: int) -> RoutingTable:
+        time.sleep(0.02)
+        builds.append(generation)
+        return RoutingTable(generation=generation)
+
+    live = LiveTable()
+    builder = TableBuilder(reactor, live, Metrics(), build, debounce=1.0, min_window=0.001)
+    builder.start()
+    try:
+        for i in range(1000):
+            reactor.callLater(i * 0.001, builder.submit, ClusterState)
+        yield _sleep(1.0)
+        yield _until(lambda: builder.generation == live.table.generation and builder._next is None and not builder._running)
+    finally:
+        builder.stop()
+    print(f"{len(builds)} builds of 20 ms for 1,000 changes over a second")
+    assert 3 <= len(builds) <= 25, builds  # a slower machine makes fewer (its builds cost more), never more
+    assert live.table.generation == builds[-1]
