@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest_twisted
@@ -21,6 +22,18 @@ def _sleep(seconds: float) -> Deferred[Any]:
     return deferLater(reactor, seconds, lambda: None)
 
 
+def _recording(builds: list[int], cost: float = 0.0) -> Callable[[ClusterState, int], RoutingTable]:
+    """A build function that takes C{cost} seconds of the build thread and notes each generation it builds."""
+
+    def build(state: ClusterState, generation: int) -> RoutingTable:
+        if cost:
+            time.sleep(cost)
+        builds.append(generation)
+        return RoutingTable(generation=generation)
+
+    return build
+
+
 @pytest_twisted.inlineCallbacks
 def _until(predicate: Any, timeout: float = 10.0) -> Any:
     """Poll the reactor until C{predicate()} holds (generous: a loaded machine is slow, not wrong)."""
@@ -33,10 +46,7 @@ def _until(predicate: Any, timeout: float = 10.0) -> Any:
 @pytest_twisted.inlineCallbacks
 def test_a_burst_of_100_changes_in_50_ms_makes_one_or_two_builds() -> Any:
     builds: list[int] = []
-
-    def build(state: ClusterState, generation: int) -> RoutingTable:
-        builds.append(generation)
-        return RoutingTable(generation=generation)
+    build = _recording(builds)
 
     live = LiveTable()
     builder = TableBuilder(reactor, live, Metrics(), build, debounce=0.05, min_window=0.05)  # a window of 50 ms, whatever the builds cost
@@ -90,10 +100,7 @@ def test_a_failing_build_keeps_the_last_good_table() -> Any:
 def test_a_change_after_a_quiet_spell_is_built_at_once_and_the_next_waits() -> Any:
     """The debounce's leading edge: with a 30 s window, the first change is live within the 10 s wait, the next one is held."""
     builds: list[int] = []
-
-    def build(state: ClusterState, generation: int) -> RoutingTable:
-        builds.append(generation)
-        return RoutingTable(generation=generation)
+    build = _recording(builds)
 
     live = LiveTable()
     builder = TableBuilder(reactor, live, Metrics(), build, debounce=30.0, min_window=30.0)
@@ -115,10 +122,7 @@ def test_the_window_after_a_cheap_build_is_short() -> Any:
     next change is built at once, not after the 30 s the debounce allows for costly builds.
     """
     builds: list[int] = []
-
-    def build(state: ClusterState, generation: int) -> RoutingTable:
-        builds.append(generation)
-        return RoutingTable(generation=generation)
+    build = _recording(builds)
 
     live = LiveTable()
     builder = TableBuilder(reactor, live, Metrics(), build, debounce=30.0, min_window=0.001)
@@ -141,11 +145,7 @@ def test_changes_streaming_in_during_builds_wait_the_window() -> Any:
     change is built.
     """
     builds: list[int] = []
-
-    def build(state: ClusterState, generation: int) -> RoutingTable:
-        time.sleep(0.02)
-        builds.append(generation)
-        return RoutingTable(generation=generation)
+    build = _recording(builds, cost=0.02)
 
     live = LiveTable()
     builder = TableBuilder(reactor, live, Metrics(), build, debounce=1.0, min_window=0.001)
