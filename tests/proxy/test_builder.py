@@ -141,8 +141,9 @@ def test_the_window_after_a_cheap_build_is_short() -> Any:
 def test_changes_streaming_in_during_builds_wait_the_window() -> Any:
     """
     Builds of 20 ms with a change every millisecond for a second: each next build waits twice the
-    last one's time, so there are about a third as many builds as back to back (50), and the last
-    change is built.
+    last one's time, doubled for each build in a row that found changes waiting (up to the
+    debounce), so there are far fewer builds than back to back (50); the last change is built, and
+    once the stream ends the window is short again.
     """
     builds: list[int] = []
     build = _recording(builds, cost=0.02)
@@ -160,3 +161,4 @@ def test_changes_streaming_in_during_builds_wait_the_window() -> Any:
     print(f"{len(builds)} builds of 20 ms for 1,000 changes over a second")
     assert 3 <= len(builds) <= 25, builds  # a slower machine makes fewer (its builds cost more), never more
     assert live.table.generation == builds[-1]
+    assert builder._streak == 0 and builder._window < 1.0  # the last build found nothing waiting: the window is back to twice its time
