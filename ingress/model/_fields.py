@@ -112,6 +112,9 @@ def _string_map(value: Any, path: str) -> dict[str, str]:
 # -- names, hosts, addresses and paths
 
 
+_IP_CHARACTERS = frozenset("0123456789abcdefABCDEF.:")  # all an IPv4 or IPv6 address is made of (a zone after "%" aside)
+
+
 def _check_dns_subdomain(value: str, path: str) -> None:
     if len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value):
         raise _invalid(path, value, "must be a lower-case RFC 1123 subdomain")
@@ -119,6 +122,8 @@ def _check_dns_subdomain(value: str, path: str) -> None:
 
 def _is_ip(host: str) -> bool:
     """Like the API server's sloppy IP parse: leading zeros still make an IPv4 address."""
+    if "%" not in host and not _IP_CHARACTERS.issuperset(host):
+        return False  # a letter past "f" (most names): no address, and no parse that raises twice to say so
     try:
         ipaddress.ip_address(host)
     except ValueError:
