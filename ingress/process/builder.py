@@ -13,8 +13,8 @@ its build, not its build plus the debounce; changes that follow within the
 window after a build wait for the rest of it and are built together.  The
 window is twice the last build's time (the build thread's, and the reactor's
 for the swap and its listeners: workers' tables, status, TLS contexts), at
-least C{min_window} and at most C{debounce}, doubled for each build in a row
-that found changes waiting: builds never take more than about a third of the
+least C{min_window} and at most C{debounce}; doubled for each build in a row
+that found changes waiting, up to C{stream_window} (a quarter second): builds never take more than about a third of the
 process while changes stream in (fewer, larger builds the longer the stream
 lasts), and a cheap build (an EndpointSlice-only update: 2 ms at
 10k Ingresses) does not make the next pod replaced wait 50 ms for a window
@@ -61,6 +61,7 @@ class TableBuilder:
         build: BuildFunction,
         debounce: float = 0.05,
         min_window: float = 0.01,
+        stream_window: float = 0.25,
     ) -> None:
         self.reactor = reactor
         self.live = live
@@ -68,7 +69,8 @@ class TableBuilder:
         self.build = build
         self.debounce = debounce
         self.min_window = min(min_window, debounce)
-        self._window = debounce  # after the next build: twice its time, within [min_window, debounce], doubled per build of a stream
+        self.stream_window = max(stream_window, debounce)  # the longest wait while changes stream in
+        self._window = debounce  # after the next build: twice its time, within [min_window, debounce]; doubled per build of a stream
         self._cost = debounce / 2  # the last build's time (build thread and swap)
         self._streak = 0  # builds in a row that found more changes waiting when they ended
         self.generation = 0
@@ -161,13 +163,15 @@ class TableBuilder:
 
     def _ready(self, _: object) -> None:
         self._running = False
-        # Twice the last build's time; doubled for each build in a row that found changes waiting
-        # (a stream of them: a cluster being filled, a rollout), up to the debounce: while changes
-        # stream in, fewer and larger builds, and what a build costs beyond its changes (copies of
-        # the table's mappings: about 5 ms at 50k Ingresses) is paid less often.  A change after a
-        # quiet build waits twice that build's time only.
+        # Twice the last build's time (at most the debounce); doubled for each build in a row that
+        # found changes waiting (a stream of them: a cluster being filled, a rollout), up to the
+        # stream window: while changes stream in, fewer and larger builds, and what a build costs
+        # beyond its changes (copies of the table's mappings: about 5 ms at 50k Ingresses, and the
+        # informers' parts) is paid a few times a second, not a hundred.  A change after a quiet
+        # build waits twice that build's time only.
         self._streak = self._streak + 1 if self._next is not None else 0
-        self._window = min(self.debounce, max(self.min_window, 2 * self._cost) * 2 ** min(self._streak, 10))
+        window = max(self.min_window, 2 * self._cost)
+        self._window = min(self.stream_window, window * 2 ** min(self._streak, 10)) if self._streak else min(self.debounce, window)
         if self._next is not None:
             # They wait for the rest of the window like any other change, so that builds take a
             # third of the process at most while changes stream in, not all of it (at 40k Ingresses,
