@@ -17,12 +17,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ingress.model import CONTROLLER_NAME
 from ingress.routing import RoutingTable, build
 from ingress.routing.delta import applied, table_change
 from ingress.routing.endpoint_changes import ServiceUses, SliceIndex
 from ingress.routing.incremental import IncrementalBuild
 from ingress.routing.ingress_changes import IngressIndex
-from tests.unit.objects import T0, T1, T2, FollowedStore, Store, endpoints, ingress, path, rule, service, tls_secret
+from tests.unit.objects import T0, T1, T2, FollowedStore, Store, endpoints, ingress, ingress_class, path, rule, service, tls_secret
 
 NGINX = "nginx.ingress.kubernetes.io/"
 SERVICES = ("web", "api", "admin", "gone")  # "gone" never exists: its routes answer 503
@@ -115,6 +116,8 @@ other_events = st.one_of(
     st.tuples(st.just("ingress"), st.sampled_from(SERVICES)),
     st.tuples(st.just("secret"), st.sampled_from(("cert", "cert2")), st.sampled_from((None, 0, 1))),  # deleted, or one of two contents
     st.tuples(st.just("lost")),  # a snapshot taken and never built (a build that failed): the next one's changes are not from the last built
+    # The class "other" becomes ours (its Ingresses are served), the default class, or goes
+    st.tuples(st.just("class"), st.sampled_from((None, "ours", "default", "foreign"))),
 )
 # Ingresses that come, change and go: a few names over a few hosts, so that they share hosts, conflict
 # on paths (oldest wins), take TLS hosts from each other, and now and then do what needs a full build.
@@ -198,6 +201,11 @@ def _apply(store: Store, event: tuple[Any, ...]) -> None:
         store.delete("Ingress", ingress(event[1]))
     elif kind == "lost":
         store.state()
+    elif kind == "class":
+        if event[1] is None:
+            store.delete("IngressClass", ingress_class("other"))
+        else:
+            store.put(ingress_class("other", CONTROLLER_NAME if event[1] != "foreign" else "example.com/other", default=event[1] == "default"))
     elif kind == "app":
         _, name, part = event
         if part in ("service", "all"):
