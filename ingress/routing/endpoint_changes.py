@@ -29,7 +29,7 @@ from typing import Optional, TypeVar
 from ingress.model import ClusterState, EndpointSlice, IngressBackend, ServiceBackendPort
 from ingress.routing.annotations.errorpages import NO_ENDPOINTS
 from ingress.routing.backends import Backends
-from ingress.routing.ingress_changes import ServiceKey
+from ingress.routing.ingress_index import ServiceKey
 from ingress.routing.route import Route, Upstream
 from ingress.routing.table import HostRoutes, RoutingTable
 

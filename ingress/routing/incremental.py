@@ -20,7 +20,8 @@ from typing import Optional, Union
 from ingress.model import ClusterState
 from ingress.routing.endpoint_changes import FIELDS, ServiceUses, SliceIndex, same_objects, with_new_endpoints
 from ingress.routing.gateway import has_gateway_api
-from ingress.routing.ingress_changes import Build, IngressIndex, ServiceKey, with_changed_ingresses
+from ingress.routing.ingress_changes import Build, with_changed_ingresses
+from ingress.routing.ingress_index import IngressIndex, ServiceKey
 from ingress.routing.table import RoutingTable
 
 

@@ -30,7 +30,7 @@ writes make new Ingress objects with the same spec: they take this path and chan
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from heapq import merge
 from itertools import compress, islice
@@ -39,13 +39,12 @@ from typing import Optional, TypeVar, Union
 
 from ingress.model import ClusterState, EndpointSlice, Ingress, IngressTLS, ObjectRef, Problem, TLSSecret
 from ingress.routing.certs import SecretKey
+from ingress.routing.ingress_index import IngressIndex, ServiceKey, annotation_name, names_of, secrets_of
 from ingress.routing.table import RoutingTable
 
 Build = Callable[[ClusterState, int], RoutingTable]
-ServiceKey = tuple[str, str]
 _K = TypeVar("_K")
 _V = TypeVar("_V")
-_PREFIXES = ("twingress.io/", "nginx.ingress.kubernetes.io/")
 # Annotation keys (without prefix) whose effect reaches beyond the Ingress's own hosts, or that we
 # rather not reason about here: any of them on an Ingress of the group means a full build.
 _FAR_REACHING = frozenset(
@@ -54,89 +53,6 @@ _FAR_REACHING = frozenset(
 _FAR_REACHING_FAMILIES = ("canary", "auth-tls-")
 _SERVICE_NAME = attrgetter("service_name")
 _PROBED_NAMERS = 16  # Ingresses outside the group tried as stand-ins for one Secret before a full build
-
-
-class IngressIndex:
-    """
-    Who names what among every Ingress of a snapshot (ours or not; the build decides that): kept
-    from one snapshot to the next and changed per changed Ingress, so that finding a group costs
-    what the group holds, not what the cluster holds.
-    """
-
-    def __init__(self) -> None:
-        self.by_id: dict[int, Ingress] = {}  # the snapshot's very objects, by identity (they keep their ids alive)
-        self.by_ref: dict[ObjectRef, Ingress] = {}
-        self.by_name: dict[str, set[ObjectRef]] = {}  # rule and TLS hosts as written ("*.suffix" too)
-        self.by_secret: dict[SecretKey, set[ObjectRef]] = {}  # spec.tls Secrets
-        self.aliases: dict[str, set[ObjectRef]] = {}  # names that server-alias or from-to-www-redirect may claim
-        self.by_service: dict[ServiceKey, set[ObjectRef]] = {}  # every Service an Ingress names: paths, defaultBackend, default-backend
-        self.consistent = True  # False once two Ingresses of a snapshot share a name (then every change is a full build)
-
-    @classmethod
-    def of(cls, ingresses: Sequence[Ingress]) -> IngressIndex:
-        index = cls()
-        index.changed_to(ingresses)
-        return index
-
-    def changed_to(
-        self, ingresses: Sequence[Ingress], written: Optional[Mapping[tuple[str, str], object]] = None
-    ) -> tuple[dict[ObjectRef, Ingress], dict[ObjectRef, Ingress]]:
-        """
-        Follow the snapshot to C{ingresses}: the old and the new versions of the Ingresses that are
-        not the same objects as before, by reference (a deleted one has no new version, a new one no
-        old).  C{written}: the Ingresses the source wrote since the index's snapshot, by key (None:
-        gone), when it says so (L{ingress.model.SnapshotChanges}); else both snapshots are compared.
-        """
-        if written is None:
-            after = dict(zip(map(id, ingresses), ingresses, strict=True))  # no Python-level loop: this runs over every Ingress
-            before = self.by_id
-            old = {before[key].ref: before[key] for key in before.keys() - after.keys()}
-            new = {after[key].ref: after[key] for key in after.keys() - before.keys()}
-            self.by_id = after
-        else:
-            refs = [ObjectRef("Ingress", *key) for key in written]
-            old = {ref: self.by_ref[ref] for ref in refs if ref in self.by_ref}
-            new = {value.ref: value for value in written.values() if isinstance(value, Ingress)}
-            for ingress in old.values():
-                self.by_id.pop(id(ingress), None)
-            self.by_id.update((id(ingress), ingress) for ingress in new.values())
-        for ref, ingress in old.items():
-            if self.by_ref.get(ref) is not ingress:
-                self.consistent = False
-                continue
-            del self.by_ref[ref]
-            _forget(self.by_name, _names(ingress), ref)
-            _forget(self.by_secret, _secrets(ingress), ref)
-            _forget(self.aliases, _alias_names(ingress), ref)
-            _forget(self.by_service, services_named(ingress), ref)
-        for ref, ingress in new.items():
-            if ref in self.by_ref:
-                self.consistent = False
-            self.by_ref[ref] = ingress
-            _note(self.by_name, _names(ingress), ref)
-            _note(self.by_secret, _secrets(ingress), ref)
-            _note(self.aliases, _alias_names(ingress), ref)
-            _note(self.by_service, services_named(ingress), ref)
-        if len(self.by_ref) != len(self.by_id):
-            self.consistent = False
-        return old, new
-
-    def naming(self, services: Iterable[ServiceKey]) -> set[ObjectRef]:
-        """The Ingresses that name any of C{services}."""
-        return {ref for service in services for ref in self.by_service.get(service, ())}
-
-
-def _note(index: dict[_K, set[ObjectRef]], keys: Iterable[_K], ref: ObjectRef) -> None:
-    for key in keys:
-        index.setdefault(key, set()).add(ref)
-
-
-def _forget(index: dict[_K, set[ObjectRef]], keys: Iterable[_K], ref: ObjectRef) -> None:
-    for key in keys:
-        refs = index[key]
-        refs.discard(ref)
-        if not refs:
-            del index[key]
 
 
 def with_changed_ingresses(
@@ -191,7 +107,7 @@ def far_reaching(ingress: Ingress) -> Optional[str]:
     if any(not rule.host for rule in ingress.rules) or any(not host for tls in ingress.tls for host in tls.hosts):
         return "a rule without host"
     for key in ingress.meta.annotations:
-        name = _annotation_name(key)
+        name = annotation_name(key)
         if name is not None and (name in _FAR_REACHING or name.startswith(_FAR_REACHING_FAMILIES)):
             return f"annotation {key}"
     return None
@@ -204,14 +120,14 @@ def _group(
     The Ingresses to build again (of the new snapshot) and their hosts: the changed ones, then
     every Ingress naming a host of the group, until no host is added.
     """
-    hosts = {name for ingress in (*old_versions.values(), *new_versions.values()) for name in _names(ingress)}
+    hosts = {name for ingress in (*old_versions.values(), *new_versions.values()) for name in names_of(ingress)}
     refs = set(new_versions)
     limit = max(1, int(max_share * len(index.by_ref)))
     frontier = set(hosts)
     while frontier and len(refs) <= limit:
         found = {ref for name in frontier for ref in index.by_name.get(name, ())} - refs
         refs |= found
-        frontier = {name for ref in found for name in _names(index.by_ref[ref])} - hosts
+        frontier = {name for ref in found for name in names_of(index.by_ref[ref])} - hosts
         hosts |= frontier
     if len(refs) > limit:  # a full build costs about what building this many again does
         return f"the group passed {limit} Ingresses"
@@ -333,8 +249,8 @@ def _secrets_kept(
     """
     before = previous.certificates.secrets
     result: Optional[dict[SecretKey, TLSSecret]] = None
-    named_before = {key for ingress in old_versions.values() for key in _secrets(ingress)}
-    for key in named_before | {key for ingress in members for key in _secrets(ingress)}:
+    named_before = {key for ingress in old_versions.values() for key in secrets_of(ingress)}
+    for key in named_before | {key for ingress in members for key in secrets_of(ingress)}:
         wanted: Optional[bool]
         if key in sub.certificates.secrets:
             wanted = True
@@ -377,47 +293,3 @@ def _served_elsewhere(
     if key in found.certificates.secrets:
         return True
     return False if len(probed) == _outside(namers, refs) else None
-
-
-def _names(ingress: Ingress) -> set[str]:
-    """The hosts an Ingress names: its rules' and its TLS sections'."""
-    return {rule.host for rule in ingress.rules} | {host for tls in ingress.tls for host in tls.hosts}
-
-
-def _secrets(ingress: Ingress) -> set[SecretKey]:
-    return {(ingress.meta.namespace, tls.secret_name) for tls in ingress.tls if tls.secret_name}
-
-
-def _alias_names(ingress: Ingress) -> set[str]:
-    """
-    Every name the Ingress's server-alias or from-to-www-redirect could claim (more than it does:
-    whether the annotation is read, and valid, is the build's business).
-    """
-    names: set[str] = set()
-    for key, value in ingress.meta.annotations.items():
-        name = _annotation_name(key)
-        if name == "server-alias":
-            names.update(alias.strip().lower() for alias in value.split(",") if alias.strip())
-        elif name == "from-to-www-redirect":
-            names.update(host[4:] if host.startswith("www.") else "www." + host for rule in ingress.rules if rule.host for host in (rule.host,))
-    return names
-
-
-def services_named(ingress: Ingress) -> set[ServiceKey]:
-    """
-    Every Service an Ingress can send to or ask about, more than it does: its paths', its
-    spec.defaultBackend's, and the default-backend annotation's (whether it is read is the build's business).
-    """
-    namespace = ingress.meta.namespace
-    names = {path.backend.service_name for rule in ingress.rules for path in rule.paths}
-    if ingress.default_backend is not None:
-        names.add(ingress.default_backend.service_name)
-    names.update(value.strip() for key, value in ingress.meta.annotations.items() if _annotation_name(key) == "default-backend")
-    return {(namespace, name) for name in names if name}
-
-
-def _annotation_name(key: str) -> Optional[str]:
-    for prefix in _PREFIXES:
-        if key.startswith(prefix):
-            return key[len(prefix) :]
-    return None

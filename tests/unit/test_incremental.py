@@ -22,7 +22,7 @@ from ingress.routing import RoutingTable, build
 from ingress.routing.delta import applied, table_change
 from ingress.routing.endpoint_changes import ServiceUses, SliceIndex
 from ingress.routing.incremental import IncrementalBuild
-from ingress.routing.ingress_changes import IngressIndex
+from ingress.routing.ingress_index import IngressIndex
 from tests.unit.objects import T0, T1, T2, FollowedStore, Store, endpoints, ingress, ingress_class, path, rule, service, tls_secret
 
 NGINX = "nginx.ingress.kubernetes.io/"
