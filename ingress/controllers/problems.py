@@ -35,9 +35,13 @@ class IngressProblemEvents:
         self._lock = threading.Lock()
         self._problems: dict[Key, tuple[Problem, ...]] = {}
         self._recorded: dict[Key, set[tuple[str, str]]] = {}  # (reason, message) already told, per Ingress
+        self._seen: tuple[Problem, ...] = ()  # the problems of the last table (an incremental update keeps the tuple when they did not change)
 
     def table_changed(self, table: RoutingTable) -> set[Hashable]:
         """A new table (reactor thread): the Ingresses whose problems changed."""
+        if table.problems is self._seen:
+            return set()
+        self._seen = table.problems
         current: dict[Key, list[Problem]] = {}
         for problem in table.problems:
             if problem.ref.kind == "Ingress" and problem.reason in REASONS:
