@@ -66,8 +66,7 @@ class IncrementalBuild:
         self.last_path = f"full build: {', '.join(differ) or 'nothing'} changed"
         if differ in ([], ["endpoint_slices"]):
             uses = uses if uses is not None else ServiceUses.of(previous)
-            slices = self._slices if self._slices is not None and self._slices.slices is old.endpoint_slices else SliceIndex(old)
-            self._slices = None
+            slices = self._slice_index(old)
             table = with_new_endpoints(previous, old, state, generation, uses, slices, self._written_of("endpoint_slices"))
             self._slices = slices if slices.slices is state.endpoint_slices else None
             if table is not None:
@@ -95,6 +94,12 @@ class IncrementalBuild:
         elif "ingresses" in differ and self._index is not None:
             self._index.changed_to(state.ingresses, self._written_of("ingresses"))
         return self._full_build(state, generation)
+
+    def _slice_index(self, old: ClusterState) -> SliceIndex:
+        """The slice index of C{old}, kept or made, taken away until the caller gives it back (it is half moved on if the update raises)."""
+        slices = self._slices if self._slices is not None and self._slices.slices is old.endpoint_slices else SliceIndex(old)
+        self._slices = None
+        return slices
 
     def _written_of(self, name: str) -> Optional[Mapping[tuple[str, str], object]]:
         """The keys of field C{name} the source wrote since the last snapshot built, when it says (else None: compare)."""
@@ -134,8 +139,7 @@ class IncrementalBuild:
             written = self._written_of("services")
             changed.update(written if written is not None else _changed_keys(old.services, state.services))
         if "endpoint_slices" in differ:
-            slices = self._slices if self._slices is not None and self._slices.slices is old.endpoint_slices else SliceIndex(old)
-            self._slices = None  # half moved on if this raises
+            slices = self._slice_index(old)
             changed |= slices.follow(state, self._written_of("endpoint_slices"))
             self._slices = slices
         elif self._slices is not None and self._slices.slices is old.endpoint_slices:

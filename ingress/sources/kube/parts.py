@@ -9,10 +9,12 @@ L{CollectedPart} keeps what C{collect} would make of the store's values, changed
 store says were written since the last snapshot (L{Store.take_changes}), so a snapshot costs a
 copy of the changed fields (C-level) instead of a Python loop over every object.
 
-It makes what C{collect} makes, field for field (tests/unit/test_kube_parts.py checks it on random
-writes): a changed value keeps its place (so the incremental build's place-by-place comparison of
-two snapshots sees one change), a new key goes last, problems are sorted as C{collect} sorts them,
-and a field no write touched stays the very object it was.
+It holds what C{collect} makes, field for field and object for object (tests/unit/test_kube_parts.py
+checks it on random writes): a changed value keeps its place (so the incremental build's
+place-by-place comparison of two snapshots sees one change), a new key goes last (so does an
+invalid object once it is valid again, which C{collect} would leave in its store place: nothing
+reads the order), problems are sorted as C{collect} sorts them, and a field no write touched stays
+the very object it was.
 """
 
 from __future__ import annotations

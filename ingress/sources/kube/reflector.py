@@ -77,7 +77,6 @@ class Store:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._items: dict[tuple[str, str], Any] = {}
-        self.version = 0  # moves on every write: a snapshot of an unchanged store can be reused
         self._written: dict[tuple[str, str], bool] = {}  # keys written since the last take_changes, in _items' order; True: deleted meanwhile
         self._whole = True  # the next take_changes hands out every item (the first one, or after a relist)
 
@@ -85,7 +84,6 @@ class Store:
         """Swap in a relist's items; returns the keys that changed (added, removed or different)."""
         with self._lock:
             old, self._items = self._items, items
-            self.version += 1
             self._whole = True
             self._written.clear()
         return {k for k in old.keys() | items.keys() if old.get(k) != items.get(k)}
@@ -101,13 +99,11 @@ class Store:
             if key not in self._items:
                 self._written.pop(key, None)  # a new key goes last, here as in _items
             self._items[key] = value
-            self.version += 1
             self._written[key] = deleted
 
     def delete(self, key: tuple[str, str]) -> None:
         with self._lock:
             self._items.pop(key, None)
-            self.version += 1
             self._written.pop(key, None)
             self._written[key] = True
 
@@ -136,11 +132,6 @@ class Store:
     def values(self) -> list[Any]:
         with self._lock:
             return list(self._items.values())
-
-    def versioned_values(self) -> tuple[int, list[Any]]:
-        """The values and the version they are of, read together."""
-        with self._lock:
-            return self.version, list(self._items.values())
 
     def keys(self) -> list[tuple[str, str]]:
         with self._lock:
