@@ -36,11 +36,13 @@ from ingress.routing.annotations.backend import MissingSecret, backend_tls
 from ingress.routing.annotations.errorpages import error_pages
 from ingress.routing.annotations.policies import BadPath, compile_path, route_policies, route_rate_limit
 from ingress.routing.backends import Backends
-from ingress.routing.certs import CertificateTable, build_certificates, passthrough_upstreams, tls_hosts, with_tls_options
+from ingress.routing.certs import build_certificates, passthrough_upstreams, tls_hosts, with_tls_options
 from ingress.routing.clienthosts import client_auth_hosts, with_client_auth
-from ingress.routing.gateway import GatewayRoutes, build_gateway_routes
-from ingress.routing.gateway.merge import merge_gateway, with_listener_certificates
+from ingress.routing.gateway import build_gateway_routes
+from ingress.routing.gateway.merge import merge_gateway
+from ingress.routing.gateway.ports import port_table
 from ingress.routing.nginx_config import TWINGRESS_DEFAULTS, NginxConfig, read_nginx_config
+from ingress.routing.paths import prefix_key
 from ingress.routing.policies import Canary, Policies, Redirect
 from ingress.routing.policies.affinity import upstream_tag
 from ingress.routing.policies.clientauth import ClientAuth
@@ -123,32 +125,7 @@ def build(
         stream_conditions=streams.conditions,
         trust=config.trust,
         listener=config.listener,
-        gateway_ports={port: _port_table(routes, generation, state.secrets, config, default_certificate) for port, routes in gateway.own_ports.items()},
-    )
-
-
-def _port_table(
-    routes: GatewayRoutes, generation: int, secrets: Mapping[tuple[str, str], TLSSecret], config: NginxConfig, default_certificate: Optional[tuple[str, str]]
-) -> RoutingTable:
-    """
-    The table a Gateway listener on a port of its own serves: that port's hosts and certificates (the
-    --default-ssl-certificate where no listener of the port has a hostless one), nothing else.
-    """
-    certificates = with_listener_certificates(CertificateTable(), routes.certificates, secrets)
-    if certificates.default is None and default_certificate is not None and default_certificate in secrets:
-        certificates = replace(certificates, default=default_certificate, secrets={**certificates.secrets, default_certificate: secrets[default_certificate]})
-    passed = routes.l4.passthrough
-    return RoutingTable(
-        generation=generation,
-        hosts=routes.hosts,
-        deep_wildcards=routes.wildcards,
-        any_host=routes.any_host,
-        passthrough={host: upstream for host, upstream in passed.items() if not host.startswith("*.")},
-        deep_passthrough={host[2:]: upstream for host, upstream in passed.items() if host.startswith("*.")},
-        tls_terminated=dict(routes.l4.terminated),
-        certificates=certificates,
-        trust=config.trust,
-        listener=config.listener,
+        gateway_ports={port: port_table(routes, generation, state.secrets, config, default_certificate) for port, routes in gateway.own_ports.items()},
     )
 
 
@@ -159,16 +136,6 @@ def regex_hosts(ingresses: Iterable[Ingress], annotations: Mapping[ObjectRef, In
     case-insensitive regex anchored at the start, tried longest path first.
     """
     return frozenset(rule.host for ingress in ingresses if annotations[ingress.ref].regex_paths for rule in ingress.rules)
-
-
-def prefix_key(path: str) -> str:
-    """
-    The key of a Prefix path in L{HostRoutes.prefixes}: its elements without empty ones.
-
-    "/" -> "", "/foo/" -> "foo", "/a//b" -> "a/b": matching is element-wise,
-    so trailing slashes never matter and "/aaa" does not match "/aaaccc".
-    """
-    return "/".join(element for element in path.split("/") if element)
 
 
 @dataclass

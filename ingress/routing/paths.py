@@ -67,3 +67,13 @@ def _decode(path: str) -> str:
     if "\x00" in decoded:
         raise PathError("an encoded NUL in the path")
     return decoded
+
+
+def prefix_key(path: str) -> str:
+    """
+    The key of a Prefix path in L{HostRoutes.prefixes}: its elements without empty ones.
+
+    "/" -> "", "/foo/" -> "foo", "/a//b" -> "a/b": matching is element-wise,
+    so trailing slashes never matter and "/aaa" does not match "/aaaccc".
+    """
+    return "/".join(element for element in path.split("/") if element)

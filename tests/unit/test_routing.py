@@ -16,7 +16,7 @@ import pytest
 from ingress.model import ClusterState, ObjectRef, Problem
 from ingress.model.parse import state_from_objects
 from ingress.routing import RoutingTable, build, normalize_host
-from ingress.routing.build import prefix_key
+from ingress.routing.paths import prefix_key
 from ingress.routing.selection import select_ingresses
 from tests.unit.objects import T0, T1, T2, endpoints, ingress, ingress_class, path, problems, rule, service, table, target
 
