@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from twisted.internet.interfaces import IProtocolFactory
-from twisted.protocols.tls import TLSMemoryBIOFactory
 
 from ingress.observe.accesslog import AccessLog
 from ingress.observe.metrics import Metrics
@@ -27,6 +26,7 @@ from ingress.proxy.http.settings import HTTP2Settings, ProxySettings, with_liste
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.http2.upstream import H2UpstreamPool
 from ingress.proxy.proxy_protocol import ProxyProtocolWhenAsked
+from ingress.proxy.tls.direct import DirectTLSFactory
 from ingress.proxy.tls.front import TLSFrontFactory
 from ingress.proxy.tls.termination import CertificateStore, SNIConnectionCreator, load_certificate, self_signed_certificate
 from ingress.routing.streams import StreamRoute
@@ -98,7 +98,7 @@ def data_plane(
     def tls_front(store: CertificateStore, terminating: HTTPProxyFactory, view: TableView) -> TLSFrontFactory:
         """The TLS listener's front door: SNI passthrough, TLS to TCP backends, or HTTP over TLS with C{store}'s certificates."""
         creator = SNIConnectionCreator(store)
-        terminate = TLSMemoryBIOFactory(creator, False, terminating)
+        terminate = DirectTLSFactory(creator, False, terminating)
         return TLSFrontFactory(terminate, view, pool, reactor, settings.header_timeout, metrics, settings.server_name, creator)
 
     if https:

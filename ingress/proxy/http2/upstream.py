@@ -37,6 +37,7 @@ from twisted.python.failure import Failure
 
 from ingress.process.reactor import IProcessReactor
 from ingress.proxy.http.backend_tls import connection_creator
+from ingress.proxy.http.fastwrite import direct_writer
 from ingress.proxy.http.settings import HTTP2Settings, ProxySettings
 from ingress.proxy.transport import IConnectionTransport
 from ingress.routing.policies.backend import BackendTLS
@@ -108,6 +109,7 @@ class H2UpstreamConnection(Protocol):
     def connectionMade(self) -> None:
         self.connected = True
         self.transport.setTcpNoDelay(True)
+        self._write = direct_writer(self.transport)  # with the iteration's other sends (fastwrite)
         limits = self.pool.http2
         self.h2.local_settings = Settings(
             client=True,
@@ -153,7 +155,7 @@ class H2UpstreamConnection(Protocol):
     def flush(self) -> None:
         data = self.h2.data_to_send()
         if data and self.connected:
-            self.transport.write(data)
+            self._write(data)
 
     def dataReceived(self, data: bytes) -> None:
         try:

@@ -21,7 +21,6 @@ from typing import Any, Optional
 
 from twisted.internet.interfaces import IDelayedCall, IOpenSSLServerConnectionCreator, IProtocolFactory
 from twisted.internet.protocol import Factory, Protocol, connectionDone
-from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.python.failure import Failure
 
 from ingress.model import ObjectRef
@@ -31,6 +30,7 @@ from ingress.proxy.http.responses import plain_http_on_tls_port
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.streams.tcp import TCPRelay, TCPStreamFactory
 from ingress.proxy.tls import sni
+from ingress.proxy.tls.direct import DirectTLSFactory
 from ingress.proxy.transport import IConnectionTransport, hand_over
 from ingress.routing.route import Upstream
 from ingress.routing.streams import TCP, StreamRoute
@@ -41,7 +41,7 @@ _PLAIN_HTTP_READ_LIMIT = 16384
 
 
 class TLSFrontFactory(Factory):
-    """Wraps the terminating factory (a TLSMemoryBIOFactory) with SNI-based passthrough."""
+    """Wraps the terminating factory (a DirectTLSFactory) with SNI-based passthrough."""
 
     noisy = False
 
@@ -164,7 +164,7 @@ class TLSFront(Protocol):
             self._terminate()
             return
         relays = _OneRelay(self.factory.passthrough, self.factory.route_for(upstream, "tls-terminated"))
-        inner = TLSMemoryBIOFactory(creator, False, relays).buildProtocol(self.address)
+        inner = DirectTLSFactory(creator, False, relays).buildProtocol(self.address)
         hand_over(self.transport, inner)
         inner.makeConnection(self.transport)
         buffered, self._buffer = self._buffer, b""
