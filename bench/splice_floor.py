@@ -1,0 +1,101 @@
+"""
+The floor of a Twisted reverse proxy on this machine: bytes spliced, nothing parsed.
+
+Each client connection gets one upstream connection of its own and every read
+is written to the other side as it is, so a keep-alive HTTP benchmark through it
+measures what Twisted's reactor, its transports and the kernel cost per request
+with no HTTP work at all.  No proxy built on Twisted can do a request for less
+CPU than this; ``http_bench.py --twingress-cmd`` runs it in twingress's place:
+
+  .venv/bin/python bench/http_bench.py --twingress-cmd \\
+      '{venv_bin}/python bench/splice_floor.py {port} {backend_port}'
+  .venv/bin/python bench/http_bench.py --twingress-cmd \\
+      '{venv_bin}/python bench/splice_floor.py {port} {backend_port} --batched'
+
+``--batched`` writes through twingress's send batch (ingress.proxy.http.fastwrite)
+instead of Twisted's write queue, as twingress does.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any, Optional
+
+from twisted.internet import protocol, reactor
+
+from ingress.proxy.http.fastwrite import direct_writer
+
+BATCHED = False
+
+
+def writer(transport: Any) -> Callable[[bytes], None]:
+    return direct_writer(transport) if BATCHED else transport.write  # type: ignore[no-any-return]
+
+
+class Upstream(protocol.Protocol):
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def connectionMade(self) -> None:
+        self.transport.setTcpNoDelay(True)  # type: ignore[union-attr]
+        self.write = writer(self.transport)
+        self.client.upstream_ready(self)
+
+    def dataReceived(self, data: bytes) -> None:
+        self.client.write(data)
+
+    def connectionLost(self, reason: object = None) -> None:
+        self.client.transport.loseConnection()  # type: ignore[union-attr]
+
+
+class Client(protocol.Protocol):
+    def __init__(self, backend: tuple[str, int]) -> None:
+        self.backend = backend
+        self.upstream: Optional[Upstream] = None
+        self.pending: list[bytes] = []
+
+    def connectionMade(self) -> None:
+        self.transport.setTcpNoDelay(True)  # type: ignore[union-attr]
+        self.write = writer(self.transport)
+        protocol.ClientCreator(reactor, Upstream, self).connectTCP(*self.backend)
+
+    def upstream_ready(self, upstream: Upstream) -> None:
+        self.upstream = upstream
+        for data in self.pending:
+            upstream.write(data)
+        self.pending = []
+
+    def dataReceived(self, data: bytes) -> None:
+        if self.upstream is None:
+            self.pending.append(data)
+        else:
+            self.upstream.write(data)
+
+    def connectionLost(self, reason: object = None) -> None:
+        if self.upstream is not None:
+            self.upstream.transport.loseConnection()  # type: ignore[union-attr]
+
+
+class Splice(protocol.Factory):
+    def __init__(self, backend: tuple[str, int]) -> None:
+        self.backend = backend
+
+    def buildProtocol(self, addr: object) -> Client:
+        return Client(self.backend)
+
+
+def main() -> None:
+    global BATCHED
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("port", type=int)
+    parser.add_argument("backend_port", type=int)
+    parser.add_argument("--batched", action="store_true", help="write through twingress's send batch")
+    args = parser.parse_args()
+    BATCHED = args.batched
+    reactor.listenTCP(args.port, Splice(("127.0.0.1", args.backend_port)), interface="127.0.0.1")  # type: ignore[attr-defined]
+    reactor.run()  # type: ignore[attr-defined]
+
+
+if __name__ == "__main__":
+    main()
