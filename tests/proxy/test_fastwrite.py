@@ -57,6 +57,22 @@ def _read(client: socket.socket) -> bytes:
         chunks.append(chunk)
 
 
+@defer.inlineCallbacks
+def _read_until_closed(client: socket.socket) -> Iterator[defer.Deferred[object]]:
+    """What the client reads before the server's close (at most a second of waiting)."""
+    received = b""
+    for _ in range(100):
+        yield deferLater(reactor, 0.01, lambda: None)
+        try:
+            chunk = client.recv(1 << 16)
+        except BlockingIOError:
+            continue
+        if not chunk:
+            break  # the close came after the bytes
+        received += chunk
+    return received  # type: ignore[return-value]
+
+
 @pytest_twisted.inlineCallbacks
 def test_writes_of_an_iteration_are_sent_when_it_ends_in_order(server: tuple[int, Factory]) -> Iterator[defer.Deferred[object]]:
     client, connected = _connect(*server)
@@ -93,16 +109,7 @@ def test_a_message_before_a_close_is_sent_before_it(server: tuple[int, Factory])
     writer = yield connected
     writer.write(b"last words")
     writer.transport.loseConnection()
-    received = b""
-    for _ in range(100):
-        yield deferLater(reactor, 0.01, lambda: None)
-        try:
-            chunk = client.recv(1 << 16)
-        except BlockingIOError:
-            continue
-        if not chunk:
-            break  # the close came after the bytes
-        received += chunk
+    received = yield _read_until_closed(client)
     assert received == b"last words"
     client.close()
 
@@ -130,16 +137,7 @@ def test_a_message_a_timer_writes_before_closing_is_sent_before_the_close(server
         writer.transport.loseConnection()
 
     reactor.callLater(0, answer_and_close)  # type: ignore[attr-defined]
-    received = b""
-    for _ in range(100):
-        yield deferLater(reactor, 0.01, lambda: None)
-        try:
-            chunk = client.recv(1 << 16)
-        except BlockingIOError:
-            continue
-        if not chunk:
-            break
-        received += chunk
+    received = yield _read_until_closed(client)
     assert received == b"HTTP/1.1 408 Request Timeout\r\n\r\n"
     client.close()
 
