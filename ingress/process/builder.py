@@ -14,12 +14,15 @@ window after a build wait for the rest of it and are built together.  The
 window is twice the last build's time (the build thread's, and the reactor's
 for the swap and its listeners: workers' tables, status, TLS contexts), at
 least C{min_window} and at most C{debounce}; doubled for each build in a row
-that found changes waiting, up to C{stream_window} (one second): builds never
-take more than about a third of the process while changes stream in (fewer,
-larger builds the longer the stream lasts: while 150,000 objects are created,
-what every build pays beyond its changes, the copies of the table's mappings,
-is paid once a second, not four times; Traefik waits two seconds between
-configurations, its providersThrottleDuration), and a change after the stream
+that found changes waiting, up to C{burst_window} (a quarter second) and, once
+the stream has lasted C{long_stream} (five seconds), up to C{stream_window}
+(one second): builds never take more than about a third of the process while
+changes stream in.  A burst (cert-manager renewing 1,000 Secrets in two
+seconds: each must be served within 2 s) is built four times a second; a
+stream that goes on (150,000 objects created in four minutes) once a second,
+so what every build pays beyond its changes, the copies of the table's
+mappings, is paid a quarter as often (Traefik waits two seconds between
+configurations, its providersThrottleDuration).  A change after the stream
 ends waits for the last build only.  A cheap build (an EndpointSlice-only
 update: 2 ms at 10k Ingresses) does not make the next pod replaced wait 50 ms
 for a window sized for a full build (measured: the endpoint moves that waited
@@ -65,7 +68,9 @@ class TableBuilder:
         build: BuildFunction,
         debounce: float = 0.05,
         min_window: float = 0.01,
+        burst_window: float = 0.25,
         stream_window: float = 1.0,
+        long_stream: float = 5.0,
     ) -> None:
         self.reactor = reactor
         self.live = live
@@ -73,7 +78,10 @@ class TableBuilder:
         self.build = build
         self.debounce = debounce
         self.min_window = min(min_window, debounce)
-        self.stream_window = max(stream_window, debounce)  # the longest wait while changes stream in
+        self.burst_window = max(burst_window, debounce)  # the longest wait while changes stream in
+        self.stream_window = max(stream_window, self.burst_window)  # ... once they have for long_stream seconds
+        self.long_stream = long_stream
+        self._stream_since = 0.0  # when the builds in a row that found changes waiting began
         self._window = debounce  # after the next build: twice its time, within [min_window, debounce]; doubled per build of a stream
         self._cost = debounce / 2  # the last build's time (build thread and swap)
         self._streak = 0  # builds in a row that found more changes waiting when they ended
@@ -169,19 +177,34 @@ class TableBuilder:
         self._running = False
         # Twice the last build's time (at most the debounce); doubled for each build in a row that
         # found changes waiting (a stream of them: a cluster being filled, a rollout), up to the
-        # stream window: while changes stream in, fewer and larger builds, and what a build costs
+        # burst window, and the stream window once the stream has gone on for long_stream seconds
+        # (next_window): while changes stream in, fewer and larger builds, and what a build costs
         # beyond its changes (copies of the table's mappings: about 5 ms at 50k Ingresses, and the
         # informers' parts) is paid a few times a second, not a hundred.  A change after a quiet
         # build waits twice that build's time only.
         self._streak = self._streak + 1 if self._next is not None else 0
-        window = max(self.min_window, 2 * self._cost)
-        self._window = min(self.stream_window, window * 2 ** min(self._streak, 10)) if self._streak else min(self.debounce, window)
+        now = self.reactor.seconds()
+        if self._streak == 1:
+            self._stream_since = now
+        self._window = self.next_window(self._streak, now - self._stream_since)
         if self._next is not None:
             # They wait for the rest of the window like any other change, so that builds take a
             # third of the process at most while changes stream in, not all of it (at 40k Ingresses,
             # back-to-back builds took 76% of a core and slowed the apiserver beside it).
             wait = self._window - (self.reactor.seconds() - self._finished_at)
             self._timer = self.reactor.callLater(max(0.0, wait), self._start_build)
+
+    def next_window(self, streak: int, stream_age: float) -> float:
+        """
+        The window after a build: twice its time (within [min_window, debounce]); doubled for each of
+        the C{streak} builds in a row that found changes waiting, up to the burst window, or up to the
+        stream window once the stream is C{stream_age} >= long_stream seconds old.
+        """
+        window = max(self.min_window, 2 * self._cost)
+        if not streak:
+            return min(self.debounce, window)
+        cap = self.stream_window if stream_age >= self.long_stream else self.burst_window
+        return float(min(cap, window * 2 ** min(streak, 10)))
 
 
 _T = TypeVar("_T")

@@ -162,3 +162,18 @@ def test_changes_streaming_in_during_builds_wait_the_window() -> Any:
     assert 3 <= len(builds) <= 25, builds  # a slower machine makes fewer (its builds cost more), never more
     assert live.table.generation == builds[-1]
     assert builder._streak == 0 and builder._window < 1.0  # the last build found nothing waiting: the window is back to twice its time
+
+
+def test_a_burst_is_built_four_times_a_second_and_a_long_stream_once_a_second() -> None:
+    """
+    The window while changes stream in: a burst (1,000 Secrets renewed in two seconds, each to be
+    served within 2 s) stays within a quarter second; a stream that has gone on for five seconds (a
+    cluster being filled) grows to one second; a build that found nothing waiting ends the stream.
+    """
+    builder = TableBuilder(reactor, LiveTable(), Metrics(), _recording([]), debounce=0.05, min_window=0.01)
+    builder._cost = 0.1  # a build and its swap: 100 ms
+    assert builder.next_window(0, 0.0) == 0.05  # quiet: twice the build's time, within the debounce
+    assert builder.next_window(1, 0.5) == 0.25  # 0.2 s doubled, within the burst window
+    assert builder.next_window(4, 4.9) == 0.25
+    assert builder.next_window(4, 5.0) == 1.0  # 3.2 s, within the stream window
+    assert builder.next_window(0, 60.0) == 0.05
