@@ -13,8 +13,8 @@ proxy spent 22% of its CPU in the kernel's wake-up path while the client's
 CPU idled at 22%.  So the messages written while the reactor handles one
 poll's events (and its timed calls) are gathered and sent back to back just
 before it polls again: a sleeping peer is woken once and reads the rest while
-it runs.  The same keep-alive benchmark went from 101 to 68 µs of CPU per
-request (bench/README.md).
+it runs.  The same keep-alive benchmark went from 91-102 to 55-58 µs of CPU
+per request (bench/README.md).
 
 The flush runs in the reactor's C{doIteration}, wrapped once per reactor,
 before the poll: that is the one point every write (an I/O event's, a timer's,

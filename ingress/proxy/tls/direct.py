@@ -8,8 +8,8 @@ C{callLater(0)} of its own: a delayed call per response, after which the
 ciphertext waits once more in the TCP transport's queue (two changes of the
 socket's epoll interest).  Here each write is encrypted at once and its
 ciphertext joins L{ingress.proxy.http.fastwrite}'s batch, sent with every
-other message of the iteration: one delayed call per iteration, not per
-response, and no queue.
+other message of the iteration just before the reactor polls again: no
+delayed call, and no queue.
 
 Everything else (the handshake, the close_notify exchange, buffering while
 OpenSSL waits to read, producers, aborts) is L{TLSMemoryBIOProtocol}'s own.
@@ -40,16 +40,14 @@ class DirectTLSProtocol(TLSMemoryBIOProtocol):
     def _flushSendBIO(self) -> None:
         """Hand all the ciphertext OpenSSL made to the send batch (or the transport's own write)."""
         connection = self._tlsConnection
-        try:
-            data = connection.bio_read(_BIO_READ)
-        except WantReadError:
-            return  # nothing made (a read that produced no record to answer)
-        while len(data) == _BIO_READ:  # a large write: the rest in the next pieces
+        pieces: list[bytes] = []
+        while not pieces or len(pieces[-1]) == _BIO_READ:  # a full piece: there may be more
             try:
-                data += connection.bio_read(_BIO_READ)
+                pieces.append(connection.bio_read(_BIO_READ))
             except WantReadError:
-                break
-        self._send(data)
+                break  # nothing (more) made
+        if pieces:
+            self._send(b"".join(pieces))
 
 
 class DirectTLSFactory(TLSMemoryBIOFactory):
