@@ -191,7 +191,7 @@ class TableBuilder:
             # They wait for the rest of the window like any other change, so that builds take a
             # third of the process at most while changes stream in, not all of it (at 40k Ingresses,
             # back-to-back builds took 76% of a core and slowed the apiserver beside it).
-            wait = self._window - (self.reactor.seconds() - self._finished_at)
+            wait = self._window - (now - self._finished_at)
             self._timer = self.reactor.callLater(max(0.0, wait), self._start_build)
 
     def next_window(self, streak: int, stream_age: float) -> float:
