@@ -35,9 +35,20 @@ def free_port(host: str = "127.0.0.1", kind: int = socket.SOCK_STREAM) -> int:
     a 10.244.0.x address.
     """
     del host  # free on the wildcard means free on every address
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("0.0.0.0", 0))
-        return int(s.getsockname()[1])
+    while True:
+        with socket.socket(socket.AF_INET, kind) as s:
+            s.bind(("0.0.0.0", 0))
+            port = int(s.getsockname()[1])
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+
+
+# Every port free_port() has returned in this test process. The kernel may hand a port that was
+# just probed and closed out again, and a test that takes a Gateway or stream port before
+# twingress takes its own would then have twingress's --http (or admin) port answer for it
+# (seen in CI: curl met plaintext on the "HTTPS" port). Never twice, then.
+_handed_out: set[int] = set()
 
 
 def refused(port: int, host: str = "127.0.0.1") -> bool:
