@@ -16,10 +16,11 @@ before it polls again: a sleeping peer is woken once and reads the rest while
 it runs.  The same keep-alive benchmark went from 91-102 to 55-58 µs of CPU
 per request (bench/README.md).
 
-The flush runs in the reactor's C{doIteration}, wrapped once per reactor,
-before the poll: that is the one point every write (an I/O event's, a timer's,
-a thread's callback's) passes before Twisted can write or close a socket,
-which it does only while handling a poll's events.  So order holds per
+The flush runs in the reactor's C{doIteration}, replaced once per reactor
+(L{ingress.proxy.reactorstep}), before the poll: that is the one point every
+write (an I/O event's, a timer's, a thread's callback's) passes before
+Twisted can write or close a socket, which it does only while handling a
+poll's events.  So order holds per
 connection: gathered messages are sent in the order they were written, one
 for a transport with bytes in Twisted's queue (a remainder, or bytes written
 to the transport itself before) or being closed joins that queue, and a close
@@ -32,9 +33,11 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any
 
 from twisted.internet import tcp
+
+from ingress.proxy.reactorstep import run_before_each_poll
 
 
 class SendBatch:
@@ -44,15 +47,13 @@ class SendBatch:
         self._sends: list[tuple[Any, Callable[[bytes], int], bytes]] = []
 
     def install(self, reactor: Any) -> None:
-        """Flush before each of C{reactor}'s polls (its C{doIteration}, wrapped on the instance)."""
-        iterate = reactor.doIteration
+        """Flush before each of C{reactor}'s polls (L{run_before_each_poll})."""
 
-        def flush_then_iterate(delay: Optional[float]) -> None:
+        def flush_if_any() -> None:
             if self._sends:
                 self.flush()
-            iterate(delay)
 
-        reactor.doIteration = flush_then_iterate
+        run_before_each_poll(reactor, flush_if_any)
 
     def add(self, transport: Any, send: Callable[[bytes], int], data: bytes) -> None:
         self._sends.append((transport, send, data))

@@ -87,6 +87,19 @@ class Framing:
 
 
 _NO_BODY = Framing(content_length=0)
+_CHUNKED = Framing(chunked=True)
+_UNTIL_CLOSE = Framing(until_close=True)
+_LENGTHS: dict[int, Framing] = {}  # Framing is immutable: one per length seen (a frozen dataclass costs ~1 us to make)
+
+
+def _length_framing(length: int) -> Framing:
+    """The framing of a body of C{length} bytes, made once per length (up to 4,096 lengths)."""
+    framing = _LENGTHS.get(length)
+    if framing is None:
+        framing = Framing(content_length=length)
+        if len(_LENGTHS) < 4096:
+            _LENGTHS[length] = framing
+    return framing
 
 
 @dataclass(slots=True)
@@ -227,15 +240,15 @@ def _framing(fields: list[tuple[bytes, bytes]], is_request: bool) -> tuple[Frami
         if codings[-1] != b"chunked" or codings.count(b"chunked") != 1:
             if is_request:
                 raise HTTPError(400, "Transfer-Encoding without final chunked")
-            return Framing(until_close=True), seen
+            return _UNTIL_CLOSE, seen
         if any(c not in (b"chunked", b"gzip", b"deflate", b"compress", b"x-gzip") for c in codings):
             raise HTTPError(501, "unknown transfer coding")
-        return Framing(chunked=True), seen
+        return _CHUNKED, seen
     if lengths:
-        return Framing(content_length=int(lengths.pop())), seen
+        return _length_framing(int(lengths.pop())), seen
     if is_request:
         return _NO_BODY, seen
-    return Framing(until_close=True), seen
+    return _UNTIL_CLOSE, seen
 
 
 _TOKEN_SETS: dict[bytes, frozenset[bytes]] = {}
@@ -305,7 +318,7 @@ def parse_response_head(block: bytes, request_method: bytes, max_fields: int = 2
     if request_method == b"HEAD" or status < 200 or status in (204, 304):
         framing = _NO_BODY
     elif request_method == b"CONNECT" and 200 <= status < 300:
-        framing = Framing(until_close=True)
+        framing = _UNTIL_CLOSE
     return Head(
         (1, int(minor)),
         section,

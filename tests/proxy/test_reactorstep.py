@@ -1,0 +1,91 @@
+"""
+L{ingress.proxy.reactorstep}: the running reactor's loop step calls what was registered before
+each poll, dispatches connections' events without Twisted's log-context wrapper, and keeps
+Twisted's handling of a handler that raises: that connection is closed and logged, the others
+and the listening port go on serving.
+
+On real TCP connections of the running (epoll) reactor.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest_twisted
+from twisted.internet import defer, reactor
+from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.task import deferLater
+from twisted.logger import globalLogPublisher
+
+from ingress.proxy.reactorstep import run_before_each_poll
+
+
+class Echo(Protocol):
+    """Echoes; a line "boom" makes its handler raise."""
+
+    def dataReceived(self, data: bytes) -> None:
+        if data.startswith(b"boom"):
+            raise RuntimeError("a handler's bug")
+        self.transport.write(data)
+
+
+def _recv(client: socket.socket) -> bytes:
+    """What the client has been sent so far (b"" once the server closed)."""
+    try:
+        return client.recv(1 << 16)
+    except BlockingIOError:
+        return b"(nothing yet)"
+
+
+@defer.inlineCallbacks
+def _answer(client: socket.socket) -> Iterator[defer.Deferred[object]]:
+    for _ in range(200):
+        yield deferLater(reactor, 0.01, lambda: None)
+        got = _recv(client)
+        if got != b"(nothing yet)":
+            return got  # type: ignore[return-value]
+    return b"(no answer)"  # type: ignore[return-value]
+
+
+@pytest_twisted.inlineCallbacks
+def test_registered_calls_run_before_every_poll() -> Iterator[defer.Deferred[object]]:
+    polls: list[int] = []
+    run_before_each_poll(reactor, lambda: polls.append(1))
+    seen = len(polls)
+    yield deferLater(reactor, 0.05, lambda: None)
+    yield deferLater(reactor, 0.05, lambda: None)
+    assert len(polls) >= seen + 2  # each wait above needs a poll at least
+    assert "epoll" in type(reactor).__name__.lower()  # the direct dispatch is what runs here
+
+
+@pytest_twisted.inlineCallbacks
+def test_a_raising_handler_closes_its_connection_and_is_logged_the_rest_serve() -> Iterator[defer.Deferred[object]]:
+    run_before_each_poll(reactor, lambda: None)  # the step is installed (once per reactor)
+    port = reactor.listenTCP(0, Factory.forProtocol(Echo), interface="127.0.0.1")  # type: ignore[attr-defined]
+    failures: list[dict[str, object]] = []
+
+    def observe(event: dict[str, object]) -> None:
+        if event.get("isError") or event.get("log_failure") is not None:
+            failures.append(event)
+
+    globalLogPublisher.addObserver(observe)
+    try:
+        address = ("127.0.0.1", port.getHost().port)
+        bad, good = socket.create_connection(address), socket.create_connection(address)
+        for each in (bad, good):
+            each.setblocking(False)
+        bad.sendall(b"boom")
+        assert (yield _answer(bad)) == b""  # closed by the reactor, no bytes
+        good.sendall(b"still here")
+        assert (yield _answer(good)) == b"still here"
+        late = socket.create_connection(address)  # the listening port still accepts
+        late.setblocking(False)
+        late.sendall(b"new")
+        assert (yield _answer(late)) == b"new"
+        assert any("a handler's bug" in str(event.get("log_failure") or event.get("failure") or "") for event in failures)
+        for each in (bad, good, late):
+            each.close()
+    finally:
+        globalLogPublisher.removeObserver(observe)
+        yield port.stopListening()
