@@ -38,40 +38,79 @@ log = Logger()
 _DIRECT = frozenset({tcp.Server, tcp.Client})  # connections: _doReadOrWrite catches and logs for them
 
 
-_before_poll: weakref.WeakKeyDictionary[Any, list[Callable[[], None]]] = weakref.WeakKeyDictionary()
+class _BeforePoll:
+    """
+    What runs before each poll of one reactor: the calls asked for once (an HTTP/2 connection's
+    frames, which become ciphertext for the send batch) until none is left, then the calls of
+    every poll (the send batch's flush), in the order they were registered.
+    """
+
+    __slots__ = ("once", "every")
+
+    def __init__(self) -> None:
+        self.once: list[Callable[[], None]] = []
+        self.every: list[Callable[[], None]] = []
+
+    def __call__(self) -> None:
+        while self.once:
+            calls, self.once = self.once, []
+            for call in calls:
+                try:
+                    call()
+                except Exception:
+                    log.failure("a call made before the reactor's poll failed")
+        for call in self.every:
+            call()
 
 
-def run_before_each_poll(reactor: Any, before_poll: Callable[[], None]) -> None:
-    """Call C{before_poll} before each of C{reactor}'s polls (the step is installed on its first call)."""
-    calls = _before_poll.get(reactor)
-    if calls is not None:
-        calls.append(before_poll)
-        return
-    calls = _before_poll[reactor] = [before_poll]
-    poller = getattr(reactor, "_poller", None)
-    if poller is not None and hasattr(poller, "poll") and hasattr(reactor, "_selectables") and hasattr(reactor, "_doReadOrWrite"):
-        reactor.doIteration = _epoll_step(reactor, calls)
-        return
-    iterate = reactor.doIteration
+_before_poll: weakref.WeakKeyDictionary[Any, _BeforePoll] = weakref.WeakKeyDictionary()
+
+
+def run_before_each_poll(reactor: Any, call: Callable[[], None]) -> None:
+    """Call C{call} before each of C{reactor}'s polls, for as long as the reactor runs."""
+    _installed(reactor).every.append(call)
+
+
+def run_before_next_poll(reactor: Any, call: Callable[[], None]) -> None:
+    """
+    Call C{call} once, before C{reactor}'s next poll (after the events and timers under way):
+    what C{callLater(0, call)} does, without a delayed call to make, schedule and run.
+    """
+    _installed(reactor).once.append(call)
+
+
+def _installed(reactor: Any) -> _BeforePoll:
+    """C{reactor}'s calls before the poll; its C{doIteration} is replaced the first time."""
+    before = _before_poll.get(reactor)
+    if before is None:
+        before = _before_poll[reactor] = _BeforePoll()
+        poller = getattr(reactor, "_poller", None)
+        if poller is not None and hasattr(poller, "poll") and hasattr(reactor, "_selectables") and hasattr(reactor, "_doReadOrWrite"):
+            reactor.doIteration = _epoll_step(reactor, before)
+        else:
+            reactor.doIteration = _wrapped_step(reactor.doIteration, before)
+    return before
+
+
+def _wrapped_step(iterate: Callable[[Optional[float]], None], before: _BeforePoll) -> Callable[[Optional[float]], None]:
+    """Another reactor's C{doIteration}, after C{before}."""
 
     def step(delay: Optional[float]) -> None:
-        for call in calls:
-            call()
+        before()
         iterate(delay)
 
-    reactor.doIteration = step
+    return step
 
 
-def _epoll_step(reactor: Any, calls: list[Callable[[], None]]) -> Callable[[Optional[float]], None]:
-    """C{EPollReactor.doPoll}, after C{calls}, with connections' events dispatched directly."""
+def _epoll_step(reactor: Any, before: _BeforePoll) -> Callable[[Optional[float]], None]:
+    """C{EPollReactor.doPoll}, after C{before}, with connections' events dispatched directly."""
     poller = reactor._poller
     selectables: dict[int, Any] = reactor._selectables
     handle = reactor._doReadOrWrite
     direct = _DIRECT
 
     def step(timeout: Optional[float]) -> None:
-        for call in calls:
-            call()
+        before()
         try:
             events = poller.poll(-1 if timeout is None else timeout, len(selectables))
         except InterruptedError:

@@ -18,7 +18,7 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.task import deferLater
 from twisted.logger import globalLogPublisher
 
-from ingress.proxy.reactorstep import run_before_each_poll
+from ingress.proxy.reactorstep import run_before_each_poll, run_before_next_poll
 
 
 class Echo(Protocol):
@@ -57,6 +57,49 @@ def test_registered_calls_run_before_every_poll() -> Iterator[defer.Deferred[obj
     yield deferLater(reactor, 0.05, lambda: None)
     assert len(polls) >= seen + 2  # each wait above needs a poll at least
     assert "epoll" in type(reactor).__name__.lower()  # the direct dispatch is what runs here
+
+
+@pytest_twisted.inlineCallbacks
+def test_a_call_for_the_next_poll_runs_once_before_the_every_poll_calls() -> Iterator[defer.Deferred[object]]:
+    """
+    One-shot calls run before the calls of every poll (an HTTP/2 connection's frames must become
+    ciphertext before the send batch is flushed), once each; one that a one-shot call asks for runs
+    before the same poll; one that raises is logged and the others still run.
+    """
+    order: list[str] = []
+    failures: list[dict[str, object]] = []
+
+    def observe(event: dict[str, object]) -> None:
+        if event.get("log_failure") is not None:
+            failures.append(event)
+
+    watching = [True]  # an every-poll call stays registered for the session: it only watches this test
+
+    def every() -> None:
+        if watching[0] and order and order[-1] != "every":
+            order.append("every")
+
+    run_before_each_poll(reactor, every)
+
+    def first() -> None:
+        order.append("first")
+        run_before_next_poll(reactor, lambda: order.append("asked by first"))
+
+    def broken() -> None:
+        raise RuntimeError("a one-shot call's bug")
+
+    globalLogPublisher.addObserver(observe)
+    try:
+        run_before_next_poll(reactor, first)
+        run_before_next_poll(reactor, broken)
+        run_before_next_poll(reactor, lambda: order.append("after the broken one"))
+        yield deferLater(reactor, 0.05, lambda: None)
+        yield deferLater(reactor, 0.05, lambda: None)
+    finally:
+        globalLogPublisher.removeObserver(observe)
+        watching[0] = False
+    assert order == ["first", "after the broken one", "asked by first", "every"]
+    assert any("a one-shot call's bug" in str(event["log_failure"]) for event in failures)
 
 
 @pytest_twisted.inlineCallbacks

@@ -34,7 +34,7 @@ from h2.events import (
 from h2.exceptions import ProtocolError
 from h2.settings import SettingCodes, Settings
 from hyperframe.frame import GoAwayFrame
-from twisted.internet.interfaces import IDelayedCall, IPushProducer
+from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Protocol, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -44,6 +44,7 @@ from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor
 from ingress.proxy.http2.stream import H2Stream
 from ingress.proxy.http2.upstream import GoawayTolerant
 from ingress.proxy.idle import Deadline
+from ingress.proxy.reactorstep import run_before_next_poll
 from ingress.proxy.transport import IConnectionTransport, hand_over
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ class H2ServerProtocol(Protocol):
             H2Configuration(client_side=False, header_encoding=None, validate_outbound_headers=False, normalize_outbound_headers=False)
         )
         self._receiving = False
-        self._flush_call: Optional[IDelayedCall] = None
+        self._flush_due = False  # a flush asked for before the reactor's next poll
         self._closed = False
         self._goaway_after: Optional[int] = None  # the last stream served once a graceful GOAWAY was sent
         self._peer = UNKNOWN_PEER
@@ -230,16 +231,17 @@ class H2ServerProtocol(Protocol):
 
     def flush(self) -> None:
         """
-        Write what the state machine has to send: at the end of the read under way, or on the
-        next reactor turn, so that what the streams send meanwhile (a response's HEADERS, DATA
-        and end, other streams' answers) leaves in one write, one TLS record.
+        Write what the state machine has to send: at the end of the read under way, or just
+        before the reactor's next poll, so that what the streams send meanwhile (a response's
+        HEADERS, DATA and end, other streams' answers) leaves in one write, one TLS record.
         """
-        if self._receiving or self._closed or self._flush_call is not None:
+        if self._receiving or self._closed or self._flush_due:
             return
-        self._flush_call = self.factory.reactor.callLater(0, self._flush_now)
+        self._flush_due = True
+        run_before_next_poll(self.factory.reactor, self._flush_now)
 
     def _flush_now(self) -> None:
-        self._flush_call = None
+        self._flush_due = False
         if self._closed:
             return
         data = self.h2.data_to_send()
@@ -324,8 +326,6 @@ class H2ServerProtocol(Protocol):
     def _close(self) -> None:
         if self._closed:
             return
-        if self._flush_call is not None and self._flush_call.active():
-            self._flush_call.cancel()
         self._flush_now()  # what the streams sent last leaves before the close
         self._closed = True
         self._timer.cancel()
