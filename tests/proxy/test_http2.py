@@ -195,17 +195,33 @@ def test_too_large_a_header_list_closes_the_connection(proxy: Proxy) -> None:
     client.close()
 
 
-def test_an_uppercase_field_name_is_a_protocol_error(proxy: Proxy) -> None:
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [(b"X-Up", b"1")],  # RFC 9113 8.2.1: an upper-case name
+        [(b"x-split", b"a\r\nx-injected: 1")],  # 8.2.1: CR LF in a value (would be a second field in HTTP/1.1)
+        [(b"connection", b"close")],  # 8.2.2: a connection-specific field
+        [(b"te", b"gzip")],  # 8.2.2: TE other than trailers
+        [(b"accept", b"*/*"), (b":method", b"POST")],  # 8.3: a pseudo-header field after a regular one
+    ],
+)
+def test_a_malformed_header_list_is_a_protocol_error(proxy: Proxy, extra: list[tuple[bytes, bytes]]) -> None:
+    """The whole connection ends with GOAWAY PROTOCOL_ERROR (RFC 9113 8.1.1, 5.4.1), counted; the stream gets no answer."""
+    before = proxy.metric("twingress_http2_connection_errors_total", reason="protocol")
     client = H2Client(proxy.https_port)
     client.get("/")
     stream_id = client.conn.get_next_available_stream_id()
     client.conn.config.validate_outbound_headers = False
     client.conn.config.normalize_outbound_headers = False
-    client.conn.send_headers(stream_id, [(b":method", b"GET"), (b":path", b"/"), (b":scheme", b"https"), (b":authority", b"h2.test"), (b"X-Up", b"1")], end_stream=True)
+    headers = [(b":method", b"GET"), (b":path", b"/malformed"), (b":scheme", b"https"), (b":authority", b"h2.test"), *extra]
+    client.conn.send_headers(stream_id, headers, end_stream=True)
+    client.responses[stream_id] = Response()
     client.flush()
     client.read_until_closed()
     assert client.goaway is not None and client.goaway.error_code == ErrorCodes.PROTOCOL_ERROR
+    assert client.responses[stream_id].headers == {} and not client.responses[stream_id].body
     client.close()
+    assert proxy.metric("twingress_http2_connection_errors_total", reason="protocol") == before + 1
 
 
 # -- flow control -----------------------------------------------------------------

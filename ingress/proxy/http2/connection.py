@@ -43,6 +43,7 @@ from zope.interface import implementer
 from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor
 from ingress.proxy.http2.stream import H2Stream
 from ingress.proxy.http2.upstream import GoawayTolerant
+from ingress.proxy.http2.validate import MalformedHeaders, check_request, check_trailers
 from ingress.proxy.idle import Deadline
 from ingress.proxy.reactorstep import run_before_next_poll
 from ingress.proxy.transport import IConnectionTransport, hand_over
@@ -91,7 +92,10 @@ class H2ServerProtocol(Protocol):
         self.streams: dict[int, H2Stream] = {}
         self.paused = False  # the client's socket is full: every stream's upstream waits
         self.h2 = GoawayTolerant(
-            H2Configuration(client_side=False, header_encoding=None, validate_outbound_headers=False, normalize_outbound_headers=False)
+            H2Configuration(
+                client_side=False, header_encoding=None, validate_outbound_headers=False, normalize_outbound_headers=False,
+                validate_inbound_headers=False, normalize_inbound_headers=False,  # checked by ours (validate); cookies joined by fields
+            )
         )
         self._receiving = False
         self._flush_due = False  # a flush asked for before the reactor's next poll
@@ -173,6 +177,11 @@ class H2ServerProtocol(Protocol):
         if self._goaway_after is not None and stream_id > self._goaway_after:
             self.h2.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
             return
+        try:
+            check_request(event.headers)
+        except MalformedHeaders as error:
+            self._malformed(error)
+            return
         stream = H2Stream(self, stream_id)
         self.streams[stream_id] = stream
         if self._timer.kind == "idle":
@@ -193,6 +202,11 @@ class H2ServerProtocol(Protocol):
             stream.end_of_body()
 
     def _trailers(self, event: TrailersReceived) -> None:
+        try:
+            check_trailers(event.headers)
+        except MalformedHeaders as error:
+            self._malformed(error)
+            return
         stream = self.streams.get(event.stream_id)
         if stream is not None:
             stream.trailers(event.headers)
@@ -302,6 +316,14 @@ class H2ServerProtocol(Protocol):
         self.factory.metrics.http2_connection_errors.labels(reason).inc()
         log.warn("HTTP/2 client {peer} closed: {reason}", peer=self.peer().ip or "?", reason=reason)
         self.h2.close_connection(ErrorCodes.ENHANCE_YOUR_CALM)
+        self._receiving = False
+        self._close()
+
+    def _malformed(self, error: MalformedHeaders) -> None:
+        """A malformed header list (RFC 9113 8.1.1): GOAWAY PROTOCOL_ERROR, as C{h2}'s own check answered."""
+        self.factory.metrics.http2_connection_errors.labels("protocol").inc()
+        log.info("HTTP/2 client {peer} closed: {error}", peer=self.peer().ip or "?", error=str(error))
+        self.h2.close_connection(ErrorCodes.PROTOCOL_ERROR)
         self._receiving = False
         self._close()
 

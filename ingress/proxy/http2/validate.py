@@ -1,0 +1,93 @@
+# -*- test-case-name: tests.unit.test_h2_validate -*-
+"""
+RFC 9113's rules for a client's header lists, checked in one pass per list.
+
+The C{h2} library can check them itself (C{validate_inbound_headers}), through
+seven chained generators that also walk every byte of every name and value in
+a Python loop: 10% of the HTTP/2 bench's samples.  Here each name and value
+costs one C-level regular-expression match, and the connection turns these
+checks' refusal into the same connection error C{h2}'s would have been
+(GOAWAY PROTOCOL_ERROR, L{ingress.proxy.http2.connection}).
+
+A request's list is then turned into an HTTP/1.1 head and parsed by the same
+strict parser as an HTTP/1.1 request (L{ingress.proxy.http2.fields}), so what
+is checked here is what HTTP/2 adds, or what would change meaning in that
+head: a CR or LF inside a value, a colon or space inside a name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+_NAME_RE = re.compile(rb"[!-9;-@\[-~]+")  # 8.2.1: not 0x00-0x20, A-Z, 0x7f-0xff, nor ":" (empty: refused)
+_BAD_VALUE_RE = re.compile(rb"[\x00\n\r]|\A[ \t]|[ \t]\Z")  # 8.2.1: no NUL/LF/CR, no leading or trailing SP/HTAB
+_CONNECTION_SPECIFIC = frozenset({b"connection", b"proxy-connection", b"keep-alive", b"transfer-encoding", b"upgrade"})  # 8.2.2
+_REQUEST_PSEUDO = frozenset({b":method", b":scheme", b":authority", b":path"})  # 8.3.1 (":protocol" needs a setting we never send)
+
+
+class MalformedHeaders(Exception):
+    """A header list RFC 9113 calls malformed (8.1.1); the message says which rule."""
+
+
+def check_request(headers: Iterable[tuple[bytes, bytes]]) -> None:
+    """Raise L{MalformedHeaders} unless C{headers} is a well-formed request header list (RFC 9113 8.2, 8.3)."""
+    seen: set[bytes] = set()
+    values: dict[bytes, bytes] = {}
+    regular = False
+    host = None
+    for name, value in headers:
+        if value and _BAD_VALUE_RE.search(value) is not None:
+            raise MalformedHeaders(f"invalid value of {name!r}")
+        if name[:1] == b":":
+            if regular:
+                raise MalformedHeaders(f"pseudo-header field {name!r} after a regular field")  # 8.3
+            if name not in _REQUEST_PSEUDO:
+                raise MalformedHeaders(f"pseudo-header field {name!r} is not a request's")  # 8.3
+            if name in seen:
+                raise MalformedHeaders(f"pseudo-header field {name!r} repeated")  # 8.3.1
+            seen.add(name)
+            values[name] = value
+            continue
+        regular = True
+        _check_regular(name, value)
+        if name == b"host":
+            if host is not None:
+                raise MalformedHeaders("several host fields")
+            host = value
+    _check_pseudo(seen, values, host)
+
+
+def check_trailers(headers: Iterable[tuple[bytes, bytes]]) -> None:
+    """Raise L{MalformedHeaders} unless C{headers} is a well-formed trailer section (RFC 9113 8.1, 8.2)."""
+    for name, value in headers:
+        if value and _BAD_VALUE_RE.search(value) is not None:
+            raise MalformedHeaders(f"invalid value of trailer {name!r}")
+        if name[:1] == b":":
+            raise MalformedHeaders(f"pseudo-header field {name!r} in trailers")  # 8.1
+        _check_regular(name, value)
+
+
+def _check_regular(name: bytes, value: bytes) -> None:
+    if _NAME_RE.fullmatch(name) is None:
+        raise MalformedHeaders(f"invalid field name {name!r}")  # 8.2.1 (upper case, a colon, a space, empty...)
+    if name in _CONNECTION_SPECIFIC:
+        raise MalformedHeaders(f"connection-specific field {name!r}")  # 8.2.2
+    if name == b"te" and value.lower() != b"trailers":
+        raise MalformedHeaders("te other than trailers")  # 8.2.2
+
+
+def _check_pseudo(seen: set[bytes], values: dict[bytes, bytes], host: bytes | None) -> None:
+    """8.3.1: :method always; :scheme and a non-empty :path unless CONNECT (which has neither); a target host."""
+    if b":method" not in seen:
+        raise MalformedHeaders("no :method")
+    if values[b":method"] == b"CONNECT":
+        if b":scheme" in seen or b":path" in seen:
+            raise MalformedHeaders("CONNECT with :scheme or :path")  # 8.5
+    elif b":scheme" not in seen or not values.get(b":path"):
+        raise MalformedHeaders("no :scheme or no (or an empty) :path")
+    authority = values.get(b":authority")
+    if authority is None and host is None:
+        raise MalformedHeaders("neither :authority nor host")
+    if authority is not None and host is not None and authority != host:
+        raise MalformedHeaders(":authority and host differ")  # 8.3.1
