@@ -8,9 +8,12 @@ the status the client is told.  No reactor, no sockets.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Optional
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ingress.proxy.http import h1
 from ingress.proxy.http.chunked import ChunkedFramer
@@ -592,3 +595,29 @@ def test_chunk_line_limit_counts_the_crlf(max_line: int, line: bytes, ok: bool) 
     else:
         with pytest.raises(HTTPError):
             framer.feed(data)
+
+
+# -- the framing's common-case path answers as the general one ------------------------------
+
+_FRAMING_NAMES = [b"content-length", b"transfer-encoding", b"connection", b"host", b"upgrade", b"expect", b"date", b"server"]
+_FRAMING_VALUES = [b"", b"0", b"12", b"012", b"1,1", b"1, 2", b"-1", b"1e3", b"9" * 19, b"chunked", b"gzip, chunked", b"chunked, gzip", b"identity",
+                   b"keep-alive", b"close", b"Upgrade", b"a.test", b"100-continue", b"x y"]
+
+
+@given(st.lists(st.tuples(st.sampled_from(_FRAMING_NAMES), st.sampled_from(_FRAMING_VALUES)), max_size=6), st.booleans())
+def test_the_common_case_path_answers_as_the_general_one(fields: list[tuple[bytes, bytes]], is_request: bool) -> None:
+    """L{h1._framing}'s dict-based path and L{h1._framing_of_any}: the same framing and fields, or the same refusal."""
+
+    def outcome(parse: Callable[[list[tuple[bytes, bytes]], bool], tuple[h1.Framing, dict[bytes, bytes]]]) -> object:
+        try:
+            return parse(list(fields), is_request)
+        except h1.HTTPError as error:
+            return (error.status, error.detail)
+
+    assert outcome(h1._framing) == outcome(h1._framing_of_any)
+
+
+def test_consulted_values_come_without_surrounding_whitespace() -> None:
+    """RFC 9112 5: optional whitespace before and after a field value is not part of it."""
+    head = h1.parse_request_head(b"POST / HTTP/1.1\r\nHost:  a.test \t\r\nContent-Length:\t5  \r\nConnection: \r\n\r\n")
+    assert head.host == b"a.test" and head.framing.content_length == 5 and head.connection == frozenset()

@@ -33,8 +33,9 @@ _REQUEST_LINE_RE = re.compile(rb"(%s) ([\x21-\x7e]+) HTTP/([0-9])\.([0-9])" % TO
 _STATUS_LINE_RE = re.compile(rb"HTTP/([0-9])\.([0-9]) ([0-9]{3})(?: ([\t \x21-\x7e\x80-\xff]*))?")
 # The fields a proxy consults, found in the lower-cased section (values come back lower-cased:
 # every one of them is case-insensitive or only tested for presence).
+# Values come without the optional whitespace around them (RFC 9112 5: OWS is not part of the value).
 _INTERESTING_RE = re.compile(
-    rb"\n(content-length|transfer-encoding|connection|host|upgrade|expect|date|server):[ \t]*([^\r]*)"
+    rb"\n(content-length|transfer-encoding|connection|host|upgrade|expect|date|server):[ \t]*((?:[^\r]*[^\r \t])?)"
 )
 _BARE_LF_RE = re.compile(rb"(?<!\r)\n|\r(?!\n)")
 _DIGITS_RE = re.compile(rb"[0-9]{1,18}")
@@ -203,6 +204,22 @@ def _check_fields(block: bytes, max_fields: int) -> list[tuple[bytes, bytes]]:
 
 
 def _framing(fields: list[tuple[bytes, bytes]], is_request: bool) -> tuple[Framing, dict[bytes, bytes]]:
+    """
+    L{_framing_of_any}'s answer, the common case first: each field once, no Transfer-Encoding, at
+    most one plain Content-Length (C-level dict work instead of the general loop).
+    """
+    seen = dict(fields)
+    if len(seen) != len(fields) or b"transfer-encoding" in seen:
+        return _framing_of_any(fields, is_request)
+    length = seen.pop(b"content-length", None)
+    if length is None:
+        return (_NO_BODY if is_request else _UNTIL_CLOSE), seen
+    if length.isdigit() and len(length) < 19:
+        return _length_framing(int(length)), seen
+    return _framing_of_any(fields, is_request)
+
+
+def _framing_of_any(fields: list[tuple[bytes, bytes]], is_request: bool) -> tuple[Framing, dict[bytes, bytes]]:
     """
     Body framing from Transfer-Encoding and Content-Length (RFC 9112 6.3).
 
