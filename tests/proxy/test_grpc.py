@@ -10,6 +10,7 @@ Protocol" annotation (annotations.md) names GRPC and GRPCS.
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import threading
 import time
@@ -18,6 +19,9 @@ from pathlib import Path
 
 import grpc
 import pytest
+from h2.config import H2Configuration
+from h2.connection import H2Connection
+from h2.events import RequestReceived
 
 from tests.proxy.certs import CertificateAuthority, tls_secret
 from tests.proxy.grpc_support import SERVICE, Backend, h2c_channel
@@ -256,3 +260,62 @@ def test_an_endpoint_that_ends_its_connections_gracefully_loses_no_call(tmp_path
     finally:
         twingress.stop()
         backend.stop()
+
+
+class _MalformedEndpoint:
+    """
+    An h2c endpoint (the h2 library, its own checks off) that answers every request with a header
+    list RFC 9113 calls malformed (an upper-case field name, 8.2.1), on a thread of its own.
+    """
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.answered = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(client,), daemon=True).start()
+
+    def _answer(self, client: socket.socket) -> None:
+        h2 = H2Connection(H2Configuration(client_side=False, validate_outbound_headers=False, normalize_outbound_headers=False))
+        h2.initiate_connection()
+        client.sendall(h2.data_to_send())
+        with client:
+            while data := client.recv(65536):
+                for event in h2.receive_data(data):
+                    if isinstance(event, RequestReceived):
+                        h2.send_headers(event.stream_id, [(b":status", b"200"), (b"content-type", b"application/grpc"), (b"X-Bad", b"1")])
+                        self.answered += 1
+                client.sendall(h2.data_to_send())
+
+    def stop(self) -> None:
+        self.listener.close()
+
+
+def test_a_malformed_response_from_the_endpoint_gives_unavailable(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """
+    RFC 9113 8.1.1: a malformed response is a stream error; the client is told UNAVAILABLE (gRPC's
+    PROTOCOL-HTTP2.md: the proxy could not get an answer), and no malformed field reaches it.
+    """
+    directory = tmp_path_factory.mktemp("grpc-malformed")
+    endpoint = _MalformedEndpoint()
+    manifests = Manifests(directory / "manifests")
+    manifests.path.mkdir()
+    ingress = Manifests.ingress("grpc", "grpc.test", "greeter")
+    ingress["metadata"]["annotations"] = {"twingress.io/backend-protocol": "GRPC"}
+    manifests.write("all.yaml", *manifests.service("greeter", [("127.0.0.1", endpoint.port)]), ingress)
+    twingress = Twingress(manifests.path, "--http2-cleartext")
+    try:
+        with h2c_channel(twingress.http_port, "grpc.test") as channel, pytest.raises(grpc.RpcError) as caught:
+            _unary(channel)(b"x", timeout=10)
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert endpoint.answered >= 1  # the request reached the endpoint; its answer was refused
+    finally:
+        twingress.stop()
+        endpoint.stop()

@@ -5,9 +5,11 @@ by the section that states it; well-formed lists pass.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from ingress.proxy.http2.validate import MalformedHeaders, check_request, check_trailers
+from ingress.proxy.http2.validate import MalformedHeaders, check_request, check_response, check_trailers
 
 GET = [(b":method", b"GET"), (b":scheme", b"https"), (b":authority", b"a.test"), (b":path", b"/")]
 
@@ -92,3 +94,21 @@ def test_trailers_carry_no_pseudo_header_and_follow_the_field_rules() -> None:
     ]:
         with pytest.raises(MalformedHeaders, match=rule):
             check_trailers(trailers)
+
+
+def test_responses_have_one_status_first_and_follow_the_field_rules() -> None:
+    """RFC 9113 8.3.2: :status, once, before the regular fields, and no request pseudo-header; 8.2.1, 8.2.2 as for requests."""
+    check_response([(b":status", b"200"), (b"content-type", b"application/grpc"), (b"grpc-status", b"0")])
+    check_response([(b":status", b"103"), (b"link", b"</a.css>; rel=preload")])
+    for headers, rule in [
+        ([(b"content-type", b"text/plain")], "no (or an invalid) :status"),
+        ([(b":status", b"20")], "no (or an invalid) :status"),
+        ([(b":status", b"200"), (b":status", b"204")], "repeated"),
+        ([(b":status", b"200"), (b":path", b"/")], "is not a response's"),
+        ([(b"server", b"x"), (b":status", b"200")], "after a regular field"),
+        ([(b":status", b"200"), (b"Content-Type", b"text/plain")], "invalid field name"),
+        ([(b":status", b"200"), (b"x", b"a\r\nb")], "invalid value"),
+        ([(b":status", b"200"), (b"connection", b"close")], "connection-specific"),
+    ]:
+        with pytest.raises(MalformedHeaders, match=re.escape(rule)):
+            check_response(headers)

@@ -1,6 +1,7 @@
 # -*- test-case-name: tests.unit.test_h2_validate -*-
 """
-RFC 9113's rules for a client's header lists, checked in one pass per list.
+RFC 9113's rules for received header lists (a client's requests, an endpoint's responses, either's
+trailers), checked in one pass per list.
 
 The C{h2} library can check them itself (C{validate_inbound_headers}), through
 seven chained generators that also walk every byte of every name and value in
@@ -24,6 +25,7 @@ _NAME_RE = re.compile(rb"[!-9;-@\[-~]+")  # 8.2.1: not 0x00-0x20, A-Z, 0x7f-0xff
 _BAD_VALUE_RE = re.compile(rb"[\x00\n\r]|\A[ \t]|[ \t]\Z")  # 8.2.1: no NUL/LF/CR, no leading or trailing SP/HTAB
 _CONNECTION_SPECIFIC = frozenset({b"connection", b"proxy-connection", b"keep-alive", b"transfer-encoding", b"upgrade"})  # 8.2.2
 _REQUEST_PSEUDO = frozenset({b":method", b":scheme", b":authority", b":path"})  # 8.3.1 (":protocol" needs a setting we never send)
+_STATUS_RE = re.compile(rb"[0-9]{3}")
 
 
 class MalformedHeaders(Exception):
@@ -56,6 +58,28 @@ def check_request(headers: Iterable[tuple[bytes, bytes]]) -> None:
                 raise MalformedHeaders("several host fields")
             host = value
     _check_pseudo(seen, values, host)
+
+
+def check_response(headers: Iterable[tuple[bytes, bytes]]) -> None:
+    """Raise L{MalformedHeaders} unless C{headers} is a well-formed response header list (RFC 9113 8.2, 8.3.2)."""
+    status = None
+    regular = False
+    for name, value in headers:
+        if value and _BAD_VALUE_RE.search(value) is not None:
+            raise MalformedHeaders(f"invalid value of {name!r}")
+        if name[:1] == b":":
+            if regular:
+                raise MalformedHeaders(f"pseudo-header field {name!r} after a regular field")  # 8.3
+            if name != b":status":
+                raise MalformedHeaders(f"pseudo-header field {name!r} is not a response's")  # 8.3.2
+            if status is not None:
+                raise MalformedHeaders("pseudo-header field b':status' repeated")
+            status = value
+            continue
+        regular = True
+        _check_regular(name, value)
+    if status is None or _STATUS_RE.fullmatch(status) is None:
+        raise MalformedHeaders("no (or an invalid) :status")  # 8.3.2
 
 
 def check_trailers(headers: Iterable[tuple[bytes, bytes]]) -> None:
