@@ -25,6 +25,7 @@ than the connection's prefix (the traceback is the same).
 
 from __future__ import annotations
 
+import select
 import weakref
 from collections.abc import Callable
 from typing import Any, Optional
@@ -84,8 +85,8 @@ def _installed(reactor: Any) -> _BeforePoll:
     before = _before_poll.get(reactor)
     if before is None:
         before = _before_poll[reactor] = _BeforePoll()
-        poller = getattr(reactor, "_poller", None)
-        if poller is not None and hasattr(poller, "poll") and hasattr(reactor, "_selectables") and hasattr(reactor, "_doReadOrWrite"):
+        epoll = getattr(select, "epoll", None)  # Linux only
+        if epoll is not None and isinstance(getattr(reactor, "_poller", None), epoll) and hasattr(reactor, "_selectables"):
             reactor.doIteration = _epoll_step(reactor, before)
         else:
             reactor.doIteration = _wrapped_step(reactor.doIteration, before)

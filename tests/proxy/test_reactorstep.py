@@ -12,8 +12,11 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 
+import pytest
 import pytest_twisted
 from twisted.internet import defer, reactor
+from twisted.internet.epollreactor import EPollReactor
+from twisted.internet.pollreactor import PollReactor
 from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.task import deferLater
 from twisted.logger import globalLogPublisher
@@ -132,3 +135,16 @@ def test_a_raising_handler_closes_its_connection_and_is_logged_the_rest_serve() 
     finally:
         globalLogPublisher.removeObserver(observe)
         yield port.stopListening()
+
+
+@pytest.mark.parametrize("kind", ["epoll", "poll"])
+def test_the_step_fits_the_reactor_it_is_installed_on(kind: str) -> None:
+    """The direct dispatch is epoll's (its poller's poll takes a timeout and a count); any other reactor keeps its own step."""
+    made = EPollReactor() if kind == "epoll" else PollReactor()
+    ran: list[str] = []
+    run_before_each_poll(made, lambda: ran.append("every"))
+    run_before_next_poll(made, lambda: ran.append("once"))
+    made.doIteration(0)
+    made.doIteration(0)
+    assert ran == ["once", "every", "every"]
+    assert ("_epoll_step" in made.doIteration.__qualname__) == (kind == "epoll")
