@@ -25,6 +25,7 @@ _NAME_RE = re.compile(rb"[!-9;-@\[-~]+")  # 8.2.1: not 0x00-0x20, A-Z, 0x7f-0xff
 _BAD_VALUE_RE = re.compile(rb"[\x00\n\r]|\A[ \t]|[ \t]\Z")  # 8.2.1: no NUL/LF/CR, no leading or trailing SP/HTAB
 _CONNECTION_SPECIFIC = frozenset({b"connection", b"proxy-connection", b"keep-alive", b"transfer-encoding", b"upgrade"})  # 8.2.2
 _REQUEST_PSEUDO = frozenset({b":method", b":scheme", b":authority", b":path"})  # 8.3.1 (":protocol" needs a setting we never send)
+_RESPONSE_PSEUDO = frozenset({b":status"})  # 8.3.2
 _STATUS_RE = re.compile(rb"[0-9]{3}")
 
 
@@ -34,35 +35,26 @@ class MalformedHeaders(Exception):
 
 def check_request(headers: Iterable[tuple[bytes, bytes]]) -> None:
     """Raise L{MalformedHeaders} unless C{headers} is a well-formed request header list (RFC 9113 8.2, 8.3)."""
-    seen: set[bytes] = set()
-    values: dict[bytes, bytes] = {}
-    regular = False
-    host = None
-    for name, value in headers:
-        if value and _BAD_VALUE_RE.search(value) is not None:
-            raise MalformedHeaders(f"invalid value of {name!r}")
-        if name[:1] == b":":
-            if regular:
-                raise MalformedHeaders(f"pseudo-header field {name!r} after a regular field")  # 8.3
-            if name not in _REQUEST_PSEUDO:
-                raise MalformedHeaders(f"pseudo-header field {name!r} is not a request's")  # 8.3
-            if name in seen:
-                raise MalformedHeaders(f"pseudo-header field {name!r} repeated")  # 8.3.1
-            seen.add(name)
-            values[name] = value
-            continue
-        regular = True
-        _check_regular(name, value)
-        if name == b"host":
-            if host is not None:
-                raise MalformedHeaders("several host fields")
-            host = value
-    _check_pseudo(seen, values, host)
+    pseudo, hosts = _fields(headers, _REQUEST_PSEUDO, "request")
+    if len(hosts) > 1:
+        raise MalformedHeaders("several host fields")
+    _check_request_pseudo(pseudo, hosts[0] if hosts else None)
 
 
 def check_response(headers: Iterable[tuple[bytes, bytes]]) -> None:
     """Raise L{MalformedHeaders} unless C{headers} is a well-formed response header list (RFC 9113 8.2, 8.3.2)."""
-    status = None
+    status = _fields(headers, _RESPONSE_PSEUDO, "response")[0].get(b":status")
+    if status is None or _STATUS_RE.fullmatch(status) is None:
+        raise MalformedHeaders("no (or an invalid) :status")  # 8.3.2
+
+
+def _fields(headers: Iterable[tuple[bytes, bytes]], allowed: frozenset[bytes], whose: str) -> tuple[dict[bytes, bytes], list[bytes]]:
+    """
+    Check every field (8.2.1, 8.2.2) and the pseudo-header fields' place, names and count (8.3):
+    the pseudo-header fields, and the values of the host fields.
+    """
+    pseudo: dict[bytes, bytes] = {}
+    hosts: list[bytes] = []
     regular = False
     for name, value in headers:
         if value and _BAD_VALUE_RE.search(value) is not None:
@@ -70,16 +62,17 @@ def check_response(headers: Iterable[tuple[bytes, bytes]]) -> None:
         if name[:1] == b":":
             if regular:
                 raise MalformedHeaders(f"pseudo-header field {name!r} after a regular field")  # 8.3
-            if name != b":status":
-                raise MalformedHeaders(f"pseudo-header field {name!r} is not a response's")  # 8.3.2
-            if status is not None:
-                raise MalformedHeaders("pseudo-header field b':status' repeated")
-            status = value
+            if name not in allowed:
+                raise MalformedHeaders(f"pseudo-header field {name!r} is not a {whose}'s")  # 8.3
+            if name in pseudo:
+                raise MalformedHeaders(f"pseudo-header field {name!r} repeated")  # 8.3.1, 8.3.2
+            pseudo[name] = value
             continue
         regular = True
         _check_regular(name, value)
-    if status is None or _STATUS_RE.fullmatch(status) is None:
-        raise MalformedHeaders("no (or an invalid) :status")  # 8.3.2
+        if name == b"host":
+            hosts.append(value)
+    return pseudo, hosts
 
 
 def check_trailers(headers: Iterable[tuple[bytes, bytes]]) -> None:
@@ -101,16 +94,17 @@ def _check_regular(name: bytes, value: bytes) -> None:
         raise MalformedHeaders("te other than trailers")  # 8.2.2
 
 
-def _check_pseudo(seen: set[bytes], values: dict[bytes, bytes], host: bytes | None) -> None:
+def _check_request_pseudo(pseudo: dict[bytes, bytes], host: bytes | None) -> None:
     """8.3.1: :method always; :scheme and a non-empty :path unless CONNECT (which has neither); a target host."""
-    if b":method" not in seen:
+    method = pseudo.get(b":method")
+    if method is None:
         raise MalformedHeaders("no :method")
-    if values[b":method"] == b"CONNECT":
-        if b":scheme" in seen or b":path" in seen:
+    if method == b"CONNECT":
+        if b":scheme" in pseudo or b":path" in pseudo:
             raise MalformedHeaders("CONNECT with :scheme or :path")  # 8.5
-    elif b":scheme" not in seen or not values.get(b":path"):
+    elif b":scheme" not in pseudo or not pseudo.get(b":path"):
         raise MalformedHeaders("no :scheme or no (or an empty) :path")
-    authority = values.get(b":authority")
+    authority = pseudo.get(b":authority")
     if authority is None and host is None:
         raise MalformedHeaders("neither :authority nor host")
     if authority is not None and host is not None and authority != host:
