@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.proxy.test_fastwrite -*-
+# -*- test-case-name: tests.proxy.test_reactorstep -*-
 """
 The reactor's loop step, with work of ours before each poll and a cheaper dispatch after it.
 
@@ -16,7 +16,7 @@ per event, two events per proxied request, 9% of the keep-alive HTTP path
 in py-spy.  twingress logs through C{twisted.logger}, whose events never read
 that context, and Twisted's own C{_doReadOrWrite} already catches and logs
 whatever a connection's handler raises and disconnects it.  So TCP
-connections (the only selectables with traffic) are dispatched directly;
+connections (where HTTP traffic is) are dispatched directly;
 listening ports, the waker and datagram ports keep Twisted's wrapper, so an
 accept or datagram error is labelled as before.  What changes: an unexpected
 exception in a connection's handler is logged with the system C{-} rather
