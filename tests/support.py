@@ -13,9 +13,10 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -49,6 +50,20 @@ def free_port(host: str = "127.0.0.1", kind: int = socket.SOCK_STREAM) -> int:
 # twingress takes its own would then have twingress's --http (or admin) port answer for it
 # (seen in CI: curl met plaintext on the "HTTPS" port). Never twice, then.
 _handed_out: set[int] = set()
+
+
+def accept_in_threads(listener: socket.socket, serve: Callable[[socket.socket], None]) -> None:
+    """Accept on C{listener} until it is closed, each connection served by C{serve} on a thread of its own."""
+
+    def accept() -> None:
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return  # closed: the test is over
+            threading.Thread(target=serve, args=(connection,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
 
 
 def refused(port: int, host: str = "127.0.0.1") -> bool:

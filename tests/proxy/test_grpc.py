@@ -26,7 +26,7 @@ from h2.events import RequestReceived
 
 from tests.proxy.certs import CertificateAuthority, tls_secret
 from tests.proxy.grpc_support import SERVICE, Backend, h2c_channel
-from tests.support import Manifests, Twingress, free_port
+from tests.support import Manifests, Twingress, accept_in_threads, free_port
 
 
 class Proxy:
@@ -273,15 +273,7 @@ class _MalformedEndpoint:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.answered = 0
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._answer, args=(client,), daemon=True).start()
+        accept_in_threads(self.listener, self._answer)
 
     def _answer(self, client: socket.socket) -> None:
         h2 = H2Connection(H2Configuration(client_side=False, validate_outbound_headers=False, normalize_outbound_headers=False))

@@ -22,7 +22,7 @@ from typing import Optional
 
 import pytest
 
-from tests.support import EchoBackend, Manifests, Twingress
+from tests.support import EchoBackend, Manifests, Twingress, accept_in_threads
 
 HOST = b"echo.test"
 
@@ -370,8 +370,7 @@ class RecordingBackend:
         self.port = self.listener.getsockname()[1]
         self.received: list[bytes] = []
         self.lock = threading.Lock()
-        self.thread = threading.Thread(target=self._accept, daemon=True)
-        self.thread.start()
+        accept_in_threads(self.listener, self._serve)
 
     @property
     def address(self) -> tuple[str, int]:
@@ -380,14 +379,6 @@ class RecordingBackend:
     def seen(self) -> bytes:
         with self.lock:
             return b"".join(self.received)
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
         buffer = b""
