@@ -20,13 +20,13 @@ The flush runs in the reactor's C{doIteration}, replaced once per reactor
 (L{ingress.proxy.reactorstep}), before the poll: that is the one point every
 write (an I/O event's, a timer's, a thread's callback's) passes before
 Twisted can write or close a socket, which it does only while handling a
-poll's events.  So order holds per
-connection: gathered messages are sent in the order they were written, one
-for a transport with bytes in Twisted's queue (a remainder, or bytes written
-to the transport itself before) or being closed joins that queue, and a close
-never overtakes a gathered message (an abort drops it, as it drops the queue).
-Backpressure stays Twisted's.  Anything that is not a plain TCP connection (a
-PROXY-protocol wrapper, TLS, tests' string transports) gets its own C{write}.
+poll's events.  So order holds per connection: gathered messages are sent in
+the order they were written, one for a transport with bytes in Twisted's
+queue (a remainder, or bytes written to the transport itself before) or being
+closed joins that queue, and a close never overtakes a gathered message (an
+abort drops it, as it drops the queue).  Backpressure stays Twisted's.
+Anything that is not a plain TCP connection (a PROXY-protocol wrapper, TLS,
+tests' string transports) gets its own C{write}.
 """
 
 from __future__ import annotations
