@@ -17,7 +17,7 @@ HADOLINT_VERSION ?= 2.15.1
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON3) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,compile]'
 	# The source tree on sys.path too, so twistd finds twisted/plugins/ingress_plugin.py
 	# (an editable install's import hook does not expose plugin directories).
 	$(PY) -c "import os, sysconfig; open(os.path.join(sysconfig.get_path('purelib'), 'twingress-source.pth'), 'w').write(os.getcwd() + '\n')"

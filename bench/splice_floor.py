@@ -13,7 +13,10 @@ CPU than this; ``http_bench.py --twingress-cmd`` runs it in twingress's place:
       '{venv_bin}/python bench/splice_floor.py {port} {backend_port} --batched'
 
 ``--batched`` writes through twingress's send batch (ingress.proxy.http.fastwrite)
-instead of Twisted's write queue, as twingress does.
+instead of Twisted's write queue, as twingress does.  ``--tls CERT KEY`` terminates
+TLS from clients first (PEM files), with twingress's TLS transport when batched
+(ingress.proxy.tls.direct) and Twisted's own otherwise: the floor of keep-alive
+HTTPS, for a load such as ``wrk https://localhost:PORT/``.
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ import argparse
 from collections.abc import Callable
 from typing import Any, Optional
 
-from twisted.internet import protocol, reactor
+from twisted.internet import protocol, reactor, ssl
+from twisted.protocols.tls import TLSMemoryBIOFactory
 
 from ingress.proxy.http.fastwrite import direct_writer
+from ingress.proxy.tls.direct import DirectTLSFactory
 
 BATCHED = False
 
@@ -91,9 +96,15 @@ def main() -> None:
     parser.add_argument("port", type=int)
     parser.add_argument("backend_port", type=int)
     parser.add_argument("--batched", action="store_true", help="write through twingress's send batch")
+    parser.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"), help="terminate TLS from clients with these PEM files")
     args = parser.parse_args()
     BATCHED = args.batched
-    reactor.listenTCP(args.port, Splice(("127.0.0.1", args.backend_port)), interface="127.0.0.1")  # type: ignore[attr-defined]
+    factory: protocol.Factory = Splice(("127.0.0.1", args.backend_port))
+    if args.tls:
+        cert, key = (open(path, "rb").read() for path in args.tls)
+        options = ssl.PrivateCertificate.loadPEM(cert + key).options()
+        factory = (DirectTLSFactory if BATCHED else TLSMemoryBIOFactory)(options, False, factory)
+    reactor.listenTCP(args.port, factory, interface="127.0.0.1")  # type: ignore[attr-defined]
     reactor.run()  # type: ignore[attr-defined]
 
 

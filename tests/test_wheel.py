@@ -1,11 +1,12 @@
 """
-The Dockerfile's build, without Docker: its build context, its `pip wheel`, its offline install
-into a fresh environment, and its entrypoint finding the twistd plugin there.
+The Dockerfile's build, without Docker: its build context, its compiled `pip wheel`, its offline
+install into a fresh environment, and its entrypoint finding the twistd plugin there.
 
 This proves what the image depends on and no other test sees, because the development venv
 runs twingress from the source tree: that the wheel carries twisted/plugins/ingress_plugin.py
 (setup.cfg's packaging) and every module, that the dependencies resolve from the wheels alone,
-and that `twistd ingress` then knows our options.
+that the request path's modules are the compiled ones there (setup.py's HOT_MODULES, built by
+mypyc as the image's build stage builds them), and that `twistd ingress` then knows our options.
 
 The test runs in the network namespace of the test run, where no package index is reachable:
 `pip wheel` and `pip install` read only the wheelhouse `make wheelhouse` fills beforehand
@@ -53,8 +54,28 @@ def setup_cfg_version() -> str:
     return parser["metadata"]["version"]
 
 
+def build_stage_wheel_command() -> str:
+    """The build stage's `pip wheel` (the last command of its RUN lines, continuations joined)."""
+    build_stage = DOCKERFILE.read_text().split("\nFROM ")[1].replace("\\\n", " ")
+    runs = [line for line in build_stage.splitlines() if line.startswith("RUN ")]
+    return runs[-1].split("&&")[-1].strip()
+
+
+def hot_modules() -> list[str]:
+    """setup.py's HOT_MODULES as module names (ingress/proxy/idle.py -> ingress.proxy.idle)."""
+    match = re.search(r"^HOT_MODULES = \[(.*?)\]", (ROOT / "setup.py").read_text(), re.MULTILINE | re.DOTALL)
+    assert match, "setup.py has no HOT_MODULES"
+    return [path.removesuffix(".py").replace("/", ".") for path in re.findall(r'"([^"]+\.py)"', match.group(1))]
+
+
 def test_the_image_version_is_the_package_version() -> None:
     assert dockerfile_version() == setup_cfg_version()
+
+
+def test_the_image_builds_the_compiled_wheel() -> None:
+    """What the test below does is what the Dockerfile does: a compiled wheel, built without isolation."""
+    assert build_stage_wheel_command() == "TWINGRESS_COMPILE=1 pip wheel --no-cache-dir --no-build-isolation --wheel-dir /wheels ."
+    assert "setup.py" in build_stage_sources()
 
 
 def test_wheel_built_as_the_dockerfile_does_installs_and_runs_twistd_ingress(tmp_path: Path) -> None:
@@ -70,7 +91,10 @@ def test_wheel_built_as_the_dockerfile_does_installs_and_runs_twistd_ingress(tmp
     wheels = tmp_path / "wheels"
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-cache-dir"]
     offline = ["--no-index", f"--find-links={WHEELHOUSE}"]
-    subprocess.run([*pip, "wheel", "-q", *offline, "--wheel-dir", str(wheels), str(context)], check=True, cwd=tmp_path)
+    # As the build stage: the dependencies and the compile extra are installed (this venv has them;
+    # the stage installs them from the index) and mypyc builds without an isolated environment.
+    compiled = os.environ | {"TWINGRESS_COMPILE": "1"}
+    subprocess.run([*pip, "wheel", "-q", "--no-build-isolation", *offline, "--wheel-dir", str(wheels), str(context)], check=True, cwd=context, env=compiled)
 
     ours = list(wheels.glob(f"twingress-{setup_cfg_version()}-*.whl"))
     assert len(ours) == 1, sorted(p.name for p in wheels.iterdir())
@@ -86,6 +110,13 @@ def test_wheel_built_as_the_dockerfile_does_installs_and_runs_twistd_ingress(tmp
 
     where = subprocess.run([str(python), "-c", "import ingress; print(ingress.__file__)"], check=True, capture_output=True, text=True, cwd=tmp_path)
     assert where.stdout.startswith(str(environment)), where.stdout  # the installed copy, not the source tree
+    modules = hot_modules()
+    assert len(modules) >= 10, modules
+    files = subprocess.run(
+        [str(python), "-c", f"import importlib; print('\\n'.join(importlib.import_module(m).__file__ for m in {modules!r}))"],
+        check=True, capture_output=True, text=True, cwd=tmp_path,
+    ).stdout.split()
+    assert len(files) == len(modules) and all(f.startswith(str(environment)) and f.endswith(".so") for f in files), files
     helped = subprocess.run([str(environment / "bin" / "twistd"), "ingress", "--help"], capture_output=True, text=True, cwd=tmp_path)
     assert helped.returncode == 0, helped.stderr
     missing = [option for option in OPTIONS if option not in helped.stdout]
