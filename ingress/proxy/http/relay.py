@@ -1,7 +1,8 @@
 # -*- test-case-name: tests.proxy.test_http_behaviour -*-
 """
 The upstream half of a client connection: choosing an endpoint, connecting or
-reusing a pooled connection, retrying once, and relaying the response back.
+reusing a pooled connection, and relaying the response back (a failed exchange
+is L{ingress.proxy.http.failures}' part).
 
 L{UpstreamRelay} is a mixin of L{ingress.proxy.http.HTTPProxyProtocol}: the
 two halves share one request's state, so they stay one object per
@@ -22,10 +23,11 @@ from twisted.logger import Logger
 from ingress.proxy.http import h1
 from ingress.proxy.http.chunked import ChunkedFramer
 from ingress.proxy.http.deadlines import DeadlineSteps
+from ingress.proxy.http.failures import FailureSteps
 from ingress.proxy.http.forwarding import response_head_bytes
 from ingress.proxy.http.mirror import MirrorCopy, start_copies
 from ingress.proxy.http.policy import chosen_endpoint
-from ingress.proxy.http.retry import may_retry
+from ingress.proxy.http.states import BODY, CLOSED, TUNNEL
 from ingress.proxy.http.steps import PolicySteps
 from ingress.proxy.http.upstream import Address, UpstreamConnection
 from ingress.routing.policies import EWMA, Limits, Mirror
@@ -41,15 +43,11 @@ log = Logger()
 
 _PENDING_LIMIT = 1 << 20  # request bytes held while the upstream connection is being opened
 
-# The states of a client connection (shared with http.py).
-HEAD, BODY, AWAIT, TUNNEL, CLOSED, AUTH = range(6)  # AUTH: a password being checked (reading paused)
-
-
-class UpstreamRelay(DeadlineSteps, PolicySteps):
+class UpstreamRelay(FailureSteps, DeadlineSteps, PolicySteps):
     """
     Dispatch, retry and response relay for the request a connection is serving.
 
-    The annotations below (and L{PolicySteps}') are the state both halves share
+    The annotations below (and L{PolicySteps}', L{DeadlineSteps}' and L{FailureSteps}') are the state both halves share
     (set by the connection half, L{ingress.proxy.http.server.HTTPProxyProtocol}),
     and the stubs are the connection half's methods this half calls: the real
     ones come first in the method resolution order, so the stubs never run.
@@ -335,66 +333,6 @@ class UpstreamRelay(DeadlineSteps, PolicySteps):
         self._pending_size += len(data)
         if self._pending_size > _PENDING_LIMIT:
             self._pause_reading("connecting")
-
-    def upstream_failed(self, status: int, detail: str, responded: bool) -> None:
-        upstream, self._upstream = self._upstream, None
-        reused = upstream is not None and upstream.reused
-        if self._state == CLOSED:
-            return
-        if upstream is not None and self._client_full:
-            upstream.transport.resumeProducing()
-        if not self._responded:
-            if not responded:
-                self.factory.metrics.upstream_failures.labels("reset").inc()
-            if self._may_retry("invalid_header" if responded else "error", reused):
-                self._tried = None if reused else self._tried
-                self._redispatch()
-                return
-        self._fail_upstream(status, detail)
-
-    def _may_retry(self, cause: str, reused: bool) -> bool:
-        """Whether this failure passes the request to another endpoint (L{ingress.proxy.http.retry})."""
-        request, route = self._request, self._route
-        if request is None or route is None or self._error_code:
-            return False
-        policy = route.policies.retry if route.policies is not None else None
-        elapsed = time.monotonic() - self._started_at
-        return may_retry(policy, cause, request, self._attempts, len(route.upstream.targets), reused, elapsed)
-
-    def _retry_after(self, cause: str) -> bool:
-        """An attempt that failed after the request was sent (a timeout, a status): on to the next endpoint, if allowed."""
-        if self._responded or not self._may_retry(cause, reused=False):
-            return False
-        self._drop_upstream()
-        self._redispatch()
-        return True
-
-    def _drop_upstream(self) -> None:
-        """Abort the upstream connection (or the attempt to open one) of the current request."""
-        upstream, self._upstream = self._upstream, None
-        if upstream is not None:
-            upstream.owner = None
-            upstream.transport.abortConnection()
-        if self._connecting is not None:
-            self._connecting.disconnect()
-            self._connecting = None
-
-    def _fail_upstream(self, status: int, detail: str) -> None:
-        """An upstream problem: answer it if nothing was sent yet (or ask the error backend), else cut the client off."""
-        if self._error_page_taken(status, upstream_sent=False):
-            return
-        self._drop_upstream()
-        log.info("upstream error {status} for {route}: {detail}", status=status, route=self._route_name(), detail=detail)
-        if self._responded:
-            self._request_done(self._status)
-            self._cut_off()
-            return
-        self._answer_locally(status, close=not self._request_complete)
-
-    def _cut_off(self) -> None:
-        """A response was started and cannot be finished: the client must see it cut (HTTP/2: its stream reset)."""
-        self._state = CLOSED
-        self.transport.abortConnection()
 
     def _switch_to_tunnel(self, head: h1.Head, body: bytes) -> None:
         request = self._request

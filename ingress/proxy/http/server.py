@@ -28,9 +28,10 @@ from ingress.proxy.http.extauth import Verdict
 from ingress.proxy.http.fastwrite import direct_writer
 from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor
 from ingress.proxy.http.guards import Guards
-from ingress.proxy.http.relay import AUTH, AWAIT, BODY, CLOSED, HEAD, TUNNEL, UpstreamRelay
+from ingress.proxy.http.relay import UpstreamRelay
 from ingress.proxy.http.responses import error_response, fields_response
 from ingress.proxy.http.routed import route_request
+from ingress.proxy.http.states import AUTH, AWAIT, BODY, CLOSED, HEAD, TUNNEL
 from ingress.proxy.http.trusted import trusted_forwarding
 from ingress.proxy.http.upstream import Address, UpstreamConnection
 from ingress.proxy.http2.connection import PREFACE, take_over

@@ -23,7 +23,8 @@ from h2.errors import ErrorCodes
 
 from ingress.proxy.http import h1
 from ingress.proxy.http.chunked import ChunkedFramer
-from ingress.proxy.http.relay import CLOSED, UpstreamRelay
+from ingress.proxy.http.relay import UpstreamRelay
+from ingress.proxy.http.states import CLOSED
 from ingress.proxy.http2.fields import Headers, response_headers
 
 if TYPE_CHECKING:

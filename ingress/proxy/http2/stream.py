@@ -26,8 +26,8 @@ from ingress.proxy.http.chunked import ChunkedFramer
 from ingress.proxy.http.extauth import Verdict
 from ingress.proxy.http.forwarding import UNKNOWN_PEER
 from ingress.proxy.http.guards import Guards
-from ingress.proxy.http.relay import AUTH, AWAIT, BODY, CLOSED, HEAD
 from ingress.proxy.http.routed import Routed, route_request
+from ingress.proxy.http.states import AUTH, AWAIT, BODY, CLOSED, HEAD
 from ingress.proxy.http.trusted import trusted_forwarding
 from ingress.proxy.http.upstream import Address, UpstreamConnection
 from ingress.proxy.http2.exchange import H2Exchange
