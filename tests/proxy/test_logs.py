@@ -2,7 +2,8 @@
 Log output of a real C{twistd -n ingress}: the process log as text and as
 JSON lines, and the access log (text and JSON, stdout and a file reopened on
 SIGUSR1) for a proxied request, a 404 without a route and a 502 from a dead
-upstream.
+upstream; a client that gives up before its answer (nginx's 499), over HTTP/1.1
+and HTTP/2.
 """
 
 from __future__ import annotations
@@ -12,17 +13,22 @@ import http.client
 import json
 import re
 import signal
+import socket
+import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from h2.errors import ErrorCodes
 from twisted.python import usage
 
 from ingress.tap import Options
+from tests.proxy.h2client import H2Client
 from tests.proxy.test_drain import starter
-from tests.support import EchoBackend, Manifests, Twingress, free_port
+from tests.support import EchoBackend, Manifests, Twingress, accept_in_threads, free_port
 
 PROCESS_KEYS = {"timestamp", "level", "system", "message"}
 ACCESS_KEYS = {
@@ -45,11 +51,41 @@ def backend() -> Iterator[EchoBackend]:
     echo.stop()
 
 
+class SilentBackend:
+    """Accepts, reads requests and never answers; C{accepted} is set at each new connection."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = self.listener.getsockname()
+        self.accepted = threading.Event()
+        accept_in_threads(self.listener, self._hold)
+
+    def _hold(self, connection: socket.socket) -> None:
+        self.accepted.set()
+        with connection:
+            try:
+                while connection.recv(65536):
+                    pass
+            except ConnectionResetError:
+                pass  # twingress aborted the exchange its client gave up on
+
+    def stop(self) -> None:
+        self.listener.close()
+
+
+@pytest.fixture(scope="module")
+def silent() -> Iterator[SilentBackend]:
+    backend = SilentBackend()
+    yield backend
+    backend.stop()
+
+
 @pytest.fixture
-def routes(manifests: Manifests, backend: EchoBackend) -> Manifests:
-    """echo.test to the echo backend; dead.test to a port nobody listens on."""
+def routes(manifests: Manifests, backend: EchoBackend, silent: SilentBackend) -> Manifests:
+    """echo.test to the echo backend; dead.test to a port nobody listens on; silent.test to one that never answers."""
     manifests.route("echo", "echo.test", [backend.address])
     manifests.route("dead", "dead.test", [("127.0.0.1", free_port())])
+    manifests.route("silent", "silent.test", [silent.address])
     return manifests
 
 
@@ -200,3 +236,49 @@ def test_bad_log_options_are_refused(tmp_path: Path, args: list[str], message: s
 
 def _read(path: Path) -> str:
     return path.read_text() if path.exists() else ""
+
+
+def _metric(process: Twingress, name: str, **labels: str) -> float:
+    """The value of one sample of twingress's /metrics (0 when absent)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{process.admin_port}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{key}="{value}"' in line for key, value in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_a_client_that_gives_up_before_its_answer_is_logged_499(start: Callable[..., Twingress], silent: SilentBackend) -> None:
+    """
+    nginx's 499 ("client closed request", ngx_http_request.h; ingress-nginx's log format shows it
+    as $status): the request reached an upstream that has not answered when the client closes.
+    """
+    process = start()
+    silent.accepted.clear()
+    with socket.create_connection(("127.0.0.1", process.http_port), timeout=5) as client:
+        client.sendall(b"GET /wait HTTP/1.1\r\nHost: silent.test\r\nUser-Agent: impatient\r\n\r\n")
+        assert silent.accepted.wait(5), "the request never reached the upstream"
+    line = _wait_for_line(process.log, lambda line: '"GET /wait HTTP/1.1"' in line)
+    entry = TEXT_LINE.match(line)
+    assert entry, line
+    assert (entry["status"], entry["bytes"], entry["route"], entry["user_agent"]) == ("499", "0", "default/silent", "impatient")
+    assert entry["upstream"] == f"{silent.address[0]}:{silent.address[1]}"
+    assert _metric(process, "twingress_http_requests_total", route="default/silent", status="499") == 1
+
+
+def test_an_http2_stream_the_client_resets_before_its_answer_is_logged_499(start: Callable[..., Twingress], silent: SilentBackend) -> None:
+    process = start("--http2-cleartext")
+    silent.accepted.clear()
+    client = H2Client(process.http_port, tls=False)
+    try:
+        stream = client.request("/wait-h2", authority="silent.test")
+        assert silent.accepted.wait(5), "the request never reached the upstream"
+        client.conn.reset_stream(stream, ErrorCodes.CANCEL)
+        client.flush()
+        line = _wait_for_line(process.log, lambda line: '"GET /wait-h2 HTTP/2.0"' in line)
+    finally:
+        client.close()
+    entry = TEXT_LINE.match(line)
+    assert entry, line
+    assert (entry["status"], entry["route"]) == ("499", "default/silent")
+    assert _metric(process, "twingress_http_requests_total", route="default/silent", status="499", protocol="h2") == 1

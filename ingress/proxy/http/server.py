@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 
 log = Logger()
 
+_IN_FLIGHT = frozenset({BODY, AWAIT, AUTH})  # a request read (or being read) and not yet answered in full
+
 
 
 @implementer(IPushProducer, IHandshakeListener)
@@ -131,6 +133,10 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
         take_over(self.transport, self.factory, data)
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
+        if self._state in _IN_FLIGHT and self._request is not None:
+            # The client went away during its request: logged and counted as nginx does, 499
+            # ("client closed request") before the answer began, else the answer's status.
+            self._request_done(self._status if self._responded else 499)
         self._state = CLOSED
         self._timer.cancel()
         self.factory.closed(self)
