@@ -19,7 +19,8 @@ from setuptools import setup
 
 # The modules a keep-alive HTTP request runs through.  A class compiled here must not need an
 # interpreted base class together with a compiled one (mypyc refuses that), which is why
-# relay.py (mixed into HTTPProxyProtocol beside Twisted's Protocol) stays interpreted.  The
+# relay.py and the mixins beside it (failures.py, connection_steps.py: mixed into HTTPProxyProtocol
+# beside Twisted's Protocol) stay interpreted; the last two hold only paths off the keep-alive one.  The
 # routing table's frozen dataclasses stay interpreted too: compiled, they cannot be unpickled
 # (mypyc's state setter assigns through the frozen __setattr__), and workers receive tables pickled.
 HOT_MODULES = [

@@ -17,14 +17,13 @@ from typing import TYPE_CHECKING, Optional
 
 from twisted.internet.interfaces import IConnector, IHandshakeListener, IPushProducer
 from twisted.internet.protocol import Protocol, connectionDone
-from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ingress.observe.metrics import NO_ROUTE
 from ingress.proxy.http import h1
 from ingress.proxy.http.chunked import ChunkedFramer
-from ingress.proxy.http.extauth import Verdict
+from ingress.proxy.http.connection_steps import ConnectionSteps
 from ingress.proxy.http.fastwrite import direct_writer
 from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor
 from ingress.proxy.http.guards import Guards
@@ -37,20 +36,16 @@ from ingress.proxy.http.upstream import Address, UpstreamConnection
 from ingress.proxy.http2.connection import PREFACE, take_over
 from ingress.proxy.idle import Deadline
 from ingress.proxy.transport import IConnectionTransport
-from ingress.routing.policies import Policies
 from ingress.routing.table import Route
 
 if TYPE_CHECKING:
     from ingress.proxy.http.factory import HTTPProxyFactory
 
-log = Logger()
-
 _IN_FLIGHT = frozenset({BODY, AWAIT, AUTH})  # a request read (or being read) and not yet answered in full
 
 
-
 @implementer(IPushProducer, IHandshakeListener)
-class HTTPProxyProtocol(UpstreamRelay, Protocol):
+class HTTPProxyProtocol(ConnectionSteps, UpstreamRelay, Protocol):
     """
     The client side of the proxy.
 
@@ -178,24 +173,6 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
             if not self._read_pauses and self._state != CLOSED:
                 self.transport.resumeProducing()
 
-    # -- timers ---------------------------------------------------------------
-
-    def _timed_out(self, kind: str) -> None:
-        if kind == "idle":
-            self._close()
-        elif kind == "header":
-            self._refuse(408, "request head not received in time")
-        elif kind == "body" and not self._read_pauses:
-            # The client stalled, not the upstream: 408, and the upstream connection
-            # (holding half a request) is aborted with ours, never pooled.  While we
-            # were not reading (the upstream pushed back), the upstream is to blame.
-            self._refuse(408, "request body not received in time")
-        else:
-            self.factory.metrics.upstream_failures.labels("timeout").inc()
-            if kind == "upstream" and self._request_complete and self._retry_after("timeout"):
-                return
-            self._fail_upstream(504, "upstream timed out")
-
     # -- reading requests -----------------------------------------------------
 
     def dataReceived(self, data: bytes) -> None:
@@ -294,36 +271,6 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
     def _client_transport(self) -> IConnectionTransport:
         return self.transport
 
-    def _guard(self, policies: Policies, head: h1.Head) -> None:
-        """
-        Rate limits, basic or external auth: the request waits (reading paused) for its verdict.  A
-        verdict known at once (a remembered password, a limit counted in this process) pauses nothing:
-        a pause and a resume are two changes of the reactor's interest in the socket per request.
-        """
-        self._state = AUTH
-        request_id = self._request_id
-        timeout = self._connect_timeout + self._read_timeout
-        checking = self.factory.guards.check(policies, head, self._forwarded.ip, self._forwarded.scheme, timeout)
-        if not checking.called:
-            self._pause_reading("auth")
-        checking.addCallback(self._guarded, head, request_id)
-
-    def _guarded(self, verdict: Verdict, head: h1.Head, request_id: int) -> None:
-        if request_id != self._request_id or self._state == CLOSED:
-            if verdict.hold is not None:
-                self.factory.guards.leave(verdict.hold)
-            return
-        self._resume_reading("auth")
-        if verdict.status:
-            self.factory.metrics.denied.labels(verdict.reason, self._route_name()).inc()
-            self._state = AWAIT
-            self._answer_locally(verdict.status, fields=verdict.fields)
-            return
-        self._take_verdict(verdict)
-        self._forward(head)
-        if self._buffer and not self._driving and self._state != CLOSED:
-            self._drive()
-
     def _forward(self, head: h1.Head) -> None:
         """A routed request that passed its guards: read its body (if any) and send it upstream."""
         framing = head.framing
@@ -417,20 +364,6 @@ class HTTPProxyProtocol(UpstreamRelay, Protocol):
 
     def _local_port(self) -> int:
         return getattr(self.transport.getHost(), "port", 0) or 0
-
-    def _refuse(self, status: int, detail: str) -> None:
-        """A request we will not parse further: answer and close (RFC 9112 requires it)."""
-        if self._peer is UNKNOWN_PEER:
-            self._learn_peer()
-        self.factory.metrics.malformed_requests.labels(str(status)).inc()
-        log.info("refused request from {peer}: {status} {detail}", peer=self._forwarded.ip or "?", status=status, detail=detail)
-        if self._responded:
-            self._state = CLOSED
-            self.transport.abortConnection()
-            return
-        self._write_local(error_response(status, self.settings.server_name, True))
-        self._request_done(status)
-        self._close()
 
     def _write_local(self, response: bytes) -> None:
         self._body_sent = len(response) - response.find(b"\r\n\r\n") - 4
