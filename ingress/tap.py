@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.e2e.test_twistd -*-
+# -*- test-case-name: tests.proxy.test_config_problems -*-
 """
 twistd wiring: C{twistd -n ingress [options]} builds one MultiService with a
 child per listener and per source.

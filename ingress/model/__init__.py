@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.unit.test_model -*-
+# -*- test-case-name: tests.unit.test_parse -*-
 """
 Frozen snapshot values: the only shape in which cluster objects travel past a source.
 

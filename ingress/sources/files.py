@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.proxy.test_files_source -*-
+# -*- test-case-name: tests.proxy.test_reload -*-
 """
 The manifests-directory source: the embedded default, demos and data-plane tests.
 

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.proxy.test_http_proxy -*-
+# -*- test-case-name: tests.proxy.test_malformed -*-
 """
 A client connection's steps off the keep-alive path: a timer's expiry, waiting
 for a guard's verdict, refusing a request.

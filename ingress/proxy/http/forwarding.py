@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.unit.test_forwarding -*-
+# -*- test-case-name: tests.proxy.test_request_meaning -*-
 """
 Rewriting heads as they cross the proxy.
 

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.proxy.test_http_proxy -*-
+# -*- test-case-name: tests.proxy.test_http_behaviour -*-
 """
 The HTTP/1.1 reverse proxy: one protocol instance per client connection.
 

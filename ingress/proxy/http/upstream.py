@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.proxy.test_http_proxy -*-
+# -*- test-case-name: tests.proxy.test_http_behaviour -*-
 """
 Upstream side of the HTTP proxy: connections to endpoints, their keep-alive
 pools, round-robin balancing and passive health.

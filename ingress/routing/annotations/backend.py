@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.unit.test_backend_tls -*-
+# -*- test-case-name: tests.proxy.test_backend_tls -*-
 """
 C{backend-protocol: HTTPS} (or C{GRPCS}) and the C{proxy-ssl-*} annotations compiled into a L{BackendTLS}.
 

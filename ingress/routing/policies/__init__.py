@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.unit.test_policies -*-
+# -*- test-case-name: tests.unit.test_annotation_policies -*-
 """
 What a route does to a request besides choosing its upstream: the route's policies.
 

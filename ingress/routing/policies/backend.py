@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.unit.test_backend_tls -*-
+# -*- test-case-name: tests.proxy.test_backend_tls -*-
 """
 How the proxy talks to a route's endpoints: TLS or not, and how it checks them.
 

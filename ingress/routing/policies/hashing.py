@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.unit.test_hashing -*-
+# -*- test-case-name: tests.unit.test_hosts_and_hashing -*-
 """
 C{upstream-hash-by}: the endpoint chosen by a key made from the request.
 

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.unit.test_headers -*-
+# -*- test-case-name: tests.unit.test_annotation_policies -*-
 """
 Header fields a route sets on the request its upstream receives, or on the response its client receives.
 

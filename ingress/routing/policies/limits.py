@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.unit.test_policies -*-
+# -*- test-case-name: tests.unit.test_rate_limits -*-
 """A route's own timeouts and body size limit, in place of the listener's settings; its deadlines."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.unit.test_policies -*-
+# -*- test-case-name: tests.unit.test_annotation_policies -*-
 """Policies the proxy answers itself: a fixed redirect, and a closed route."""
 
 from __future__ import annotations

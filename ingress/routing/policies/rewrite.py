@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.unit.test_policies -*-
+# -*- test-case-name: tests.unit.test_annotation_policies -*-
 """
 The path the upstream receives, rewritten from the path the client asked for.
 
