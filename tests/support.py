@@ -257,6 +257,14 @@ class Twingress:
         except urllib.error.HTTPError as e:
             return e.code, e.read()
 
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of the /metrics samples of C{name} that carry all of C{labels} (0 when none do)."""
+        total = 0.0
+        for line in self.admin("/metrics")[1].decode().splitlines():
+            if line.startswith(name + "{") and all(f'{key}="{value}"' in line for key, value in labels.items()):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
     def routes(self) -> dict:
         return json.loads(self.admin("/debug/routes")[1])
 

@@ -16,7 +16,6 @@ import signal
 import socket
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -238,16 +237,6 @@ def _read(path: Path) -> str:
     return path.read_text() if path.exists() else ""
 
 
-def _metric(process: Twingress, name: str, **labels: str) -> float:
-    """The value of one sample of twingress's /metrics (0 when absent)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{process.admin_port}/metrics", timeout=5) as answer:
-        text = answer.read().decode()
-    for line in text.splitlines():
-        if line.startswith(name + "{") and all(f'{key}="{value}"' in line for key, value in labels.items()):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
 def test_a_client_that_gives_up_before_its_answer_is_logged_499(start: Callable[..., Twingress], silent: SilentBackend) -> None:
     """
     nginx's 499 ("client closed request", ngx_http_request.h; ingress-nginx's log format shows it
@@ -263,7 +252,7 @@ def test_a_client_that_gives_up_before_its_answer_is_logged_499(start: Callable[
     assert entry, line
     assert (entry["status"], entry["bytes"], entry["route"], entry["user_agent"]) == ("499", "0", "default/silent", "impatient")
     assert entry["upstream"] == f"{silent.address[0]}:{silent.address[1]}"
-    assert _metric(process, "twingress_http_requests_total", route="default/silent", status="499") == 1
+    assert process.metric("twingress_http_requests_total", route="default/silent", status="499") == 1
 
 
 def test_an_http2_stream_the_client_resets_before_its_answer_is_logged_499(start: Callable[..., Twingress], silent: SilentBackend) -> None:
@@ -281,4 +270,4 @@ def test_an_http2_stream_the_client_resets_before_its_answer_is_logged_499(start
     entry = TEXT_LINE.match(line)
     assert entry, line
     assert (entry["status"], entry["route"]) == ("499", "default/silent")
-    assert _metric(process, "twingress_http_requests_total", route="default/silent", status="499", protocol="h2") == 1
+    assert process.metric("twingress_http_requests_total", route="default/silent", status="499", protocol="h2") == 1
