@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Optional
 
 from twisted.internet import protocol, reactor, ssl
@@ -101,7 +102,7 @@ def main() -> None:
     BATCHED = args.batched
     factory: protocol.Factory = Splice(("127.0.0.1", args.backend_port))
     if args.tls:
-        cert, key = (open(path, "rb").read() for path in args.tls)
+        cert, key = (Path(path).read_bytes() for path in args.tls)
         options = ssl.PrivateCertificate.loadPEM(cert + key).options()
         factory = (DirectTLSFactory if BATCHED else TLSMemoryBIOFactory)(options, False, factory)
     reactor.listenTCP(args.port, factory, interface="127.0.0.1")  # type: ignore[attr-defined]
