@@ -65,7 +65,11 @@ rm -f "$kdir/go.mod" "$kdir/go.sum"
             "$GO" mod edit -replace="$m=$m@$staging"
         done
     "$GO" mod edit -tool=k8s.io/kubernetes/cmd/kube-apiserver \
-                   -tool=k8s.io/kubernetes/cmd/kube-controller-manager
+                   -tool=k8s.io/kubernetes/cmd/kube-controller-manager \
+                   -tool=k8s.io/kubernetes/cmd/kube-scheduler \
+                   -tool=k8s.io/kubernetes/cmd/kubelet \
+                   -tool=k8s.io/kubernetes/cmd/kube-proxy \
+                   -tool=k8s.io/kubernetes/cmd/kubectl
     "$GO" mod tidy
 )
 
