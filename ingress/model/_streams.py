@@ -2,7 +2,7 @@
 """
 Stream objects to L{ingress.model} values: StreamIngress, and ingress-nginx's stream ConfigMaps.
 
-L{parse_stream_ingress} checks what the CRD (C{k8s/streamingress-crd.yaml})
+L{parse_stream_ingress} checks what the CRD (C{k8s/base/streamingress-crd.yaml})
 checks, with the same messages, because a manifests directory never went
 through an API server.  L{parse_config_map} keeps any ConfigMap's string data
 without judging it; L{parse_stream_entry} reads one entry of the two maps the

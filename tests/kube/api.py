@@ -121,7 +121,7 @@ class Kube:
 
     @staticmethod
     def ingress_class_body(name: str, controller: str = CONTROLLER, default: Optional[bool] = None) -> dict:
-        """The shipped IngressClass (k8s/ingressclass.yaml); another name or controller for the
+        """The shipped IngressClass (k8s/base/ingressclass.yaml); another name or controller for the
         tests of other classes, the default-class annotation when C{default} is given."""
         body = yaml.safe_load(SHIPPED_INGRESS_CLASS.read_text())
         body["metadata"]["name"] = name

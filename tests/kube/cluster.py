@@ -43,7 +43,7 @@ CONTROLLERS = "garbagecollector,namespace,serviceaccount-token,serviceaccount"
 
 LOG_TAIL_LINES = 40
 
-CRDS = (REPO_ROOT / "k8s" / "streamingress-crd.yaml",)
+CRDS = (REPO_ROOT / "k8s" / "base" / "streamingress-crd.yaml",)
 """Installed at start, from the files we ship (one source of truth for the schema)."""
 
 GATEWAY_API_SCRIPT = REPO_ROOT / "testenv" / "gateway-api.sh"

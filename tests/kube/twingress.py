@@ -33,7 +33,7 @@ import yaml
 
 from tests.support import ROOT, Twingress, free_port, twistd_command
 
-SHIPPED_INGRESS_CLASS = ROOT / "k8s" / "ingressclass.yaml"
+SHIPPED_INGRESS_CLASS = ROOT / "k8s" / "base" / "ingressclass.yaml"
 """The IngressClass an operator installs: the tests' classes are built from it (one source of truth)."""
 
 _shipped_class = yaml.safe_load(SHIPPED_INGRESS_CLASS.read_text())
