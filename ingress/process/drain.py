@@ -152,7 +152,7 @@ class GracefulShutdown(Service):
         self._delay = None
         for service in self.listeners:
             if service.running:
-                service.stopService()
+                _stop_for_good(service)
         for drainable in self.drainables:
             drainable.drain()
         log.info("listeners closed; waiting for {count} open connections", count=self._open_count())
@@ -191,3 +191,15 @@ class GracefulShutdown(Service):
                 call.cancel()
         if self._poll is not None and self._poll.running:
             self._poll.stop()
+
+
+def _stop_for_good(service: IService) -> None:
+    """
+    Stop a listener and take it out of its parent, so that the parent's own stop at shutdown does
+    not stop it a second time: a second C{stopService} of Twisted's C{StreamServerEndpointService}
+    cancels the first one's pending C{stopListening}, and that C{CancelledError} was logged as an
+    unhandled error at level critical on every stop of a worker.
+    """
+    stopped = service.disownServiceParent() if service.parent is not None else service.stopService()
+    if stopped is not None:
+        stopped.addErrback(lambda failure: log.failure("stopping a listener failed", failure))

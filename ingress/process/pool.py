@@ -139,7 +139,7 @@ class WorkerPool(Service):
         child_fds: dict[int, Any] = {0: "w", 1: 1, 2: 2, 3: theirs.fileno()}
         for offset, (_, sockets) in enumerate(self.listeners):
             child_fds[4 + offset] = sockets[slot.index].fileno()  # the slot's own socket, kept across restarts
-        argv = [sys.executable, "-m", "ingress.process.worker", json.dumps(self.config)]
+        argv = [sys.executable, "-m", "ingress.process.worker", json.dumps(self.config), str(os.getpid())]
         slot.process = self.reactor.spawnProcess(
             _WorkerProtocol(self, slot), sys.executable, argv, env=dict(os.environ), childFDs=child_fds
         )

@@ -3,10 +3,16 @@
 A worker process: the HTTP and HTTPS listeners, on sockets the primary opened, and a copy of the table.
 
 The primary (L{ingress.process.pool}) runs C{python -m ingress.process.worker
-CONFIG} with the channel on fd 3 and the listening sockets on fds 4 and up, in
-the order of C{CONFIG["listeners"]}.  Every table generation arrives over the
-channel; its TLS contexts are built off the reactor thread (cached by Secret
-version, as in a single process) and the table is swapped in with one pointer.
+CONFIG PRIMARY_PID} with the channel on fd 3 and the listening sockets on fds 4
+and up, in the order of C{CONFIG["listeners"]}.  Every table generation arrives
+over the channel; its TLS contexts are built off the reactor thread (cached by
+Secret version, as in a single process) and the table is swapped in with one
+pointer.
+
+The worker accepts no connection before its first table is live: until then
+the shared sockets' accept queues are served by the other workers (or wait),
+so a replacement worker never answers 404 or offers the default certificate
+for a host the cluster has.
 
 The worker also opens the table's stream ports, each as its own socket of a
 C{SO_REUSEPORT} group (L{ingress.process.streamports} says why), and reports
@@ -63,9 +69,21 @@ class Worker:
     """The worker's side of the channel: tables and rate answers in, readiness, metrics and rate questions out."""
 
     def __init__(
-        self, reactor: IProcessReactor, live: LiveTable, plane: DataPlane, streams: StreamListeners, metrics: Metrics, access_log: Any, rates: RemoteRates
+        self,
+        reactor: IProcessReactor,
+        live: LiveTable,
+        plane: DataPlane,
+        streams: StreamListeners,
+        metrics: Metrics,
+        access_log: Any,
+        rates: RemoteRates,
+        listening: IService,
+        parent: MultiService,
     ) -> None:
         self.reactor = reactor
+        self.listening = listening  # the HTTP/HTTPS listeners: added to parent (so started) with the first live table
+        self.parent = parent
+        self.stopping = False  # set when this worker's own shutdown begins (then a closed channel is expected)
         self.live = live
         self.plane = plane
         self.streams = streams
@@ -115,11 +133,20 @@ class Worker:
         if commit is not None:
             commit()
         self.live.swap(table)  # the stream listeners follow it at once
+        if self.listening.parent is None and not self.stopping:
+            self.listening.setServiceParent(self.parent)  # listens only now: a connection accepted earlier would meet no table
         listening = sorted(f"{protocol}:{port}" for protocol, port in self.streams.listeners)
         self.channel.send("serving", table.generation, dict(self.streams.failures), listening)
 
+    def shutting_down(self) -> None:
+        """This worker's own stop (after its drain): the channel closing now is no news."""
+        self.stopping = True
+
     def _primary_gone(self) -> None:
+        if self.stopping:
+            return
         log.warn("the primary process is gone: stopping")
+        self.stopping = True
         if self.reactor.running:
             self.reactor.stop()
 
@@ -128,7 +155,7 @@ class Worker:
 
 def main(argv: list[str]) -> None:
     config = json.loads(argv[1])
-    _die_with_parent()
+    _die_with_parent(int(argv[2]))
     from twisted.internet import reactor as default_reactor
 
     reactor: Any = default_reactor
@@ -156,28 +183,35 @@ def main(argv: list[str]) -> None:
         gateway_listener=plane.gateway_listener, gateway_interface=config["gateway_interface"],
     )
     live.subscribe(streams.apply)
+    listening = MultiService()  # a child of top from the first table on (Worker._swap)
     listeners: list[IService] = []
     for offset, spec in enumerate(config["listeners"]):
         endpoint: IStreamServerEndpoint = AdoptedStreamServerEndpoint(reactor, FIRST_LISTENER_FD + offset, spec["family"])
         if spec["proxy_protocol"]:
             endpoint = proxyEndpoint(endpoint)
         service = StreamServerEndpointService(endpoint, plane.http if spec["name"] == "http" else plane.https)
-        service.setServiceParent(top)
+        service.setServiceParent(listening)
         listeners.append(service)
     GracefulShutdown(reactor, listeners, [streams, *plane.drainables], 0.0, config["drain_timeout"]).setServiceParent(top)
-    worker = Worker(reactor, live, plane, streams, metrics, access_log, rates)
+    worker = Worker(reactor, live, plane, streams, metrics, access_log, rates, listening, top)
     reactor.adoptStreamConnection(CHANNEL_FD, socket.AF_UNIX, ChannelFactory(worker.channel))
     os.close(CHANNEL_FD)  # adopted as a copy
     top.startService()
+    reactor.addSystemEventTrigger("before", "shutdown", worker.shutting_down)
     reactor.addSystemEventTrigger("before", "shutdown", top.stopService)
     reactor.run()
 
 
-def _die_with_parent() -> None:
-    """The kernel kills this worker if the primary dies without closing the channel first (a backstop)."""
+def _die_with_parent(primary_pid: int) -> None:
+    """
+    The kernel kills this worker if the primary dies without closing the channel first (a backstop).
+
+    The primary's PID is passed in, not inferred: in a container the primary is PID 1 itself, so
+    "my parent is PID 1" does not mean "my parent is gone" (it meant that only outside one).
+    """
     with contextlib.suppress(Exception):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() == 1:  # the primary died before prctl took effect
+    if os.getppid() != primary_pid:  # the primary died before prctl took effect: we were reparented
         raise SystemExit("twingress worker: the primary process is gone")
 
 

@@ -41,8 +41,8 @@ def twingress(manifests: Manifests) -> Iterator[Callable[..., Twingress]]:
     """A factory: C{twingress(*args)} runs twistd on the test's manifests directory; every one is stopped at the end."""
     started: list[Twingress] = []
 
-    def start(*args: str) -> Twingress:
-        started.append(Twingress(manifests.path, *args))
+    def start(*args: str, ready_timeout: float = 20.0) -> Twingress:
+        started.append(Twingress(manifests.path, *args, ready_timeout=ready_timeout))
         return started[-1]
 
     yield start

@@ -22,13 +22,14 @@ import ssl
 import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.proxy.streams_support import BlockingEchoes, external_stream, many_clients, tcp_answer
-from tests.support import EchoBackend, Manifests, Twingress, free_port
+from tests.support import ROOT, EchoBackend, Manifests, Twingress, free_port, twistd_command
 
 
 @pytest.fixture(scope="module")
@@ -185,6 +186,126 @@ def test_sigterm_drains_every_worker_and_the_tree_exits_0(start) -> None:
     assert not any(_alive(pid) for pid in workers)
     log = proxy.log()
     assert log.count("exited: A process has ended without apparent errors: process finished with exit code 0") == 2, log[-3000:]
+    assert_clean_stop(log)
+
+
+CLEAN_STOP_OFFENCES = re.compile(r"#(error|critical)\]|\[stderr#|Unhandled error|Traceback|the primary process is gone")
+
+
+def assert_clean_stop(log: str) -> None:
+    """Nothing at level error or critical, no traceback, no worker that took the primary's drain for its death."""
+    offences = [line for line in log.splitlines() if CLEAN_STOP_OFFENCES.search(line)]
+    assert not offences, "\n".join(offences[:20])
+
+
+@pytest.mark.parametrize("workers", ["1", "2", "auto"])
+def test_a_clean_stop_without_traffic_logs_nothing_above_info(start, workers: str) -> None:
+    """
+    Issue 30: every SIGTERM to a primary with workers logged four C{Unhandled error in Deferred:
+    CancelledError} at level critical (a listener stopped twice: by the drain, then by the
+    shutdown), and each worker warned that the primary was gone while it was only draining.
+    """
+    proxy = start("--workers", workers, "--https", f"tcp:{free_port()}:interface=127.0.0.1", "--shutdown-delay", "0.2")
+    proxy.process.send_signal(signal.SIGTERM)
+    assert proxy.process.wait(20) == 0
+    assert "Server Shut Down." in proxy.log()
+    assert_clean_stop(proxy.log())
+
+
+def test_workers_serve_when_the_primary_is_pid_1(manifests: Manifests, echoes, tmp_path: Path) -> None:
+    """
+    In a container the primary is PID 1 (Kubernetes adds no init process): a worker must not take
+    "my parent is PID 1" for "the primary died" (issue 30: every worker exited at once, restarted
+    with backoff forever, and /readyz stayed 503). A new PID namespace makes twistd PID 1 here.
+    """
+    manifests.route("web", "w.test", [e.address for e in echoes])
+    http_port, admin_port = free_port(), free_port()
+    command = ["unshare", "--pid", "--fork", "--kill-child", *twistd_command(["--manifests", str(manifests.path)], http_port, admin_port, ["--workers", "2"])]
+    log_path = tmp_path / "pid1.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        _until(lambda: _ready(admin_port) or process.poll() is not None, "/readyz 200 with the primary as PID 1", 30.0)
+        assert process.poll() is None, log_path.read_text()
+        (primary,) = _children(process.pid)
+        assert _namespaced_pid(primary) == 1  # twistd really is PID 1 of its PID namespace
+        workers = json.loads(_admin(admin_port, "/readyz"))["workers"]
+        assert [w["restarts"] for w in workers] == [0, 0], workers
+        assert all(_get(http_port) == 200 for _ in range(10))
+        assert "primary process is gone" not in log_path.read_text()
+        assert "twingress worker" not in log_path.read_text()
+    finally:
+        for primary in _children(process.pid):  # unshare's child: PID 1 inside, the twistd primary
+            os.kill(primary, signal.SIGTERM)
+        process.wait(20)
+
+
+def _namespaced_pid(pid: int) -> int:
+    """The PID of C{pid} in its own (innermost) PID namespace."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("NSpid:"):
+                return int(line.split()[-1])
+    raise AssertionError("no NSpid")
+
+
+def _admin(port: int, path: str) -> bytes:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as response:
+        return response.read()
+
+
+def _ready(port: int) -> bool:
+    try:
+        _admin(port, "/readyz")
+        return True
+    except OSError:
+        return False
+
+
+def test_a_replacement_worker_accepts_only_once_it_serves_the_table(manifests: Manifests, echoes, twingress) -> None:
+    """
+    Issue 30: a replacement worker listened before its first table arrived, so in the second it
+    started, new connections got 404 "no matching route" (and TLS the default certificate). With
+    a large table the window is wide; clients open a new connection per request while one worker
+    is killed again and again, and every answer must come from the table.
+    """
+    backends = [e.address for e in echoes]
+    objects = []
+    for index in range(600):
+        name = f"r{index}"
+        objects += [*manifests.service(name, backends), manifests.ingress(name, f"h{index}.test", name)]
+    manifests.write("many.yaml", *objects)
+    # HTTPS on: a table then goes live only after its TLS contexts are made on a thread, the wider
+    # window. 600 routes: the first build takes a while on a loaded machine.
+    proxy = twingress("--workers", "2", "--https", f"tcp:{free_port()}:interface=127.0.0.1", ready_timeout=90.0)
+    statuses: list[int] = []
+    stop = threading.Event()
+
+    def load(offset: int) -> None:
+        index = offset
+        while not stop.is_set():
+            index = (index + 37) % 600
+            try:
+                statuses.append(_get(proxy.http_port, host=f"h{index}.test"))
+            except OSError:
+                statuses.append(0)
+
+    threads = [threading.Thread(target=load, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        for _ in range(3):
+            victim = _workers(proxy)[0]["pid"]
+            os.kill(victim, signal.SIGKILL)
+            _until(lambda victim=victim: _workers(proxy)[0]["pid"] != victim and _workers(proxy)[0]["generation"] >= 1, "a replacement serving", 30.0)
+            time.sleep(0.3)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    counts = {status: statuses.count(status) for status in set(statuses)}
+    assert len(statuses) > 50, counts
+    assert counts.get(404, 0) == 0, f"answers before the table was live: {counts}"
 
 
 def test_access_log_lines_stay_whole_under_load_from_four_workers(start, tmp_path: Path) -> None:
