@@ -295,3 +295,30 @@ def test_watch_connections_cut_mid_stream_are_reestablished(kube, namespace, ech
     proxy.wait_status(host_for(namespace, "after-cut-0"), 404)
     kube.delete_service(namespace, "web")
     proxy.wait_status(host_for(namespace, "after-cut-1"), 503)
+
+
+def test_a_change_right_after_an_apiserver_restart_is_live_within_seconds(kube, namespace, echo, twingress, apiserver_restored):
+    """
+    Issue 30: after an apiserver restart a change went live after 0.0, 22.1 and 32.1 s, because
+    the informers' backoff had grown to 30 s while the apiserver was away. Now an outage's first
+    minute is retried about once a second (L{ingress.sources.kube.reflector.retry_delay}), so a
+    change written as soon as the apiserver is back is live within seconds. The outage here
+    (12 s) is long enough for the old schedule (0.5, 1, 2, 4, 8, 16 s) to wait ~15 s more.
+    """
+    kube_cluster = apiserver_restored
+    proxy = twingress()
+    pod = echo("pod-a")
+    before, after = host_for(namespace, "before"), host_for(namespace, "after")
+    kube.backend(namespace, "web", [pod])
+    kube.create_ingress(namespace, "before", before, "web")
+    proxy.wait_status(before, 200, backend="pod-a")
+    kube_cluster.stop_apiserver(graceful=True)
+    wait_until(lambda: _ready_and_disconnected(proxy), CONVERGE_TIMEOUT, "every informer reported disconnected in /readyz")
+    time.sleep(12)
+    kube_cluster.start_apiserver()
+    written = time.monotonic()
+    kube.create_ingress(namespace, "after", after, "web")
+    proxy.wait_status(after, 200, backend="pod-a", timeout=RECONNECT_TIMEOUT)
+    live_after = time.monotonic() - written
+    print(f"a change written right after the apiserver restart was live after {live_after:.1f}s")
+    assert live_after < 8.0, f"live only {live_after:.1f}s after the write: the informers backed off past the restart"

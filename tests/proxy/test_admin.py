@@ -356,16 +356,32 @@ def test_bad_options_exit_non_zero_with_a_message(tmp_path: Path, args: list[str
     assert output.count("\n") == 1 and output.startswith("twistd ingress: "), output  # one line, no help text
 
 
-def test_port_in_use_fails_startup(manifests: Manifests) -> None:
+@pytest.mark.parametrize("workers", ["1", "2"])
+@pytest.mark.parametrize("listener", ["http", "https", "admin"])
+@pytest.mark.parametrize("source", ["empty", "quickstart"])
+def test_a_port_in_use_exits_non_zero_at_once(tmp_path: Path, listener: str, workers: str, source: str) -> None:
+    """
+    Issue 30: a listener whose port another process holds must stop the start, with one line and
+    a non-zero status, within seconds: a DaemonSet pod that prints "cannot listen" and stays up
+    neither serves nor gets restarted by the kubelet. Every listener kind, one process or workers,
+    an empty source and the quickstart's.
+    """
+    manifests = tmp_path if source == "empty" else ROOT / "examples" / "quickstart"
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
-        port = taken.getsockname()[1]
-        result = twistd("--manifests", str(manifests.path), "--http", f"tcp:{port}:interface=127.0.0.1", "--admin", f"tcp:{free_port()}:interface=127.0.0.1")
-    assert result.returncode != 0
+        busy = f"tcp:{taken.getsockname()[1]}:interface=127.0.0.1"
+        ports = {name: f"tcp:{free_port()}:interface=127.0.0.1" for name in ("http", "https", "admin")}
+        ports[listener] = busy
+        options = [f"--{name}={value}" for name, value in ports.items()]
+        started = time.monotonic()
+        result = twistd("--manifests", str(manifests), *options, "--workers", workers, timeout=30)
+        took = time.monotonic() - started
     output = result.stdout + result.stderr
-    assert f"twistd ingress: --http tcp:{port}:interface=127.0.0.1: cannot listen: [Errno 98] Address already in use" in output, output
+    assert result.returncode == 1, output
+    assert f"twistd ingress: --{listener} {busy}: cannot listen: [Errno 98] Address already in use" in output, output
     assert "Traceback" not in output, output
+    print(f"--{listener} busy, --workers {workers}, {source}: exit 1 after {took:.1f}s")
 
 
 def test_help_lists_every_option() -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -33,6 +34,8 @@ LIST_PAGE = 500
 WATCH_SECONDS = 300  # server-side; jittered so watches don't all end together
 READ_TIMEOUT = 90.0  # > the ~60 s bookmark interval of a watch that has news; a quiet one is watched again
 BACKOFF_START, BACKOFF_CAP = 0.5, 30.0
+FAST_RETRY_WINDOW = 60.0  # an apiserver outage this young is retried about once a second
+FAST_RETRY_SECONDS = (0.5, 1.5)  # jittered, so the informers of many nodes do not come back in step
 
 
 class Gone(Exception):
@@ -141,6 +144,25 @@ class Store:
         return len(self._items)
 
 
+def retry_delay(error: Exception, backoff: float, failing_for: float) -> float:
+    """
+    How long to wait before the next list or watch after C{error}, the current run of failures
+    having lasted C{failing_for} seconds: about a second while the apiserver itself is away
+    (no answer, 5xx, 429: a restart or a failover) and the outage is young; otherwise the
+    exponential C{backoff} with jitter (a refusal such as 403 or 404 is not fixed by asking
+    again soon, and an outage that lasts is not helped by every node asking every second).
+    """
+    if _apiserver_away(error) and failing_for < FAST_RETRY_WINDOW:
+        return random.uniform(*FAST_RETRY_SECONDS)
+    return backoff * random.uniform(0.8, 1.2)
+
+
+def _apiserver_away(error: Exception) -> bool:
+    if isinstance(error, APIError):
+        return error.status == 429 or error.status >= 500
+    return True  # no HTTP answer at all: refused, reset, timed out
+
+
 def _read_timed_out(error: BaseException) -> bool:
     """Whether C{error} (or what caused it) is a socket read timing out: urllib3 says so with its own class."""
     found: Optional[BaseException] = error
@@ -209,11 +231,12 @@ class Reflector:
         connection must not cost a relist of 10k objects.
         """
         backoff = BACKOFF_START
+        failing_since: Optional[float] = None  # when the current run of failures began
         while not self._stopped.is_set():
             try:
                 if not self._version:
                     self._version = self._list()
-                    backoff = BACKOFF_START
+                    backoff, failing_since = BACKOFF_START, None
                 self._watching = False
                 self._watch()
             except Gone:
@@ -226,9 +249,9 @@ class Reflector:
                     self._version = ""
                     continue
                 self._failed(error)
-                if self._watching:  # it worked until now: a failure after a working watch is a first failure
-                    backoff = BACKOFF_START
-                if self._stopped.wait(backoff * random.uniform(0.8, 1.2)):
+                if self._watching or failing_since is None:  # it worked until now: a failure after a working watch is a first failure
+                    backoff, failing_since = BACKOFF_START, time.monotonic()
+                if self._stopped.wait(retry_delay(error, backoff, time.monotonic() - failing_since)):
                     return
                 backoff = min(backoff * 2, BACKOFF_CAP)
                 if self._version:
