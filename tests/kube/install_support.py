@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 
@@ -48,7 +49,20 @@ class Permission:
 
 
 def rendered() -> list[dict]:
+    """k8s/ as C{kubectl kustomize k8s/} renders it."""
     return kustomize.render(BASE)
+
+
+def base_files() -> list[dict]:
+    """
+    The objects of k8s/base/'s resource files, read as plain YAML: what the tests parametrize on
+    at collection, before any binary exists. A test checks that kubectl renders the same objects.
+    """
+    base = BASE / "base"
+    objects: list[dict] = []
+    for name in yaml.safe_load((base / "kustomization.yaml").read_text())["resources"]:
+        objects.extend(document for document in yaml.safe_load_all((base / name).read_text()) if document)
+    return objects
 
 
 def permissions(objects: list[dict]) -> list[Permission]:

@@ -49,7 +49,7 @@ FORBIDDEN = re.compile(r"\b403: |forbidden", re.IGNORECASE)
 STREAM_MAP = "tcp-services"
 STREAM_MAP_ARGS = ("--tcp-services-configmap", f"{install.NAMESPACE}/{STREAM_MAP}")
 NODE_ADDRESS = "203.0.113.7"
-EVERY = install.permissions(install.rendered())
+EVERY = install.permissions(install.base_files())  # at collection: no kubectl needed yet
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +130,22 @@ def test_the_daemonset_runs_hardened_on_the_node_network() -> None:
     assert fields == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace", "HOST_IP": "status.hostIP"}
     assert set(container["resources"]) == {"requests", "limits"}
     tap.Options().parseOptions(["--manifests", str(ROOT / "examples"), *container["args"]])  # twistd accepts them
+
+
+def test_kubectl_renders_the_base_files_unchanged(kube_cluster) -> None:
+    """C{kubectl apply -k k8s/} applies exactly the files of k8s/base/ (what the tests parametrize on)."""
+    def key(o: dict) -> tuple[str, str]:
+        return o["kind"], o["metadata"]["name"]
+
+    assert sorted(install.rendered(), key=key) == sorted(install.base_files(), key=key)
+
+
+def test_every_overlay_renders_with_kubectl(kube_cluster) -> None:
+    """Each overlay under k8s/overlays/ renders with kubectl's kustomize (an overlay inside its base did not)."""
+    overlays = sorted(path for path in (install.BASE / "overlays").iterdir() if (path / "kustomization.yaml").exists())
+    assert overlays
+    for overlay in overlays:
+        assert kustomize.find(kustomize.render(overlay), "DaemonSet", "twingress")
 
 
 def test_the_edge_overlay_adds_placement_and_is_valid(installed) -> None:
