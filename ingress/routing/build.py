@@ -125,6 +125,7 @@ def build(
         stream_conditions=streams.conditions,
         trust=config.trust,
         listener=config.listener,
+        blocked=config.guards.block,
         gateway_ports={port: port_table(routes, generation, state.secrets, config, default_certificate) for port, routes in gateway.own_ports.items()},
     )
 

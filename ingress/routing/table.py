@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Optional, TypeVar
 from ingress.model import ObjectRef, Problem
 from ingress.routing.certs import EMPTY_CERTIFICATES, CertificateTable
 from ingress.routing.nginx_config import ListenerSettings
+from ingress.routing.policies.access import SourceRanges
 from ingress.routing.policies.trust import ForwardedTrust
 from ingress.routing.route import Route, Upstream
 from ingress.routing.streams import StreamCondition, StreamRoute, streams_json
@@ -85,6 +86,7 @@ class RoutingTable:
     stream_conditions: Mapping[ObjectRef, tuple[StreamCondition, ...]] = field(default_factory=dict)  # for status
     trust: Optional[ForwardedTrust] = None  # forwarding headers believed (ingress-nginx ConfigMap); None: none
     listener: Optional[ListenerSettings] = None  # connection settings of the ingress-nginx ConfigMap; None: the command line's
+    blocked: Optional[SourceRanges] = None  # the ConfigMap's block-cidrs: refused (403) before anything else
     # Gateway API: wildcard hostnames cover any number of labels (Ingress wildcards: exactly one), longest suffix first.
     deep_wildcards: Mapping[str, HostRoutes] = field(default_factory=dict)
     gateway_status: Optional[GatewayAPIStatus] = None  # what the Lease holder writes to Gateway API objects
@@ -192,6 +194,7 @@ class RoutingTable:
             **({"tlsTerminated": {h: u.key for h, u in sorted(self.tls_terminated.items())}} if self.tls_terminated else {}),
             **streams_json(self.streams, self.stream_conditions),
             "problems": [problem_json(p) for p in self.problems],
+            **({"blockCidrs": [str(n) for n in self.blocked.deny]} if self.blocked is not None else {}),
             **({"gatewayAPI": self.gateway_status.to_json()} if self.gateway_status is not None else {}),
             **({"gatewayPorts": {str(port): _port_json(table.to_json()) for port, table in sorted(self.gateway_ports.items())}} if self.gateway_ports else {}),
         }

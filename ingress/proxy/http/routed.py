@@ -53,6 +53,10 @@ class Routed:
 
 def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, redirect_port: Optional[int]) -> Routed:
     """Route C{head} against C{table} and apply its route's policies, in their fixed order."""
+    if table.blocked is not None and not table.blocked.permits(forwarded.ip):
+        blocked = Routed(403)  # ingress-nginx's block-cidrs: nginx's http-level deny, for every server
+        blocked.denied = "block-cidrs"
+        return blocked
     if head.method == b"CONNECT":
         return Routed(405, refused=True, detail="CONNECT is not proxied")
     try:
@@ -75,7 +79,10 @@ def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, r
         return routed
     answer = local_answer(policies, forwarded.scheme, host, path, head.target)
     if answer is not None:
-        return Routed(answer[0], answer[1], route)
+        local = Routed(answer[0], answer[1], route)
+        if policies.deny is not None:
+            local.denied = "closed"  # a guard twingress cannot enforce closed the route
+        return local
     fields = b""
     if policies.cors is not None:
         fields = policies.cors.fields_for(field_value(head.block, b"origin"))
