@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 ENFORCED_GUARDS = frozenset(
-    {"whitelist-source-range", "denylist-source-range", "block-cidrs", "no-auth-locations"}
+    {"whitelist-source-range", "denylist-source-range", "block-cidrs", "block-user-agents", "block-referers", "no-auth-locations"}
     | {"global-auth-url", "global-auth-method", "global-auth-signin", "global-auth-signin-redirect-param"}
     | {"global-auth-response-headers", "global-auth-request-redirect", "global-auth-cache-key"}
     | {"global-auth-cache-duration", "global-auth-always-set-cookie"}
@@ -38,8 +38,6 @@ EVERY_ROUTE = "every route"
 REFUSED_GUARDS: Mapping[str, tuple[str, str]] = {
     "global-auth-snippet": (GLOBAL_AUTH, "nginx configuration of the global auth subrequest is never executed"),
     "modsecurity-snippet": (EVERY_ROUTE, "ModSecurity rules (SecRuleEngine On...) are not run by twingress"),
-    "block-user-agents": (EVERY_ROUTE, "blocking by User-Agent is not implemented by twingress"),
-    "block-referers": (EVERY_ROUTE, "blocking by Referer is not implemented by twingress"),
 }
 """Guard keys twingress does not enforce: (which routes they cover, why refused).  Set, those routes answer 503."""
 

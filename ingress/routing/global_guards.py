@@ -4,7 +4,9 @@ The guards of the ingress-nginx controller ConfigMap, read into one value the ro
 
 ingress-nginx's ConfigMap page (docs/user-guide/nginx-configuration/configmap.md):
 
-  - C{block-cidrs}: requests from these addresses are refused (403) "globally", before anything else;
+  - C{block-cidrs}, C{block-user-agents}, C{block-referers}: requests from these addresses, or with
+    a matching User-Agent or Referer, are refused (403) "globally", before anything else
+    (L{ingress.routing.policies.block});
   - C{whitelist-source-range}, C{denylist-source-range}: "the default ... IPs for each server block.
     This can be overwritten by an annotation on an Ingress rule" (each list on its own: an Ingress's
     allow list replaces the global allow list, and keeps the global deny list unless it has its own);
@@ -20,6 +22,7 @@ routes the guard covers are closed (503) and say why (L{GlobalGuards.closed}).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Optional, TypeVar
@@ -29,6 +32,7 @@ from ingress.routing.annotations.auth_values import DEFAULT_CACHE_DURATION
 from ingress.routing.annotations.values import InvalidValue
 from ingress.routing.config_keys import EVERY_ROUTE, GLOBAL_AUTH, covered
 from ingress.routing.policies.access import Network, SourceRanges
+from ingress.routing.policies.block import GlobalBlock, Matcher, matchers
 from ingress.routing.policies.extauth import ExternalAuth
 
 ACME_CHALLENGE = "/.well-known/acme-challenge"
@@ -44,7 +48,7 @@ class GlobalGuards:
 
     allow: tuple[Network, ...] = ()
     deny: tuple[Network, ...] = ()
-    block: Optional[SourceRanges] = None
+    block: Optional[GlobalBlock] = None
     auth: Optional[ExternalAuth] = None
     no_auth_locations: tuple[str, ...] = (ACME_CHALLENGE,)
     closed: Mapping[str, str] = field(default_factory=dict)
@@ -86,16 +90,29 @@ def read_global_guards(data: Mapping[str, str], closed: Mapping[str, str]) -> tu
             return ()
 
     blocked = networks("block-cidrs")
+    user_agents, referers = _matchers(data, "block-user-agents", closures, messages), _matchers(data, "block-referers", closures, messages)
+    block = GlobalBlock(SourceRanges(deny=blocked) if blocked else None, user_agents, referers)
     locations = tuple(item.strip() for item in data.get("no-auth-locations", ACME_CHALLENGE).split(",") if item.strip())
     guards = GlobalGuards(
         allow=networks("whitelist-source-range"),
         deny=networks("denylist-source-range"),
-        block=SourceRanges(deny=blocked) if blocked else None,
+        block=block if block != GlobalBlock() else None,
         auth=_global_auth(data, closures, messages),
         no_auth_locations=locations,
         closed=closures,
     )
     return guards, messages
+
+
+def _matchers(data: Mapping[str, str], key: str, closures: dict[str, str], messages: list[tuple[str, str]]) -> tuple[Matcher, ...]:
+    """A block-user-agents or block-referers list (comma-separated, as ingress-nginx splits it); a bad pattern closes every route."""
+    entries = tuple(entry.strip() for entry in data.get(key, "").split(",") if entry.strip())
+    try:
+        return matchers(entries)
+    except re.error as error:
+        closures.setdefault(EVERY_ROUTE, f"{key}: {data[key]!r} has a pattern that is no regular expression ({error})")
+        messages.append((INVALID, f"{key}: {data[key]!r} has a pattern that is no regular expression ({error}); {covered(EVERY_ROUTE)} answer 503"))
+        return ()
 
 
 def _global_auth(data: Mapping[str, str], closures: dict[str, str], messages: list[tuple[str, str]]) -> Optional[ExternalAuth]:

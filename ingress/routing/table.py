@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Optional, TypeVar
 from ingress.model import ObjectRef, Problem
 from ingress.routing.certs import EMPTY_CERTIFICATES, CertificateTable
 from ingress.routing.nginx_config import ListenerSettings
-from ingress.routing.policies.access import SourceRanges
+from ingress.routing.policies.block import GlobalBlock
 from ingress.routing.policies.trust import ForwardedTrust
 from ingress.routing.route import Route, Upstream
 from ingress.routing.streams import StreamCondition, StreamRoute, streams_json
@@ -86,7 +86,7 @@ class RoutingTable:
     stream_conditions: Mapping[ObjectRef, tuple[StreamCondition, ...]] = field(default_factory=dict)  # for status
     trust: Optional[ForwardedTrust] = None  # forwarding headers believed (ingress-nginx ConfigMap); None: none
     listener: Optional[ListenerSettings] = None  # connection settings of the ingress-nginx ConfigMap; None: the command line's
-    blocked: Optional[SourceRanges] = None  # the ConfigMap's block-cidrs: refused (403) before anything else
+    blocked: Optional[GlobalBlock] = None  # the ConfigMap's block-cidrs, -user-agents, -referers: refused (403) before anything else
     # Ingresses of other classes or controllers: why each is not served (reason, message), for the log, metric and /debug/routes
     class_skipped: Mapping[ObjectRef, tuple[str, str]] = field(default_factory=dict)
     # Gateway API: wildcard hostnames cover any number of labels (Ingress wildcards: exactly one), longest suffix first.
@@ -203,7 +203,7 @@ class RoutingTable:
             **({"tlsTerminated": {h: u.key for h, u in sorted(self.tls_terminated.items())}} if self.tls_terminated else {}),
             **streams_json(self.streams, self.stream_conditions),
             "problems": [problem_json(p) for p in self.problems],
-            **({"blockCidrs": [str(n) for n in self.blocked.deny]} if self.blocked is not None else {}),
+            **({"globalBlock": self.blocked.to_json()} if self.blocked is not None else {}),
             "skippedIngresses": {
                 "count": len(self.class_skipped),
                 "reasons": [{"reason": r, "message": m, "ingresses": n} for (r, m), n in sorted(self.skipped_summary().items())],

@@ -133,8 +133,15 @@ def test_source_ranges_and_block_cidrs(manifests: Manifests, twingress, echo_pai
 
     _apply(manifests, proxy, {"block-cidrs": "10.0.0.0/8, 127.0.0.1"})
     assert [_get(proxy, host)[0] for host in ("plain.test", "own.test", "nowhere.test")] == [403, 403, 403]
-    assert proxy.routes()["blockCidrs"] == ["10.0.0.0/8", "127.0.0.1/32"]
+    assert proxy.routes()["globalBlock"]["cidrs"] == ["10.0.0.0/8", "127.0.0.1/32"]
     assert proxy.metric("twingress_http_denied_total", reason="block-cidrs") == 3
+
+    _apply(manifests, proxy, {"block-user-agents": "AlphaBot, ~*crawler", "block-referers": "~*example\\.com"})
+    assert _get(proxy, "plain.test", headers={"User-Agent": "alphabot"})[0] == 403
+    assert _get(proxy, "plain.test", headers={"User-Agent": "A Crawler/1.0"})[0] == 403
+    assert _get(proxy, "plain.test", headers={"Referer": "https://www.EXAMPLE.com/"})[0] == 403
+    assert _get(proxy, "plain.test", headers={"User-Agent": "curl/8", "Referer": "https://other.test/"})[0] == 200
+    assert proxy.metric("twingress_http_denied_total", reason="block-user-agents") == 2
 
     _apply(manifests, proxy, {"block-cidrs": "10.0.0.0/8, 127.0.0.300"})
     assert [_get(proxy, host)[0] for host in ("plain.test", "own.test")] == [503, 503]
@@ -145,11 +152,11 @@ def test_source_ranges_and_block_cidrs(manifests: Manifests, twingress, echo_pai
 
 
 def test_guards_twingress_does_not_enforce_close_every_route(manifests: Manifests, twingress, echo_pair: tuple[EchoBackend, EchoBackend]) -> None:
-    """configmap.md "block-user-agents" (not implemented here), snippets that may guard, a misspelt guard key: 503, never 200."""
+    """configmap.md "modsecurity-snippet" (ModSecurity is not run here), snippets that may guard, a misspelt guard key: 503, never 200."""
     manifests.write("all.yaml", *manifests.service("web", [echo_pair[0].address]), Manifests.ingress("plain", "plain.test", "web"))
-    manifests.write("config.yaml", _config_map({"block-user-agents": "AlphaBot"}))
+    manifests.write("config.yaml", _config_map({"modsecurity-snippet": "SecRuleEngine On"}))
     proxy = twingress("--nginx-configmap", CONFIG)
-    assert _get(proxy, "plain.test")[0] == 503 and "block-user-agents" in _deny_reason(proxy, "plain.test")
+    assert _get(proxy, "plain.test")[0] == 503 and "modsecurity-snippet" in _deny_reason(proxy, "plain.test")
     for data in ({"server-snippet": "allow 10.0.0.0/8; deny all;"}, {"whitelist-source-ranges": "10.0.0.0/8"}):
         _apply(manifests, proxy, data)
         assert _get(proxy, "plain.test")[0] == 503 and next(iter(data)) in _deny_reason(proxy, "plain.test")

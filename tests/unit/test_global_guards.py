@@ -146,17 +146,34 @@ def test_an_unparsable_global_range_closes_the_routes_without_their_own(key: str
 def test_block_cidrs_is_a_table_wide_refusal() -> None:
     """configmap.md "block-cidrs": "request from which have to be blocked globally"; e2e global_access_block.go: 403."""
     routes = _table({"block-cidrs": "172.16.0.0/12,192.168.0.0/16, 10.0.0.0/8"})
-    assert routes.blocked is not None and not routes.blocked.permits("10.0.0.1") and routes.blocked.permits("198.51.100.1")
-    assert "blockCidrs" in routes.to_json()
+    assert routes.blocked is not None and routes.blocked.refuses("10.0.0.1", None, None) == "block-cidrs"
+    assert routes.blocked.refuses("198.51.100.1", "AlphaBot", None) == ""
+    assert routes.to_json()["globalBlock"]["cidrs"] == ["172.16.0.0/12", "192.168.0.0/16", "10.0.0.0/8"]
     closed = _table({"block-cidrs": "10.0.0.0/8,bad"})
     assert "block-cidrs" in _closed(closed)
+
+
+def test_block_user_agents_and_referers_are_nginx_maps() -> None:
+    """
+    configmap.md "block-user-agents", "block-referers" (nginx map entries: ~ regex, ~* ignoring case, else
+    the whole string ignoring case); e2e global_access_block.go's values and requests.
+    """
+    routes = _table({"block-user-agents": "~*chrome\\/68\\.0\\.3440\\.106\\ safari\\/537\\.36,AlphaBot", "block-referers": "~*example\\.com,qwerty"})
+    block = routes.blocked
+    assert block is not None
+    chrome = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/68.0.3440.106 Safari/537.36"
+    iphone = "Mozilla/5.0 (iPhone; CPU iPhone OS 11_4_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/11.0 Mobile/15E148 Safari/604.1"
+    assert block.refuses("198.51.100.1", chrome, None) == "block-user-agents"
+    assert block.refuses("198.51.100.1", "alphabot", None) == "block-user-agents"
+    assert block.refuses("198.51.100.1", iphone, None) == ""
+    assert block.refuses("198.51.100.1", "AlphaBot/2", None) == ""  # a string is the whole value
+    assert [block.refuses("198.51.100.1", None, r) for r in ("example.com", "qwerty", "qwerty123")] == ["block-referers", "block-referers", ""]
+    assert "block-user-agents" in _closed(_table({"block-user-agents": "~*(unclosed"}))
 
 
 @pytest.mark.parametrize(
     ("key", "value"),
     [
-        ("block-user-agents", "AlphaBot"),
-        ("block-referers", "~*example\\.com"),
         ("modsecurity-snippet", "SecRuleEngine On"),
         ("server-snippet", "deny 10.0.0.0/8;"),
         ("http-snippet", "if ($bad) { return 403; }"),

@@ -74,7 +74,7 @@ def test_every_documented_configmap_key_has_a_class() -> None:
 @pytest.mark.parametrize("key", sorted(ENFORCED_GUARDS - {"no-auth-locations"}))
 def test_an_enforced_guard_with_a_bad_value_closes(key: str) -> None:
     data = {"global-auth-url": "http://auth.example/"} if key.startswith("global-auth-") else {}
-    data[key] = "$bad value, not/a/cidr"
+    data[key] = {"block-user-agents": "~*(", "block-referers": "Bot, ~[z-a]"}.get(key, "$bad value, not/a/cidr")
     assert _closed(_config_table(data))
 
 
