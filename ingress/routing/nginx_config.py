@@ -25,7 +25,7 @@ from typing import Optional
 from ingress.model import ConfigMap, ObjectRef, Problem
 from ingress.routing.annotations import values
 from ingress.routing.annotations.values import InvalidValue
-from ingress.routing.config_keys import ENFORCED_GUARDS, EVERY_ROUTE, HARMLESS, REFUSED_GUARDS, SNIPPETS, covered, guard_like
+from ingress.routing.config_keys import ENFORCED_GUARDS, EVERY_ROUTE, GLOBAL_AUTH, HARMLESS, REFUSED_GUARDS, SNIPPETS, covered, guard_like
 from ingress.routing.global_guards import IGNORED, NO_GUARDS, GlobalGuards, read_global_guards
 from ingress.routing.policies.headers import HeaderChanges, header_changes, valid_field
 from ingress.routing.policies.limits import UNLIMITED, Limits
@@ -179,6 +179,8 @@ def read_nginx_config(config_maps: Mapping[tuple[str, str], ConfigMap], named: t
         reader = _READERS.get(key)
         if reader is None:
             refusal = _refusal(key, value)
+            if refusal is not None and refusal[0] == GLOBAL_AUTH and not dict(config_map.data).get("global-auth-url", "").strip():
+                continue  # without global-auth-url it covers nothing (reported with the other companions)
             if refusal is not None:
                 covers, why = refusal
                 closed.setdefault(covers, why)

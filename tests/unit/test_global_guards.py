@@ -122,6 +122,7 @@ def test_companions_without_the_url_are_reported_and_change_nothing() -> None:
     routes = _table({"global-auth-method": "POST", "global-auth-snippet": "x"})
     assert _policies(routes).external_auth is None and not _closed(routes)
     assert any(p.reason == "UnsupportedConfigKey" and "without global-auth-url" in p.message for p in routes.problems)
+    assert not any(p.reason == "UnenforcedGuard" for p in routes.problems)  # global-auth-snippet covers nothing here
 
 
 def test_global_source_ranges_and_the_annotations_that_replace_them() -> None:
