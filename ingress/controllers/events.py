@@ -51,7 +51,7 @@ class EventRecorder:
             "note": note[:1024],
             "type": type_,
             "regarding": {
-                "apiVersion": "v1" if kind == "Service" else "networking.k8s.io/v1",
+                "apiVersion": "v1" if kind in ("Service", "ConfigMap") else "networking.k8s.io/v1",
                 "kind": kind,
                 "namespace": about.namespace,
                 "name": about.name,

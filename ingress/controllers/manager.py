@@ -115,7 +115,8 @@ class ControllerManager(Service):
                 self.live.subscribe(self._gateway_table_changed)
             if self.live is not None:
                 events = EventRecorder(self._writer(PROBLEM_EVENTS), self.options.election.identity)
-                self._problem_events = IngressProblemEvents(events, self.source.store("Ingress"))
+                config_maps = self.source.store("ConfigMap") if self.source.watches("ConfigMap") else None
+                self._problem_events = IngressProblemEvents(events, self.source.store("Ingress"), config_maps)
                 self._add_loop(PROBLEM_EVENTS, self._problem_events)
                 self.live.subscribe(self._problems_changed)
         self._subscribe()
@@ -252,8 +253,8 @@ class ControllerManager(Service):
             for ref in self._gateway_status.keys():
                 self.loops[GATEWAY_STATUS].queue.add(ref)
         if PROBLEM_EVENTS in self.loops:
-            for key in self._problem_events.keys():
-                self.loops[PROBLEM_EVENTS].queue.add(key)
+            for problem_key in self._problem_events.keys():
+                self.loops[PROBLEM_EVENTS].queue.add(problem_key)
         self._enqueue_all_status()
 
     # -- leadership (election thread)

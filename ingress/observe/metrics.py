@@ -102,7 +102,20 @@ class Metrics:
         self.stream_listener_errors = Counter(
             "twingress_stream_listener_errors", "Stream listeners that failed to open, by protocol and port", ["protocol", "port"], registry=r
         )
+        self.skipped = Gauge(
+            "twingress_ingresses_skipped",
+            "Ingresses not served because their class is another's (IngressClass of another controller, unknown class, none), by reason",
+            ["reason"],
+            registry=r,
+        )
         self._problem_reasons: set[str] = set()
+        self._skip_reasons: set[str] = set()
+
+    def set_skipped(self, counts: dict[str, int]) -> None:
+        """Replace the skipped-Ingress gauge: reasons that went away drop to zero."""
+        for reason in self._skip_reasons | set(counts):
+            self.skipped.labels(reason).set(counts.get(reason, 0))
+        self._skip_reasons |= set(counts)
 
     def set_problems(self, reasons: list[str]) -> None:
         """Replace the problem gauge: reasons that went away drop to zero."""

@@ -143,6 +143,8 @@ class TableBuilder:
         self.metrics.build_seconds.observe(seconds)
         self.metrics.table_generation.set(table.generation)
         self.metrics.set_problems([p.reason for p in table.problems])
+        if table.class_skipped is not self.live.table.class_skipped:
+            self._report_skipped(self.live.table, table)
         previous = set(self.live.table.problems)
         for problem in table.problems:
             if problem not in previous:  # each problem is logged once, when it appears
@@ -157,6 +159,24 @@ class TableBuilder:
             ms=seconds * 1000,
             how=f" ({how})" if (how := getattr(self.build, "last_path", "")) else "",
         )
+
+    def _report_skipped(self, old: RoutingTable, new: RoutingTable) -> None:
+        """
+        The Ingresses of other classes, counted by why, logged when that changes (and at start): a
+        class kept from ingress-nginx's chart must not look like "0 hosts, 0 problems".
+        """
+        summary = new.skipped_summary()
+        if summary == old.skipped_summary():
+            return
+        by_reason: dict[str, int] = {}
+        for (reason, _), count in summary.items():
+            by_reason[reason] = by_reason.get(reason, 0) + count
+        self.metrics.set_skipped(by_reason)
+        if not summary:
+            log.info("no Ingress is skipped for its class any more")
+            return
+        reasons = "; ".join(f"{count}: {message}" for (_, message), count in sorted(summary.items(), key=lambda item: -item[1]))
+        log.warn("{count} Ingresses skipped, not served by twingress: {reasons}", count=len(new.class_skipped), reasons=reasons)
 
     def _failed(self, failure: Failure) -> None:
         self.metrics.source_errors.labels("build").inc()

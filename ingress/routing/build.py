@@ -47,7 +47,7 @@ from ingress.routing.policies import Canary, Policies, Redirect
 from ingress.routing.policies.affinity import upstream_tag
 from ingress.routing.policies.clientauth import ClientAuth
 from ingress.routing.resolutions import IngressResolutions
-from ingress.routing.selection import select_ingresses
+from ingress.routing.selection import select_and_skip
 from ingress.routing.streams import build_streams
 from ingress.routing.table import HostRoutes, Route, RoutingTable, Upstream
 
@@ -79,7 +79,7 @@ def build(
     C{cleartext_http2} says HTTP/2 with prior knowledge is served on the HTTP listener (GRPCRoutes may attach there).
     """
     config, config_problems = read_nginx_config(state.config_maps, nginx_configmap) if nginx_configmap else (TWINGRESS_DEFAULTS, [])
-    ingresses = select_ingresses(state, class_name=class_name, controller_name=controller_name)
+    ingresses, skipped = select_and_skip(state, class_name=class_name, controller_name=controller_name)
     annotations = {ingress.ref: read_annotations(ingress, nginx_annotations) for ingress in ingresses}
     valid = tuple(ingress for ingress in ingresses if not annotations[ingress.ref].invalid)
     served = tuple(ingress for ingress in valid if not annotations[ingress.ref].canary)
@@ -125,6 +125,8 @@ def build(
         stream_conditions=streams.conditions,
         trust=config.trust,
         listener=config.listener,
+        blocked=config.guards.block,
+        class_skipped=skipped,
         gateway_ports={port: port_table(routes, generation, state.secrets, config, default_certificate) for port, routes in gateway.own_ports.items()},
     )
 

@@ -185,7 +185,17 @@ def _spliced(
         passthrough=passthrough,
         certificates=certificates,
         problems=_problems(previous.problems, sub.problems, refs, source_problems),
+        class_skipped=_skipped(previous.class_skipped, sub.class_skipped, refs),
     )
+
+
+def _skipped(previous: Mapping[ObjectRef, _V], built: Mapping[ObjectRef, _V], refs: frozenset[ObjectRef]) -> Mapping[ObjectRef, _V]:
+    """The previous skipped Ingresses with the group's taken from the group build (the previous mapping itself when they did not change)."""
+    if all(previous.get(ref) == built.get(ref) for ref in refs):
+        return previous
+    kept = {ref: why for ref, why in previous.items() if ref not in refs}
+    kept.update((ref, why) for ref, why in built.items() if ref in refs)
+    return kept
 
 
 def _replaced(before: Mapping[str, _V], after: Mapping[str, _V], keys: frozenset[str]) -> Optional[Mapping[str, _V]]:

@@ -7,9 +7,11 @@ the HTTP to HTTPS redirect and its code, HSTS, the body size limit and the
 upstream timeouts.  A key the ConfigMap leaves out has ingress-nginx's default,
 not twingress's: a ConfigMap named on the command line means "behave as
 ingress-nginx did" (so HSTS is on for TLS hosts, and bodies are limited to 1m).
-Every other key is reported once (log, C{twingress_object_problems}):
-C{UnsupportedConfigKey} for ingress-nginx keys twingress does not implement,
-C{UnknownConfigKey} for the rest; C{allow-snippet-annotations} is always false.
+Its guards (source ranges, block-cidrs, global auth) are L{ingress.routing.global_guards};
+what happens to each key is the table of L{ingress.routing.config_keys}: a guard twingress
+cannot enforce closes the routes it covers (C{UnenforcedGuard}), every other key it does not
+implement is reported once (log, C{twingress_object_problems}): C{UnsupportedConfigKey} for
+ingress-nginx keys, C{UnknownConfigKey} for the rest; C{allow-snippet-annotations} is always false.
 Source: docs/user-guide/nginx-configuration/configmap.md.
 """
 
@@ -23,11 +25,15 @@ from typing import Optional
 from ingress.model import ConfigMap, ObjectRef, Problem
 from ingress.routing.annotations import values
 from ingress.routing.annotations.values import InvalidValue
+from ingress.routing.config_keys import ENFORCED_GUARDS, EVERY_ROUTE, GLOBAL_AUTH, HARMLESS, REFUSED_GUARDS, SNIPPETS, covered, guard_like
+from ingress.routing.global_guards import IGNORED, NO_GUARDS, GlobalGuards, read_global_guards
 from ingress.routing.policies.headers import HeaderChanges, header_changes, valid_field
 from ingress.routing.policies.limits import UNLIMITED, Limits
 from ingress.routing.policies.trust import ForwardedTrust
+from ingress.routing.snippets import guarding_directive
 
 INVALID, UNSUPPORTED, UNKNOWN = "InvalidConfigKey", "UnsupportedConfigKey", "UnknownConfigKey"
+UNENFORCED = "UnenforcedGuard"  # a guard twingress cannot enforce as written: the routes it covers answer 503
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +52,7 @@ class NginxConfig:
     listener: Optional[ListenerSettings] = None
     limit_req_status: int = 503  # limit-req-status-code: the answer to a request over a rate limit
     limit_conn_status: int = 503  # limit-conn-status-code: the answer to a request over limit-connections
+    guards: GlobalGuards = field(default_factory=GlobalGuards)  # block-cidrs, source ranges, global auth, and what they close
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +77,7 @@ INGRESS_NGINX_LISTENER = ListenerSettings(75.0, 1000, 320, 60.0, "1.2", "", "")
 """ingress-nginx's defaults for these keys (ssl-ciphers: its list is left to --tls-ciphers, which is as strict)."""
 
 
-TWINGRESS_DEFAULTS = NginxConfig(ssl_redirect=True, force_ssl_redirect=False, redirect_code=308, hsts="", limits=Limits())
+TWINGRESS_DEFAULTS = NginxConfig(ssl_redirect=True, force_ssl_redirect=False, redirect_code=308, hsts="", limits=Limits(), guards=NO_GUARDS)
 """Without --nginx-configmap: twingress's own defaults (no HSTS, the listener's limits)."""
 
 _READERS: Mapping[str, Callable[[str], object]] = {
@@ -163,14 +170,23 @@ def read_nginx_config(config_maps: Mapping[tuple[str, str], ConfigMap], named: t
     problems = [Problem(ref, INVALID, message) for message in config_map.invalid]
     read: dict[str, object] = {}
     invalid: set[str] = set()
+    guard_data: dict[str, str] = {}
+    closed: dict[str, str] = {}
     for key, value in config_map.data:
+        if key in ENFORCED_GUARDS:
+            guard_data[key] = value
+            continue
         reader = _READERS.get(key)
         if reader is None:
-            reason = UNSUPPORTED if key in INGRESS_NGINX_KEYS else UNKNOWN
-            what = "is not supported by twingress" if reason == UNSUPPORTED else "is not an ingress-nginx ConfigMap key"
-            if key in _ON_THE_COMMAND_LINE:
-                what = f"is a listener setting in twingress: {_ON_THE_COMMAND_LINE[key]} on the command line"
-            problems.append(Problem(ref, reason, f"{key} {what}; it is ignored"))
+            refusal = _refusal(key, value)
+            if refusal is not None and refusal[0] == GLOBAL_AUTH and not dict(config_map.data).get("global-auth-url", "").strip():
+                continue  # without global-auth-url it covers nothing (reported with the other companions)
+            if refusal is not None:
+                covers, why = refusal
+                closed.setdefault(covers, why)
+                problems.append(Problem(ref, UNENFORCED, f"{why}; {covered(covers)} answer 503"))
+            else:
+                problems.append(_not_read(ref, key))
             continue
         try:
             read[key] = reader(value)
@@ -180,12 +196,46 @@ def read_nginx_config(config_maps: Mapping[tuple[str, str], ConfigMap], named: t
                 problems.append(Problem(ref, INVALID, f"{key}: {value!r} {error}; no forwarding header is trusted"))
             else:
                 problems.append(Problem(ref, INVALID, f"{key}: {value!r} {error}; ingress-nginx's default applies"))
+    guards, guard_problems = read_global_guards(guard_data, closed)
+    problems += [Problem(ref, UNSUPPORTED if kind == IGNORED else UNENFORCED, message) for kind, message in guard_problems]
     if read.pop("allow-snippet-annotations", False):
         problems.append(Problem(ref, UNSUPPORTED, "allow-snippet-annotations is always false in twingress: snippets are never executed"))
     config = _config(read, "proxy-real-ip-cidr" in invalid)
     request_headers = _headers(config_maps, read.get("proxy-set-headers"), named, "proxy-set-headers", problems)
     response_headers = _headers(config_maps, read.get("add-headers"), named, "add-headers", problems)
-    return replace(config, request_headers=request_headers, response_headers=response_headers), problems
+    return replace(config, request_headers=request_headers, response_headers=response_headers, guards=guards), problems
+
+
+def _refusal(key: str, value: str) -> Optional[tuple[str, str]]:
+    """
+    What a key twingress does not read closes, and why (L{ingress.routing.config_keys}), or None
+    when it closes nothing: a refused guard, a snippet that might guard, an ingress-nginx key
+    nobody classified, a key unknown to ingress-nginx whose name looks like a guard's.
+    """
+    if key in REFUSED_GUARDS:
+        covers, why = REFUSED_GUARDS[key]
+        return covers, f"{key}: {why}"
+    if key in SNIPPETS:
+        directive = guarding_directive(value)
+        return (EVERY_ROUTE, f"{key} is never executed, and it may guard access ({directive})") if directive else None
+    if key in HARMLESS or key in _ON_THE_COMMAND_LINE:
+        return None
+    if key in INGRESS_NGINX_KEYS:
+        return EVERY_ROUTE, f"{key} is an ingress-nginx key twingress has not classified as harmless"
+    if guard_like(key):
+        return EVERY_ROUTE, f"{key} is not an ingress-nginx ConfigMap key, and its name looks like a guard's (a typo?)"
+    return None
+
+
+def _not_read(ref: ObjectRef, key: str) -> Problem:
+    """The report of a key that is not read and closes nothing."""
+    if key in SNIPPETS:
+        return Problem(ref, UNSUPPORTED, f"{key} is never executed (its directives only shape header fields and buffers); it is ignored")
+    if key in _ON_THE_COMMAND_LINE:
+        return Problem(ref, UNSUPPORTED, f"{key} is a listener setting in twingress: {_ON_THE_COMMAND_LINE[key]} on the command line; it is ignored")
+    if key in HARMLESS:
+        return Problem(ref, UNSUPPORTED, f"{key} {HARMLESS[key]}")
+    return Problem(ref, UNKNOWN, f"{key} is not an ingress-nginx ConfigMap key; it is ignored")
 
 
 def _headers(

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Optional, TypeVar
 from ingress.model import ObjectRef, Problem
 from ingress.routing.certs import EMPTY_CERTIFICATES, CertificateTable
 from ingress.routing.nginx_config import ListenerSettings
+from ingress.routing.policies.block import GlobalBlock
 from ingress.routing.policies.trust import ForwardedTrust
 from ingress.routing.route import Route, Upstream
 from ingress.routing.streams import StreamCondition, StreamRoute, streams_json
@@ -85,6 +86,9 @@ class RoutingTable:
     stream_conditions: Mapping[ObjectRef, tuple[StreamCondition, ...]] = field(default_factory=dict)  # for status
     trust: Optional[ForwardedTrust] = None  # forwarding headers believed (ingress-nginx ConfigMap); None: none
     listener: Optional[ListenerSettings] = None  # connection settings of the ingress-nginx ConfigMap; None: the command line's
+    blocked: Optional[GlobalBlock] = None  # the ConfigMap's block-cidrs, -user-agents, -referers: refused (403) before anything else
+    # Ingresses of other classes or controllers: why each is not served (reason, message), for the log, metric and /debug/routes
+    class_skipped: Mapping[ObjectRef, tuple[str, str]] = field(default_factory=dict)
     # Gateway API: wildcard hostnames cover any number of labels (Ingress wildcards: exactly one), longest suffix first.
     deep_wildcards: Mapping[str, HostRoutes] = field(default_factory=dict)
     gateway_status: Optional[GatewayAPIStatus] = None  # what the Lease holder writes to Gateway API objects
@@ -95,6 +99,13 @@ class RoutingTable:
     # Gateway API listeners on ports of their own (not --http/--https): port → the table of that port alone
     # (its hosts, certificates; everything else as here).  Their stream route (C{serves}) opens the port.
     gateway_ports: Mapping[int, RoutingTable] = field(default_factory=dict)
+
+    def skipped_summary(self) -> dict[tuple[str, str], int]:
+        """How many Ingresses are skipped for each (reason, message)."""
+        counts: dict[tuple[str, str], int] = {}
+        for why in self.class_skipped.values():
+            counts[why] = counts.get(why, 0) + 1
+        return counts
 
     def passthrough_for(self, host: str) -> Optional[Upstream]:
         """
@@ -192,6 +203,11 @@ class RoutingTable:
             **({"tlsTerminated": {h: u.key for h, u in sorted(self.tls_terminated.items())}} if self.tls_terminated else {}),
             **streams_json(self.streams, self.stream_conditions),
             "problems": [problem_json(p) for p in self.problems],
+            **({"globalBlock": self.blocked.to_json()} if self.blocked is not None else {}),
+            "skippedIngresses": {
+                "count": len(self.class_skipped),
+                "reasons": [{"reason": r, "message": m, "ingresses": n} for (r, m), n in sorted(self.skipped_summary().items())],
+            },
             **({"gatewayAPI": self.gateway_status.to_json()} if self.gateway_status is not None else {}),
             **({"gatewayPorts": {str(port): _port_json(table.to_json()) for port, table in sorted(self.gateway_ports.items())}} if self.gateway_ports else {}),
         }

@@ -39,7 +39,7 @@ def test_nginx_annotations_become_warning_events_and_apply_live(kube: Kube, name
     proxy = start_controller(twingress, namespace, "--publish-status-address", "192.0.2.71")
     host = host_for(namespace, "moved")
     body = kube.ingress_body(namespace, "moved", host, "web")
-    body["metadata"]["annotations"] = {"nginx.ingress.kubernetes.io/proxy-buffering": "on", "nginx.ingress.kubernetes.io/server-snippet": "return 200;"}
+    body["metadata"]["annotations"] = {"nginx.ingress.kubernetes.io/proxy-buffering": "on", "nginx.ingress.kubernetes.io/server-snippet": "more_set_headers 'X-Edge: 1';"}
     kube.networking.create_namespaced_ingress(namespace, body)
     wait_until(
         lambda: len(events_about(kube, namespace, "moved", "UnsupportedAnnotation")) == 2,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.kube.controller_support import start_controller, wait_event
 from tests.kube.twingress import host_for, wait_until
 
 pytestmark = pytest.mark.kube
@@ -33,3 +34,28 @@ def test_the_configmap_and_the_maps_it_names_apply_live(kube, namespace, echo, t
     wait_until(lambda: "x-frame-options" not in proxy.get(host).headers, what="no header field once add-headers is gone")
     problems = {(p["object"], p["reason"]) for p in proxy.routes()["problems"]}
     assert (f"ConfigMap/{namespace}/ingress-nginx-controller", "UnsupportedConfigKey") in problems
+
+
+def test_a_global_guard_it_cannot_enforce_closes_and_warns_on_the_configmap(kube, namespace, echo, twingress):
+    """
+    configmap.md "global-auth-url" with a "global-auth-method" ingress-nginx would refuse: every route
+    global auth covers answers 503 (never 200 unauthenticated), the reason is in /debug/routes, and the
+    Lease holder records a Warning Event on the ConfigMap; fixing the key opens the route's guard as written.
+    """
+    core = kube.core
+    data = {"global-auth-url": "http://127.0.0.1:9/auth", "global-auth-method": "FETCH"}
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "ingress-nginx-controller"}, "data": data})
+    pod = echo("pod-a")
+    host = host_for(namespace, "web")
+    kube.backend(namespace, "web", [pod])
+    kube.create_ingress(namespace, "web", host, "web")
+    proxy = start_controller(twingress, namespace, "--nginx-configmap", f"{namespace}/ingress-nginx-controller")
+
+    proxy.wait_status(host, 503)
+    assert "global-auth-method" in proxy.route(host)["policies"]["deny"]["reason"]  # type: ignore[index]
+    event = wait_event(kube, namespace, "ingress-nginx-controller", "UnenforcedGuard")
+    assert (event["type"], event["regarding"]["kind"], event["regarding"]["apiVersion"]) == ("Warning", "ConfigMap", "v1")
+    assert "global-auth-method" in event["note"] and "503" in event["note"]
+
+    core.patch_namespaced_config_map("ingress-nginx-controller", namespace, {"data": {"global-auth-method": "GET"}})
+    proxy.wait_status(host, 500)  # the auth service at 127.0.0.1:9 does not answer: nginx's auth_request says 500

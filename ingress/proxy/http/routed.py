@@ -22,6 +22,7 @@ from ingress.proxy.http.forwarding import ForwardedFor, request_head_bytes
 from ingress.proxy.http.policy import canary_route, https_location, local_answer, upstream_head
 from ingress.proxy.http.target import host_and_path, routing_host
 from ingress.routing.policies import Limits
+from ingress.routing.policies.block import GlobalBlock
 from ingress.routing.route import Route
 from ingress.routing.table import RoutingTable
 
@@ -53,6 +54,12 @@ class Routed:
 
 def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, redirect_port: Optional[int]) -> Routed:
     """Route C{head} against C{table} and apply its route's policies, in their fixed order."""
+    if table.blocked is not None:  # ingress-nginx's global filters: block-cidrs, block-user-agents, block-referers
+        refused = _blocked(table.blocked, head, forwarded.ip)
+        if refused:
+            blocked = Routed(403)
+            blocked.denied = refused
+            return blocked
     if head.method == b"CONNECT":
         return Routed(405, refused=True, detail="CONNECT is not proxied")
     try:
@@ -75,7 +82,10 @@ def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, r
         return routed
     answer = local_answer(policies, forwarded.scheme, host, path, head.target)
     if answer is not None:
-        return Routed(answer[0], answer[1], route)
+        local = Routed(answer[0], answer[1], route)
+        if policies.deny is not None:
+            local.denied = "closed"  # a guard twingress cannot enforce closed the route
+        return local
     fields = b""
     if policies.cors is not None:
         fields = policies.cors.fields_for(field_value(head.block, b"origin"))
@@ -105,3 +115,14 @@ def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, r
     if policies.error_pages is not None and policies.error_pages.fallback:  # ingress-nginx's custom-default-backend upstream
         routed.head_bytes = fallback_head(policies.error_pages, routed.head_bytes, head)
     return routed
+
+
+def _blocked(block: GlobalBlock, head: h1.Head, ip: str) -> str:
+    """Which global filter refuses the request, or ""; the fields are read only when a filter needs them."""
+    user_agent = field_value(head.block, b"user-agent") if block.user_agents else None
+    referer = field_value(head.block, b"referer") if block.referers else None
+    return block.refuses(
+        ip,
+        user_agent.decode("latin-1") if user_agent is not None else None,
+        referer.decode("latin-1") if referer is not None else None,
+    )

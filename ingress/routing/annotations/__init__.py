@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ingress.model import Ingress, Problem
-from ingress.routing.annotations.keys import ACCESS_GUARDS, ENFORCED_GUARDS, KEYS, is_snippet
+from ingress.routing.annotations.keys import ACCESS_GUARDS, ENFORCED_GUARDS, HARMLESS, KEYS, SNIPPETS, guard_like, is_snippet
 from ingress.routing.annotations.values import InvalidValue
+from ingress.routing.snippets import guarding_directive
 
 PREFIX = "twingress.io/"
 NGINX_PREFIX = "nginx.ingress.kubernetes.io/"
@@ -110,8 +111,9 @@ def read_annotations(ingress: Ingress, nginx: bool = True) -> IngressAnnotations
             known = ", ".join(PREFIX + k for k in sorted(KEYS))
             problems.append(Problem(ingress.ref, UNKNOWN, f"{key} is not a twingress annotation (known: {known}); it is ignored"))
         else:
-            problems.append(Problem(ingress.ref, UNSUPPORTED, _unsupported(key, name)))
-            if name in ACCESS_GUARDS:
+            guard = _unenforced_guard(name, value)
+            problems.append(Problem(ingress.ref, UNSUPPORTED, _unsupported(key, name, guard)))
+            if guard:
                 unguarded.append(key)
     for key, reason in _cross_checks(found):
         invalid = True
@@ -136,9 +138,30 @@ def _name(key: str, nginx: bool) -> tuple[Optional[str], bool]:
     return None, False
 
 
-def _unsupported(key: str, name: str) -> str:
-    if is_snippet(name):
-        return f"{key} is never executed: twingress runs no nginx configuration from Ingresses (snippets were the attack surface of CVE-2025-1974)"
+def _unenforced_guard(name: str, value: str) -> str:
+    """
+    Why an ingress-nginx key twingress does not read closes the Ingress's routes ("" when it does not),
+    from the table of L{ingress.routing.annotations.keys}: a refused guard, a snippet that might guard
+    access, a key it does not know whose name looks like a guard's.
+    """
     if name in ACCESS_GUARDS:
-        return f"{key} is not enforced by twingress yet: the Ingress's routes answer 503 rather than serve unguarded"
+        return "an access guard twingress does not enforce"
+    if name in SNIPPETS:
+        directive = guarding_directive(value)
+        return f"it may guard access ({directive})" if directive else ""
+    if name in HARMLESS:
+        return ""
+    if guard_like(name):
+        return "a key twingress does not know, whose name looks like a guard's"
+    return ""
+
+
+def _unsupported(key: str, name: str, guard: str) -> str:
+    if is_snippet(name):
+        closes = f"; {guard}: the Ingress's routes answer 503" if guard else " (its directives only shape fields and buffers); it is ignored"
+        return f"{key} is never executed: twingress runs no nginx configuration from Ingresses (snippets were the attack surface of CVE-2025-1974){closes}"
+    if guard:
+        return f"{key} is not enforced by twingress ({guard}): the Ingress's routes answer 503 rather than serve unguarded"
+    if name in HARMLESS:
+        return f"{key} {HARMLESS[name]}"
     return f"{key} is not supported by twingress; it is ignored"

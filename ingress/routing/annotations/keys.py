@@ -142,17 +142,46 @@ KEYS: Mapping[str, Key] = {
     "whitelist-source-range": Key(values.networks),
     "allowlist-source-range": Key(values.networks),
     "denylist-source-range": Key(values.networks),
+    # Global external auth (ingress-nginx ConfigMap "global-auth-url": "each service can be excluded ... via annotation enable-global-auth")
+    "enable-global-auth": Key(values.boolean),
 }
 """Every key twingress reads, by its name without prefix."""
 
-ACCESS_GUARDS: frozenset[str] = frozenset()
-"""ingress-nginx keys that restrict who reaches a backend: not enforced yet, so their routes answer 503."""
+ACCESS_GUARDS: frozenset[str] = frozenset({"auth-snippet", "modsecurity-snippet"})
+"""ingress-nginx keys that restrict who reaches a backend and twingress does not enforce: their routes answer 503."""
+
+SNIPPETS = frozenset({"configuration-snippet", "server-snippet", "stream-snippet"})
+"""Raw nginx configuration, never executed: harmless when its directives only shape fields (L{ingress.routing.snippets}), else a guard."""
+
+HARMLESS: Mapping[str, str] = {
+    **{
+        name: "is not supported by twingress; it is ignored"
+        for name in """client-body-buffer-size connection-proxy-header custom-headers enable-access-log enable-opentelemetry
+        enable-rewrite-log http2-push-preload mirror-host mirror-request-body mirror-target
+        opentelemetry-trust-incoming-span proxy-buffer-size proxy-buffering proxy-buffers-number proxy-busy-buffers-size
+        proxy-cookie-domain proxy-cookie-path proxy-http-version proxy-max-temp-file-size proxy-redirect-from
+        proxy-redirect-to proxy-request-buffering ssl-ciphers ssl-prefer-server-ciphers limit-rate limit-rate-after
+        modsecurity-transaction-id""".split()
+    },
+    "enable-modsecurity": "is not supported by twingress (ModSecurity's default mode only detects; modsecurity-snippet, which closes the routes, is what blocks); it is ignored",
+    "enable-owasp-core-rules": "is not supported by twingress (the Core Rule Set only detects unless modsecurity-snippet turns SecRuleEngine On, which closes the routes); it is ignored",
+    "satisfy": "is not supported by twingress: every guard of the route must pass (satisfy all), which is stricter; it is ignored",
+}
+"""ingress-nginx keys twingress does not read whose absence opens nothing: reported, with why."""
+
+_GUARD_WORDS = ("auth", "allow", "deny", "whitelist", "blacklist", "block", "source-range", "cidr", "modsecurity", "waf", "snippet")
+
+
+def guard_like(name: str) -> bool:
+    """Whether an ingress-nginx key twingress does not know might be a guard (a newer one, a misspelt one): then its routes close."""
+    return any(word in name for word in _GUARD_WORDS)
 
 ENFORCED_GUARDS = frozenset(
     {"whitelist-source-range", "allowlist-source-range", "denylist-source-range", "auth-type", "auth-secret", "auth-secret-type"}
     | {"auth-url", "auth-method", "auth-signin", "auth-signin-redirect-param", "auth-response-headers", "auth-request-redirect"}
     | {"auth-proxy-set-headers", "auth-always-set-cookie", "auth-cache-key", "auth-cache-duration"}
     | {"auth-tls-secret", "auth-tls-verify-client", "auth-tls-verify-depth", "auth-tls-error-page", "auth-tls-pass-certificate-to-upstream", "auth-tls-match-cn"}
+    | {"enable-global-auth"}
 )
 """Access guards twingress enforces: a value it cannot read closes the route (503), never opens it."""
 

@@ -17,6 +17,8 @@ from typing import Optional
 
 from ingress.routing.annotations import IngressAnnotations
 from ingress.routing.annotations.values import HTTP2_BACKENDS
+from ingress.routing.config_keys import EVERY_ROUTE, GLOBAL_AUTH
+from ingress.routing.global_guards import GlobalGuards
 from ingress.routing.nginx_config import TWINGRESS_DEFAULTS, NginxConfig
 from ingress.routing.policies import EWMA, Affinity, BackendTLS, Deny, HashBy, Limits, Policies, Redirect, Retry, Rewrite, SourceRanges, cors
 from ingress.routing.policies.auth import BasicAuth
@@ -57,15 +59,19 @@ def route_policies(
         return None
     if annotations.unguarded:
         closed = "unenforced access guard: " + ", ".join(annotations.unguarded)
+    guards = config.guards
+    exempt = guards.exempt(path)  # no-auth-locations: no authentication at all (ingress-nginx's nginx.tmpl)
+    global_auth = not exempt and not annotations.text("auth-url") and annotations.flag("enable-global-auth", True)
+    closed = closed or _globally_closed(guards, annotations, global_auth)
     policies = Policies(
         deny=Deny(503, closed) if closed else None,
         redirect=_redirect(annotations),
         app_root=annotations.text("app-root"),
-        source_ranges=_source_ranges(annotations),
+        source_ranges=_source_ranges(annotations, guards),
         cors=_cors(annotations),
         rate_limit=rate,
-        basic_auth=None if closed else basic_auth,
-        external_auth=None if closed else external_auth,
+        basic_auth=None if closed or exempt else basic_auth,
+        external_auth=None if closed or exempt else (external_auth or (guards.auth if global_auth else None)),
         affinity=_affinity(annotations, path, regex),
         hash_by=_hash_by(annotations),
         load_balance=EWMA if (annotations.text("load-balance") or config.load_balance) == EWMA else "",
@@ -101,13 +107,37 @@ def route_rate_limit(annotations: IngressAnnotations, ingress: str, config: Ngin
     )
 
 
-def _source_ranges(annotations: IngressAnnotations) -> Optional[SourceRanges]:
-    """allowlist-source-range (or its old name whitelist-source-range) and denylist-source-range."""
-    allow = annotations.value("allowlist-source-range") or annotations.value("whitelist-source-range")
-    deny = annotations.value("denylist-source-range")
+def _source_ranges(annotations: IngressAnnotations, guards: GlobalGuards) -> Optional[SourceRanges]:
+    """
+    allowlist-source-range (or its old name whitelist-source-range) and denylist-source-range; each
+    list the Ingress leaves out is the ConfigMap's (ingress-nginx's ipallowlist and ipdenylist parsers
+    fall back to the ConfigMap's list when "the annotation is missing").
+    """
+    allow = annotations.value("allowlist-source-range") or annotations.value("whitelist-source-range") or guards.allow
+    deny = annotations.value("denylist-source-range") or guards.deny
     if not allow and not deny:
         return None
     return SourceRanges(allow if isinstance(allow, tuple) else (), deny if isinstance(deny, tuple) else ())
+
+
+def _globally_closed(guards: GlobalGuards, annotations: IngressAnnotations, global_auth: bool) -> str:
+    """
+    Why the ConfigMap closes this route ("" when it does not): a refused guard that covers every
+    route; an unreadable global source range the Ingress does not replace with its own; global auth
+    that cannot be enforced, on a route it would cover.
+    """
+    if not guards.closed:
+        return ""
+    closed = guards.closed
+    own_allow = "allowlist-source-range" in annotations.values or "whitelist-source-range" in annotations.values
+    reasons = [
+        closed.get(EVERY_ROUTE, ""),
+        "" if own_allow else closed.get("whitelist-source-range", ""),
+        "" if "denylist-source-range" in annotations.values else closed.get("denylist-source-range", ""),
+        closed.get(GLOBAL_AUTH, "") if global_auth else "",
+    ]
+    found = [reason for reason in reasons if reason]
+    return "ConfigMap guard not enforced: " + "; ".join(found) if found else ""
 
 
 def _cors(annotations: IngressAnnotations) -> Optional[Cors]:

@@ -37,4 +37,5 @@ def port_table(
         certificates=certificates,
         trust=config.trust,
         listener=config.listener,
+        blocked=config.guards.block,
     )
