@@ -222,7 +222,7 @@ class KubeNode:
             self._import(archive)
 
     def _import(self, archive: Path) -> None:
-        done = self.ctr("images", "import", "--local", "--no-unpack=false", str(archive))
+        done = self.ctr("images", "import", "--local", str(archive))
         if done.returncode != 0:
             raise ClusterStartError(f"ctr images import {archive} failed: {done.stderr.strip() or done.stdout.strip()}")
 

@@ -24,8 +24,7 @@ import pytest
 import yaml
 
 from tests.kube.node import KubeNode
-
-pytestmark = pytest.mark.kube
+from tests.kube.node_config import POD_GATEWAY
 
 ECHO_PORT = 8080
 TIMEOUT = 90.0
@@ -168,7 +167,9 @@ def test_host_network_pod_reaches_a_pod(kube_node: KubeNode, workload: tuple[str
     assert got["status"] == 200
     answer = json.loads(got["body"])
     assert (answer["pod"], answer["path"]) == (target["metadata"]["name"], "/from-host-network")
-    assert answer["remote"].rsplit(":", 1)[0] == kube_node.address  # it came from the node's own address
+    # From the node's network: its address on the pod bridge, and the pod has the node's IP.
+    assert answer["remote"].rsplit(":", 1)[0] == POD_GATEWAY
+    assert get_json(kube_node, "pod", "-n", namespace, "host-client")["status"]["podIP"] == kube_node.address
 
 
 def test_pod_reaches_apiserver_through_kubernetes_service(kube_node: KubeNode, workload: tuple[str, str]) -> None:
