@@ -39,12 +39,13 @@ BIN_DIR_ENV = "TWINGRESS_KUBE_BIN_DIR"
 POD_NETWORK_ADDRESS = "10.244.0.1"
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
-# The workload controllers and root-ca-cert-publisher (the kube-root-ca.crt ConfigMap that every
-# pod's ServiceAccount volume projects) serve the node (tests/kube/node.py); the tests' own
+# The workload controllers, root-ca-cert-publisher (the kube-root-ca.crt ConfigMap that every
+# pod's ServiceAccount volume projects) and nodelifecycle (it lifts the not-ready taint a kubelet
+# registers with) serve the node (tests/kube/node.py); the tests' own
 # Services have no selector, so the endpointslice controller leaves their slices alone.
 CONTROLLERS = (
     "garbagecollector,namespace,serviceaccount-token,serviceaccount,"
-    "deployment,replicaset,daemonset,endpointslice,root-ca-cert-publisher"
+    "deployment,replicaset,daemonset,endpointslice,root-ca-cert-publisher,nodelifecycle"
 )
 
 LOG_TAIL_LINES = 40

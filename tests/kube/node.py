@@ -281,8 +281,12 @@ class KubeNode:
             return json.load(response)
 
     def ready(self) -> bool:
-        conditions = self.node_object().get("status", {}).get("conditions") or []
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+        """Ready, and schedulable: the node-lifecycle controller has lifted the not-ready taint
+        that kubelet registers the Node with."""
+        node = self.node_object()
+        conditions = node.get("status", {}).get("conditions") or []
+        taints = node.get("spec", {}).get("taints") or []
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions) and not any(t["key"] == "node.kubernetes.io/not-ready" for t in taints)
 
     def _wait_ready(self) -> None:
         t = time.monotonic()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
 import json
 import os
 import secrets
@@ -23,10 +24,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.kube.node_config import NodePaths
+
 RUNS_DIR = Path("/run/twingress-node")
 CGROUP_PARENT = "twingress-node"
 CGROUP_MOUNTS_UNDER = "/sys/fs/cgroup"
 CONTAINER_LOG_LINKS = Path("/var/log/containers")  # kubelet's symlinks (a fixed path in kubelet)
+SHIM_SOCKETS = Path("/run/containerd/s")  # containerd's shim sockets (a fixed path in containerd)
+CNI_RESULTS = Path("/var/lib/cni/results")  # libcni's cache (a fixed path in containerd's CRI)
 MNT_DETACH = 2
 
 
@@ -204,14 +209,30 @@ def _remove_log_links(run: NodeRun) -> None:
                 link.unlink()
 
 
+def _remove_runtime_files(run: NodeRun) -> None:
+    """The shim sockets and CNI result files of the run's containers: a killed shim leaves its
+    socket, a pod killed without CNI DEL its results. The shim socket is named by the sha256 of
+    containerd's address/namespace/id (containerd's pkg/shim SocketAddress)."""
+    paths = NodePaths(run.workdir)
+    tasks = paths.containerd_state / "io.containerd.runtime.v2.task"
+    for task in tasks.glob("*/*") if tasks.is_dir() else []:
+        namespace, task_id = task.parent.name, task.name
+        digest = hashlib.sha256(os.path.join(str(paths.containerd_socket), namespace, task_id).encode()).hexdigest()
+        (SHIM_SOCKETS / digest).unlink(missing_ok=True)
+        for result in CNI_RESULTS.glob(f"*-{task_id}-*") if CNI_RESULTS.is_dir() else []:
+            result.unlink(missing_ok=True)
+
+
 def reclaim(run: NodeRun) -> None:
     """Take back everything RUN left on the host: its processes (SIGKILL), mounts, cgroups, the
-    kubelet's container log links and its record. Idempotent."""
+    shim sockets and CNI results of its containers, kubelet's container log links and its record.
+    Idempotent."""
     if not run.id or "/" in run.id:  # never let a bad record name the whole cgroup parent
         raise ValueError(f"bad node run id {run.id!r}")
     _kill_cgroup_processes(run)
     unmount_under(run.workdir)
     _remove_cgroups(run)
+    _remove_runtime_files(run)
     _remove_log_links(run)
     run.record.unlink(missing_ok=True)
 
