@@ -419,6 +419,10 @@ class KubeCluster:
             "--leader-elect=false",
             f"--service-account-private-key-file={directory / 'sa.key'}",
             f"--root-ca-file={self.ca_file}",
+            # nodelifecycle is there to lift the not-ready taint of the test node; the Nodes other
+            # tests create without a kubelet must never turn Unknown (their pods NotReady) mid-test.
+            "--node-monitor-grace-period=24h",
+            "--node-startup-grace-period=24h",
             "--profiling=false",
             *self._extra_controller_manager_args,
         ]
