@@ -8,13 +8,16 @@ tests take for granted, each checked once here.
 - a hostNetwork pod reaches a pod IP;
 - a pod reaches the apiserver through the ``kubernetes`` Service (10.96.0.1, kube-proxy's rules)
   and authenticates with its ServiceAccount token;
-- kubelet restarts a container that was killed, and the ReplicaSet replaces a deleted pod.
+- kubelet restarts a container that was killed, and the ReplicaSet replaces a deleted pod;
+- an image that only podman's store has is loaded onto the node and runs.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import os
+import subprocess
 import time
 import urllib.request
 import uuid
@@ -204,3 +207,20 @@ def test_killed_container_is_restarted_and_deleted_pod_replaced(kube_node: KubeN
 
     kube_node.kubectl("delete", "pod", "-n", namespace, name, "--wait=false")
     wait_for(lambda: len([p for p in echo_pods(kube_node, namespace) if p["metadata"]["name"] != name and is_ready(p)]) == 2, "a replacement pod, Ready")
+
+
+def test_image_loaded_from_podman_runs(kube_node: KubeNode, workload: tuple[str, str]) -> None:
+    """load_image(name) takes an image from podman's store (how the twingress image built by
+    podman reaches the node): a tag only podman has runs as a pod."""
+    namespace, _ = workload
+    tag = f"localhost/twingress-echo:loaded-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "CONTAINERS_CONF": str(kube_node.runtime_dir / "containers.conf")}
+    subprocess.run(["podman", "tag", kube_node.echo_image, tag], check=True, env=env, capture_output=True)
+    try:
+        kube_node.load_image(tag)
+    finally:
+        subprocess.run(["podman", "rmi", tag], env=env, capture_output=True)
+    target = echo_pods(kube_node, namespace)[0]
+    got = run_to_completion(kube_node, one_shot_pod("loaded", namespace, tag, [f"http://{target['status']['podIP']}:{ECHO_PORT}/loaded"]))
+    assert (got["status"], json.loads(got["body"])["path"]) == (200, "/loaded")
+    kube_node.ctr("images", "rm", tag)
