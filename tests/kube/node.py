@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -263,8 +264,6 @@ class KubeNode:
 
     @staticmethod
     def _healthy(url: str, insecure: bool = False) -> bool:
-        import ssl
-
         context = None
         if insecure:
             context = ssl.create_default_context()
