@@ -39,9 +39,12 @@ run-gateway: $(STAMP)
 system-packages:
 	testenv/system-packages.sh
 
-testenv:
+# The control plane and node binaries, the Gateway API CRDs, and the test node's containerd and
+# images (testenv/node.sh builds the images with podman: system-packages first).
+testenv: system-packages
 	testenv/build.sh
 	testenv/gateway-api.sh
+	testenv/node.sh
 
 $(WHEELHOUSE)/.stamp: $(STAMP) setup.cfg pyproject.toml
 	$(PY) -m pip wheel -q --wheel-dir $(WHEELHOUSE) 'setuptools>=68' wheel .

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Install the Debian packages the tests and benchmarks use, when any is missing:
 # curl and openssl (real clients), iproute2 + util-linux (the tests' network namespace),
-# nginx and wrk (benchmarks' reference), socat (stream tests), h2load (nghttp2-client: HTTP/2 tests and benchmarks).
+# nginx and wrk (benchmarks' reference), socat (stream tests), h2load (nghttp2-client: HTTP/2 tests and benchmarks),
+# and for the test node (tests/kube/node.py): runc (containerd's runtime; crun refuses this machine's
+# cgroup v1 hierarchies), podman (builds the images), iptables and conntrack (kube-proxy), and the
+# reference CNI plugins (containernetworking-plugins: bridge, host-local, loopback, portmap).
 # Idempotent and quick when everything is present; needs root (or sudo) only to install.
 set -euo pipefail
 
 need=()
-for pair in curl:curl h2load:nghttp2-client openssl:openssl ip:iproute2 unshare:util-linux nginx:nginx wrk:wrk socat:socat taskset:util-linux; do
+for pair in curl:curl h2load:nghttp2-client openssl:openssl ip:iproute2 unshare:util-linux nginx:nginx wrk:wrk socat:socat taskset:util-linux \
+            runc:runc podman:podman iptables:iptables conntrack:conntrack /usr/lib/cni/bridge:containernetworking-plugins; do
     cmd=${pair%%:*}; pkg=${pair#*:}
     command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || need+=("$pkg")
 done

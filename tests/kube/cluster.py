@@ -39,7 +39,14 @@ BIN_DIR_ENV = "TWINGRESS_KUBE_BIN_DIR"
 POD_NETWORK_ADDRESS = "10.244.0.1"
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
-CONTROLLERS = "garbagecollector,namespace,serviceaccount-token,serviceaccount"
+# The workload controllers, root-ca-cert-publisher (the kube-root-ca.crt ConfigMap that every
+# pod's ServiceAccount volume projects) and nodelifecycle (it lifts the not-ready taint a kubelet
+# registers with) serve the node (tests/kube/node.py); the tests' own
+# Services have no selector, so the endpointslice controller leaves their slices alone.
+CONTROLLERS = (
+    "garbagecollector,namespace,serviceaccount-token,serviceaccount,"
+    "deployment,replicaset,daemonset,endpointslice,root-ca-cert-publisher,nodelifecycle"
+)
 
 LOG_TAIL_LINES = 40
 
@@ -146,6 +153,9 @@ class KubeCluster:
         self._apiserver: Component | None = None
         self._controller_manager: Component | None = None
         self.startup_seconds: dict[str, float] = {}
+        # The CA's (key, certificate), kept in memory only: tests/kube/node.py signs the node's
+        # credentials with it.
+        self.ca: tuple | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -274,7 +284,7 @@ class KubeCluster:
 
     def _generate_credentials(self) -> None:
         directory = self.pki_dir
-        ca = pki.certificate(pki.name("twingress-test-ca"))
+        ca = self.ca = pki.certificate(pki.name("twingress-test-ca"))
         server = ExtendedKeyUsageOID.SERVER_AUTH
         client = ExtendedKeyUsageOID.CLIENT_AUTH
         # With --use-service-account-credentials=false every controller acts as the
@@ -291,6 +301,10 @@ class KubeCluster:
             "admin": pki.certificate(pki.name("twingress-test-admin", "system:masters"), ca, usage=client),
             "controller-manager": pki.certificate(
                 pki.name("system:kube-controller-manager", "system:masters"), ca, usage=client
+            ),
+            # The apiserver's client identity towards kubelets (logs, exec, port-forward).
+            "apiserver-kubelet-client": pki.certificate(
+                pki.name("kube-apiserver-kubelet-client", "system:masters"), ca, usage=client
             ),
         }.items():
             pki.write(directory / f"{stem}.crt", pki.pem_cert(cert))
@@ -376,6 +390,9 @@ class KubeCluster:
             f"--tls-cert-file={directory / 'apiserver.crt'}",
             f"--tls-private-key-file={directory / 'apiserver.key'}",
             f"--client-ca-file={self.ca_file}",
+            f"--kubelet-client-certificate={directory / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={directory / 'apiserver-kubelet-client.key'}",
+            "--kubelet-preferred-address-types=InternalIP",
             "--authorization-mode=Node,RBAC",
             f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
             f"--service-account-key-file={directory / 'sa.pub'}",
@@ -402,6 +419,10 @@ class KubeCluster:
             "--leader-elect=false",
             f"--service-account-private-key-file={directory / 'sa.key'}",
             f"--root-ca-file={self.ca_file}",
+            # nodelifecycle is there to lift the not-ready taint of the test node; the Nodes other
+            # tests create without a kubelet must never turn Unknown (their pods NotReady) mid-test.
+            "--node-monitor-grace-period=24h",
+            "--node-startup-grace-period=24h",
             "--profiling=false",
             *self._extra_controller_manager_args,
         ]

@@ -5,6 +5,9 @@ the binaries that ``testenv/build.sh`` builds. When they are missing, tests that
 skipped, or fail when TWINGRESS_REQUIRE_KUBE=1 (as ``make test`` should set). Tests that use
 it are marked ``kube`` automatically (``-m "not kube"`` deselects them).
 
+``kube_node`` (session scope) joins a real node to it (tests/kube/node.py: containerd, kubelet,
+kube-scheduler, kube-proxy, CNI bridge); tests that use it are marked ``node`` too.
+
 Run the tests inside ``testenv/netns-run`` so that the pod-like addresses 10.244.0.N exist.
 """
 
@@ -24,6 +27,7 @@ from typing import Optional
 import pytest
 
 from tests.kube import cluster
+from tests.kube import node as kube_node_module
 from tests.kube.api import Kube
 from tests.kube.gateway_support import CONTROLLER as GATEWAY_CONTROLLER
 from tests.kube.gateway_support import GROUP, VERSION, GatewayAPI
@@ -37,8 +41,11 @@ REQUIRE_ENV = "TWINGRESS_REQUIRE_KUBE"
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if "kube_cluster" in getattr(item, "fixturenames", ()):
+        names = getattr(item, "fixturenames", ())
+        if "kube_cluster" in names:
             item.add_marker(pytest.mark.kube)
+        if "kube_node" in names:
+            item.add_marker(pytest.mark.node)
 
 
 def _unavailable(message: str):
@@ -80,6 +87,34 @@ def kube_cluster(tmp_path_factory):
     finally:
         control_plane.stop()
         shutil.rmtree(control_plane.etcd_data_dir, ignore_errors=True)  # logs and pki stay
+
+
+@pytest.fixture(scope="session")
+def kube_node(kube_cluster, tmp_path_factory) -> Iterator[kube_node_module.KubeNode]:
+    """A real node joined to ``kube_cluster`` and Ready: a ``node.KubeNode`` (``kubectl()``,
+    ``apply()``, ``load_image()``, ``address``, ``name``, ``pod_cidr``, ``echo_image``, ...).
+    Containerd, kubelet, kube-scheduler and kube-proxy run in the test network namespace; see
+    tests/kube/node.py and testenv/README.md for what the machine must have."""
+    try:
+        runtime_dir = kube_node_module.node_dir()
+    except (OSError, subprocess.CalledProcessError) as e:
+        _unavailable(f"cannot locate the test node's runtime with testenv/node.sh: {e}")
+    lacking = kube_node_module.missing(kube_cluster.bin_dir, runtime_dir)
+    if lacking:
+        _unavailable(f"the test node cannot start here, it lacks: {'; '.join(lacking)}")
+    node = kube_node_module.KubeNode(kube_cluster, runtime_dir, tmp_path_factory.mktemp("node"), os.environ[kube_node_module.NODE_IP_ENV])
+    try:
+        node.start()
+    except (cluster.ClusterStartError, OSError) as e:
+        # The machine has what the node needs on paper, and still it did not come up (a kernel
+        # or cgroup setup it was not made for): a skip that says why, a failure in CI.
+        print(e, file=sys.stderr)
+        _unavailable(f"the test node did not start (logs in {kube_cluster.log_dir}): {e}")
+    kube_node_module.print_startup(node)
+    try:
+        yield node
+    finally:
+        node.stop()
 
 
 @pytest.fixture

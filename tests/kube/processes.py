@@ -14,6 +14,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 LOG_TAIL_LINES = 40
@@ -48,12 +49,16 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
 
 
 class Component:
-    """One child process whose output goes to a log file (appended across restarts)."""
+    """One child process whose output goes to a log file (appended across restarts).
+    C{preexec} runs in the child before exec, after the parent-death signal is set (the node's
+    containerd joins its cgroup there)."""
 
-    def __init__(self, name: str, argv: list[str], log_path: Path):
+    def __init__(self, name: str, argv: list[str], log_path: Path, *, preexec: Callable[[], None] | None = None, env: dict[str, str] | None = None):
         self.name = name
         self.argv = argv
         self.log_path = log_path
+        self.preexec = preexec
+        self.env = env
         self.process: subprocess.Popen | None = None
 
     @property
@@ -70,8 +75,14 @@ class Component:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,
+                preexec_fn=self._preexec,
+                env=self.env,
             )
+
+    def _preexec(self) -> None:  # pragma: no cover - runs in the child before exec
+        _die_with_parent()
+        if self.preexec is not None:
+            self.preexec()
 
     def stop(self, timeout: float = 10.0) -> None:
         proc, self.process = self.process, None
