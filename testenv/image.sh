@@ -16,7 +16,8 @@
 #
 # --archive: also writes both tags into one docker-archive (podman save -m), for a node's runtime
 #            to import (ctr images import); prints its path last.
-# --print:   prints IMAGE=, ROLLOUT_IMAGE=, ARCHIVE= and builds nothing.
+# --print:   prints IMAGE=, ROLLOUT_IMAGE=, ARCHIVE=, TREE= (the tree a current image is labelled
+#            with, io.twingress.test.tree) and builds nothing.
 # Needs the network (Debian mirror, PyPI): run it outside testenv/netns-run (`make image` does).
 set -euo pipefail
 
@@ -30,8 +31,10 @@ cache=${TWINGRESS_CACHE:-$HOME/.cache/twingress}/image
 archive=$cache/twingress-$version.tar
 ca=${TWINGRESS_BUILD_CA:-/etc/ssl/certs/ca-certificates.crt}
 
+# The tracked files as they are in the work tree (staged or not), as one git tree.
+tree=$(cd "$root" && { stash=$(git stash create); git rev-parse "${stash:-HEAD}^{tree}"; })
 if [ "${1:-}" = --print ]; then
-    printf 'IMAGE=%s\nROLLOUT_IMAGE=%s\nARCHIVE=%s\n' "$image" "$rollout_image" "$archive"
+    printf 'IMAGE=%s\nROLLOUT_IMAGE=%s\nARCHIVE=%s\nTREE=%s\n' "$image" "$rollout_image" "$archive" "$tree"
     exit 0
 fi
 die() { echo "testenv/image.sh: error: $*" >&2; exit 1; }
@@ -42,7 +45,6 @@ mkdir -p "$cache"
 exec 9>"$cache/.image.lock"
 flock 9
 
-tree=$(cd "$root" && { stash=$(git stash create); git rev-parse "${stash:-HEAD}^{tree}"; })
 key=$(printf '%s\n' "$tree" "$BUILD_IMAGE" "$RUNTIME_IMAGE" "$image" | sha256sum | cut -c1-16)
 stamp=$cache/image.stamp
 
@@ -66,7 +68,7 @@ else
     # --layers: unchanged steps are reused from the previous build.
     nice "${podman[@]}" build --layers --network=host "${volume[@]}" \
         --build-arg "BUILD_IMAGE=$BUILD_IMAGE" --build-arg "RUNTIME_IMAGE=$RUNTIME_IMAGE" \
-        --tag "$image" --tag "$rollout_image" "$context" >"$cache/build.log" 2>&1 \
+        --label "io.twingress.test.tree=$tree" --tag "$image" --tag "$rollout_image" "$context" >"$cache/build.log" 2>&1 \
         || { tail -30 "$cache/build.log" >&2; die "podman build failed (log: $cache/build.log)"; }
     echo "image: built in $((SECONDS - started)) s (log: $cache/build.log)" >&2
     echo "$key" >"$stamp"

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Install the Debian packages the tests and benchmarks use, when any is missing:
 # curl and openssl (real clients), iproute2 + util-linux (the tests' network namespace),
-# nginx and wrk (benchmarks' reference), socat (stream tests), h2load (nghttp2-client: HTTP/2 tests and benchmarks).
+# nginx and wrk (benchmarks' reference), socat (stream tests), h2load (nghttp2-client: HTTP/2 tests and benchmarks),
+# podman + runc (the image's builder and runtime: testenv/image.sh, tests/deploy; crun refuses cgroup v1 hosts)
+# and debootstrap (the image's local base images, testenv/base-images.sh).
 # Idempotent and quick when everything is present; needs root (or sudo) only to install.
 set -euo pipefail
 
 need=()
-for pair in curl:curl h2load:nghttp2-client openssl:openssl ip:iproute2 unshare:util-linux nginx:nginx wrk:wrk socat:socat taskset:util-linux; do
+for pair in curl:curl h2load:nghttp2-client openssl:openssl ip:iproute2 unshare:util-linux nginx:nginx wrk:wrk socat:socat taskset:util-linux podman:podman runc:runc debootstrap:debootstrap; do
     cmd=${pair%%:*}; pkg=${pair#*:}
     command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || need+=("$pkg")
 done
