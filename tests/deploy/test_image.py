@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.deploy.image import DAEMONSET_LIKE, Image, built_image, podman, printed, unavailable
 from tests.support import ROOT, EchoBackend, Manifests, free_port
@@ -173,3 +174,11 @@ def test_uid_10001_serves_80_and_443_through_the_file_capability(served: tuple[s
     assert int(fields["CapEff"], 16) == 1 << CAP_NET_BIND_SERVICE, fields["CapEff"]
     assert int(fields["CapAmb"], 16) == 0, fields["CapAmb"]  # no ambient capability: the file's own did it
     assert fields["NoNewPrivs"].strip() == "1"
+
+
+def test_the_daemonset_runs_the_image_make_image_builds() -> None:
+    """k8s/base names an image a user can build (README "Install on a cluster"), the one `make image` tags."""
+    daemonset = yaml.safe_load((ROOT / "k8s" / "base" / "daemonset.yaml").read_text())
+    [container] = daemonset["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == printed([str(ROOT / "testenv" / "image.sh"), "--print"])["IMAGE"]
+    assert container["imagePullPolicy"] == "IfNotPresent"  # a localhost/ name is never pulled
