@@ -58,8 +58,9 @@ wheelhouse: $(WHEELHOUSE)/.stamp
 image: system-packages
 	testenv/image.sh
 
-# The image as one docker-archive (podman save) for a test node's container runtime to import;
-# the last line of the output is its path.
+# The image as one docker-archive (podman save, both tags) for a test node's container runtime to
+# import (`testenv/image.sh --print` names it: ARCHIVE=); the last line of the output is its path.
+# make test writes it with the image (a no-op when current).
 image-archive: system-packages
 	testenv/image.sh --archive
 
@@ -76,7 +77,7 @@ lint: $(STAMP)
 
 # The test run lives in a private network namespace (pod-like 10.244.0.x addresses on its lo);
 # everything that needs the network (pip, apt, go) happens before it.
-test: $(STAMP) lint system-packages testenv wheelhouse image lint-docker
+test: $(STAMP) lint system-packages testenv wheelhouse image-archive lint-docker
 	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS)
 	# The kube tests again with every twingress as a primary and two worker processes: leader
 	# election, status and generation must happen once, in the primary, and routing in the workers.
