@@ -16,10 +16,12 @@ reachable from the test machine; hadolint, `make lint-docker`, checks the file f
 from __future__ import annotations
 
 import configparser
+import json
 import os
 import re
 import struct
 import subprocess
+import tarfile
 import tempfile
 import time
 import urllib.request
@@ -88,6 +90,37 @@ def test_the_interpreter_carries_cap_net_bind_service(image: Image) -> None:
     assert not path.startswith(VENV), path  # the real interpreter, not the venv's symlink
     magic, permitted, _inheritable = struct.unpack_from("<III", bytes.fromhex(raw))
     assert magic & 0xFF000000 in (0x02000000, 0x03000000) and magic & 1, hex(magic)  # effective bit set
+    assert permitted == 1 << CAP_NET_BIND_SERVICE, hex(permitted)
+
+
+def interpreter(image: Image) -> str:
+    shown = image.run("-c", f"import os; print(os.path.realpath('{VENV}/bin/python3'))", options=["--entrypoint", "python3"])
+    assert shown.returncode == 0, shown.stderr
+    return shown.stdout.strip()
+
+
+def test_the_archive_for_a_node_is_this_image_with_the_capability(image: Image) -> None:
+    """
+    What a node's runtime imports (`make image-archive`, a docker-archive): both tags of this build,
+    and the interpreter's security.capability xattr in its layers (a runtime can only keep what the
+    layer tar carries, as a PAX header SCHILY.xattr.security.capability).
+    """
+    if not Path(image.archive).exists():
+        unavailable(f"no image archive {image.archive}: run `make image-archive` (make test does)")
+    wanted = interpreter(image).lstrip("/")
+    image_id = podman("image", "inspect", "--format", "{{.Id}}", image.name).stdout.strip()
+    capability = None
+    with tarfile.open(image.archive) as archive:
+        [manifest] = json.load(archive.extractfile("manifest.json"))  # type: ignore[arg-type]
+        assert sorted(manifest["RepoTags"]) == [image.name, image.rollout_name]
+        assert manifest["Config"].removesuffix(".json") == image_id, "the archive is stale: run `make image-archive`"
+        for layer in manifest["Layers"]:  # bottom to top: the last entry of the file wins
+            with tarfile.open(fileobj=archive.extractfile(layer), mode="r|") as files:
+                for member in files:
+                    if member.name.removeprefix("./") == wanted:
+                        capability = member.pax_headers.get("SCHILY.xattr.security.capability")
+    assert capability is not None, f"{wanted} carries no file capability in the archive's layers"
+    _magic, permitted = struct.unpack_from("<II", capability.encode("utf-8", "surrogateescape"))
     assert permitted == 1 << CAP_NET_BIND_SERVICE, hex(permitted)
 
 
