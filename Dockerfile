@@ -1,13 +1,23 @@
 # syntax=docker/dockerfile:1
-# twingress: `docker build -t twingress .`, then see k8s/ (kubectl apply -k k8s/).
+# twingress: `docker build -t twingress .` (or `podman build`), then see k8s/ (README "Install on a cluster").
 #
 # Stage 1 builds wheels of twingress and of every dependency (the full python image has the
 # compilers a dependency without a binary wheel would need, and that mypyc needs); stage 2 installs
 # them into the slim image without an index and without compilers, and runs as an unprivileged user.
+#
+# The base images are build arguments, the official Python images by default. Any Debian-like image
+# with python3 (3.11+), its venv module and ca-certificates will do (the build stage also needs the
+# Python headers and a C compiler): the tests build this same file on Debian bookworm bases made
+# locally (testenv/base-images.sh, `make image`), as no registry is reachable there. Both stages
+# install into a venv, /opt/twingress: Debian's own python3 is "externally managed" (PEP 668) and
+# refuses pip outside one, and in the python images it costs nothing.
 
-ARG PYTHON_VERSION=3.11
+ARG BUILD_IMAGE=python:3.11
+ARG RUNTIME_IMAGE=python:3.11-slim
 
-FROM python:${PYTHON_VERSION} AS build
+FROM ${BUILD_IMAGE} AS build
+RUN python3 -m venv /opt/twingress
+ENV PATH=/opt/twingress/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml setup.cfg setup.py README.md ./
 COPY ingress ./ingress
@@ -24,7 +34,7 @@ RUN pip install --no-cache-dir ".[compile]" \
     && pip uninstall -y twingress \
     && TWINGRESS_COMPILE=1 pip wheel --no-cache-dir --no-build-isolation --wheel-dir /wheels .
 
-FROM python:${PYTHON_VERSION}-slim
+FROM ${RUNTIME_IMAGE}
 # the version in setup.cfg (tests/test_wheel.py checks that they agree)
 ARG VERSION=0.1.0
 LABEL org.opencontainers.image.title="twingress" \
@@ -35,22 +45,26 @@ LABEL org.opencontainers.image.title="twingress" \
       org.opencontainers.image.documentation="https://github.com/twingress/twingress#install-on-a-cluster"
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1
+    PYTHONUNBUFFERED=1 \
+    PATH=/opt/twingress/bin:$PATH
 
-# Only the wheels, from a bind mount: no index, no build tools, nothing left in a layer.
+# Only the wheels, from a bind mount: no index, no build tools, nothing left in a layer; pip and
+# setuptools leave the venv again once they have installed them (nothing imports them at run time).
 # Then fill Twisted's plugin cache now: the root filesystem is read-only at run time.
-# The interpreter gets the file capability cap_net_bind_service: a non-root process keeps a
-# capability across execve only through its executable's file capabilities (Kubernetes sets no
-# ambient capabilities), so without it `capabilities.add: [NET_BIND_SERVICE]` cannot let uid 10001
-# bind :80 and :443. It adds nothing beyond that permitted set, so no_new_privs
-# (allowPrivilegeEscalation: false) does not strip it.
+# The interpreter (the venv's python3 is a symlink to it) gets the file capability
+# cap_net_bind_service: a non-root process keeps a capability across execve only through its
+# executable's file capabilities (Kubernetes sets no ambient capabilities), so without it
+# `capabilities.add: [NET_BIND_SERVICE]` cannot let uid 10001 bind :80 and :443. It adds nothing
+# beyond that permitted set, so no_new_privs (allowPrivilegeEscalation: false) does not strip it.
 # hadolint ignore=DL3008
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-cache-dir --no-index --find-links=/wheels "twingress==${VERSION}" \
+    python3 -m venv /opt/twingress \
+    && pip install --no-cache-dir --no-index --find-links=/wheels "twingress==${VERSION}" \
+    && pip uninstall -y -q pip setuptools \
     && python -c "from twisted.plugin import IPlugin, getPlugins; list(getPlugins(IPlugin))" \
     && apt-get update \
     && apt-get install -y --no-install-recommends libcap2-bin \
-    && setcap cap_net_bind_service=+ep "$(readlink -f /usr/local/bin/python3)" \
+    && setcap cap_net_bind_service=+ep "$(readlink -f /opt/twingress/bin/python3)" \
     && apt-get purge -y --auto-remove libcap2-bin \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --gid 10001 twingress \

