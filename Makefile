@@ -84,7 +84,8 @@ test: $(STAMP) lint system-packages testenv wheelhouse image-archive lint-docker
 	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS)
 	# The kube tests again with every twingress as a primary and two worker processes: leader
 	# election, status and generation must happen once, in the primary, and routing in the workers.
-	TWINGRESS_TEST_WORKERS=2 testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) tests/kube
+	# (Not the node's tests: the DaemonSet there runs --workers=auto whatever this run sets.)
+	TWINGRESS_TEST_WORKERS=2 testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) -m "not node" tests/kube
 	# The request path again on the compiled build (the same source, compiled by mypyc), then pure again.
 	$(MAKE) compiled
 	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) tests/unit tests/proxy || { $(MAKE) pure; exit 1; }

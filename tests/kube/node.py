@@ -323,3 +323,32 @@ class KubeNode:
 
 def print_startup(node: KubeNode) -> None:
     print(node.describe_startup(), file=sys.stderr)
+
+
+ECHO_PORT = 8080
+
+
+def echo_deployment(name: str, namespace: str, image: str, replicas: int) -> dict:
+    env = [{"name": "PORT", "value": str(ECHO_PORT)}] + [
+        {"name": var, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+        for var, path in (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace"), ("POD_IP", "status.podIP"))
+    ]
+    container = {
+        "name": "echo",
+        "image": image,
+        "imagePullPolicy": "Never",  # imported into the node's containerd; there is no registry
+        "env": env,
+        "ports": [{"containerPort": ECHO_PORT, "name": "http"}],
+        "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 1},
+    }
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container], "terminationGracePeriodSeconds": 1}},
+        },
+    }

@@ -26,10 +26,9 @@ from collections.abc import Callable, Iterator
 import pytest
 import yaml
 
-from tests.kube.node import KubeNode
+from tests.kube.node import ECHO_PORT, KubeNode, echo_deployment
 from tests.kube.node_config import POD_GATEWAY
 
-ECHO_PORT = 8080
 TIMEOUT = 90.0
 
 
@@ -52,32 +51,6 @@ def http_get(url: str) -> dict:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with opener.open(url, timeout=5) as response:
         return json.load(response)
-
-
-def echo_deployment(name: str, namespace: str, image: str, replicas: int) -> dict:
-    env = [{"name": "PORT", "value": str(ECHO_PORT)}] + [
-        {"name": var, "valueFrom": {"fieldRef": {"fieldPath": path}}}
-        for var, path in (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace"), ("POD_IP", "status.podIP"))
-    ]
-    container = {
-        "name": "echo",
-        "image": image,
-        "imagePullPolicy": "Never",  # imported into the node's containerd; there is no registry
-        "env": env,
-        "ports": [{"containerPort": ECHO_PORT, "name": "http"}],
-        "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 1},
-    }
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container], "terminationGracePeriodSeconds": 1}},
-        },
-    }
 
 
 def one_shot_pod(name: str, namespace: str, image: str, args: list[str], host_network: bool = False) -> dict:
