@@ -12,7 +12,7 @@ WHEELHOUSE ?= $(HOME)/.cache/twingress/wheelhouse
 export TWINGRESS_WHEELHOUSE := $(WHEELHOUSE)
 HADOLINT_VERSION ?= 2.15.1
 
-.PHONY: run run-migration run-gateway test venv lint system-packages testenv wheelhouse lint-docker bench clean compiled pure
+.PHONY: run run-migration run-gateway test venv lint system-packages testenv wheelhouse lint-docker bench clean compiled pure gateway-conformance-report
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON3) -m venv $(VENV)
@@ -42,6 +42,7 @@ system-packages:
 testenv:
 	testenv/build.sh
 	testenv/gateway-api.sh
+	testenv/gateway-conformance.sh
 
 $(WHEELHOUSE)/.stamp: $(STAMP) setup.cfg pyproject.toml
 	$(PY) -m pip wheel -q --wheel-dir $(WHEELHOUSE) 'setuptools>=68' wheel .
@@ -67,7 +68,8 @@ test: $(STAMP) lint system-packages testenv wheelhouse lint-docker
 	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS)
 	# The kube tests again with every twingress as a primary and two worker processes: leader
 	# election, status and generation must happen once, in the primary, and routing in the workers.
-	TWINGRESS_TEST_WORKERS=2 testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) tests/kube
+	# (The Gateway API conformance suite runs once, in the first run: it takes minutes.)
+	TWINGRESS_TEST_WORKERS=2 testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) tests/kube --ignore=tests/kube/test_gateway_conformance.py
 	# The request path again on the compiled build (the same source, compiled by mypyc), then pure again.
 	$(MAKE) compiled
 	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) tests/unit tests/proxy || { $(MAKE) pure; exit 1; }
@@ -82,6 +84,12 @@ compiled: $(STAMP)
 pure:
 	rm -rf build/temp.* build/lib.* twingress_hot__mypyc.*.so
 	find ingress -name '*.so' -delete
+
+# The upstream Gateway API conformance suite against twingress (tests/kube/test_gateway_conformance.py),
+# its report written to docs/gateway-conformance/ (commit it; README "Gateway API" shows its table).
+gateway-conformance-report: $(STAMP) system-packages testenv
+	TWINGRESS_REQUIRE_KUBE=1 TWINGRESS_CONFORMANCE_REPORT=$(CURDIR)/docs/gateway-conformance/report.yaml \
+		testenv/netns-run $(PY) -m pytest -q tests/kube/test_gateway_conformance.py
 
 bench: $(STAMP) system-packages
 	$(PY) bench/http_bench.py

@@ -6,7 +6,7 @@
 set -euo pipefail
 
 need=()
-for pair in curl:curl h2load:nghttp2-client openssl:openssl ip:iproute2 unshare:util-linux nginx:nginx wrk:wrk socat:socat taskset:util-linux; do
+for pair in curl:curl h2load:nghttp2-client openssl:openssl ip:iproute2 unshare:util-linux nsenter:util-linux nginx:nginx wrk:wrk socat:socat taskset:util-linux; do
     cmd=${pair%%:*}; pkg=${pair#*:}
     command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || need+=("$pkg")
 done
