@@ -89,9 +89,11 @@ def build_gateway_routes(
     for route in routes:
         places = attached.hosts.get(route.ref, [])
         context.unresolved = {}
+        parents = attached.parents.get(route.ref)
         if places:
             _add_candidates(route, places, context, candidates)
-        parents = attached.parents.get(route.ref)
+        elif parents:
+            _judge_backends(route, context)
         if parents:
             refs = _resolved_refs(route.meta.generation, context.unresolved)
             route_status[route.ref] = tuple((parent, (accepted, refs)) for parent, accepted in parents)
@@ -175,6 +177,17 @@ def _add_candidates(
                 candidate = _candidate(route, match, target, scheme, (rule_index, match_index), context)
                 if candidate is not None:
                     into.setdefault(place, []).append(candidate)
+
+
+def _judge_backends(route: HTTPRoute, context: RuleContext) -> None:
+    """
+    A route served nowhere (its listeners are not served) still has its backendRefs judged: its
+    ResolvedRefs says whether they resolve, whatever the listener's state (conformance
+    tests/gateway-with-attached-routes.go: BackendNotFound for a parent whose listener lacks its
+    certificate).
+    """
+    for rule in route.rules:
+        compile_rule(route, rule, context)
 
 
 def _on_own_port(target: Route, port: int) -> Route:
