@@ -37,4 +37,5 @@ def port_table(
         certificates=certificates,
         trust=config.trust,
         listener=config.listener,
+        rejects_unknown_tls_names=routes.tls_listeners,
     )
