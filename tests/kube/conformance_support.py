@@ -28,13 +28,29 @@ SCRIPT = ROOT / "testenv" / "gateway-conformance.sh"
 BINARIES = ("conformance.test", "echo-basic", "dnswhoami")
 GATEWAY_CLASS = "twingress-conformance"
 GATEWAY_ADDRESS = "10.244.0.1"
-"""What twingress publishes in Gateway status (the node's address; Gateway ports listen on every address)."""
+"""What twingress publishes in Gateway status for a Gateway without an address of its own."""
 
-PROFILES = ("GATEWAY-HTTP",)
+GATEWAY_POOL = tuple(f"10.244.2.{n}" for n in range(1, 33))
+"""The addresses twingress gives Gateways (--gateway-addresses), added to the test namespace's lo for the run."""
+
+PROFILES = ("GATEWAY-HTTP", "GATEWAY-TLS", "GATEWAY-GRPC", "GATEWAY-TCP", "GATEWAY-UDP")
 """The conformance profiles claimed."""
 
-FEATURES = ("Gateway", "ReferenceGrant", "HTTPRoute")
-"""The features claimed: each one's tests run, and must pass."""
+FEATURES = (
+    # core of the profiles
+    "Gateway", "ReferenceGrant", "HTTPRoute", "TLSRoute", "GRPCRoute", "TCPRoute", "UDPRoute",
+    # extended, implemented
+    "GatewayPort8080",
+    "HTTPRouteMethodMatching", "HTTPRouteQueryParamMatching", "HTTPRouteResponseHeaderModification",
+    "HTTPRouteHostRewrite", "HTTPRoutePathRewrite",
+    "HTTPRouteSchemeRedirect", "HTTPRoutePortRedirect", "HTTPRoutePathRedirect",
+    "HTTPRoute303RedirectStatusCode", "HTTPRoute307RedirectStatusCode", "HTTPRoute308RedirectStatusCode",
+    "HTTPRouteParentRefPort", "HTTPRouteRequestMirror", "HTTPRouteRequestMultipleMirrors", "HTTPRouteRequestPercentageMirror",
+    "HTTPRouteRequestTimeout", "HTTPRouteBackendTimeout", "HTTPRouteBackendProtocolWebSocket", "HTTPRouteNamedRouteRule",
+    "GRPCRouteNamedRouteRule",
+    "TLSRouteModeTerminate", "TLSRouteModeMixed",
+)
+"""The features claimed: each one's tests run, and must pass (README "Gateway API" lists those not claimed, and why)."""
 
 TIMEOUT_OVERRIDES = {
     # The suite's defaults (conformance/utils/config/timeout.go) wait minutes for things that
@@ -144,3 +160,14 @@ class Report:
             name: [t for part in ("core", "extended") for t in (profile.get(part) or {}).get("failedTests") or []]
             for name, profile in self.profiles().items()
         }
+
+
+def add_addresses(addresses: tuple[str, ...]) -> None:
+    """Put C{addresses} on lo (in the test's network namespace: the node's addresses for Gateways)."""
+    for address in addresses:
+        subprocess.run(["ip", "addr", "add", f"{address}/32", "dev", "lo"], check=True, capture_output=True)
+
+
+def remove_addresses(addresses: tuple[str, ...]) -> None:
+    for address in addresses:
+        subprocess.run(["ip", "addr", "del", f"{address}/32", "dev", "lo"], check=False, capture_output=True)

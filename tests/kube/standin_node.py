@@ -17,7 +17,10 @@ EndpointSlices; this node does the rest, as a node would:
   the other kube tests do not use) on a veth pair, routed from the test's namespace, so every pod
   listens on its own ports as in a cluster;
 - writes the pod's status (Running, Ready, podIP) once its process listens, and finishes a pod's
-  deletion (kills the process, deletes with grace period 0), as the kubelet confirms it.
+  deletion (kills the process, deletes with grace period 0), as the kubelet confirms it;
+- serves the containers' output on the kubelet's C{/containerLogs/} endpoint (HTTPS on the Node's
+  address, named in its C{daemonEndpoints}): the apiserver's C{pods/log} reads it there (the
+  suite's mirror tests look for the mirrored request in the mirror backend's log).
 
 testenv/README.md lists what it fakes that a real node does differently.
 """
@@ -27,8 +30,10 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime
+import http.server
 import ipaddress
 import os
+import ssl
 import subprocess
 import threading
 import time
@@ -37,8 +42,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from cryptography.x509.oid import ExtendedKeyUsageOID
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
+
+from tests.kube import pki
 
 NODE_NAME = "conformance-node"
 NODE_ADDRESS = "10.244.0.1"
@@ -96,9 +104,41 @@ class StandInNode:
 
     def start(self) -> StandInNode:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self._logs = self._serve_logs()
         self._register()
         self._thread.start()
         return self
+
+    def _serve_logs(self) -> http.server.ThreadingHTTPServer:
+        """The kubelet's /containerLogs/<namespace>/<pod>/<container> (the whole log: sinceTime is not kept)."""
+        key, cert = pki.certificate(pki.name(NODE_NAME), None, usage=ExtendedKeyUsageOID.SERVER_AUTH, ips=(NODE_ADDRESS,))
+        cert_file = pki.write(self.workdir / "kubelet.crt", pki.pem_cert(cert))
+        key_file = pki.write(self.workdir / "kubelet.key", pki.pem_key(key), private=True)
+        node = self
+
+        class Logs(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                parts = self.path.split("?", 1)[0].strip("/").split("/")
+                found = [p for p in list(node.pods.values()) if parts[:1] == ["containerLogs"] and parts[1:3] == [p.namespace, p.name]]
+                if not found:
+                    self.send_error(404)
+                    return
+                body = (node.workdir / found[0].uid / "log").read_bytes()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's name
+                pass
+
+        server = http.server.ThreadingHTTPServer((NODE_ADDRESS, 0), Logs)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(str(cert_file), str(key_file))
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        threading.Thread(target=server.serve_forever, name="standin-kubelet-logs", daemon=True).start()
+        return server
 
     def stop(self) -> None:
         self._stop.set()
@@ -107,6 +147,8 @@ class StandInNode:
         for pod in list(self.pods.values()):
             self._kill(pod)
         self.pods.clear()
+        self._logs.shutdown()
+        self._logs.server_close()
         with contextlib.suppress(ApiException):
             self.core.delete_node(NODE_NAME)
         self.api.close()
@@ -121,7 +163,8 @@ class StandInNode:
         now = _now()
         status = {
             "conditions": [{"type": "Ready", "status": "True", "reason": "StandInNode", "lastHeartbeatTime": now, "lastTransitionTime": now}],
-            "addresses": [{"type": "InternalIP", "address": NODE_ADDRESS}, {"type": "Hostname", "address": NODE_NAME}],
+            "addresses": [{"type": "InternalIP", "address": NODE_ADDRESS}],  # no Hostname: the apiserver would try that name first
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": self._logs.server_address[1]}},
             "capacity": {"cpu": "2", "memory": "4Gi", "pods": "250"},
             "allocatable": {"cpu": "2", "memory": "4Gi", "pods": "250"},
         }

@@ -3,7 +3,8 @@ The upstream Gateway API conformance suite (sigs.k8s.io/gateway-api/conformance,
 testenv/gateway-conformance/go.mod pins), run as it is against twingress on the test apiserver.
 
 twingress runs as C{twistd -n ingress} with the Gateway listeners' ports on every address of the
-test's network namespace and publishes 10.244.0.1 in Gateway status; the suite's Deployments
+test's network namespace, and gives each Gateway an address of its own (10.244.2.1-32, put on lo
+for the run: C{--gateway-addresses}), reported in its status; the suite's Deployments
 become pods through a real kube-controller-manager, and the stand-in node
 (L{tests.kube.standin_node}) runs their echo servers. The profiles and features claimed are
 L{conformance_support.PROFILES} and L{conformance_support.FEATURES}: every test of a claimed
@@ -63,6 +64,16 @@ def node(kube_cluster: Any, suite_bin_dir: Path, tmp_path: Path) -> Iterator[Sta
 
 
 @pytest.fixture
+def gateway_pool(kube_cluster: Any) -> Iterator[tuple[str, ...]]:
+    """The Gateways' addresses, on lo for the run (they must be the node's to be listened on)."""
+    if not kube_cluster.in_netns:
+        pytest.fail("the conformance suite runs inside testenv/netns-run (it adds the Gateways' addresses to lo)", pytrace=False)
+    suite.add_addresses(suite.GATEWAY_POOL)
+    yield suite.GATEWAY_POOL
+    suite.remove_addresses(suite.GATEWAY_POOL)
+
+
+@pytest.fixture
 def conformance_class(gateway_api: GatewayAPI) -> Iterator[str]:
     body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "GatewayClass", "metadata": {"name": suite.GATEWAY_CLASS}, "spec": {"controllerName": CONTROLLER}}
     gateway_api.create("gatewayclasses", body)
@@ -80,11 +91,12 @@ def _wait_namespaces_gone(kube: Kube) -> None:
 
 
 def test_gateway_api_conformance(
-    kube_cluster: Any, kube: Kube, node: StandInNode, conformance_class: str, twingress: Any, suite_bin_dir: Path, tmp_path: Path
+    kube_cluster: Any, kube: Kube, node: StandInNode, gateway_pool: tuple[str, ...], conformance_class: str, twingress: Any, suite_bin_dir: Path, tmp_path: Path
 ) -> None:
     """Every test of every claimed profile and feature passes; the report says so."""
     twingress(
-        "--http", "tcp:80", "--https", "tcp:443",
+        "--http", "tcp:80", "--https", "tcp:443", "--http2-cleartext",
+        "--gateway-addresses", ",".join(gateway_pool),
         "--publish-status-address", suite.GATEWAY_ADDRESS,
         "--leader-election-namespace", "default",
         "--leader-election-id", f"gateway-conformance-{uuid.uuid4().hex[:6]}",
