@@ -46,7 +46,8 @@ FEATURES = (
     "HTTPRouteSchemeRedirect", "HTTPRoutePortRedirect", "HTTPRoutePathRedirect",
     "HTTPRoute303RedirectStatusCode", "HTTPRoute307RedirectStatusCode", "HTTPRoute308RedirectStatusCode",
     "HTTPRouteParentRefPort", "HTTPRouteRequestMirror", "HTTPRouteRequestMultipleMirrors", "HTTPRouteRequestPercentageMirror",
-    "HTTPRouteRequestTimeout", "HTTPRouteBackendTimeout", "HTTPRouteBackendProtocolWebSocket", "HTTPRouteNamedRouteRule",
+    "HTTPRouteRequestTimeout", "HTTPRouteBackendTimeout", "HTTPRouteBackendProtocolWebSocket", "HTTPRouteBackendProtocolH2C",
+    "HTTPRouteNamedRouteRule",
     "GRPCRouteNamedRouteRule",
     "TLSRouteModeTerminate", "TLSRouteModeMixed",
 )
