@@ -12,7 +12,7 @@ WHEELHOUSE ?= $(HOME)/.cache/twingress/wheelhouse
 export TWINGRESS_WHEELHOUSE := $(WHEELHOUSE)
 HADOLINT_VERSION ?= 2.15.1
 
-.PHONY: run run-migration run-gateway test venv lint system-packages testenv wheelhouse image image-archive lint-docker bench clean compiled pure
+.PHONY: run run-migration run-gateway test venv lint system-packages testenv wheelhouse image image-archive lint-docker bench clean compiled pure gateway-conformance-report
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON3) -m venv $(VENV)
@@ -45,6 +45,7 @@ testenv: system-packages
 	testenv/build.sh
 	testenv/gateway-api.sh
 	testenv/node.sh
+	testenv/gateway-conformance.sh
 
 $(WHEELHOUSE)/.stamp: $(STAMP) setup.cfg pyproject.toml
 	$(PY) -m pip wheel -q --wheel-dir $(WHEELHOUSE) 'setuptools>=68' wheel .
@@ -81,11 +82,16 @@ lint: $(STAMP)
 # The test run lives in a private network namespace (pod-like 10.244.0.x addresses on its lo);
 # everything that needs the network (pip, apt, go) happens before it.
 test: $(STAMP) lint system-packages testenv wheelhouse image-archive lint-docker
-	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS)
+	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) -m "not node"
+	# The real node's tests (tests/kube/test_node.py, test_deployment.py) in a run of their own: the
+	# node's scheduler and pod network would meet the Gateway conformance suite's stand-in node, and
+	# the DaemonSet takes the namespace's :80 and :443, which the suite's Gateways need too.
+	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) -m node
 	# The kube tests again with every twingress as a primary and two worker processes: leader
 	# election, status and generation must happen once, in the primary, and routing in the workers.
-	# (Not the node's tests: the DaemonSet there runs --workers=auto whatever this run sets.)
-	TWINGRESS_TEST_WORKERS=2 testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) -m "not node" tests/kube
+	# (Not the node's tests: the DaemonSet there runs --workers=auto whatever this run sets; nor the
+	# Gateway API conformance suite, which runs once, in the first run: it takes minutes.)
+	TWINGRESS_TEST_WORKERS=2 testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) -m "not node" tests/kube --ignore=tests/kube/test_gateway_conformance.py
 	# The request path again on the compiled build (the same source, compiled by mypyc), then pure again.
 	$(MAKE) compiled
 	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) tests/unit tests/proxy || { $(MAKE) pure; exit 1; }
@@ -100,6 +106,12 @@ compiled: $(STAMP)
 pure:
 	rm -rf build/temp.* build/lib.* twingress_hot__mypyc.*.so
 	find ingress -name '*.so' -delete
+
+# The upstream Gateway API conformance suite against twingress (tests/kube/test_gateway_conformance.py),
+# its report written to docs/gateway-conformance/ (commit it; README "Gateway API" shows its table).
+gateway-conformance-report: $(STAMP) system-packages testenv
+	TWINGRESS_REQUIRE_KUBE=1 TWINGRESS_CONFORMANCE_REPORT=$(CURDIR)/docs/gateway-conformance/report.yaml \
+		testenv/netns-run $(PY) -m pytest -q tests/kube/test_gateway_conformance.py
 
 bench: $(STAMP) system-packages
 	$(PY) bench/http_bench.py

@@ -8,6 +8,7 @@ Listeners are endpoint descriptions (strports); an empty value turns one off.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Callable
 from typing import Any, Optional, cast
@@ -92,6 +93,11 @@ class Options(usage.Options):
             "gateway-interface", None, "",
             "Address the Gateway API listeners on ports other than --http/--https bind ('' = every IPv4 address, :: = IPv6 and IPv4).",
         ],
+        [
+            "gateway-addresses", None, "",
+            "Comma-separated IP addresses of this node for Gateways: each Gateway of ours gets one of its own (spec.addresses picks one),"
+            " served and reported there. ('' = every Gateway shares the node's addresses).",
+        ],
         ["nginx-configmap", None, None, "NAMESPACE/NAME of an ingress-nginx controller ConfigMap: its keys are every route's defaults (ingress-nginx's for keys it lacks)."],
         ["nginx-annotations", None, "true", "Read nginx.ingress.kubernetes.io/ annotations on Ingresses too (true|false); twingress.io/ ones win."],
         ["stream-drain-timeout", None, 30.0, "Seconds a removed stream's open connections are kept before they are closed."],
@@ -143,6 +149,7 @@ class Options(usage.Options):
         self["reserved-ports"] = {
             port: name for name in ("http", "https", "admin") if (port := listener_port(self[name] or "")) is not None
         }
+        self["gateway-address-pool"] = _addresses(self["gateway-addresses"])
         self["settings"] = proxy_settings(self, self._https_redirect_port())
         self["controllers"] = controller_options(self, self["ingress-class"], self["controller-name"])
         self["http2-settings"] = http2_settings(self)
@@ -201,6 +208,22 @@ def _namespaced_name(value: Optional[str], option: str) -> Optional[tuple[str, s
     return (namespace, name)
 
 
+
+def _addresses(value: str) -> tuple[str, ...]:
+    """--gateway-addresses: IP addresses, each once."""
+    found: list[str] = []
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        try:
+            address = str(ipaddress.ip_address(item))
+        except ValueError:
+            raise usage.UsageError(f"--gateway-addresses: {item!r} is not an IP address") from None
+        if address not in found:
+            found.append(address)
+    return tuple(found)
+
+
 def _check_writable(path: str) -> None:
     """Refuse an access log path that cannot be opened at the command line, not at first request."""
     try:
@@ -257,6 +280,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
             nginx_annotations=options["nginx-annotations"] == "true",
             nginx_configmap=options["nginx-configmap-key"],
             cleartext_http2=bool(options["http2-cleartext"]),
+            gateway_addresses=options["gateway-address-pool"],
         )
 
     builder = TableBuilder(reactor, live, metrics, IncrementalBuild(build_table))  # EndpointSlice-only changes skip the build

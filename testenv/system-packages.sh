@@ -11,7 +11,7 @@
 set -euo pipefail
 
 need=()
-for pair in curl:curl h2load:nghttp2-client openssl:openssl ip:iproute2 unshare:util-linux nginx:nginx wrk:wrk socat:socat taskset:util-linux \
+for pair in curl:curl h2load:nghttp2-client openssl:openssl ip:iproute2 unshare:util-linux nsenter:util-linux nginx:nginx wrk:wrk socat:socat taskset:util-linux \
             runc:runc podman:podman iptables:iptables conntrack:conntrack /usr/lib/cni/bridge:containernetworking-plugins debootstrap:debootstrap; do
     cmd=${pair%%:*}; pkg=${pair#*:}
     command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || need+=("$pkg")

@@ -128,7 +128,7 @@ class GatewayStatusSync:
     def _gateway(self, found: Gateway, desired: GatewayStatus) -> None:
         if desired.conditions[0].observed_generation < found.meta.generation:
             return  # the table has not judged this version yet: its own table will come
-        addresses = [{"type": _address_type(a), "value": a} for a in self.addresses.current()]
+        addresses = [{"type": _address_type(a), "value": a} for a in desired.addresses or self.addresses.current()]  # its own, else the published
         seen = {listener.name: listener.conditions for listener in found.status_listeners}
         now = _now()
         listeners = [

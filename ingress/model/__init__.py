@@ -151,6 +151,7 @@ class ServicePort:
     port: int
     target_port: Union[int, str, None]
     protocol: str = "TCP"
+    app_protocol: str = ""  # e.g. kubernetes.io/h2c: what the endpoints speak (Gateway API backends read it)
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,7 +77,12 @@ def parse_gateway(obj: Mapping[str, Any], meta: ObjectMeta) -> Gateway:
         for item in (_mapping(i, "status.listeners") for i in _list(status.get("listeners"), "status.listeners"))
     )
     addresses = tuple(_str(_mapping(a, "status.addresses").get("value"), "status.addresses.value") for a in _list(status.get("addresses"), "status.addresses"))
-    return Gateway(meta, class_name, listeners, _conditions(obj), seen, addresses)
+    requested = tuple(
+        _str(entry.get("value"), "spec.addresses.value")
+        for entry in (_mapping(a, "spec.addresses") for a in _list(spec.get("addresses"), "spec.addresses"))
+        if _str(entry.get("type"), "spec.addresses.type", "IPAddress") == "IPAddress"
+    )
+    return Gateway(meta, class_name, listeners, _conditions(obj), seen, addresses, requested)
 
 
 def _listener(value: Any, path: str, namespace: str) -> Listener:

@@ -194,7 +194,8 @@ def _parse_service_port(value: Any, path: str) -> ServicePort:
         raise _invalid(f"{path}.name", name, "must be an RFC 1123 label")
     port = _port_number(item.get("port"), f"{path}.port")
     protocol = _protocol(item.get("protocol"), f"{path}.protocol")
-    return ServicePort(name, port, _target_port(item.get("targetPort", port), f"{path}.targetPort"), protocol)
+    app_protocol = _str(item.get("appProtocol"), f"{path}.appProtocol")
+    return ServicePort(name, port, _target_port(item.get("targetPort", port), f"{path}.targetPort"), protocol, app_protocol)
 
 
 def _target_port(value: Any, path: str) -> int | str:

@@ -114,6 +114,7 @@ class Gateway:
     status_conditions: tuple[Condition, ...] = field(default=(), compare=False)
     status_listeners: tuple[ListenerSeen, ...] = field(default=(), compare=False)
     status_addresses: tuple[str, ...] = field(default=(), compare=False)
+    addresses: tuple[str, ...] = ()  # spec.addresses of type IPAddress: the addresses asked for
 
     @property
     def ref(self) -> ObjectRef:

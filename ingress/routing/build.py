@@ -39,8 +39,10 @@ from ingress.routing.backends import Backends
 from ingress.routing.certs import build_certificates, passthrough_upstreams, tls_hosts, with_tls_options
 from ingress.routing.clienthosts import client_auth_hosts, with_client_auth
 from ingress.routing.gateway import build_gateway_routes
+from ingress.routing.gateway.addresses import address_tables, with_address_views
 from ingress.routing.gateway.merge import merge_gateway
 from ingress.routing.gateway.ports import port_table
+from ingress.routing.gateway.status import with_addresses
 from ingress.routing.nginx_config import TWINGRESS_DEFAULTS, NginxConfig, read_nginx_config
 from ingress.routing.paths import prefix_key
 from ingress.routing.policies import Canary, Policies, Redirect
@@ -66,6 +68,7 @@ def build(
     nginx_configmap: Optional[tuple[str, str]] = None,
     gateway_controller_name: str = GATEWAY_CONTROLLER_NAME,
     cleartext_http2: bool = False,
+    gateway_addresses: tuple[str, ...] = (),
 ) -> RoutingTable:
     """
     The routing table for C{state}: our Ingresses' rules, merged across Ingresses, and the streams.
@@ -76,7 +79,8 @@ def build(
     L{ingress.routing.streams.build_streams}; C{nginx_annotations} reads
     the C{nginx.ingress.kubernetes.io/} annotations besides C{twingress.io/};
     C{nginx_configmap} names the ingress-nginx ConfigMap whose keys are the routes' defaults;
-    C{cleartext_http2} says HTTP/2 with prior knowledge is served on the HTTP listener (GRPCRoutes may attach there).
+    C{cleartext_http2} says HTTP/2 with prior knowledge is served on the HTTP listener (GRPCRoutes may attach there);
+    C{gateway_addresses} is the pool each Gateway gets an address of its own from (L{address_tables}).
     """
     config, config_problems = read_nginx_config(state.config_maps, nginx_configmap) if nginx_configmap else (TWINGRESS_DEFAULTS, [])
     ingresses, skipped = select_and_skip(state, class_name=class_name, controller_name=controller_name)
@@ -102,6 +106,11 @@ def build(
     hosts = with_client_auth(_freeze(routes.hosts), client_hosts)
     wildcards = with_client_auth(_freeze(routes.wildcards), {host[2:]: auth for host, auth in client_hosts.items() if host.startswith("*.")})
     gateway = build_gateway_routes(state, backends, reserved_ports, gateway_controller_name, cleartext_http2)
+    by_address, address_problems = address_tables(
+        state, backends, reserved_ports, gateway_controller_name, cleartext_http2, gateway_addresses, generation, config, default_certificate
+    )
+    if by_address:
+        gateway.status = with_addresses(gateway.status, {ref: address for ref, (address, _) in by_address.items()})
     any_host = routes.any_host.freeze() if routes.any_host.routes else None
     passthrough = passthrough_upstreams(served, annotations, hosts, wildcards)
     merged = merge_gateway(gateway, hosts, wildcards, any_host, certificates, state.secrets, passthrough, streams.streams)
@@ -119,6 +128,7 @@ def build(
         problems=_sorted_problems(state.problems)
         + _sorted_problems(
             set(routes.problems) | set(tls_problems) | set(streams.problems) | set(annotation_problems) | set(config_problems) | set(merged.problems)
+            | set(address_problems)
         ),
         certificates=merged.certificates,
         streams=merged.streams,
@@ -127,8 +137,14 @@ def build(
         listener=config.listener,
         blocked=config.guards.block,
         class_skipped=skipped,
-        gateway_ports={port: port_table(routes, generation, state.secrets, config, default_certificate) for port, routes in gateway.own_ports.items()},
+        rejects_unknown_tls_names=gateway.tls_listeners,
+        gateway_ports={
+            port: with_address_views(port_table(routes, generation, state.secrets, config, default_certificate), by_address, port)
+            for port, routes in gateway.own_ports.items()
+        },
+        addresses={address: table for address, table in by_address.values()},
     )
+
 
 
 def regex_hosts(ingresses: Iterable[Ingress], annotations: Mapping[ObjectRef, IngressAnnotations]) -> frozenset[str]:

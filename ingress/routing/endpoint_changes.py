@@ -46,7 +46,7 @@ class ServiceUses:
 
     hosts: Mapping[ServiceKey, frozenset[str]]
     wildcards: Mapping[ServiceKey, frozenset[str]]
-    shaped_by_endpoints: bool  # a default-backend or a stream: endpoint changes need a full build
+    shaped_by_endpoints: bool  # a default-backend, a stream, Gateway address tables: endpoint changes need a full build
     deep_wildcards: Mapping[ServiceKey, frozenset[str]] = field(default_factory=dict)  # Gateway API wildcard suffixes
 
     @classmethod
@@ -54,7 +54,8 @@ class ServiceUses:
         hosts: dict[ServiceKey, set[str]] = {}
         wildcards: dict[ServiceKey, set[str]] = {}
         deep: dict[ServiceKey, set[str]] = {}
-        shaped = bool(table.streams) or any(problem.reason == NO_ENDPOINTS for problem in table.problems)
+        # streams, and Gateway address tables (their routes are copies this update does not reach): a full build
+        shaped = bool(table.streams or table.addresses) or any(problem.reason == NO_ENDPOINTS for problem in table.problems)
         for index, by_host in ((hosts, table.hosts), (wildcards, table.wildcards), (deep, table.deep_wildcards)):
             for host, routes in by_host.items():
                 for route in _routes_of(routes):

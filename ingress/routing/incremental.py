@@ -213,9 +213,12 @@ def with_renewed_secrets(previous: RoutingTable, old: ClusterState, new: Cluster
     certificate renewed, as cert-manager does): the same Secrets exist, so every host keeps the Secret
     it had, and only the certificate table's PEMs differ; None when that is not all (a Secret came or
     went, an Ingress reads a Secret's contents into a route: proxy-ssl-secret, auth-tls-secret, or
-    Gateway listeners on ports of their own have certificate tables of their own).
+    Gateway listeners on ports of their own have certificate tables of their own, Gateways are judged:
+    a listener's status says whether its Secret holds PEM).
     """
     if old.secrets.keys() != new.secrets.keys() or _reads_secret_contents(new) or previous.gateway_ports:
+        return None
+    if previous.gateway_status is not None and previous.gateway_status.gateways:
         return None
     certificates = previous.certificates
     secrets = {key: new.secrets[key] for key in certificates.secrets}

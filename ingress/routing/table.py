@@ -99,6 +99,12 @@ class RoutingTable:
     # Gateway API listeners on ports of their own (not --http/--https): port → the table of that port alone
     # (its hosts, certificates; everything else as here).  Their stream route (C{serves}) opens the port.
     gateway_ports: Mapping[int, RoutingTable] = field(default_factory=dict)
+    # A Gateway TLS listener is served on this port: a TLS name that no route, listener or certificate serves
+    # is refused (the connection reset), not answered with another host's certificate.
+    rejects_unknown_tls_names: bool = False
+    # Gateways with addresses of their own (--gateway-addresses): a request that reached one of them is routed by
+    # that address's table (its Gateway's routes alone); any other address by this one.
+    addresses: Mapping[str, RoutingTable] = field(default_factory=dict)
 
     def skipped_summary(self) -> dict[tuple[str, str], int]:
         """How many Ingresses are skipped for each (reason, message)."""
@@ -128,6 +134,20 @@ class RoutingTable:
     def reads_server_name(self) -> bool:
         """Whether a TLS connection's SNI name may mean more than a certificate (passthrough, or TLS to a TCP backend)."""
         return bool(self.passthrough or self.deep_passthrough or self.tls_terminated)
+
+    def serves_tls_name(self, name: str) -> bool:
+        """
+        Whether a TLS connection for SNI C{name} has anything here: passed through, terminated to a TCP
+        backend, a certificate for it (a hostless HTTPS listener's, or --default-certificate, covers every
+        name), or HTTP routes of its host.
+        """
+        if self.passthrough_for(name) is not None or self.terminated_for(name) is not None:
+            return True
+        certificates = self.certificates
+        if certificates.default is not None or certificates.secret_for(name) is not None:
+            return True
+        routes = self.host_routes(name)
+        return routes is not None and routes is not self.any_host
 
     def host_routes(self, host: str) -> Optional[HostRoutes]:
         """The rules that own C{host} (already normalised): exact beats wildcard beats host-less."""

@@ -20,7 +20,7 @@ from tests.kube.twingress import KubeTwingress
 
 GROUP, VERSION = "gateway.networking.k8s.io", "v1"
 GRANT_VERSION = "v1beta1"
-"""ReferenceGrant's storage version in v1.7.0 (v1 is served too); twingress watches v1beta1."""
+"""ReferenceGrant's storage version in v1.6.3 (v1 is served too); twingress watches v1beta1."""
 
 CONTROLLER = "twingress.io/gateway-controller"
 STATUS_ADDRESS = "192.0.2.80"

@@ -1,9 +1,9 @@
 """
 The Gateway API against a real kube-apiserver with the release's CRDs (testenv/gateway-api.sh,
-v1.7.0): their schema and CEL validation judge every object here, twingress's informers read
+v1.6.3): their schema and CEL validation judge every object here, twingress's informers read
 them, its Lease holder writes their status, and real requests go through the proxy.
 
-Each test restates a Gateway API conformance test (sigs.k8s.io/gateway-api/conformance v1.7.0,
+Each test restates a Gateway API conformance test (sigs.k8s.io/gateway-api/conformance v1.6.3,
 tests/*.go; the name is its ShortName) as far as one twingress on loopback can: the Gateway's
 HTTP listener is twingress's own --http port.
 """

@@ -1,6 +1,6 @@
 """
 Gateway listeners on ports of their own against a real kube-apiserver with the release's CRDs
-(sigs.k8s.io/gateway-api v1.7.0): the status the Lease holder writes for a listener served on its
+(sigs.k8s.io/gateway-api v1.6.3): the status the Lease holder writes for a listener served on its
 own port, for listeners that conflict on a port (apis/v1/gateway_types.go:
 ListenerConditionConflicted, ListenerReasonProtocolConflict), and for a port another process holds
 (ListenerReasonPortUnavailable), and the traffic on the port that is served.

@@ -1,5 +1,5 @@
 """
-Gateway API status through the real kube-apiserver (the v1.7.0 CRDs' status subresources),
+Gateway API status through the real kube-apiserver (the v1.6.3 CRDs' status subresources),
 written by twingress's Lease holder, and what it serves as the objects change under it.
 
 - Every condition reason twingress writes (ingress/routing/gateway/listeners.py, rules.py and
@@ -10,7 +10,7 @@ written by twingress's Lease holder, and what it serves as the objects change un
 - A route moved between Gateways: its parents entries, the listeners' attachedRoutes and the
   traffic follow.
 
-Each docstring names the upstream conformance tests (sigs.k8s.io/gateway-api v1.7.0,
+Each docstring names the upstream conformance tests (sigs.k8s.io/gateway-api v1.6.3,
 conformance/tests/<file>.go ShortName) or spec facts it restates.
 """
 
@@ -258,6 +258,35 @@ def test_every_condition_reason(kube: Kube, namespace: str, echo: Any, twingress
 
 
 # --- ReferenceGrants, live -------------------------------------------------------------------------
+
+
+def test_malformed_certificate_and_backends_behind_an_unresolved_listener(
+    kube: Kube, namespace: str, twingress: Any, gateway_api: GatewayAPI, gateway_class: str
+) -> None:
+    """
+    GatewayInvalidTLSConfiguration's "Malformed secret" (conformance tests/gateway-invalid-tls-configuration.go):
+    a kubernetes.io/tls Secret whose tls.crt and tls.key are not PEM ("Hello world") is an
+    InvalidCertificateRef, as a missing one is. GatewayWithAttachedRoutes' "AttachedRoutes set even when
+    Gateway has unresolved refs" (tests/gateway-with-attached-routes.go): a route on a listener whose
+    certificate Secret does not exist is attached (attachedRoutes 1) and its backendRef to a Service that
+    does not exist is still judged: ResolvedRefs False, BackendNotFound, for that parent.
+    """
+    https_port, https = https_args()
+    start(twingress, namespace, *https)
+    hello = {"tls.crt": "SGVsbG8gd29ybGQK", "tls.key": "SGVsbG8gd29ybGQK"}  # base64 of "Hello world\n", as upstream's
+    kube.core.create_namespaced_secret(namespace, {"metadata": {"name": "malformed"}, "type": "kubernetes.io/tls", "data": hello})
+    listeners = [
+        listener("malformed", https_port, "HTTPS", hostname="malformed.example", tls={"mode": "Terminate", "certificateRefs": [{"name": "malformed"}]}),
+        listener("missing", https_port, "HTTPS", hostname="missing.example", tls={"mode": "Terminate", "certificateRefs": [{"name": "does-not-exist"}]}),
+    ]
+    gateway_api.create("gateways", gateway_body("gw", gateway_class, https_port, listeners), namespace)
+    gateway_api.create("httproutes", route_body("r", [], backend("does-not-exist"), [{"name": "gw", "sectionName": "missing"}]), namespace)
+    status = Status(gateway_api, namespace)
+    wait_all([
+        Expect("gw/malformed", status.listener("gw", "malformed"), unresolved_listener("InvalidCertificateRef"), attachedRoutes=0),
+        Expect("gw/missing", status.listener("gw", "missing"), unresolved_listener("InvalidCertificateRef"), attachedRoutes=1),
+        Expect("r", status.parent("r", "gw", "missing"), {**OK, "ResolvedRefs": ("False", "BackendNotFound")}),
+    ], "the malformed certificate and the unresolved backend in status")
 
 
 def test_reference_grants_added_and_removed_live(

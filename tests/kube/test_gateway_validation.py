@@ -1,9 +1,9 @@
 """
 What the Gateway API release's CRDs refuse, refused by the real kube-apiserver (testenv/gateway-api.sh,
-v1.7.0): their OpenAPI schema and CEL rules judge every write, so twingress never sees these objects
+v1.6.3): their OpenAPI schema and CEL rules judge every write, so twingress never sees these objects
 and need not judge them itself (its parser trusts, for instance, that a ReplacePrefixMatch rewrite
 has exactly one PathPrefix match). Each case names the schema fact it restates and the CRD's own
-message; the upstream suite checks the same with its CEL tests (sigs.k8s.io/gateway-api v1.7.0,
+message; the upstream suite checks the same with its CEL tests (sigs.k8s.io/gateway-api v1.6.3,
 pkg/test/cel/*_test.go), not with conformance tests.
 
 No twingress runs here: only the apiserver answers, 422 Unprocessable Entity with the message.

@@ -8,6 +8,7 @@ profiles' basic case (sigs.k8s.io/gateway-api/conformance v1.7.0).
 from __future__ import annotations
 
 import socket
+import ssl
 import subprocess
 from collections.abc import Iterator
 from typing import Any
@@ -88,3 +89,20 @@ def test_tls_route_passes_tls_through_by_sni(proxy: tuple[Twingress, int, int, i
     assert done.returncode == 0, done.stderr
     assert "s_server" in done.stdout  # openssl s_server -www answered: TLS was not terminated here
     assert twingress.routes()["passthrough"] == {"pt.test": "default/tls-backend:80"}
+
+
+def test_a_name_no_tls_route_serves_is_reset(proxy: tuple[Twingress, int, int, int]) -> None:
+    """
+    TLSRouteHostnameIntersection's "TLS request not matching hostnames intersection should not reach
+    backend" (conformance v1.6.3, tests/tlsroute-hostname-intersection.go, utils/tls
+    MakeTLSConnectionAndExpectEventuallyConnectionRejection): on a port a Gateway TLS listener serves, a
+    ClientHello for a name that no TLSRoute, HTTPS listener or certificate serves is refused, the connection
+    reset, not answered with another name's certificate.  A name the route serves still passes through.
+    """
+    _, https_port, _, _ = proxy
+    with socket.create_connection(("127.0.0.1", https_port), timeout=10) as raw:
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        with pytest.raises((ConnectionResetError, ssl.SSLEOFError, ssl.SSLZeroReturnError)):
+            context.wrap_socket(raw, server_hostname="other.test").close()
+    test_tls_route_passes_tls_through_by_sni(proxy)

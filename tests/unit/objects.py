@@ -87,6 +87,10 @@ def endpoints(
             "addressType": address_type, "ports": [{"name": n, "port": p} for n, p in ports], "endpoints": items}
 
 
+PEM_SHAPED = {"tls.crt": "-----BEGIN CERTIFICATE-----\nc\n-----END CERTIFICATE-----\n", "tls.key": "-----BEGIN PRIVATE KEY-----\nk\n-----END PRIVATE KEY-----\n"}
+"""A Secret's data in PEM blocks of the right kinds (a Gateway listener asks that much; the contents are not parsed before the TLS layer)."""
+
+
 def tls_secret(name: str, ns: str = "default") -> dict[str, Any]:
     """A kubernetes.io/tls Secret (its PEM is not checked before the TLS layer)."""
     return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "metadata": {"name": name, "namespace": ns},

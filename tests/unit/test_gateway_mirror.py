@@ -16,7 +16,7 @@ from ingress.routing import RoutingTable, build
 from ingress.routing.incremental import IncrementalBuild
 from ingress.routing.policies.mirror import Mirror
 from ingress.routing.route import Route
-from tests.unit.objects import Store, endpoints
+from tests.unit.objects import PEM_SHAPED, Store, endpoints
 from tests.unit.test_gateway_routing import PORTS, backend, gateway, gateway_class, gateway_table, grpc_route, http_route, parent_conditions, problems_of, services, to
 
 
@@ -88,7 +88,7 @@ def test_a_mirror_on_a_grpc_route_is_refused() -> None:
     """Copies of HTTP/2 exchanges are not made: the rule answers 503 (UNAVAILABLE to gRPC clients), reported."""
     listener = {"name": "https", "port": 443, "protocol": "HTTPS", "tls": {"certificateRefs": [{"name": "cert"}]}}
     secret = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "metadata": {"name": "cert", "namespace": "default"},
-              "stringData": {"tls.crt": "c", "tls.key": "k"}}
+              "stringData": PEM_SHAPED}
     table = gateway_table(gateway("gw", listener), grpc_route("g", mirrored({"backendRef": backend("v2")})), secret, *services("v1", "v2"))
     route = chosen(table, path="/svc/Method", scheme=b"https")
     assert route is not None and route.policies is not None and route.policies.deny is not None and route.policies.deny.status == 503

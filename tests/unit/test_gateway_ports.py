@@ -14,11 +14,12 @@ from typing import Any
 from ingress.model import ObjectRef
 from ingress.routing import RoutingTable
 from ingress.routing.gateway.status import with_listen_failures
+from tests.unit.objects import PEM_SHAPED
 from tests.unit.test_gateway_routing import backend, gateway, gateway_table, http_route, l4_route, listener, parent_conditions, problems_of, serve, services, to
 
 TLS_SECRET = {
     "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "metadata": {"name": "cert", "namespace": "default"},
-    "stringData": {"tls.crt": "c", "tls.key": "k"},
+    "stringData": PEM_SHAPED,
 }
 
 

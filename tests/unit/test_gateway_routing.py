@@ -26,7 +26,7 @@ from ingress.routing.policies.pathreplace import PathReplace
 from ingress.routing.policies.redirect import GatewayRedirect
 from ingress.routing.route import Route
 from ingress.routing.table import HostRoutes
-from tests.unit.objects import T0, T1, T2, endpoints, ingress, ingress_class, path, rule, service
+from tests.unit.objects import PEM_SHAPED, T0, T1, T2, endpoints, ingress, ingress_class, path, rule, service
 
 GW = "gateway.networking.k8s.io/v1"
 PORTS = {80: "http", 443: "https"}
@@ -481,7 +481,7 @@ def test_a_route_on_an_https_listener_only_is_not_served_over_http() -> None:
         gateway("gw", listener("https", port=443, protocol="HTTPS", hostname="secure.example", tls={"certificateRefs": tls})),
         http_route("r", to(backend("v1"))),
         {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "metadata": {"name": "cert", "namespace": "default"},
-         "stringData": {"tls.crt": "c", "tls.key": "k"}},
+         "stringData": PEM_SHAPED},
         *services("v1"),
     )
     assert serve(table, "secure.example", "/", scheme=b"https") == "default/v1:80"
@@ -796,7 +796,7 @@ def test_a_tls_listener_that_terminates_relays_the_bytes_inside_to_tcp_routes() 
         l4_route("TLSRoute", "term", backend("v1", 3000), hostnames=("*.example.com",), section="terminate"),
         l4_route("TLSRoute", "pass", backend("v2", 8443), hostnames=("abc.other.com",), section="pass"),
         {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "metadata": {"name": "cert", "namespace": "default"},
-         "stringData": {"tls.crt": "c", "tls.key": "k"}},
+         "stringData": PEM_SHAPED},
         service("v1", ("tcp", 3000)), endpoints("v1", "10.0.0.1", ports=(("tcp", 3000),)),
         service("v2", ("tls", 8443)), endpoints("v2", "10.0.0.2", ports=(("tls", 8443),)),
     )
@@ -872,7 +872,7 @@ def test_a_reference_grant_lets_a_listener_use_another_namespace_s_secret(name: 
         "spec": {"from": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": "default"}], "to": [to]},
     }
     secret = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "metadata": {"name": "certificate", "namespace": "certs"},
-              "stringData": {"tls.crt": "c", "tls.key": "k"}}
+              "stringData": PEM_SHAPED}
     refs = {"certificateRefs": [{"name": "certificate", "namespace": "certs"}]}
     table = gateway_table(gateway("gw", listener("https", port=443, protocol="HTTPS", hostname="a.example", tls=refs)), grant, secret)
     found = listener_conditions(table)

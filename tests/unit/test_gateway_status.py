@@ -16,6 +16,7 @@ from ingress.model import ObjectRef
 from ingress.model.parse import state_from_objects
 from ingress.routing import RoutingTable, build
 from ingress.sources.kube.reflector import Store
+from tests.unit.objects import PEM_SHAPED
 from tests.unit.test_gateway_routing import (
     GW,
     PORTS,
@@ -96,7 +97,7 @@ def test_gateway_secret_invalid_reference_grant() -> None:
     """
     secret = {
         "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "metadata": {"name": "certificate", "namespace": WEB},
-        "stringData": {"tls.crt": "c", "tls.key": "k"},
+        "stringData": PEM_SHAPED,
     }
     https = listener("https", port=443, protocol="HTTPS", allowedRoutes={"namespaces": {"from": "All"}},
                      tls={"certificateRefs": [{"group": "", "kind": "Secret", "name": "certificate", "namespace": WEB}]})

@@ -247,6 +247,8 @@ class HTTPProxyProtocol(ConnectionSteps, UpstreamRelay, Protocol):
         if self._peer is UNKNOWN_PEER:
             self._learn_peer()
         table = self.factory.live.table
+        if table.addresses:  # Gateways with addresses of their own: the address reached picks the table
+            table = table.addresses.get(self._local_host(), table)
         if table.trust is not None:
             self._forwarded = trusted_forwarding(table.trust, self._peer, head, b"%d" % self._local_port())
         elif self._forwarded is not self._peer:
@@ -364,6 +366,9 @@ class HTTPProxyProtocol(ConnectionSteps, UpstreamRelay, Protocol):
 
     def _local_port(self) -> int:
         return getattr(self.transport.getHost(), "port", 0) or 0
+
+    def _local_host(self) -> str:
+        return str(getattr(self.transport.getHost(), "host", ""))
 
     def _write_local(self, response: bytes) -> None:
         self._body_sent = len(response) - response.find(b"\r\n\r\n") - 4

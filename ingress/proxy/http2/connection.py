@@ -142,6 +142,10 @@ class H2ServerProtocol(Protocol):
     def local_port(self) -> bytes:
         return self._port
 
+    def local_host(self) -> str:
+        """The address the client connected to (a Gateway's own address picks its table)."""
+        return str(getattr(self.transport.getHost(), "host", ""))
+
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._closed = True
         self._timer.cancel()

@@ -117,6 +117,8 @@ class H2Stream(StreamResponse):
         self.request_method = head.method
         connection = self.connection
         table = self.factory.live.table
+        if table.addresses:  # Gateways with addresses of their own: the address reached picks the table
+            table = table.addresses.get(connection.local_host(), table)
         peer = connection.peer()
         self._forwarded = trusted_forwarding(table.trust, peer, head, connection.local_port()) if table.trust is not None else peer
         routed = route_request(table, head, self._forwarded, self.settings.https_redirect_port)

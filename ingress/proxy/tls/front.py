@@ -116,6 +116,11 @@ class TLSFront(Protocol):
             return
         self._cancel_timer()
         table = self.factory.live.table
+        if table.addresses:  # Gateways with addresses of their own: the address reached decides what the name means
+            table = table.addresses.get(str(getattr(self.transport.getHost(), "host", "")), table)
+        if name and table.rejects_unknown_tls_names and not table.serves_tls_name(name):
+            self.transport.abortConnection()  # a Gateway TLS listener's name without a route: refused (reset)
+            return
         if name and table.reads_server_name:
             upstream = table.passthrough_for(name)
             if upstream is None:

@@ -55,6 +55,7 @@ class GatewayRoutes:
     problems: list[Problem] = field(default_factory=list)
     status: GatewayAPIStatus = field(default_factory=GatewayAPIStatus)
     own_ports: dict[int, GatewayRoutes] = field(default_factory=dict)  # HTTP(S) listeners on ports of their own: each port's routes
+    tls_listeners: bool = False  # a TLS listener (TLSRoutes) is served here: a name no route or certificate serves is refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,14 +70,22 @@ class _Candidate:
 
 
 def build_gateway_routes(
-    state: ClusterState, backends: Backends, ports: Mapping[int, str], controller_name: str = GATEWAY_CONTROLLER_NAME, cleartext_http2: bool = False
+    state: ClusterState,
+    backends: Backends,
+    ports: Mapping[int, str],
+    controller_name: str = GATEWAY_CONTROLLER_NAME,
+    cleartext_http2: bool = False,
+    only: Optional[ObjectRef] = None,
 ) -> GatewayRoutes:
-    """The Gateway API routes of C{state} for the listeners on C{ports} (port → "http", "https")."""
+    """
+    The Gateway API routes of C{state} for the listeners on C{ports} (port → "http", "https");
+    C{only}: of that one Gateway alone (what its own address serves, L{addresses}).
+    """
     out = GatewayRoutes()
     if not has_gateway_api(state):
         out.status = GatewayAPIStatus(_class_status(state, controller_name))  # a class of ours is Accepted before any Gateway names it
         return out
-    gateways = our_gateways(state, controller_name)
+    gateways = [g for g in our_gateways(state, controller_name) if only is None or g.ref == only]
     listeners = serve_listeners(state, gateways, ports, cleartext_http2)
     context = RuleContext(state, backends, *_ports(ports))
     grpc = [as_http_route(route, context.problems) for route in state.grpc_routes]
@@ -89,9 +98,11 @@ def build_gateway_routes(
     for route in routes:
         places = attached.hosts.get(route.ref, [])
         context.unresolved = {}
+        parents = attached.parents.get(route.ref)
         if places:
             _add_candidates(route, places, context, candidates)
-        parents = attached.parents.get(route.ref)
+        elif parents:
+            _judge_backends(route, context)
         if parents:
             refs = _resolved_refs(route.meta.generation, context.unresolved)
             route_status[route.ref] = tuple((parent, (accepted, refs)) for parent, accepted in parents)
@@ -117,6 +128,8 @@ def build_gateway_routes(
         else:
             where.hosts[host] = paths
     for served in listeners:
+        if served.served and served.listener.protocol == "TLS":
+            (out.own_ports[served.listener.port] if served.own_port else out).tls_listeners = True
         if served.secret is not None:
             where = out.own_ports[served.listener.port] if served.own_port else out
             where.certificates.setdefault(served.listener.hostname, served.secret)
@@ -175,6 +188,17 @@ def _add_candidates(
                 candidate = _candidate(route, match, target, scheme, (rule_index, match_index), context)
                 if candidate is not None:
                     into.setdefault(place, []).append(candidate)
+
+
+def _judge_backends(route: HTTPRoute, context: RuleContext) -> None:
+    """
+    A route served nowhere (its listeners are not served) still has its backendRefs judged: its
+    ResolvedRefs says whether they resolve, whatever the listener's state (conformance
+    tests/gateway-with-attached-routes.go: BackendNotFound for a parent whose listener lacks its
+    certificate).
+    """
+    for rule in route.rules:
+        compile_rule(route, rule, context)
 
 
 def _on_own_port(target: Route, port: int) -> Route:

@@ -10,8 +10,8 @@ certificate and the bytes inside go to the backend as a TCP stream (C{RoutingTab
 A TCPRoute or UDPRoute on a TCP or UDP listener is a stream listener on the listener's port, as
 a StreamIngress is: entries of C{RoutingTable.streams}.  The oldest route wins a host or a port;
 an Ingress's passthrough host and a StreamIngress's port stay theirs (reported on the route).
-Each route uses the first backendRef with a weight; more are reported (weights across L4
-backends are not implemented), and a route without a usable one serves nothing: a connection
+A route's backendRefs share its connections (UDP: sessions) by weight (L{weighted_upstream}),
+only its first rule is used, and a route without a usable backend serves nothing: a connection
 its TLS names reaches no backend (it is answered as any unknown name is), a stream port is not
 opened (the connection is refused), as the spec asks ("reject the connection").
 """
@@ -30,6 +30,8 @@ from ingress.routing.route import Upstream
 from ingress.routing.streams import DEFAULT_STREAM_IDLE_TIMEOUT, StreamRoute
 
 TAKEN = "Conflict"
+WEIGHT_SLOTS = 100
+"""Endpoints in a weighted upstream's list: weights are honoured to a hundredth."""
 _K = TypeVar("_K")
 _V = TypeVar("_V")
 
@@ -75,19 +77,60 @@ def _claim(into: dict[_K, _V], key: _K, value: _V, route: L4Route, what: str, pr
 
 
 def _upstream(route: L4Route, context: RuleContext) -> Optional[Upstream]:
-    """The route's backend: its first backendRef with a weight, if usable."""
+    """
+    The route's backends: one backendRef's Service, or several by weight (L{weighted}); None when
+    none is usable.  A backendRef that cannot be used gets no share (ResolvedRefs says why).
+    """
     weighted = [ref for ref in route.backend_refs if ref.weight > 0]
     if not weighted:
         context.problems.append(Problem(route.ref, "NoBackend", "no backendRef with a weight: the route serves nothing"))
         return None
-    if len(weighted) > 1 or route.extra_rules:
-        context.problems.append(Problem(route.ref, "UnsupportedValue", f"only the first backendRef of the first rule is used ({weighted[0].name})"))
-    ref = weighted[0]
-    if not usable_backend(route, ref, context):
-        return None
-    assert ref.port is not None
+    if route.extra_rules:
+        context.problems.append(Problem(route.ref, "UnsupportedValue", "only the first rule is used"))
     protocol = "UDP" if route.kind == "UDPRoute" else "TCP"
-    upstream, issue = context.backends.upstream(ref.namespace, IngressBackend(ref.name, ServiceBackendPort(number=ref.port)), protocol)
-    if issue is not None:
-        context.problems.append(Problem(route.ref, *issue))
-    return upstream
+    shares: list[tuple[Upstream, int]] = []
+    for ref in weighted:
+        if not usable_backend(route, ref, context):
+            continue
+        assert ref.port is not None
+        upstream, issue = context.backends.upstream(ref.namespace, IngressBackend(ref.name, ServiceBackendPort(number=ref.port)), protocol)
+        if issue is not None:
+            context.problems.append(Problem(route.ref, *issue))
+        if upstream is not None:
+            shares.append((upstream, ref.weight))
+    if not shares:
+        return None
+    if len(shares) == 1:
+        return shares[0][0]
+    return weighted_upstream(f"{route.meta.namespace}/{route.meta.name}:weighted", shares, route, context.problems)
+
+
+def weighted_upstream(key: str, shares: list[tuple[Upstream, int]], route: L4Route, problems: list[Problem]) -> Upstream:
+    """
+    Several Services as one upstream whose endpoints, taken in turn (the stream balancer's round
+    robin), give each Service its weight's share of the connections or sessions: a list of
+    L{WEIGHT_SLOTS} endpoints where each Service has slots in proportion to its weight, spread
+    evenly (smooth weighted round robin), each Service's slots going to its endpoints in turn.
+    An ExternalName Service cannot share a list of pod addresses: it is reported and gets none.
+    """
+    usable = []
+    for upstream, weight in shares:
+        if upstream.external_name:
+            problems.append(Problem(route.ref, "UnsupportedValue", f"ExternalName backend {upstream.key} cannot be weighted against others: it gets no share"))
+        elif upstream.endpoints:
+            usable.append((upstream.endpoints, weight))
+    if not usable:
+        return Upstream(key, ())
+    total = sum(weight for _, weight in usable)
+    current = [0] * len(usable)
+    turns = [0] * len(usable)
+    slots = []
+    for _ in range(WEIGHT_SLOTS):
+        for index, (_, weight) in enumerate(usable):
+            current[index] += weight
+        best = max(range(len(usable)), key=lambda i: current[i])
+        current[best] -= total
+        endpoints = usable[best][0]
+        slots.append(endpoints[turns[best] % len(endpoints)])
+        turns[best] += 1
+    return Upstream(key, tuple(slots))

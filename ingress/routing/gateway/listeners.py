@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Optional, Union
 
-from ingress.model import ClusterState, Condition, ObjectRef
+from ingress.model import ClusterState, Condition, ObjectRef, TLSSecret
 from ingress.model.gateway import (
     FROM_ALL,
     FROM_SAME,
@@ -50,6 +50,8 @@ NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 SCHEMES = {"HTTP": b"http", "HTTPS": b"https", "TLS": b"tls", "TCP": b"tcp", "UDP": b"udp"}
 L4_KINDS = {"TLS": RouteKind(GATEWAY_GROUP, "TLSRoute"), "TCP": RouteKind(GATEWAY_GROUP, "TCPRoute"), "UDP": RouteKind(GATEWAY_GROUP, "UDPRoute")}
 AnyRoute = Union[HTTPRoute, L4Route]
+PEM_CERTIFICATE = b"-----BEGIN CERTIFICATE-----"
+PEM_BEGIN, PEM_PRIVATE_KEY = b"-----BEGIN ", b"PRIVATE KEY-----"
 
 
 def condition(kind: str, ok: bool, reason: str, message: str = "", generation: int = 0) -> Condition:
@@ -204,9 +206,22 @@ def _certificate(state: ClusterState, gateway: Gateway, listener: Listener) -> t
         for grant in state.reference_grants
     ):
         return None, ("RefNotPermitted", f"no ReferenceGrant in namespace {ref.namespace} allows this Gateway to use Secret {ref.name}")
-    if (ref.namespace, ref.name) not in state.secrets:
+    secret = state.secrets.get((ref.namespace, ref.name))
+    if secret is None:
         return None, ("InvalidCertificateRef", f"Secret {ref.namespace}/{ref.name} is not a kubernetes.io/tls Secret with a certificate and key")
+    if not holds_pem(secret):
+        return None, ("InvalidCertificateRef", f"Secret {ref.namespace}/{ref.name} does not hold a PEM certificate (tls.crt) and a PEM private key (tls.key)")
     return (ref.namespace, ref.name), None
+
+
+def holds_pem(secret: TLSSecret) -> bool:
+    """
+    Whether a TLS Secret's certificate and key are PEM blocks of those kinds: a malformed one is an
+    InvalidCertificateRef (conformance tests/gateway-invalid-tls-configuration.go, "Malformed
+    secret").  Whether they parse, match and cover the hosts is the TLS layer's to judge.
+    """
+    key = secret.key_pem
+    return PEM_CERTIFICATE in secret.cert_pem and PEM_BEGIN in key and PEM_PRIVATE_KEY in key
 
 
 def attach(state: ClusterState, routes: Iterable[AnyRoute], listeners: list[ServedListener]) -> Attachments:

@@ -38,4 +38,5 @@ def port_table(
         trust=config.trust,
         listener=config.listener,
         blocked=config.guards.block,
+        rejects_unknown_tls_names=routes.tls_listeners,
     )

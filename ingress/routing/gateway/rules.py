@@ -52,6 +52,12 @@ class RuleContext:
     unresolved: dict[str, str] = field(default_factory=dict)  # ResolvedRefs reason → first message, per route
 
 
+H2C_APP_PROTOCOL = "kubernetes.io/h2c"
+"""A Service port's appProtocol for HTTP/2 with prior knowledge (KEP-3726; HTTPRouteBackendProtocolH2C)."""
+H2C_BACKEND = Policies(backend_http2=True)
+"""Marks a backendRef's route whose endpoints speak h2c (the rule's policies are put on it after)."""
+
+
 def compile_rule(route: HTTPRoute, rule: RouteRule, context: RuleContext) -> Route:
     """The route a match of C{rule} leads to (C{context} collects its problems and unresolved references)."""
     name = f"{route.meta.namespace}/{route.meta.name}"
@@ -75,9 +81,14 @@ def compile_rule(route: HTTPRoute, rule: RouteRule, context: RuleContext) -> Rou
         why = "the rule has no backendRefs" if not rule.backend_refs else "every backendRef has weight 0"
         return Route(name=name, source=route.ref, upstream=empty, policies=Policies(deny=Deny(unusable, why)))
     plain = policies if policies != Policies() else None
+    h2c = replace(policies, backend_http2=True)  # a backend whose Service port says appProtocol kubernetes.io/h2c
+
+    def to_backend(target: Route) -> Route:
+        return Route(name=name, source=route.ref, upstream=target.upstream, policies=h2c if target.policies is H2C_BACKEND else plain)
+
     if len(usable) == 1 and usable[0][1] is not None:
-        return Route(name=name, source=route.ref, upstream=usable[0][1].upstream, policies=plain)
-    routes = tuple(Route(name=name, source=route.ref, upstream=t.upstream, policies=plain) if t is not None else None for _, t in usable)
+        return to_backend(usable[0][1])
+    routes = tuple(to_backend(t) if t is not None else None for _, t in usable)
     split = WeightedBackends(routes, tuple(weight for weight, _ in usable), unusable)
     return Route(name=name, source=route.ref, upstream=empty, policies=replace(policies, backends=split))
 
@@ -169,7 +180,10 @@ def _backend_route(route: HTTPRoute, ref: BackendRef, base: Route, context: Rule
     upstream, issue = context.backends.upstream(ref.namespace, IngressBackend(ref.name, ServiceBackendPort(number=ref.port)))
     if issue is not None:
         context.problems.append(Problem(route.ref, *issue))
-    return Route(name=base.name, source=base.source, upstream=upstream)
+    service = context.state.services.get((ref.namespace, ref.name))
+    port = next((p for p in service.ports if p.port == ref.port), None) if service is not None else None
+    h2c = port is not None and port.app_protocol == H2C_APP_PROTOCOL
+    return Route(name=base.name, source=base.source, upstream=upstream, policies=H2C_BACKEND if h2c else None)
 
 
 def usable_backend(route: HTTPRoute | L4Route, ref: BackendRef, context: RuleContext) -> bool:

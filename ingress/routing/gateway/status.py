@@ -30,6 +30,7 @@ class GatewayStatus:
 
     conditions: tuple[Condition, ...]
     listeners: tuple[ListenerStatus, ...]
+    addresses: tuple[str, ...] = ()  # its own address (--gateway-addresses); empty: the published ones
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,3 +94,11 @@ def _unbound(listener: ListenerStatus, failures: Mapping[tuple[str, int], str]) 
         Condition(c.type, "False", *replaced[c.type], c.observed_generation) if c.type in replaced else c for c in listener.conditions
     )
     return replace(listener, conditions=conditions)
+
+
+def with_addresses(status: GatewayAPIStatus, addresses: Mapping[ObjectRef, str]) -> GatewayAPIStatus:
+    """C{status} with each Gateway's own address, where it has one."""
+    if not addresses:
+        return status
+    gateways = {ref: replace(gateway, addresses=(addresses[ref],)) if ref in addresses else gateway for ref, gateway in status.gateways.items()}
+    return replace(status, gateways=gateways)
