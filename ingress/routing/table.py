@@ -85,6 +85,7 @@ class RoutingTable:
     stream_conditions: Mapping[ObjectRef, tuple[StreamCondition, ...]] = field(default_factory=dict)  # for status
     trust: Optional[ForwardedTrust] = None  # forwarding headers believed (ingress-nginx ConfigMap); None: none
     listener: Optional[ListenerSettings] = None  # connection settings of the ingress-nginx ConfigMap; None: the command line's
+    request_ids: bool = True  # X-Request-ID made for requests without one (ingress-nginx's generate-request-id)
     # Gateway API: wildcard hostnames cover any number of labels (Ingress wildcards: exactly one), longest suffix first.
     deep_wildcards: Mapping[str, HostRoutes] = field(default_factory=dict)
     gateway_status: Optional[GatewayAPIStatus] = None  # what the Lease holder writes to Gateway API objects

@@ -257,7 +257,7 @@ class UpstreamRelay(FailureSteps, DeadlineSteps, PolicySteps):
             self._decode = ChunkedFramer(decode=True)
         hsts = self._route.hsts if self.factory.scheme == b"https" else ""
         changes = policies.response_headers if policies is not None else None
-        out = response_head_bytes(head, request, self.settings.server_name, keep, decode, hsts, self._added_fields(head.status), changes)
+        out = response_head_bytes(head, request, self.settings.server_name, keep, decode, hsts, self._added_fields(head.status), changes, self._forwarded)
         if body:
             body = self._decoded(body) if decode else body
             out += body

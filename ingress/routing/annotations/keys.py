@@ -142,6 +142,10 @@ KEYS: Mapping[str, Key] = {
     "whitelist-source-range": Key(values.networks),
     "allowlist-source-range": Key(values.networks),
     "denylist-source-range": Key(values.networks),
+    # ingress-nginx "Satisfy": any one of the access guards lets a request through
+    "satisfy": Key(values.one_of("any", "all")),
+    # ingress-nginx "Custom Headers": a ConfigMap of response fields (ingress-nginx's own namespace rule applies)
+    "custom-headers": Key(values.namespaced_name),
 }
 """Every key twingress reads, by its name without prefix."""
 
@@ -152,6 +156,7 @@ ENFORCED_GUARDS = frozenset(
     {"whitelist-source-range", "allowlist-source-range", "denylist-source-range", "auth-type", "auth-secret", "auth-secret-type"}
     | {"auth-url", "auth-method", "auth-signin", "auth-signin-redirect-param", "auth-response-headers", "auth-request-redirect"}
     | {"auth-proxy-set-headers", "auth-always-set-cookie", "auth-cache-key", "auth-cache-duration"}
+    | {"satisfy"}
     | {"auth-tls-secret", "auth-tls-verify-client", "auth-tls-verify-depth", "auth-tls-error-page", "auth-tls-pass-certificate-to-upstream", "auth-tls-match-cn"}
 )
 """Access guards twingress enforces: a value it cannot read closes the route (503), never opens it."""
