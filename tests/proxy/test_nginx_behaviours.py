@@ -19,6 +19,7 @@ from typing import Any, Optional
 import pytest
 from passlib.hash import ldap_sha1
 
+from tests.proxy.certs import CertificateAuthority
 from tests.proxy.h2client import H2Client
 from tests.proxy.test_external_auth import Service
 from tests.support import EchoBackend, Manifests, Twingress, free_port
@@ -36,8 +37,9 @@ def _secret(name: str, data: dict[str, str]) -> dict[str, Any]:
 
 
 class Proxy:
-    def __init__(self, twingress: Twingress, https_port: int, access_log: Path, service: Service) -> None:
+    def __init__(self, twingress: Twingress, https_port: int, access_log: Path, service: Service, tls_service: Service) -> None:
         self.twingress, self.https_port, self.access_log, self.service = twingress, https_port, access_log, service
+        self.tls_service = tls_service
 
     def get(
         self, host: str, path: str = "/", headers: Optional[dict[str, str]] = None, source: str = "127.0.0.1"
@@ -74,8 +76,13 @@ def _seen(body: bytes, fields: dict[str, str]) -> dict[str, Any]:
 def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
     """One twistd with the ingress-nginx ConfigMap and an Ingress per behaviour."""
     echo = EchoBackend("pod-behaviours")
-    service = Service()
+    service = Service()  # an auth service, and a mirror that keeps what it is sent
     manifests = Manifests(tmp_path_factory.mktemp("behaviours"))
+    leaf = CertificateAuthority("mirror-ca").issue(["mirror.internal"])
+    cert, key = manifests.path.parent / "mirror.crt", manifests.path.parent / "mirror.key"
+    cert.write_bytes(leaf.fullchain_pem())
+    key.write_bytes(leaf.key_pem())
+    tls_service = Service((cert, key))
     access_log = manifests.path.parent / "access.log"
     htpasswd = f"ann:{ldap_sha1.hash('secret')}\n"
     basic = {"auth-type": "basic", "auth-secret": "basic-auth"}
@@ -98,6 +105,13 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
         Manifests.nginx_ingress("nocustom", "nocustom.test", "echo", {"custom-headers": "default/nowhere"}),
         Manifests.nginx_ingress("disallowed", "disallowed.test", "echo", {"custom-headers": "other-headers"}),
         Manifests.nginx_ingress("nointercept", "nointercept.test", "echo", {"disable-proxy-intercept-errors": "true"}),
+        Manifests.nginx_ingress("mirror", "mirror.test", "echo", {"mirror-target": f"http://127.0.0.1:{service.port}$request_uri"}),
+        Manifests.nginx_ingress(
+            "mirrorfixed", "mirrorfixed.test", "echo",
+            {"mirror-target": f"http://localhost:{service.port}/mirror", "mirror-host": "test.env.com", "mirror-request-body": "off"},
+        ),
+        Manifests.nginx_ingress("mirrortls", "mirrortls.test", "echo", {"mirror-target": f"https://127.0.0.1:{tls_service.port}/copy$request_uri"}),
+        Manifests.nginx_ingress("mirrorbad", "mirrorbad.test", "echo", {"mirror-target": "http://mirror.internal$upstream_addr"}),
     )
     manifests.write(
         "config.yaml",
@@ -119,9 +133,10 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
     twingress = Twingress(
         manifests.path, "--nginx-configmap", CONFIG, "--https", f"tcp:{https_port}:interface=127.0.0.1", "--access-log", str(access_log)
     )
-    yield Proxy(twingress, https_port, access_log, service)
+    yield Proxy(twingress, https_port, access_log, service, tls_service)
     twingress.stop()
     service.stop()
+    tls_service.stop()
     echo.stop()
 
 
@@ -286,3 +301,62 @@ def test_header_values_with_nginx_variables(proxy: Proxy) -> None:
     assert any("X-Upstream" in message and "$upstream_addr" in message for message in problems)
     _, h2_fields, h2_seen = proxy.h2_get("plain.test")
     assert h2_fields[b"x-served-host"] == b"plain.test" and h2_seen["headers"]["x-seen-scheme"] == ["https"]
+
+
+def _copies(service: Service, count: int) -> list[dict[str, Any]]:
+    """What the mirror was sent, once it has C{count} copies (a copy never holds the answer up, so it may come later)."""
+    deadline = time.monotonic() + 5
+    while True:
+        copies = [asked for asked in service.asked() if not asked["path"].startswith(("/deny", "/allow"))]
+        if len(copies) >= count or time.monotonic() > deadline:
+            return copies
+        time.sleep(0.05)
+
+
+def _field(asked: dict[str, Any], name: str) -> list[str]:
+    return [value for key, value in asked["headers"] if key.lower() == name]
+
+
+def test_mirror_target_with_request_uri(proxy: Proxy) -> None:
+    """
+    annotations.md "Mirror": C{mirror-target: https://test.env.com$request_uri} copies each request to
+    that URL, its path the client's; the answer the client gets is the backend's, not the mirror's.
+    """
+    before = len(_copies(proxy.service, 0))
+    status, _, seen, _ = proxy.get("mirror.test", "/mirrored?x=1")
+    assert status == 200 and seen["name"] == "pod-behaviours"
+    copy = _copies(proxy.service, before + 1)[before]
+    assert (copy["method"], copy["path"]) == ("GET", "/mirrored?x=1")
+    assert _field(copy, "host") == [f"127.0.0.1:{proxy.service.port}"]
+    assert _field(copy, "x-request-id") == seen["headers"]["x-request-id"]  # the same request, as nginx's mirror subrequest
+    status_h2, _, _ = proxy.h2_get("mirror.test", "/over-h2")
+    assert status_h2 == 200
+    assert _copies(proxy.service, before + 2)[before + 1]["path"] == "/over-h2"
+
+
+def test_mirror_host_and_request_body_off(proxy: Proxy) -> None:
+    """annotations.md "Mirror": a fixed path, the Host from mirror-host, and mirror-request-body "off" sends no body."""
+    before = len(_copies(proxy.service, 0))
+    connection = http.client.HTTPConnection("127.0.0.1", proxy.twingress.http_port, timeout=10)
+    connection.request("POST", "/posted", body=b"x" * 5000, headers={"Host": "mirrorfixed.test"})
+    response = connection.getresponse()
+    seen = json.loads(response.read())
+    assert response.status == 200 and seen["body_bytes"] == 5000  # the backend has the whole body
+    copy = _copies(proxy.service, before + 1)[before]
+    assert (copy["method"], copy["path"], copy["body"]) == ("POST", "/mirror", 0)
+    assert _field(copy, "host") == ["test.env.com"] and _field(copy, "content-length") == []
+
+
+def test_mirror_target_over_https(proxy: Proxy) -> None:
+    """An https mirror-target is reached over TLS (not verified: nginx's proxy_ssl_verify is off by default)."""
+    status, _, _, _ = proxy.get("mirrortls.test", "/secure?a=b")
+    assert status == 200
+    copies = _copies(proxy.tls_service, 1)
+    assert [copy["path"] for copy in copies] == ["/copy/secure?a=b"]
+
+
+def test_mirror_target_with_a_variable_twingress_cannot_compute(proxy: Proxy) -> None:
+    """A mirror-target naming a variable twingress does not compute is refused, said, and never sent as text."""
+    assert proxy.get("mirrorbad.test")[0] == 404  # the Ingress's paths are not served
+    problems = {(p["object"], p["reason"]): p["message"] for p in proxy.twingress.routes()["problems"]}
+    assert "$upstream_addr" in problems[("Ingress/default/mirrorbad", "InvalidAnnotation")]

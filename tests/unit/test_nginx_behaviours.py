@@ -106,3 +106,33 @@ def test_global_custom_http_errors() -> None:
     assert own is not None and own.codes == frozenset({500})
     route = _table({"custom-http-errors": "404"}, {"disable-proxy-intercept-errors": "true"}).match("plain.test", "/")
     assert route is not None and (route.policies is None or route.policies.error_pages is None)
+
+
+@pytest.mark.parametrize(
+    ("value", "tls", "host", "port", "authority", "path"),
+    [
+        ("https://test.env.com$request_uri", True, "test.env.com", 443, "test.env.com", (("var", "request_uri"),)),
+        ("https://test.env.com/$request_uri", True, "test.env.com", 443, "test.env.com", (("text", "/"), ("var", "request_uri"))),
+        ("http://localhost/mirror", False, "localhost", 80, "localhost", (("text", "/mirror"),)),
+        ("http://10.0.0.1:8080", False, "10.0.0.1", 8080, "10.0.0.1:8080", ()),
+    ],
+)
+def test_mirror_target_urls(value: str, tls: bool, host: str, port: int, authority: str, path: tuple[tuple[str, str], ...]) -> None:
+    """annotations.md "Mirror" and e2e annotations/mirror.go: the URLs they use."""
+    mirror = _policies(_table(None, {"mirror-target": value})).mirror
+    assert mirror is not None and mirror.targets == () and len(mirror.urls) == 1
+    url = mirror.urls[0]
+    assert (url.tls, url.host, url.port, url.authority, url.path, url.body) == (tls, host, port, authority, path, True)
+
+
+def test_mirror_host_and_body() -> None:
+    mirror = _policies(_table(None, {"mirror-target": "http://1.2.3.4$request_uri", "mirror-host": "test.env.com", "mirror-request-body": "off"})).mirror
+    assert mirror is not None and (mirror.urls[0].authority, mirror.urls[0].body) == ("test.env.com", False)
+
+
+@pytest.mark.parametrize("value", ["ftp://x/y", "http://", "http://x/$upstream_addr", "http://x/a b", "http://x:70000/"])
+def test_mirror_target_that_cannot_be_read(value: str) -> None:
+    """Not an http(s) URL, or a variable twingress does not compute: the Ingress's paths are not served, and it is said why."""
+    routes = _table(None, {"mirror-target": value})
+    assert routes.match("plain.test", "/") is None
+    assert any(p.reason == "InvalidAnnotation" and "mirror-target" in p.message for p in routes.problems)

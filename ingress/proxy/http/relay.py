@@ -317,7 +317,8 @@ class UpstreamRelay(FailureSteps, DeadlineSteps, PolicySteps):
         """RequestMirror: copies of this request (its head now, its body as it is sent upstream) to the route's mirrors."""
         factory = self.factory
         self._mirrors = start_copies(
-            mirror, self._head_bytes, factory.pool, factory.reactor, factory.metrics, self._route_name(), self._connect_timeout, self._read_timeout
+            mirror, self._head_bytes, factory.pool, factory.reactor, factory.metrics, self._route_name(), self._connect_timeout, self._read_timeout,
+            self._request, (self._forwarded.ip, self._forwarded.scheme),
         )
 
     def _send_upstream(self, data: bytes) -> None:

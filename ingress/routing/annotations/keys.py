@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ingress.routing.annotations import auth_values, values
+from ingress.routing.annotations import auth_values, mirror, values
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +144,10 @@ KEYS: Mapping[str, Key] = {
     "denylist-source-range": Key(values.networks),
     # ingress-nginx "Satisfy": any one of the access guards lets a request through
     "satisfy": Key(values.one_of("any", "all")),
+    # ingress-nginx "Mirror"
+    "mirror-target": Key(mirror.mirror_target),
+    "mirror-host": Key(values.host),
+    "mirror-request-body": Key(values.on_off),
     # ingress-nginx "Custom Headers": a ConfigMap of response fields (ingress-nginx's own namespace rule applies)
     "custom-headers": Key(values.namespaced_name),
 }

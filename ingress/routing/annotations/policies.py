@@ -25,6 +25,7 @@ from ingress.routing.policies.errorpages import ErrorPages
 from ingress.routing.policies.extauth import ExternalAuth
 from ingress.routing.policies.headers import HeaderChanges, merged
 from ingress.routing.policies.limits import UNLIMITED
+from ingress.routing.policies.mirror import Mirror, URLMirror
 from ingress.routing.policies.ratelimit import DEFAULT_BURST_MULTIPLIER, RateLimit, rate_limit
 
 _NO_LIMITS = Limits()
@@ -81,6 +82,7 @@ def route_policies(
         limits=_limits(annotations, config.limits),
         backend_tls=backend_tls,
         backend_http2=annotations.text("backend-protocol") in HTTP2_BACKENDS,
+        mirror=route_mirror(annotations),
         retry=_retry(annotations),
         error_pages=error_pages if error_pages is not None or annotations.flag("disable-proxy-intercept-errors") else config.error_pages,
         strip_trailing_slash=not annotations.flag("preserve-trailing-slash", True),
@@ -104,6 +106,16 @@ def route_rate_limit(annotations: IngressAnnotations, ingress: str, config: Ngin
         int(annotations.number("limit-connections") or 0),
         config.limit_conn_status,
     )
+
+
+def route_mirror(annotations: IngressAnnotations) -> Optional[Mirror]:
+    """mirror-target, with mirror-host (the copies' Host) and mirror-request-body ("off": copies without the body)."""
+    target = annotations.value("mirror-target")
+    if not isinstance(target, URLMirror):
+        return None
+    body = annotations.value("mirror-request-body")
+    url = replace(target, authority=annotations.text("mirror-host") or target.authority, body=body if isinstance(body, bool) else True)
+    return Mirror((), (url,))
 
 
 def _source_ranges(annotations: IngressAnnotations) -> Optional[SourceRanges]:
