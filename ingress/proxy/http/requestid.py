@@ -17,6 +17,7 @@ seeds its own from the OS) rather than a system call per request.
 
 from __future__ import annotations
 
+from binascii import b2a_hex
 from random import getrandbits
 
 from ingress.proxy.http import h1
@@ -26,8 +27,8 @@ FIELD = b"x-request-id"
 
 
 def new_id() -> bytes:
-    """32 hex digits, as nginx's C{$request_id}."""
-    return b"%032x" % getrandbits(128)
+    """32 hex digits, as nginx's C{$request_id} (the cheapest of the spellings measured: no %-formatting of a long int)."""
+    return b2a_hex(getrandbits(128).to_bytes(16, "big"))
 
 
 def tag(request: h1.Head) -> None:
