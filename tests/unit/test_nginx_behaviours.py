@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 import pytest
 
+from ingress.proxy.http import h1, requestid
 from ingress.routing import RoutingTable
 from ingress.routing.policies import Policies
 from ingress.routing.policies.headers import header_changes, merged
@@ -136,3 +137,26 @@ def test_mirror_target_that_cannot_be_read(value: str) -> None:
     routes = _table(None, {"mirror-target": value})
     assert routes.match("plain.test", "/") is None
     assert any(p.reason == "InvalidAnnotation" and "mirror-target" in p.message for p in routes.problems)
+
+
+@pytest.mark.parametrize(
+    ("fields", "kept"),
+    [
+        (b"Host: a\r\n", None),
+        (b"Host: a\r\nX-Request-ID: given\r\n", b"given"),
+        (b"x-request-id: lower\r\nHost: a\r\n", b"lower"),
+        (b"Host: a\r\nX-REQUEST-Id: mixed\r\n", b"mixed"),
+        (b"Host: a\r\nX-Not-X-Request-ID: other\r\n", None),  # a longer name that ends the same is not it
+        (b"Host: a\r\nX-Not-X-Request-ID: other\r\nX-Request-Id: late\r\n", b"late"),
+    ],
+)
+def test_request_id_tag(fields: bytes, kept: Optional[bytes]) -> None:
+    """nginx.tmpl's C{map $http_x_request_id $req_id}: the client's id when it sent one, else 32 new hex digits."""
+    head = h1.parse_request_head(b"GET / HTTP/1.1\r\n" + fields + b"\r\n")
+    requestid.tag(head)
+    found = requestid.request_id(head)
+    if kept is None:
+        assert len(found) == 32 and all(c in b"0123456789abcdef" for c in found)
+        assert head.block.endswith(b"X-Request-ID: %s\r\n" % found)
+    else:
+        assert found == kept and head.block.count(b"\r\n") == fields.count(b"\r\n")
