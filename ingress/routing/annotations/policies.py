@@ -70,7 +70,7 @@ def route_policies(
         rate_limit=rate,
         basic_auth=None if closed else basic_auth,
         external_auth=None if closed else external_auth,
-        satisfy_any=annotations.text("satisfy") == "any" and (basic_auth is not None or external_auth is not None),
+        satisfy_any=annotations.text("satisfy") == "any" and not closed and (basic_auth is not None or external_auth is not None),
         affinity=_affinity(annotations, path, regex),
         hash_by=_hash_by(annotations),
         load_balance=EWMA if (annotations.text("load-balance") or config.load_balance) == EWMA else "",
