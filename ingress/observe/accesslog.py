@@ -6,8 +6,10 @@ Text (the combined log format, then named fields)::
 
     10.0.0.7 - - [22/Nov/2026:04:47:06 +0000] "GET /a?b=1 HTTP/1.1" 200 512 "-" "curl/8.5"
     host=echo.test route=default/echo upstream=10.244.0.5:8080 duration=0.004 upstream_duration=0.003
+    request_id=8c0e0a6f2d3b4c5d9e8f7a6b5c4d3e2f
 
-(on one line).  It is on the proxy's hot path, so a line is formatted from
+(on one line; C{request_id} is the request's X-Request-ID, the client's or the one generated, as
+C{$req_id} ends ingress-nginx's default log format).  It is on the proxy's hot path, so a line is formatted from
 the connection's own attributes with one C{%} and appended to a buffer; the
 buffer is written when it passes 64 KiB or half a second after its first
 line, whichever comes first, and on shutdown.  A file is opened for append
@@ -76,7 +78,7 @@ class _Clock:
         return now
 
 
-def _common(connection: Any) -> tuple[Any, bytes, bytes, Optional[str], Optional[str], Optional[float], Optional[float]]:
+def _common(connection: Any) -> tuple[Any, bytes, bytes, Optional[str], Optional[str], Optional[float], Optional[float], bytes]:
     """What both formats read off the client connection (L{ingress.proxy.http.HTTPProxyProtocol})."""
     mono = time.monotonic()
     head = connection._request
@@ -84,9 +86,10 @@ def _common(connection: Any) -> tuple[Any, bytes, bytes, Optional[str], Optional
         block = head.block
         lowered = b"\n" + block.lower()  # each field line now starts with "\n", the first one too
         referer, agent = _field(block, lowered, b"\nreferer:"), _field(block, lowered, b"\nuser-agent:")
+        request_id = _field(block, lowered, b"\nx-request-id:")
         duration: Optional[float] = mono - connection._started_at
     else:
-        referer = agent = b""
+        referer = agent = request_id = b""
         duration = None
     route, upstream = connection._route, connection._tried
     return (
@@ -97,12 +100,13 @@ def _common(connection: Any) -> tuple[Any, bytes, bytes, Optional[str], Optional
         f"{upstream[0]}:{upstream[1]}" if upstream is not None else None,
         duration,
         mono - connection._sent_at if connection._sent_at else None,
+        request_id,
     )
 
 
 def text_line(connection: Any, status: int, clock: _Clock) -> str:
     clock.now()
-    head, referer, agent, route, upstream, duration, upstream_duration = _common(connection)
+    head, referer, agent, route, upstream, duration, upstream_duration, request_id = _common(connection)
     if head is not None:
         # the method is a token and the Host was validated by the parser: only the target needs escaping
         request = f"{head.method.decode()} {_escape(head.target)} {_VERSIONS.get(head.version) or 'HTTP/%d.%d' % head.version}"
@@ -110,7 +114,7 @@ def text_line(connection: Any, status: int, clock: _Clock) -> str:
     else:
         request = host = "-"
     forwarded = connection._forwarded
-    return '%s - - [%s] "%s" %d %d "%s" "%s" host=%s route=%s upstream=%s duration=%s upstream_duration=%s\n' % (
+    return '%s - - [%s] "%s" %d %d "%s" "%s" host=%s route=%s upstream=%s duration=%s upstream_duration=%s request_id=%s\n' % (
         forwarded.ip or "-",
         clock.common,
         request,
@@ -123,6 +127,7 @@ def text_line(connection: Any, status: int, clock: _Clock) -> str:
         upstream or "-",
         "%.3f" % duration if duration is not None else "-",
         "%.3f" % upstream_duration if upstream_duration is not None else "-",
+        _escape(request_id).replace(" ", "\\x20") if request_id else "-",
     )
 
 
@@ -141,7 +146,7 @@ def json_line(connection: Any, status: int, clock: _Clock) -> str:
     times as much per request.
     """
     now = clock.now()
-    head, referer, agent, route, upstream, duration, upstream_duration = _common(connection)
+    head, referer, agent, route, upstream, duration, upstream_duration, request_id = _common(connection)
     forwarded = connection._forwarded
     if head is not None:
         method, path = _quoted(_text(head.method)), _quoted(_text(head.target))
@@ -151,7 +156,8 @@ def json_line(connection: Any, status: int, clock: _Clock) -> str:
         method = path = version = host = "null"
     return (
         '{"time": "%s.%03dZ", "client": %s, "method": %s, "path": %s, "version": %s, "status": %d, "bytes": %d, '
-        '"referer": %s, "user_agent": %s, "host": %s, "route": %s, "upstream": %s, "duration": %s, "upstream_duration": %s}\n'
+        '"referer": %s, "user_agent": %s, "host": %s, "route": %s, "upstream": %s, "duration": %s, "upstream_duration": %s, '
+        '"request_id": %s}\n'
     ) % (
         clock.iso,
         int((now % 1) * 1000),
@@ -168,6 +174,7 @@ def json_line(connection: Any, status: int, clock: _Clock) -> str:
         _quoted(upstream),
         _seconds(duration),
         _seconds(upstream_duration),
+        _quoted(_text(request_id) or None),
     )
 
 

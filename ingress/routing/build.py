@@ -143,6 +143,7 @@ def build(
             for port, routes in gateway.own_ports.items()
         },
         addresses={address: table for address, table in by_address.values()},
+        request_ids=config.generate_request_id,
     )
 
 
@@ -378,8 +379,11 @@ class _RouteBuilder:
         auth, auth_closed = self.resolved.basic_auth(ingress, read)
         external, external_closed = self.resolved.external_auth(ingress, read)
         rate = route_rate_limit(read, name, self.config)
-        pages, upstream = error_pages(ingress, read, backend, upstream, self.resolved.default_backend(ingress, read))
-        policies = route_policies(read, path, regex, tls, closed or auth_closed or external_closed, self.config, auth, external, rate, pages)
+        global_codes = self.config.error_pages.codes if self.config.error_pages is not None else frozenset()
+        pages, upstream = error_pages(ingress, read, backend, upstream, self.resolved.default_backend(ingress, read), global_codes)
+        headers, headers_closed = self.resolved.custom_headers(ingress, read, self.config.allowed_response_headers)
+        closed = closed or auth_closed or external_closed or headers_closed
+        policies = route_policies(read, path, regex, tls, closed, self.config, auth, external, rate, pages, headers)
         return Route(name=name, source=ingress.ref, upstream=upstream, path=path, path_type=path_type, policies=policies)
 
     def _conflict(self, loser: Ingress, winner: Route, what: str) -> None:

@@ -49,11 +49,11 @@ HARMLESS: Mapping[str, str] = {
         key: "is not supported by twingress; it is ignored"
         for key in """access-log-params access-log-path allow-backend-server-header annotation-value-word-blocklist
         annotations-risk-level bind-address brotli-level brotli-min-length brotli-types client-body-buffer-size
-        client-header-buffer-size custom-http-errors debug-connections default-type disable-access-log disable-ipv6
+        client-header-buffer-size debug-connections default-type disable-access-log disable-ipv6
         disable-ipv6-dns enable-access-log-for-default-backend enable-aio-write enable-brotli enable-multi-accept
         enable-ocsp enable-opentelemetry enable-serial-reloads enable-syslog enable-underscores-in-headers
-        error-log-level error-log-path forwarded-for-proxy-protocol-header generate-request-id
-        geoip2-autoreload-in-minutes global-allowed-response-headers grpc-buffer-size-kb gzip-disable gzip-level
+        error-log-level error-log-path forwarded-for-proxy-protocol-header
+        geoip2-autoreload-in-minutes grpc-buffer-size-kb gzip-disable gzip-level
         gzip-min-length gzip-types hide-headers http-access-log-path http2-max-concurrent-streams http2-max-field-size
         http2-max-header-size http2-max-requests ignore-invalid-headers jaeger-baggage-header jaeger-collector-host
         jaeger-collector-port jaeger-debug-header jaeger-endpoint jaeger-propagation-format jaeger-sampler-host

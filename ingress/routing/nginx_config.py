@@ -27,9 +27,11 @@ from ingress.routing.annotations import values
 from ingress.routing.annotations.values import InvalidValue
 from ingress.routing.config_keys import ENFORCED_GUARDS, EVERY_ROUTE, GLOBAL_AUTH, HARMLESS, REFUSED_GUARDS, SNIPPETS, covered, guard_like
 from ingress.routing.global_guards import IGNORED, NO_GUARDS, GlobalGuards, read_global_guards
+from ingress.routing.policies.errorpages import ErrorPages
 from ingress.routing.policies.headers import HeaderChanges, header_changes, valid_field
 from ingress.routing.policies.limits import UNLIMITED, Limits
 from ingress.routing.policies.trust import ForwardedTrust
+from ingress.routing.policies.variables import HEADER_VARIABLES, UnknownVariable, parse_template
 from ingress.routing.snippets import guarding_directive
 
 INVALID, UNSUPPORTED, UNKNOWN = "InvalidConfigKey", "UnsupportedConfigKey", "UnknownConfigKey"
@@ -53,6 +55,9 @@ class NginxConfig:
     limit_req_status: int = 503  # limit-req-status-code: the answer to a request over a rate limit
     limit_conn_status: int = 503  # limit-conn-status-code: the answer to a request over limit-connections
     guards: GlobalGuards = field(default_factory=GlobalGuards)  # block-cidrs, source ranges, global auth, and what they close
+    generate_request_id: bool = True  # generate-request-id: an X-Request-ID for requests without one
+    error_pages: Optional[ErrorPages] = None  # custom-http-errors: every route's, unless its Ingress sets its own
+    allowed_response_headers: Optional[frozenset[str]] = frozenset()  # global-allowed-response-headers (lower case); None: any
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +82,11 @@ INGRESS_NGINX_LISTENER = ListenerSettings(75.0, 1000, 320, 60.0, "1.2", "", "")
 """ingress-nginx's defaults for these keys (ssl-ciphers: its list is left to --tls-ciphers, which is as strict)."""
 
 
-TWINGRESS_DEFAULTS = NginxConfig(ssl_redirect=True, force_ssl_redirect=False, redirect_code=308, hsts="", limits=Limits(), guards=NO_GUARDS)
-"""Without --nginx-configmap: twingress's own defaults (no HSTS, the listener's limits)."""
+TWINGRESS_DEFAULTS = NginxConfig(ssl_redirect=True, force_ssl_redirect=False, redirect_code=308, hsts="", limits=Limits(), guards=NO_GUARDS, allowed_response_headers=None)
+"""
+Without --nginx-configmap: twingress's own defaults (no HSTS, the listener's limits, X-Request-ID
+generated, and custom-headers not limited to a list of names).
+"""
 
 _READERS: Mapping[str, Callable[[str], object]] = {
     "ssl-redirect": values.boolean,
@@ -110,6 +118,9 @@ _READERS: Mapping[str, Callable[[str], object]] = {
     "ssl-ciphers": values.ciphers,
     "add-headers": values.namespaced_name,
     "proxy-set-headers": values.namespaced_name,
+    "generate-request-id": values.boolean,
+    "custom-http-errors": values.error_codes,
+    "global-allowed-response-headers": values.field_names,
 }
 
 _ON_THE_COMMAND_LINE = {
@@ -244,7 +255,9 @@ def _headers(
     """
     The header fields of the ConfigMap C{reference} names (ingress-nginx: "namespace/name"; the
     Role lets twingress read ConfigMaps of its own namespace, the one --nginx-configmap is in).
-    Values with nginx variables cannot be computed here: each such field is reported and left out.
+    A value with nginx variables is filled in per request when twingress computes every variable
+    it names (L{HEADER_VARIABLES}: C{$msec}, C{$host}, C{$request_id}, C{$scheme}, C{$remote_addr}...);
+    a field naming another is reported and left out, never sent with the variable's text.
     """
     if not isinstance(reference, str) or not reference:
         return None
@@ -254,15 +267,22 @@ def _headers(
     if headers is None:
         problems.append(Problem(ref, INVALID, f"{key}: ConfigMap {reference!r} not found (it must be in namespace {named[0]!r}); no header is set"))
         return None
-    fields = []
+    fields, templates = [], []
     for field_name, value in headers.data:
-        if "$" in value:
-            problems.append(Problem(ref, UNSUPPORTED, f"{key}: {field_name} uses an nginx variable ({value!r}); it is not set"))
-        elif not valid_field(field_name, value):
+        if not valid_field(field_name, value):
             problems.append(Problem(ref, INVALID, f"{key}: {field_name!r} is not a valid header field; it is not set"))
-        else:
+            continue
+        if "$" not in value:
             fields.append((field_name, value))
-    return header_changes(fields) if fields else None
+            continue
+        try:
+            templates.append((field_name, value, parse_template(value, HEADER_VARIABLES)))
+        except UnknownVariable as error:
+            known = ", ".join(f"${name}" for name in sorted(HEADER_VARIABLES.names)) + ", $http_<field>, $cookie_<name>, $arg_<name>"
+            problems.append(Problem(ref, UNSUPPORTED, f"{key}: {field_name} = {value!r}: {error} (it computes {known}); the field is not set"))
+        except ValueError as error:
+            problems.append(Problem(ref, INVALID, f"{key}: {field_name} = {value!r} is not an nginx string ({error}); the field is not set"))
+    return header_changes(fields, templates=templates) if fields or templates else None
 
 
 def _config(read: Mapping[str, object], untrusted: bool = False) -> NginxConfig:
@@ -314,7 +334,22 @@ def _config(read: Mapping[str, object], untrusted: bool = False) -> NginxConfig:
         limit_conn_status=int(str(read.get("limit-conn-status-code", 503))),
         hsts=hsts,
         limits=limits,
+        generate_request_id=bool(read.get("generate-request-id", True)),
+        error_pages=_error_pages(read.get("custom-http-errors")),
+        allowed_response_headers=_names(read.get("global-allowed-response-headers")),
     )
+
+
+def _names(value: object) -> frozenset[str]:
+    return frozenset(name.lower() for name in value) if isinstance(value, tuple) else frozenset()
+
+
+def _error_pages(codes: object) -> Optional[ErrorPages]:
+    """
+    custom-http-errors for every route: responses of these codes are replaced by twingress's own page
+    for the same status (ingress-nginx asks its global default backend, which twingress does not have).
+    """
+    return ErrorPages(codes, None, b"") if isinstance(codes, frozenset) and codes else None
 
 
 def _number(value: object, default: Optional[float]) -> Optional[float]:

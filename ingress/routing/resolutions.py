@@ -17,11 +17,13 @@ from ingress.model import ConfigMap, Ingress, ObjectRef, OpaqueSecret, Problem
 from ingress.routing.annotations import IngressAnnotations
 from ingress.routing.annotations.auth import AuthSecretProblem
 from ingress.routing.annotations.auth import basic_auth as read_basic_auth
+from ingress.routing.annotations.customheaders import CustomHeadersProblem
+from ingress.routing.annotations.customheaders import custom_headers as read_custom_headers
 from ingress.routing.annotations.errorpages import default_backend as read_default_backend
 from ingress.routing.annotations.extauth import ExternalAuthProblem
 from ingress.routing.annotations.extauth import external_auth as read_external_auth
 from ingress.routing.backends import Backends
-from ingress.routing.policies import BasicAuth, ExternalAuth
+from ingress.routing.policies import BasicAuth, ExternalAuth, HeaderChanges
 from ingress.routing.route import Upstream
 
 
@@ -42,6 +44,7 @@ class IngressResolutions:
         self._auth: dict[ObjectRef, tuple[Optional[BasicAuth], str]] = {}
         self._external: dict[ObjectRef, tuple[Optional[ExternalAuth], str]] = {}
         self._default_backends: dict[ObjectRef, Optional[Upstream]] = {}
+        self._headers: dict[ObjectRef, tuple[Optional[HeaderChanges], str]] = {}
 
     def basic_auth(self, ingress: Ingress, read: IngressAnnotations) -> tuple[Optional[BasicAuth], str]:
         """An Ingress's basic auth, read once (its problems reported once), and why its routes close, if they do."""
@@ -67,6 +70,18 @@ class IngressResolutions:
                 cached = (None, str(error))
                 self.problems.append(Problem(ingress.ref, "InvalidExternalAuth", f"{error}: the Ingress's routes answer 503"))
             self._external[ingress.ref] = cached
+        return cached
+
+    def custom_headers(self, ingress: Ingress, read: IngressAnnotations, allowed: Optional[frozenset[str]]) -> tuple[Optional[HeaderChanges], str]:
+        """An Ingress's custom-headers, read once (its problem reported once), and why its routes close, if they do."""
+        cached = self._headers.get(ingress.ref)
+        if cached is None:
+            try:
+                cached = (read_custom_headers(ingress, read, self.config_maps, allowed), "")
+            except CustomHeadersProblem as error:
+                cached = (None, str(error))
+                self.problems.append(Problem(ingress.ref, "InvalidCustomHeaders", f"{error}: the Ingress's routes answer 503"))
+            self._headers[ingress.ref] = cached
         return cached
 
     def default_backend(self, ingress: Ingress, read: IngressAnnotations) -> Optional[Upstream]:

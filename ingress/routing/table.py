@@ -89,6 +89,7 @@ class RoutingTable:
     blocked: Optional[GlobalBlock] = None  # the ConfigMap's block-cidrs, -user-agents, -referers: refused (403) before anything else
     # Ingresses of other classes or controllers: why each is not served (reason, message), for the log, metric and /debug/routes
     class_skipped: Mapping[ObjectRef, tuple[str, str]] = field(default_factory=dict)
+    request_ids: bool = True  # X-Request-ID made for requests without one (ingress-nginx's generate-request-id)
     # Gateway API: wildcard hostnames cover any number of labels (Ingress wildcards: exactly one), longest suffix first.
     deep_wildcards: Mapping[str, HostRoutes] = field(default_factory=dict)
     gateway_status: Optional[GatewayAPIStatus] = None  # what the Lease holder writes to Gateway API objects

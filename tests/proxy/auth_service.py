@@ -11,12 +11,15 @@ served back, newest last, on GET /__asked, so a test can read exactly what the p
   /forbid         403
   /redirect       302 (neither 2xx, 401 nor 403: an error to nginx's auth_request)
   /slow           200 after 5 seconds
+
+With C{--tls CERT KEY} it serves HTTPS (the https mirror-target test: a server that keeps what it is sent).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -81,8 +84,14 @@ class Server(ThreadingHTTPServer):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
-    port = parser.parse_args().port
-    Server(("127.0.0.1", port), Handler).serve_forever()
+    parser.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"))
+    arguments = parser.parse_args()
+    server = Server(("127.0.0.1", arguments.port), Handler)
+    if arguments.tls:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*arguments.tls)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+    server.serve_forever()
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import ssl
 import subprocess
 import sys
 import urllib.request
@@ -30,18 +31,23 @@ HERE = Path(__file__).parent
 class Service:
     """The auth service process and what it was asked."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: Optional[tuple[Path, Path]] = None) -> None:
         self.port = free_port()
-        self.process = subprocess.Popen([sys.executable, str(HERE / "auth_service.py"), "--port", str(self.port)])
+        self.scheme = "https" if tls else "http"
+        self.process = subprocess.Popen(
+            [sys.executable, str(HERE / "auth_service.py"), "--port", str(self.port), *(["--tls", *map(str, tls)] if tls else [])]
+        )
         wait_for_port("127.0.0.1", self.port, self.process)
 
     def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+        return f"{self.scheme}://127.0.0.1:{self.port}{path}"
 
     def asked(self) -> list[dict[str, Any]]:
-        with urllib.request.urlopen(self.url("/__asked"), timeout=5) as answer:
+        context = ssl._create_unverified_context() if self.scheme == "https" else None
+        with urllib.request.urlopen(self.url("/__asked"), timeout=5, context=context) as answer:
             questions: list[dict[str, Any]] = json.loads(answer.read())
         return questions
+
 
     def stop(self) -> None:
         self.process.kill()

@@ -32,13 +32,13 @@ from tests.support import EchoBackend, Manifests, Twingress, accept_in_threads, 
 PROCESS_KEYS = {"timestamp", "level", "system", "message"}
 ACCESS_KEYS = {
     "time", "client", "method", "path", "version", "status", "bytes", "referer", "user_agent",
-    "host", "route", "upstream", "duration", "upstream_duration",
+    "host", "route", "upstream", "duration", "upstream_duration", "request_id",
 }
 TEXT_LINE = re.compile(
     r'^(?P<client>\S+) - - \[(?P<time>\d\d/\w{3}/\d{4}:\d\d:\d\d:\d\d \+0000)\] "(?P<request>[^"]*)" '
     r'(?P<status>\d{3}) (?P<bytes>\d+) "(?P<referer>[^"]*)" "(?P<user_agent>[^"]*)" '
     r"host=(?P<host>\S+) route=(?P<route>\S+) upstream=(?P<upstream>\S+) "
-    r"duration=(?P<duration>\S+) upstream_duration=(?P<upstream_duration>\S+)$"
+    r"duration=(?P<duration>\S+) upstream_duration=(?P<upstream_duration>\S+) request_id=(?P<request_id>\S+)$"
 )
 TWISTD_TEXT_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4} \[[^\]]+\] ")
 

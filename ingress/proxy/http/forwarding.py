@@ -23,10 +23,12 @@ from twisted.internet.interfaces import ITransport
 from ingress.proxy.http import h1
 from ingress.proxy.http.responses import http_date, reason_phrase
 from ingress.proxy.http.target import origin_form
+from ingress.proxy.http.variables import field_lines
 from ingress.routing.policies.headers import HeaderChanges
 
 _FORWARDING = frozenset(
     {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host", b"x-forwarded-port", b"x-real-ip", b"forwarded"}
+    | {b"x-scheme", b"x-forwarded-scheme"}
 )
 # Connection tokens that name no field of their own (or one already dropped).
 _PLAIN_TOKENS = frozenset({b"close", b"keep-alive", b"upgrade"})
@@ -54,7 +56,7 @@ class ForwardedFor:
     """
 
     ip: str
-    fields: bytes  # X-Forwarded-For, X-Real-IP, X-Forwarded-Proto, X-Forwarded-Port, CRLF-terminated
+    fields: bytes  # X-Forwarded-For, X-Real-IP, X-Forwarded-Proto, X-Forwarded-Port, X-Scheme..., CRLF-terminated
     scheme: bytes = b""  # the client's scheme: the listener's, or a trusted X-Forwarded-Proto
     host: str = ""  # a trusted X-Forwarded-Host, sent on instead of the request's host
 
@@ -65,11 +67,16 @@ class ForwardedFor:
         ip = getattr(peer, "host", "") or ""
         port = getattr(local, "port", 0) or 0
         raw = ip.encode("latin-1")
-        fields = (
-            b"X-Forwarded-For: %s\r\nX-Real-IP: %s\r\nX-Forwarded-Proto: %s\r\nX-Forwarded-Port: %d\r\n"
-            % (raw, raw, scheme, port)
-        )
-        return cls(ip, fields, scheme)
+        fields = b"X-Forwarded-For: %s\r\nX-Real-IP: %s\r\nX-Forwarded-Proto: %s\r\nX-Forwarded-Port: %d\r\n" % (raw, raw, scheme, port)
+        return cls(ip, fields + scheme_fields(scheme), scheme)
+
+
+def scheme_fields(scheme: bytes) -> bytes:
+    """
+    X-Forwarded-Scheme and X-Scheme: the client's scheme again, under the names ingress-nginx also sets
+    (nginx.tmpl: C{proxy_set_header X-Scheme $pass_access_scheme}); made once per connection.
+    """
+    return b"X-Forwarded-Scheme: %s\r\nX-Scheme: %s\r\n" % (scheme, scheme)
 
 
 UNKNOWN_PEER = ForwardedFor("", b"")
@@ -121,6 +128,8 @@ def request_head_bytes(
     if set_headers is not None:
         block = set_headers.drop.sub(b"", block)
         extra = set_headers.lines
+        if set_headers.templates:
+            extra += field_lines(set_headers.templates, request, forwarded.ip, forwarded.scheme)
     if forwarded_prefix:
         block = _PREFIX_RE.sub(b"", block)
         extra += b"X-Forwarded-Prefix: %s\r\n" % forwarded_prefix.encode("latin-1")
@@ -151,6 +160,7 @@ def response_head_bytes(
     hsts: str = "",
     added: bytes = b"",
     set_headers: Optional[HeaderChanges] = None,
+    forwarded: ForwardedFor = UNKNOWN_PEER,
 ) -> bytes:
     """
     The head sent to the client: the upstream's fields less hop-by-hop ones,
@@ -159,12 +169,14 @@ def response_head_bytes(
     With C{decode} (a chunked body for an HTTP/1.0 client) Transfer-Encoding
     goes too and the body ends with the connection.  C{added} are fields a
     route's policies add (CRLF-terminated lines: a sticky cookie), C{set_headers} fields that
-    replace the upstream's of the same names.
+    replace the upstream's of the same names (their variables filled in for C{forwarded}'s client).
     """
     block = _without_named(_RESPONSE_DROP_RE.sub(b"", response.block), response.connection)
     if set_headers is not None:
         block = set_headers.drop.sub(b"", block)
         added += set_headers.lines
+        if set_headers.templates:
+            added += field_lines(set_headers.templates, request, forwarded.ip, forwarded.scheme)
     if decode:
         block = _TRANSFER_ENCODING_RE.sub(b"", block)
     status = response.status

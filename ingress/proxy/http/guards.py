@@ -6,7 +6,11 @@ Both are asked off the reactor's critical path (a password hash on a thread pool
 an auth service over the network) and give one L{Verdict}, so the HTTP/1.1 and
 HTTP/2 connections hold a request the same way whichever guards its route has.
 Both must let it through (nginx's C{satisfy all}); the password is checked
-first, so a request without one never reaches the auth service.  Rate limits come
+first, so a request without one never reaches the auth service.  With
+C{satisfy: any} one guard suffices: a client of the allowed source ranges
+passes without credentials, else a good password, else the auth service's
+yes; when none lets it through, a 401 wins over a 403 (nginx keeps the
+access phase's 401).  Rate limits come
 before both (nginx's preaccess phase): a refused request costs no hash and no
 question to a service.  They answer at once in a single process, and after a
 question to the primary in a worker.
@@ -90,6 +94,8 @@ class Guards:
         return passing
 
     def _authenticate(self, policies: Policies, request: h1.Head, client_ip: str, scheme: bytes, timeout: float) -> Deferred[Verdict]:
+        if policies.satisfy_any:
+            return self._any(policies, request, client_ip, scheme, timeout)
         if policies.basic_auth is None:
             return self._external(policies, request, client_ip, scheme, timeout)
         checking = self.passwords.check(policies.basic_auth, request.block)
@@ -100,6 +106,26 @@ class Guards:
             assert policies.basic_auth is not None
             return Verdict(401, "basic-auth", policies.basic_auth.challenge)
         return self._external(policies, request, client_ip, scheme, timeout)
+
+    def _any(self, policies: Policies, request: h1.Head, client_ip: str, scheme: bytes, timeout: float) -> Deferred[Verdict]:
+        """satisfy any: the source ranges, then the password, then the auth service; the first yes lets the request through."""
+        ranges = policies.source_ranges
+        if ranges is not None and ranges.permits(client_ip):
+            return succeed(PASSED)
+        if policies.basic_auth is None:
+            return self._external(policies, request, client_ip, scheme, timeout)
+        checking = self.passwords.check(policies.basic_auth, request.block)
+        return checking.addCallback(self._after_password_any, policies, request, client_ip, scheme, timeout)
+
+    def _after_password_any(self, ok: bool, policies: Policies, request: h1.Head, client_ip: str, scheme: bytes, timeout: float) -> Outcome:
+        if ok:
+            return PASSED
+        assert policies.basic_auth is not None
+        refused = Verdict(401, "basic-auth", policies.basic_auth.challenge)
+        if policies.external_auth is None:
+            return refused
+        asked = self.external.check(policies.external_auth, request, client_ip, scheme, timeout)
+        return asked.addCallback(lambda verdict: refused if verdict.status == 403 else verdict)
 
     def _external(self, policies: Policies, request: h1.Head, client_ip: str, scheme: bytes, timeout: float) -> Deferred[Verdict]:
         if policies.external_auth is None:

@@ -9,6 +9,10 @@ up to L{PENDING_LIMIT}; a mirror connection that stops taking bytes (its transpo
 producer) while more arrive loses the copy; either is counted (C{cut}), and so are copies with
 no endpoint, copies whose connection failed, and copies answered.  A copy's connection is closed
 when the answer begins, or after the upstream timeout without one.
+
+An ingress-nginx C{mirror-target} (L{URLMirror}) gets its own head: the same fields with the URL's
+path (its variables filled in for the client's request) and Host, and without the body's framing
+when C{mirror-request-body} is off; it is connected by name or address, over TLS for https.
 """
 
 from __future__ import annotations
@@ -18,12 +22,17 @@ from typing import Any, Optional, cast
 
 from twisted.internet.interfaces import IDelayedCall, IPushProducer, IReactorTCP, IReactorTime
 from twisted.internet.protocol import ClientFactory, Protocol, connectionDone
+from twisted.internet.ssl import CertificateOptions
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ingress.observe.metrics import Metrics
+from ingress.proxy.http import h1
+from ingress.proxy.http.forwarding import drop_lines_re
+from ingress.proxy.http.target import origin_form
+from ingress.proxy.http.variables import expand
 from ingress.proxy.transport import IConnectionTransport
-from ingress.routing.policies.mirror import Mirror
+from ingress.routing.policies.mirror import Mirror, URLMirror
 
 PENDING_LIMIT = 1 << 20  # bytes kept for a copy whose connection is being opened
 
@@ -32,8 +41,9 @@ PENDING_LIMIT = 1 << 20  # bytes kept for a copy whose connection is being opene
 class MirrorCopy(Protocol):
     """One request's copy on its way to one mirror endpoint."""
 
-    def __init__(self, reactor: IReactorTime, metrics: Metrics, route: str, head: bytes, timeout: float) -> None:
+    def __init__(self, reactor: IReactorTime, metrics: Metrics, route: str, head: bytes, timeout: float, body: bool = True) -> None:
         self.reactor = reactor
+        self.body = body  # mirror-request-body: "off" sends the head alone
         self.metrics = metrics
         self.route = route
         self.timeout = timeout
@@ -46,7 +56,7 @@ class MirrorCopy(Protocol):
 
     def send(self, data: bytes) -> None:
         """More of the request (reactor thread)."""
-        if self.ended:
+        if self.ended or not self.body:
             return
         connection = self._connection
         if connection is None:
@@ -124,11 +134,50 @@ class _CopyFactory(ClientFactory):
         self.copy.failed()
 
 
+_HOST_RE = drop_lines_re(frozenset({b"host"}))
+_BODY_RE = drop_lines_re(frozenset({b"content-length", b"transfer-encoding"}))
+_TLS: list[Any] = []  # the client TLS options of https mirrors, made on first use (no verification: nginx's default)
+
+
+def url_head(url: URLMirror, head: bytes, request: h1.Head, client_ip: str, scheme: bytes) -> bytes:
+    """The head a mirror-target receives: the upstream's fields with the URL's target and Host (and no body framing without the body)."""
+    line_end = head.index(b"\r\n")
+    method = head[: head.index(b" ")]
+    block = _HOST_RE.sub(b"", head[line_end + 2 : -2])
+    if not url.body:
+        block = _BODY_RE.sub(b"", block)
+    target = expand(url.path, request, client_ip, scheme).encode("latin-1") if url.path else origin_form(request.target)
+    return b"%s %s HTTP/1.1\r\n%sHost: %s\r\n\r\n" % (method, target, block, url.authority.encode("latin-1"))
+
+
+def _connect_url(reactor: Any, url: URLMirror, copy: MirrorCopy, connect_timeout: float) -> None:
+    if not url.tls:
+        reactor.connectTCP(url.host, url.port, _CopyFactory(copy), timeout=connect_timeout)
+        return
+    if not _TLS:
+        _TLS.append(CertificateOptions())
+    reactor.connectSSL(url.host, url.port, _CopyFactory(copy), _TLS[0], timeout=connect_timeout)
+
+
 def start_copies(
-    mirror: Mirror, head: bytes, pool: Any, reactor: Any, metrics: Metrics, route: str, connect_timeout: float, timeout: float
+    mirror: Mirror,
+    head: bytes,
+    pool: Any,
+    reactor: Any,
+    metrics: Metrics,
+    route: str,
+    connect_timeout: float,
+    timeout: float,
+    request: Optional[h1.Head] = None,
+    client: tuple[str, bytes] = ("", b"http"),
 ) -> tuple[MirrorCopy, ...]:
-    """A copy for each of the route's mirrors whose share draws this request, connecting now."""
+    """A copy for each of the route's mirrors whose share draws this request, connecting now (C{client}: its address and scheme)."""
     copies = []
+    if request is not None:
+        for url in mirror.urls:
+            copy = MirrorCopy(reactor, metrics, route, url_head(url, head, request, *client), timeout, url.body)
+            _connect_url(reactor, url, copy, connect_timeout)
+            copies.append(copy)
     for target in mirror.targets:
         if target.percent < 100.0 and random.random() * 100.0 >= target.percent:
             continue

@@ -85,7 +85,7 @@ def upstream_head(policies: Policies, request: h1.Head, forwarded: ForwardedFor,
     """The head the upstream receives, with the route's rewrite, Host and X-Forwarded-Prefix."""
     rewrite = policies.rewrite
     if rewrite is None:
-        return request_head_bytes(request, forwarded, host, upstream_host=policies.upstream_host, set_headers=policies.request_headers)
+        return request_head_bytes(request, forwarded, host, None, policies.upstream_host, policies.forwarded_prefix, policies.request_headers)
     query = origin_form(request.target).partition(b"?")[2]
     target = rewrite.target_for(path, query)
     return request_head_bytes(request, forwarded, host, target, policies.upstream_host, rewrite.prefix, policies.request_headers)

@@ -257,7 +257,7 @@ class UpstreamRelay(FailureSteps, DeadlineSteps, PolicySteps):
             self._decode = ChunkedFramer(decode=True)
         hsts = self._route.hsts if self.factory.scheme == b"https" else ""
         changes = policies.response_headers if policies is not None else None
-        out = response_head_bytes(head, request, self.settings.server_name, keep, decode, hsts, self._added_fields(head.status), changes)
+        out = response_head_bytes(head, request, self.settings.server_name, keep, decode, hsts, self._added_fields(head.status), changes, self._forwarded)
         if body:
             body = self._decoded(body) if decode else body
             out += body
@@ -317,7 +317,8 @@ class UpstreamRelay(FailureSteps, DeadlineSteps, PolicySteps):
         """RequestMirror: copies of this request (its head now, its body as it is sent upstream) to the route's mirrors."""
         factory = self.factory
         self._mirrors = start_copies(
-            mirror, self._head_bytes, factory.pool, factory.reactor, factory.metrics, self._route_name(), self._connect_timeout, self._read_timeout
+            mirror, self._head_bytes, factory.pool, factory.reactor, factory.metrics, self._route_name(), self._connect_timeout, self._read_timeout,
+            self._request, (self._forwarded.ip, self._forwarded.scheme),
         )
 
     def _send_upstream(self, data: bytes) -> None:

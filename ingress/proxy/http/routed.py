@@ -15,7 +15,7 @@ import re
 from functools import partial
 from typing import Optional
 
-from ingress.proxy.http import h1
+from ingress.proxy.http import h1, requestid
 from ingress.proxy.http.errorpages import fallback_head
 from ingress.proxy.http.fields import field_value
 from ingress.proxy.http.forwarding import ForwardedFor, request_head_bytes
@@ -62,6 +62,8 @@ def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, r
             return blocked
     if head.method == b"CONNECT":
         return Routed(405, refused=True, detail="CONNECT is not proxied")
+    if table.request_ids:
+        requestid.tag(head)
     try:
         host, path = host_and_path(head)
     except h1.HTTPError as error:
@@ -93,7 +95,7 @@ def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, r
             preflight = Routed(204, route=route)  # ingress-nginx's "return 204": nginx's rewrite phase, before access
             preflight.fields = fields
             return preflight
-    if policies.source_ranges is not None and not policies.source_ranges.permits(forwarded.ip):
+    if policies.source_ranges is not None and not policies.satisfy_any and not policies.source_ranges.permits(forwarded.ip):
         denied = Routed(403, route=route)
         denied.denied = "source-range"
         return denied

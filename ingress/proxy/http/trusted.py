@@ -12,7 +12,7 @@ request's own value is used.
 from __future__ import annotations
 
 from ingress.proxy.http import h1
-from ingress.proxy.http.forwarding import ForwardedFor
+from ingress.proxy.http.forwarding import ForwardedFor, scheme_fields
 from ingress.routing.policies.trust import ForwardedTrust
 
 _PROTOS = {b"http": b"http", b"https": b"https"}
@@ -44,4 +44,4 @@ def trusted_forwarding(trust: ForwardedTrust, peer: ForwardedFor, request: h1.He
         scheme,
         port,
     )
-    return ForwardedFor(client, fields, scheme, host)
+    return ForwardedFor(client, fields + scheme_fields(scheme), scheme, host)

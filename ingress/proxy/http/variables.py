@@ -8,9 +8,10 @@ templates never pays for them.
 
 from __future__ import annotations
 
+import time
 from urllib.parse import parse_qsl, quote
 
-from ingress.proxy.http import h1
+from ingress.proxy.http import h1, requestid
 from ingress.proxy.http.auth import credentials
 from ingress.proxy.http.fields import cookie_value, field_value
 from ingress.proxy.http.target import origin_form
@@ -20,6 +21,16 @@ from ingress.routing.policies.variables import Part
 def expand(parts: tuple[Part, ...], request: h1.Head, client_ip: str, scheme: bytes = b"http") -> str:
     """The template's text for C{request} from C{client_ip} over C{scheme}."""
     return "".join(value if kind == "text" else variable(value, request, client_ip, scheme) for kind, value in parts)
+
+
+def field_lines(templates: tuple[tuple[str, tuple[Part, ...]], ...], request: h1.Head, client_ip: str, scheme: bytes) -> bytes:
+    """Header fields whose values are templates, filled in for C{request} (CRLF-terminated lines; an empty value: no field, as nginx)."""
+    lines = []
+    for name, parts in templates:
+        text = expand(parts, request, client_ip, scheme)
+        if text:
+            lines.append(b"%s: %s\r\n" % (name.encode("latin-1"), text.encode("latin-1", "replace")))
+    return b"".join(lines)
 
 
 def variable(name: str, request: h1.Head, client_ip: str, scheme: bytes) -> str:
@@ -37,6 +48,10 @@ def variable(name: str, request: h1.Head, client_ip: str, scheme: bytes) -> str:
         return request.host.decode("latin-1")
     if name == "remote_addr":
         return client_ip
+    if name == "msec":
+        return "%.3f" % time.time()
+    if name == "request_id":  # the X-Request-ID that travels with the request (nginx's own $request_id is a fresh one)
+        return (requestid.request_id(request) or requestid.new_id()).decode("latin-1")
     if name in ("scheme", "pass_access_scheme"):
         return scheme.decode("latin-1")
     if name == "request_method":

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ingress.proxy.http import h1
-from ingress.proxy.http.forwarding import response_head_bytes
+from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor, response_head_bytes
 from ingress.proxy.http.responses import error_response, fields_response
 from ingress.routing.policies.headers import HeaderChanges
 
@@ -73,9 +73,10 @@ def response_headers(
     hsts: str = "",
     added: bytes = b"",
     changes: Optional[HeaderChanges] = None,
+    forwarded: ForwardedFor = UNKNOWN_PEER,
 ) -> Headers:
     """The header list of an upstream's HTTP/1.1 response, filtered as for an HTTP/1.1 client."""
-    raw = response_head_bytes(response, request, server, True, True, hsts, added, changes)
+    raw = response_head_bytes(response, request, server, True, True, hsts, added, changes, forwarded)
     block = raw[raw.index(b"\r\n") + 2 : -2]
     headers = [(b":status", b"%d" % response.status)]
     headers.extend((lower, value) for _, lower, value in h1.split_fields(block) if lower not in _NOT_IN_HTTP2)

@@ -65,7 +65,7 @@ class StreamResponse(UpstreamRelay):
             self._decode = ChunkedFramer(decode=True)
         hsts = route.hsts if self.factory.scheme == b"https" else ""
         changes = policies.response_headers if policies is not None else None
-        headers = response_headers(head, request, self.settings.server_name, hsts, self._added_fields(head.status), changes)
+        headers = response_headers(head, request, self.settings.server_name, hsts, self._added_fields(head.status), changes, self._forwarded)
         bodiless = complete and not body
         h2 = self.connection.h2
         h2.send_headers(self.stream_id, headers, end_stream=bodiless)

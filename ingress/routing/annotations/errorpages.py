@@ -34,12 +34,22 @@ DefaultBackend = Callable[[str, str], tuple[Upstream, Optional[Issue]]]
 """(namespace, Service name) → the Service's first-port upstream and what is wrong with it."""
 
 
-def error_pages(ingress: Ingress, read: IngressAnnotations, backend: IngressBackend, upstream: Upstream, default_backend: Optional[Upstream]) -> tuple[Optional[ErrorPages], Upstream]:
+def error_pages(
+    ingress: Ingress,
+    read: IngressAnnotations,
+    backend: IngressBackend,
+    upstream: Upstream,
+    default_backend: Optional[Upstream],
+    global_codes: frozenset[int] = frozenset(),
+) -> tuple[Optional[ErrorPages], Upstream]:
     """
     The route's error pages (None when it has none) and the upstream its requests go to: its own,
     or C{default_backend} (already resolved, with endpoints, or None) when its own has none.
+    C{global_codes} (the ConfigMap's custom-http-errors) count where the Ingress sets no codes.
     """
     codes = read.value("custom-http-errors")
+    if not isinstance(codes, frozenset) and default_backend is not None and global_codes:
+        codes = global_codes
     if not isinstance(codes, frozenset) and default_backend is None:
         return None, upstream
     fallback = default_backend is not None and not upstream.targets

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ingress.routing.annotations import auth_values, values
+from ingress.routing.annotations import auth_values, mirror, values
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +144,14 @@ KEYS: Mapping[str, Key] = {
     "denylist-source-range": Key(values.networks),
     # Global external auth (ingress-nginx ConfigMap "global-auth-url": "each service can be excluded ... via annotation enable-global-auth")
     "enable-global-auth": Key(values.boolean),
+    # ingress-nginx "Satisfy": any one of the access guards lets a request through
+    "satisfy": Key(values.one_of("any", "all")),
+    # ingress-nginx "Mirror"
+    "mirror-target": Key(mirror.mirror_target),
+    "mirror-host": Key(values.host),
+    "mirror-request-body": Key(values.on_off),
+    # ingress-nginx "Custom Headers": a ConfigMap of response fields (ingress-nginx's own namespace rule applies)
+    "custom-headers": Key(values.namespaced_name),
 }
 """Every key twingress reads, by its name without prefix."""
 
@@ -156,8 +164,8 @@ SNIPPETS = frozenset({"configuration-snippet", "server-snippet", "stream-snippet
 HARMLESS: Mapping[str, str] = {
     **{
         name: "is not supported by twingress; it is ignored"
-        for name in """client-body-buffer-size connection-proxy-header custom-headers enable-access-log enable-opentelemetry
-        enable-rewrite-log http2-push-preload mirror-host mirror-request-body mirror-target
+        for name in """client-body-buffer-size connection-proxy-header enable-access-log enable-opentelemetry
+        enable-rewrite-log http2-push-preload
         opentelemetry-trust-incoming-span proxy-buffer-size proxy-buffering proxy-buffers-number proxy-busy-buffers-size
         proxy-cookie-domain proxy-cookie-path proxy-http-version proxy-max-temp-file-size proxy-redirect-from
         proxy-redirect-to proxy-request-buffering ssl-ciphers ssl-prefer-server-ciphers limit-rate limit-rate-after
@@ -165,7 +173,6 @@ HARMLESS: Mapping[str, str] = {
     },
     "enable-modsecurity": "is not supported by twingress (ModSecurity's default mode only detects; modsecurity-snippet, which closes the routes, is what blocks); it is ignored",
     "enable-owasp-core-rules": "is not supported by twingress (the Core Rule Set only detects unless modsecurity-snippet turns SecRuleEngine On, which closes the routes); it is ignored",
-    "satisfy": "is not supported by twingress: every guard of the route must pass (satisfy all), which is stricter; it is ignored",
 }
 """ingress-nginx keys twingress does not read whose absence opens nothing: reported, with why."""
 
@@ -180,6 +187,7 @@ ENFORCED_GUARDS = frozenset(
     {"whitelist-source-range", "allowlist-source-range", "denylist-source-range", "auth-type", "auth-secret", "auth-secret-type"}
     | {"auth-url", "auth-method", "auth-signin", "auth-signin-redirect-param", "auth-response-headers", "auth-request-redirect"}
     | {"auth-proxy-set-headers", "auth-always-set-cookie", "auth-cache-key", "auth-cache-duration"}
+    | {"satisfy"}
     | {"auth-tls-secret", "auth-tls-verify-client", "auth-tls-verify-depth", "auth-tls-error-page", "auth-tls-pass-certificate-to-upstream", "auth-tls-match-cn"}
     | {"enable-global-auth"}
 )

@@ -25,7 +25,9 @@ from ingress.routing.policies.auth import BasicAuth
 from ingress.routing.policies.cors import Cors
 from ingress.routing.policies.errorpages import ErrorPages
 from ingress.routing.policies.extauth import ExternalAuth
+from ingress.routing.policies.headers import HeaderChanges, merged
 from ingress.routing.policies.limits import UNLIMITED
+from ingress.routing.policies.mirror import Mirror, URLMirror
 from ingress.routing.policies.ratelimit import DEFAULT_BURST_MULTIPLIER, RateLimit, rate_limit
 
 _NO_LIMITS = Limits()
@@ -46,6 +48,7 @@ def route_policies(
     external_auth: Optional[ExternalAuth] = None,
     rate: Optional[RateLimit] = None,
     error_pages: Optional[ErrorPages] = None,
+    custom_headers: Optional[HeaderChanges] = None,
 ) -> Optional[Policies]:
     """
     The policies of the route for C{path} (a regex when C{regex}), or None when the annotations ask for none.
@@ -53,7 +56,8 @@ def route_policies(
     C{backend_tls}, C{basic_auth}, C{external_auth}, C{rate} and C{error_pages} are resolved by the builder (they need the Secrets); C{closed} says why the
     route must answer 503 (a guard it cannot honour), besides unenforced access guards;
     C{config} holds the ingress-nginx ConfigMap's route defaults (limits, balancing, header
-    fields), which the annotations override.
+    fields, error pages), which the annotations override; C{custom_headers} are the response fields
+    of the Ingress's custom-headers ConfigMap (resolved by the builder), over the ConfigMap's add-headers.
     """
     if not annotations.values and not annotations.unguarded and not closed and config == TWINGRESS_DEFAULTS:
         return None
@@ -72,18 +76,21 @@ def route_policies(
         rate_limit=rate,
         basic_auth=None if closed or exempt else basic_auth,
         external_auth=None if closed or exempt else (external_auth or (guards.auth if global_auth else None)),
+        satisfy_any=annotations.text("satisfy") == "any" and not closed and not exempt and (basic_auth is not None or external_auth is not None or (global_auth and guards.auth is not None)),
         affinity=_affinity(annotations, path, regex),
         hash_by=_hash_by(annotations),
         load_balance=EWMA if (annotations.text("load-balance") or config.load_balance) == EWMA else "",
         rewrite=_rewrite(annotations, path),
+        forwarded_prefix=annotations.text("x-forwarded-prefix"),
         upstream_host=annotations.text("upstream-vhost"),
         request_headers=config.request_headers,
-        response_headers=config.response_headers,
+        response_headers=merged(config.response_headers, custom_headers),
         limits=_limits(annotations, config.limits),
         backend_tls=backend_tls,
         backend_http2=annotations.text("backend-protocol") in HTTP2_BACKENDS,
+        mirror=route_mirror(annotations),
         retry=_retry(annotations),
-        error_pages=error_pages,
+        error_pages=error_pages if error_pages is not None or annotations.flag("disable-proxy-intercept-errors") else config.error_pages,
         strip_trailing_slash=not annotations.flag("preserve-trailing-slash", True),
     )
     return None if policies == _NONE else policies
@@ -105,6 +112,16 @@ def route_rate_limit(annotations: IngressAnnotations, ingress: str, config: Ngin
         int(annotations.number("limit-connections") or 0),
         config.limit_conn_status,
     )
+
+
+def route_mirror(annotations: IngressAnnotations) -> Optional[Mirror]:
+    """mirror-target, with mirror-host (the copies' Host) and mirror-request-body ("off": copies without the body)."""
+    target = annotations.value("mirror-target")
+    if not isinstance(target, URLMirror):
+        return None
+    body = annotations.value("mirror-request-body")
+    url = replace(target, authority=annotations.text("mirror-host") or target.authority, body=body if isinstance(body, bool) else True)
+    return Mirror((), (url,))
 
 
 def _source_ranges(annotations: IngressAnnotations, guards: GlobalGuards) -> Optional[SourceRanges]:

@@ -268,6 +268,14 @@ def methods(value: str) -> str:
     return value.strip()
 
 
+def field_names(value: str) -> tuple[str, ...]:
+    """global-allowed-response-headers: header field names separated by commas."""
+    names = tuple(name.strip() for name in value.split(",") if name.strip())
+    if not all(_FIELD_NAME_RE.fullmatch(name) for name in names):
+        raise InvalidValue("must be header field names separated by commas")
+    return names
+
+
 def header_names(value: str) -> str:
     """cors-allow-headers, cors-expose-headers: field names (or *) separated by commas."""
     if _HEADERS_RE.fullmatch(value.strip()) is None:
@@ -281,6 +289,9 @@ def next_upstream(value: str) -> tuple[str, ...]:
     if not words or any(word not in CONDITIONS for word in words):
         raise InvalidValue("must be words among " + " ".join(sorted(CONDITIONS)))
     return words
+
+
+_FIELD_NAME_RE = re.compile(r"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
 
 
 def text(value: str) -> str:

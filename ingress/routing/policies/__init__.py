@@ -14,10 +14,11 @@ applied by the proxy in one fixed order, the order of L{Policies}' fields:
   3. C{rate_limit}: how often a client may ask (503 by default; counted over all workers);
      C{source_ranges}: who may pass (403); C{basic_auth}: who may pass (401; checked by the
      proxy off the reactor thread); C{external_auth}: what an auth service says (401, 403, a
-     sign-in redirect, or 500 when it cannot say), after the basic auth;
+     sign-in redirect, or 500 when it cannot say), after the basic auth; all of them must let a
+     request pass, or with C{satisfy_any} one of them (nginx's C{satisfy any});
   4. C{canary}, C{backends}, C{affinity}: which backend (the route's own, its canary's, or one
      of a Gateway API rule's weighted backendRefs) and which endpoint;
-  5. C{rewrite}, C{upstream_host}, C{request_headers}: the request the upstream receives,
+  5. C{rewrite}, C{forwarded_prefix}, C{upstream_host}, C{request_headers}: the request the upstream receives,
      and C{response_headers} the response the client receives;
   6. C{limits}, C{backend_tls}: timeouts, the body size limit, and TLS to the endpoints;
      C{mirror}: copies of the request to other backends, their answers ignored;
@@ -77,12 +78,14 @@ class Policies:
     rate_limit: Optional[RateLimit] = None
     basic_auth: Optional[BasicAuth] = None
     external_auth: Optional[ExternalAuth] = None
+    satisfy_any: bool = False  # satisfy: "any": the source range, the password or the auth service, any one suffices
     canary: Optional[Canary] = None
     backends: Optional[WeightedBackends] = None  # Gateway API backendRefs with weights (the route's own upstream unused)
     affinity: Optional[Affinity] = None
     hash_by: Optional[HashBy] = None
     load_balance: str = ""  # "" (round robin) or EWMA
     rewrite: Optional[Rewrite | PathReplace] = None
+    forwarded_prefix: str = ""  # x-forwarded-prefix without a rewrite (a rewrite carries its own)
     upstream_host: str = ""  # the Host field the upstream receives instead of the client's
     request_headers: Optional[HeaderChanges] = None
     response_headers: Optional[HeaderChanges] = None
@@ -115,6 +118,8 @@ class Policies:
             shown["basicAuth"] = self.basic_auth.to_json()
         if self.external_auth is not None:
             shown["externalAuth"] = self.external_auth.to_json()
+        if self.satisfy_any:
+            shown["satisfy"] = "any"
         if self.canary is not None:
             shown["canary"] = self.canary.to_json()
         if self.backends is not None:
@@ -127,6 +132,8 @@ class Policies:
             shown["loadBalance"] = self.load_balance
         if self.rewrite is not None:
             shown["rewrite"] = self.rewrite.to_json()
+        if self.forwarded_prefix:
+            shown["forwardedPrefix"] = self.forwarded_prefix
         if self.upstream_host:
             shown["upstreamHost"] = self.upstream_host
         if self.request_headers is not None:

@@ -44,6 +44,13 @@ ALL_VARIABLES = Vocabulary(
 )
 """What the external-auth annotations may name."""
 
+HEADER_VARIABLES = Vocabulary(ALL_VARIABLES.names | {"msec", "request_id"}, ALL_VARIABLES.families)
+"""
+What the values of the ConfigMap's header fields (proxy-set-headers, add-headers) may name: besides
+the external-auth ones, C{msec} (the time, in seconds with milliseconds) and C{request_id} (the
+request's X-Request-ID: the client's or the one generated).
+"""
+
 Part = tuple[str, str]
 """("text", literal) or ("var", variable name, lower-case)."""
 
