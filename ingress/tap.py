@@ -269,6 +269,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
     if options["access-log"] != "off" and options["worker-count"] == 1:  # with workers, each writes its own lines
         access_log = AccessLog(reactor, options["access-log"], options["access-log-format"])
         access_log.setServiceParent(top)
+        live.subscribe(access_log.use_table)  # the ConfigMap's log-format-upstream
     _BuilderService(builder).setServiceParent(top)
     nginx = _nginx_metrics(options, metrics)
     if nginx is not None:

@@ -169,6 +169,7 @@ def main(argv: list[str]) -> None:
     if config["access_log"] != "off":
         access_log = AccessLog(reactor, config["access_log"], config["access_log_format"])
         access_log.setServiceParent(top)
+        live.subscribe(access_log.use_table)  # the ConfigMap's log-format-upstream
     nginx = None
     if config.get("nginx_metrics"):
         nginx = NginxMetrics(controller_identity(controller_class=config["ingress_class"]), lambda: gauge_total(metrics.open_connections))

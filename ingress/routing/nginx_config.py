@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from ingress.model import ConfigMap, ObjectRef, Problem
+from ingress.routing import logformat
 from ingress.routing.annotations import values
 from ingress.routing.annotations.values import InvalidValue
 from ingress.routing.policies.headers import HeaderChanges, header_changes, valid_field
@@ -64,6 +65,8 @@ class ListenerSettings:
     tls_max_version: str = ""  # "1.2" when ssl-protocols leaves TLSv1.3 out
     tls_ciphers: str = ""
     proxy_protocol: bool = False  # use-proxy-protocol: a PROXY header opens every new connection
+    log_format: str = ""  # log-format-upstream (checked by ingress.routing.logformat): "" keeps --access-log-format
+    log_escape: str = "default"  # log-format-escape-json / log-format-escape-none: default, json or none
 
 
 INGRESS_NGINX_LISTENER = ListenerSettings(75.0, 1000, 320, 60.0, "1.2", "", "")
@@ -72,6 +75,11 @@ INGRESS_NGINX_LISTENER = ListenerSettings(75.0, 1000, 320, 60.0, "1.2", "", "")
 
 TWINGRESS_DEFAULTS = NginxConfig(ssl_redirect=True, force_ssl_redirect=False, redirect_code=308, hsts="", limits=Limits())
 """Without --nginx-configmap: twingress's own defaults (no HSTS, the listener's limits)."""
+
+def _log_format(value: str) -> str:
+    logformat.parse(value)  # InvalidValue names the variables twingress does not fill
+    return value
+
 
 _READERS: Mapping[str, Callable[[str], object]] = {
     "ssl-redirect": values.boolean,
@@ -103,6 +111,9 @@ _READERS: Mapping[str, Callable[[str], object]] = {
     "ssl-ciphers": values.ciphers,
     "add-headers": values.namespaced_name,
     "proxy-set-headers": values.namespaced_name,
+    "log-format-upstream": _log_format,
+    "log-format-escape-json": values.boolean,
+    "log-format-escape-none": values.boolean,
 }
 
 _ON_THE_COMMAND_LINE = {
@@ -176,7 +187,9 @@ def read_nginx_config(config_maps: Mapping[tuple[str, str], ConfigMap], named: t
             read[key] = reader(value)
         except InvalidValue as error:
             invalid.add(key)
-            if key == "proxy-real-ip-cidr":  # never fall back to trusting everyone
+            if key == "log-format-upstream":
+                problems.append(Problem(ref, INVALID, f"{key}: {value!r} {error}; the access log keeps its format (--access-log-format)"))
+            elif key == "proxy-real-ip-cidr":  # never fall back to trusting everyone
                 problems.append(Problem(ref, INVALID, f"{key}: {value!r} {error}; no forwarding header is trusted"))
             else:
                 problems.append(Problem(ref, INVALID, f"{key}: {value!r} {error}; ingress-nginx's default applies"))
@@ -252,6 +265,8 @@ def _config(read: Mapping[str, object], untrusted: bool = False) -> NginxConfig:
         tls_max_version="1.2" if versions and versions[-1] == "TLSv1.2" else "",
         tls_ciphers=str(read.get("ssl-ciphers", "")),
         proxy_protocol=bool(read.get("use-proxy-protocol", False)),
+        log_format=str(read.get("log-format-upstream", "")),
+        log_escape="none" if read.get("log-format-escape-none") else "json" if read.get("log-format-escape-json") else "default",
     )
     return NginxConfig(
         listener=listener,
