@@ -21,9 +21,10 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from ingress.model import ConfigMap, ObjectRef, Problem
-from ingress.routing import logformat
+from ingress.routing import compression, logformat
 from ingress.routing.annotations import values
 from ingress.routing.annotations.values import InvalidValue
+from ingress.routing.compression import Gzip
 from ingress.routing.policies.headers import HeaderChanges, header_changes, valid_field
 from ingress.routing.policies.limits import UNLIMITED, Limits
 from ingress.routing.policies.trust import ForwardedTrust
@@ -67,6 +68,7 @@ class ListenerSettings:
     proxy_protocol: bool = False  # use-proxy-protocol: a PROXY header opens every new connection
     log_format: str = ""  # log-format-upstream (checked by ingress.routing.logformat): "" keeps --access-log-format
     log_escape: str = "default"  # log-format-escape-json / log-format-escape-none: default, json or none
+    gzip: Optional[Gzip] = None  # use-gzip and its gzip-* keys (None: off)
 
 
 INGRESS_NGINX_LISTENER = ListenerSettings(75.0, 1000, 320, 60.0, "1.2", "", "")
@@ -114,12 +116,22 @@ _READERS: Mapping[str, Callable[[str], object]] = {
     "log-format-upstream": _log_format,
     "log-format-escape-json": values.boolean,
     "log-format-escape-none": values.boolean,
+    "use-gzip": values.boolean,
+    "gzip-level": compression.level,
+    "gzip-min-length": values.whole_number,
+    "gzip-types": compression.media_types,
 }
 
 _ON_THE_COMMAND_LINE = {
     "client-header-timeout": "--header-timeout",
     "client-body-timeout": "--client-body-timeout",
 }
+
+_NOT_SERVED = {
+    key: "is not supported by twingress: responses are compressed with gzip only (use-gzip)"
+    for key in ("enable-brotli", "brotli-level", "brotli-min-length", "brotli-types")
+}
+"""Keys refused with their own reason."""
 """Keys whose setting is a twingress command-line option (listener settings are not per table)."""
 
 INGRESS_NGINX_KEYS = frozenset(
@@ -181,6 +193,7 @@ def read_nginx_config(config_maps: Mapping[tuple[str, str], ConfigMap], named: t
             what = "is not supported by twingress" if reason == UNSUPPORTED else "is not an ingress-nginx ConfigMap key"
             if key in _ON_THE_COMMAND_LINE:
                 what = f"is a listener setting in twingress: {_ON_THE_COMMAND_LINE[key]} on the command line"
+            what = _NOT_SERVED.get(key, what)
             problems.append(Problem(ref, reason, f"{key} {what}; it is ignored"))
             continue
         try:
@@ -267,6 +280,7 @@ def _config(read: Mapping[str, object], untrusted: bool = False) -> NginxConfig:
         proxy_protocol=bool(read.get("use-proxy-protocol", False)),
         log_format=str(read.get("log-format-upstream", "")),
         log_escape="none" if read.get("log-format-escape-none") else "json" if read.get("log-format-escape-json") else "default",
+        gzip=compression.gzip_settings(dict(read)),
     )
     return NginxConfig(
         listener=listener,

@@ -46,3 +46,4 @@ def test_parts(text: str, parts: tuple[tuple[str, str], ...]) -> None:
 def test_refused(text: str, message: str) -> None:
     with pytest.raises(InvalidValue, match=message.replace("$", r"\$")):
         parse(text)
+
