@@ -42,6 +42,7 @@ system-packages:
 testenv:
 	testenv/build.sh
 	testenv/gateway-api.sh
+	testenv/promql.sh
 
 $(WHEELHOUSE)/.stamp: $(STAMP) setup.cfg pyproject.toml
 	$(PY) -m pip wheel -q --wheel-dir $(WHEELHOUSE) 'setuptools>=68' wheel .
