@@ -58,6 +58,7 @@ def backend_conf(workdir: Path, port: int) -> str:
     else:  # nginx's configuration buffer takes no 64 KiB string
         (workdir / "www").mkdir(exist_ok=True)
         (workdir / "www" / "body.txt").write_bytes(BODY)
+        workdir.chmod(0o711)  # nginx's workers (user nobody when run as root) must reach the file
         answer = f"root {workdir / 'www'}; try_files /body.txt =404; etag off;"
     server = f"""
     server {{

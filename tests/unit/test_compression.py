@@ -63,3 +63,14 @@ def test_gzip_body_streams_each_piece() -> None:
         length = int(size, 16)
         decoded, rest = decoded + rest[:length], rest[length + 2 :]
     assert gzip.decompress(decoded) == b"hello world"
+
+
+@pytest.mark.parametrize("length", [1, 300, 1024, 70_000])
+def test_small_window_for_a_known_length_still_round_trips(length: int) -> None:
+    """A known length picks a smaller zlib window (as nginx's gzip filter does); the stream stays valid gzip."""
+    data = (b"abcdefghij" * (length // 10 + 1))[:length]
+    body = GzipBody(1, upstream_chunked=False, chunked=False, length=length)
+    body.feed(data)
+    out = b"".join(body.payload)
+    body.payload.clear()
+    assert gzip.decompress(out + body.finish()) == data

@@ -81,6 +81,20 @@ def compressed_block(block: bytes) -> bytes:
     return _ETAG_RE.sub(rb"\1W/\2", _LENGTH_RE.sub(b"", block))
 
 
+def _window_for(length: Optional[int]) -> tuple[int, int]:
+    """
+    zlib's window bits and memory level for a body of known C{length}: as nginx's gzip filter
+    does, smaller for a small body (a 1 KiB answer needs no 32 KiB window; setting one up costs
+    more than compressing it).
+    """
+    window, memory = zlib.MAX_WBITS, 8
+    if length is not None and length > 0:
+        while length < 1 << (window - 1) and window > 9:
+            window -= 1
+            memory -= 1
+    return window, max(memory, 1)
+
+
 class GzipBody:
     """
     The body transform of one compressed response (the relay's C{feed}/C{payload} interface):
@@ -88,8 +102,9 @@ class GzipBody:
     plain data (HTTP/2 frames it itself).  C{finish} gives the last bytes.
     """
 
-    def __init__(self, level: int, upstream_chunked: bool, chunked: bool = True) -> None:
-        self._zlib = zlib.compressobj(level, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    def __init__(self, level: int, upstream_chunked: bool, chunked: bool = True, length: Optional[int] = None) -> None:
+        window, memory = _window_for(length)
+        self._zlib = zlib.compressobj(level, zlib.DEFLATED, 16 + window, memory)
         self._dechunk = ChunkedFramer(decode=True) if upstream_chunked else None
         self._chunked = chunked
         self.payload: list[bytes] = []

@@ -260,7 +260,7 @@ class UpstreamRelay(FailureSteps, DeadlineSteps, PolicySteps):
         if decode:
             self._decode = ChunkedFramer(decode=True)
         elif gzip is not None and should_compress(gzip, request.method, request.version, request.block, head.status, head.block, head.framing.content_length):
-            self._decode = GzipBody(gzip.level, head.framing.chunked)
+            self._decode = GzipBody(gzip.level, head.framing.chunked, length=head.framing.content_length)
             head = replace(head, block=compressed_block(head.block))
             decode, added = True, added + ADDED_FIELDS + b"Transfer-Encoding: chunked\r\n"
         hsts = self._route.hsts if self.factory.scheme == b"https" else ""

@@ -69,7 +69,7 @@ class StreamResponse(UpstreamRelay):
         if gzip is not None and not bodiless and should_compress(
             gzip, request.method, request.version, request.block, head.status, head.block, head.framing.content_length
         ):
-            self._decode = GzipBody(gzip.level, head.framing.chunked, chunked=False)
+            self._decode = GzipBody(gzip.level, head.framing.chunked, chunked=False, length=head.framing.content_length)
             head = replace(head, block=compressed_block(head.block))
             added += ADDED_FIELDS
         elif head.framing.chunked:
