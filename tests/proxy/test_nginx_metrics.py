@@ -165,8 +165,14 @@ def test_labels_are_ingress_nginx_s(manifests: Manifests, echo: EchoBackend, twi
     default) and the controller's constant labels; the Ingress's namespace, name, Service and path.
     """
     manifests.route("web", "m.test", [echo.address], path="/")
-    process = twingress("--nginx-metrics", "true")
+    process = twingress("--nginx-metrics", "true", "--http2-cleartext")
     assert _get(process.http_port, "m.test", "/a") == 200
+    h2 = subprocess.run(
+        ["curl", "-sS", "--http2-prior-knowledge", "-o", "/dev/null", "-w", "%{http_version} %{http_code}", "-H", "Host: m.test",
+         f"http://127.0.0.1:{process.http_port}/b"],
+        capture_output=True, text=True, timeout=20,
+    )
+    assert h2.stdout == "2 200", h2.stderr  # an HTTP/2 stream is counted the same way
     time.sleep(0.2)
     samples = [s for s in scrape(process, 0) if s["labels"]["__name__"] == "nginx_ingress_controller_requests"]
     assert len(samples) == 1
@@ -176,7 +182,7 @@ def test_labels_are_ingress_nginx_s(manifests: Manifests, echo: EchoBackend, twi
         "controller_class": "twingress", "controller_namespace": "", "status": "200", "method": "GET", "path": "/",
         "exported_namespace": "default", "ingress": "web", "service": "web", "canary": "", "host": "m.test",
     }
-    assert samples[0]["v"] == 1.0
+    assert samples[0]["v"] == 2.0
 
 
 def test_off_by_default(manifests: Manifests, echo: EchoBackend, twingress: Callable[..., Twingress]) -> None:
