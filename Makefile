@@ -46,6 +46,7 @@ testenv: system-packages
 	testenv/gateway-api.sh
 	testenv/node.sh
 	testenv/gateway-conformance.sh
+	testenv/promql.sh
 
 $(WHEELHOUSE)/.stamp: $(STAMP) setup.cfg pyproject.toml
 	$(PY) -m pip wheel -q --wheel-dir $(WHEELHOUSE) 'setuptools>=68' wheel .

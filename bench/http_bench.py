@@ -15,6 +15,7 @@ Run with the project venv::
 from __future__ import annotations
 
 import argparse
+import gzip
 import http.client
 import os
 import shutil
@@ -71,6 +72,11 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                    help="route the benchmark's host by a Gateway API HTTPRoute instead of an Ingress")
     p.add_argument("--canary-annotation", action="append", default=None, metavar="KEY=VALUE",
                    help="add a canary Ingress (same host, path and backend) with this annotation (repeatable)")
+    p.add_argument("--body-size", type=int, default=0, metavar="BYTES",
+                   help="the backend answers a text/plain body of this size (default: 'hello world\\n')")
+    p.add_argument("--gzip", action="store_true",
+                   help="compress: twingress with an ingress-nginx ConfigMap of use-gzip true, nginx-proxy with the "
+                        "gzip directives ingress-nginx sets; every request says Accept-Encoding: gzip")
     p.add_argument("--skip-twingress", action="store_true",
                    help="measure only direct and nginx-proxy (to check the harness)")
     p.add_argument("--start-timeout", type=float, default=20.0,
@@ -108,7 +114,10 @@ def fetch(port: int, headers: Sequence[str] = ()) -> tuple[int, bytes]:
     try:
         conn.request("GET", "/", headers={"Host": targets.HOST} | {k.strip(): v.strip() for k, v in fields.items()})
         response = conn.getresponse()
-        return response.status, response.read()
+        body = response.read()
+        if response.getheader("Content-Encoding") == "gzip":  # --gzip: the body must still be the backend's
+            body = gzip.decompress(body)
+        return response.status, body
     finally:
         conn.close()
 
@@ -182,6 +191,11 @@ class Bench(Harness):
         targets.write_manifests(manifests, backend_port, annotations, canary)
         if self.args.gateway:
             targets.gateway_manifests(manifests, port)
+        if self.args.gzip:
+            (manifests / "gzip-config.yaml").write_text(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: bench-gzip, namespace: default}\n"
+                "data: {use-gzip: 'true', gzip-types: text/plain}\n"
+            )
         for number, extra in enumerate(self.args.manifest):
             text = extra.read_text().replace("{backend_port}", str(backend_port))
             (manifests / f"extra-{number}.yaml").write_text(text)
@@ -191,6 +205,8 @@ class Bench(Harness):
         env = os.environ | {"PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1"}
         if self.args.workers > 1:
             argv += ["--workers", str(self.args.workers)]
+        if self.args.gzip:
+            argv += ["--nginx-configmap", "default/bench-gzip"]
         return self.spawn(TWINGRESS, argv, port, self.proxy_cpus, env=env)
 
     def proxy_run(self, name: str, backend_port: int) -> TargetResult:
@@ -198,7 +214,7 @@ class Bench(Harness):
         port = procs.free_port()
         try:
             if name == NGINX:
-                conf = targets.proxy_conf(self.workdir, port, backend_port, self.args.workers)
+                conf = targets.proxy_conf(self.workdir, port, backend_port, self.args.workers, targets.GZIP_NGINX if self.args.gzip else "")
                 proc = self.nginx(NGINX, conf, port, self.proxy_cpus)
             else:
                 proc = self.twingress(port, backend_port)
@@ -226,6 +242,10 @@ class Bench(Harness):
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
+    if args.body_size:
+        targets.set_body_size(args.body_size)
+    if args.gzip:
+        args.header.append("Accept-Encoding: gzip")
     install_signal_handlers()
     try:
         check_environment(args)

@@ -43,22 +43,40 @@ http {{
 """
 
 
+def set_body_size(size: int) -> None:
+    """C{--body-size}: the backend answers a text body of C{size} bytes (lines of text, compressible as text is)."""
+    global BODY
+    line = b"twingress benchmark body: a line of ordinary compressible text, 0123456789\n"
+    BODY = (line * (size // len(line) + 1))[:size]
+
+
 def backend_conf(workdir: Path, port: int) -> str:
-    """An nginx that answers every request with 200 and L{BODY}."""
-    body = BODY.decode().replace("\n", "\\n")
+    """An nginx that answers every request with 200 and L{BODY} (from a file when it is not the default's)."""
+    if BODY == b"hello world\n":
+        body = BODY.decode().replace("\n", "\\n")
+        answer = f'return 200 "{body}";'
+    else:  # nginx's configuration buffer takes no 64 KiB string
+        (workdir / "www").mkdir(exist_ok=True)
+        (workdir / "www" / "body.txt").write_bytes(BODY)
+        workdir.chmod(0o711)  # nginx's workers (user nobody when run as root) must reach the file
+        answer = f"root {workdir / 'www'}; try_files /body.txt =404; etag off;"
     server = f"""
     server {{
         listen 127.0.0.1:{port} backlog=4096;
         location / {{
             default_type text/plain;
-            return 200 "{body}";
+            {answer}
         }}
     }}"""
     return _nginx_main(workdir, "backend", server)
 
 
-def proxy_conf(workdir: Path, port: int, backend_port: int, workers: int = 1) -> str:
-    """The reference: nginx as an ingress would configure it, with upstream keep-alive."""
+GZIP_NGINX = "gzip on; gzip_comp_level 1; gzip_min_length 256; gzip_proxied any; gzip_vary on; gzip_types text/plain;"
+"""C{--gzip} for the reference nginx: what ingress-nginx's use-gzip turns on (its defaults)."""
+
+
+def proxy_conf(workdir: Path, port: int, backend_port: int, workers: int = 1, extra: str = "") -> str:
+    """The reference: nginx as an ingress would configure it, with upstream keep-alive (and C{extra} directives)."""
     server = f"""
     upstream b {{
         server 127.0.0.1:{backend_port};
@@ -67,6 +85,7 @@ def proxy_conf(workdir: Path, port: int, backend_port: int, workers: int = 1) ->
     }}
     server {{
         listen 127.0.0.1:{port} backlog=4096;
+        {extra}
         location / {{
             proxy_pass http://b;
             proxy_http_version 1.1;

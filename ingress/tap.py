@@ -26,6 +26,7 @@ from ingress.observe.accesslog import AccessLog
 from ingress.observe.admin import Admin
 from ingress.observe.logs import LOG_FORMATS, LoggingRoot
 from ingress.observe.metrics import Metrics
+from ingress.observe.nginx_metrics import NginxMetrics, controller_identity, gauge_total, recorder, served_certificates
 from ingress.process.builder import TableBuilder
 from ingress.process.cpus import worker_count
 from ingress.process.dataplane import data_plane
@@ -100,6 +101,7 @@ class Options(usage.Options):
         ],
         ["nginx-configmap", None, None, "NAMESPACE/NAME of an ingress-nginx controller ConfigMap: its keys are every route's defaults (ingress-nginx's for keys it lacks)."],
         ["nginx-annotations", None, "true", "Read nginx.ingress.kubernetes.io/ annotations on Ingresses too (true|false); twingress.io/ ones win."],
+        ["nginx-metrics", None, "false", "Also expose ingress-nginx's metric names and labels on /metrics, for its dashboards and alerts (true|false)."],
         ["stream-drain-timeout", None, 30.0, "Seconds a removed stream's open connections are kept before they are closed."],
         *CONTROLLER_PARAMETERS,
         *HTTP2_PARAMETERS,
@@ -135,8 +137,9 @@ class Options(usage.Options):
             self["worker-count"] = worker_count(self["workers"])
         except ValueError as error:
             raise usage.UsageError(f"--workers: {error}") from None
-        if self["nginx-annotations"] not in ("true", "false"):
-            raise usage.UsageError("--nginx-annotations must be true or false")
+        for option in ("nginx-annotations", "nginx-metrics"):
+            if self[option] not in ("true", "false"):
+                raise usage.UsageError(f"--{option} must be true or false")
         if self["tls-min-version"] not in ("1.2", "1.3"):
             raise usage.UsageError("--tls-min-version must be 1.2 or 1.3")
         for option, choices in (("log-format", LOG_FORMATS), ("access-log-format", ACCESS_LOG_FORMATS)):
@@ -290,7 +293,11 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
     if options["access-log"] != "off" and options["worker-count"] == 1:  # with workers, each writes its own lines
         access_log = AccessLog(reactor, options["access-log"], options["access-log-format"])
         access_log.setServiceParent(top)
+        live.subscribe(access_log.use_table)  # the ConfigMap's log-format-upstream
     _BuilderService(builder).setServiceParent(top)
+    nginx = _nginx_metrics(options, metrics)
+    if nginx is not None:
+        live.subscribe(lambda table: nginx.table_swapped(table.generation))
     admin = Admin(live, metrics)
     pool = UpstreamPool(reactor, settings)
     # Subscribed before the controllers, so a table's bind failures are known when status is written.
@@ -340,12 +347,14 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
         drainables.append(workers)
         return _finish(reactor, options, top, admin, listeners, drainables)
     plane = data_plane(
-        reactor, live, pool, settings, metrics, access_log,
+        reactor, live, pool, settings, metrics, recorder(access_log, nginx),
         http=bool(options["http"]), https=bool(options["https"]),
         tls_min_version=options["tls-min-version"], tls_ciphers=options["tls-ciphers"], http2=options["http2-settings"],
         behind_proxy=frozenset(name for name in ("http", "https") if (options[name] or "").startswith("haproxy:")),
     )
     drainables.extend(plane.drainables)
+    if nginx is not None and plane.store is not None:
+        nginx.certificates = served_certificates(metrics, plane.store)
     streams.gateway_listener = plane.gateway_listener  # the stream listeners open Gateway ports with it
     builder.preparers.append(plane.prepare)  # TLS contexts are built on the build thread
     if plane.http is not None:
@@ -371,3 +380,12 @@ def _route_count(table: RoutingTable) -> int:
     if table.any_host is not None:
         groups.append(table.any_host)
     return sum(len(g.exact) + len(g.prefixes) for g in groups) + (1 if table.default_route else 0)
+
+
+def _nginx_metrics(options: Options, metrics: Metrics) -> Optional[NginxMetrics]:
+    """ingress-nginx's metric families (C{--nginx-metrics true}), registered with this process's metrics; else None."""
+    if options["nginx-metrics"] != "true":
+        return None
+    nginx = NginxMetrics(controller_identity(controller_class=options["ingress-class"]), lambda: gauge_total(metrics.open_connections))
+    metrics.registry.register(nginx)
+    return nginx

@@ -14,7 +14,9 @@ the connection's own attributes with one C{%} and appended to a buffer; the
 buffer is written when it passes 64 KiB or half a second after its first
 line, whichever comes first, and on shutdown.  A file is opened for append
 and reopened on SIGUSR1 (logrotate's C{postrotate}); "-" is standard output,
-the stream a container runtime collects.
+the stream a container runtime collects.  The ingress-nginx ConfigMap's
+C{log-format-upstream} replaces the format while a table has it
+(L{ingress.observe.logformat}).
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ from typing import Any, Optional
 from twisted.application.service import Service
 from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
+
+from ingress.observe.logformat import compile_format
+from ingress.routing.logformat import parse
 
 log = Logger()
 
@@ -192,7 +197,8 @@ class AccessLog(Service):
     def __init__(self, reactor: Any, destination: str, line_format: str = "text") -> None:
         self.reactor = reactor
         self.destination = destination
-        self._format = FORMATS[line_format]
+        self._format = self._own_format = FORMATS[line_format]
+        self._nginx_format: tuple[str, str] = ("", "default")  # the table's log-format-upstream and escape
         self._clock = _Clock()
         self._lines: list[str] = []
         self._size = 0
@@ -233,6 +239,18 @@ class AccessLog(Service):
         os.close(self._fd)
         self._open()
         log.info("access log reopened: {path}", path=self.destination)
+
+    def use_table(self, table: Any) -> None:
+        """
+        A new routing table: its ConfigMap's C{log-format-upstream} (already checked) replaces
+        C{--access-log-format} while it is set; without one the command line's format is back.
+        """
+        listener = table.listener
+        wanted = (listener.log_format, listener.log_escape) if listener is not None else ("", "default")
+        if wanted == self._nginx_format:
+            return
+        self._nginx_format = wanted
+        self._format = compile_format(parse(wanted[0]), wanted[1]) if wanted[0] else self._own_format
 
     def record(self, connection: Any, status: int) -> None:
         """One request is answered: buffer its line (reactor thread)."""

@@ -15,7 +15,9 @@ from collections.abc import Iterable, Iterator
 
 from prometheus_client.metrics_core import Metric
 
-SUMMED_GAUGES = frozenset({"twingress_open_connections", "twingress_stream_active"})
+from ingress.observe import nginx_metrics
+
+SUMMED_GAUGES = frozenset({"twingress_open_connections", "twingress_stream_active"}) | nginx_metrics.SUMMED_GAUGES
 
 
 def merge(sources: Iterable[Iterable[Metric]]) -> list[Metric]:

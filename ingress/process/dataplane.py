@@ -14,8 +14,8 @@ from typing import Optional
 
 from twisted.internet.interfaces import IProtocolFactory
 
-from ingress.observe.accesslog import AccessLog
 from ingress.observe.metrics import Metrics
+from ingress.observe.nginx_metrics import RequestRecorder
 from ingress.process.drain import Drainable, HTTPConnections, PassthroughConnections
 from ingress.process.gatewayports import GatewayListener, PortCertificates, PortView
 from ingress.process.live import LiveTable, TableView
@@ -61,7 +61,7 @@ def data_plane(
     pool: UpstreamPool,
     settings: ProxySettings,
     metrics: Metrics,
-    access_log: Optional[AccessLog],
+    access_log: Optional[RequestRecorder],
     http: bool,
     https: bool,
     tls_min_version: str,

@@ -341,6 +341,8 @@ def worker_pool(reactor: IProcessReactor, options: Mapping[str, Any], settings: 
         "http2": dataclasses.asdict(options["http2-settings"]),
         "access_log": options["access-log"],
         "access_log_format": options["access-log-format"],
+        "nginx_metrics": options["nginx-metrics"] == "true",
+        "ingress_class": options["ingress-class"],
         "log_format": options["log-format"],
         "drain_timeout": options["drain-timeout"],
         "stream_interface": options["stream-interface"],

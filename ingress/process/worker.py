@@ -45,6 +45,7 @@ from twisted.protocols.haproxy import proxyEndpoint
 from ingress.observe.accesslog import AccessLog
 from ingress.observe.logs import json_observer
 from ingress.observe.metrics import Metrics
+from ingress.observe.nginx_metrics import NginxMetrics, controller_identity, gauge_total, recorder, served_certificates
 from ingress.process.channel import Channel, ChannelFactory
 from ingress.process.dataplane import DataPlane, data_plane
 from ingress.process.drain import GracefulShutdown
@@ -168,16 +169,23 @@ def main(argv: list[str]) -> None:
     if config["access_log"] != "off":
         access_log = AccessLog(reactor, config["access_log"], config["access_log_format"])
         access_log.setServiceParent(top)
+        live.subscribe(access_log.use_table)  # the ConfigMap's log-format-upstream
+    nginx = None
+    if config.get("nginx_metrics"):
+        nginx = NginxMetrics(controller_identity(controller_class=config["ingress_class"]), lambda: gauge_total(metrics.open_connections))
+        metrics.registry.register(nginx)
     names = [spec["name"] for spec in config["listeners"]]
     upstreams = UpstreamPool(reactor, settings)
     rates = RemoteRates(reactor)  # the rate limits are counted in the primary, for every worker
     plane = data_plane(
-        reactor, live, upstreams, settings, metrics, access_log,
+        reactor, live, upstreams, settings, metrics, recorder(access_log, nginx),
         http="http" in names, https="https" in names,
         tls_min_version=config["tls_min_version"], tls_ciphers=config["tls_ciphers"], http2=HTTP2Settings(**config["http2"]),
         behind_proxy=frozenset(spec["name"] for spec in config["listeners"] if spec["proxy_protocol"]),
         guards=Guards(reactor, rates),
     )
+    if nginx is not None and plane.store is not None:
+        nginx.certificates = served_certificates(metrics, plane.store)
     streams = StreamListeners(
         reactor, upstreams, metrics, config["stream_interface"], config["stream_drain_timeout"], reuse_port=True,
         gateway_listener=plane.gateway_listener, gateway_interface=config["gateway_interface"],

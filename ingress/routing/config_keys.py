@@ -48,34 +48,35 @@ HARMLESS: Mapping[str, str] = {
     **{
         key: "is not supported by twingress; it is ignored"
         for key in """access-log-params access-log-path allow-backend-server-header annotation-value-word-blocklist
-        annotations-risk-level bind-address brotli-level brotli-min-length brotli-types client-body-buffer-size
-        client-header-buffer-size debug-connections default-type disable-access-log disable-ipv6
-        disable-ipv6-dns enable-access-log-for-default-backend enable-aio-write enable-brotli enable-multi-accept
-        enable-ocsp enable-opentelemetry enable-serial-reloads enable-syslog enable-underscores-in-headers
-        error-log-level error-log-path forwarded-for-proxy-protocol-header
-        geoip2-autoreload-in-minutes grpc-buffer-size-kb gzip-disable gzip-level
-        gzip-min-length gzip-types hide-headers http-access-log-path http2-max-concurrent-streams http2-max-field-size
-        http2-max-header-size http2-max-requests ignore-invalid-headers jaeger-baggage-header jaeger-collector-host
-        jaeger-collector-port jaeger-debug-header jaeger-endpoint jaeger-propagation-format jaeger-sampler-host
-        jaeger-sampler-param jaeger-sampler-port jaeger-sampler-type jaeger-service-name
-        jaeger-trace-baggage-header-prefix jaeger-trace-context-header-name large-client-header-buffers
-        limit-conn-zone-variable limit-rate limit-rate-after log-format-escape-json log-format-escape-none
-        log-format-stream log-format-upstream lua-shared-dicts map-hash-bucket-size max-worker-connections
-        max-worker-open-files no-tls-redirect-locations opentelemetry-config opentelemetry-operation-name
-        opentelemetry-trust-incoming-span otel-max-export-batch-size otel-max-queuesize otel-sampler
-        otel-sampler-parent-based otel-sampler-ratio otel-schedule-delay-millis otel-service-name otlp-collector-host
-        otlp-collector-port proxy-add-original-uri-header proxy-buffer-size proxy-buffering proxy-buffers-number
-        proxy-busy-buffers-size proxy-cookie-domain proxy-cookie-path proxy-headers-hash-bucket-size
-        proxy-headers-hash-max-size proxy-next-upstream proxy-next-upstream-timeout proxy-next-upstream-tries
-        proxy-protocol-header-timeout proxy-redirect-from proxy-request-buffering proxy-ssl-location-only
-        proxy-stream-next-upstream proxy-stream-next-upstream-timeout proxy-stream-next-upstream-tries
-        proxy-stream-responses proxy-stream-timeout relative-redirects retry-non-idempotent reuse-port
-        server-name-hash-bucket-size server-name-hash-max-size server-tokens service-upstream skip-access-log-urls
-        ssl-buffer-size ssl-dh-param ssl-ecdh-curve ssl-session-cache ssl-session-cache-size ssl-session-ticket-key
-        ssl-session-tickets ssl-session-timeout stream-access-log-path strict-validate-path-type syslog-host
-        syslog-port upstream-keepalive-requests upstream-keepalive-time use-geoip use-geoip2 use-gzip use-http2
-        variables-hash-bucket-size variables-hash-max-size worker-cpu-affinity worker-processes
-        worker-shutdown-timeout""".split()
+        annotations-risk-level bind-address client-body-buffer-size client-header-buffer-size debug-connections
+        default-type disable-access-log disable-ipv6 disable-ipv6-dns enable-access-log-for-default-backend
+        enable-aio-write enable-multi-accept enable-ocsp enable-opentelemetry enable-serial-reloads enable-syslog
+        enable-underscores-in-headers error-log-level error-log-path forwarded-for-proxy-protocol-header
+        geoip2-autoreload-in-minutes grpc-buffer-size-kb gzip-disable hide-headers http-access-log-path
+        http2-max-concurrent-streams http2-max-field-size http2-max-header-size http2-max-requests
+        ignore-invalid-headers jaeger-baggage-header jaeger-collector-host jaeger-collector-port jaeger-debug-header
+        jaeger-endpoint jaeger-propagation-format jaeger-sampler-host jaeger-sampler-param jaeger-sampler-port
+        jaeger-sampler-type jaeger-service-name jaeger-trace-baggage-header-prefix jaeger-trace-context-header-name
+        large-client-header-buffers limit-conn-zone-variable limit-rate limit-rate-after log-format-stream
+        lua-shared-dicts map-hash-bucket-size max-worker-connections max-worker-open-files no-tls-redirect-locations
+        opentelemetry-config opentelemetry-operation-name opentelemetry-trust-incoming-span
+        otel-max-export-batch-size otel-max-queuesize otel-sampler otel-sampler-parent-based otel-sampler-ratio
+        otel-schedule-delay-millis otel-service-name otlp-collector-host otlp-collector-port
+        proxy-add-original-uri-header proxy-buffer-size proxy-buffering proxy-buffers-number proxy-busy-buffers-size
+        proxy-cookie-domain proxy-cookie-path proxy-headers-hash-bucket-size proxy-headers-hash-max-size
+        proxy-next-upstream proxy-next-upstream-timeout proxy-next-upstream-tries proxy-protocol-header-timeout
+        proxy-redirect-from proxy-request-buffering proxy-ssl-location-only proxy-stream-next-upstream
+        proxy-stream-next-upstream-timeout proxy-stream-next-upstream-tries proxy-stream-responses
+        proxy-stream-timeout relative-redirects retry-non-idempotent reuse-port server-name-hash-bucket-size
+        server-name-hash-max-size server-tokens service-upstream skip-access-log-urls ssl-buffer-size ssl-dh-param
+        ssl-ecdh-curve ssl-session-cache ssl-session-cache-size ssl-session-ticket-key ssl-session-tickets
+        ssl-session-timeout stream-access-log-path strict-validate-path-type syslog-host syslog-port
+        upstream-keepalive-requests upstream-keepalive-time use-geoip use-geoip2 use-http2 variables-hash-bucket-size
+        variables-hash-max-size worker-cpu-affinity worker-processes worker-shutdown-timeout""".split()
+    },
+    **{
+        key: "is not supported by twingress: responses are compressed with gzip only (use-gzip); it is ignored"
+        for key in ("enable-brotli", "brotli-level", "brotli-min-length", "brotli-types")
     },
     "allow-cross-namespace-resources": "is always false in twingress (a Secret or ConfigMap of another namespace is refused); it is ignored",
     "enable-modsecurity": "is not supported (ModSecurity's DetectionOnly default blocks nothing; modsecurity-snippet would, and closes every route); it is ignored",

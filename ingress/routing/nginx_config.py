@@ -23,8 +23,10 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from ingress.model import ConfigMap, ObjectRef, Problem
+from ingress.routing import compression, logformat
 from ingress.routing.annotations import values
 from ingress.routing.annotations.values import InvalidValue
+from ingress.routing.compression import Gzip
 from ingress.routing.config_keys import ENFORCED_GUARDS, EVERY_ROUTE, GLOBAL_AUTH, HARMLESS, REFUSED_GUARDS, SNIPPETS, covered, guard_like
 from ingress.routing.global_guards import IGNORED, NO_GUARDS, GlobalGuards, read_global_guards
 from ingress.routing.policies.errorpages import ErrorPages
@@ -76,6 +78,9 @@ class ListenerSettings:
     tls_max_version: str = ""  # "1.2" when ssl-protocols leaves TLSv1.3 out
     tls_ciphers: str = ""
     proxy_protocol: bool = False  # use-proxy-protocol: a PROXY header opens every new connection
+    log_format: str = ""  # log-format-upstream (checked by ingress.routing.logformat): "" keeps --access-log-format
+    log_escape: str = "default"  # log-format-escape-json / log-format-escape-none: default, json or none
+    gzip: Optional[Gzip] = None  # use-gzip and its gzip-* keys (None: off)
 
 
 INGRESS_NGINX_LISTENER = ListenerSettings(75.0, 1000, 320, 60.0, "1.2", "", "")
@@ -87,6 +92,11 @@ TWINGRESS_DEFAULTS = NginxConfig(ssl_redirect=True, force_ssl_redirect=False, re
 Without --nginx-configmap: twingress's own defaults (no HSTS, the listener's limits, X-Request-ID
 generated, and custom-headers not limited to a list of names).
 """
+
+def _log_format(value: str) -> str:
+    logformat.parse(value)  # InvalidValue names the variables twingress does not fill
+    return value
+
 
 _READERS: Mapping[str, Callable[[str], object]] = {
     "ssl-redirect": values.boolean,
@@ -121,12 +131,20 @@ _READERS: Mapping[str, Callable[[str], object]] = {
     "generate-request-id": values.boolean,
     "custom-http-errors": values.error_codes,
     "global-allowed-response-headers": values.field_names,
+    "log-format-upstream": _log_format,
+    "log-format-escape-json": values.boolean,
+    "log-format-escape-none": values.boolean,
+    "use-gzip": values.boolean,
+    "gzip-level": compression.level,
+    "gzip-min-length": values.whole_number,
+    "gzip-types": compression.media_types,
 }
 
 _ON_THE_COMMAND_LINE = {
     "client-header-timeout": "--header-timeout",
     "client-body-timeout": "--client-body-timeout",
 }
+
 """Keys whose setting is a twingress command-line option (listener settings are not per table)."""
 
 INGRESS_NGINX_KEYS = frozenset(
@@ -203,7 +221,9 @@ def read_nginx_config(config_maps: Mapping[tuple[str, str], ConfigMap], named: t
             read[key] = reader(value)
         except InvalidValue as error:
             invalid.add(key)
-            if key == "proxy-real-ip-cidr":  # never fall back to trusting everyone
+            if key == "log-format-upstream":
+                problems.append(Problem(ref, INVALID, f"{key}: {value!r} {error}; the access log keeps its format (--access-log-format)"))
+            elif key == "proxy-real-ip-cidr":  # never fall back to trusting everyone
                 problems.append(Problem(ref, INVALID, f"{key}: {value!r} {error}; no forwarding header is trusted"))
             else:
                 problems.append(Problem(ref, INVALID, f"{key}: {value!r} {error}; ingress-nginx's default applies"))
@@ -322,6 +342,9 @@ def _config(read: Mapping[str, object], untrusted: bool = False) -> NginxConfig:
         tls_max_version="1.2" if versions and versions[-1] == "TLSv1.2" else "",
         tls_ciphers=str(read.get("ssl-ciphers", "")),
         proxy_protocol=bool(read.get("use-proxy-protocol", False)),
+        log_format=str(read.get("log-format-upstream", "")),
+        log_escape="none" if read.get("log-format-escape-none") else "json" if read.get("log-format-escape-json") else "default",
+        gzip=compression.gzip_settings(dict(read)),
     )
     return NginxConfig(
         listener=listener,

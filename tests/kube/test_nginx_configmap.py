@@ -30,7 +30,7 @@ def test_the_configmap_and_the_maps_it_names_apply_live(kube, namespace, echo, t
     core.patch_namespaced_config_map("custom-headers", namespace, {"data": {"X-Frame-Options": "SAMEORIGIN"}})
     wait_until(lambda: proxy.get(host).headers.get("x-frame-options") == "SAMEORIGIN", what="the edited header field")
 
-    core.patch_namespaced_config_map("ingress-nginx-controller", namespace, {"data": {"add-headers": None, "use-gzip": "true"}})
+    core.patch_namespaced_config_map("ingress-nginx-controller", namespace, {"data": {"add-headers": None, "enable-brotli": "true"}})
     wait_until(lambda: "x-frame-options" not in proxy.get(host).headers, what="no header field once add-headers is gone")
     problems = {(p["object"], p["reason"]) for p in proxy.routes()["problems"]}
     assert (f"ConfigMap/{namespace}/ingress-nginx-controller", "UnsupportedConfigKey") in problems

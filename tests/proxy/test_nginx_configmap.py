@@ -31,12 +31,12 @@ def test_configmap_keys_are_route_defaults_and_apply_live(manifests: Manifests, 
     annotated = Manifests.ingress("annotated", "annotated.test", "web")
     annotated["metadata"]["annotations"] = {"nginx.ingress.kubernetes.io/proxy-body-size": "8k"}
     manifests.write("all.yaml", *manifests.service("web", [echo.address]), Manifests.ingress("plain", "plain.test", "web"), annotated)
-    manifests.write("config.yaml", _config_map({"proxy-body-size": "1k", "use-gzip": "true"}))
+    manifests.write("config.yaml", _config_map({"proxy-body-size": "1k", "enable-brotli": "true"}))
     proxy = twingress("--nginx-configmap", "default/ingress-nginx-controller")
     assert _post(proxy, "plain.test", 2000) == 413  # the ConfigMap's 1k
     assert _post(proxy, "annotated.test", 2000) == 200  # the annotation wins over the ConfigMap
     problems = {(p["object"], p["reason"]) for p in proxy.routes()["problems"]}
-    assert ("ConfigMap/default/ingress-nginx-controller", "UnsupportedConfigKey") in problems  # use-gzip
+    assert ("ConfigMap/default/ingress-nginx-controller", "UnsupportedConfigKey") in problems  # enable-brotli
     generation = proxy.generation()
     manifests.write("config.yaml", _config_map({"proxy-body-size": "4k"}))
     proxy.wait_generation_above(generation)

@@ -91,13 +91,13 @@ def test_limits_are_defaults_that_annotations_override() -> None:
 
 
 def test_keys_that_are_not_read_are_reported() -> None:
-    routes = _table({"use-gzip": "true", "no-such-key": "1", "proxy-read-timeout": "1m", "allow-snippet-annotations": "true"})
+    routes = _table({"enable-brotli": "true", "no-such-key": "1", "proxy-read-timeout": "1m", "allow-snippet-annotations": "true"})
     reported = sorted((p.reason, p.message.split(" ", 1)[0]) for p in routes.problems if p.ref.kind == "ConfigMap")
     assert reported == [
         ("InvalidConfigKey", "proxy-read-timeout:"),
         ("UnknownConfigKey", "no-such-key"),
         ("UnsupportedConfigKey", "allow-snippet-annotations"),
-        ("UnsupportedConfigKey", "use-gzip"),
+        ("UnsupportedConfigKey", "enable-brotli"),
     ]
     policies = _route(routes, "plain.test").policies
     assert policies is not None and policies.limits is not None and policies.limits.read_timeout == 60.0  # the invalid value: the default

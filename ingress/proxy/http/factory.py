@@ -12,8 +12,8 @@ from typing import Optional, Union
 from twisted.internet.interfaces import IAddress, IReactorTime
 from twisted.internet.protocol import Factory
 
-from ingress.observe.accesslog import AccessLog
 from ingress.observe.metrics import Metrics
+from ingress.observe.nginx_metrics import RequestRecorder
 from ingress.process.live import TableView
 from ingress.proxy.http.guards import Guards
 from ingress.proxy.http.server import HTTPProxyProtocol
@@ -39,7 +39,7 @@ class HTTPProxyFactory(Factory["HTTPProxyProtocol"]):
         reactor: IReactorTime,
         scheme: bytes = b"http",
         listener: str = "http",
-        access_log: Optional[AccessLog] = None,
+        access_log: Optional[RequestRecorder] = None,
         http2: Optional[HTTP2Settings] = None,
         http2_upstreams: Optional[H2UpstreamPool] = None,
         guards: Optional[Guards] = None,

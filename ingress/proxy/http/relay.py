@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Optional
 
 from twisted.internet.interfaces import IConnector
@@ -22,6 +23,7 @@ from twisted.logger import Logger
 
 from ingress.proxy.http import h1
 from ingress.proxy.http.chunked import ChunkedFramer
+from ingress.proxy.http.compression import ADDED_FIELDS, GzipBody, compressed_block, should_compress
 from ingress.proxy.http.deadlines import DeadlineSteps
 from ingress.proxy.http.failures import FailureSteps
 from ingress.proxy.http.forwarding import response_head_bytes
@@ -68,7 +70,7 @@ class UpstreamRelay(FailureSteps, DeadlineSteps, PolicySteps):
     _sent_at: float
     _status: int
     _keep_alive: bool
-    _decode: Optional[ChunkedFramer]
+    _decode: Optional[ChunkedFramer | GzipBody]  # the response body's transform: chunked to plain (HTTP/1.0), or gzip
     _body_sent: int
     _connect_timeout: float
     _read_timeout: float
@@ -253,11 +255,17 @@ class UpstreamRelay(FailureSteps, DeadlineSteps, PolicySteps):
             and not decode
         )
         self._keep_alive = keep
+        added = self._added_fields(head.status)
+        gzip = self.settings.gzip
         if decode:
             self._decode = ChunkedFramer(decode=True)
+        elif gzip is not None and should_compress(gzip, request.method, request.version, request.block, head.status, head.block, head.framing.content_length):
+            self._decode = GzipBody(gzip.level, head.framing.chunked, length=head.framing.content_length)
+            head = replace(head, block=compressed_block(head.block))
+            decode, added = True, added + ADDED_FIELDS + b"Transfer-Encoding: chunked\r\n"
         hsts = self._route.hsts if self.factory.scheme == b"https" else ""
         changes = policies.response_headers if policies is not None else None
-        out = response_head_bytes(head, request, self.settings.server_name, keep, decode, hsts, self._added_fields(head.status), changes, self._forwarded)
+        out = response_head_bytes(head, request, self.settings.server_name, keep, decode, hsts, added, changes, self._forwarded)
         if body:
             body = self._decoded(body) if decode else body
             out += body
@@ -300,6 +308,10 @@ class UpstreamRelay(FailureSteps, DeadlineSteps, PolicySteps):
             self._close()
             return
         self._release_upstream()
+        if type(self._decode) is GzipBody:
+            tail = self._decode.finish()
+            self._body_sent += len(tail)
+            self._write(tail)
         self._finish(self._status)
 
     def _release_upstream(self) -> None:

@@ -23,6 +23,7 @@ from zope.interface import implementer
 from ingress.observe.metrics import NO_ROUTE
 from ingress.proxy.http import h1
 from ingress.proxy.http.chunked import ChunkedFramer
+from ingress.proxy.http.compression import GzipBody
 from ingress.proxy.http.connection_steps import ConnectionSteps
 from ingress.proxy.http.fastwrite import direct_writer
 from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor
@@ -82,7 +83,7 @@ class HTTPProxyProtocol(ConnectionSteps, UpstreamRelay, Protocol):
         self._request_complete = False
         self._responded = False
         self._keep_alive = True
-        self._decode: Optional[ChunkedFramer] = None
+        self._decode: Optional[ChunkedFramer | GzipBody] = None
         self._attempts = 0
         self._tried: Optional[Address] = None
         self._head_bytes = b""

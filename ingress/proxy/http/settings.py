@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Optional
 
+from ingress.routing.compression import Gzip
 from ingress.routing.nginx_config import ListenerSettings
 
 
@@ -32,6 +33,7 @@ class ProxySettings:
     fail_timeout: float = 5.0
     server_name: bytes = b"twingress"
     https_redirect_port: Optional[int] = None  # the port in HTTP -> HTTPS redirects; None: the scheme's own (443)
+    gzip: Optional[Gzip] = None  # the ConfigMap's use-gzip (never from the command line)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,4 +64,5 @@ def with_listener(settings: ProxySettings, listener: Optional[ListenerSettings])
         changes["max_idle_per_endpoint"] = listener.upstream_keepalive_connections
     if listener.upstream_keepalive_timeout is not None:
         changes["upstream_idle_timeout"] = listener.upstream_keepalive_timeout
+    changes["gzip"] = listener.gzip
     return replace(settings, **changes)  # type: ignore[arg-type]

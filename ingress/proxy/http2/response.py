@@ -17,12 +17,14 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Optional
 
 from h2.errors import ErrorCodes
 
 from ingress.proxy.http import h1
 from ingress.proxy.http.chunked import ChunkedFramer
+from ingress.proxy.http.compression import ADDED_FIELDS, GzipBody, compressed_block, should_compress
 from ingress.proxy.http.relay import UpstreamRelay
 from ingress.proxy.http.states import CLOSED
 from ingress.proxy.http2.fields import Headers, response_headers
@@ -61,12 +63,20 @@ class StreamResponse(UpstreamRelay):
         if not self._accept_response(head):
             return
         policies = route.policies
-        if head.framing.chunked:
+        bodiless = complete and not body
+        added = self._added_fields(head.status)
+        gzip = self.settings.gzip
+        if gzip is not None and not bodiless and should_compress(
+            gzip, request.method, request.version, request.block, head.status, head.block, head.framing.content_length
+        ):
+            self._decode = GzipBody(gzip.level, head.framing.chunked, chunked=False, length=head.framing.content_length)
+            head = replace(head, block=compressed_block(head.block))
+            added += ADDED_FIELDS
+        elif head.framing.chunked:
             self._decode = ChunkedFramer(decode=True)
         hsts = route.hsts if self.factory.scheme == b"https" else ""
         changes = policies.response_headers if policies is not None else None
-        headers = response_headers(head, request, self.settings.server_name, hsts, self._added_fields(head.status), changes, self._forwarded)
-        bodiless = complete and not body
+        headers = response_headers(head, request, self.settings.server_name, hsts, added, changes, self._forwarded)
         h2 = self.connection.h2
         h2.send_headers(self.stream_id, headers, end_stream=bodiless)
         if bodiless:
@@ -96,6 +106,11 @@ class StreamResponse(UpstreamRelay):
     def upstream_done(self) -> None:
         self._release_upstream()
         self._timer.cancel()
+        if type(self._decode) is GzipBody:
+            tail = self._decode.finish()
+            self._body_sent += len(tail)
+            self._out.append(tail)
+            self._out_size += len(tail)
         if self._ended_with_headers:
             self._finish(self._status)
             return
