@@ -33,6 +33,10 @@ COPY twisted ./twisted
 RUN pip install --no-cache-dir ".[compile]" \
     && pip uninstall -y twingress \
     && TWINGRESS_COMPILE=1 pip wheel --no-cache-dir --no-build-isolation --wheel-dir /wheels .
+# The wheels' digests: the runtime stage copies this file before it installs the wheels, so that a
+# builder whose layer cache does not see into a RUN's bind mount from another stage (buildah 1.28
+# reused a stale install layer after the wheels had changed) still installs the new ones.
+RUN sha256sum /wheels/*.whl > /wheels/SHA256SUMS
 
 FROM ${RUNTIME_IMAGE}
 # the version in setup.cfg (tests/test_wheel.py checks that they agree)
@@ -56,6 +60,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # executable's file capabilities (Kubernetes sets no ambient capabilities), so without it
 # `capabilities.add: [NET_BIND_SERVICE]` cannot let uid 10001 bind :80 and :443. It adds nothing
 # beyond that permitted set, so no_new_privs (allowPrivilegeEscalation: false) does not strip it.
+COPY --from=build /wheels/SHA256SUMS /opt/twingress-wheels.sha256
 # hadolint ignore=DL3008
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     python3 -m venv /opt/twingress \

@@ -55,9 +55,9 @@ def setup_cfg_version() -> str:
 
 
 def build_stage_wheel_command() -> str:
-    """The build stage's `pip wheel` (the last command of its RUN lines, continuations joined)."""
+    """The build stage's `pip wheel` (the last command of the RUN line that has one, continuations joined)."""
     build_stage = DOCKERFILE.read_text().split("\nFROM ")[1].replace("\\\n", " ")
-    runs = [line for line in build_stage.splitlines() if line.startswith("RUN ")]
+    runs = [line for line in build_stage.splitlines() if line.startswith("RUN ") and "pip wheel" in line]
     return runs[-1].split("&&")[-1].strip()
 
 

@@ -16,6 +16,7 @@ reachable from the test machine; hadolint, `make lint-docker`, checks the file f
 from __future__ import annotations
 
 import configparser
+import hashlib
 import json
 import os
 import re
@@ -68,6 +69,24 @@ def test_the_image_is_built_from_the_current_tree(image: Image, report) -> None:
     assert len(ids) == 2 and ids[0] == ids[1], ids  # the rollout tag names the same build
     config = podman("image", "inspect", "--format", "{{.Config.User}} {{json .Config.Entrypoint}}", image.name).stdout.strip()
     assert config == '10001:10001 ["twistd","--pidfile=","-n","ingress"]'
+
+
+def test_the_image_holds_this_tree_s_code(image: Image) -> None:
+    """
+    Every module of ingress/ in the image is the work tree's, byte for byte: a label says which
+    tree an image was built from, but a builder's layer cache once kept an older install layer
+    under the new label (the DaemonSet then ran code with a bug already fixed here).
+    """
+    listing = image.run(
+        "-c",
+        "import hashlib, pathlib, ingress; root = pathlib.Path(ingress.__file__).parent; "
+        "print('\\n'.join(f'{p.relative_to(root.parent)} {hashlib.sha256(p.read_bytes()).hexdigest()}' for p in sorted(root.rglob('*.py'))))",
+        options=["--entrypoint", "python3"],
+    )
+    assert listing.returncode == 0, listing.stderr
+    inside = dict(line.split() for line in listing.stdout.splitlines())
+    here = {str(p.relative_to(ROOT)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((ROOT / "ingress").rglob("*.py"))}
+    assert inside == here, sorted(k for k in here.keys() | inside.keys() if here.get(k) != inside.get(k))[:20]
 
 
 def test_twistd_ingress_help_runs_on_a_read_only_root_as_10001(image: Image) -> None:

@@ -64,7 +64,16 @@ class Deployed:
         return live[0]
 
     def rolled_out(self) -> None:
-        self.kubectl("-n", NAMESPACE, "rollout", "status", "daemonset/twingress", f"--timeout={ROLLOUT_WAIT}", timeout=300)
+        try:
+            self.kubectl("-n", NAMESPACE, "rollout", "status", "daemonset/twingress", f"--timeout={ROLLOUT_WAIT}", timeout=300)
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n{self.diagnosis()}") from None
+
+    def diagnosis(self) -> str:
+        """What an operator would look at when the DaemonSet does not become ready: the pods, their events and logs."""
+        described = self.node.kubectl("-n", NAMESPACE, "describe", "pods", check=False).stdout
+        logs = self.node.kubectl("-n", NAMESPACE, "logs", "-l", "app.kubernetes.io/name=twingress", "--tail=60", check=False)
+        return f"--- kubectl describe pods\n{described[-6000:]}\n--- kubectl logs\n{(logs.stdout + logs.stderr)[-6000:]}"
 
 
 def _ready(pod: dict) -> bool:
