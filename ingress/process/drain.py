@@ -36,6 +36,7 @@ from twisted.logger import Logger
 log = Logger()
 
 _POLL_SECONDS = 0.05
+ACCEPT_QUEUE_SECONDS = 0.25  # between refusing new connections and closing: the reactor accepts what is queued
 
 
 class Drainable(Protocol):
@@ -149,6 +150,19 @@ class GracefulShutdown(Service):
         self._delay = self.reactor.callLater(self.shutdown_delay, self._close_listeners)
 
     def _close_listeners(self) -> None:
+        """
+        First the listeners take no new connection (their sockets drop SYNs) while the reactor
+        accepts what the kernel has already queued; a moment later they close, with empty queues:
+        closing a listener resets the connections still queued on it.
+        """
+        self._delay = None
+        refusing = [service for service in self.listeners if service.running and _refuse_new_connections(service)]
+        if refusing:
+            self._delay = self.reactor.callLater(ACCEPT_QUEUE_SECONDS, self._stop_listeners)
+        else:
+            self._stop_listeners()
+
+    def _stop_listeners(self) -> None:
         self._delay = None
         for service in self.listeners:
             if service.running:
@@ -191,6 +205,12 @@ class GracefulShutdown(Service):
                 call.cancel()
         if self._poll is not None and self._poll.running:
             self._poll.stop()
+
+
+def _refuse_new_connections(service: IService) -> bool:
+    """Whether C{service} (a L{ingress.process.sockets.DrainableListener}) now drops new connection attempts."""
+    refuse = getattr(service, "refuse_new_connections", None)
+    return bool(refuse()) if refuse is not None else False
 
 
 def _stop_for_good(service: IService) -> None:

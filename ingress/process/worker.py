@@ -34,7 +34,6 @@ import socket
 import sys
 from typing import Any, Optional
 
-from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import IService, MultiService
 from twisted.internet.endpoints import AdoptedStreamServerEndpoint
 from twisted.internet.interfaces import IStreamServerEndpoint
@@ -51,6 +50,7 @@ from ingress.process.dataplane import DataPlane, data_plane
 from ingress.process.drain import GracefulShutdown
 from ingress.process.live import LiveTable
 from ingress.process.reactor import IProcessReactor
+from ingress.process.sockets import DrainableListener
 from ingress.proxy.http.guards import Guards
 from ingress.proxy.http.ratelimit import RemoteRates
 from ingress.proxy.http.settings import HTTP2Settings, ProxySettings
@@ -197,7 +197,7 @@ def main(argv: list[str]) -> None:
         endpoint: IStreamServerEndpoint = AdoptedStreamServerEndpoint(reactor, FIRST_LISTENER_FD + offset, spec["family"])
         if spec["proxy_protocol"]:
             endpoint = proxyEndpoint(endpoint)
-        service = StreamServerEndpointService(endpoint, plane.http if spec["name"] == "http" else plane.https)
+        service = DrainableListener(endpoint, plane.http if spec["name"] == "http" else plane.https)
         service.setServiceParent(listening)
         listeners.append(service)
     GracefulShutdown(reactor, listeners, [streams, *plane.drainables], 0.0, config["drain_timeout"]).setServiceParent(top)
