@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from ingress.proxy.http.factory import HTTPProxyFactory
 
 _IN_FLIGHT = frozenset({BODY, AWAIT, AUTH})  # a request read (or being read) and not yet answered in full
+FIRST_REQUEST_GRACE = 1.0  # seconds a connection drained before its first request is given for it
 
 
 @implementer(IPushProducer, IHandshakeListener)
@@ -157,11 +158,22 @@ class HTTPProxyProtocol(ConnectionSteps, UpstreamRelay, Protocol):
         pass
 
     def drain(self) -> None:
-        """Shutdown: close now if idle between requests, else after the response under way."""
+        """
+        Shutdown: close now if idle between requests, else after the response under way. A
+        connection that has not sent its first request yet was accepted in the last moments before
+        the listener closed: its client may have sent the request already, so it gets a moment for
+        it to arrive (closing it lost requests across a pod deletion on the test node).
+        """
+        self._keep_alive = False  # the next response head says Connection: close
+        if self._state == HEAD and not self._buffer:
+            if self._request_id > 1:
+                self._close()
+            else:
+                self.factory.reactor.callLater(FIRST_REQUEST_GRACE, self._close_if_idle)
+
+    def _close_if_idle(self) -> None:
         if self._state == HEAD and not self._buffer:
             self._close()
-        else:
-            self._keep_alive = False  # the next response head says Connection: close
 
     def _pause_reading(self, reason: str) -> None:
         if not self._read_pauses:
