@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.deploy.conftest import REPORT_KEY
 from tests.deploy.image import built_image
 from tests.kube.deploy_support import Traffic, TrafficReport, process_ids, process_uid
 from tests.kube.node import ECHO_PORT, KubeNode, echo_deployment
@@ -165,7 +166,13 @@ def test_it_works_as_its_service_account_alone(deployed: Deployed) -> None:
     assert "kubeconfig" not in volumes and "kube-api-access" in volumes  # the projected ServiceAccount token only
 
 
-def _run_case(deployed: Deployed, name: str, event: Callable[[], None], settle: Callable[[], None]) -> TrafficReport:
+@pytest.fixture
+def report(request: pytest.FixtureRequest) -> Callable[[str], None]:
+    """Lines for the run's "deploy" summary (tests/deploy/conftest.py prints it), shown whether the case passes or not."""
+    return request.config.stash.setdefault(REPORT_KEY, []).append
+
+
+def _run_case(deployed: Deployed, name: str, event: Callable[[], None], settle: Callable[[], None], report: Callable[[str], None]) -> TrafficReport:
     traffic = Traffic(deployed.address, 80, HOST)
     with traffic.running():
         time.sleep(2.0)
@@ -173,9 +180,11 @@ def _run_case(deployed: Deployed, name: str, event: Callable[[], None], settle: 
         event()
         settle()
         time.sleep(3.0)
-    report = traffic.report(event_at)
-    print(f"\n{name}: {report.summary()}; recovery {report.recovery_seconds():.1f}s")
-    return report
+    result = traffic.report(event_at)
+    line = f"lifecycle, {name}: {result.summary()}; recovery {result.recovery_seconds():.1f}s"
+    print(f"\n{line}")
+    report(line)
+    return result
 
 
 def _assert_clean_log(text: str) -> None:
@@ -184,7 +193,7 @@ def _assert_clean_log(text: str) -> None:
     assert not offences, "\n".join(offences[:20])
 
 
-def test_lifecycle_a_delete_pod_drains(deployed: Deployed, tmp_path: Path) -> None:
+def test_lifecycle_a_delete_pod_drains(deployed: Deployed, tmp_path: Path, report: Callable[[str], None]) -> None:
     """
     (a) kubectl delete pod: the old pod drains, so every request it accepted is answered; while no
     pod listens (on one node the DaemonSet makes the new pod only once the old one is gone)
@@ -201,24 +210,24 @@ def test_lifecycle_a_delete_pod_drains(deployed: Deployed, tmp_path: Path) -> No
     def settle() -> None:
         wait_until(lambda: deployed.pod()["metadata"]["name"] != old and _ready(deployed.pod()), 180, "a new ready pod")
 
-    report = _run_case(deployed, "delete pod", lambda: deployed.kubectl("-n", NAMESPACE, "delete", "pod", old, "--wait=false"), settle)
+    result = _run_case(deployed, "delete pod", lambda: deployed.kubectl("-n", NAMESPACE, "delete", "pod", old, "--wait=false"), settle, report)
     follower.wait(120)
-    assert not report.failed, report.summary()
+    assert not result.failed, result.summary()
     _assert_clean_log(log_path.read_text())
 
 
-def test_lifecycle_b_rolling_update_to_a_new_tag(deployed: Deployed) -> None:
+def test_lifecycle_b_rolling_update_to_a_new_tag(deployed: Deployed, report: Callable[[str], None]) -> None:
     """(b) a rolling update of the DaemonSet to another image tag: no accepted request fails."""
 
     def roll() -> None:
         deployed.kubectl("-n", NAMESPACE, "set", "image", "daemonset/twingress", f"twingress={deployed.rollout_image}")
 
-    report = _run_case(deployed, "rolling update", roll, deployed.rolled_out)
+    result = _run_case(deployed, "rolling update", roll, deployed.rolled_out, report)
     wait_until(lambda: deployed.pod()["spec"]["containers"][0]["image"] == deployed.rollout_image and _ready(deployed.pod()), 60, "the new tag running")
-    assert not report.failed, report.summary()
+    assert not result.failed, result.summary()
 
 
-def test_lifecycle_c_sigkill_of_one_worker(deployed: Deployed) -> None:
+def test_lifecycle_c_sigkill_of_one_worker(deployed: Deployed, report: Callable[[str], None]) -> None:
     """(c) SIGKILL of one worker process in the container: the primary replaces it; the pod stays Ready."""
     workers = process_ids("ingress.process.worker")
     assert workers
@@ -227,16 +236,15 @@ def test_lifecycle_c_sigkill_of_one_worker(deployed: Deployed) -> None:
     def settle() -> None:
         wait_until(lambda: bool(set(process_ids("ingress.process.worker")) - set(workers)), 60, "a replacement worker")
 
-    report = _run_case(deployed, "SIGKILL of a worker", lambda: os.kill(workers[0], signal.SIGKILL), settle)
+    result = _run_case(deployed, "SIGKILL of a worker", lambda: os.kill(workers[0], signal.SIGKILL), settle, report)
     after = deployed.pod()
     assert after["metadata"]["uid"] == before["metadata"]["uid"] and _ready(after)
     assert after["status"]["containerStatuses"][0]["restartCount"] == before["status"]["containerStatuses"][0]["restartCount"]
-    print(f"  requests in flight on the killed worker fail with it: {len(report.failed)}")
-    assert report.counts["ok"] > 0
-    report.recovery_seconds()  # raises when no request succeeded after the last error
+    assert result.counts["ok"] > 0  # the failed ones were in flight on the killed worker
+    result.recovery_seconds()  # raises when no request succeeded after the last error
 
 
-def test_lifecycle_d_the_runtime_kills_the_container(deployed: Deployed) -> None:
+def test_lifecycle_d_the_runtime_kills_the_container(deployed: Deployed, report: Callable[[str], None]) -> None:
     """(d) the container killed by the runtime (SIGKILL of its task): the kubelet restarts it in place."""
     before = deployed.pod()
     status = before["status"]["containerStatuses"][0]
@@ -245,6 +253,6 @@ def test_lifecycle_d_the_runtime_kills_the_container(deployed: Deployed) -> None
     def settle() -> None:
         wait_until(lambda: deployed.pod()["status"]["containerStatuses"][0]["restartCount"] > status["restartCount"] and _ready(deployed.pod()), 180, "the container restarted and ready")
 
-    report = _run_case(deployed, "container killed", lambda: deployed.node.ctr("tasks", "kill", "-s", "SIGKILL", container_id), settle)
-    assert report.counts["ok"] > 0
-    report.recovery_seconds()
+    result = _run_case(deployed, "container killed", lambda: deployed.node.ctr("tasks", "kill", "-s", "SIGKILL", container_id), settle, report)
+    assert result.counts["ok"] > 0  # the failed ones were in flight when the container died
+    result.recovery_seconds()
