@@ -66,7 +66,8 @@ class TrafficReport:
 
     def summary(self) -> str:
         failures = sorted({o.detail for o in self.failed})[:5]
-        return f"{len(self.outcomes)} requests: {self.counts}" + (f"; failures: {failures}" if failures else "")
+        when = sorted({round(o.sent - self.event_at, 2) for o in self.failed})[:10]
+        return f"{len(self.outcomes)} requests: {self.counts}" + (f"; failures: {failures} at +{when} s" if failures else "")
 
 
 class Traffic:
@@ -141,8 +142,8 @@ def _backend(body: bytes) -> str:
         return ""
 
 
-def process_ids(pattern: str) -> list[int]:
-    """PIDs (in this PID namespace: the node's) whose command line contains C{pattern}."""
+def process_ids(*patterns: str) -> list[int]:
+    """PIDs (in this PID namespace: the node's) whose command line contains every one of C{patterns}."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -150,7 +151,7 @@ def process_ids(pattern: str) -> list[int]:
                 command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
-            if pattern in command:
+            if all(pattern in command for pattern in patterns):
                 found.append(int(entry.name))
     return found
 
