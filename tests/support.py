@@ -8,6 +8,7 @@ tested is what an operator runs: C{twistd -n ingress --manifests DIR}.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import socket
@@ -302,6 +303,18 @@ class Twingress:
                 self.process.kill()
                 self.process.wait()
         self._log.close()
+
+
+def http_status(port: int, host: str, path: str = "/") -> int:
+    """The status of one C{GET path} with C{Host: host} to 127.0.0.1:C{port}, on a connection of its own."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request("GET", path, headers={"Host": host})
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    finally:
+        connection.close()
 
 
 def raw_exchange(port: int, data: bytes, timeout: float = 5.0, host: str = "127.0.0.1") -> bytes:

@@ -24,7 +24,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.proxy.certs import CertificateAuthority, tls_secret
-from tests.support import ROOT, EchoBackend, Manifests, Twingress, free_port
+from tests.support import ROOT, EchoBackend, Manifests, Twingress, free_port, http_status
 
 DASHBOARD = Path(__file__).parent.parent / "data" / "ingress-nginx" / "nginx.json"
 # charts/ingress-nginx/values.yaml, controller.metrics.prometheusRule.rules (commit in SOURCE.md):
@@ -92,9 +92,9 @@ def scrape(process: Twingress, at_ms: int) -> list[dict]:
 def traffic(http_port: int, https_port: int) -> None:
     """200s over HTTP/1.1 and TLS, a 404 (no host), 502s (a route whose endpoint refuses)."""
     for _ in range(5):
-        assert _get(http_port, "m.test", "/a") == 200
-    assert _get(http_port, "nothing.test", "/") == 404
-    assert _get(http_port, "dead.test", "/") == 502
+        assert http_status(http_port, "m.test", "/a") == 200
+    assert http_status(http_port, "nothing.test", "/") == 404
+    assert http_status(http_port, "dead.test", "/") == 502
     context = ssl.create_default_context()
     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
     connection = http.client.HTTPSConnection("127.0.0.1", https_port, timeout=10, context=context)
@@ -103,17 +103,6 @@ def traffic(http_port: int, https_port: int) -> None:
         response = connection.getresponse()
         response.read()
         assert response.status == 200
-    finally:
-        connection.close()
-
-
-def _get(port: int, host: str, path: str) -> int:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        connection.request("GET", path, headers={"Host": host})
-        response = connection.getresponse()
-        response.read()
-        return response.status
     finally:
         connection.close()
 
@@ -166,7 +155,7 @@ def test_labels_are_ingress_nginx_s(manifests: Manifests, echo: EchoBackend, twi
     """
     manifests.route("web", "m.test", [echo.address], path="/")
     process = twingress("--nginx-metrics", "true", "--http2-cleartext")
-    assert _get(process.http_port, "m.test", "/a") == 200
+    assert http_status(process.http_port, "m.test", "/a") == 200
     h2 = subprocess.run(
         ["curl", "-sS", "--http2-prior-knowledge", "-o", "/dev/null", "-w", "%{http_version} %{http_code}", "-H", "Host: m.test",
          f"http://127.0.0.1:{process.http_port}/b"],
@@ -189,7 +178,7 @@ def test_off_by_default(manifests: Manifests, echo: EchoBackend, twingress: Call
     """Without the option /metrics has only twingress_* families (the option is opt-in)."""
     manifests.route("web", "m.test", [echo.address])
     process = twingress()
-    assert _get(process.http_port, "m.test", "/") == 200
+    assert http_status(process.http_port, "m.test", "/") == 200
     _, body = process.admin("/metrics")
     assert b"twingress_http_requests" in body
     assert b"nginx_ingress_controller" not in body

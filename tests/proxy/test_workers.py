@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from tests.proxy.streams_support import BlockingEchoes, external_stream, many_clients, tcp_answer
-from tests.support import ROOT, EchoBackend, Manifests, Twingress, free_port, twistd_command
+from tests.support import ROOT, EchoBackend, Manifests, Twingress, free_port, http_status, twistd_command
 
 
 @pytest.fixture(scope="module")
@@ -48,14 +48,7 @@ def start(manifests: Manifests, echoes: tuple[EchoBackend, EchoBackend], twingre
 
 
 def _get(port: int, host: str = "w.test", path: str = "/") -> int:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        connection.request("GET", path, headers={"Host": host})
-        response = connection.getresponse()
-        response.read()
-        return response.status
-    finally:
-        connection.close()
+    return http_status(port, host, path)
 
 
 def _workers(proxy: Twingress) -> list[dict]:
