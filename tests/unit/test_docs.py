@@ -120,23 +120,28 @@ STATUSES = {
 }
 
 
-def _annotation_rows() -> list[list[str]]:
-    return table_rows(ANNOTATIONS, "| annotation (either prefix) | status |")
-
-
-def test_every_annotation_is_documented_once_with_its_status() -> None:
-    documented: dict[str, set[str]] = {status: set() for status in STATUSES}
+def _check_classes(rows: list[list[str]], classes: dict[str, set[str]]) -> list[str]:
+    """
+    Rows of (keys, class) against the code's classes: each key in one row, each class's keys exactly
+    the code's.  Returns every key documented.
+    """
+    documented: dict[str, set[str]] = {kind: set() for kind in classes}
     every: list[str] = []
-    for row in _annotation_rows():
-        assert row[1] in STATUSES, f"unknown status {row[1]!r}"
+    for row in rows:
+        assert row[1] in classes, f"unknown class {row[1]!r}"
         names = spans(row[0])
         assert names and all(re.fullmatch(r"[a-z0-9-]+", name) for name in names), row[0]
         documented[row[1]].update(names)
         every.extend(names)
     assert _once(every) == []
-    for status, expected in STATUSES.items():
-        assert sorted(expected - documented[status]) == [], f"not documented as {status!r}"
-        assert sorted(documented[status] - expected) == [], f"documented as {status!r}, which the code does not say"
+    for kind, expected in classes.items():
+        assert sorted(expected - documented[kind]) == [], f"not documented as {kind!r}"
+        assert sorted(documented[kind] - expected) == [], f"documented as {kind!r}, which the code does not say"
+    return every
+
+
+def test_every_annotation_is_documented_once_with_its_status() -> None:
+    _check_classes(table_rows(ANNOTATIONS, "| annotation (either prefix) | status |"), STATUSES)
 
 
 def test_every_service_annotation_is_documented_once() -> None:
@@ -171,18 +176,7 @@ CLASSES = {
 
 
 def test_every_configmap_key_is_documented_once_in_its_class() -> None:
-    documented: dict[str, set[str]] = {kind: set() for kind in CLASSES}
-    every: list[str] = []
-    for row in table_rows(MIGRATION, "| ConfigMap key | class |"):
-        assert row[1] in CLASSES, f"unknown class {row[1]!r}"
-        names = spans(row[0])
-        assert names and all(re.fullmatch(r"[a-z0-9-]+", name) for name in names), row[0]
-        documented[row[1]].update(names)
-        every.extend(names)
-    assert _once(every) == []
-    for kind, expected in CLASSES.items():
-        assert sorted(expected - documented[kind]) == [], f"not documented as {kind!r}"
-        assert sorted(documented[kind] - expected) == [], f"documented as {kind!r}, which the code does not say"
+    every = _check_classes(table_rows(MIGRATION, "| ConfigMap key | class |"), CLASSES)
     assert sorted(nginx_config.INGRESS_NGINX_KEYS - set(every)) == []
 
 
