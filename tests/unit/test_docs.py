@@ -180,6 +180,28 @@ def test_every_configmap_key_is_documented_once_in_its_class() -> None:
     assert sorted(nginx_config.INGRESS_NGINX_KEYS - set(every)) == []
 
 
+# -- metrics (the tables against /metrics: tests/proxy/test_docs_metrics.py)
+
+
+def test_every_metric_the_docs_name_is_in_the_metric_tables() -> None:
+    """
+    A metric named anywhere in docs/ or the README is a row of docs/observability.md's tables (which
+    the /metrics test holds to what is registered): its name, its family name without C{_total}, or
+    with a C{*} the prefix of some.
+    """
+    documented = {spans(row[0])[0] for row in table_rows(DOCS / "observability.md", "| metric | type |")}
+    unknown = set()
+    for path in doc_files():
+        for name, star in re.findall(r"\b((?:twingress|nginx_ingress_controller)_[a-z0-9_]*)(\*?)", path.read_text()):
+            if star:
+                known = any(metric.startswith(name) for metric in documented)
+            else:
+                known = name in documented or f"{name}_total" in documented
+            if not known:
+                unknown.add((path.name, name + star))
+    assert sorted(unknown) == []
+
+
 # -- the pages
 
 
