@@ -122,7 +122,7 @@ pure:
 	find ingress -name '*.so' -delete
 
 # The upstream Gateway API conformance suite against twingress (tests/kube/test_gateway_conformance.py),
-# its report written to docs/gateway-conformance/ (commit it; README "Gateway API" shows its table).
+# its report written to docs/gateway-conformance/ (commit it; docs/gateway-api.md shows its table).
 gateway-conformance-report: $(STAMP) system-packages testenv
 	TWINGRESS_REQUIRE_KUBE=1 TWINGRESS_CONFORMANCE_REPORT=$(CURDIR)/docs/gateway-conformance/report.yaml \
 		testenv/netns-run $(PY) -m pytest -q tests/kube/test_gateway_conformance.py

@@ -47,7 +47,7 @@ FEATURES = (
     "GRPCRouteNamedRouteRule",
     "TLSRouteModeTerminate", "TLSRouteModeMixed",
 )
-"""The features claimed: each one's tests run, and must pass (README "Gateway API" lists those not claimed, and why)."""
+"""The features claimed: each one's tests run, and must pass (docs/gateway-api.md lists those not claimed, and why)."""
 
 TIMEOUT_OVERRIDES = {
     # The suite's defaults (conformance/utils/config/timeout.go) wait minutes for things that
