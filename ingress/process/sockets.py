@@ -129,11 +129,11 @@ def refuse_new_connections(port: Any) -> bool:
     has already answered complete and wait in its accept queue, to be accepted as usual. Closing a
     listening socket resets whatever is in its queue: under steady traffic a drain that simply closed
     its listeners reset a few connections whose clients had already been told "connected" (4 of
-    12,683 requests across a pod deletion on the test node). A filter that dropped every segment
-    still reset about 3 in 10,000: a handshake whose SYN-ACK was sent just before the filter had its
-    final ACK and request dropped, so the client, connected, met the closed listener's reset. Only
-    SYNs are dropped now. A dropped SYN is retried by the client (in about a second), by then towards
-    a listener that takes it or refuses it outright. Linux only; returns whether the filter is in place.
+    12,683 requests across a pod deletion on the test node). Only SYNs are dropped: a filter that
+    dropped every segment would also drop the final ACK (and the request) of a handshake the kernel
+    answered just before, and its client, told it was connected, would meet the closed listener's
+    reset. A dropped SYN is retried by the client (in about a second), by then towards a listener
+    that takes it or refuses it outright. Linux only; returns whether the filter is in place.
     """
     sock = getattr(port, "socket", None)
     if sock is None:
@@ -145,6 +145,9 @@ def refuse_new_connections(port: Any) -> bool:
     except OSError:
         return False
     return True
+
+
+_MOST_ACCEPTED_AT_CLOSE = 1000  # calls of Port.doRead at a listener's close (a queue holds at most its backlog)
 
 
 class DrainableListener(StreamServerEndpointService):
@@ -166,6 +169,22 @@ class DrainableListener(StreamServerEndpointService):
 
     def refuse_new_connections(self) -> bool:
         return self.port is not None and refuse_new_connections(getattr(self.port, "_realPort", self.port))
+
+    def accept_queued(self) -> None:
+        """
+        Accept, now, whatever the kernel still holds in the queue, before the port closes: a worker
+        that was slow to get to its last accepts (a busy or loaded process) left connections queued on
+        a socket the primary keeps open, and their clients waited for an answer until the primary
+        exited and the kernel reset them.
+        """
+        port = getattr(self.port, "_realPort", self.port)
+        if port is None or not getattr(port, "connected", False) or not hasattr(port, "sessionno"):
+            return
+        for _ in range(_MOST_ACCEPTED_AT_CLOSE):
+            accepted = port.sessionno  # Twisted's Port numbers the connections it accepts
+            port.doRead()  # accepts up to its numberAccepts (as few as 1 after a quiet spell)
+            if port.sessionno == accepted:
+                return
 
 
 class EndpointListener(DrainableListener):

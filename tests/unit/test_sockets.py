@@ -66,3 +66,39 @@ def test_a_refusing_listener_drops_new_attempts_and_completes_what_it_queued(fam
                 listener.settimeout(0.2)
                 with pytest.raises(socket.timeout):
                     listener.accept()  # the dropped attempt was never queued
+
+
+def test_a_closing_listener_accepts_what_is_queued_first() -> None:
+    """
+    L{DrainableListener.accept_queued}: the connections the kernel completed and nobody accepted yet
+    (the reactor did not get to them: a busy worker) are accepted before the port closes, all of
+    them, however few Twisted's Port accepts per read after a quiet spell.
+    """
+    from twisted.internet import reactor
+    from twisted.internet.protocol import Factory, Protocol
+
+    from ingress.process.sockets import DrainableListener
+
+    built: list[Protocol] = []
+
+    class Recording(Factory):
+        def buildProtocol(self, addr: object) -> Protocol:
+            protocol = Protocol()
+            built.append(protocol)
+            return protocol
+
+    factory = Recording()
+    port = reactor.listenTCP(0, factory, interface="127.0.0.1")  # type: ignore[attr-defined]
+    try:
+        port.numberAccepts = 1  # as after a quiet spell
+        clients = [socket.create_connection(("127.0.0.1", port.getHost().port), timeout=2) for _ in range(5)]
+        listener = DrainableListener(None, factory)
+        listener.port = port
+        listener.accept_queued()
+        assert len(built) == 5
+        for protocol in built:
+            protocol.transport.abortConnection()  # type: ignore[union-attr]
+        for client in clients:
+            client.close()
+    finally:
+        port.stopListening()
