@@ -285,7 +285,14 @@ class WorkerPool(Service):
     # -- the drain (a Drainable)
 
     def drain(self) -> None:
-        """After the primary's shutdown delay: every worker drains on its own (SIGTERM), then exits."""
+        """
+        After the primary's shutdown delay: every worker drains on its own (SIGTERM), then exits. The
+        primary's copies of the listening sockets (kept to hand a replaced worker its slot's socket)
+        close now, no worker being replaced any more: a socket then closes when its worker closes
+        it, and a client connecting after that is refused at once. Kept open until the primary
+        exits, each went on completing handshakes that no process would accept, and reset them
+        when the primary exited (one request of every client sending at the time, on the test node).
+        """
         self.stopping = True
         for slot in self.slots:
             if slot.respawn is not None and slot.respawn.active():
@@ -293,6 +300,9 @@ class WorkerPool(Service):
             if slot.process is not None:
                 with contextlib.suppress(ProcessExitedAlready):
                     slot.process.signalProcess("TERM")
+        for _, sockets in self.listeners:
+            for sock in sockets:
+                sock.close()
 
     def open_count(self) -> int:
         return sum(1 for slot in self.slots if slot.alive)

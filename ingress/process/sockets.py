@@ -29,7 +29,10 @@ from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import IService, MultiService
 from twisted.internet.endpoints import serverFromString
 from twisted.internet.error import CannotListenError
+from twisted.logger import Logger
 from twisted.python import usage
+
+log = Logger()
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,11 @@ def refuse_new_connections(port: Any) -> bool:
     answered just before, and its client, told it was connected, would meet the closed listener's
     reset. A dropped SYN is retried by the client (in about a second), by then towards a listener
     that takes it or refuses it outright. Linux only; returns whether the filter is in place.
+
+    Some kernels let only a process with CAP_NET_ADMIN attach a socket filter (measured: 6.18 with
+    kernel.unprivileged_bpf_disabled=2 answers EPERM to uid 10001, as the DaemonSet runs, and with
+    every other capability); the drain then closes the listener at once, after one last accept of
+    what is queued (L{DrainableListener.accept_queued}), and says so in its log.
     """
     sock = getattr(port, "socket", None)
     if sock is None:
@@ -142,7 +150,12 @@ def refuse_new_connections(port: Any) -> bool:
     fprog = struct.pack("HL", len(_DROP_CONNECTION_ATTEMPTS) // 8, ctypes.addressof(program))
     try:
         sock.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_FILTER, fprog)
-    except OSError:
+    except OSError as error:
+        log.info(
+            "drain: the listening socket cannot drop new connection attempts ({error}; some kernels ask CAP_NET_ADMIN"
+            " for a socket filter): it closes at once instead",
+            error=error.strerror or str(error),
+        )
         return False
     return True
 

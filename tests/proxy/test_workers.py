@@ -182,6 +182,39 @@ def test_sigterm_drains_every_worker_and_the_tree_exits_0(start) -> None:
     assert_clean_stop(log)
 
 
+def test_once_the_workers_close_their_listeners_new_connections_are_refused(start) -> None:
+    """
+    The primary keeps a copy of every worker's listening socket (to give a replaced worker its
+    slot's socket); kept open through the drain, a socket went on completing handshakes that no
+    process accepted, and the kernel reset them when the primary exited: one lost request per
+    client on the test node. The drain closes the copies: while a slow request keeps the primary
+    (and a worker) running, a new connection is refused at once instead of hanging.
+    """
+    proxy = start("--workers", "2", "--shutdown-delay", "0.3", "--drain-timeout", "20")
+    slow: list[int] = []
+    request = threading.Thread(target=lambda: slow.append(_get(proxy.http_port, path="/slow?delay=4")))
+    request.start()
+    time.sleep(0.3)
+    proxy.process.send_signal(signal.SIGTERM)
+    outcome = "no attempt"
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", proxy.http_port), timeout=0.5).close()
+            outcome = "accepted"
+        except ConnectionRefusedError:
+            outcome = "refused"
+            break
+        except socket.timeout:
+            outcome = "no answer (a socket still open, dropping the attempt)"
+        time.sleep(0.05)
+    assert outcome == "refused", outcome
+    assert proxy.process.poll() is None  # the primary still drains the slow request
+    request.join()
+    assert slow == [200]
+    assert proxy.process.wait(20) == 0
+
+
 CLEAN_STOP_OFFENCES = re.compile(r"#(error|critical)\]|\[stderr#|Unhandled error|Traceback|the primary process is gone")
 
 
