@@ -90,8 +90,9 @@ def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, r
         return local
     fields = b""
     if policies.cors is not None:
-        fields = policies.cors.fields_for(field_value(head.block, b"origin"))
-        if fields and head.method == b"OPTIONS":
+        lookup = partial(field_value, head.block)
+        fields = policies.cors.fields_for(lookup(b"origin"), lookup)
+        if fields and policies.cors.is_preflight(head.method, lookup):
             preflight = Routed(204, route=route)  # ingress-nginx's "return 204": nginx's rewrite phase, before access
             preflight.fields = fields
             return preflight
@@ -101,17 +102,19 @@ def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, r
         return denied
     if policies.canary is not None:
         route = canary_route(policies.canary, head, policies.affinity) or route
+    upstream_policies = policies
     if policies.backends is not None:  # Gateway API backendRefs with weights; an unusable one answers 500
         picked = policies.backends.pick()
         if picked is None:
             return Routed(policies.backends.unusable_status, route=route)
         route = picked
+        upstream_policies = picked.policies or policies  # a backendRef's own header changes are on its route
     if route.policies is not None and route.policies.backend_http2 and head.version < HTTP2:
         return Routed(426, route=route)  # HTTP/2 to the endpoints (gRPC) needs an HTTP/2 client
     routed = Routed(route=route)
     routed.fields = fields
     routed.limits = policies.limits
-    routed.head_bytes = upstream_head(policies, head, forwarded, host, path)
+    routed.head_bytes = upstream_head(upstream_policies, head, forwarded, host, path)
     if policies.basic_auth is not None:  # the credentials stay here (ingress-nginx: proxy_set_header Authorization "")
         routed.head_bytes = _AUTHORIZATION.sub(b"", routed.head_bytes)
     if policies.error_pages is not None and policies.error_pages.fallback:  # ingress-nginx's custom-default-backend upstream
