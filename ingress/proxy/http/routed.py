@@ -52,8 +52,11 @@ class Routed:
         self.fields = b""  # response fields the policies add (CORS), CRLF-terminated lines
 
 
-def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, redirect_port: Optional[int]) -> Routed:
-    """Route C{head} against C{table} and apply its route's policies, in their fixed order."""
+def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, redirect_port: Optional[int], server_name: Optional[str] = None) -> Routed:
+    """
+    Route C{head} against C{table} and apply its route's policies, in their fixed order.  C{server_name}:
+    the TLS connection's SNI name, read by the caller where the table has Gateway HTTPS listeners.
+    """
     if table.blocked is not None:  # ingress-nginx's global filters: block-cidrs, block-user-agents, block-referers
         refused = _blocked(table.blocked, head, forwarded.ip)
         if refused:
@@ -68,6 +71,8 @@ def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, r
         host, path = host_and_path(head)
     except h1.HTTPError as error:
         return Routed(error.status, refused=True, detail=error.detail)
+    if server_name is not None and table.https_listeners is not None and table.https_listeners.misdirected(server_name, routing_host(host)):
+        return Routed(421)  # another HTTPS listener's host on this connection (a coalesced HTTP/2 connection)
     route = table.match(routing_host(host), path)
     if route is None:
         return Routed(404)
