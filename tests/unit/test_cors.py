@@ -112,10 +112,16 @@ def test_gateway_stars_with_credentials_echo_the_request() -> None:
     assert _fields(without, b"https://x.test")[b"Access-Control-Allow-Origin"] == b"*"
 
 
-def test_a_gateway_preflight_needs_access_control_request_method() -> None:
-    """The Fetch standard's CORS-preflight request; ingress-nginx answers every allowed OPTIONS."""
-    gateway, nginx = Cors(gateway=True), Cors()
-    assert gateway.is_preflight(b"OPTIONS", _asking(access_control_request_method="GET"))
-    assert not gateway.is_preflight(b"OPTIONS", _asking())
-    assert nginx.is_preflight(b"OPTIONS", _asking())
-    assert not nginx.is_preflight(b"GET", _asking(access_control_request_method="GET"))
+def test_a_gateway_preflight_is_answered_here_whatever_its_origin() -> None:
+    """
+    The Fetch standard's CORS-preflight request (Origin and Access-Control-Request-Method), answered
+    here even when its origin is not allowed (HTTPCORSFilter.AllowOrigins: 204/200 without the CORS
+    fields); ingress-nginx answers every allowed OPTIONS and passes the others on.
+    """
+    gateway, nginx = Cors(origins=("https://a.test",), gateway=True), Cors(origins=("https://a.test",))
+    asking = _asking(origin="https://b.test", access_control_request_method="GET")
+    assert gateway.answers_preflight(b"OPTIONS", asking, gateway.fields_for(b"https://b.test", asking))
+    assert not gateway.answers_preflight(b"OPTIONS", _asking(origin="https://a.test"), b"")
+    assert not nginx.answers_preflight(b"OPTIONS", asking, nginx.fields_for(b"https://b.test", asking))
+    assert nginx.answers_preflight(b"OPTIONS", _asking(), nginx.fields_for(b"https://a.test"))
+    assert not nginx.answers_preflight(b"GET", _asking(), nginx.fields_for(b"https://a.test"))

@@ -97,7 +97,7 @@ def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, r
     if policies.cors is not None:
         lookup = partial(field_value, head.block)
         fields = policies.cors.fields_for(lookup(b"origin"), lookup)
-        if fields and policies.cors.is_preflight(head.method, lookup):
+        if policies.cors.answers_preflight(head.method, lookup, fields):
             preflight = Routed(204, route=route)  # ingress-nginx's "return 204": nginx's rewrite phase, before access
             preflight.fields = fields
             return preflight

@@ -22,8 +22,9 @@ Where the two readings differ, C{gateway} (set for the Gateway filter) follows G
     C{Access-Control-Request-Method} / C{-Headers} (the field left out when the request has none),
     which the GEP allows with or without credentials;
   - no C{allowHeaders} (or methods): no field, rather than ingress-nginx's default lists;
-  - a preflight is an C{OPTIONS} with C{Access-Control-Request-Method} (Fetch standard); ingress-nginx
-    answers every allowed C{OPTIONS}.
+  - a preflight is an C{OPTIONS} with C{Origin} and C{Access-Control-Request-Method} (Fetch standard),
+    answered here whether its origin is allowed or not (without CORS fields then); ingress-nginx
+    answers every allowed C{OPTIONS}, and passes the others to the backend.
 """
 
 from __future__ import annotations
@@ -100,11 +101,18 @@ class Cors:
             return b""
         return b"Access-Control-Allow-Origin: %s\r\n%s" % (origin, self._echoed(lookup))
 
-    def is_preflight(self, method: bytes, lookup: Lookup) -> bool:
-        """Whether an allowed request is a preflight the proxy answers (module docstring)."""
+    def answers_preflight(self, method: bytes, lookup: Lookup, fields: bytes) -> bool:
+        """
+        Whether the proxy answers this request itself, 204 with C{fields} (L{fields_for}'s): ingress-nginx
+        answers an allowed C{OPTIONS}; the Gateway filter every preflight, with no CORS fields for an
+        origin not allowed (HTTPCORSFilter.AllowOrigins: "returns 204/200 response but doesn't set the
+        relevant cross-origin response headers"), so that it never reaches the backend.
+        """
         if method != b"OPTIONS":
             return False
-        return not self.gateway or lookup(b"access-control-request-method") is not None
+        if not self.gateway:
+            return bool(fields)
+        return lookup(b"origin") is not None and lookup(b"access-control-request-method") is not None
 
     def _echoed(self, lookup: Optional[Lookup]) -> bytes:
         """The precomputed fields, with a Gateway C{*} method or header list answered by the request's own."""
