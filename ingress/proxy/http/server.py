@@ -272,8 +272,7 @@ class HTTPProxyProtocol(ConnectionSteps, UpstreamRelay, Protocol):
         self._keep_alive = head.keep_alive and not self.factory.draining and live_settings.keepalive_timeout > 0
         if live_settings.keepalive_requests and self._request_id >= live_settings.keepalive_requests:
             self._keep_alive = False  # nginx's keepalive_requests: this response is the connection's last
-        sni = tls_server_name(self.transport) if table.https_listeners is not None else None  # misdirected requests (421)
-        routed = route_request(table, head, self._forwarded, self.settings.https_redirect_port, sni)
+        routed = route_request(table, head, self._forwarded, self.settings.https_redirect_port, tls_server_name(self.transport) if table.https_listeners is not None else None)
         if not self._take_routing(routed):
             return
         policies = self._route.policies if self._route is not None else None

@@ -122,8 +122,7 @@ class H2Stream(StreamResponse):
             table = table.addresses.get(connection.local_host(), table)
         peer = connection.peer()
         self._forwarded = trusted_forwarding(table.trust, peer, head, connection.local_port()) if table.trust is not None else peer
-        sni = tls_server_name(connection.transport) if table.https_listeners is not None else None  # misdirected requests (421)
-        routed = route_request(table, head, self._forwarded, self.settings.https_redirect_port, sni)
+        routed = route_request(table, head, self._forwarded, self.settings.https_redirect_port, tls_server_name(connection.transport) if table.https_listeners is not None else None)
         self._request_complete = not has_body
         if not self._take_routing(routed):
             return
