@@ -151,6 +151,10 @@ def _request_length(connection: Any, status: int, now: float) -> Optional[str]:
 
 def _request_id(connection: Any, status: int, now: float) -> Optional[str]:
     """The request's X-Request-ID, else a random 32-hex id, as ingress-nginx's $req_id."""
+    head = connection._request
+    made = head.request_id if head is not None else b""
+    if made:
+        return made.decode("ascii")
     given = _field(connection, b"x-request-id")
     return _text(given) if given else os.urandom(16).hex()
 

@@ -105,29 +105,49 @@ def bound_socket(family: int, kind: int, interface: str, port: int, reuse_port: 
 
 
 _SO_ATTACH_FILTER = 26
-_DROP_EVERYTHING = struct.pack("HBBI", 0x06, 0, 0, 0)  # one classic BPF instruction: BPF_RET|BPF_K 0 (keep no byte)
+# A classic BPF program run on each TCP segment the listening socket receives (its offsets count from
+# the TCP header): a segment with SYN set and ACK clear -- a new connection attempt -- is dropped; every
+# other segment passes, so the final ACK of a handshake the kernel has already answered, and the data
+# behind it, still complete that connection into the accept queue.
+_BPF_LD_B_ABS, _BPF_ALU_AND_K, _BPF_JEQ_K, _BPF_RET_K = 0x30, 0x54, 0x15, 0x06
+_TCP_FLAGS_OFFSET, _SYN, _ACK = 13, 0x02, 0x10
+_DROP_CONNECTION_ATTEMPTS = b"".join(
+    struct.pack("HBBI", code, jump_true, jump_false, k)
+    for code, jump_true, jump_false, k in (
+        (_BPF_LD_B_ABS, 0, 0, _TCP_FLAGS_OFFSET),  # A = the flags byte
+        (_BPF_ALU_AND_K, 0, 0, _SYN | _ACK),
+        (_BPF_JEQ_K, 0, 1, _SYN),  # SYN alone: next instruction (drop), else skip it (keep)
+        (_BPF_RET_K, 0, 0, 0),  # keep no byte: dropped
+        (_BPF_RET_K, 0, 0, 0xFFFFFFFF),  # keep the whole segment
+    )
+)
 
 
 def refuse_new_connections(port: Any) -> bool:
     """
-    Make a listening socket drop every new connection attempt while the connections the kernel has
-    already completed stay in its accept queue, to be accepted as usual. Closing a listening socket
-    resets whatever is in its queue: under steady traffic a drain that simply closed its listeners
-    reset a few connections whose clients had already been told "connected" (4 of 12,683 requests
-    across a pod deletion on the test node). A dropped SYN is retried by the client (in about a
-    second), by then towards a listener that takes it or refuses it outright. Linux only; returns
-    whether the filter is in place.
+    Make a listening socket drop every new connection attempt (SYN) while the connections the kernel
+    has already answered complete and wait in its accept queue, to be accepted as usual. Closing a
+    listening socket resets whatever is in its queue: under steady traffic a drain that simply closed
+    its listeners reset a few connections whose clients had already been told "connected" (4 of
+    12,683 requests across a pod deletion on the test node). Only SYNs are dropped: a filter that
+    dropped every segment would also drop the final ACK (and the request) of a handshake the kernel
+    answered just before, and its client, told it was connected, would meet the closed listener's
+    reset. A dropped SYN is retried by the client (in about a second), by then towards a listener
+    that takes it or refuses it outright. Linux only; returns whether the filter is in place.
     """
     sock = getattr(port, "socket", None)
     if sock is None:
         return False
-    program = ctypes.create_string_buffer(_DROP_EVERYTHING)
-    fprog = struct.pack("HL", 1, ctypes.addressof(program))
+    program = ctypes.create_string_buffer(_DROP_CONNECTION_ATTEMPTS)
+    fprog = struct.pack("HL", len(_DROP_CONNECTION_ATTEMPTS) // 8, ctypes.addressof(program))
     try:
         sock.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_FILTER, fprog)
     except OSError:
         return False
     return True
+
+
+_MOST_ACCEPTED_AT_CLOSE = 1000  # calls of Port.doRead at a listener's close (a queue holds at most its backlog)
 
 
 class DrainableListener(StreamServerEndpointService):
@@ -149,6 +169,22 @@ class DrainableListener(StreamServerEndpointService):
 
     def refuse_new_connections(self) -> bool:
         return self.port is not None and refuse_new_connections(getattr(self.port, "_realPort", self.port))
+
+    def accept_queued(self) -> None:
+        """
+        Accept, now, whatever the kernel still holds in the queue, before the port closes: a worker
+        that was slow to get to its last accepts (a busy or loaded process) left connections queued on
+        a socket the primary keeps open, and their clients waited for an answer until the primary
+        exited and the kernel reset them.
+        """
+        port = getattr(self.port, "_realPort", self.port)
+        if port is None or not getattr(port, "connected", False) or not hasattr(port, "sessionno"):
+            return
+        for _ in range(_MOST_ACCEPTED_AT_CLOSE):
+            accepted = port.sessionno  # Twisted's Port numbers the connections it accepts
+            port.doRead()  # accepts up to its numberAccepts (as few as 1 after a quiet spell)
+            if port.sessionno == accepted:
+                return
 
 
 class EndpointListener(DrainableListener):

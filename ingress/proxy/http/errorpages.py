@@ -32,7 +32,7 @@ _CODE_FIELDS_RE = drop_lines_re(_CODE_FIELDS)
 
 def request_id(request: h1.Head) -> bytes:
     """ingress-nginx's $req_id: the client's X-Request-ID, else a new random id."""
-    return field_value(request.block, b"x-request-id") or os.urandom(16).hex().encode("ascii")
+    return request.request_id or field_value(request.block, b"x-request-id") or os.urandom(16).hex().encode("ascii")
 
 
 def error_request_head(pages: ErrorPages, status: int, request: h1.Head, client_ip: str) -> bytes:
