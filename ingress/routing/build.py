@@ -137,7 +137,7 @@ def build(
         listener=config.listener,
         blocked=config.guards.block,
         class_skipped=skipped,
-        rejects_unknown_tls_names=gateway.tls_listeners,
+        rejects_unknown_tls_names=gateway.tls_listeners, https_listeners=gateway.https_names,
         gateway_ports={
             port: with_address_views(port_table(routes, generation, state.secrets, config, default_certificate), by_address, port)
             for port, routes in gateway.own_ports.items()

@@ -21,7 +21,7 @@ from twisted.logger import Logger
 
 from ingress.proxy.http import h1
 from ingress.proxy.http.retry import may_retry
-from ingress.proxy.http.states import CLOSED
+from ingress.proxy.http.states import AWAIT, BODY, CLOSED
 from ingress.proxy.http.upstream import Address, UpstreamConnection
 
 if TYPE_CHECKING:
@@ -50,6 +50,7 @@ class FailureSteps:
     _route: Optional[Route]
     _tried: Optional[Address]
     _error_code: int
+    _request_id: int
 
     if TYPE_CHECKING:  # real in the other halves, which come later in the method resolution order
 
@@ -93,8 +94,21 @@ class FailureSteps:
         if self._responded or not self._may_retry(cause, reused=False):
             return False
         self._drop_upstream()
-        self._redispatch()
+        route = self._route
+        policy = route.policies.retry if route is not None and route.policies is not None else None
+        if policy is not None and policy.same_endpoint and route is not None and len(route.upstream.targets) < 2:
+            self._tried = None  # a Gateway API retry with no other endpoint: the same one again
+        if policy is not None and policy.backoff:
+            self.factory.reactor.callLater(policy.backoff, self._retry_now, self._request_id, self._attempts)
+        else:
+            self._redispatch()
         return True
+
+    def _retry_now(self, request_id: int, attempts: int) -> None:
+        """A Gateway API retry's backoff is over: the attempt, unless the request ended or moved on meanwhile."""
+        if request_id == self._request_id and attempts == self._attempts and self._state in (BODY, AWAIT) and not self._responded:
+            if self._upstream is None and self._connecting is None:
+                self._redispatch()
 
     def _drop_upstream(self) -> None:
         """Abort the upstream connection (or the attempt to open one) of the current request."""

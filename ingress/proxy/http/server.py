@@ -36,6 +36,7 @@ from ingress.proxy.http.trusted import trusted_forwarding
 from ingress.proxy.http.upstream import Address, UpstreamConnection
 from ingress.proxy.http2.connection import PREFACE, take_over
 from ingress.proxy.idle import Deadline
+from ingress.proxy.tls.sni import tls_server_name
 from ingress.proxy.transport import IConnectionTransport
 from ingress.routing.table import Route
 
@@ -271,7 +272,7 @@ class HTTPProxyProtocol(ConnectionSteps, UpstreamRelay, Protocol):
         self._keep_alive = head.keep_alive and not self.factory.draining and live_settings.keepalive_timeout > 0
         if live_settings.keepalive_requests and self._request_id >= live_settings.keepalive_requests:
             self._keep_alive = False  # nginx's keepalive_requests: this response is the connection's last
-        routed = route_request(table, head, self._forwarded, self.settings.https_redirect_port)
+        routed = route_request(table, head, self._forwarded, self.settings.https_redirect_port, tls_server_name(self.transport) if table.https_listeners is not None else None)
         if not self._take_routing(routed):
             return
         policies = self._route.policies if self._route is not None else None

@@ -34,6 +34,7 @@ from ingress.proxy.http2.exchange import H2Exchange
 from ingress.proxy.http2.fields import Headers, local_response, request_head
 from ingress.proxy.http2.response import StreamResponse
 from ingress.proxy.idle import Deadline
+from ingress.proxy.tls.sni import tls_server_name
 from ingress.routing.policies import Policies
 
 if TYPE_CHECKING:
@@ -121,7 +122,7 @@ class H2Stream(StreamResponse):
             table = table.addresses.get(connection.local_host(), table)
         peer = connection.peer()
         self._forwarded = trusted_forwarding(table.trust, peer, head, connection.local_port()) if table.trust is not None else peer
-        routed = route_request(table, head, self._forwarded, self.settings.https_redirect_port)
+        routed = route_request(table, head, self._forwarded, self.settings.https_redirect_port, tls_server_name(connection.transport) if table.https_listeners is not None else None)
         self._request_complete = not has_body
         if not self._take_routing(routed):
             return

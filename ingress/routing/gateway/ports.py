@@ -39,4 +39,5 @@ def port_table(
         listener=config.listener,
         blocked=config.guards.block,
         rejects_unknown_tls_names=routes.tls_listeners,
+        https_listeners=routes.https_names,
     )
