@@ -58,12 +58,15 @@ address() {
     echo "$host:$port"
 }
 
-# serving: the URLs of the listeners that are on.
+# serving: the URLs of the listeners that are on; $url is the first of HTTP and HTTPS (for the
+# example's hints), $admin_url the admin listener's.
 serving() {
     echo "twingress ($example):"
     [[ -z $http ]] || echo "  HTTP   http://$(address "$http")/"
     [[ -z $https ]] || echo "  HTTPS  https://$(address "$https")/   (the self-signed default certificate: curl -k)"
     [[ -z $admin ]] || echo "  admin  http://$(address "$admin")/   (lists /healthz /readyz /metrics /debug/routes)"
+    if [[ -n $http ]]; then url=http://$(address "$http"); else url="-k https://$(address "${https:-tcp:8443}")"; fi
+    admin_url=http://$(address "${admin:-tcp:10254}")
 }
 
 # twingress ARGS...: twistd -n ingress with the listeners above, in the background; the script

@@ -15,11 +15,13 @@ backend site-pod tcp:8103:interface=127.0.0.1
 backends_ready
 
 serving
-echo "  the Gateway's HTTP listener  http://127.0.0.1:8080/"
-echo "try:"
-echo "  curl -H 'Host: store.example.com' http://127.0.0.1:8080/            # store-v1-pod 9 times in 10"
-echo "  curl -H 'Host: store.example.com' -H 'env: canary' http://127.0.0.1:8080/"
-echo "  curl -H 'Host: store.example.com' http://127.0.0.1:8080/shop/cart   # the backend sees /cart"
-echo "  curl -i -H 'Host: example.com' http://127.0.0.1:8080/about          # 301 to www.example.com"
-[[ -z $admin ]] || echo "  curl -s http://$(address "$admin")/debug/routes                        # gatewayAPI: the status"
+cat <<HINTS
+  the Gateway's HTTP listener  http://127.0.0.1:8080/
+try:
+  curl -H 'Host: store.example.com' http://127.0.0.1:8080/            # store-v1-pod 9 times in 10
+  curl -H 'Host: store.example.com' -H 'env: canary' http://127.0.0.1:8080/
+  curl -H 'Host: store.example.com' http://127.0.0.1:8080/shop/cart   # the backend sees /cart
+  curl -i -H 'Host: example.com' http://127.0.0.1:8080/about          # 301 to www.example.com
+  curl -s $admin_url/debug/routes                                     # gatewayAPI: the status
+HINTS
 twingress --manifests examples/gateway "$@"

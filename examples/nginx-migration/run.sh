@@ -17,11 +17,10 @@ done
 backends_ready
 
 serving
-if [[ -n $http ]]; then
-    url=http://$(address "$http")
-    echo "try:"
-    echo "  curl -i -H 'Host: shop.example.com' $url/shop/cart"
-    echo "  curl -i -H 'Host: example.com' $url/"
-fi
-[[ -z $admin ]] || echo "  curl -s http://$(address "$admin")/debug/routes"
+cat <<HINTS
+try:
+  curl -i -H 'Host: shop.example.com' $url/shop/cart
+  curl -i -H 'Host: example.com' $url/
+  curl -s $admin_url/debug/routes
+HINTS
 twingress --manifests examples/nginx-migration --nginx-configmap ingress-nginx/ingress-nginx-controller "$@"

@@ -14,11 +14,10 @@ backend api-pod-a tcp:8082:interface=127.0.0.1
 backends_ready
 
 serving
-if [[ -n $http ]]; then
-    url=http://$(address "$http")
-    echo "try:"
-    echo "  curl -H 'Host: echo.example.com' $url/            # echo-pod-a or echo-pod-b"
-    echo "  curl -H 'Host: echo.example.com' $url/api/hello   # api-pod-a"
-    echo "  curl -H 'Host: shop.apps.example.com' $url/       # a wildcard host: api-pod-a"
-fi
+cat <<HINTS
+try:
+  curl -H 'Host: echo.example.com' $url/            # echo-pod-a or echo-pod-b
+  curl -H 'Host: echo.example.com' $url/api/hello   # api-pod-a
+  curl -H 'Host: shop.apps.example.com' $url/       # a wildcard host: api-pod-a
+HINTS
 twingress --manifests examples/quickstart "$@"

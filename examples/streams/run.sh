@@ -15,10 +15,12 @@ backend udp-pod udp:8202:interface=127.0.0.1 udp
 backends_ready
 
 serving
-echo "  TCP    127.0.0.1:9700   (StreamIngress demo/tcp-echo)"
-echo "  UDP    127.0.0.1:9753   (StreamIngress demo/udp-echo)"
-echo "try:"
-echo "  echo hello | nc -q1 127.0.0.1 9700        # tcp-pod-a: hello (or tcp-pod-b)"
-echo "  echo hello | nc -u -w1 127.0.0.1 9753     # udp-pod: hello"
-[[ -z $admin ]] || echo "  curl -s http://$(address "$admin")/debug/routes   # \"streams\": TCP/9700, UDP/9753"
+cat <<HINTS
+  TCP    127.0.0.1:9700   (StreamIngress demo/tcp-echo)
+  UDP    127.0.0.1:9753   (StreamIngress demo/udp-echo)
+try:
+  echo hello | nc -q1 127.0.0.1 9700        # tcp-pod-a: hello (or tcp-pod-b)
+  echo hello | nc -u -w1 127.0.0.1 9753     # udp-pod: hello
+  curl -s $admin_url/debug/routes           # "streams": TCP/9700, UDP/9753
+HINTS
 twingress --manifests examples/streams "$@"

@@ -24,6 +24,7 @@ import pytest
 from ingress import __version__
 from ingress.options import GROUPS, HANDLERS, group_of
 from ingress.tap import Options
+from tests.kube.twingress import wait_until
 from tests.proxy.streams_support import stream_ingress
 from tests.support import ROOT, TWISTD, Manifests, Twingress, free_port
 
@@ -36,12 +37,8 @@ def _twistd(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
 
 
-def _until(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+def _until(predicate: Callable[[], bool], what: str) -> None:
+    wait_until(predicate, 10.0, what, interval=0.05)
 
 
 def _lines(proxy: Twingress, text: str) -> list[str]:
