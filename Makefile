@@ -5,6 +5,8 @@ PYTHON3 ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+# What `make run` needs: twingress and its dependencies (no test or build tools).
+RUN_STAMP := $(VENV)/.run-stamp
 PYTEST_ARGS ?=
 # Wheels of the dependencies (and of setuptools/wheel) for tests/test_wheel.py, which builds the
 # Docker image's wheel inside the test network namespace, where no index is reachable.
@@ -12,29 +14,39 @@ WHEELHOUSE ?= $(HOME)/.cache/twingress/wheelhouse
 export TWINGRESS_WHEELHOUSE := $(WHEELHOUSE)
 HADOLINT_VERSION ?= 2.15.1
 
-.PHONY: run run-migration run-gateway test venv lint system-packages testenv wheelhouse image image-archive lint-docker bench clean compiled pure gateway-conformance-report
+.PHONY: run run-migration run-gateway run-streams test venv lint system-packages testenv wheelhouse image image-archive lint-docker bench clean compiled pure gateway-conformance-report
 
-$(STAMP): setup.cfg pyproject.toml
+# An editable install (pip install -e .) of the tree: setup.cfg's package_dir makes it a plain
+# .pth of the tree, so twistd finds twisted/plugins/ingress_plugin.py there too.
+$(RUN_STAMP): setup.cfg pyproject.toml
+	@echo "make: installing twingress and its dependencies into $(VENV) (the first time takes a minute)"
 	$(PYTHON3) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $@
+
+# Everything the tests, the linters and the compiled build need besides.
+$(STAMP): $(RUN_STAMP) setup.cfg pyproject.toml
+	@echo "make: installing the test and build tools into $(VENV)"
 	$(PY) -m pip install -q -e '.[test,compile]'
-	# The source tree on sys.path too, so twistd finds twisted/plugins/ingress_plugin.py
-	# (an editable install's import hook does not expose plugin directories).
-	$(PY) -c "import os, sysconfig; open(os.path.join(sysconfig.get_path('purelib'), 'twingress-source.pth'), 'w').write(os.getcwd() + '\n')"
 	touch $@
 
 venv: $(STAMP)
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	examples/quickstart/run.sh
 
 # The ingress-nginx migration example (examples/nginx-migration): its Ingresses and ConfigMap as they were.
-run-migration: $(STAMP)
+run-migration: $(RUN_STAMP)
 	examples/nginx-migration/run.sh
 
 # The Gateway API example (examples/gateway): a shared Gateway and HTTPRoutes of two teams.
-run-gateway: $(STAMP)
+run-gateway: $(RUN_STAMP)
 	examples/gateway/run.sh
+
+# The stream example (examples/streams): a TCP and a UDP StreamIngress.
+run-streams: $(RUN_STAMP)
+	examples/streams/run.sh
 
 system-packages:
 	testenv/system-packages.sh

@@ -22,6 +22,7 @@ import ctypes
 import re
 import socket
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -69,6 +70,21 @@ def parse_listener(name: str, description: str) -> ListenerSpec:
     interface = keywords.get("interface", "::" if kind == "tcp6" else "").replace("\\:", ":")
     family = socket.AF_INET6 if kind == "tcp6" or ":" in interface else socket.AF_INET
     return ListenerSpec(name, description, family, interface, int(port), int(keywords.get("backlog", "50")), proxy_protocol)
+
+
+def check_listener(name: str, description: str, shared: bool) -> None:
+    """
+    Refuse, as a usage error (one line and exit status 1), a listener Twisted cannot make:
+    C{bogus:123} or C{tcp:notaport} raised from deep inside C{serverFromString} once the
+    service was built, and twistd printed a 30-line traceback.  With worker processes
+    (C{shared}) it must also be a socket the workers can share (L{parse_listener}).
+    """
+    try:
+        serverFromString(None, description)  # parsed only: the reactor is first used when it listens
+    except Exception as error:  # whatever the endpoint parser raised (ValueError, TypeError, OSError for ssl: files) is the user's to fix
+        raise usage.UsageError(f"--{name} {description!r} is not a listener ({error}); e.g. tcp:80 or tcp:8080:interface=127.0.0.1") from None
+    if shared:
+        parse_listener(name, description)
 
 
 def open_listener(spec: ListenerSpec, reuse_port: bool = False) -> socket.socket:
@@ -201,14 +217,23 @@ class DrainableListener(StreamServerEndpointService):
 
 
 class EndpointListener(DrainableListener):
-    """A listener that cannot listen stops the start with one line saying which and why (no traceback)."""
+    """
+    A listener that cannot listen stops the start with one line saying which and why (no traceback);
+    one that listens calls C{announce} with its address (the startup line that says what serves where).
+    """
 
     _raiseSynchronously = True  # a port in use fails startup instead of logging and going on
 
-    def __init__(self, reactor: Any, description: str, factory: Any, name: str) -> None:
+    def __init__(self, reactor: Any, description: str, factory: Any, name: str, announce: Optional[Callable[[Any], None]] = None) -> None:
         super().__init__(serverFromString(reactor, description), factory)
         self.description = description
+        self.announce = announce
         self.setName(name)
+
+    def _listening(self, port: Any) -> Any:
+        if self.announce is not None:
+            self.announce(port.getHost())
+        return super()._listening(port)
 
     def privilegedStartService(self) -> None:
         try:
@@ -217,7 +242,7 @@ class EndpointListener(DrainableListener):
             raise SystemExit(f"twistd ingress: --{self.name} {self.description}: cannot listen: {error.socketError}") from None
 
 
-def listen(reactor: Any, description: str, factory: Any, parent: MultiService, name: str) -> IService:
-    service = EndpointListener(reactor, description, factory, name)
+def listen(reactor: Any, description: str, factory: Any, parent: MultiService, name: str, announce: Optional[Callable[[Any], None]] = None) -> IService:
+    service = EndpointListener(reactor, description, factory, name, announce)
     service.setServiceParent(parent)
     return service
