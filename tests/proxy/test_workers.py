@@ -205,7 +205,7 @@ def test_once_the_workers_close_their_listeners_new_connections_are_refused(star
         except ConnectionRefusedError:
             outcome = "refused"
             break
-        except socket.timeout:
+        except TimeoutError:
             outcome = "no answer (a socket still open, dropping the attempt)"
         time.sleep(0.05)
     assert outcome == "refused", outcome
