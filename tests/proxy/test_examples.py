@@ -148,7 +148,10 @@ def test_the_stream_example_carries_tcp_and_udp(run: type[Example]) -> None:
 
 def test_make_run_installs_only_what_the_demo_needs(tmp_path: Path) -> None:
     """What `make run` would do in a fresh clone (make -n: printed, not run)."""
-    plan = subprocess.run(["make", "-n", "run", f"VENV={tmp_path / 'venv'}"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    outside_make = {name: value for name, value in os.environ.items() if name not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}  # as a user types it, not as make test's sub-make
+    plan = subprocess.run(
+        ["make", "--no-print-directory", "-n", "run", f"VENV={tmp_path / 'venv'}"], cwd=ROOT, capture_output=True, text=True, check=True, env=outside_make
+    ).stdout
     installs = [line for line in plan.splitlines() if "pip install" in line]
     assert any(line.endswith("pip install -q -e .") for line in installs), plan
     assert not any("[test" in line or "compile" in line for line in installs), plan
