@@ -218,10 +218,25 @@ class KubeCluster:
 
     def start_apiserver(self) -> None:
         """(Re)start kube-apiserver on the same port, with the same etcd data, and wait until
-        /readyz answers ok."""
+        /readyz answers ok; on a restart, kube-controller-manager starts afresh too."""
         assert self._apiserver is not None, "the cluster was not started"
         self._apiserver.start()
         self._apiserver.wait_until(self._apiserver_ready, "ready", self.start_timeout)
+        if self._controller_manager is not None:
+            self._restart_controller_manager()
+
+    def _restart_controller_manager(self) -> None:
+        """Start kube-controller-manager afresh after an apiserver restart, so the next test
+        meets a control plane as quick as a new one. While the apiserver was down, its reflectors
+        backed off (up to 30 s each) and every failed sync grew a per-object retry delay; after a
+        run of restarts (tests/kube/test_faults.py) its EndpointSlice informer lagged its own writes
+        ("EndpointSlice informer cache is out of date", six times per Service) and the retries
+        put the conformance suite's gRPC backends in their EndpointSlices 64 s after their
+        Deployments: GRPCExactMethodMatching met "no endpoint" for its whole 30 s."""
+        assert self._controller_manager is not None
+        self._controller_manager.stop()
+        self._controller_manager.start()
+        self._controller_manager.wait_until(self._controller_manager_healthy, "healthy", self.start_timeout)
 
     @property
     def apiserver_running(self) -> bool:

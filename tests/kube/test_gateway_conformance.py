@@ -36,6 +36,7 @@ pytestmark = pytest.mark.kube
 
 REPORT_ENV = "TWINGRESS_CONFORMANCE_REPORT"
 OUTPUT_TAIL_CHARS = 20000
+FAILED_TEST_LINES = 60  # from a failed test's first line: its setup, its first requests and why they failed
 
 
 @pytest.fixture
@@ -114,6 +115,17 @@ def test_gateway_api_conformance(
     print(f"conformance report: {report.counts()}", file=sys.stderr)
     assert sorted(report.profiles()) == sorted(suite.PROFILES), report.data
     failed = {name: tests for name, tests in report.failed().items() if tests}
-    assert not failed, f"failed: {failed}\n{output[-OUTPUT_TAIL_CHARS:]}"
+    assert not failed, f"failed: {failed}\n{_failed_tests_output(output, failed)}"
     assert all(counts["Passed"] > 0 for counts in report.counts().values()), report.counts()
     assert run.returncode == 0, output[-OUTPUT_TAIL_CHARS:]
+
+
+def _failed_tests_output(output: str, failed: dict[str, list[str]]) -> str:
+    """The suite's lines about each failed test (the tail of a whole run shows only the last tests)."""
+    names = {f"TestConformance/{test}" for tests in failed.values() for test in tests}
+    lines = output.splitlines()
+    shown: list[str] = []
+    for index, line in enumerate(lines):
+        if line.startswith("=== RUN") and line.split()[-1] in names:
+            shown += lines[index : index + FAILED_TEST_LINES] + ["[…]"]
+    return "\n".join(shown)[-OUTPUT_TAIL_CHARS:]
