@@ -23,7 +23,7 @@ COPY pyproject.toml setup.cfg setup.py README.md ./
 COPY ingress ./ingress
 COPY twisted ./twisted
 # twingress's wheel is the compiled build (setup.py, TWINGRESS_COMPILE=1): the request path's
-# modules compiled by mypyc, 10-20% less CPU per request (README "Performance"). mypyc
+# modules compiled by mypyc, 10-20% less CPU per request (docs/performance.md, "The compiled build"). mypyc
 # type-checks what it compiles against the dependencies, so they and the `compile` extra (mypy, its
 # zope plugin, the stubs) are installed first; twingress itself is uninstalled again, so that the
 # sources in /src are the only ones the type check sees. `pip wheel` then builds twingress's wheel

@@ -5,6 +5,8 @@ PYTHON3 ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+# What `make run` needs: twingress and its dependencies (no test or build tools).
+RUN_STAMP := $(VENV)/.run-stamp
 PYTEST_ARGS ?=
 # Wheels of the dependencies (and of setuptools/wheel) for tests/test_wheel.py, which builds the
 # Docker image's wheel inside the test network namespace, where no index is reachable.
@@ -12,29 +14,39 @@ WHEELHOUSE ?= $(HOME)/.cache/twingress/wheelhouse
 export TWINGRESS_WHEELHOUSE := $(WHEELHOUSE)
 HADOLINT_VERSION ?= 2.15.1
 
-.PHONY: run run-migration run-gateway test venv lint system-packages testenv wheelhouse image image-archive lint-docker bench clean compiled pure gateway-conformance-report
+.PHONY: run run-migration run-gateway run-streams test venv lint system-packages testenv wheelhouse image image-archive lint-docker bench clean compiled pure gateway-conformance-report
 
-$(STAMP): setup.cfg pyproject.toml
+# An editable install (pip install -e .) of the tree: setup.cfg's package_dir makes it a plain
+# .pth of the tree, so twistd finds twisted/plugins/ingress_plugin.py there too.
+$(RUN_STAMP): setup.cfg pyproject.toml
+	@echo "make: installing twingress and its dependencies into $(VENV) (the first time takes a minute)"
 	$(PYTHON3) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $@
+
+# Everything the tests, the linters and the compiled build need besides.
+$(STAMP): $(RUN_STAMP) setup.cfg pyproject.toml
+	@echo "make: installing the test and build tools into $(VENV)"
 	$(PY) -m pip install -q -e '.[test,compile]'
-	# The source tree on sys.path too, so twistd finds twisted/plugins/ingress_plugin.py
-	# (an editable install's import hook does not expose plugin directories).
-	$(PY) -c "import os, sysconfig; open(os.path.join(sysconfig.get_path('purelib'), 'twingress-source.pth'), 'w').write(os.getcwd() + '\n')"
 	touch $@
 
 venv: $(STAMP)
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	examples/quickstart/run.sh
 
 # The ingress-nginx migration example (examples/nginx-migration): its Ingresses and ConfigMap as they were.
-run-migration: $(STAMP)
+run-migration: $(RUN_STAMP)
 	examples/nginx-migration/run.sh
 
 # The Gateway API example (examples/gateway): a shared Gateway and HTTPRoutes of two teams.
-run-gateway: $(STAMP)
+run-gateway: $(RUN_STAMP)
 	examples/gateway/run.sh
+
+# The stream example (examples/streams): a TCP and a UDP StreamIngress.
+run-streams: $(RUN_STAMP)
+	examples/streams/run.sh
 
 system-packages:
 	testenv/system-packages.sh
@@ -83,24 +95,37 @@ lint: $(STAMP)
 # The test run lives in a private network namespace (pod-like 10.244.0.x addresses on its lo);
 # everything that needs the network (pip, apt, go) happens before it.
 test: $(STAMP) lint system-packages testenv wheelhouse image-archive lint-docker
-	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) -m "not node"
+	# Every test on the compiled build, which the image ships (the same source, compiled by mypyc);
+	# the pure build again afterwards for the unit tests and the request path's proxy tests
+	# (PURE_TESTS). Whatever fails, the tree is left pure: a stale compiled module would shadow
+	# the source it was compiled from.
+	$(MAKE) compiled
+	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) -m "not node" || { $(MAKE) pure; exit 1; }
 	# The real node's tests (tests/kube/test_node.py, test_deployment.py) in a run of their own: the
 	# node's scheduler and pod network would meet the Gateway conformance suite's stand-in node, and
 	# the DaemonSet takes the namespace's :80 and :443, which the suite's Gateways need too.
-	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) -m node
+	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) -m node || { $(MAKE) pure; exit 1; }
 	# The kube tests again with every twingress as a primary and two worker processes: leader
 	# election, status and generation must happen once, in the primary, and routing in the workers.
-	# (Not the node's tests: the DaemonSet there runs --workers=auto whatever this run sets; nor the
-	# Gateway API conformance suite, which runs once, in the first run: it takes minutes.)
-	TWINGRESS_TEST_WORKERS=2 testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) -m "not node" tests/kube --ignore=tests/kube/test_gateway_conformance.py
-	# The request path again on the compiled build (the same source, compiled by mypyc), then pure again.
-	$(MAKE) compiled
-	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) tests/unit tests/proxy || { $(MAKE) pure; exit 1; }
+	# (Not the node's tests: the DaemonSet there runs --workers=auto whatever this run sets; nor those
+	# that start no twingress: the control plane's smoke test, the informers' quiet watch, the CRDs'
+	# validation; nor the Gateway API conformance suite, which runs once, in the first run: it takes minutes.)
+	TWINGRESS_TEST_WORKERS=2 testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) -m "not node" tests/kube \
+		--ignore=tests/kube/test_gateway_conformance.py --ignore=tests/kube/test_cluster_smoke.py \
+		--ignore=tests/kube/test_quiet_watches.py --ignore=tests/kube/test_gateway_validation.py || { $(MAKE) pure; exit 1; }
 	$(MAKE) pure
+	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) $(PURE_TESTS)
+
+# What make test runs again on the pure build: the unit tests, and the proxy tests of the request
+# path that the compiled build compiles (setup.py's HOT_MODULES: parsing, forwarding, the relay, the
+# access log and request metrics), over HTTP/1.1, TLS and HTTP/2.
+PURE_TESTS ?= tests/unit $(addprefix tests/proxy/,test_http_behaviour.py test_malformed.py test_request_meaning.py \
+	test_streaming.py test_websocket.py test_errors.py test_retry.py test_policies.py test_gzip.py test_logs.py \
+	test_log_format.py test_fastwrite.py test_tls.py test_http2.py)
 
 # The optional compiled build (setup.py): the request path's modules compiled by mypyc into C
 # extension modules beside their sources, which Python imports in place of the .py files.
-# `make pure` removes them again; make test runs the unit and proxy tests on both builds.
+# `make pure` removes them again; make test runs every test on the compiled build, then PURE_TESTS on the pure one.
 compiled: $(STAMP)
 	TWINGRESS_COMPILE=1 $(PY) setup.py -q build_ext --inplace --force
 
@@ -109,7 +134,7 @@ pure:
 	find ingress -name '*.so' -delete
 
 # The upstream Gateway API conformance suite against twingress (tests/kube/test_gateway_conformance.py),
-# its report written to docs/gateway-conformance/ (commit it; README "Gateway API" shows its table).
+# its report written to docs/gateway-conformance/ (commit it; docs/gateway-api.md shows its table).
 gateway-conformance-report: $(STAMP) system-packages testenv
 	TWINGRESS_REQUIRE_KUBE=1 TWINGRESS_CONFORMANCE_REPORT=$(CURDIR)/docs/gateway-conformance/report.yaml \
 		testenv/netns-run $(PY) -m pytest -q tests/kube/test_gateway_conformance.py

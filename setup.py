@@ -5,9 +5,9 @@ Everything else (metadata, packages, dependencies) is in setup.cfg.  The
 compiled build is the same source, type-checked by mypy --strict, turned into
 C extension modules that import in place of the .py files; it runs the
 per-request code (HTTP/1 parsing, forwarding heads, routing lookup, the access
-log) about 20% faster per core (bench/README.md).  The pure-Python build stays
-the default and is what most tests run; C{make test} runs the unit and proxy
-tests again on the compiled build.
+log) 10-20% faster per core (bench/README.md).  The Docker image ships it, and
+C{make test} runs every test on it, then the unit tests and the request path's
+proxy tests again on the pure-Python build, which stays the default of a checkout.
 
   make compiled   TWINGRESS_COMPILE=1 python setup.py build_ext --inplace
   make pure       removes the compiled modules again

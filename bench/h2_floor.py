@@ -33,7 +33,7 @@ from h2.events import DataReceived, RequestReceived, ResponseReceived
 
 AUTHORITY = b"bench.local"
 BODY = b"hello world\n"
-# What twingress answers for the bench backend's response (README "Performance").
+# What twingress answers for the bench backend's response (docs/performance.md).
 RESPONSE = [
     (b":status", b"200"),
     (b"server", b"twingress"),

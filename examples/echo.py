@@ -11,7 +11,9 @@ others answer 200 at once: one failing pod among healthy ones).
 A request body is hashed while it streams in (C{body_sha256},
 C{body_bytes}).  C{/ws} is a WebSocket echo.
 
-Run it with C{python examples/echo.py --listen tcp:8081 --name pod-a}.
+Run it with C{python examples/echo.py --listen tcp:8081 --name pod-a}.  With
+C{--protocol tcp} or C{udp} it is a stream backend instead: every read or
+datagram comes back after C{NAME: } (the stream example's pods).
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-from typing import Optional
+from typing import Any, Optional
 
 from twisted.internet import reactor as default_reactor
+from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import IPushProducer
+from twisted.internet.protocol import DatagramProtocol, Factory, Protocol
 from twisted.python import usage
 from twisted.python.failure import Failure
 from twisted.web.resource import Resource
@@ -197,19 +201,71 @@ def make_site(name: str, reactor: object = default_reactor) -> Site:
     return site
 
 
+class _StreamEcho(Protocol):
+    """TCP: every read comes back as C{NAME: data}."""
+
+    def __init__(self, name: bytes) -> None:
+        self.name = name
+
+    def dataReceived(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(self.name + b": " + data)
+
+
+class _DatagramEcho(DatagramProtocol):
+    """UDP: every datagram comes back as C{NAME: data}, to its sender."""
+
+    def __init__(self, name: bytes) -> None:
+        self.name = name
+
+    def datagramReceived(self, datagram: bytes, address: Any) -> None:
+        assert self.transport is not None
+        self.transport.write(self.name + b": " + datagram, address)
+
+
 class Options(usage.Options):
     optParameters = [
-        ["listen", "l", "tcp:8081:interface=127.0.0.1", "Endpoint description to listen on."],
+        ["listen", "l", "tcp:8081:interface=127.0.0.1", "Endpoint description to listen on (udp:PORT:interface=ADDRESS for --protocol udp)."],
         ["name", "n", "echo", "Name reported in every answer."],
+        ["protocol", "p", "http", "http (JSON about each request), tcp or udp (every read or datagram back after 'NAME: ')."],
+        ["ready", None, None, "A file to write once listening ('ok') or not ('failed: why'), for scripts that start several backends."],
     ]
 
 
+def _listen(options: Options) -> Deferred[Any]:
+    name = options["name"]
+    if options["protocol"] == "udp":
+        kind, _, rest = options["listen"].partition(":")
+        port, *keywords = rest.split(":")
+        interface = dict(k.partition("=")[::2] for k in keywords).get("interface", "")
+        return maybeDeferred(default_reactor.listenUDP, int(port), _DatagramEcho(name.encode()), interface=interface)  # type: ignore[attr-defined]  # the global reactor is an IReactorUDP
+    factory = Factory.forProtocol(lambda: _StreamEcho(name.encode())) if options["protocol"] == "tcp" else make_site(name)
+    return serverFromString(default_reactor, options["listen"]).listen(factory)
+
+
 def main(argv: Optional[list[str]] = None) -> None:
+    """Listen, or exit 1 with one line (and that line in the --ready file): a busy port is not a traceback."""
     options = Options()
     options.parseOptions(argv if argv is not None else sys.argv[1:])
-    endpoint = serverFromString(default_reactor, options["listen"])
-    endpoint.listen(make_site(options["name"]))
-    default_reactor.run()  # type: ignore[attr-defined]
+    failed: list[str] = []
+
+    def report(outcome: str) -> None:
+        if options["ready"]:
+            with open(options["ready"], "w") as ready:
+                ready.write(outcome + "\n")
+
+    def cannot(failure: Failure) -> None:
+        why = getattr(failure.value, "socketError", None) or failure.getErrorMessage()  # CannotListenError's own text repeats the address
+        failed.append(f"the backend {options['name']} cannot listen on {options['listen']}: {why}")
+        report(f"failed: {failed[0]}")
+        default_reactor.stop()  # type: ignore[attr-defined]  # the global reactor is an IReactorCore
+
+    default_reactor.callWhenRunning(lambda: _listen(options).addCallbacks(lambda _: report("ok"), cannot))  # type: ignore[attr-defined]  # the global reactor is an IReactorCore
+    default_reactor.run()  # type: ignore[attr-defined]  # the global reactor is an IReactorCore
+    if failed:
+        if not options["ready"]:
+            print(f"{sys.argv[0]}: {failed[0]}", file=sys.stderr)
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Optional, cast
 
 from twisted.application.service import IService, MultiService, Service
@@ -19,14 +20,16 @@ from twisted.python import usage
 from ingress import __version__
 from ingress.controllers.manager import ControllerManager, ControllerOptions
 from ingress.controllers.metrics import ControllerMetrics
-from ingress.controllers.options import CONTROLLER_PARAMETERS, controller_options
-from ingress.model import CONTROLLER_NAME, DEFAULT_CLASS_NAME, ClusterState
+from ingress.controllers.options import controller_options
+from ingress.model import ClusterState
 from ingress.observe.accesslog import FORMATS as ACCESS_LOG_FORMATS
 from ingress.observe.accesslog import AccessLog
 from ingress.observe.admin import Admin
 from ingress.observe.logs import LOG_FORMATS, LoggingRoot
-from ingress.observe.metrics import Metrics
+from ingress.observe.metrics import Metrics, created_series
 from ingress.observe.nginx_metrics import NginxMetrics, controller_identity, gauge_total, recorder, served_certificates
+from ingress.observe.startup import announce, listening, summary
+from ingress.options import PARAMETERS, grouped_usage
 from ingress.process.builder import TableBuilder
 from ingress.process.cpus import worker_count
 from ingress.process.dataplane import data_plane
@@ -34,13 +37,12 @@ from ingress.process.drain import GracefulShutdown
 from ingress.process.live import LiveTable
 from ingress.process.pool import worker_pool
 from ingress.process.reactor import IProcessReactor
-from ingress.process.sockets import listen
+from ingress.process.sockets import check_listener, listen
 from ingress.process.streamports import WorkerStreams
 from ingress.proxy.http.settings import ProxySettings
 from ingress.proxy.http.upstream import UpstreamPool
-from ingress.proxy.options import HTTP2_FLAGS, HTTP2_PARAMETERS, LIMIT_PARAMETERS, http2_settings, positive_float, proxy_settings, seconds
+from ingress.proxy.options import http2_settings, positive_float, proxy_settings, seconds
 from ingress.proxy.streams.listeners import StreamListeners
-from ingress.proxy.tls.termination import MODERN_CIPHERS
 from ingress.routing import build
 from ingress.routing.incremental import IncrementalBuild
 from ingress.routing.table import RoutingTable
@@ -61,52 +63,11 @@ class Options(usage.Options):
     synopsis = "[options]"
     longdesc = (
         "twingress: a Kubernetes ingress proxy with an embedded controller. "
-        "Routes HTTP by networking.k8s.io/v1 Ingress objects read from a manifests "
-        "directory (--manifests) or a cluster. Listeners are Twisted endpoint "
-        "descriptions; an empty value turns a listener off."
+        "Routes HTTP, TLS and TCP/UDP streams by Ingress and Gateway API objects read from a manifests "
+        "directory (--manifests) or a cluster (--kubeconfig, or in a pod its service account). "
+        "Booleans take true or false."
     )
-    optFlags: list[list[Any]] = [*HTTP2_FLAGS]
-
-    optParameters: list[list[Any]] = [
-        ["http", None, "tcp:80", "Endpoint of the plain HTTP listener ('' turns it off)."],
-        ["https", None, "tcp:443", "Endpoint of the TLS listener, SNI-selected certificates ('' turns it off)."],
-        ["default-certificate", None, None, "NAMESPACE/NAME of the TLS Secret served when no host matches. [default: self-signed, made at start]"],
-        ["tcp-services-configmap", None, None, "NAMESPACE/NAME of an ingress-nginx tcp-services ConfigMap (\"<port>\": \"<ns>/<svc>:<port>[::PROXY]\") to serve as TCP streams."],
-        ["udp-services-configmap", None, None, "NAMESPACE/NAME of an ingress-nginx udp-services ConfigMap (\"<port>\": \"<ns>/<svc>:<port>\") to serve as UDP streams."],
-        ["tls-min-version", None, "1.2", "Lowest TLS version accepted: 1.2 or 1.3."],
-        ["tls-ciphers", None, MODERN_CIPHERS, "OpenSSL cipher list for TLS 1.2 (TLS 1.3 suites are OpenSSL's)."],
-        ["https-redirect-port", None, None, "Port in the Location of HTTP to HTTPS redirects. [default: the --https listener's port, omitted when 443]"],
-        ["workers", None, "1", "Worker processes serving HTTP, HTTPS and the stream ports: a number, or auto (the CPUs this process may use). 1: one process does everything."],
-        ["admin", None, "tcp:10254:interface=127.0.0.1", "Endpoint of the admin listener: /healthz /readyz /metrics /debug/routes."],
-        ["manifests", None, None, "Directory of Kubernetes manifests (YAML/JSON) to route by, instead of a cluster."],
-        ["kubeconfig", None, None, "kubeconfig file of the cluster to watch. [default: in-cluster service account]"],
-        ["watch-namespace", None, "", "Watch only this namespace ('' = all namespaces)."],
-        ["poll-interval", None, 1.0, "Seconds between scans of the manifests directory."],
-        ["ingress-class", None, DEFAULT_CLASS_NAME, "IngressClass name this controller serves."],
-        ["controller-name", None, CONTROLLER_NAME, "spec.controller value of IngressClasses this controller serves."],
-        ["shutdown-delay", None, 5.0, "Seconds between SIGTERM (/readyz turns 503) and the listeners closing."],
-        ["drain-timeout", None, 30.0, "Seconds open requests and streams get after the listeners close."],
-        ["log-format", None, "text", "Process log: text (twistd's) or json (one object per line, on stdout)."],
-        ["access-log", None, "-", "Access log: '-' (stdout), a file path (reopened on SIGUSR1) or 'off'."],
-        ["access-log-format", None, "text", "Access log lines: text (combined log format + fields) or json."],
-        ["stream-interface", None, "", "Address the TCP/UDP stream listeners bind ('' = every IPv4 address, :: = IPv6 and IPv4)."],
-        [
-            "gateway-interface", None, "",
-            "Address the Gateway API listeners on ports other than --http/--https bind ('' = every IPv4 address, :: = IPv6 and IPv4).",
-        ],
-        [
-            "gateway-addresses", None, "",
-            "Comma-separated IP addresses of this node for Gateways: each Gateway of ours gets one of its own (spec.addresses picks one),"
-            " served and reported there. ('' = every Gateway shares the node's addresses).",
-        ],
-        ["nginx-configmap", None, None, "NAMESPACE/NAME of an ingress-nginx controller ConfigMap: its keys are every route's defaults (ingress-nginx's for keys it lacks)."],
-        ["nginx-annotations", None, "true", "Read nginx.ingress.kubernetes.io/ annotations on Ingresses too (true|false); twingress.io/ ones win."],
-        ["nginx-metrics", None, "false", "Also expose ingress-nginx's metric names and labels on /metrics, for its dashboards and alerts (true|false)."],
-        ["stream-drain-timeout", None, 30.0, "Seconds a removed stream's open connections are kept before they are closed."],
-        *CONTROLLER_PARAMETERS,
-        *HTTP2_PARAMETERS,
-        *LIMIT_PARAMETERS,
-    ]
+    optParameters: list[list[Any]] = PARAMETERS  # by topic: L{ingress.options}
 
     def parseOptions(self, options: Optional[list[str]] = None) -> None:
         """
@@ -126,6 +87,14 @@ class Options(usage.Options):
         print(f"twingress {__version__}")
         raise SystemExit(0)
 
+    def opt_http2_cleartext(self) -> None:
+        """The old spelling of --h2c true (still accepted)."""
+        self["h2c"] = "true"
+
+    def getUsage(self, width: Optional[int] = None) -> str:
+        """--help by topic (listeners, source, controllers, limits, TLS, HTTP/2, workers, migration, logs)."""
+        return grouped_usage(self, width)
+
     def postOptions(self) -> None:
         for option, convert in _CHECKED:
             try:
@@ -137,7 +106,10 @@ class Options(usage.Options):
             self["worker-count"] = worker_count(self["workers"])
         except ValueError as error:
             raise usage.UsageError(f"--workers: {error}") from None
-        for option in ("nginx-annotations", "nginx-metrics"):
+        for name in ("http", "https", "admin"):
+            if self[name]:
+                check_listener(name, self[name], shared=self["worker-count"] > 1 and name != "admin")
+        for option in ("nginx-annotations", "nginx-metrics", "metrics-created"):
             if self[option] not in ("true", "false"):
                 raise usage.UsageError(f"--{option} must be true or false")
         if self["tls-min-version"] not in ("1.2", "1.3"):
@@ -199,6 +171,17 @@ class _BuilderService(Service):
     def stopService(self) -> Any:
         self.builder.stop()
         return super().stopService()
+
+
+class _Announce(Service):
+    """The first line of the log: what is served from where, by how many processes."""
+
+    def __init__(self, line: str) -> None:
+        self.line = line
+
+    def privilegedStartService(self) -> None:  # before the listeners' lines: they listen in this phase
+        super().privilegedStartService()
+        announce.info("{line}", line=self.line)
 
 
 def _namespaced_name(value: Optional[str], option: str) -> Optional[tuple[str, str]]:
@@ -282,13 +265,15 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
             reserved_ports=options["reserved-ports"],
             nginx_annotations=options["nginx-annotations"] == "true",
             nginx_configmap=options["nginx-configmap-key"],
-            cleartext_http2=bool(options["http2-cleartext"]),
+            cleartext_http2=options["h2c"] == "true",
             gateway_addresses=options["gateway-address-pool"],
         )
 
     builder = TableBuilder(reactor, live, metrics, IncrementalBuild(build_table))  # EndpointSlice-only changes skip the build
     metrics.table_routes.set_function(lambda: _route_count(live.table))  # counted when scraped, not per build (3 ms at 10k hosts)
-    top = LoggingRoot(options["log-format"])
+    created_series(options["metrics-created"] == "true")
+    top = LoggingRoot(options["log-format"], options.parent)
+    _Announce(summary(options)).setServiceParent(top)
     access_log = None
     if options["access-log"] != "off" and options["worker-count"] == 1:  # with workers, each writes its own lines
         access_log = AccessLog(reactor, options["access-log"], options["access-log-format"])
@@ -358,10 +343,10 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
     streams.gateway_listener = plane.gateway_listener  # the stream listeners open Gateway ports with it
     builder.preparers.append(plane.prepare)  # TLS contexts are built on the build thread
     if plane.http is not None:
-        listeners.append(listen(reactor, options["http"], plane.http, top, "http"))
+        listeners.append(listen(reactor, options["http"], plane.http, top, "http", partial(listening, "http", options)))
     if plane.https is not None and plane.store is not None:
         admin.route_views.append(plane.store.show)
-        listeners.append(listen(reactor, options["https"], plane.https, top, "https"))
+        listeners.append(listen(reactor, options["https"], plane.https, top, "https", partial(listening, "https", options)))
     return _finish(reactor, options, top, admin, listeners, drainables)
 
 
@@ -371,7 +356,7 @@ def _finish(reactor: IProcessReactor, options: Options, top: MultiService, admin
     shutdown.setServiceParent(top)
     admin.add_check(shutdown.readiness)
     if options["admin"]:
-        listen(reactor, options["admin"], admin.site(), top, "admin")
+        listen(reactor, options["admin"], admin.site(), top, "admin", partial(listening, "admin", options))
     return top
 
 

@@ -7,7 +7,7 @@
 #
 # tests/kube installs them, so the CRDs' own schema and CEL validation judge every object the
 # tests create.  k8s/ does not copy them: operators install the release's CRDs themselves
-# (README "Gateway API").  The suite refuses CRDs of another bundle version than its own
+# (docs/gateway-api.md).  The suite refuses CRDs of another bundle version than its own
 # (conformance/utils/suite/suite.go: "the installed CRDs version is different from the suite
 # version"), so our own tests use the same ones.  Idempotent; the last line of output is always
 # the directory.

@@ -20,8 +20,9 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import NoReturn, Optional
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -303,6 +304,16 @@ class Twingress:
                 self.process.kill()
                 self.process.wait()
         self._log.close()
+
+
+REQUIRE_ENV = "TWINGRESS_REQUIRE_KUBE"
+
+
+def unavailable(message: str) -> NoReturn:
+    """A test environment that is missing: skip, or fail with TWINGRESS_REQUIRE_KUBE=1 (CI), so it never passes silently."""
+    if os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(f"{message} ({REQUIRE_ENV}=1)", pytrace=False)
+    pytest.skip(message)
 
 
 def http_status(port: int, host: str, path: str = "/") -> int:

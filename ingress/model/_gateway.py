@@ -17,7 +17,7 @@ from typing import Any
 
 from ingress.model import Condition, Namespace, ObjectMeta
 from ingress.model._fields import ParseError, _int, _invalid, _list, _mapping, _port_number, _required, _str, parse_host
-from ingress.model._gateway_rules import backend_ref, duration, route_filter, route_match, value_match
+from ingress.model._gateway_rules import backend_ref, duration, route_filter, route_match, rule_retry, value_match
 from ingress.model.gateway import (
     FROM_SAME,
     GATEWAY_GROUP,
@@ -253,6 +253,7 @@ def _rule(value: Any, path: str, namespace: str) -> RouteRule:
         request_timeout=request,
         backend_request_timeout=backend,
         name=_str(item.get("name"), f"{path}.name"),
+        retry=rule_retry(item.get("retry"), f"{path}.retry"),
     )
 
 

@@ -18,6 +18,7 @@ from ingress.model.gateway import (
     VALUE_MATCH_EXACT,
     VALUE_MATCH_REGEX,
     BackendRef,
+    CorsFilter,
     HeaderModifier,
     MirrorFilter,
     PathModifier,
@@ -25,6 +26,7 @@ from ingress.model.gateway import (
     RewriteFilter,
     RouteFilter,
     RouteMatch,
+    RuleRetry,
     ValueMatch,
 )
 
@@ -85,7 +87,28 @@ def route_filter(value: Any, path: str, namespace: str) -> RouteFilter:
         )
     if kind == "RequestMirror":
         return RouteFilter(kind, mirror=_mirror(item.get("requestMirror"), f"{path}.requestMirror", namespace))
-    return RouteFilter(kind)  # CORS, ExtensionRef...: routing reports what it cannot do
+    if kind == "CORS":
+        return RouteFilter(kind, cors=_cors(item.get("cors"), f"{path}.cors"))
+    return RouteFilter(kind)  # ExtensionRef...: routing reports what it cannot do
+
+
+def _cors(value: Any, path: str) -> CorsFilter:
+    """HTTPCORSFilter: the CRD's rules (a "*" alone in its list, maxAge at least 1) checked again, as every value here is."""
+    item = _mapping(value, path)
+
+    def names(key: str) -> tuple[str, ...]:
+        found = tuple(_str(v, f"{path}.{key}") for v in _list(item.get(key), f"{path}.{key}"))
+        if "*" in found and len(found) > 1:
+            raise _invalid(f"{path}.{key}", ", ".join(found), "cannot contain '*' alongside other values")
+        return found
+
+    max_age = _int(item.get("maxAge"), f"{path}.maxAge")
+    if max_age is not None and max_age < 1:
+        raise _invalid(f"{path}.maxAge", max_age, "must be at least 1")
+    credentials = item.get("allowCredentials")
+    if credentials is not None and not isinstance(credentials, bool):
+        raise _invalid(f"{path}.allowCredentials", credentials, "must be true or false")
+    return CorsFilter(names("allowOrigins"), names("allowMethods"), names("allowHeaders"), names("exposeHeaders"), bool(credentials), 5 if max_age is None else max_age)
 
 
 def _mirror(value: Any, path: str, namespace: str) -> MirrorFilter:
@@ -180,3 +203,18 @@ def duration(value: Any, path: str) -> Optional[float]:
         raise _invalid(path, text, "must be a Gateway API duration such as 10s, 1m30s or 500ms")
     millis = sum(int(digits) * _UNIT_MILLIS[unit] for digits, unit in _COMPONENT.findall(text))
     return millis / 1000
+
+
+def rule_retry(value: Any, path: str) -> Optional[RuleRetry]:
+    """HTTPRouteRetry (GEP-1731): codes 400-599, attempts >= 0, backoff a Gateway API duration; None when the rule has none."""
+    if value is None:
+        return None
+    item = _mapping(value, path)
+    codes = tuple(_int(c, f"{path}.codes") for c in _list(item.get("codes"), f"{path}.codes"))
+    for code in codes:
+        if code is None or not 400 <= code <= 599:
+            raise _invalid(f"{path}.codes", code, "must be between 400 and 599")
+    attempts = _int(item.get("attempts"), f"{path}.attempts")
+    if attempts is not None and attempts < 0:
+        raise _invalid(f"{path}.attempts", attempts, "must be 0 or more")
+    return RuleRetry(tuple(c for c in codes if c is not None), attempts, duration(item.get("backoff"), f"{path}.backoff"))

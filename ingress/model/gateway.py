@@ -201,6 +201,18 @@ class MirrorFilter:
 
 
 @dataclass(frozen=True, slots=True)
+class CorsFilter:
+    """CORS (HTTPCORSFilter, GEP-1767): lists as given; C{max_age} defaulted to the API's 5 seconds."""
+
+    allow_origins: tuple[str, ...] = ()
+    allow_methods: tuple[str, ...] = ()
+    allow_headers: tuple[str, ...] = ()
+    expose_headers: tuple[str, ...] = ()
+    allow_credentials: bool = False
+    max_age: int = 5
+
+
+@dataclass(frozen=True, slots=True)
 class RouteFilter:
     """
     One HTTPRouteFilter.  C{type} names it; the field of that type is set.  A filter
@@ -213,6 +225,7 @@ class RouteFilter:
     redirect: Optional[RedirectFilter] = None
     rewrite: Optional[RewriteFilter] = None
     mirror: Optional[MirrorFilter] = None
+    cors: Optional[CorsFilter] = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +242,15 @@ class BackendRef:
 
 
 @dataclass(frozen=True, slots=True)
+class RuleRetry:
+    """HTTPRouteRetry (GEP-1731): the statuses retried, how many retries (None: unset), the least wait between them (seconds)."""
+
+    codes: tuple[int, ...] = ()
+    attempts: Optional[int] = None
+    backoff: Optional[float] = None
+
+
+@dataclass(frozen=True, slots=True)
 class RouteRule:
     """One HTTPRouteRule; the API defaults C{matches} to one PathPrefix "/" match."""
 
@@ -238,6 +260,7 @@ class RouteRule:
     request_timeout: Optional[float] = None
     backend_request_timeout: Optional[float] = None
     name: str = ""
+    retry: Optional[RuleRetry] = None
 
 
 @dataclass(frozen=True, slots=True)

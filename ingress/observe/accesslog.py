@@ -91,7 +91,7 @@ def _common(exchange: Any) -> tuple[Any, bytes, bytes, Optional[str], Optional[s
         block = head.block
         lowered = b"\n" + block.lower()  # each field line now starts with "\n", the first one too
         referer, agent = _field(block, lowered, b"\nreferer:"), _field(block, lowered, b"\nuser-agent:")
-        request_id = _field(block, lowered, b"\nx-request-id:")
+        request_id = head.request_id or _field(block, lowered, b"\nx-request-id:")  # one made here is 32 hex digits
         duration: Optional[float] = mono - exchange.started_at
     else:
         referer = agent = request_id = b""
@@ -132,7 +132,7 @@ def text_line(exchange: Any, status: int, clock: _Clock) -> str:
         upstream or "-",
         "%.3f" % duration if duration is not None else "-",
         "%.3f" % upstream_duration if upstream_duration is not None else "-",
-        _escape(request_id).replace(" ", "\\x20") if request_id else "-",
+        (head.request_id.decode("ascii") if request_id is head.request_id else _escape(request_id).replace(" ", "\\x20")) if request_id else "-",
     )
 
 

@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.proxy.test_admin -*-
 """
-The admin listener: /healthz, /readyz, /metrics and /debug/routes.
+The admin listener: / (what follows), /healthz, /readyz, /metrics and /debug/routes.
 
 Loopback-only by default (C{--admin tcp:10254:interface=127.0.0.1}): the
 route dump shows every host and endpoint, which is not for the internet.
@@ -23,6 +23,13 @@ from ingress.observe.metrics import Metrics
 from ingress.process.live import LiveTable
 
 ReadinessCheck = Callable[[], tuple[bool, dict[str, object]]]
+
+ENDPOINTS = (
+    ("/healthz", "200 while the process runs (liveness)"),
+    ("/readyz", "200 once the first routing table is live and the sources have synced, 503 while draining (readiness); JSON detail"),
+    ("/metrics", "Prometheus metrics (twingress_*; with --workers, summed over the workers)"),
+    ("/debug/routes", "the live routing table, listeners and problems, as JSON"),
+)
 
 
 class _Leaf(Resource):
@@ -69,6 +76,11 @@ class Admin:
             detail.update(info)
         return ready, detail
 
+    def _index(self, request: Request) -> bytes:
+        request.setHeader(b"content-type", b"text/plain; charset=utf-8")
+        lines = [f"{path:<15} {what}" for path, what in ENDPOINTS]
+        return ("twingress admin\n\n" + "\n".join(lines) + "\n").encode()
+
     def _healthz(self, request: Request) -> bytes:
         request.setHeader(b"content-type", b"text/plain")
         return b"ok\n"
@@ -102,17 +114,29 @@ class Admin:
 
     def site(self) -> Site:
         root = Resource()
+        root.putChild(b"", _Leaf(self._index))
         root.putChild(b"healthz", _Leaf(self._healthz))
         root.putChild(b"readyz", _Leaf(self._readyz))
         root.putChild(b"metrics", _Leaf(self._metrics))
         debug = Resource()
         debug.putChild(b"routes", _Leaf(self._routes))
         root.putChild(b"debug", debug)
-        return _QuietSite(root)
+        return _AdminSite(root, requestFactory=_AdminRequest)
 
 
-class _QuietSite(Site):
+class _AdminRequest(Request):
+    """An admin answer without C{Server: TwistedWeb/<version>}: the port need not advertise what runs it."""
+
+    def write(self, data: bytes) -> None:
+        if not self.startedWriting:  # the head goes out with the first write (finish() writes b"" when nothing was)
+            self.responseHeaders.removeHeader(b"server")
+        super().write(data)
+
+
+class _AdminSite(Site):
     """The admin site: probes and scrapes every few seconds are not worth a log line each."""
+
+    noisy = False
 
     def log(self, request: object) -> None:
         pass

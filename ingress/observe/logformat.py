@@ -151,6 +151,10 @@ def _request_length(exchange: Any, status: int, now: float) -> Optional[str]:
 
 def _request_id(exchange: Any, status: int, now: float) -> Optional[str]:
     """The request's X-Request-ID, else a random 32-hex id, as ingress-nginx's $req_id."""
+    head = exchange.request
+    made = head.request_id if head is not None else b""
+    if made:
+        return made.decode("ascii")
     given = _field(exchange, b"x-request-id")
     return _text(given) if given else os.urandom(16).hex()
 

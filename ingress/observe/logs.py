@@ -17,19 +17,29 @@ side of the command line.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
+from collections.abc import Mapping
 from typing import IO, Any, Optional
 
 from twisted.application.service import MultiService
-from twisted.logger import FileLogObserver, ILogObserver, LogEvent, formatEvent
+from twisted.logger import FileLogObserver, FilteringLogObserver, ILogFilterPredicate, ILogObserver, LegacyLogObserverWrapper, LogEvent, PredicateResult, formatEvent
 from twisted.python.components import Componentized
 from twisted.python.failure import Failure
+from zope.interface import implementer
 
 LOG_FORMATS = ("text", "json")
 # Keys of legacy (twisted.python.log) events that only repeat what the formatted message says.
 _LEGACY_KEYS = frozenset({"message", "system", "isError", "format", "time", "why", "failure"})
 _SCALARS = (str, int, float, bool, type(None))
+# Twisted's own lines about each port and factory: "ProxyProtocolWhenAsked starting on 21080",
+# "(TCP Port 21080 Closed)", "Starting factory <twisted.web.server.Site object at 0x7f...>".
+# They name classes and memory addresses; L{ingress.observe.startup} says the same in our terms.
+_PORT_LINE = re.compile(r"^(\S+ starting on \S+|\((TCP|UDP|UNIX) Port \S+ Closed\)|(Starting|Stopping) protocol .+)$")
+_FACTORY_FORMATS = frozenset({"Starting factory {factory!r}", "Stopping factory {factory!r}"})
+_DROP: PredicateResult = PredicateResult.no
+_PASS: PredicateResult = PredicateResult.maybe
 
 
 def rfc3339(seconds: float) -> str:
@@ -76,18 +86,83 @@ def json_observer(out: Optional[IO[str]] = None) -> FileLogObserver:
     return FileLogObserver(out if out is not None else sys.stdout, event_as_json)
 
 
+@implementer(ILogFilterPredicate)
+class _TwistedNoise:
+    """No for Twisted's lines about each port and factory (L{_PORT_LINE}), maybe for the rest."""
+
+    def __call__(self, event: LogEvent) -> PredicateResult:
+        if event.get("log_format") in _FACTORY_FORMATS:
+            return _DROP
+        message = event.get("message")
+        if event.get("log_namespace") == "log_legacy" and message and _PORT_LINE.match(" ".join(map(str, message))):
+            return _DROP
+        return _PASS
+
+
+def quiet(observer: ILogObserver) -> ILogObserver:
+    """C{observer} without Twisted's lines about each port and factory."""
+    return FilteringLogObserver(observer, [_TwistedNoise()])
+
+
+def twistd_text_observer(twistd_options: Mapping[str, Any]) -> ILogObserver:
+    """
+    The observer twistd makes from its own options (C{--logfile}, C{--syslog}) when the
+    Application has none: twistd offers no hook to filter its own, so the plugin makes it the
+    way twistd does, to wrap it in L{quiet}.
+    """
+    from twisted.scripts._twistd_unix import UnixAppLogger
+
+    observer = UnixAppLogger(twistd_options)._getLogObserver()
+    if ILogObserver.providedBy(observer):
+        return observer
+    return LegacyLogObserverWrapper(observer)  # --syslog's observer takes the old event dicts
+
+
 class LoggingRoot(MultiService):
     """
     The top service of the plugin: when twistd adds it to its Application,
-    it hands the Application the log observer of C{--log-format} (none for
-    "text": twistd's own observer and options then apply unchanged).
+    it hands the Application the log observer of C{--log-format}, without
+    Twisted's lines about each port (L{quiet}).  For "text" that is twistd's own
+    observer, made from C{twistd_options} (twistd's command line) as twistd makes it.
     """
 
-    def __init__(self, log_format: str = "text") -> None:
+    def __init__(self, log_format: str = "text", twistd_options: Optional[Mapping[str, Any]] = None) -> None:
         super().__init__()
         self.log_format = log_format
+        self.twistd_options = twistd_options
 
     def setServiceParent(self, parent: Any) -> Any:
-        if self.log_format == "json" and isinstance(parent, Componentized):
-            parent.setComponent(ILogObserver, json_observer())
+        if isinstance(parent, Componentized):
+            if self.log_format == "json":
+                parent.setComponent(ILogObserver, quiet(json_observer()))
+            elif self.twistd_options is not None and not self.twistd_options.get("logger"):
+                parent.setComponent(ILogObserver, quiet(twistd_text_observer(self.twistd_options)))
         return super().setServiceParent(parent)
+
+
+@implementer(ILogObserver)
+class _InWorker:
+    """
+    An observer for worker C{index}: each of its lines says which worker wrote it, in the system
+    of a text line (C{[worker 1,ingress.process.worker#info]}) or a C{worker} key in JSON.
+    """
+
+    def __init__(self, observer: ILogObserver, index: int, log_format: str) -> None:
+        self.observer = observer
+        self.index = index
+        self.json = log_format == "json"
+
+    def __call__(self, event: LogEvent) -> None:
+        if self.json:
+            self.observer({**event, "worker": self.index})
+            return
+        system = event.get("log_system")
+        if system is None:
+            level = event.get("log_level")
+            system = f"{event.get('log_namespace', '-')}#{level.name if level is not None else 'info'}"
+        self.observer({**event, "log_system": f"worker {self.index}" if system == "-" else f"worker {self.index},{system}"})
+
+
+def in_worker(observer: ILogObserver, index: int, log_format: str) -> ILogObserver:
+    """C{observer} for worker C{index} (L{_InWorker}), without Twisted's lines about each port (L{quiet})."""
+    return quiet(_InWorker(observer, index, log_format))

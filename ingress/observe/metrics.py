@@ -10,11 +10,24 @@ from __future__ import annotations
 
 from typing import Optional
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, enable_created_metrics
 
 from ingress.observe.request_metrics import RequestMetrics
 
 NO_ROUTE = "-"
+
+
+def created_series(wanted: bool) -> None:
+    """
+    Whether counters and histograms expose a C{_created} series beside their values
+    (C{--metrics-created}, off by default).  prometheus_client adds one per label set: a
+    timestamp dashboards do not use, which doubled the counters' lines on /metrics.  The
+    switch is the library's, for the whole process; it applies when the metrics are collected.
+    """
+    if wanted:
+        enable_created_metrics()
+    else:
+        disable_created_metrics()
 
 
 class Metrics:

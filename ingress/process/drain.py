@@ -220,6 +220,9 @@ def _stop_for_good(service: IService) -> None:
     cancels the first one's pending C{stopListening}, and that C{CancelledError} was logged as an
     unhandled error at level critical on every stop of a worker.
     """
+    accept_queued = getattr(service, "accept_queued", None)
+    if accept_queued is not None:
+        accept_queued()
     stopped = service.disownServiceParent() if service.parent is not None else service.stopService()
     if stopped is not None:
         stopped.addErrback(lambda failure: log.failure("stopping a listener failed", failure))

@@ -22,7 +22,7 @@ import signal
 import socket
 import sys
 from collections import Counter as Tally
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Optional
 
 from prometheus_client import Counter, Gauge
@@ -36,6 +36,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ingress.observe.metrics import Metrics
+from ingress.observe.startup import listening
 from ingress.process.channel import Channel, ChannelFactory, encoded
 from ingress.process.reactor import IProcessReactor
 from ingress.process.sockets import ListenerSpec, open_listener, parse_listener
@@ -69,7 +70,7 @@ class WorkerSlot:
         self.respawn: Optional[IDelayedCall] = None
         self.served = False  # has served a table once: readiness does not flip while it is replaced
         self.stream_failures: dict[tuple[str, int], str] = {}  # stream ports its last table could not bind
-        self.streams: list[str] = []  # the stream ports it listens on ("TCP:9000")
+        self.streams: list[str] = []  # the stream ports it listens on ("TCP/9000")
         self.holds: Tally[tuple[str, str]] = Tally()  # limit-connections places its requests hold (zone, address)
 
     @property
@@ -89,8 +90,10 @@ class WorkerPool(Service):
         listeners: list[tuple[ListenerSpec, list[socket.socket]]],
         config: dict[str, Any],
         metrics: Metrics,
+        announce: Callable[[str, Any, str], None],  # a shared listener's startup line: name, address, what follows
     ) -> None:
         self.reactor = reactor
+        self.announce = announce
         self.listeners = listeners
         self.config = config
         self.slots = [WorkerSlot(i) for i in range(count)]
@@ -105,6 +108,11 @@ class WorkerPool(Service):
         self.workers_gauge.set(count)
 
     # -- lifecycle
+
+    def privilegedStartService(self) -> None:
+        super().privilegedStartService()
+        for spec, sockets in self.listeners:  # the startup lines of the listeners the workers share
+            self.announce(spec.name, sockets[0].getsockname(), f", served by {len(self.slots)} worker processes")
 
     def startService(self) -> None:
         super().startService()
@@ -139,11 +147,13 @@ class WorkerPool(Service):
         child_fds: dict[int, Any] = {0: "w", 1: 1, 2: 2, 3: theirs.fileno()}
         for offset, (_, sockets) in enumerate(self.listeners):
             child_fds[4 + offset] = sockets[slot.index].fileno()  # the slot's own socket, kept across restarts
-        argv = [sys.executable, "-m", "ingress.process.worker", json.dumps(self.config), str(os.getpid())]
+        argv = [sys.executable, "-m", "ingress.process.worker", str(slot.index), str(os.getpid())]  # short: ps shows it
         slot.process = self.reactor.spawnProcess(
             _WorkerProtocol(self, slot), sys.executable, argv, env=dict(os.environ), childFDs=child_fds
         )
         theirs.close()
+        slot.process.writeToChild(0, json.dumps(self.config).encode())  # the configuration, on the worker's stdin
+        slot.process.closeChildFD(0)
         slot.pid, slot.channel, slot.generation, slot.started = slot.process.pid, channel, 0, self.reactor.seconds()
         log.info("worker {index} started (pid {pid})", index=slot.index, pid=slot.pid)
         if self.table is not None:
@@ -285,7 +295,14 @@ class WorkerPool(Service):
     # -- the drain (a Drainable)
 
     def drain(self) -> None:
-        """After the primary's shutdown delay: every worker drains on its own (SIGTERM), then exits."""
+        """
+        After the primary's shutdown delay: every worker drains on its own (SIGTERM), then exits. The
+        primary's copies of the listening sockets (kept to hand a replaced worker its slot's socket)
+        close now, no worker being replaced any more: a socket then closes when its worker closes
+        it, and a client connecting after that is refused at once. Kept open until the primary
+        exits, each went on completing handshakes that no process would accept, and reset them
+        when the primary exited (one request of every client sending at the time, on the test node).
+        """
         self.stopping = True
         for slot in self.slots:
             if slot.respawn is not None and slot.respawn.active():
@@ -293,6 +310,9 @@ class WorkerPool(Service):
             if slot.process is not None:
                 with contextlib.suppress(ProcessExitedAlready):
                     slot.process.signalProcess("TERM")
+        for _, sockets in self.listeners:
+            for sock in sockets:
+                sock.close()
 
     def open_count(self) -> int:
         return sum(1 for slot in self.slots if slot.alive)
@@ -348,5 +368,6 @@ def worker_pool(reactor: IProcessReactor, options: Mapping[str, Any], settings: 
         "stream_interface": options["stream-interface"],
         "gateway_interface": options["gateway-interface"],
         "stream_drain_timeout": options["stream-drain-timeout"],
+        "metrics_created": options["metrics-created"] == "true",
     }
-    return WorkerPool(reactor, options["worker-count"], shared, config, metrics)
+    return WorkerPool(reactor, options["worker-count"], shared, config, metrics, lambda name, address, suffix: listening(name, options, address, suffix))

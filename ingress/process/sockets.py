@@ -22,6 +22,7 @@ import ctypes
 import re
 import socket
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -29,7 +30,10 @@ from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import IService, MultiService
 from twisted.internet.endpoints import serverFromString
 from twisted.internet.error import CannotListenError
+from twisted.logger import Logger
 from twisted.python import usage
+
+log = Logger()
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,21 @@ def parse_listener(name: str, description: str) -> ListenerSpec:
     interface = keywords.get("interface", "::" if kind == "tcp6" else "").replace("\\:", ":")
     family = socket.AF_INET6 if kind == "tcp6" or ":" in interface else socket.AF_INET
     return ListenerSpec(name, description, family, interface, int(port), int(keywords.get("backlog", "50")), proxy_protocol)
+
+
+def check_listener(name: str, description: str, shared: bool) -> None:
+    """
+    Refuse, as a usage error (one line and exit status 1), a listener Twisted cannot make:
+    C{bogus:123} or C{tcp:notaport} raised from deep inside C{serverFromString} once the
+    service was built, and twistd printed a 30-line traceback.  With worker processes
+    (C{shared}) it must also be a socket the workers can share (L{parse_listener}).
+    """
+    try:
+        serverFromString(None, description)  # parsed only: the reactor is first used when it listens
+    except Exception as error:  # whatever the endpoint parser raised (ValueError, TypeError, OSError for ssl: files) is the user's to fix
+        raise usage.UsageError(f"--{name} {description!r} is not a listener ({error}); e.g. tcp:80 or tcp:8080:interface=127.0.0.1") from None
+    if shared:
+        parse_listener(name, description)
 
 
 def open_listener(spec: ListenerSpec, reuse_port: bool = False) -> socket.socket:
@@ -105,29 +124,59 @@ def bound_socket(family: int, kind: int, interface: str, port: int, reuse_port: 
 
 
 _SO_ATTACH_FILTER = 26
-_DROP_EVERYTHING = struct.pack("HBBI", 0x06, 0, 0, 0)  # one classic BPF instruction: BPF_RET|BPF_K 0 (keep no byte)
+# A classic BPF program run on each TCP segment the listening socket receives (its offsets count from
+# the TCP header): a segment with SYN set and ACK clear -- a new connection attempt -- is dropped; every
+# other segment passes, so the final ACK of a handshake the kernel has already answered, and the data
+# behind it, still complete that connection into the accept queue.
+_BPF_LD_B_ABS, _BPF_ALU_AND_K, _BPF_JEQ_K, _BPF_RET_K = 0x30, 0x54, 0x15, 0x06
+_TCP_FLAGS_OFFSET, _SYN, _ACK = 13, 0x02, 0x10
+_DROP_CONNECTION_ATTEMPTS = b"".join(
+    struct.pack("HBBI", code, jump_true, jump_false, k)
+    for code, jump_true, jump_false, k in (
+        (_BPF_LD_B_ABS, 0, 0, _TCP_FLAGS_OFFSET),  # A = the flags byte
+        (_BPF_ALU_AND_K, 0, 0, _SYN | _ACK),
+        (_BPF_JEQ_K, 0, 1, _SYN),  # SYN alone: next instruction (drop), else skip it (keep)
+        (_BPF_RET_K, 0, 0, 0),  # keep no byte: dropped
+        (_BPF_RET_K, 0, 0, 0xFFFFFFFF),  # keep the whole segment
+    )
+)
 
 
 def refuse_new_connections(port: Any) -> bool:
     """
-    Make a listening socket drop every new connection attempt while the connections the kernel has
-    already completed stay in its accept queue, to be accepted as usual. Closing a listening socket
-    resets whatever is in its queue: under steady traffic a drain that simply closed its listeners
-    reset a few connections whose clients had already been told "connected" (4 of 12,683 requests
-    across a pod deletion on the test node). A dropped SYN is retried by the client (in about a
-    second), by then towards a listener that takes it or refuses it outright. Linux only; returns
-    whether the filter is in place.
+    Make a listening socket drop every new connection attempt (SYN) while the connections the kernel
+    has already answered complete and wait in its accept queue, to be accepted as usual. Closing a
+    listening socket resets whatever is in its queue: under steady traffic a drain that simply closed
+    its listeners reset a few connections whose clients had already been told "connected" (4 of
+    12,683 requests across a pod deletion on the test node). Only SYNs are dropped: a filter that
+    dropped every segment would also drop the final ACK (and the request) of a handshake the kernel
+    answered just before, and its client, told it was connected, would meet the closed listener's
+    reset. A dropped SYN is retried by the client (in about a second), by then towards a listener
+    that takes it or refuses it outright. Linux only; returns whether the filter is in place.
+
+    Some kernels let only a process with CAP_NET_ADMIN attach a socket filter (measured: 6.18 with
+    kernel.unprivileged_bpf_disabled=2 answers EPERM to uid 10001, as the DaemonSet runs, and with
+    every other capability); the drain then closes the listener at once, after one last accept of
+    what is queued (L{DrainableListener.accept_queued}), and says so in its log.
     """
     sock = getattr(port, "socket", None)
     if sock is None:
         return False
-    program = ctypes.create_string_buffer(_DROP_EVERYTHING)
-    fprog = struct.pack("HL", 1, ctypes.addressof(program))
+    program = ctypes.create_string_buffer(_DROP_CONNECTION_ATTEMPTS)
+    fprog = struct.pack("HL", len(_DROP_CONNECTION_ATTEMPTS) // 8, ctypes.addressof(program))
     try:
         sock.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_FILTER, fprog)
-    except OSError:
+    except OSError as error:
+        log.info(
+            "drain: the listening socket cannot drop new connection attempts ({error}; some kernels ask CAP_NET_ADMIN"
+            " for a socket filter): it closes at once instead",
+            error=error.strerror or str(error),
+        )
         return False
     return True
+
+
+_MOST_ACCEPTED_AT_CLOSE = 1000  # calls of Port.doRead at a listener's close (a queue holds at most its backlog)
 
 
 class DrainableListener(StreamServerEndpointService):
@@ -150,16 +199,41 @@ class DrainableListener(StreamServerEndpointService):
     def refuse_new_connections(self) -> bool:
         return self.port is not None and refuse_new_connections(getattr(self.port, "_realPort", self.port))
 
+    def accept_queued(self) -> None:
+        """
+        Accept, now, whatever the kernel still holds in the queue, before the port closes: a worker
+        that was slow to get to its last accepts (a busy or loaded process) left connections queued on
+        a socket the primary keeps open, and their clients waited for an answer until the primary
+        exited and the kernel reset them.
+        """
+        port = getattr(self.port, "_realPort", self.port)
+        if port is None or not getattr(port, "connected", False) or not hasattr(port, "sessionno"):
+            return
+        for _ in range(_MOST_ACCEPTED_AT_CLOSE):
+            accepted = port.sessionno  # Twisted's Port numbers the connections it accepts
+            port.doRead()  # accepts up to its numberAccepts (as few as 1 after a quiet spell)
+            if port.sessionno == accepted:
+                return
+
 
 class EndpointListener(DrainableListener):
-    """A listener that cannot listen stops the start with one line saying which and why (no traceback)."""
+    """
+    A listener that cannot listen stops the start with one line saying which and why (no traceback);
+    one that listens calls C{announce} with its address (the startup line that says what serves where).
+    """
 
     _raiseSynchronously = True  # a port in use fails startup instead of logging and going on
 
-    def __init__(self, reactor: Any, description: str, factory: Any, name: str) -> None:
+    def __init__(self, reactor: Any, description: str, factory: Any, name: str, announce: Optional[Callable[[Any], None]] = None) -> None:
         super().__init__(serverFromString(reactor, description), factory)
         self.description = description
+        self.announce = announce
         self.setName(name)
+
+    def _listening(self, port: Any) -> Any:
+        if self.announce is not None:
+            self.announce(port.getHost())
+        return super()._listening(port)
 
     def privilegedStartService(self) -> None:
         try:
@@ -168,7 +242,7 @@ class EndpointListener(DrainableListener):
             raise SystemExit(f"twistd ingress: --{self.name} {self.description}: cannot listen: {error.socketError}") from None
 
 
-def listen(reactor: Any, description: str, factory: Any, parent: MultiService, name: str) -> IService:
-    service = EndpointListener(reactor, description, factory, name)
+def listen(reactor: Any, description: str, factory: Any, parent: MultiService, name: str, announce: Optional[Callable[[Any], None]] = None) -> IService:
+    service = EndpointListener(reactor, description, factory, name, announce)
     service.setServiceParent(parent)
     return service

@@ -33,7 +33,7 @@ from twisted.logger import Logger
 from ingress.observe.metrics import Metrics
 from ingress.process.sockets import address_family, bound_socket
 from ingress.proxy.streams.listeners import Key, show_listen_failures
-from ingress.routing.streams import TCP, StreamRoute
+from ingress.routing.streams import TCP, StreamRoute, stream_key
 from ingress.routing.table import RoutingTable
 
 log = Logger()
@@ -66,7 +66,7 @@ class WorkerStreams:
             if self.probed.get(key) != detail:
                 self.metrics.stream_listener_errors.labels(protocol, str(port)).inc()
                 log.error(
-                    "stream listener {protocol}:{port} for {route} cannot be opened: {detail}; the other listeners keep working",
+                    "stream listener {protocol}/{port} for {route} cannot be opened: {detail}; the other listeners keep working",
                     protocol=protocol, port=port, route=self.routes[key].name, detail=detail,
                 )
             return detail
@@ -89,7 +89,7 @@ class WorkerStreams:
         failures = self.failures
         return {
             "listening": {
-                f"{protocol}:{port}": {
+                stream_key(protocol, port): {
                     "route": route.name,
                     "upstream": route.upstream.key,
                     "endpoints": [f"{h}:{p}" for h, p in route.upstream.targets],
@@ -98,5 +98,5 @@ class WorkerStreams:
                 for (protocol, port), route in sorted(self.routes.items())
                 if (protocol, port) not in failures
             },
-            "failed": {f"{protocol}:{port}": detail for (protocol, port), detail in sorted(failures.items())},
+            "failed": {stream_key(protocol, port): detail for (protocol, port), detail in sorted(failures.items())},
         }

@@ -3,8 +3,9 @@
 A worker process: the HTTP and HTTPS listeners, on sockets the primary opened, and a copy of the table.
 
 The primary (L{ingress.process.pool}) runs C{python -m ingress.process.worker
-CONFIG PRIMARY_PID} with the channel on fd 3 and the listening sockets on fds 4
-and up, in the order of C{CONFIG["listeners"]}.  Every table generation arrives
+INDEX PRIMARY_PID} (what C{ps} shows: a short line) with its configuration as
+JSON on stdin, the channel on fd 3 and the listening sockets on fds 4 and up,
+in the order of C{config["listeners"]}.  Every table generation arrives
 over the channel; its TLS contexts are built off the reactor thread (cached by
 Secret version, as in a single process) and the table is swapped in with one
 pointer.
@@ -42,8 +43,8 @@ from twisted.logger import Logger, globalLogBeginner, textFileLogObserver
 from twisted.protocols.haproxy import proxyEndpoint
 
 from ingress.observe.accesslog import AccessLog
-from ingress.observe.logs import json_observer
-from ingress.observe.metrics import Metrics
+from ingress.observe.logs import in_worker, json_observer
+from ingress.observe.metrics import Metrics, created_series
 from ingress.observe.nginx_metrics import NginxMetrics, controller_identity, gauge_total, recorder, served_certificates
 from ingress.process.channel import Channel, ChannelFactory
 from ingress.process.dataplane import DataPlane, data_plane
@@ -57,9 +58,10 @@ from ingress.proxy.http.settings import HTTP2Settings, ProxySettings
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.streams.listeners import StreamListeners
 from ingress.routing.delta import TableChange, applied
+from ingress.routing.streams import stream_key
 from ingress.routing.table import RoutingTable
 
-log = Logger()
+log = Logger(namespace="ingress.process.worker")  # run as __main__ (python -m)
 
 CHANNEL_FD = 3
 FIRST_LISTENER_FD = 4
@@ -136,7 +138,8 @@ class Worker:
         self.live.swap(table)  # the stream listeners follow it at once
         if self.listening.parent is None and not self.stopping:
             self.listening.setServiceParent(self.parent)  # listens only now: a connection accepted earlier would meet no table
-        listening = sorted(f"{protocol}:{port}" for protocol, port in self.streams.listeners)
+            log.info("serving table {generation} on the shared listeners (pid {pid})", generation=table.generation, pid=os.getpid())
+        listening = sorted(stream_key(protocol, port) for protocol, port in self.streams.listeners)
         self.channel.send("serving", table.generation, dict(self.streams.failures), listening)
 
     def shutting_down(self) -> None:
@@ -155,13 +158,15 @@ class Worker:
 
 
 def main(argv: list[str]) -> None:
-    config = json.loads(argv[1])
+    index = int(argv[1])
     _die_with_parent(int(argv[2]))
+    config = json.load(sys.stdin)  # written by the primary, then closed: a JSON blob in argv filled ps with it
     from twisted.internet import reactor as default_reactor
 
     reactor: Any = default_reactor
     observer = json_observer() if config["log_format"] == "json" else textFileLogObserver(sys.stdout)
-    globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
+    globalLogBeginner.beginLoggingTo([in_worker(observer, index, config["log_format"])], redirectStandardIO=False)
+    created_series(config["metrics_created"])
     settings = ProxySettings(**{**config["settings"], "server_name": config["settings"]["server_name"].encode()})
     metrics, live = Metrics(), LiveTable()
     top = MultiService()
@@ -188,7 +193,7 @@ def main(argv: list[str]) -> None:
         nginx.certificates = served_certificates(metrics, plane.store)
     streams = StreamListeners(
         reactor, upstreams, metrics, config["stream_interface"], config["stream_drain_timeout"], reuse_port=True,
-        gateway_listener=plane.gateway_listener, gateway_interface=config["gateway_interface"],
+        gateway_listener=plane.gateway_listener, gateway_interface=config["gateway_interface"], announce=index == 0,
     )
     live.subscribe(streams.apply)
     listening = MultiService()  # a child of top from the first table on (Worker._swap)

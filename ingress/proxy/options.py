@@ -68,12 +68,9 @@ def _shown(value: object) -> str:
 
 LIMIT_PARAMETERS: list[list[Any]] = [[name, None, _shown(getattr(ProxySettings(), field)), help] for name, field, _, help in _LIMITS]
 
-HTTP2_FLAGS: list[list[Any]] = [
-    ["http2-cleartext", None, "Serve HTTP/2 with prior knowledge (h2c) on the plain HTTP listener too (no Upgrade)."],
-]
-
 HTTP2_PARAMETERS: list[list[Any]] = [
-    ["http2", None, "true", "Offer HTTP/2 (ALPN h2) on the TLS listener: true|false."],
+    ["http2", None, "true", "Offer HTTP/2 (ALPN h2) on the TLS listener (true|false)."],
+    ["h2c", None, "false", "Serve HTTP/2 with prior knowledge (h2c) on the plain HTTP listener too, no Upgrade (true|false)."],
     ["http2-max-streams", None, "100", "Concurrent streams on one HTTP/2 connection (SETTINGS_MAX_CONCURRENT_STREAMS)."],
     ["http2-initial-window", None, "65535", "HTTP/2 flow-control window per stream, in bytes: what a stream may send before it is acknowledged."],
     ["http2-header-table-size", None, "4096", "HPACK dynamic table size of an HTTP/2 connection, in bytes."],
@@ -96,8 +93,9 @@ def proxy_settings(options: Mapping[str, Any], https_redirect_port: Optional[int
 
 def http2_settings(options: Mapping[str, Any]) -> HTTP2Settings:
     """HTTP/2's options, checked; raises L{usage.UsageError}."""
-    if options["http2"] not in ("true", "false"):
-        raise usage.UsageError("--http2 must be true or false")
+    for option in ("http2", "h2c"):
+        if options[option] not in ("true", "false"):
+            raise usage.UsageError(f"--{option} must be true or false")
     values = {}
     for option, low, high in _HTTP2_BOUNDS:
         try:
@@ -109,7 +107,7 @@ def http2_settings(options: Mapping[str, Any]) -> HTTP2Settings:
         values[option] = value
     return HTTP2Settings(
         enabled=options["http2"] == "true",
-        cleartext=bool(options["http2-cleartext"]),
+        cleartext=options["h2c"] == "true",
         max_concurrent_streams=values["http2-max-streams"],
         initial_window=values["http2-initial-window"],
         header_table_size=values["http2-header-table-size"],

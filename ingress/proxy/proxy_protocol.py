@@ -49,6 +49,8 @@ def behind_proxy_protocol(factory: IProtocolFactory) -> IProtocolFactory:
 class ProxyProtocolWhenAsked(Factory):
     """Builds the wrapped factory's protocols, behind the PROXY-protocol wrapper while the table asks."""
 
+    noisy = False  # the listener's startup line says what it serves (L{ingress.observe.startup})
+
     def __init__(self, wrapped: IProtocolFactory, live: TableView) -> None:
         self.wrapped = wrapped
         self.live = live

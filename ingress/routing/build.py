@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Optional
 
 from ingress.model import (
@@ -43,6 +43,7 @@ from ingress.routing.gateway.addresses import address_tables, with_address_views
 from ingress.routing.gateway.merge import merge_gateway
 from ingress.routing.gateway.ports import port_table
 from ingress.routing.gateway.status import with_addresses
+from ingress.routing.hostpaths import HostPaths, RegexRoutes, freeze_hosts
 from ingress.routing.nginx_config import TWINGRESS_DEFAULTS, NginxConfig, read_nginx_config
 from ingress.routing.paths import prefix_key
 from ingress.routing.policies import Canary, Policies, Redirect
@@ -51,7 +52,7 @@ from ingress.routing.policies.clientauth import ClientAuth
 from ingress.routing.resolutions import IngressResolutions
 from ingress.routing.selection import select_and_skip
 from ingress.routing.streams import build_streams
-from ingress.routing.table import HostRoutes, Route, RoutingTable, Upstream
+from ingress.routing.table import Route, RoutingTable, Upstream
 
 
 def build(
@@ -103,8 +104,8 @@ def build(
     client_hosts, client_problems = client_auth_hosts(served, annotations, state)
     certificates = replace(certificates, client_auth={host: auth for host, auth in client_hosts.items() if isinstance(auth, ClientAuth) and auth.asks})
     annotation_problems = [problem for found in annotations.values() for problem in found.problems] + client_problems
-    hosts = with_client_auth(_freeze(routes.hosts), client_hosts)
-    wildcards = with_client_auth(_freeze(routes.wildcards), {host[2:]: auth for host, auth in client_hosts.items() if host.startswith("*.")})
+    hosts = with_client_auth(freeze_hosts(routes.hosts), client_hosts)
+    wildcards = with_client_auth(freeze_hosts(routes.wildcards), {host[2:]: auth for host, auth in client_hosts.items() if host.startswith("*.")})
     gateway = build_gateway_routes(state, backends, reserved_ports, gateway_controller_name, cleartext_http2)
     by_address, address_problems = address_tables(
         state, backends, reserved_ports, gateway_controller_name, cleartext_http2, gateway_addresses, generation, config, default_certificate
@@ -137,7 +138,7 @@ def build(
         listener=config.listener,
         blocked=config.guards.block,
         class_skipped=skipped,
-        rejects_unknown_tls_names=gateway.tls_listeners,
+        rejects_unknown_tls_names=gateway.tls_listeners, https_listeners=gateway.https_names,
         gateway_ports={
             port: with_address_views(port_table(routes, generation, state.secrets, config, default_certificate), by_address, port)
             for port, routes in gateway.own_ports.items()
@@ -155,24 +156,6 @@ def regex_hosts(ingresses: Iterable[Ingress], annotations: Mapping[ObjectRef, In
     case-insensitive regex anchored at the start, tried longest path first.
     """
     return frozenset(rule.host for ingress in ingresses if annotations[ingress.ref].regex_paths for rule in ingress.rules)
-
-
-@dataclass
-class _HostPaths:
-    """The mutable paths of one host while building; frozen into a L{HostRoutes} at the end."""
-
-    exact: dict[str, Route] = field(default_factory=dict)
-    prefixes: dict[str, Route] = field(default_factory=dict)
-    regex: dict[str, tuple[re.Pattern[str], Route]] = field(default_factory=dict)
-
-    @property
-    def routes(self) -> bool:
-        return bool(self.exact or self.prefixes or self.regex)
-
-    def freeze(self) -> HostRoutes:
-        """Regex paths longest first (ingress-nginx orders its regex locations so; ties keep claim order)."""
-        ordered = sorted(self.regex.items(), key=lambda item: -len(item[0]))
-        return HostRoutes(exact=self.exact, prefixes=self.prefixes, regex=tuple(found for _, found in ordered))
 
 
 class _RouteBuilder:
@@ -195,18 +178,18 @@ class _RouteBuilder:
         self.annotations = annotations
         self.tls_hosts = tls_hosts
         self.regex_hosts = regex_hosts
-        self.hosts: dict[str, _HostPaths] = {}
-        self.wildcards: dict[str, _HostPaths] = {}
-        self.any_host = _HostPaths()
+        self.hosts: dict[str, HostPaths] = {}
+        self.wildcards: dict[str, HostPaths] = {}
+        self.any_host = HostPaths()
         self.problems: list[Problem] = []
         self.resolved = IngressResolutions(backends, opaque_secrets, config_maps, self.problems)
 
-    def _paths_of(self, host: str) -> _HostPaths:
+    def _paths_of(self, host: str) -> HostPaths:
         if not host:
             return self.any_host
         if host.startswith("*."):
-            return self.wildcards.setdefault(host[2:], _HostPaths())
-        return self.hosts.setdefault(host, _HostPaths())
+            return self.wildcards.setdefault(host[2:], HostPaths())
+        return self.hosts.setdefault(host, HostPaths())
 
     def add_rules(self, ingress: Ingress) -> None:
         """Every path of every rule; a rule without paths adds nothing (and claims no host)."""
@@ -231,7 +214,7 @@ class _RouteBuilder:
                     where = f'host "{rule.host or "*"}" {http_path.path_type} path "{http_path.path}"'
                     self._conflict(ingress, winner, where)
 
-    def _add_regex(self, ingress: Ingress, paths: _HostPaths, host: str, path: str, backend: IngressBackend, path_type: str) -> None:
+    def _add_regex(self, ingress: Ingress, paths: HostPaths, host: str, path: str, backend: IngressBackend, path_type: str) -> None:
         """A path of a regex host: any path type is the regex "^path", and the first claim of a path wins."""
         winner = paths.regex.get(path)
         if winner is not None:
@@ -278,12 +261,12 @@ class _RouteBuilder:
         claimed[alias] = ingress
         return True
 
-    def _redirect_host(self, ingress: Ingress, to_host: str) -> _HostPaths:
+    def _redirect_host(self, ingress: Ingress, to_host: str) -> HostPaths:
         """Every request to the counterpart host: 308 to the same URI on C{to_host} (ingress-nginx's http-redirect-code)."""
         name = f"{ingress.meta.namespace}/{ingress.meta.name}"
         empty = Upstream(f"{name}#redirect", ())
         route = Route(name=name, source=ingress.ref, upstream=empty, policies=Policies(redirect=Redirect(self.config.redirect_code, to_host=to_host)))
-        return _HostPaths(prefixes={"": route})
+        return HostPaths(prefixes={"": route})
 
     def add_canary(self, ingress: Ingress) -> None:
         """
@@ -305,10 +288,10 @@ class _RouteBuilder:
                 else:
                     slots[key] = self._with_canary(main, ingress, http_path.backend)
 
-    def _slot(self, paths: _HostPaths, host: str, path: str, path_type: str) -> tuple[dict[str, Route], str]:
+    def _slot(self, paths: HostPaths, host: str, path: str, path_type: str) -> tuple[dict[str, Route], str]:
         """Where the route of a host and path lives (regex hosts: the pattern's own dict)."""
         if host in self.regex_hosts:
-            return _RegexRoutes(paths.regex), path
+            return RegexRoutes(paths.regex), path
         if path_type == PATH_EXACT:
             return paths.exact, path
         return paths.prefixes, prefix_key(path)
@@ -392,22 +375,6 @@ class _RouteBuilder:
         if winner.source == loser.ref:
             message += " (earlier in the same Ingress)"
         self.problems.append(Problem(loser.ref, "Conflict", message))
-
-
-class _RegexRoutes(dict[str, Route]):
-    """The regex paths of a host seen as path → route, writing through to the (pattern, route) pairs."""
-
-    def __init__(self, regex: dict[str, tuple[re.Pattern[str], Route]]) -> None:
-        super().__init__({path: route for path, (_, route) in regex.items()})
-        self._regex = regex
-
-    def __setitem__(self, path: str, route: Route) -> None:
-        super().__setitem__(path, route)
-        self._regex[path] = (self._regex[path][0], route)
-
-
-def _freeze(paths: Mapping[str, _HostPaths]) -> dict[str, HostRoutes]:
-    return {host: host_paths.freeze() for host, host_paths in paths.items()}
 
 
 def _sorted_problems(problems: Iterable[Problem]) -> tuple[Problem, ...]:

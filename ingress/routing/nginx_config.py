@@ -23,12 +23,12 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from ingress.model import ConfigMap, ObjectRef, Problem
-from ingress.routing import compression, logformat
 from ingress.routing.annotations import values
 from ingress.routing.annotations.values import InvalidValue
-from ingress.routing.compression import Gzip
+from ingress.routing.compression import Gzip, gzip_settings, level, media_types
 from ingress.routing.config_keys import ENFORCED_GUARDS, EVERY_ROUTE, GLOBAL_AUTH, HARMLESS, REFUSED_GUARDS, SNIPPETS, covered, guard_like
 from ingress.routing.global_guards import IGNORED, NO_GUARDS, GlobalGuards, read_global_guards
+from ingress.routing.logformat import parse as parse_log_format
 from ingress.routing.policies.errorpages import ErrorPages
 from ingress.routing.policies.headers import HeaderChanges, header_changes, valid_field
 from ingress.routing.policies.limits import UNLIMITED, Limits
@@ -94,7 +94,7 @@ generated, and custom-headers not limited to a list of names).
 """
 
 def _log_format(value: str) -> str:
-    logformat.parse(value)  # InvalidValue names the variables twingress does not fill
+    parse_log_format(value)  # InvalidValue names the variables twingress does not fill
     return value
 
 
@@ -135,9 +135,9 @@ _READERS: Mapping[str, Callable[[str], object]] = {
     "log-format-escape-json": values.boolean,
     "log-format-escape-none": values.boolean,
     "use-gzip": values.boolean,
-    "gzip-level": compression.level,
+    "gzip-level": level,
     "gzip-min-length": values.whole_number,
-    "gzip-types": compression.media_types,
+    "gzip-types": media_types,
 }
 
 _ON_THE_COMMAND_LINE = {
@@ -344,7 +344,7 @@ def _config(read: Mapping[str, object], untrusted: bool = False) -> NginxConfig:
         proxy_protocol=bool(read.get("use-proxy-protocol", False)),
         log_format=str(read.get("log-format-upstream", "")),
         log_escape="none" if read.get("log-format-escape-none") else "json" if read.get("log-format-escape-json") else "default",
-        gzip=compression.gzip_settings(dict(read)),
+        gzip=gzip_settings(dict(read)),
     )
     return NginxConfig(
         listener=listener,

@@ -248,11 +248,16 @@ def _is_ip(host: str) -> bool:
     return True
 
 
+def stream_key(protocol: str, port: int) -> str:
+    """A stream listener as /debug/routes and the log name it: C{TCP/5432}, everywhere the same."""
+    return f"{protocol}/{port}"
+
+
 def streams_json(streams: Mapping[tuple[str, int], StreamRoute], conditions: Mapping[ObjectRef, tuple[StreamCondition, ...]]) -> dict[str, Any]:
     """The stream part of /debug/routes: listeners by "TCP/5432", conditions by "namespace/name"."""
     return {
         "streams": {
-            f"{protocol}/{port}": {
+            stream_key(protocol, port): {
                 "route": route.name,
                 "source": str(route.source),
                 "upstream": route.upstream.key,

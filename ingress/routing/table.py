@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 from ingress.model import ObjectRef, Problem
 from ingress.routing.certs import EMPTY_CERTIFICATES, CertificateTable
+from ingress.routing.listener_names import ListenerNames
 from ingress.routing.nginx_config import ListenerSettings
 from ingress.routing.policies.block import GlobalBlock
 from ingress.routing.policies.trust import ForwardedTrust
@@ -106,6 +107,9 @@ class RoutingTable:
     # Gateways with addresses of their own (--gateway-addresses): a request that reached one of them is routed by
     # that address's table (its Gateway's routes alone); any other address by this one.
     addresses: Mapping[str, RoutingTable] = field(default_factory=dict)
+    # Gateway HTTPS listeners' hostnames: on a TLS connection, a request whose host belongs to another listener than
+    # its SNI name's is misdirected (421; L{ingress.routing.listener_names}).  None: no Gateway HTTPS listener here.
+    https_listeners: Optional[ListenerNames] = None
 
     def skipped_summary(self) -> dict[tuple[str, str], int]:
         """How many Ingresses are skipped for each (reason, message)."""
@@ -230,6 +234,7 @@ class RoutingTable:
                 "reasons": [{"reason": r, "message": m, "ingresses": n} for (r, m), n in sorted(self.skipped_summary().items())],
             },
             **({"gatewayAPI": self.gateway_status.to_json()} if self.gateway_status is not None else {}),
+            **({"httpsListeners": self.https_listeners.to_json()} if self.https_listeners is not None else {}),
             **({"gatewayPorts": {str(port): _port_json(table.to_json()) for port, table in sorted(self.gateway_ports.items())}} if self.gateway_ports else {}),
         }
 

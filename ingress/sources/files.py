@@ -12,6 +12,7 @@ last good content stays in use, so one bad edit never empties the table.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 from collections.abc import Iterable, Mapping
@@ -46,6 +47,14 @@ def scan(directory: str) -> Fingerprint:
     return tuple(sorted(entries))
 
 
+class _Named(io.StringIO):
+    """A file's text under its path: yaml's error marks name the stream they read ("<byte string>" for bytes)."""
+
+    def __init__(self, text: str, name: str) -> None:
+        super().__init__(text)
+        self.name = name
+
+
 def load_documents(path: str) -> list[Mapping[str, Any]]:
     """The API objects in one file; raises ValueError (with the parser's message) when unreadable."""
     with open(path, "rb") as f:
@@ -54,9 +63,10 @@ def load_documents(path: str) -> list[Mapping[str, Any]]:
         if path.endswith(".json"):
             loaded: Iterable[Any] = [json.loads(text)]
         else:
-            loaded = list(yaml.safe_load_all(text))
+            loaded = list(yaml.safe_load_all(_Named(text.decode(), path)))
     except (yaml.YAMLError, json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(str(error).replace("\n", " ")) from None
+        message = " ".join(str(error).split())
+        raise ValueError(message if path in message else f"{path}: {message}") from None
     objects: list[Mapping[str, Any]] = []
     for document in loaded:
         if document is None:
@@ -74,6 +84,13 @@ def load_documents(path: str) -> list[Mapping[str, Any]]:
     return objects
 
 
+def _naming(error: Exception, directory: str, name: str) -> str:
+    """The error's message, naming the file's path (an OSError's says only what went wrong)."""
+    if isinstance(error, OSError):
+        return f"{os.path.join(directory, name)}: {error.strerror or error}"
+    return str(error)
+
+
 class ManifestsSource(Service):
     """Polls a directory and submits a snapshot to the builder whenever it changes."""
 
@@ -87,7 +104,8 @@ class ManifestsSource(Service):
         self.interval = interval
         self._fingerprint: Optional[Fingerprint] = None
         self._good: dict[str, list[Mapping[str, Any]]] = {}
-        self._invalid: dict[str, str] = {}  # file name -> its error, as last reported
+        self._invalid: dict[str, str] = {}  # file name -> its error, as last counted
+        self._unreadable: Optional[str] = None  # the directory's error, as last logged
         self._last_good: LastGood = {}  # per object: its last valid version (kept while an edit is invalid)
         self._loop: Optional[LoopingCall] = None
 
@@ -106,9 +124,14 @@ class ManifestsSource(Service):
         try:
             fingerprint = scan(self.directory)
         except OSError as error:
-            self.metrics.source_errors.labels("manifests").inc()
-            log.error("cannot read manifests directory {dir}: {error}", dir=self.directory, error=str(error))
+            if self._unreadable != str(error):  # once, not at every poll; again when it changes
+                self._unreadable = str(error)
+                self.metrics.source_errors.labels("manifests").inc()
+                log.error("cannot read the manifests directory {dir}: {error}; the last good table stays live", dir=self.directory, error=error.strerror or str(error))
             return
+        if self._unreadable is not None:
+            log.info("the manifests directory {dir} is readable again", dir=self.directory)
+            self._unreadable = None
         if fingerprint != self._fingerprint:
             self._fingerprint = fingerprint
             names = [entry[0] for entry in fingerprint]
@@ -127,8 +150,9 @@ class ManifestsSource(Service):
                 invalid[name] = str(error)
                 if self._invalid.get(name) != str(error):  # once per change, not on every snapshot
                     self.reactor.callFromThread(self.metrics.source_errors.labels("manifests").inc)
-                    log.error("manifest {file} is invalid, keeping its last good content: {error}", file=name, error=str(error))
-                problems.append(Problem(ObjectRef("File", "", name), "InvalidManifest", str(error)))
+                kept = "; its last good content stays in use" if name in self._good else ""
+                # Logged once, by the builder, when the problem appears ("skipped File/NAME: InvalidManifest: ...").
+                problems.append(Problem(ObjectRef("File", "", name), "InvalidManifest", _naming(error, self.directory, name) + kept))
                 if name in self._good:
                     good[name] = self._good[name]
             objects.extend(good.get(name, ()))

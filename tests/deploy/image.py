@@ -9,19 +9,15 @@ namespace does not reach, so `make test` builds it first.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
-import pytest
-
-from tests.support import ROOT
+from tests.support import ROOT, unavailable
 
 PODMAN = ROOT / "testenv" / "podman"
-REQUIRE_ENV = "TWINGRESS_REQUIRE_KUBE"
 # The image's labels that testenv/image.sh adds at build time (not the Dockerfile: a user's build has none).
 TREE_LABEL = "io.twingress.test.tree"
 
@@ -30,11 +26,6 @@ def podman(*args: str, check: bool = True, timeout: float = 120) -> subprocess.C
     return subprocess.run([str(PODMAN), *args], capture_output=True, text=True, check=check, timeout=timeout)
 
 
-def unavailable(message: str) -> None:
-    """Skip, or fail with TWINGRESS_REQUIRE_KUBE=1 (as for the kube tests: a missing environment never passes silently)."""
-    if os.environ.get(REQUIRE_ENV) == "1":
-        pytest.fail(f"{message} ({REQUIRE_ENV}=1)", pytrace=False)
-    pytest.skip(message)
 
 
 def printed(command: Sequence[str]) -> dict[str, str]:

@@ -32,8 +32,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.deploy.image import DAEMONSET_LIKE, Image, built_image, podman, printed, unavailable
-from tests.support import ROOT, EchoBackend, Manifests, free_port
+from tests.deploy.image import DAEMONSET_LIKE, Image, built_image, podman, printed
+from tests.support import ROOT, EchoBackend, Manifests, free_port, unavailable
 from tests.test_wheel import OPTIONS, hot_modules
 
 pytestmark = pytest.mark.image

@@ -44,10 +44,16 @@ FEATURES = (
     "HTTPRouteParentRefPort", "HTTPRouteRequestMirror", "HTTPRouteRequestMultipleMirrors", "HTTPRouteRequestPercentageMirror",
     "HTTPRouteRequestTimeout", "HTTPRouteBackendTimeout", "HTTPRouteBackendProtocolWebSocket", "HTTPRouteBackendProtocolH2C",
     "HTTPRouteNamedRouteRule",
+    "HTTPRouteCORS", "HTTPRouteBackendRequestHeaderModification",
+    "GatewayHTTPListenerIsolation", "GatewayHTTPSListenerDetectMisdirectedRequests",
     "GRPCRouteNamedRouteRule",
     "TLSRouteModeTerminate", "TLSRouteModeMixed",
 )
-"""The features claimed: each one's tests run, and must pass (README "Gateway API" lists those not claimed, and why)."""
+"""
+The features claimed: each one's tests run, and must pass (docs/gateway-api.md lists those not claimed, and why).
+HTTPRouteRetry is implemented but not claimed: the v1.6.3 standard-channel HTTPRoute CRD the run installs has
+no rules[].retry (experimental until v1.7.0), so the apiserver prunes it and the suite's retries never reach us.
+"""
 
 TIMEOUT_OVERRIDES = {
     # The suite's defaults (conformance/utils/config/timeout.go) wait minutes for things that

@@ -34,9 +34,7 @@ from tests.kube.gateway_support import GROUP, VERSION, GatewayAPI
 from tests.kube.relay import TcpRelay, relayed_kubeconfig
 from tests.kube.streams_support import StreamEchoes, Streams
 from tests.kube.twingress import CONTROLLER, READY_TIMEOUT, KubeTwingress, log_sections, next_pod_ip
-from tests.support import EchoBackend, free_port
-
-REQUIRE_ENV = "TWINGRESS_REQUIRE_KUBE"
+from tests.support import EchoBackend, free_port, unavailable
 
 
 def pytest_collection_modifyitems(config, items):
@@ -48,10 +46,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.node)
 
 
-def _unavailable(message: str):
-    if os.environ.get(REQUIRE_ENV) == "1":
-        pytest.fail(f"{message} ({REQUIRE_ENV}=1)", pytrace=False)
-    pytest.skip(message)
 
 
 @pytest.fixture(scope="session")
@@ -61,10 +55,10 @@ def kube_cluster(tmp_path_factory):
     try:
         bin_dir = cluster.bin_dir()
     except (OSError, subprocess.CalledProcessError) as e:
-        _unavailable(f"cannot locate the kube test binaries with testenv/build.sh: {e}")
+        unavailable(f"cannot locate the kube test binaries with testenv/build.sh: {e}")
     missing = cluster.missing_binaries(bin_dir)
     if missing:
-        _unavailable(
+        unavailable(
             f"kube test binaries missing in {bin_dir}: {', '.join(missing)}. "
             "Build them with `make testenv` or `testenv/build.sh` (needs Go >= 1.26; "
             "the first build takes a while)"
@@ -98,10 +92,10 @@ def kube_node(kube_cluster, tmp_path_factory) -> Iterator[kube_node_module.KubeN
     try:
         runtime_dir = kube_node_module.node_dir()
     except (OSError, subprocess.CalledProcessError) as e:
-        _unavailable(f"cannot locate the test node's runtime with testenv/node.sh: {e}")
+        unavailable(f"cannot locate the test node's runtime with testenv/node.sh: {e}")
     lacking = kube_node_module.missing(kube_cluster.bin_dir, runtime_dir)
     if lacking:
-        _unavailable(f"the test node cannot start here, it lacks: {'; '.join(lacking)}")
+        unavailable(f"the test node cannot start here, it lacks: {'; '.join(lacking)}")
     node = kube_node_module.KubeNode(kube_cluster, runtime_dir, tmp_path_factory.mktemp("node"), os.environ[kube_node_module.NODE_IP_ENV])
     try:
         node.start()
@@ -109,7 +103,7 @@ def kube_node(kube_cluster, tmp_path_factory) -> Iterator[kube_node_module.KubeN
         # The machine has what the node needs on paper, and still it did not come up (a kernel
         # or cgroup setup it was not made for): a skip that says why, a failure in CI.
         print(e, file=sys.stderr)
-        _unavailable(f"the test node did not start (logs in {kube_cluster.log_dir}): {e}")
+        unavailable(f"the test node did not start (logs in {kube_cluster.log_dir}): {e}")
     kube_node_module.print_startup(node)
     try:
         yield node

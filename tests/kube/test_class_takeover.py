@@ -1,6 +1,6 @@
 """
 The ingress-nginx Helm chart's IngressClass against the real apiserver: its Ingresses are skipped, and
-twingress says how many and why (log, /debug/routes, metric); both ways of the README's migration guide
+twingress says how many and why (log, /debug/routes, metric); both ways of docs/migration.md
 take them over: the same controller name (--controller-name k8s.io/ingress-nginx), or pointing the
 Ingress at twingress's class while ingress-nginx keeps its own.
 

@@ -1,7 +1,7 @@
 """
 500 annotated Services created at once: every Ingress appears, correct, with one write each.
 
-The convergence time is printed (and reported in the README); the test checks correctness and
+The convergence time is printed (and reported in docs/performance.md); the test checks correctness and
 the number of writes, never the time.
 """
 

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -188,18 +189,48 @@ def _run_case(deployed: Deployed, name: str, event: Callable[[], None], settle: 
     return result
 
 
-DRAIN_LOSS_BOUND = 0.001
+FILTER_REFUSED = "cannot drop new connection attempts"
+"""What the pod logs when the kernel refuses its listening sockets the drain's socket filter."""
+
+NO_FILTER_LOSS_BOUND = 0.001
 """
-The share of requests a drain may lose after their connection was accepted. The goal is none: the
-drain refuses new connections before it closes the listeners and waits for a first request, which
-took the loss from 4-5 to 3 in about 10,000 requests (each a new connection, the close meeting
-three clients in steady traffic); the last ones (ConnectionResetError, at the close) are still
-unexplained, so this bound is a known gap, said in the README and the closing note, not a target.
+The share of requests a drain may lose where the kernel refuses the socket filter. This machine's
+kernel (6.18, kernel.unprivileged_bpf_disabled=2) answers SO_ATTACH_FILTER with EPERM unless the
+process has CAP_NET_ADMIN, which the DaemonSet does not grant (mainline Linux lets any process
+filter its own socket): the listeners then close at once, and a connection whose handshake is under
+way at that moment is reset (3 in about 11,000 here, one per client thread). With the filter
+(tests/proxy/test_drain.py, run as root) no request is lost.
 """
 
 
-def _assert_drained(result: TrafficReport) -> None:
-    assert len(result.failed) <= DRAIN_LOSS_BOUND * len(result.outcomes), result.summary()
+def _assert_drained(result: TrafficReport, pod_log: str) -> None:
+    """
+    No request is lost after its connection was accepted: the drain makes the listeners drop new
+    connection attempts (SYNs) while it accepts what the kernel completed, accepts what is still
+    queued, closes them, and gives a connection accepted last a moment for its first request. Where
+    the kernel refuses the filter (the pod's log says so), L{NO_FILTER_LOSS_BOUND} applies.
+    """
+    if FILTER_REFUSED in pod_log:
+        assert len(result.failed) <= NO_FILTER_LOSS_BOUND * len(result.outcomes), result.summary()
+    else:
+        assert not result.failed, result.summary()
+
+
+@contextmanager
+def _pod_log(deployed: Deployed, pod: str, path: Path) -> Iterator[Path]:
+    """The pod's log followed into C{path} until the pod is gone (C{kubectl logs -f})."""
+    with open(path, "w") as log:
+        follower = subprocess.Popen(
+            [str(deployed.node.kubectl_binary), f"--kubeconfig={deployed.node.kubeconfig}", "-n", NAMESPACE, "logs", "-f", pod],
+            stdout=log, stderr=subprocess.STDOUT,
+        )
+        try:
+            yield path
+        finally:
+            try:
+                follower.wait(120)
+            except subprocess.TimeoutExpired:
+                follower.kill()
 
 
 def _assert_clean_log(text: str) -> None:
@@ -210,37 +241,41 @@ def _assert_clean_log(text: str) -> None:
 
 def test_lifecycle_a_delete_pod_drains(deployed: Deployed, tmp_path: Path, report: Callable[[str], None]) -> None:
     """
-    (a) kubectl delete pod: the old pod drains, so the requests it accepted are answered (but for
-    L{DRAIN_LOSS_BOUND}, a known gap); while no pod listens (on one node the DaemonSet makes the new
+    (a) kubectl delete pod: the old pod drains, so the requests it accepted are answered; while no pod listens (on one node the DaemonSet makes the new
     pod only once the old one is gone) connections are refused. The old pod's log has nothing at
     level error or critical.
     """
     old = deployed.pod()["metadata"]["name"]
-    log_path = tmp_path / "old-pod.log"
-    with open(log_path, "w") as log:
-        follower = subprocess.Popen(
-            [str(deployed.node.kubectl_binary), f"--kubeconfig={deployed.node.kubeconfig}", "-n", NAMESPACE, "logs", "-f", old],
-            stdout=log, stderr=subprocess.STDOUT,
-        )
 
     def settle() -> None:
         wait_until(lambda: deployed.pod()["metadata"]["name"] != old and _ready(deployed.pod()), 180, "a new ready pod")
 
-    result = _run_case(deployed, "delete pod", lambda: deployed.kubectl("-n", NAMESPACE, "delete", "pod", old, "--wait=false"), settle, report)
-    follower.wait(120)
-    _assert_drained(result)
-    _assert_clean_log(log_path.read_text())
+    with _pod_log(deployed, old, tmp_path / "old-pod.log") as log_path:
+        result = _run_case(deployed, "delete pod", lambda: deployed.kubectl("-n", NAMESPACE, "delete", "pod", old, "--wait=false"), settle, report)
+    log_text = log_path.read_text()
+    _note_filter(log_text, report)
+    _assert_drained(result, log_text)
+    _assert_clean_log(log_text)
 
 
-def test_lifecycle_b_rolling_update_to_a_new_tag(deployed: Deployed, report: Callable[[str], None]) -> None:
-    """(b) a rolling update of the DaemonSet to another image tag: accepted requests are answered (see L{DRAIN_LOSS_BOUND})."""
+def test_lifecycle_b_rolling_update_to_a_new_tag(deployed: Deployed, tmp_path: Path, report: Callable[[str], None]) -> None:
+    """(b) a rolling update of the DaemonSet to another image tag: accepted requests are answered (L{_assert_drained})."""
 
     def roll() -> None:
         deployed.kubectl("-n", NAMESPACE, "set", "image", "daemonset/twingress", f"twingress={deployed.rollout_image}")
 
-    result = _run_case(deployed, "rolling update", roll, deployed.rolled_out, report)
+    with _pod_log(deployed, deployed.pod()["metadata"]["name"], tmp_path / "old-pod.log") as log_path:
+        result = _run_case(deployed, "rolling update", roll, deployed.rolled_out, report)
     wait_until(lambda: deployed.pod()["spec"]["containers"][0]["image"] == deployed.rollout_image and _ready(deployed.pod()), 60, "the new tag running")
-    _assert_drained(result)
+    _assert_drained(result, log_path.read_text())
+
+
+def _note_filter(pod_log: str, report: Callable[[str], None]) -> None:
+    """Say in the run's summary whether the drain's socket filter held in the pod (L{NO_FILTER_LOSS_BOUND})."""
+    if FILTER_REFUSED in pod_log:
+        report("lifecycle: the kernel refused the drain's socket filter to the pod (EPERM without CAP_NET_ADMIN): listeners closed at once")
+    else:
+        report("lifecycle: the drain's socket filter held in the pod")
 
 
 def test_lifecycle_c_sigkill_of_one_worker(deployed: Deployed, report: Callable[[str], None]) -> None:

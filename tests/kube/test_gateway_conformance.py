@@ -30,11 +30,11 @@ from tests.kube.api import Kube
 from tests.kube.gateway_support import CONTROLLER, GROUP, VERSION, GatewayAPI
 from tests.kube.standin_node import StandInNode
 from tests.kube.twingress import wait_until
+from tests.support import unavailable
 
 pytestmark = pytest.mark.kube
 
 REPORT_ENV = "TWINGRESS_CONFORMANCE_REPORT"
-REQUIRE_ENV = "TWINGRESS_REQUIRE_KUBE"
 OUTPUT_TAIL_CHARS = 20000
 
 
@@ -44,9 +44,7 @@ def suite_bin_dir() -> Path:
     absent = suite.missing(bin_dir)
     if absent:
         message = f"the conformance suite is not built ({', '.join(absent)} missing in {bin_dir}): run make testenv or testenv/gateway-conformance.sh"
-        if os.environ.get(REQUIRE_ENV) == "1":
-            pytest.fail(f"{message} ({REQUIRE_ENV}=1)", pytrace=False)
-        pytest.skip(message)
+        unavailable(message)
     return bin_dir
 
 

@@ -53,16 +53,16 @@ class Response:
 
 
 class H2Client:
-    """One connection: TLS with ALPN h2 (C{tls=True}) or cleartext with prior knowledge."""
+    """One connection: TLS with ALPN h2 (C{tls=True}, SNI C{server_name}) or cleartext with prior knowledge."""
 
-    def __init__(self, port: int, tls: bool = True, host: str = "127.0.0.1", auto_ack: bool = True) -> None:
+    def __init__(self, port: int, tls: bool = True, host: str = "127.0.0.1", auto_ack: bool = True, server_name: str = "h2.test") -> None:
         raw = socket.create_connection((host, port), timeout=10)
         if tls:
             context = ssl.create_default_context()
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
             context.set_alpn_protocols(["h2"])
-            self.sock: socket.socket = context.wrap_socket(raw, server_hostname="h2.test")
+            self.sock: socket.socket = context.wrap_socket(raw, server_hostname=server_name)
             assert self.sock.selected_alpn_protocol() == "h2"  # type: ignore[attr-defined]
         else:
             self.sock = raw

@@ -18,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ingress.tap import Options
-from tests.support import ROOT, TWISTD, EchoBackend, Manifests, Twingress, free_port
+from tests.support import ROOT, TWISTD, EchoBackend, Manifests, Twingress, free_port, http_status
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -35,17 +35,6 @@ def samples(process: Twingress) -> Samples:
 
 def value(all_samples: Samples, name: str, **labels: str) -> float:
     return all_samples.get((name, frozenset(labels.items())), 0.0)
-
-
-def get(port: int, host: str, path: str = "/") -> int:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        conn.request("GET", path, headers={"Host": host})
-        response = conn.getresponse()
-        response.read()
-        return response.status
-    finally:
-        conn.close()
 
 
 def eventually(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
@@ -159,9 +148,9 @@ def test_debug_routes_shows_every_kind_of_rule(manifests: Manifests, echo_pair: 
         assert routes["defaultBackend"] == {"route": "default/site", "upstream": "default/web:80"}
         assert routes["problems"] == []
         # and the table shown is the table used
-        assert get(process.http_port, "shop.test", "/login") == 200
-        assert get(process.http_port, "x.wild.test", "/") == 200
-        assert get(process.http_port, "unknown.test", "/") == 200  # the default backend
+        assert http_status(process.http_port, "shop.test", "/login") == 200
+        assert http_status(process.http_port, "x.wild.test", "/") == 200
+        assert http_status(process.http_port, "unknown.test", "/") == 200  # the default backend
         assert value(samples(process), "twingress_table_routes") == 6  # shop.test: 2 prefix + 1 exact; wildcard; any host; default
     finally:
         process.stop()
@@ -173,11 +162,11 @@ def test_debug_routes_shows_every_kind_of_rule(manifests: Manifests, echo_pair: 
 def test_metrics_count_requests_by_route_and_status(proxy: Twingress) -> None:
     before = samples(proxy)
     for _ in range(7):
-        assert get(proxy.http_port, "echo.test", "/") == 200
+        assert http_status(proxy.http_port, "echo.test", "/") == 200
     for _ in range(2):
-        assert get(proxy.http_port, "echo.test", "/?status=503") == 503
+        assert http_status(proxy.http_port, "echo.test", "/?status=503") == 503
     for _ in range(3):
-        assert get(proxy.http_port, "nowhere.test", "/") == 404
+        assert http_status(proxy.http_port, "nowhere.test", "/") == 404
     after = samples(proxy)
 
     def increase(name: str, **labels: str) -> float:
@@ -239,7 +228,7 @@ def test_metrics_table_build_and_generation(proxy: Twingress, manifests: Manifes
 
 
 def test_metrics_exposition_names(proxy: Twingress) -> None:
-    get(proxy.http_port, "echo.test")
+    http_status(proxy.http_port, "echo.test")
     with urlopen_admin(proxy, "/metrics") as response:
         assert response.status == 200
         assert response.getheader("Content-Type", "").startswith("text/plain")
@@ -275,8 +264,8 @@ def test_ingress_with_missing_service_is_a_problem(proxy: Twingress, manifests: 
     assert value(samples(proxy), "twingress_object_problems", reason="ServiceNotFound") == 1
     # the route exists but has nowhere to go; the good route is unaffected
     assert routes["hosts"]["ghost.test"]["prefix"]["/"]["endpoints"] == []
-    assert get(proxy.http_port, "ghost.test") == 503
-    assert get(proxy.http_port, "echo.test") == 200
+    assert http_status(proxy.http_port, "ghost.test") == 503
+    assert http_status(proxy.http_port, "echo.test") == 200
     assert "ServiceNotFound" in proxy.log()
 
     # the Service appears: the problem goes, the gauge drops to 0
@@ -285,7 +274,7 @@ def test_ingress_with_missing_service_is_a_problem(proxy: Twingress, manifests: 
     proxy.wait_generation_above(generation)
     assert proxy.routes()["problems"] == []
     assert value(samples(proxy), "twingress_object_problems", reason="ServiceNotFound") == 0
-    assert get(proxy.http_port, "ghost.test") == 200
+    assert http_status(proxy.http_port, "ghost.test") == 200
 
 
 @pytest.mark.parametrize(
@@ -314,8 +303,8 @@ def test_ingress_of_another_class_is_not_routed(
     routes = proxy.routes()
     assert "marker.test" in routes["hosts"]
     assert "foreign.test" not in routes["hosts"]
-    assert get(proxy.http_port, "marker.test") == 200
-    assert get(proxy.http_port, "foreign.test") == 404
+    assert http_status(proxy.http_port, "marker.test") == 200
+    assert http_status(proxy.http_port, "foreign.test") == 404
     assert routes["problems"] == []
 
 

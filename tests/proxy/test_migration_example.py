@@ -38,7 +38,7 @@ class Example:
 @pytest.fixture(scope="module")
 def example() -> Iterator[Example]:
     http_port, admin_port = free_port(), free_port()
-    env = os.environ | {"HTTP": f"tcp:{http_port}:interface=127.0.0.1", "ADMIN": f"tcp:{admin_port}:interface=127.0.0.1"}
+    env = os.environ | {"HTTP": f"tcp:{http_port}:interface=127.0.0.1", "HTTPS": "", "ADMIN": f"tcp:{admin_port}:interface=127.0.0.1"}
     process = subprocess.Popen([str(ROOT / "examples" / "nginx-migration" / "run.sh")], env=env, cwd=ROOT, start_new_session=True)
     running = Example(http_port, admin_port)
     deadline = time.monotonic() + 20

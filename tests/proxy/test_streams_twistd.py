@@ -35,8 +35,8 @@ def test_stream_ingresses_open_move_and_close_listeners(manifests: Manifests, ec
         wait_until(lambda: tcp_answer(port) == b"a", what="TCP listener to a")
         wait_until(lambda: udp_answer(port) == b"a:hi", what="UDP listener to a")
         listening = proxy.routes()["streamListeners"]["listening"]
-        assert listening[f"TCP:{port}"]["route"] == "default/s-tcp"
-        assert listening[f"UDP:{port}"]["endpoints"] == [f"127.0.0.1:{a.udp_port}"]
+        assert listening[f"TCP/{port}"]["route"] == "default/s-tcp"
+        assert listening[f"UDP/{port}"]["endpoints"] == [f"127.0.0.1:{a.udp_port}"]
 
         manifests.write("s.yaml", external_stream("s-tcp", "TCP", port, b.port), external_stream("s-udp", "UDP", port, b.udp_port))
         wait_until(lambda: tcp_answer(port) == b"b", what="TCP moved to b")
@@ -58,12 +58,12 @@ def test_a_taken_port_shows_in_debug_routes_and_the_rest_works(manifests: Manife
         try:
             wait_until(lambda: tcp_answer(free) == b"a", what="the free port works")
             failed = proxy.routes()["streamListeners"]["failed"]
-            assert "in use" in failed[f"TCP:{taken}"]
+            assert "in use" in failed[f"TCP/{taken}"]
             metrics = proxy.admin("/metrics")[1].decode()
             assert f'twingress_stream_listener_errors_total{{port="{taken}",protocol="TCP"}} 1.0' in metrics
             deadline = time.monotonic() + 5
             while "cannot be opened" not in proxy.log() and time.monotonic() < deadline:
                 time.sleep(0.05)
-            assert f"stream listener TCP:{taken} for default/taken cannot be opened" in proxy.log()
+            assert f"stream listener TCP/{taken} for default/taken cannot be opened" in proxy.log()
         finally:
             proxy.stop()

@@ -339,8 +339,8 @@ def test_port_in_use_is_reported_and_the_others_keep_working(
         assert metric(metrics, "twingress_stream_listener_errors_total", protocol="TCP", port=str(busy_port)) == 1
         assert (yield deferToThread(greeting, good_port)) == b"up"
         state = listeners.to_json()
-        assert list(state["failed"]) == [f"TCP:{busy_port}"]
-        assert list(state["listening"]) == [f"TCP:{good_port}"]
+        assert list(state["failed"]) == [f"TCP/{busy_port}"]
+        assert list(state["listening"]) == [f"TCP/{good_port}"]
         listeners.apply(streams)  # same failure again: not logged or counted twice
         assert metric(metrics, "twingress_stream_listener_errors_total", protocol="TCP", port=str(busy_port)) == 1
     finally:

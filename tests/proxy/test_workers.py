@@ -182,6 +182,39 @@ def test_sigterm_drains_every_worker_and_the_tree_exits_0(start) -> None:
     assert_clean_stop(log)
 
 
+def test_once_the_workers_close_their_listeners_new_connections_are_refused(start) -> None:
+    """
+    The primary keeps a copy of every worker's listening socket (to give a replaced worker its
+    slot's socket); kept open through the drain, a socket went on completing handshakes that no
+    process accepted, and the kernel reset them when the primary exited: one lost request per
+    client on the test node. The drain closes the copies: while a slow request keeps the primary
+    (and a worker) running, a new connection is refused at once instead of hanging.
+    """
+    proxy = start("--workers", "2", "--shutdown-delay", "0.3", "--drain-timeout", "20")
+    slow: list[int] = []
+    request = threading.Thread(target=lambda: slow.append(_get(proxy.http_port, path="/slow?delay=4")))
+    request.start()
+    time.sleep(0.3)
+    proxy.process.send_signal(signal.SIGTERM)
+    outcome = "no attempt"
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", proxy.http_port), timeout=0.5).close()
+            outcome = "accepted"
+        except ConnectionRefusedError:
+            outcome = "refused"
+            break
+        except TimeoutError:
+            outcome = "no answer (a socket still open, dropping the attempt)"
+        time.sleep(0.05)
+    assert outcome == "refused", outcome
+    assert proxy.process.poll() is None  # the primary still drains the slow request
+    request.join()
+    assert slow == [200]
+    assert proxy.process.wait(20) == 0
+
+
 CLEAN_STOP_OFFENCES = re.compile(r"#(error|critical)\]|\[stderr#|Unhandled error|Traceback|the primary process is gone")
 
 
@@ -341,9 +374,9 @@ def test_a_stream_port_opens_and_closes_in_every_worker(start, manifests: Manife
     try:
         proxy = start("--workers", "4", "--stream-interface", "127.0.0.1", "--stream-drain-timeout", "1")
         manifests.write("s.yaml", external_stream("s-tcp", "TCP", port, echo.port))
-        _until(lambda: _stream_ports(proxy) == [[f"TCP:{port}"]] * 4, "every worker listening on the new port")
+        _until(lambda: _stream_ports(proxy) == [[f"TCP/{port}"]] * 4, "every worker listening on the new port")
         assert [tcp_answer(port) for _ in range(64)] == [b"a"] * 64  # new connections, hashed over the four sockets
-        assert proxy.routes()["streamListeners"]["listening"][f"TCP:{port}"]["route"] == "default/s-tcp"
+        assert proxy.routes()["streamListeners"]["listening"][f"TCP/{port}"]["route"] == "default/s-tcp"
 
         manifests.remove("s.yaml")
         _until(lambda: _stream_ports(proxy) == [[]] * 4, "every worker closed the port")
@@ -359,7 +392,7 @@ def test_udp_sessions_with_four_workers_get_only_their_own_replies(start, manife
     manifests.write("s.yaml", external_stream("s-udp", "UDP", port, echo.udp_port))
     try:
         proxy = start("--workers", "4", "--stream-interface", "127.0.0.1")
-        _until(lambda: _stream_ports(proxy) == [[f"UDP:{port}"]] * 4, "every worker listening on the UDP port")
+        _until(lambda: _stream_ports(proxy) == [[f"UDP/{port}"]] * 4, "every worker listening on the UDP port")
         answers = many_clients(port, clients=100, rounds=3)
         for index, replies in enumerate(answers):
             assert replies == [f"u:client {index} message {n}".encode() for n in range(3)]
@@ -373,7 +406,7 @@ def test_a_taken_stream_port_is_reported_by_the_primary(start, manifests: Manife
         taken = busy.getsockname()[1]
         manifests.write("s.yaml", external_stream("taken", "TCP", taken, 9))
         proxy = start("--workers", "2", "--stream-interface", "127.0.0.1")
-        assert "in use" in proxy.routes()["streamListeners"]["failed"][f"TCP:{taken}"]
+        assert "in use" in proxy.routes()["streamListeners"]["failed"][f"TCP/{taken}"]
         assert _metric_sum(proxy, "twingress_stream_listener_errors_total", f'port="{taken}"') == 1  # once, not once per process
         problems = [p for p in proxy.routes()["problems"] if p["reason"] == "PortUnavailable"]
         assert [p["object"] for p in problems] == ["StreamIngress/default/taken"]

@@ -37,7 +37,7 @@ def test_each_skipped_ingress_has_its_reason() -> None:
 
 
 def test_taking_over_the_class_by_controller_name_serves_them() -> None:
-    """README's migration: --controller-name k8s.io/ingress-nginx makes the chart's class ours."""
+    """docs/migration.md "Taking over the IngressClass": --controller-name k8s.io/ingress-nginx makes the chart's class ours."""
     routes = table(
         ingress_class("nginx", "k8s.io/ingress-nginx"),
         ingress("chart", rule("chart.test", path("/")), cls="nginx"),

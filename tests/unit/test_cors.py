@@ -5,6 +5,7 @@ annotations read with ingress-nginx's defaults.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Optional
 
 import pytest
@@ -79,3 +80,48 @@ def test_an_unreadable_cors_value_leaves_the_paths_out(key: str, value: str) -> 
     routes = table(ingress("web", rule("a.test", path("/")), annotations={NGINX + "enable-cors": "true", NGINX + key: value}))
     assert routes.match("a.test", "/") is None
     assert [p.reason for p in routes.problems if p.reason != "ServiceNotFound"] == ["InvalidAnnotation"]
+
+
+# -- the Gateway API's CORS filter (GEP-1767, apis/v1 HTTPCORSFilter; conformance tests/httproute-cors.go)
+
+
+def _asking(**fields: str) -> Callable[[bytes], Optional[bytes]]:
+    found = {name.replace("_", "-").encode(): value.encode() for name, value in fields.items()}
+    return found.get
+
+
+def test_gateway_wildcards_cover_any_number_of_labels_and_the_default_port() -> None:
+    cors = Cors(origins=("https://*.bar.com", "http://www.foo.com"), methods="GET", headers="", credentials=False, max_age=5, gateway=True)
+    for origin in (b"https://www.bar.com", b"https://xpto.www.bar.com", b"http://www.foo.com:80"):
+        assert _fields(cors, origin)[b"Access-Control-Allow-Origin"] == origin
+    for origin in (b"https://bar.com", b"http://www.foo.com:8080", b"https://www.foo.com"):
+        assert _fields(cors, origin) == {}
+    assert b"Access-Control-Allow-Headers" not in _fields(cors, b"https://a.bar.com")  # no allowHeaders: no field
+
+
+def test_gateway_stars_with_credentials_echo_the_request() -> None:
+    """GEP-1767: with allowCredentials a "*" is never sent: the origin, method and headers asked for are."""
+    cors = Cors(origins=("*",), methods="*", headers="*", credentials=True, max_age=5, gateway=True)
+    asked = _asking(access_control_request_method="PUT", access_control_request_headers="x-a, x-b")
+    lines = cors.fields_for(b"https://other.foo.com", asked).split(b"\r\n")[:-1]
+    fields = dict(line.split(b": ", 1) for line in lines)
+    assert fields[b"Access-Control-Allow-Origin"] == b"https://other.foo.com"
+    assert fields[b"Access-Control-Allow-Methods"] == b"PUT" and fields[b"Access-Control-Allow-Headers"] == b"x-a, x-b"
+    assert b"Access-Control-Allow-Methods" not in _fields(cors, b"https://other.foo.com")  # nothing asked: no field
+    without = Cors(origins=("*",), methods="PUT", headers="", credentials=False, max_age=5, gateway=True)
+    assert _fields(without, b"https://x.test")[b"Access-Control-Allow-Origin"] == b"*"
+
+
+def test_a_gateway_preflight_is_answered_here_whatever_its_origin() -> None:
+    """
+    The Fetch standard's CORS-preflight request (Origin and Access-Control-Request-Method), answered
+    here even when its origin is not allowed (HTTPCORSFilter.AllowOrigins: 204/200 without the CORS
+    fields); ingress-nginx answers every allowed OPTIONS and passes the others on.
+    """
+    gateway, nginx = Cors(origins=("https://a.test",), gateway=True), Cors(origins=("https://a.test",))
+    asking = _asking(origin="https://b.test", access_control_request_method="GET")
+    assert gateway.answers_preflight(b"OPTIONS", asking, gateway.fields_for(b"https://b.test", asking))
+    assert not gateway.answers_preflight(b"OPTIONS", _asking(origin="https://a.test"), b"")
+    assert not nginx.answers_preflight(b"OPTIONS", asking, nginx.fields_for(b"https://b.test", asking))
+    assert nginx.answers_preflight(b"OPTIONS", _asking(), nginx.fields_for(b"https://a.test"))
+    assert not nginx.answers_preflight(b"GET", _asking(), nginx.fields_for(b"https://a.test"))

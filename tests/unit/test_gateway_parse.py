@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ingress.model.gateway import FROM_SAME, BackendRef, ParentRef, RouteMatch
+from ingress.model.gateway import FROM_SAME, BackendRef, CorsFilter, ParentRef, RouteMatch, RuleRetry
 from ingress.model.parse import state_from_objects
 
 GW = "gateway.networking.k8s.io/v1"
@@ -73,6 +73,12 @@ def test_a_backend_request_timeout_longer_than_a_disabled_request_timeout_is_val
         ({"rules": [{"timeouts": {"request": "100000s"}}]}, "spec.rules[0].timeouts.request"),
         ({"rules": [{"timeouts": {"request": "1s", "backendRequest": "2s"}}]}, "spec.rules[0].timeouts.backendRequest"),  # HTTPRouteTimeouts' CEL rule
         ({"parentRefs": [{"namespace": "x"}]}, "spec.parentRefs[0].name"),
+        # HTTPCORSFilter's and HTTPRouteRetry's CRD rules
+        ({"rules": [{"filters": [{"type": "CORS", "cors": {"allowOrigins": ["*", "https://a.test"]}}]}]}, "spec.rules[0].filters[0].cors.allowOrigins"),
+        ({"rules": [{"filters": [{"type": "CORS", "cors": {"maxAge": 0}}]}]}, "spec.rules[0].filters[0].cors.maxAge"),
+        ({"rules": [{"retry": {"codes": [200]}}]}, "spec.rules[0].retry.codes"),
+        ({"rules": [{"retry": {"attempts": -1}}]}, "spec.rules[0].retry.attempts"),
+        ({"rules": [{"retry": {"backoff": "soon"}}]}, "spec.rules[0].retry.backoff"),
     ],
 )
 def test_invalid_routes_are_problems_naming_the_field(spec: dict[str, Any], field: str) -> None:
@@ -93,3 +99,11 @@ def test_reference_grants_allow_only_what_they_name() -> None:
     assert not found.allows("gateway.networking.k8s.io", "HTTPRoute", "other", "", "Service", "any")
     assert not found.allows("gateway.networking.k8s.io", "GRPCRoute", "apps", "", "Service", "any")
     assert not found.allows("gateway.networking.k8s.io", "HTTPRoute", "apps", "", "Secret", "any")
+
+
+def test_cors_and_retry_with_the_api_s_defaults() -> None:
+    """HTTPCORSFilter: maxAge 5, allowCredentials false when unset; HTTPRouteRetry: attempts and backoff unset stay unset."""
+    spec = {"rules": [{"filters": [{"type": "CORS", "cors": {"allowOrigins": ["https://a.test"]}}], "retry": {"codes": [500, 503]}}]}
+    (rule,) = state_from_objects([route(spec)]).http_routes[0].rules
+    assert rule.filters[0].cors == CorsFilter(allow_origins=("https://a.test",), max_age=5, allow_credentials=False)
+    assert rule.retry == RuleRetry(codes=(500, 503), attempts=None, backoff=None)

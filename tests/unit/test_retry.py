@@ -21,6 +21,7 @@ POST = h1.parse_request_head(b"POST / HTTP/1.1\r\nHost: a\r\n\r\n", 100)
 POST_BODY = h1.parse_request_head(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\n", 100)
 DEFAULT = Retry()
 STATUSES = Retry.from_conditions(("error", "timeout", "http_502", "http_503"), 3, 0)
+GATEWAY = Retry.from_gateway((500, 502), 3, 0.1)
 
 
 @pytest.mark.parametrize(
@@ -48,6 +49,14 @@ STATUSES = Retry.from_conditions(("error", "timeout", "http_502", "http_503"), 3
         (Retry.from_conditions(("error", "off"), 3, 0), "connect-error", GET, 1, 3, False, 0, False),
         (Retry.from_conditions(("error",), 0, 0), "error", GET, 4, 5, False, 0, True),  # tries 0: no limit but the endpoints
         (Retry.from_conditions(("timeout",), 3, 10), "timeout", GET, 1, 3, False, 10.5, False),  # the time limit
+        # Gateway API (GEP-1731): attempts counts retries; the one endpoint may be tried again; codes only
+        (GATEWAY, "http_500", GET, 3, 1, False, 0, True),
+        (GATEWAY, "http_500", GET, 4, 1, False, 0, False),
+        (GATEWAY, "http_503", GET, 1, 1, False, 0, False),
+        (GATEWAY, "connect-error", GET, 1, 1, False, 0, True),
+        (GATEWAY, "timeout", GET, 1, 2, False, 0, False),  # a backend timeout is HTTPRouteRetryBackendTimeout: not claimed
+        (GATEWAY, "http_500", POST, 1, 2, False, 0, False),  # nginx's rule kept: a non-idempotent request that reached a backend
+        (Retry.from_gateway((500,), 0, None), "http_500", GET, 1, 2, False, 0, False),
     ],
 )
 def test_may_retry(policy, cause, request_head, attempts, endpoints, reused, elapsed, expected) -> None:  # type: ignore[no-untyped-def]
@@ -70,3 +79,9 @@ def test_tries_alone_keeps_the_default_conditions() -> None:
 def test_an_unknown_condition_is_invalid() -> None:
     routes = table(ingress("web", rule("a.test", path("/")), annotations={NGINX + "proxy-next-upstream": "error http_418"}))
     assert routes.match("a.test", "/") is None and ("default/web", "InvalidAnnotation") in problems(routes)
+
+
+def test_a_gateway_rule_s_retry_is_the_route_s_retry_policy() -> None:
+    """GEP-1731's fields in the retry policy proxy-next-upstream compiles to; attempts unset: one retry (implementation-specific)."""
+    assert Retry.from_gateway((500,), None, None) == Retry(on=frozenset({"error"}), statuses=frozenset({500}), tries=2, same_endpoint=True)
+    assert Retry.from_gateway((503,), 2, 0.25).backoff == 0.25

@@ -70,8 +70,8 @@ class PasswordChecker:
         if not self._started:
             self._pool.start()
             self._started = True
-            self.reactor.addSystemEventTrigger("during", "shutdown", self._pool.stop)  # type: ignore[attr-defined]
-        checking = deferToThreadPool(self.reactor, self._pool, _verify, password, hashed)  # type: ignore[arg-type]
+            self.reactor.addSystemEventTrigger("during", "shutdown", self._pool.stop)  # type: ignore[attr-defined]  # the reactor is typed object here; the process reactor given has system event triggers
+        checking = deferToThreadPool(self.reactor, self._pool, _verify, password, hashed)  # type: ignore[arg-type]  # the same reactor: an IReactorFromThreads, typed object here
         return checking.addCallback(self._remember, key)
 
     def _remember(self, ok: bool, key: bytes) -> bool:

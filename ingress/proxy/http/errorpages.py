@@ -12,9 +12,7 @@ client's, else a new 32-hex id as nginx's C{$request_id}) and C{X-Forwarded-For}
 
 from __future__ import annotations
 
-import os
-
-from ingress.proxy.http import h1
+from ingress.proxy.http import h1, requestid
 from ingress.proxy.http.fields import field_value
 from ingress.proxy.http.forwarding import drop_lines_re
 from ingress.routing.policies.errorpages import ErrorPages
@@ -32,7 +30,7 @@ _CODE_FIELDS_RE = drop_lines_re(_CODE_FIELDS)
 
 def request_id(request: h1.Head) -> bytes:
     """ingress-nginx's $req_id: the client's X-Request-ID, else a new random id."""
-    return field_value(request.block, b"x-request-id") or os.urandom(16).hex().encode("ascii")
+    return requestid.request_id(request) or requestid.new_id()
 
 
 def error_request_head(pages: ErrorPages, status: int, request: h1.Head, client_ip: str) -> bytes:

@@ -218,7 +218,7 @@ class _Drain(Protocol):
     def dataReceived(self, data: bytes) -> None:
         self.received += len(data)
         if self.received > _BODY_LIMIT and self.transport is not None:
-            self.transport.stopProducing()  # type: ignore[attr-defined]
+            self.transport.stopProducing()  # type: ignore[attr-defined]  # an ITransport to mypy; a response body's transport is its producer, which stops the read
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         if not self.done.called:

@@ -54,7 +54,7 @@ class HTTPProxyFactory(Factory["HTTPProxyProtocol"]):
         self.access_log = access_log  # None when off
         self.http2 = http2 if http2 is not None else HTTP2Settings()
         # HTTP/2 to endpoints (backend-protocol GRPC, GRPCS, H2C), shared by the listeners like the pool
-        self.http2_upstreams = http2_upstreams if http2_upstreams is not None else H2UpstreamPool(reactor, settings, self.http2)  # type: ignore[arg-type]
+        self.http2_upstreams = http2_upstreams if http2_upstreams is not None else H2UpstreamPool(reactor, settings, self.http2)  # type: ignore[arg-type]  # typed IReactorTime here; the same reactor connects (it is the process reactor, an IReactorTCP too)
         self.connections: set[ClientConnection] = set()
         self.draining = False  # shutdown: every response says Connection: close
         self.guards = guards if guards is not None else Guards(reactor)  # rate limits, basic and external auth

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import Optional, Protocol
 
+from twisted.internet.interfaces import IConnector
 from twisted.logger import Logger
 
 from ingress.proxy.http import h1
@@ -22,7 +23,7 @@ from ingress.proxy.http.errorpages import error_request_head
 from ingress.proxy.http.forwarding import ForwardedFor
 from ingress.proxy.http.retry import may_retry
 from ingress.proxy.http.shared import Shared
-from ingress.proxy.http.states import CLOSED, TUNNEL
+from ingress.proxy.http.states import AWAIT, BODY, CLOSED, TUNNEL
 from ingress.proxy.http.upstream import Address, UpstreamConnection
 from ingress.proxy.idle import Deadline
 from ingress.routing.policies import EWMA
@@ -42,6 +43,7 @@ class Attempted(Protocol):
     route: Optional[Route]
     forwarded: ForwardedFor
     upstream: Optional[UpstreamConnection]
+    connecting: Optional[IConnector]
     attempts: int
     tried: Optional[Address]
     started_at: float
@@ -167,8 +169,22 @@ def _retry_after(exchange: Attempted, cause: str) -> bool:
     if exchange.responded or not _may_retry(exchange, cause, reused=False):
         return False
     exchange.drop_upstream()
-    exchange.redispatch()
+    route = exchange.route
+    policy = route.policies.retry if route is not None and route.policies is not None else None
+    if policy is not None and policy.same_endpoint and route is not None and len(route.upstream.targets) < 2:
+        exchange.tried = None  # a Gateway API retry with no other endpoint: the same one again
+    if policy is not None and policy.backoff:
+        exchange.shared.reactor.callLater(policy.backoff, _retry_now, exchange, exchange.attempts)
+    else:
+        exchange.redispatch()
     return True
+
+
+def _retry_now(exchange: Attempted, attempts: int) -> None:
+    """A Gateway API retry's backoff is over: the attempt, unless the request ended or moved on meanwhile."""
+    if attempts == exchange.attempts and exchange.state in (BODY, AWAIT) and not exchange.responded:
+        if exchange.upstream is None and exchange.connecting is None:
+            exchange.redispatch()
 
 
 def _error_page_taken(exchange: Attempted, status: int, upstream_sent: bool) -> bool:

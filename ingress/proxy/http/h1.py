@@ -126,6 +126,7 @@ class Head:
     upgrade: bytes = b""
     expect_continue: bool = False
     has_date: bool = False
+    request_id: bytes = b""  # the X-Request-ID generated here (requestid.tag), b"" when the client sent one or none was made
 
     @property
     def keep_alive(self) -> bool:

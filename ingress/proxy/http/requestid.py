@@ -32,13 +32,18 @@ def new_id() -> bytes:
 
 
 def tag(request: h1.Head) -> None:
-    """Give C{request} an X-Request-ID field unless it has one (its field section gains a line)."""
+    """
+    Give C{request} an X-Request-ID field unless it has one (its field section gains a line); the id
+    made is kept on the head too (C{request_id}), so that the access log and the variables read it
+    without searching the fields again.
+    """
     block = request.block
     at = block.lower().find(b"x-request-id:")
     if at < 0 or (at and block[at - 1] != 10 and field_value(block, FIELD) is None):  # 10: "\n"
-        request.block = block + b"X-Request-ID: %s\r\n" % new_id()
+        request.request_id = made = new_id()
+        request.block = block + b"X-Request-ID: %s\r\n" % made
 
 
 def request_id(request: h1.Head) -> bytes:
     """The request's X-Request-ID (the client's, or the one L{tag} added), b"" without one."""
-    return field_value(request.block, FIELD) or b""
+    return request.request_id or field_value(request.block, FIELD) or b""

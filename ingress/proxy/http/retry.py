@@ -8,7 +8,8 @@ answered is tried again for an idempotent request without a body.  With a
 route's L{Retry} (ingress-nginx's C{proxy-next-upstream}), nginx's rules: the
 failure must be one it names; a request that reached an endpoint is passed on
 only if its method is idempotent (or with C{non_idempotent}); never after the
-response has begun.  Request bodies stream through twingress, so a request
+response has begun; a Gateway API retry (C{same_endpoint}) may go back to the endpoint that
+failed when there is no other.  Request bodies stream through twingress, so a request
 with a body is passed on only while none of it reached an endpoint (a failed
 connection).
 """
@@ -42,7 +43,7 @@ def may_retry(policy: Optional[Retry], cause: str, request: h1.Head, attempts: i
         return False
     if policy.tries and attempts >= policy.tries:
         return False
-    if not reused and attempts >= endpoints:
+    if not reused and attempts >= endpoints and not policy.same_endpoint:
         return False
     if policy.timeout and elapsed >= policy.timeout:
         return False

@@ -52,8 +52,11 @@ class Routed:
         self.fields = b""  # response fields the policies add (CORS), CRLF-terminated lines
 
 
-def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, redirect_port: Optional[int]) -> Routed:
-    """Route C{head} against C{table} and apply its route's policies, in their fixed order."""
+def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, redirect_port: Optional[int], server_name: Optional[str] = None) -> Routed:
+    """
+    Route C{head} against C{table} and apply its route's policies, in their fixed order.  C{server_name}:
+    the TLS connection's SNI name, read by the caller where the table has Gateway HTTPS listeners.
+    """
     if table.blocked is not None:  # ingress-nginx's global filters: block-cidrs, block-user-agents, block-referers
         refused = _blocked(table.blocked, head, forwarded.ip)
         if refused:
@@ -68,6 +71,8 @@ def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, r
         host, path = host_and_path(head)
     except h1.HTTPError as error:
         return Routed(error.status, refused=True, detail=error.detail)
+    if server_name is not None and table.https_listeners is not None and table.https_listeners.misdirected(server_name, routing_host(host)):
+        return Routed(421)  # another HTTPS listener's host on this connection (a coalesced HTTP/2 connection)
     route = table.match(routing_host(host), path)
     if route is None:
         return Routed(404)
@@ -90,8 +95,9 @@ def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, r
         return local
     fields = b""
     if policies.cors is not None:
-        fields = policies.cors.fields_for(field_value(head.block, b"origin"))
-        if fields and head.method == b"OPTIONS":
+        lookup = partial(field_value, head.block)
+        fields = policies.cors.fields_for(lookup(b"origin"), lookup)
+        if policies.cors.answers_preflight(head.method, lookup, fields):
             preflight = Routed(204, route=route)  # ingress-nginx's "return 204": nginx's rewrite phase, before access
             preflight.fields = fields
             return preflight
@@ -101,17 +107,19 @@ def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, r
         return denied
     if policies.canary is not None:
         route = canary_route(policies.canary, head, policies.affinity) or route
+    upstream_policies = policies
     if policies.backends is not None:  # Gateway API backendRefs with weights; an unusable one answers 500
         picked = policies.backends.pick()
         if picked is None:
             return Routed(policies.backends.unusable_status, route=route)
         route = picked
+        upstream_policies = picked.policies or policies  # a backendRef's own header changes are on its route
     if route.policies is not None and route.policies.backend_http2 and head.version < HTTP2:
         return Routed(426, route=route)  # HTTP/2 to the endpoints (gRPC) needs an HTTP/2 client
     routed = Routed(route=route)
     routed.fields = fields
     routed.limits = policies.limits
-    routed.head_bytes = upstream_head(policies, head, forwarded, host, path)
+    routed.head_bytes = upstream_head(upstream_policies, head, forwarded, host, path)
     if policies.basic_auth is not None:  # the credentials stay here (ingress-nginx: proxy_set_header Authorization "")
         routed.head_bytes = _AUTHORIZATION.sub(b"", routed.head_bytes)
     if policies.error_pages is not None and policies.error_pages.fallback:  # ingress-nginx's custom-default-backend upstream

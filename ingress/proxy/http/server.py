@@ -35,6 +35,7 @@ from ingress.proxy.http.states import AUTH, AWAIT, BODY, TUNNEL
 from ingress.proxy.http.trusted import trusted_forwarding
 from ingress.proxy.http2.connection import PREFACE, take_over
 from ingress.proxy.idle import Deadline
+from ingress.proxy.tls.sni import tls_server_name
 from ingress.proxy.transport import IConnectionTransport
 
 log = Logger()
@@ -227,7 +228,7 @@ class HTTPProxyProtocol(Protocol):
             self._forwarded = self._peer  # the trust was dropped by a new table
         exchange = self._exchange = Exchange(self, factory, self.settings, head, self._forwarded, PROTOCOL)
         self._keep_alive = keeps_alive(head, self._requests, factory.draining, factory.settings)  # the settings of the table live now
-        routed = route_request(table, head, self._forwarded, self.settings.https_redirect_port)
+        routed = route_request(table, head, self._forwarded, self.settings.https_redirect_port, tls_server_name(self.transport) if table.https_listeners is not None else None)
         if not exchange.admit(routed):
             return
         route = exchange.route

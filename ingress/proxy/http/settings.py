@@ -65,4 +65,4 @@ def with_listener(settings: ProxySettings, listener: Optional[ListenerSettings])
     if listener.upstream_keepalive_timeout is not None:
         changes["upstream_idle_timeout"] = listener.upstream_keepalive_timeout
     changes["gzip"] = listener.gzip
-    return replace(settings, **changes)  # type: ignore[arg-type]
+    return replace(settings, **changes)  # type: ignore[arg-type]  # field names to values of their fields' types, which mypy cannot follow through **

@@ -345,7 +345,7 @@ class UpstreamPool:
     ) -> IConnector:
         """Open a new connection (within C{timeout} seconds, or --connect-timeout); exactly one of the callbacks runs later."""
         connector = _Connector(self, address, connected, failed, tls.key if tls is not None else "")
-        factory: ClientFactory = connector if tls is None else TLSMemoryBIOFactory(connection_creator(tls), True, connector)  # type: ignore[assignment]
+        factory: ClientFactory = connector if tls is None else TLSMemoryBIOFactory(connection_creator(tls), True, connector)  # type: ignore[assignment]  # TLSMemoryBIOFactory is a WrappingFactory to the stubs, not a ClientFactory; connectTCP takes it as one
         return self.reactor.connectTCP(address[0], address[1], factory, timeout=timeout or self.settings.connect_timeout)
 
     def release(self, connection: UpstreamConnection) -> None:

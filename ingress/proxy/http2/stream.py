@@ -35,6 +35,7 @@ from ingress.proxy.http2.exchange import H2Exchange
 from ingress.proxy.http2.fields import Headers, local_response, request_head
 from ingress.proxy.http2.response import StreamConnection, StreamOutput
 from ingress.proxy.idle import Deadline
+from ingress.proxy.tls.sni import tls_server_name
 
 log = Logger()
 
@@ -86,7 +87,7 @@ class H2Stream:
             table = table.addresses.get(connection.local_host(), table)
         peer = connection.peer()
         forwarded = exchange.forwarded = trusted_forwarding(table.trust, peer, head, connection.local_port()) if table.trust is not None else peer
-        routed = route_request(table, head, forwarded, settings.https_redirect_port)
+        routed = route_request(table, head, forwarded, settings.https_redirect_port, tls_server_name(connection.transport) if table.https_listeners is not None else None)
         exchange.request_complete = not has_body
         if not exchange.admit(routed):
             return

@@ -299,7 +299,7 @@ class H2UpstreamPool:
         connection.wait(ready, failed)
         self._connections.setdefault(key, []).append(connection)
         connector = _Connector(connection)
-        factory: ClientFactory = connector if tls is None else TLSMemoryBIOFactory(connection_creator(tls), True, connector)  # type: ignore[assignment]
+        factory: ClientFactory = connector if tls is None else TLSMemoryBIOFactory(connection_creator(tls), True, connector)  # type: ignore[assignment]  # TLSMemoryBIOFactory is a WrappingFactory to the stubs, not a ClientFactory; connectTCP takes it as one
         return self.reactor.connectTCP(address[0], address[1], factory, timeout=timeout)
 
     def forget(self, connection: H2UpstreamConnection) -> None:

@@ -35,7 +35,7 @@ from ingress.process.sockets import address_family, bound_socket
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.streams.tcp import TCPStreamFactory
 from ingress.proxy.streams.udp import DEFAULT_MAX_SESSIONS, UDPStreamListener
-from ingress.routing.streams import TCP, StreamRoute
+from ingress.routing.streams import TCP, StreamRoute, stream_key
 from ingress.routing.table import RoutingTable
 
 log = Logger()
@@ -73,8 +73,10 @@ class StreamListeners:
         reuse_port: bool = False,
         gateway_listener: Optional[Callable[[StreamRoute], GatewayListener]] = None,
         gateway_interface: Optional[str] = None,
+        announce: bool = True,
     ) -> None:
         self.reactor = reactor
+        self.announce = announce  # a line for each port opened (workers: only the first; N copies say nothing more)
         self.pool = pool
         self.metrics = metrics
         self.interface = interface
@@ -118,7 +120,9 @@ class StreamListeners:
             self._failed(key, route, str(error.socketError or error))
             return
         if self.failures.pop(key, None) is not None:
-            log.info("stream listener {protocol}:{port} ({route}) is open now", protocol=key[0], port=key[1], route=route.name)
+            log.info("stream listener {protocol}/{port} ({route}) is open now", protocol=key[0], port=key[1], route=route.name)
+        elif self.announce:
+            log.info("stream listener {protocol}/{port} ({route}) open, to {upstream}", protocol=key[0], port=key[1], route=route.name, upstream=route.upstream.key)
         self.listeners[key] = _Listener(route, handler, port)
 
     def _listen(self, route: StreamRoute) -> tuple[Handler, Any]:
@@ -183,7 +187,7 @@ class StreamListeners:
         if not self.reuse_port:  # a worker's failure is counted once, by the primary's probe (L{ingress.process.streamports})
             self.metrics.stream_listener_errors.labels(key[0], str(key[1])).inc()
         log.error(
-            "stream listener {protocol}:{port} for {route} cannot be opened: {detail}; the other listeners keep working",
+            "stream listener {protocol}/{port} for {route} cannot be opened: {detail}; the other listeners keep working",
             protocol=key[0],
             port=key[1],
             route=route.name,
@@ -205,7 +209,7 @@ class StreamListeners:
         draining = _Draining(key, listener, None)
         draining.timer = self.reactor.callLater(self.drain_timeout, self._end_drain, draining)
         self._draining[id(draining)] = draining
-        log.info("stream listener {protocol}:{port} closed ({route} removed)", protocol=key[0], port=key[1], route=listener.route.name)
+        log.info("stream listener {protocol}/{port} closed ({route} removed)", protocol=key[0], port=key[1], route=listener.route.name)
 
     def _revive(self, key: Key, route: StreamRoute) -> bool:
         """A UDP port whose route comes back while it drains is still bound: take it back into service."""
@@ -229,7 +233,7 @@ class StreamListeners:
         else:
             count = handler.abort_all()
         if count:
-            log.info("stream {protocol}:{port}: drain over, closed {count} connections", protocol=key[0], port=key[1], count=count)
+            log.info("stream {protocol}/{port}: drain over, closed {count} connections", protocol=key[0], port=key[1], count=count)
 
     def drain(self) -> None:
         """Shutdown drain (L{ingress.process.drain}): take no new connections or sessions; open ones go on."""
@@ -274,7 +278,7 @@ class StreamListeners:
         """Listener state for /debug/routes: what is open, to where, and what failed to bind."""
         return {
             "listening": {
-                f"{protocol}:{port}": {
+                stream_key(protocol, port): {
                     "route": listener.route.name,
                     "upstream": listener.route.upstream.key,
                     "endpoints": [f"{h}:{p}" for h, p in listener.route.upstream.targets],
@@ -284,7 +288,7 @@ class StreamListeners:
                 }
                 for (protocol, port), listener in sorted(self.listeners.items())
             },
-            "failed": {f"{protocol}:{port}": detail for (protocol, port), detail in sorted(self.failures.items())},
+            "failed": {stream_key(protocol, port): detail for (protocol, port), detail in sorted(self.failures.items())},
         }
 
 

@@ -75,3 +75,16 @@ def _host_name(body: bytes) -> Optional[str]:
             return name.lower().rstrip(".")
         at += 3 + size
     return None
+
+
+def tls_server_name(transport: object) -> Optional[str]:
+    """
+    The SNI name a terminated TLS connection was opened with (lower-case, no trailing dot), or None:
+    a plain transport, or a client that sent none.  Read per request, where a Gateway's HTTPS
+    listeners make a request for another listener's host misdirected.
+    """
+    handle = getattr(transport, "getHandle", None)
+    connection = handle() if handle is not None else None
+    get_servername = getattr(connection, "get_servername", None)
+    raw = get_servername() if get_servername is not None else None
+    return raw.decode("ascii", "replace").lower().rstrip(".") if raw else None

@@ -28,7 +28,7 @@ class Key:
 
 
 KEYS: Mapping[str, Key] = {
-    # TLS (README "TLS"; ingress-nginx "Server-side HTTPS enforcement through redirect", "SSL Passthrough")
+    # TLS (docs/tls.md; ingress-nginx "Server-side HTTPS enforcement through redirect", "SSL Passthrough")
     "ssl-redirect": Key(values.boolean),
     "force-ssl-redirect": Key(values.boolean),
     "preserve-trailing-slash": Key(values.boolean),

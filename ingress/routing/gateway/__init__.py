@@ -13,7 +13,8 @@ A path's slot holds the candidates whose path matches it (an Exact path's slot a
 the prefixes above it, a prefix's slot the shorter prefixes), so the first candidate
 whose other conditions hold is the one the spec names; a slot whose first candidate
 asks for nothing more holds that route alone, and costs what an Ingress path costs.
-Wildcard hostnames cover any number of labels (L{RoutingTable.deep_wildcards}).
+Wildcard hostnames cover any number of labels (L{RoutingTable.deep_wildcards}).  A route serves
+only the hosts that belong to the listener it attached to (listener isolation, L{isolation}).
 
 A host that an Ingress serves stays the Ingress's: its HTTPRoutes are reported and
 not served there (one owner per host keeps both specifications' precedence rules
@@ -31,11 +32,13 @@ from ingress.model import ClusterState, Condition, ObjectRef, Problem
 from ingress.model.gateway import GATEWAY_CONTROLLER_NAME, PATH_MATCH_EXACT, PATH_MATCH_PREFIX, PATH_MATCH_REGEX, VALUE_MATCH_REGEX, HTTPRoute, ParentRef, RouteMatch, ValueMatch
 from ingress.routing.backends import Backends
 from ingress.routing.gateway.grpc import as_http_route
+from ingress.routing.gateway.isolation import Isolation
 from ingress.routing.gateway.l4 import L4Entries, add_l4_route
 from ingress.routing.gateway.listeners import ServedListener, attach, condition, our_gateways, serve_listeners
 from ingress.routing.gateway.regex import RegexPaths
 from ingress.routing.gateway.rules import RuleContext, compile_rule
 from ingress.routing.gateway.status import GatewayAPIStatus, GatewayStatus, ListenerStatus
+from ingress.routing.listener_names import ListenerNames
 from ingress.routing.policies.matching import RequestMatch, ValueCondition
 from ingress.routing.policies.redirect import GatewayRedirect
 from ingress.routing.route import Route, Upstream
@@ -56,6 +59,7 @@ class GatewayRoutes:
     status: GatewayAPIStatus = field(default_factory=GatewayAPIStatus)
     own_ports: dict[int, GatewayRoutes] = field(default_factory=dict)  # HTTP(S) listeners on ports of their own: each port's routes
     tls_listeners: bool = False  # a TLS listener (TLSRoutes) is served here: a name no route or certificate serves is refused
+    https_names: Optional[ListenerNames] = None  # the HTTPS listeners' hostnames: a request for another's host is misdirected (421)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,11 +96,12 @@ def build_gateway_routes(
     routes = sorted((*state.http_routes, *grpc), key=lambda r: r.meta.age_key())
     l4_routes = sorted(state.l4_routes, key=lambda r: r.meta.age_key())
     attached = attach(state, [*routes, *l4_routes], listeners)
+    isolation = Isolation(listeners)
     candidates: dict[tuple[int, str], list[_Candidate]] = {}  # (own port or 0, host)
     _open_own_ports(listeners, out)
     route_status: dict[ObjectRef, tuple[tuple[ParentRef, tuple[Condition, ...]], ...]] = {}
     for route in routes:
-        places = attached.hosts.get(route.ref, [])
+        places = isolation.places(attached.hosts.get(route.ref, []))
         context.unresolved = {}
         parents = attached.parents.get(route.ref)
         if places:
@@ -118,6 +123,11 @@ def build_gateway_routes(
         if parents:
             refs = _resolved_refs(l4_route.meta.generation, context.unresolved)
             route_status[l4_route.ref] = tuple((parent, (accepted, refs)) for parent, accepted in parents)
+    for claim in isolation.claims(list(candidates)):  # listener hostnames a less specific listener's routes must not serve
+        inherited = candidates.get((claim.place, claim.fallback), []) if claim.place == 0 and claim.fallback is not None else []
+        candidates[(claim.place, claim.host)] = _other_scheme(inherited, claim.scheme)
+    for place, names in isolation.https_names().items():
+        (out.own_ports[place] if place else out).https_names = names
     for (port, host), found in candidates.items():
         paths = _host_routes(found)
         where = out.own_ports[port] if port else out
@@ -188,6 +198,12 @@ def _add_candidates(
                 candidate = _candidate(route, match, target, scheme, (rule_index, match_index), context)
                 if candidate is not None:
                     into.setdefault(place, []).append(candidate)
+
+
+def _other_scheme(candidates: list[_Candidate], scheme: bytes) -> list[_Candidate]:
+    """The candidates a request over the other scheme than C{scheme} may reach (those for both schemes narrowed to it)."""
+    other = b"https" if scheme == b"http" else b"http"
+    return [c if c.match.scheme else replace(c, match=replace(c.match, scheme=other)) for c in candidates if c.match.scheme != scheme]
 
 
 def _judge_backends(route: HTTPRoute, context: RuleContext) -> None:

@@ -95,7 +95,7 @@ def serve_listeners(state: ClusterState, gateways: Iterable[Gateway], ports: Map
     """
     Every listener of C{gateways}, judged: served (on which of our listeners) or why not.  GRPCRoutes
     attach to HTTPS listeners, and to HTTP ones when HTTP/2 with prior knowledge is served there
-    (C{--http2-cleartext}): GRPCRoute asks for h2c on an HTTP listener.
+    (C{--h2c true}): GRPCRoute asks for h2c on an HTTP listener.
     """
     judged = [_judge(state, gateway, listener, ports, cleartext_http2) for gateway in gateways for listener in gateway.listeners]
     return _without_conflicts(judged)
@@ -255,7 +255,7 @@ def _attach_one(state: ClusterState, route: AnyRoute, parent: ParentRef, candida
     if not allowed:
         why = f"no selected listener allows {route.kind}s from this namespace"
         if kind == GRPC_ROUTE_KIND and any(s.listener.protocol == "HTTP" for s in selected):
-            why += " (GRPCRoutes need HTTP/2: HTTPS listeners, or HTTP ones with --http2-cleartext)"
+            why += " (GRPCRoutes need HTTP/2: HTTPS listeners, or HTTP ones with --h2c true)"
         return condition("Accepted", False, "NotAllowedByListeners", why, generation)
     attached = False
     for served in allowed:

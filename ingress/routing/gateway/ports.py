@@ -20,7 +20,7 @@ def port_table(
 ) -> RoutingTable:
     """
     The table a Gateway listener on a port of its own serves: that port's hosts and certificates (the
-    --default-ssl-certificate where no listener of the port has a hostless one), nothing else.
+    --default-certificate where no listener of the port has a hostless one), nothing else.
     """
     certificates = with_listener_certificates(CertificateTable(), routes.certificates, secrets)
     if certificates.default is None and default_certificate is not None and default_certificate in secrets:
@@ -39,4 +39,5 @@ def port_table(
         listener=config.listener,
         blocked=config.guards.block,
         rejects_unknown_tls_names=routes.tls_listeners,
+        https_listeners=routes.https_names,
     )

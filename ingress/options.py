@@ -1,0 +1,144 @@
+# -*- test-case-name: tests.proxy.test_first_minutes -*-
+"""
+The options of C{twistd ingress}, by topic, and the --help that shows them that way.
+
+Twisted's usage.Options prints every option in one alphabetical list (about sixty of
+them here), so an operator looking for the TLS options had to read them all.  Each
+option is declared here in the group --help shows it in; L{ingress.tap.Options}
+takes the flattened list, and a test fails when an option is in no group.
+
+A boolean is always a parameter that takes C{true} or C{false}: C{--http2 false},
+C{--h2c true}.  C{--http2-cleartext}, a flag before, stays accepted as the old
+spelling of C{--h2c true} (L{ingress.tap.Options.opt_http2_cleartext}).
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from typing import Any, Optional
+
+from twisted.python import usage
+
+from ingress.controllers.options import CONTROLLER_PARAMETERS
+from ingress.model import CONTROLLER_NAME, DEFAULT_CLASS_NAME
+from ingress.proxy.options import HTTP2_PARAMETERS, LIMIT_PARAMETERS
+from ingress.proxy.tls.termination import MODERN_CIPHERS
+
+Parameter = list[Any]  # [long name, short name, default, help], as usage.Options reads optParameters
+
+LISTENERS: list[Parameter] = [
+    ["http", None, "tcp:80", "Endpoint of the plain HTTP listener ('' turns it off)."],
+    ["https", None, "tcp:443", "Endpoint of the TLS listener, SNI-selected certificates ('' turns it off)."],
+    ["admin", None, "tcp:10254:interface=127.0.0.1", "Endpoint of the admin listener: / lists /healthz /readyz /metrics /debug/routes ('' turns it off)."],
+    ["stream-interface", None, "", "Address the TCP/UDP stream listeners bind ('' = every IPv4 address, :: = IPv6 and IPv4)."],
+    [
+        "gateway-interface", None, "",
+        "Address the Gateway API listeners on ports other than --http/--https bind ('' = every IPv4 address, :: = IPv6 and IPv4).",
+    ],
+    [
+        "gateway-addresses", None, "",
+        "Comma-separated IP addresses of this node for Gateways: each Gateway of ours gets one of its own (spec.addresses picks one),"
+        " served and reported there. ('' = every Gateway shares the node's addresses).",
+    ],
+]
+
+SOURCE: list[Parameter] = [
+    ["manifests", None, None, "Directory of Kubernetes manifests (YAML/JSON) to route by, instead of a cluster."],
+    ["poll-interval", None, 1.0, "Seconds between scans of the manifests directory."],
+    ["kubeconfig", None, None, "kubeconfig file of the cluster to watch. [default: in-cluster service account]"],
+    ["watch-namespace", None, "", "Watch only this namespace ('' = all namespaces)."],
+    ["ingress-class", None, DEFAULT_CLASS_NAME, "IngressClass name this controller serves."],
+    ["controller-name", None, CONTROLLER_NAME, "spec.controller value of IngressClasses this controller serves."],
+]
+
+TLS: list[Parameter] = [
+    ["default-certificate", None, None, "NAMESPACE/NAME of the TLS Secret served when no host matches. [default: self-signed, made at start]"],
+    ["tls-min-version", None, "1.2", "Lowest TLS version accepted: 1.2 or 1.3."],
+    ["tls-ciphers", None, MODERN_CIPHERS, "OpenSSL cipher list for TLS 1.2 (TLS 1.3 suites are OpenSSL's)."],
+    ["https-redirect-port", None, None, "Port in the Location of HTTP to HTTPS redirects. [default: the --https listener's port, omitted when 443]"],
+]
+
+WORKERS: list[Parameter] = [
+    ["workers", None, "1", "Worker processes serving HTTP, HTTPS and the stream ports: a number, or auto (the CPUs this process may use). 1: one process does everything."],
+    ["shutdown-delay", None, 5.0, "Seconds between SIGTERM (/readyz turns 503) and the listeners closing."],
+    ["drain-timeout", None, 30.0, "Seconds open requests and streams get after the listeners close."],
+    ["stream-drain-timeout", None, 30.0, "Seconds a removed stream's open connections are kept before they are closed."],
+]
+
+MIGRATION: list[Parameter] = [
+    ["nginx-configmap", None, None, "NAMESPACE/NAME of an ingress-nginx controller ConfigMap: its keys are every route's defaults (ingress-nginx's for keys it lacks)."],
+    ["nginx-annotations", None, "true", "Read nginx.ingress.kubernetes.io/ annotations on Ingresses too (true|false); twingress.io/ ones win."],
+    ["nginx-metrics", None, "false", "Also expose ingress-nginx's metric names and labels on /metrics, for its dashboards and alerts (true|false)."],
+    ["tcp-services-configmap", None, None, "NAMESPACE/NAME of an ingress-nginx tcp-services ConfigMap (\"<port>\": \"<ns>/<svc>:<port>[::PROXY]\") to serve as TCP streams."],
+    ["udp-services-configmap", None, None, "NAMESPACE/NAME of an ingress-nginx udp-services ConfigMap (\"<port>\": \"<ns>/<svc>:<port>\") to serve as UDP streams."],
+]
+
+LOGS: list[Parameter] = [
+    ["log-format", None, "text", "Process log: text (twistd's) or json (one object per line, on stdout)."],
+    ["access-log", None, "-", "Access log: '-' (stdout), a file path (reopened on SIGUSR1) or 'off'."],
+    ["access-log-format", None, "text", "Access log lines: text (combined log format + fields) or json."],
+    ["metrics-created", None, "false", "Also expose the _created series of counters and histograms on /metrics (true|false)."],
+]
+
+GROUPS: list[tuple[str, list[Parameter]]] = [
+    ("Listeners (Twisted endpoint descriptions: tcp:80, tcp:8080:interface=127.0.0.1, haproxy:tcp:80)", LISTENERS),
+    ("Source: a manifests directory, or a cluster", SOURCE),
+    ("Cluster controllers (the replica holding the leader Lease)", CONTROLLER_PARAMETERS),
+    ("Limits and timeouts", LIMIT_PARAMETERS),
+    ("TLS", TLS),
+    ("HTTP/2", HTTP2_PARAMETERS),
+    ("Workers and shutdown", WORKERS),
+    ("Migration from ingress-nginx", MIGRATION),
+    ("Logs and metrics", LOGS),
+]
+
+# Options that are methods of the Options class (flags without a value), and the group they show in.
+HANDLERS = {"http2-cleartext": "HTTP/2", "version": "General", "help": "General"}
+
+PARAMETERS: list[Parameter] = [parameter for _, parameters in GROUPS for parameter in parameters]
+
+
+def grouped_usage(options: usage.Options, width: Optional[int] = None) -> str:
+    """
+    What usage.Options.getUsage prints, one section per topic of L{GROUPS} (in that order), the
+    options of a section alphabetical; an option declared but in no group is shown under "Other".
+    """
+    width = width or int(os.environ.get("COLUMNS", "80"))
+    entries = {name: _entry(options, name) for name in _names(options)}
+    sections: dict[str, list[str]] = {title: [p[0] for p in group] for title, group in GROUPS}
+    for name, title in HANDLERS.items():
+        sections.setdefault(title, []).append(name)
+    shown = {name for names in sections.values() for name in names}
+    sections["Other"] = [name for name in entries if name not in shown]
+    text = "\n" + "\n".join(textwrap.wrap(getattr(options, "longdesc", ""), width)) + "\n"
+    for title, names in sections.items():
+        present = [entries[name] for name in names if name in entries]
+        if present:
+            text += f"\n{title}:\n" + "".join(usage.docMakeChunks(present, width))
+    return text
+
+
+def group_of(name: str) -> Optional[str]:
+    """The topic an option is shown under (None: in no group, so under "Other")."""
+    for title, group in GROUPS:
+        if any(parameter[0] == name for parameter in group):
+            return title
+    return HANDLERS.get(name)
+
+
+def _names(options: usage.Options) -> list[str]:
+    return [opt.rstrip("=") for opt in options.longOpt]
+
+
+def _entry(options: usage.Options, name: str) -> dict[str, Any]:
+    """One option as usage.docMakeChunks takes it."""
+    parameter = f"{name}=" in options.longOpt
+    return {
+        "long": name,
+        "short": None,
+        "doc": options.docs[name],
+        "optType": "parameter" if parameter else "flag",
+        "default": options.defaults.get(name) if parameter else None,
+    }
+

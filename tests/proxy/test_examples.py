@@ -1,0 +1,159 @@
+"""
+The examples as `make run` runs them (examples/*/run.sh, issue 33): each honours HTTP, HTTPS and
+ADMIN and prints the URLs it serves; a backend port that is taken stops the example with one line
+before twingress starts; the stream example carries TCP and UDP; and `make run` installs only
+what the demo needs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import ROOT, free_port
+
+EXAMPLES = ("quickstart", "nginx-migration", "gateway", "streams")
+
+
+class Example:
+    """examples/NAME/run.sh on free ports, its stdout collected."""
+
+    def __init__(self, name: str, tmp_path: Path, https: bool = True, args: tuple[str, ...] = ()) -> None:
+        self.http, self.https, self.admin = free_port(), free_port(), free_port()
+        self.output = tmp_path / f"{name}.out"
+        env = os.environ | {
+            "HTTP": f"tcp:{self.http}:interface=127.0.0.1",
+            "HTTPS": f"tcp:{self.https}:interface=127.0.0.1" if https else "",
+            "ADMIN": f"tcp:{self.admin}:interface=127.0.0.1",
+            "PYTHON": sys.executable,
+        }
+        with open(self.output, "wb") as out:
+            self.process = subprocess.Popen([str(ROOT / "examples" / name / "run.sh"), *args], env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def text(self) -> str:
+        return self.output.read_text(errors="replace")
+
+    def ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, self.text()
+            try:
+                if self.get(self.admin, "/readyz")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"not ready:\n{self.text()}")
+
+    @staticmethod
+    def get(port: int, path: str = "/", host: str = "127.0.0.1") -> tuple[int, bytes]:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            connection.request("GET", path, headers={"Host": host})
+            response = connection.getresponse()
+            return response.status, response.read()
+        finally:
+            connection.close()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(45)
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Iterator[type[Example]]:
+    started: list[Example] = []
+
+    class Started(Example):
+        def __init__(self, name: str, https: bool = True, args: tuple[str, ...] = ()) -> None:
+            super().__init__(name, tmp_path, https, args)
+            started.append(self)
+
+    yield Started
+    for example in started:
+        example.stop()
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_each_example_serves_where_http_https_and_admin_say_and_prints_the_urls(run: type[Example], name: str) -> None:
+    example = run(name)
+    example.ready()
+    text = example.text()
+    assert f"HTTP   http://127.0.0.1:{example.http}/" in text, text
+    assert f"HTTPS  https://127.0.0.1:{example.https}/" in text, text
+    assert f"admin  http://127.0.0.1:{example.admin}/" in text, text
+    assert example.get(example.admin, "/")[0] == 200
+    with socket.create_connection(("127.0.0.1", example.https), timeout=5):
+        pass  # HTTPS listens where HTTPS says
+    if name == "quickstart":
+        status, body = example.get(example.http, "/", host="echo.example.com")
+        assert status == 200 and json.loads(body)["name"] in ("echo-pod-a", "echo-pod-b")
+        assert f"curl -H 'Host: echo.example.com' http://127.0.0.1:{example.http}/" in text
+
+
+def test_an_empty_https_turns_it_off(run: type[Example]) -> None:
+    example = run("quickstart", https=False)
+    example.ready()
+    assert "HTTPS  " not in example.text() and "HTTPS on" not in example.text()
+
+
+def test_a_taken_backend_port_stops_the_example_with_one_line(run: type[Example]) -> None:
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        taken.bind(("127.0.0.1", 8081))  # echo-pod-a's, in examples/quickstart/services.yaml
+        taken.listen(1)
+        example = run("quickstart")
+        assert example.process.wait(30) == 1
+    text = example.text()
+    assert text.strip().splitlines() == [
+        "quickstart: the backend echo-pod-a cannot listen on tcp:8081:interface=127.0.0.1: [Errno 98] Address already in use (is another example running?)"
+    ], text
+    with pytest.raises(OSError):
+        Example.get(example.admin, "/healthz")  # twingress never started: no proxy to nowhere
+
+
+def test_the_stream_example_carries_tcp_and_udp(run: type[Example]) -> None:
+    example = run("streams", args=("--shutdown-delay", "0", "--drain-timeout", "1"))  # run.sh passes them on: the UDP session would hold the drain 30 s
+    example.ready()
+    text = example.text()
+    assert "TCP    127.0.0.1:9700" in text and "UDP    127.0.0.1:9753" in text, text
+    with socket.create_connection(("127.0.0.1", 9700), timeout=10) as tcp:
+        tcp.sendall(b"hello\n")
+        answer = tcp.recv(1024)
+    assert re.fullmatch(rb"tcp-pod-[ab]: hello\n", answer), answer
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+        udp.settimeout(10)
+        udp.sendto(b"hello", ("127.0.0.1", 9753))
+        assert udp.recvfrom(1024)[0] == b"udp-pod: hello"
+    routes = json.loads(Example.get(example.admin, "/debug/routes")[1])
+    assert {"TCP/9700", "UDP/9753"} <= set(routes["streams"])
+
+
+def test_make_run_installs_only_what_the_demo_needs(tmp_path: Path) -> None:
+    """What `make run` would do in a fresh clone (make -n: printed, not run)."""
+    outside_make = {name: value for name, value in os.environ.items() if name not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}  # as a user types it, not as make test's sub-make
+    plan = subprocess.run(
+        ["make", "--no-print-directory", "-n", "run", f"VENV={tmp_path / 'venv'}"], cwd=ROOT, capture_output=True, text=True, check=True, env=outside_make
+    ).stdout
+    installs = [line for line in plan.splitlines() if "pip install" in line]
+    assert any(line.endswith("pip install -q -e .") for line in installs), plan
+    assert not any("[test" in line or "compile" in line for line in installs), plan
+    assert "installing twingress and its dependencies" in plan, plan
+    assert plan.strip().splitlines()[-1] == "examples/quickstart/run.sh"
