@@ -17,12 +17,13 @@ import os
 
 from setuptools import setup
 
-# The modules a keep-alive HTTP request runs through.  A class compiled here must not need an
-# interpreted base class together with a compiled one (mypyc refuses that), which is why
-# relay.py and the mixins beside it (failures.py, connection_steps.py: mixed into HTTPProxyProtocol
-# beside Twisted's Protocol) stay interpreted; the last two hold only paths off the keep-alive one.  The
-# routing table's frozen dataclasses stay interpreted too: compiled, they cannot be unpickled
-# (mypyc's state setter assigns through the frozen __setattr__), and workers receive tables pickled.
+# The modules a keep-alive HTTP request runs through: the connection (server.py, whose one base
+# is Twisted's Protocol), its response framing (h1response.py) and the request's Exchange (no base
+# at all, so mypyc makes it a native class).  A class compiled here must not need an interpreted
+# base class together with a compiled one (mypyc refuses that).  The paths off the keep-alive one
+# stay interpreted (failures.py, steps.py, deadlines.py), and so do the routing table's frozen
+# dataclasses: compiled, they cannot be unpickled (mypyc's state setter assigns through the frozen
+# __setattr__), and workers receive tables pickled.
 HOT_MODULES = [
     "ingress/proxy/http/h1.py",
     "ingress/proxy/http/chunked.py",
@@ -31,6 +32,8 @@ HOT_MODULES = [
     "ingress/proxy/http/responses.py",
     "ingress/proxy/http/fastwrite.py",
     "ingress/proxy/http/server.py",
+    "ingress/proxy/http/h1response.py",
+    "ingress/proxy/http/exchange.py",
     "ingress/proxy/http/routed.py",
     "ingress/proxy/http/upstream.py",
     "ingress/proxy/idle.py",

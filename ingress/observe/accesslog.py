@@ -10,7 +10,7 @@ Text (the combined log format, then named fields)::
 
 (on one line; C{request_id} is the request's X-Request-ID, the client's or the one generated, as
 C{$req_id} ends ingress-nginx's default log format).  It is on the proxy's hot path, so a line is formatted from
-the connection's own attributes with one C{%} and appended to a buffer; the
+the exchange's own attributes with one C{%} and appended to a buffer; the
 buffer is written when it passes 64 KiB or half a second after its first
 line, whichever comes first, and on shutdown.  A file is opened for append
 and reopened on SIGUSR1 (logrotate's C{postrotate}); "-" is standard output,
@@ -83,20 +83,20 @@ class _Clock:
         return now
 
 
-def _common(connection: Any) -> tuple[Any, bytes, bytes, Optional[str], Optional[str], Optional[float], Optional[float], bytes]:
-    """What both formats read off the client connection (L{ingress.proxy.http.HTTPProxyProtocol})."""
+def _common(exchange: Any) -> tuple[Any, bytes, bytes, Optional[str], Optional[str], Optional[float], Optional[float], bytes]:
+    """What both formats read off the answered request (L{ingress.proxy.http.exchange.Exchange})."""
     mono = time.monotonic()
-    head = connection._request
+    head = exchange.request
     if head is not None:
         block = head.block
         lowered = b"\n" + block.lower()  # each field line now starts with "\n", the first one too
         referer, agent = _field(block, lowered, b"\nreferer:"), _field(block, lowered, b"\nuser-agent:")
         request_id = head.request_id or _field(block, lowered, b"\nx-request-id:")  # one made here is 32 hex digits
-        duration: Optional[float] = mono - connection._started_at
+        duration: Optional[float] = mono - exchange.started_at
     else:
         referer = agent = request_id = b""
         duration = None
-    route, upstream = connection._route, connection._tried
+    route, upstream = exchange.route, exchange.tried
     return (
         head,
         referer,
@@ -104,27 +104,27 @@ def _common(connection: Any) -> tuple[Any, bytes, bytes, Optional[str], Optional
         route.name if route is not None else None,
         f"{upstream[0]}:{upstream[1]}" if upstream is not None else None,
         duration,
-        mono - connection._sent_at if connection._sent_at else None,
+        mono - exchange.sent_at if exchange.sent_at else None,
         request_id,
     )
 
 
-def text_line(connection: Any, status: int, clock: _Clock) -> str:
+def text_line(exchange: Any, status: int, clock: _Clock) -> str:
     clock.now()
-    head, referer, agent, route, upstream, duration, upstream_duration, request_id = _common(connection)
+    head, referer, agent, route, upstream, duration, upstream_duration, request_id = _common(exchange)
     if head is not None:
         # the method is a token and the Host was validated by the parser: only the target needs escaping
         request = f"{head.method.decode()} {_escape(head.target)} {_VERSIONS.get(head.version) or 'HTTP/%d.%d' % head.version}"
         host = head.host.decode() or "-"
     else:
         request = host = "-"
-    forwarded = connection._forwarded
+    forwarded = exchange.forwarded
     return '%s - - [%s] "%s" %d %d "%s" "%s" host=%s route=%s upstream=%s duration=%s upstream_duration=%s request_id=%s\n' % (
         forwarded.ip or "-",
         clock.common,
         request,
         status,
-        connection._body_sent,
+        exchange.body_sent,
         _escape(referer) if referer else "-",
         _escape(agent) if agent else "-",
         host,
@@ -144,15 +144,15 @@ def _seconds(value: Optional[float]) -> str:
     return "%.6f" % value if value is not None else "null"
 
 
-def json_line(connection: Any, status: int, clock: _Clock) -> str:
+def json_line(exchange: Any, status: int, clock: _Clock) -> str:
     """
     The same fields as one JSON object.  Written with one C{%} and the json
     module's C string quoting: a dict through C{json.dumps} costs about three
     times as much per request.
     """
     now = clock.now()
-    head, referer, agent, route, upstream, duration, upstream_duration, request_id = _common(connection)
-    forwarded = connection._forwarded
+    head, referer, agent, route, upstream, duration, upstream_duration, request_id = _common(exchange)
+    forwarded = exchange.forwarded
     if head is not None:
         method, path = _quoted(_text(head.method)), _quoted(_text(head.target))
         version = _quoted(_VERSIONS.get(head.version) or "HTTP/%d.%d" % head.version)
@@ -171,7 +171,7 @@ def json_line(connection: Any, status: int, clock: _Clock) -> str:
         path,
         version,
         status,
-        connection._body_sent,
+        exchange.body_sent,
         _quoted(_text(referer) or None),
         _quoted(_text(agent) or None),
         host,
@@ -252,9 +252,9 @@ class AccessLog(Service):
         self._nginx_format = wanted
         self._format = compile_format(parse(wanted[0]), wanted[1]) if wanted[0] else self._own_format
 
-    def record(self, connection: Any, status: int) -> None:
+    def record(self, exchange: Any, status: int) -> None:
         """One request is answered: buffer its line (reactor thread)."""
-        line = self._format(connection, status, self._clock)
+        line = self._format(exchange, status, self._clock)
         self._lines.append(line)
         self._size += len(line)
         if self._size >= _FLUSH_BYTES:

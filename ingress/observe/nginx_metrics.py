@@ -98,10 +98,10 @@ class NginxMetrics(Collector):
         self.config_hash = 0.0
         self.leader: Optional[bool] = None
 
-    def record(self, connection: Any, status: int) -> None:
-        """One request answered (the access log's interface: an HTTP/1.1 connection or an HTTP/2 stream)."""
+    def record(self, exchange: Any, status: int) -> None:
+        """One request answered (the access log's interface: its L{ingress.proxy.http.exchange.Exchange})."""
         mono = time.monotonic()
-        head, route = connection._request, connection._route
+        head, route = exchange.request, exchange.route
         if route is not None:
             source = route.source
             key: tuple[str, ...] = (str(status), "", route.path, source.namespace, source.name, _service(route.upstream.key), "", "")
@@ -110,15 +110,15 @@ class NginxMetrics(Collector):
         if head is not None:
             length = len(head.method) + len(head.target) + 11 + len(head.block) + (head.framing.content_length or 0)
             key = (key[0], head.method.decode("ascii", "replace"), *key[2:7], _host(head.host))
-            duration = mono - connection._started_at
+            duration = mono - exchange.started_at
         else:
             length, duration = 0, 0.0
         self.requests[key] = self.requests.get(key, 0) + 1
         histograms = self._histograms.get(key)
         if histograms is None:
             histograms = self._histograms[key] = [_Histogram(len(buckets)) for _, buckets, _ in HISTOGRAMS]
-        sent = connection._body_sent
-        upstream = mono - connection._sent_at if connection._sent_at else None
+        sent = exchange.body_sent
+        upstream = mono - exchange.sent_at if exchange.sent_at else None
         for histogram, (_, buckets, _), value in zip(
             histograms, HISTOGRAMS, (duration, upstream, upstream, float(length), float(sent), float(sent)), strict=True
         ):
@@ -229,18 +229,18 @@ SUMMED_GAUGES = frozenset({
 class RequestRecorder(Protocol):
     """What the proxy calls once per answered request (L{ingress.observe.accesslog.AccessLog}, L{NginxMetrics})."""
 
-    def record(self, connection: Any, status: int) -> None: ...
+    def record(self, exchange: Any, status: int) -> None: ...
 
 
 class Recorders:
-    """Several request recorders behind the one C{record(connection, status)} the proxy calls."""
+    """Several request recorders behind the one C{record(exchange, status)} the proxy calls."""
 
     def __init__(self, *recorders: RequestRecorder) -> None:
         self.recorders = recorders
 
-    def record(self, connection: Any, status: int) -> None:
+    def record(self, exchange: Any, status: int) -> None:
         for recorder in self.recorders:
-            recorder.record(connection, status)
+            recorder.record(exchange, status)
 
 
 def recorder(access_log: Optional[RequestRecorder], nginx: Optional[NginxMetrics]) -> Optional[RequestRecorder]:

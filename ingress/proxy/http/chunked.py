@@ -97,3 +97,23 @@ class ChunkedFramer:
             self._state = self._DONE
         elif FIELDS_RE.fullmatch(body + CRLF) is None:
             raise HTTPError(400, "malformed trailer field")
+
+
+class LengthFramer:
+    """A body of known length (Content-Length) behind L{ChunkedFramer}'s C{feed}, C{done} and C{total}."""
+
+    __slots__ = ("_remaining", "total")
+
+    def __init__(self, length: int) -> None:
+        self._remaining = length
+        self.total = length  # known from the start: a body too large is refused before it is read
+
+    @property
+    def done(self) -> bool:
+        return self._remaining == 0
+
+    def feed(self, data: bytes) -> int:
+        """How many of C{data}'s bytes belong to the body."""
+        used = min(self._remaining, len(data))
+        self._remaining -= used
+        return used

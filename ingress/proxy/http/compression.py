@@ -97,7 +97,7 @@ def _window_for(length: Optional[int]) -> tuple[int, int]:
 
 class GzipBody:
     """
-    The body transform of one compressed response (the relay's C{feed}/C{payload} interface):
+    The body transform of one compressed response (the response's C{feed}/C{payload} interface):
     upstream bytes in (chunked or not), gzip out, in chunks for HTTP/1.1 (C{chunked}) or as
     plain data (HTTP/2 frames it itself).  C{finish} gives the last bytes.
     """

@@ -180,6 +180,22 @@ def check_incomplete_head(buffer: bytes | bytearray, max_line: int, max_head: in
         raise HTTPError(431, "header section too large")
 
 
+def complete_head(buffer: bytes, max_line: int, max_head: int) -> int:
+    """
+    Index just past a complete head at the buffer's start within the limits, or -1 while
+    incomplete; HTTPError for a head refused whole or early (L{check_incomplete_head}).
+    """
+    end = find_head_end(buffer)
+    if end < 0:
+        check_incomplete_head(buffer, max_line, max_head)
+        return -1
+    if end > max_head:
+        raise HTTPError(431, "header section too large")
+    if buffer.find(CRLF, 0, end) > max_line:
+        raise HTTPError(414, "request line too long")
+    return end
+
+
 def split_fields(block: bytes) -> list[Field]:
     """Split a validated field section into (name, lower-cased name, value) triples."""
     fields = []

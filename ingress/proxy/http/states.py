@@ -1,7 +1,7 @@
 """
-The states of a client connection's request cycle (an HTTP/2 stream's too), shared by the
-connection half (L{ingress.proxy.http.server}), the upstream half (L{ingress.proxy.http.relay})
-and its failure steps (L{ingress.proxy.http.failures}).
+The states of an exchange (L{ingress.proxy.http.exchange.Exchange}): routing (HEAD), a guard
+deciding (AUTH), the request body being read (BODY), the response awaited (AWAIT), a tunnel
+after a 101 (TUNNEL), and over (CLOSED).
 """
 
 HEAD, BODY, AWAIT, TUNNEL, CLOSED, AUTH = range(6)  # AUTH: a password being checked (reading paused)

@@ -17,7 +17,7 @@ any other protocol error gets the code C{h2} chose (RFC 9113 5.4.1).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from h2.config import H2Configuration
 from h2.errors import ErrorCodes
@@ -41,15 +41,13 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor
+from ingress.proxy.http.shared import Shared
 from ingress.proxy.http2.stream import H2Stream
 from ingress.proxy.http2.upstream import GoawayTolerant
 from ingress.proxy.http2.validate import MalformedHeaders, check_request, check_trailers
 from ingress.proxy.idle import Deadline
 from ingress.proxy.reactorstep import run_before_next_poll
 from ingress.proxy.transport import IConnectionTransport, hand_over
-
-if TYPE_CHECKING:
-    from ingress.proxy.http.factory import HTTPProxyFactory
 
 log = Logger()
 
@@ -86,7 +84,7 @@ class H2ServerProtocol(Protocol):
 
     transport: IConnectionTransport
 
-    def __init__(self, factory: HTTPProxyFactory) -> None:
+    def __init__(self, factory: Shared) -> None:
         self.factory = factory
         self.settings = factory.settings
         self.streams: dict[int, H2Stream] = {}
@@ -362,7 +360,7 @@ class H2ServerProtocol(Protocol):
             stream.abandon()
 
 
-def take_over(transport: IConnectionTransport, factory: HTTPProxyFactory, data: bytes) -> None:
+def take_over(transport: IConnectionTransport, factory: Shared, data: bytes) -> None:
     """Make a connection HTTP/2's (ALPN chose h2, or it opened with the preface), replaying what was read."""
     protocol = H2ServerProtocol(factory)
     hand_over(transport, protocol)

@@ -14,8 +14,10 @@ rather than a reset or an HTML 502.
 
 from __future__ import annotations
 
+import time
 from collections import deque
-from typing import TYPE_CHECKING, Optional
+from collections.abc import Callable
+from typing import Optional, Protocol
 
 from h2.errors import ErrorCodes
 from h2.exceptions import ProtocolError, StreamClosedError
@@ -23,13 +25,11 @@ from twisted.internet.interfaces import IConnector
 from twisted.logger import Logger
 
 from ingress.proxy.http import h1
+from ingress.proxy.http.exchange import Exchange
 from ingress.proxy.http.routed import Routed
 from ingress.proxy.http.upstream import Address
 from ingress.proxy.http2.fields import Headers, upstream_request_headers
 from ingress.proxy.http2.upstream import H2UpstreamConnection
-
-if TYPE_CHECKING:
-    from ingress.proxy.http2.stream import H2Stream
 
 log = Logger()
 
@@ -37,10 +37,34 @@ GRPC_UNAVAILABLE = b"14"
 _CONNECTION_SPECIFIC = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade", b"server"})
 
 
-class H2Exchange:
-    """One client stream's counterpart on an endpoint's HTTP/2 connection (an L{ExchangeSink})."""
+class StreamClient(Protocol):
+    """What an L{H2Exchange} asks of its client's stream (L{ingress.proxy.http2.stream.H2Stream}): frames, not an HTTP/1.1 head."""
 
-    def __init__(self, stream: H2Stream, client_headers: Headers, routed: Routed, client_done: bool) -> None:
+    def acknowledge(self, size: int) -> None:
+        """C{size} bytes of the request were taken: the client may send as many more."""
+
+    def respond(self, status: int, headers: Headers, trailers: Optional[Headers] = None) -> None:
+        """The response head (with C{trailers}: a trailers-only answer)."""
+
+    def queue(self, data: bytes, on_sent: Callable[[int], None]) -> None:
+        """Response DATA; C{on_sent} hears how much the client's window let out."""
+
+    def end_with(self, trailers: Optional[Headers]) -> None:
+        """The response is complete (with C{trailers}, if any)."""
+
+    def reset_client(self, code: ErrorCodes) -> None:
+        """The response cannot be finished: the client's stream is reset."""
+
+
+class H2Exchange:
+    """
+    One client stream's counterpart on an endpoint's HTTP/2 connection (an L{ExchangeSink}): the
+    request's L{Exchange} chooses the endpoint and keeps the request's record, the frames go
+    to the client through its L{StreamClient}.
+    """
+
+    def __init__(self, exchange: Exchange, stream: StreamClient, client_headers: Headers, routed: Routed, client_done: bool) -> None:
+        self.exchange = exchange
         self.stream = stream
         route = routed.route
         assert route is not None and route.policies is not None
@@ -62,9 +86,10 @@ class H2Exchange:
     # -- choosing and reaching an endpoint ----------------------------------------
 
     def start(self) -> None:
-        pool = self.stream.factory.pool
+        exchange = self.exchange
+        pool = exchange.shared.pool
         tried = self._tried
-        address = self.stream._choose_endpoint(self.route)  # affinity, hash, ewma as for HTTP/1.1
+        address = exchange.choose_endpoint(self.route)  # affinity, hash, ewma as for HTTP/1.1
         for _ in range(len(self.route.upstream.targets)):
             if address is None or address not in tried:
                 break
@@ -73,19 +98,21 @@ class H2Exchange:
             self._unavailable(503, "no endpoint" if not tried else "every endpoint failed")
             return
         tried.add(address)
-        self.stream._tried = address
-        upstreams = self.stream.factory.http2_upstreams
+        exchange.tried = address
+        upstreams = exchange.shared.http2_upstreams
         self._connecting = upstreams.get(
-            address, self.tls, self._ready, lambda detail, timed_out: self._failed(address, detail, timed_out), self.stream._connect_timeout
+            address, self.tls, self._ready, lambda detail, timed_out: self._failed(address, detail, timed_out), exchange.connect_timeout
         )
 
     def _ready(self, connection: H2UpstreamConnection) -> None:
         self._connecting = None
         if self._gone:
             return
-        self.stream.factory.pool.mark_up(self.stream._tried or ("", 0))
+        exchange = self.exchange
+        exchange.shared.pool.mark_up(exchange.tried or ("", 0))
         self.connection = connection
-        self.stream.started_upstream()
+        exchange.sent_at = time.monotonic()
+        exchange.attempts += 1
         self.upstream_id = connection.open_stream(self, self.headers, end_stream=self.client_done and not self._to_upstream)
         if self.client_done and not self._to_upstream:
             self._trailers_sent = True
@@ -95,7 +122,7 @@ class H2Exchange:
         self._connecting = None
         if self._gone:
             return
-        factory = self.stream.factory
+        factory = self.exchange.shared
         factory.pool.mark_down(address)
         factory.metrics.upstream_failures.labels("connect-timeout" if timed_out else "connect").inc()
         log.warn("upstream {address} failed: {detail}", address=f"{address[0]}:{address[1]}", detail=detail)
@@ -104,7 +131,7 @@ class H2Exchange:
     # -- the request's body and trailers -------------------------------------------
 
     def client_data(self, data: bytes, flow_length: int) -> None:
-        self.stream._touch_timer()
+        self.exchange.touch_timer()
         self._to_upstream.append((data, flow_length))
         self.upstream_window()
 
@@ -150,14 +177,16 @@ class H2Exchange:
 
     def upstream_headers(self, headers: Headers, ended: bool) -> None:
         """The response head; with C{ended}, a trailers-only response (gRPC's status without a message)."""
-        self.stream._touch_timer()
+        exchange = self.exchange
+        exchange.touch_timer()
         status = next((int(value) for name, value in headers if name == b":status"), 502)
         out = [(name, value) for name, value in headers if name not in _CONNECTION_SPECIFIC]
-        out.append((b"server", self.stream.settings.server_name))
-        added = self.stream._added_fields(status)  # the affinity cookie, CORS fields, an auth service's cookie
+        out.append((b"server", exchange.settings.server_name))
+        fields = exchange.fields  # the affinity cookie, CORS fields, an auth service's cookie
+        added = fields.added(status) if fields is not None else b""
         if added:
             out.extend((lower, value) for _, lower, value in h1.split_fields(added))
-        hsts = self.route.hsts if self.stream.factory.scheme == b"https" else ""
+        hsts = self.route.hsts if exchange.shared.scheme == b"https" else ""
         if hsts:
             out.append((b"strict-transport-security", hsts.encode("ascii")))
         if ended:
@@ -167,7 +196,7 @@ class H2Exchange:
             self.stream.respond(status, out)
 
     def upstream_data(self, data: bytes, flow_length: int) -> None:
-        self.stream._touch_timer()
+        self.exchange.touch_timer()
         connection = self.connection
         padding = flow_length - len(data)
         if padding and connection is not None:
@@ -202,22 +231,22 @@ class H2Exchange:
     def _fail(self, detail: str, code: int) -> None:
         if self._gone:
             return
-        self.stream.factory.metrics.upstream_failures.labels("reset").inc()
+        self.exchange.shared.metrics.upstream_failures.labels("reset").inc()
         log.info("upstream error for {route}: {detail}", route=self.route.name, detail=detail)
         self._unavailable(502, detail, code)
 
     def _unavailable(self, status: int, detail: str, code: int = ErrorCodes.INTERNAL_ERROR) -> None:
         """A failed exchange: gRPC's UNAVAILABLE in trailers, or a status (or a reset once answered) otherwise."""
         self._gone = True
-        stream = self.stream
+        stream, exchange = self.stream, self.exchange
         if self.grpc:
             trailers = [(b"grpc-status", GRPC_UNAVAILABLE), (b"grpc-message", _grpc_message(detail))]
-            if not stream.responded:
-                stream.respond(200, [(b"content-type", b"application/grpc"), (b"server", stream.settings.server_name)], trailers)
+            if not exchange.responded:
+                stream.respond(200, [(b"content-type", b"application/grpc"), (b"server", exchange.settings.server_name)], trailers)
             else:
                 stream.end_with(trailers)
-        elif not stream.responded:
-            stream.answer(status)
+        elif not exchange.responded:
+            exchange.answer(status)
         else:
             stream.reset_client(_error_code(code))
 
@@ -225,7 +254,7 @@ class H2Exchange:
         """No frame either way for the route's read timeout (proxy-read-timeout, 60 s by default): ended."""
         if self._gone:
             return
-        detail = f"no frame either way for {self.stream._read_timeout:g} s"
+        detail = f"no frame either way for {self.exchange.read_timeout:g} s"
         log.info("upstream timeout for {route}: {detail}", route=self.route.name, detail=detail)
         self.cancel()
         self._gone = False  # cancel() marked it gone; the client still gets its answer

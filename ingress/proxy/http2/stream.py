@@ -1,175 +1,121 @@
 # -*- test-case-name: tests.proxy.test_http2 -*-
 """
-One HTTP/2 request: its routing, its guards, its request body, and its end.
+One HTTP/2 request's client side: its stream.
 
-L{H2Stream} is an L{UpstreamRelay} like the HTTP/1.1 connection: endpoint
-choice, pooled connections, retries and the ewma scores are the same code.
-What differs is the client side: the request body arrives in DATA frames and
-is acknowledged (WINDOW_UPDATE) only while the upstream takes it; the response
-side is L{ingress.proxy.http2.response.StreamResponse}.
+An L{H2Stream} is the L{ingress.proxy.http.client.ClientSide} of one
+L{ingress.proxy.http.exchange.Exchange}, as an HTTP/1.1 connection is of each of its
+requests: routing, guards, endpoint choice, pooled connections, retries and the ewma
+scores are the exchange's, the same code for both.  What the stream does is HTTP/2's:
+the request body arrives in DATA frames and is acknowledged (WINDOW_UPDATE) only while
+the upstream takes it; the response goes out through its L{StreamOutput} as the client's
+window allows, and a stream holding more than L{HIGH_WATER} bytes its client has made no
+room for pauses its own upstream connection's reads, and no other stream's.  A route whose
+endpoints speak HTTP/2 (gRPC, h2c) hands the stream to an L{H2Exchange} instead.
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Optional
 
 from h2.errors import ErrorCodes
 from h2.exceptions import StreamClosedError
 from twisted.logger import Logger
 
-from ingress.observe.metrics import NO_ROUTE
-from ingress.proxy.http import h1
-from ingress.proxy.http.chunked import ChunkedFramer
+from ingress.proxy.http import failures, h1
+from ingress.proxy.http.exchange import Exchange
 from ingress.proxy.http.extauth import Verdict
-from ingress.proxy.http.forwarding import UNKNOWN_PEER
+from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor
 from ingress.proxy.http.guards import Guards
 from ingress.proxy.http.routed import Routed, route_request
 from ingress.proxy.http.states import AUTH, AWAIT, BODY, CLOSED, HEAD
 from ingress.proxy.http.trusted import trusted_forwarding
-from ingress.proxy.http.upstream import Address, UpstreamConnection
 from ingress.proxy.http2.exchange import H2Exchange
 from ingress.proxy.http2.fields import Headers, local_response, request_head
-from ingress.proxy.http2.response import StreamResponse
+from ingress.proxy.http2.response import StreamConnection, StreamOutput
 from ingress.proxy.idle import Deadline
 from ingress.proxy.tls.sni import tls_server_name
-from ingress.routing.policies import Policies
-
-if TYPE_CHECKING:
-    from ingress.proxy.http2.connection import H2ServerProtocol
 
 log = Logger()
 
+HIGH_WATER = 1 << 16  # response bytes a stream holds for a client that gives no window, before its upstream is paused
 
 
-class H2Stream(StreamResponse):
-    """A request on an HTTP/2 connection, relayed to an HTTP/1.1 upstream."""
+class H2Stream:
+    """A request on an HTTP/2 connection: the client side of its exchange."""
 
+    tunnels = False  # a 101 is answered 502
     # A stream's state starts as these values, read from the class until the stream writes its own:
-    # a stream per request, and 37 attribute stores in __init__ were 3% of the HTTP/2 bench.
-    _buffer = b""
-    _state = HEAD
-    _request: Optional[h1.Head] = None
-    request_method = b""
-    _route = None
-    _upstream: Optional[UpstreamConnection] = None
-    _connecting = None
-    _request_id = 1
-    _attempts = 0
-    _tried: Optional[Address] = None
-    _pending_size = 0
-    _client_full = False
-    _head_bytes = b""
-    _sent_at = 0.0
-    _responded = False
-    _status = 0
-    _keep_alive = True
-    _request_complete = False
-    _decode: Optional[ChunkedFramer] = None
-    _body_sent = 0
-    _set_cookie = b""
-    _response_fields = b""
-    _auth_cookies = b""
-    _conn_hold: Optional[tuple[str, str]] = None  # limit-connections: the place this request holds
-    _error_code = 0
-    _mirrors = ()
-    _forwarded = UNKNOWN_PEER
+    # a stream per request, and each attribute store in __init__ is a cost of the HTTP/2 bench.
+    client_full = False
     _unacknowledged = 0  # request bytes received while the upstream pushed back
     _body_received = 0
     _chunked_upstream = False
-    _out_size = 0
-    _end_pending = False
-    _ended_with_headers = False
-    _trailers: Optional[Headers] = None  # sent after the last DATA, ending the stream
-    _exchange: Optional[H2Exchange] = None  # an HTTP/2 endpoint's stream (backend-protocol GRPC, GRPCS, H2C)
-    _on_sent: Optional[Callable[[int], None]] = None
+    _h2_exchange: Optional[H2Exchange] = None  # an HTTP/2 endpoint's stream (backend-protocol GRPC, GRPCS, H2C)
+    _waiting: Optional[tuple[Headers, bool, Routed]] = None  # the request while a guard decides
     _held_end = False
 
-    def __init__(self, connection: H2ServerProtocol, stream_id: int) -> None:
+    def __init__(self, connection: StreamConnection, stream_id: int) -> None:
         self.connection = connection
         self.stream_id = stream_id
-        self.factory = factory = connection.factory
-        self.settings = settings = factory.settings
+        factory = connection.factory
         self.transport = connection.transport
-        self._timer = Deadline(factory.reactor, self._timed_out)
-        self._pending: list[bytes] = []
-        self._started_at = time.monotonic()
-        self._max_body = settings.max_body_bytes
-        self._connect_timeout = settings.connect_timeout
-        self._read_timeout = settings.upstream_timeout
-        self._send_timeout = settings.upstream_timeout
+        self.timer = Deadline(factory.reactor, self._timed_out)
+        self.exchange = Exchange(self, factory, factory.settings, None, UNKNOWN_PEER, "h2")
+        self.out = StreamOutput(connection, stream_id)
         self._read_pauses: set[str] = set()
-        self._out: deque[bytes] = deque()
         self._held: list[tuple[bytes, int]] = []  # request DATA while a guard decides (basic or external auth)
 
     # -- the request ------------------------------------------------------------
 
     def begin(self, headers: Headers, has_body: bool) -> None:
         """The request's HEADERS arrived: route it and start forwarding."""
+        exchange = self.exchange
+        settings = exchange.settings
         try:
-            head = request_head(headers, has_body, self.settings.max_header_fields)
+            head = request_head(headers, has_body, settings.max_header_fields)
         except h1.HTTPError as error:
-            self._request_complete = not has_body
-            self._refuse(error.status, error.detail)
+            exchange.request_complete = not has_body
+            self.refuse(error.status, error.detail)
             return
-        self._request = head
-        self.request_method = head.method
+        exchange.request = head
+        exchange.request_method = head.method
         connection = self.connection
-        table = self.factory.live.table
+        table = connection.factory.live.table
         if table.addresses:  # Gateways with addresses of their own: the address reached picks the table
             table = table.addresses.get(connection.local_host(), table)
         peer = connection.peer()
-        self._forwarded = trusted_forwarding(table.trust, peer, head, connection.local_port()) if table.trust is not None else peer
-        routed = route_request(table, head, self._forwarded, self.settings.https_redirect_port, tls_server_name(connection.transport) if table.https_listeners is not None else None)
-        self._request_complete = not has_body
-        if not self._take_routing(routed):
+        forwarded = exchange.forwarded = trusted_forwarding(table.trust, peer, head, connection.local_port()) if table.trust is not None else peer
+        routed = route_request(table, head, forwarded, settings.https_redirect_port, tls_server_name(connection.transport) if table.https_listeners is not None else None)
+        exchange.request_complete = not has_body
+        if not exchange.admit(routed):
             return
-        policies = self._route.policies if self._route is not None else None
-        if policies is not None:
-            if policies.client_auth is not None:
-                if not self._client_certificate_passes(policies.client_auth):
-                    return
-                routed.head_bytes = self._head_bytes  # an HTTP/2 endpoint's request is made from it too
-            if Guards.wanted(policies):
-                self._guard(policies, head, headers, has_body, routed)
-                return
+        routed.head_bytes = exchange.head_bytes  # with a client certificate's fields: an HTTP/2 endpoint's request is made from it too
+        route = exchange.route
+        policies = route.policies if route is not None else None
+        if policies is not None and Guards.wanted(policies):
+            self._waiting = (headers, has_body, routed)
+            exchange.guard(policies)
+            return
         self._forward(head, headers, has_body, routed)
 
-    def _client_transport(self) -> Any:
-        return self.connection.transport
-
-    def _stop_timers(self) -> None:
-        """The stream's ends: its progress timer and its route's deadlines (Gateway API timeouts), if any."""
-        self._timer.cancel()
-        if self._deadlines is not None:
-            self._deadlines.cancel()
-
-    def _guard(self, policies: Policies, head: h1.Head, headers: Headers, has_body: bool, routed: Routed) -> None:
-        """Basic or external auth: the request's DATA is held (not acknowledged) until the verdict."""
-        self._state = AUTH
-        timeout = self._connect_timeout + self._read_timeout
-        checking = self.factory.guards.check(policies, head, self._forwarded.ip, self._forwarded.scheme, timeout)
-        checking.addCallback(self._guarded, head, headers, has_body, routed)
-
-    def _guarded(self, verdict: Verdict, head: h1.Head, headers: Headers, has_body: bool, routed: Routed) -> None:
-        if self._state != AUTH:
-            if verdict.hold is not None:
-                self.factory.guards.leave(verdict.hold)
-            return  # reset meanwhile
+    def guarded(self, verdict: Verdict) -> None:
+        """Basic or external auth decided: the request's DATA, held (not acknowledged) until now, goes on or is dropped."""
+        exchange = self.exchange
+        waiting, self._waiting = self._waiting, None
+        assert waiting is not None and exchange.request is not None
+        headers, has_body, routed = waiting
         if verdict.status:
-            self.factory.metrics.denied.labels(verdict.reason, self._route_name()).inc()
-            self._state = AWAIT
+            exchange.state = AWAIT
             for _, flow_length in self._held:
                 self._acknowledge(flow_length)
-            self._request_complete = self._held_end
-            self._answer_locally(verdict.status, fields=verdict.fields)
+            exchange.request_complete = self._held_end
+            exchange.answer(verdict.status, fields=verdict.fields)
             return
-        self._state = HEAD
-        self._take_verdict(verdict)
-        routed.head_bytes = self._head_bytes  # an HTTP/2 endpoint's request is made from it too
-        self._forward(head, headers, has_body, routed)
+        exchange.state = HEAD
+        routed.head_bytes = exchange.head_bytes  # an HTTP/2 endpoint's request is made from it too
+        self._forward(exchange.request, headers, has_body, routed)
         held, self._held = self._held, []
         for data, flow_length in held:
             self.receive_body(data, flow_length)
@@ -178,78 +124,78 @@ class H2Stream(StreamResponse):
 
     def _forward(self, head: h1.Head, headers: Headers, has_body: bool, routed: Routed) -> None:
         """A routed request that passed its guards: to an HTTP/2 endpoint's stream, or the HTTP/1.1 pools."""
-        policies = self._route.policies if self._route is not None else None
+        exchange = self.exchange
+        route = exchange.route
+        policies = route.policies if route is not None else None
         if policies is not None and policies.backend_http2:
-            self._state = BODY if has_body else AWAIT
-            self._timer.set(self._read_timeout, "upstream")  # no frame either way for this long ends the exchange
-            self._exchange = H2Exchange(self, headers, routed, not has_body)
-            self._exchange.start()
+            exchange.state = BODY if has_body else AWAIT
+            self.timer.set(exchange.read_timeout, "upstream")  # no frame either way for this long ends the exchange
+            self._h2_exchange = H2Exchange(exchange, self, headers, routed, not has_body)
+            self._h2_exchange.start()
             return
         framing = head.framing
-        if framing.content_length and framing.content_length > self._max_body:
-            self._answer_locally(413)
+        if framing.content_length and framing.content_length > exchange.max_body:
+            exchange.answer(413)
             return
         if has_body:
             self._chunked_upstream = framing.chunked
-            self._state = BODY
-            self._timer.set(self.settings.client_body_timeout, "body")
+            exchange.reading_body()
         else:
-            self._state = AWAIT
-            self._timer.set(self._read_timeout, "upstream")
-        if policies is not None and policies.mirror is not None:
-            self._start_mirrors(policies.mirror)
-        self._dispatch()
+            self.timer.set(exchange.read_timeout, "upstream")
+            exchange.body_done()
+        exchange.start_upstream()
 
     def receive_body(self, data: bytes, flow_length: int) -> None:
         """A DATA frame of the request: on upstream, acknowledged now or once the upstream takes more."""
-        if self._state == AUTH:
+        exchange = self.exchange
+        state = exchange.state
+        if state == AUTH:
             self._held.append((data, flow_length))
             return
-        if self._exchange is not None and self._state == BODY:
-            self._exchange.client_data(data, flow_length)
+        if self._h2_exchange is not None and state == BODY:
+            self._h2_exchange.client_data(data, flow_length)
             return
-        if self._state != BODY:  # answered already: the bytes are dropped, the window kept open
+        if state != BODY:  # answered already: the bytes are dropped, the window kept open
             self._acknowledge(flow_length)
             return
         self._body_received += len(data)
-        if self._body_received > self._max_body:
+        if self._body_received > exchange.max_body:
             self._acknowledge(flow_length)
-            self._refuse(413, "request body too large")
+            self.refuse(413, "request body too large")
             return
         if self._read_pauses:
             self._unacknowledged += flow_length
         else:
             self._acknowledge(flow_length)
         if data:
-            self._touch_timer()
-            self._send_upstream(b"%x\r\n%s\r\n" % (len(data), data) if self._chunked_upstream else data)
+            exchange.touch_timer()
+            exchange.send_upstream(b"%x\r\n%s\r\n" % (len(data), data) if self._chunked_upstream else data)
 
     def end_of_body(self) -> None:
         """The client's half is closed (END_STREAM)."""
-        if self._state == AUTH:
+        exchange = self.exchange
+        if exchange.state == AUTH:
             self._held_end = True
             return
-        self._request_complete = True
-        if self._state != BODY:
+        exchange.request_complete = True
+        if exchange.state != BODY:
             return
-        if self._exchange is not None:
-            self._state = AWAIT
-            self._exchange.client_end()
+        if self._h2_exchange is not None:
+            exchange.state = AWAIT
+            self._h2_exchange.client_end()
             return
         if self._chunked_upstream:
-            self._send_upstream(b"0\r\n\r\n")
-        self._state = AWAIT
-        if self._timer.kind == "body":
-            self._timer.set(self._read_timeout, "upstream")
+            exchange.send_upstream(b"0\r\n\r\n")
+        exchange.body_done()
 
     def trailers(self, headers: Headers) -> None:
         """The request's trailers: an HTTP/2 endpoint gets them; an HTTP/1.1 one does not (not forwarded)."""
-        if self._exchange is not None and self._state == BODY:
-            self._exchange.client_trailers(headers)
+        if self._h2_exchange is not None and self.exchange.state == BODY:
+            self._h2_exchange.client_trailers(headers)
 
     def acknowledge(self, size: int) -> None:
         """An HTTP/2 endpoint took C{size} bytes of the request: the client may send as many more."""
-        if self._state != CLOSED:
+        if self.exchange.state != CLOSED:
             self._acknowledge(size)
 
     def _acknowledge(self, size: int) -> None:
@@ -257,81 +203,135 @@ class H2Stream(StreamResponse):
             self.connection.h2.acknowledge_received_data(size, self.stream_id)
             self.connection.flush()
 
-    def _pause_reading(self, reason: str) -> None:
+    def peer(self) -> ForwardedFor:
+        return self.connection.peer()
+
+    def pause_reading(self, reason: str) -> None:
         self._read_pauses.add(reason)
 
-    def _resume_reading(self, reason: str) -> None:
+    def resume_reading(self, reason: str) -> None:
         self._read_pauses.discard(reason)
-        if not self._read_pauses and self._unacknowledged and self._state != CLOSED:
+        if not self._read_pauses and self._unacknowledged and self.exchange.state != CLOSED:
             size, self._unacknowledged = self._unacknowledged, 0
             self._acknowledge(size)
 
+    # -- the response (ClientSide) -------------------------------------------------
+
+    def send_interim(self, head: h1.Head) -> None:
+        pass  # interim responses are not passed on
+
+    def send_head(self, head: h1.Head, body: bytes, complete: bool, added: bytes) -> None:
+        self.out.send_head(self.exchange, head, body, complete, added)
+        if self.out.size:  # the body read with the head, held for the window
+            self.exchange.touch_timer()
+            self.pump()
+
+    def send_body(self, data: bytes) -> None:
+        if self.out.add(self.exchange, data):
+            self.pump()
+
+    def end_response(self) -> None:
+        self.timer.cancel()
+        exchange = self.exchange
+        if self.out.ended:  # with the response's head, or its only DATA frame
+            self._finish(exchange.status)
+            return
+        self.out.finish_body(exchange)
+        self.pump()
+
+    def open_tunnel(self, head: h1.Head, body: bytes) -> None:
+        raise AssertionError("an HTTP/2 stream is no tunnel")  # the exchange answers a 101 with 502 first (tunnels is False)
+
+    def send_tunnel(self, data: bytes) -> None:
+        failures.fail_upstream(self.exchange, 502, "tunnel data for an HTTP/2 request")
+
+    def pump(self) -> None:
+        """Send what the flow-control windows allow; end the stream once everything is sent."""
+        if self.exchange.state == CLOSED:
+            return
+        if self.out.pump():
+            self._finish(self.exchange.status)
+            return
+        self.update_client_full()
+
+    def update_client_full(self) -> None:
+        """Pause this stream's upstream while the client holds it back (its window, or the connection's socket)."""
+        full = self.out.size > HIGH_WATER or self.connection.paused
+        if full == self.client_full:
+            return
+        self.client_full = full
+        upstream = self.exchange.upstream
+        if upstream is not None:
+            if full:
+                upstream.transport.pauseProducing()
+            else:
+                upstream.transport.resumeProducing()
+
     # -- answers of our own, failures and the end --------------------------------
 
-    def _answer_locally(self, status: int, close: bool = False, location: bytes = b"", fields: bytes = b"") -> None:
-        headers, body = local_response(status, self.settings.server_name, location, fields)
-        if self.request_method == b"HEAD":
+    def answer(self, status: int, close: bool, location: bytes, fields: bytes) -> None:
+        exchange = self.exchange
+        headers, body = local_response(status, exchange.settings.server_name, location, fields)
+        if exchange.request_method == b"HEAD":
             body = b""
-        self._status = status
-        self._responded = True
+        exchange.status = status
+        exchange.responded = True
         self.connection.h2.send_headers(self.stream_id, headers, end_stream=not body)
         if not body:
             self.connection.flush()  # answered outside a read too (a guard's verdict)
             self._finish(status)
             return
-        self._body_sent = len(body)
-        self._out.append(body)
-        self._out_size += len(body)
-        self._end_pending = True
+        exchange.body_sent = len(body)
+        self.out.queue(body)
+        self.out.end_pending = True
         self.pump()
 
-    def _refuse(self, status: int, detail: str) -> None:
+    def refuse(self, status: int, detail: str) -> None:
         """A request that cannot mean anything: a 4xx on its stream; the connection serves on."""
-        self.factory.metrics.malformed_requests.labels(str(status)).inc()
+        exchange = self.exchange
+        exchange.shared.metrics.malformed_requests.labels(str(status)).inc()
         log.info("refused HTTP/2 request from {peer}: {status} {detail}", peer=self.connection.peer().ip or "?", status=status, detail=detail)
-        self._drop_upstream()
-        if self._responded:
-            self._request_done(status)
+        exchange.drop_upstream()
+        if exchange.responded:
+            exchange.done(status)
             self._reset(ErrorCodes.PROTOCOL_ERROR)
             return
-        self._answer_locally(status)
+        self.answer(status, False, b"", b"")
 
-    def _cut_off(self) -> None:
+    def cut_off(self) -> None:
         self._reset(ErrorCodes.INTERNAL_ERROR)
 
+    def close(self) -> None:
+        self._reset(ErrorCodes.CANCEL)
+
     def _reset(self, code: ErrorCodes) -> None:
-        if self._state == CLOSED:
+        if not self.exchange.end():
             return
-        if self._conn_hold is not None:
-            self._release_hold()
-        self._state = CLOSED
-        self._stop_timers()
+        self.timer.cancel()
         self.connection.h2.reset_stream(self.stream_id, code)
         self.connection.flush()
         self.connection.stream_closed(self)
 
     def _timed_out(self, kind: str) -> None:
-        if self._exchange is not None:
-            self.factory.metrics.upstream_failures.labels("timeout").inc()
-            self._exchange.timed_out()
+        if self._h2_exchange is not None:
+            self.exchange.shared.metrics.upstream_failures.labels("timeout").inc()
+            self._h2_exchange.timed_out()
             return
         if kind == "body" and not self._read_pauses:
-            self._refuse(408, "request body not received in time")
+            self.refuse(408, "request body not received in time")
             return
-        self.factory.metrics.upstream_failures.labels("timeout").inc()
-        if kind == "upstream" and self._request_complete and self._retry_after("timeout"):
-            return
-        self._fail_upstream(504, "upstream timed out")
+        self.exchange.timed_out()
 
     def _finish(self, status: int) -> None:
         """The response is sent whole; a request body still coming is declined (RFC 9113 8.1: RST_STREAM NO_ERROR)."""
-        if self._state == CLOSED:
+        exchange = self.exchange
+        if exchange.state == CLOSED:
             return
-        self._request_done(status)
-        self._state = CLOSED
-        self._stop_timers()
-        if not self._request_complete:
-            self._drop_upstream()
+        exchange.done(status)
+        exchange.end()
+        self.timer.cancel()
+        if not exchange.request_complete:
+            exchange.drop_upstream()
             try:
                 self.connection.h2.reset_stream(self.stream_id, ErrorCodes.NO_ERROR)
             except StreamClosedError:
@@ -341,24 +341,57 @@ class H2Stream(StreamResponse):
 
     def abandon(self) -> None:
         """The client reset the stream, or the connection is gone: the upstream exchange is cut too."""
-        if self._state == CLOSED:
+        exchange = self.exchange
+        if exchange.state == CLOSED:
             return
-        if self._exchange is not None:
-            self._exchange.cancel()
-        self._state = CLOSED
-        self._stop_timers()
-        self._drop_upstream()
-        self._request_done(499)  # nginx's code for a request the client gave up on
+        if self._h2_exchange is not None:
+            self._h2_exchange.cancel()
+        exchange.end()
+        self.timer.cancel()
+        exchange.drop_upstream()
+        exchange.done(499)  # nginx's code for a request the client gave up on
 
-    def _close(self) -> None:
-        self._reset(ErrorCodes.CANCEL)
+    # -- what an HTTP/2 endpoint's exchange (L{H2Exchange}) asks of its client stream --
 
-    def _request_done(self, status: int) -> None:
-        if self._conn_hold is not None:
-            self._release_hold()
-        self.factory.metrics.request_done(self._route_name(), status, "h2")
-        if self.factory.access_log is not None:
-            self.factory.access_log.record(self, status)
+    def respond(self, status: int, headers: Headers, trailers: Optional[Headers] = None) -> None:
+        """The response head (C{trailers}: a trailers-only answer, the stream ends with them)."""
+        exchange = self.exchange
+        if exchange.state == CLOSED:
+            return
+        if not exchange.responded and exchange.route is not None:
+            exchange.shared.metrics.upstream_answered(exchange.route.name, time.monotonic() - exchange.sent_at)
+        exchange.responded = True
+        exchange.status = status
+        headers = [(b":status", b"%d" % status), *(field for field in headers if field[0] != b":status")]
+        h2 = self.connection.h2
+        if trailers is not None:
+            h2.send_headers(self.stream_id, headers + trailers, end_stream=True)
+            self.connection.flush()
+            self._finish(status)
+            return
+        h2.send_headers(self.stream_id, headers)
+        self.connection.flush()
 
-    def _route_name(self) -> str:
-        return self._route.name if self._route is not None else NO_ROUTE
+    def queue(self, data: bytes, on_sent: Callable[[int], None]) -> None:
+        """Response DATA; C{on_sent} hears how much the client's window let out."""
+        if self.exchange.state == CLOSED:
+            return
+        self.out.on_sent = on_sent
+        self.exchange.body_sent += len(data)
+        self.out.queue(data)
+        self.pump()
+
+    def end_with(self, trailers: Optional[Headers]) -> None:
+        """The response is complete: after its DATA, end the stream (with C{trailers}, if any)."""
+        out = self.out
+        if self.exchange.state == CLOSED or out.end_pending:
+            return
+        out.trailers = trailers
+        out.end_pending = True
+        self.pump()
+
+    def reset_client(self, code: ErrorCodes) -> None:
+        exchange = self.exchange
+        if exchange.state != CLOSED:
+            exchange.done(exchange.status or 502)
+        self._reset(code)
