@@ -86,10 +86,11 @@ CASES: dict[str, tuple[tuple[str, dict[str, Any]], str]] = {
     ),
     # HTTPRouteSpec.parentRefs: at most 32
     "33 parentRefs": (route([rule()], [{"name": f"gw-{i}"} for i in range(33)]), "must have at most 32 items"),
-    # HTTPRouteSpec.parentRefs: one Gateway twice needs distinct sectionNames (CEL)
+    # HTTPRouteSpec.parentRefs: one Gateway twice needs distinct sectionNames (CEL; the experimental
+    # channel's rule says "sectionName or port must be unique", the standard one "sectionName must be unique")
     "one parent twice without sectionName": (
         route([rule()], [{"name": "gw"}, {"name": "gw"}]),
-        "sectionName must be unique when parentRefs includes 2 or more references to the same parent",
+        "must be unique when parentRefs includes 2 or more references to the same parent",
     ),
     # HTTPRouteSpec.rules: at most 16
     "17 rules": (route([rule(matches=[prefix(f"/r{i}")]) for i in range(17)]), "must have at most 16 items"),
