@@ -58,7 +58,11 @@ GATEWAY_API_KINDS = ("gatewayclasses", "gateways", "httproutes", "grpcroutes", "
 
 
 def gateway_api_crds() -> tuple[Path, ...]:
-    """The Gateway API release's CRDs that testenv/gateway-api.sh fetched (make testenv): theirs, not a copy."""
+    """
+    The Gateway API release's CRDs that testenv/gateway-api.sh fetched (make testenv): theirs, not a
+    copy, of the experimental channel (v1.6.3's standard HTTPRoute has no rules[].retry), all eight
+    of one channel as the conformance suite requires.
+    """
     out = subprocess.run([str(GATEWAY_API_SCRIPT), "--print-dir"], check=True, capture_output=True, text=True)
     directory = Path(out.stdout.strip().splitlines()[-1])
     files = tuple(directory / f"gateway.networking.k8s.io_{kind}.yaml" for kind in GATEWAY_API_KINDS)

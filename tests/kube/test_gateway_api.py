@@ -133,3 +133,33 @@ def test_service_types(kube: Kube, namespace: str, echo: Any, twingress: Any, ga
     gateway_api.create("httproutes", route_body("plain", [hosts["plain"]], [{"backendRefs": [{"name": "plain", "port": 80}]}]), namespace)
     for host in hosts.values():
         proxy.wait_status(host, 200, backend="pod-headless")
+
+
+def test_retry_is_kept_by_the_crd_and_applied(kube: Kube, namespace: str, echo: Any, twingress: Any, gateway_api: GatewayAPI, gateway_class: str) -> None:
+    """
+    HTTPRouteRetry (GEP-1731; conformance tests/httproute-retry.go): the experimental-channel
+    HTTPRoute CRD the tests install keeps C{rules[].retry} (v1.6.3's standard one prunes it, and
+    the suite's retries never reached twingress), twingress reads it, and a 500 from one endpoint
+    is retried on the other (echo's C{on=pod-a} keeps C{status=500} to pod-a).
+    """
+    proxy = start(twingress, namespace)
+    first = echo("pod-a")
+    second = echo("pod-b", first.port)
+    kube.backend(namespace, "web", [first, second])
+    host = host_for(namespace, "retry")
+    retry = {"codes": [500, 503], "attempts": 2, "backoff": "10ms"}
+    gateway_api.create("gateways", gateway_body("gw", gateway_class, proxy.http_port), namespace)
+    backends = [{"name": "web", "port": 80}]
+    rules = [{"retry": retry, "backendRefs": backends}, {"matches": [{"path": {"type": "PathPrefix", "value": "/plain"}}], "backendRefs": backends}]
+    gateway_api.create("httproutes", route_body("retried", [host], rules), namespace)
+    assert gateway_api.read("httproutes", "retried", namespace)["spec"]["rules"][0]["retry"] == retry
+
+    proxy.wait_status(host, 200)
+    route = wait_until(lambda: proxy.route(host, "/"), what=f"{host} in /debug/routes")
+    policy = {"on": ["error"], "nonIdempotent": False, "tries": 3, "timeout": 0.0, "sameEndpoint": True, "backoff": 0.01}  # attempts 2: 3 tries
+    assert [choice.get("policies", {}).get("retry") for choice in route["choices"]] == [policy]
+    answers = [proxy.get(host, "/?status=500&on=pod-a") for _ in range(20)]
+    assert [(r.status, r.backend) for r in answers] == [(200, "pod-b")] * 20
+    # the rule without retry: pod-a's 500s reach the client (so the round robin did send requests to pod-a above)
+    plain = [proxy.get(host, "/plain?status=500&on=pod-a").status for _ in range(20)]
+    assert 500 in plain and 200 in plain, plain

@@ -1,10 +1,10 @@
 """
 What the Gateway API release's CRDs refuse, refused by the real kube-apiserver (testenv/gateway-api.sh,
-v1.6.3): their OpenAPI schema and CEL rules judge every write, so twingress never sees these objects
-and need not judge them itself (its parser trusts, for instance, that a ReplacePrefixMatch rewrite
-has exactly one PathPrefix match). Each case names the schema fact it restates and the CRD's own
-message; the upstream suite checks the same with its CEL tests (sigs.k8s.io/gateway-api v1.6.3,
-pkg/test/cel/*_test.go), not with conformance tests.
+v1.6.3, experimental channel): their OpenAPI schema and CEL rules judge every write, so twingress
+never sees these objects and need not judge them itself (its parser trusts, for instance, that a
+ReplacePrefixMatch rewrite has exactly one PathPrefix match). Each case names the schema fact it
+restates and the CRD's own message; the upstream suite checks the same with its CEL tests
+(sigs.k8s.io/gateway-api v1.6.3, pkg/test/cel/*_test.go), not with conformance tests.
 
 No twingress runs here: only the apiserver answers, 422 Unprocessable Entity with the message.
 """
@@ -84,12 +84,15 @@ CASES: dict[str, tuple[tuple[str, dict[str, Any]], str]] = {
         route([{"filters": [{"type": "RequestRedirect", "requestRedirect": {"statusCode": 304}}]}]),
         'Unsupported value: 304: supported values: "301", "302", "303", "307", "308"',
     ),
+    # HTTPRouteRetry.codes: 400..599 (GEP-1731; experimental channel in v1.6.3, whose CRDs the tests install)
+    "retry code 600": (route([rule(retry={"codes": [600], "attempts": 1})]), "should be less than or equal to 599"),
     # HTTPRouteSpec.parentRefs: at most 32
     "33 parentRefs": (route([rule()], [{"name": f"gw-{i}"} for i in range(33)]), "must have at most 32 items"),
-    # HTTPRouteSpec.parentRefs: one Gateway twice needs distinct sectionNames (CEL)
+    # HTTPRouteSpec.parentRefs: one Gateway twice needs distinct sectionNames (CEL; the experimental
+    # channel's rule says "sectionName or port must be unique", the standard one "sectionName must be unique")
     "one parent twice without sectionName": (
         route([rule()], [{"name": "gw"}, {"name": "gw"}]),
-        "sectionName must be unique when parentRefs includes 2 or more references to the same parent",
+        "must be unique when parentRefs includes 2 or more references to the same parent",
     ),
     # HTTPRouteSpec.rules: at most 16
     "17 rules": (route([rule(matches=[prefix(f"/r{i}")]) for i in range(17)]), "must have at most 16 items"),
@@ -140,7 +143,8 @@ def test_crd_validation_refuses(case: str, namespace: str, gateway_api: GatewayA
 
 def test_the_same_objects_without_their_fault_are_stored(namespace: str, gateway_api: GatewayAPI) -> None:
     """The bodies the cases start from are valid: a refusal above is its case's fault, not the helpers'."""
-    plural, body = route([rule(matches=[prefix("/a")], timeouts={"request": "2s", "backendRequest": "1s"})], [{"name": f"gw-{i}"} for i in range(32)])
+    plural, body = route([rule(matches=[prefix("/a")], timeouts={"request": "2s", "backendRequest": "1s"}, retry={"codes": [599], "attempts": 1})],
+                         [{"name": f"gw-{i}"} for i in range(32)])
     gateway_api.create(plural, body, namespace)
     plural, body = gateway([listener("a", 80, hostname="a.example"), listener("b", 80, hostname="b.example"), listener("c", 443, "HTTPS", tls=TLS)])
     gateway_api.create(plural, body, namespace)
