@@ -193,9 +193,12 @@ class Kube:
     def replace_ingress(self, namespace: str, name: str, host: Optional[str], service: str, **kwargs: Any) -> dict:
         """Replace the whole spec (read-modify-write with the current resourceVersion)."""
         body = self.ingress_body(namespace, name, host, service, **kwargs)
-        current = self.networking.read_namespaced_ingress(name, namespace)
-        body["metadata"]["resourceVersion"] = current.metadata.resource_version
-        return self._dict(self.networking.replace_namespaced_ingress(name, namespace, body))
+
+        def write() -> Any:
+            body["metadata"]["resourceVersion"] = self.networking.read_namespaced_ingress(name, namespace).metadata.resource_version
+            return self.networking.replace_namespaced_ingress(name, namespace, body)
+
+        return self._dict(retry_conflicts(write))
 
     def delete_ingress(self, namespace: str, name: str) -> None:
         self.networking.delete_namespaced_ingress(name, namespace)
@@ -220,6 +223,21 @@ class Kube:
     def _dict(self, obj: Any) -> dict:
         return self.api.sanitize_for_serialization(obj)
 
+
+
+def retry_conflicts(write: Callable[[], Any], attempts: int = 5) -> Any:
+    """
+    A read-modify-write, again while the apiserver answers 409 Conflict: between the read and the
+    write, twingress (the leader) may have written the object's status, which moves its
+    resourceVersion on (a test's StreamIngress replace met exactly that in CI).
+    """
+    for attempt in range(attempts):
+        try:
+            return write()
+        except ApiException as e:
+            if e.status != 409 or attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def gone(read: Callable[[], Any]) -> bool:

@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 from kubernetes import client, config
 
+from tests.kube.api import retry_conflicts
 from tests.kube.twingress import CONVERGE_TIMEOUT, KubeTwingress, wait_until
 
 GROUP, VERSION, PLURAL = "twingress.io", "v1alpha1", "streamingresses"
@@ -72,9 +73,13 @@ class Streams:
     def replace(self, body: dict) -> dict:
         """Replace the spec of an existing StreamIngress (its resourceVersion is read first)."""
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
-        current = self.read(namespace, name)
-        current["spec"] = body["spec"]
-        return self.custom.replace_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, current)
+
+        def write() -> dict:
+            current = self.read(namespace, name)
+            current["spec"] = body["spec"]
+            return self.custom.replace_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, current)
+
+        return retry_conflicts(write)
 
     def delete(self, namespace: str, name: str) -> None:
         self.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
