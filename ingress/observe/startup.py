@@ -21,6 +21,7 @@ from typing import Any
 from twisted.logger import Logger
 
 from ingress import __version__
+from ingress.observe.admin import ENDPOINTS
 
 announce = Logger(namespace="twingress")
 
@@ -51,7 +52,7 @@ def listener_label(name: str, options: Mapping[str, Any]) -> str:
 def listener_detail(name: str, options: Mapping[str, Any]) -> str:
     """What follows the address on a listener's startup line."""
     if name == "admin":
-        return ": / lists /healthz /readyz /metrics /debug/routes"
+        return ": / lists " + " ".join(path for path, _ in ENDPOINTS)
     if name == "https":
         certificate = options["default-certificate"] or "self-signed, made at start"
         return f", default certificate: {certificate}" + ("" if options["http2"] == "true" else ", HTTP/1.1 only (--http2 false)")
