@@ -52,13 +52,15 @@ system-packages:
 	testenv/system-packages.sh
 
 # The control plane and node binaries, the Gateway API CRDs, and the test node's containerd and
-# images (testenv/node.sh builds the images with podman: system-packages first).
+# images (testenv/node.sh builds the images with podman: system-packages first); the upstream
+# suites and tools the tests run (Gateway API conformance, a PromQL evaluator, h2spec).
 testenv: system-packages
 	testenv/build.sh
 	testenv/gateway-api.sh
 	testenv/node.sh
 	testenv/gateway-conformance.sh
 	testenv/promql.sh
+	testenv/h2spec.sh
 
 $(WHEELHOUSE)/.stamp: $(STAMP) setup.cfg pyproject.toml
 	$(PY) -m pip wheel -q --wheel-dir $(WHEELHOUSE) 'setuptools>=68' wheel .
@@ -118,10 +120,10 @@ test: $(STAMP) lint system-packages testenv wheelhouse image-archive lint-docker
 
 # What make test runs again on the pure build: the unit tests, and the proxy tests of the request
 # path that the compiled build compiles (setup.py's HOT_MODULES: parsing, forwarding, the relay, the
-# access log and request metrics), over HTTP/1.1, TLS and HTTP/2.
+# access log and request metrics), over HTTP/1.1, TLS and HTTP/2 (h2spec's suite included).
 PURE_TESTS ?= tests/unit $(addprefix tests/proxy/,test_http_behaviour.py test_malformed.py test_request_meaning.py \
 	test_streaming.py test_websocket.py test_errors.py test_retry.py test_policies.py test_gzip.py test_logs.py \
-	test_log_format.py test_fastwrite.py test_tls.py test_http2.py)
+	test_log_format.py test_fastwrite.py test_tls.py test_http2.py test_h2spec.py)
 
 # The optional compiled build (setup.py): the request path's modules compiled by mypyc into C
 # extension modules beside their sources, which Python imports in place of the .py files.
