@@ -310,6 +310,27 @@ def test_continuation_flood_ends_in_goaway_enhance_your_calm(proxy: Proxy) -> No
     bystander.close()
 
 
+@pytest.mark.parametrize(
+    "field",
+    [
+        b"\xff\xe9\x06",  # an indexed field at index 1000: past the static table and any dynamic one (RFC 7541 2.3.3)
+        b"\x7f\xa9\x07\x00",  # a literal field with incremental indexing whose name is at index 1000, an empty value
+    ],
+)
+def test_a_field_block_that_cannot_be_decoded_ends_in_goaway_compression_error(proxy: Proxy, field: bytes) -> None:
+    """RFC 9113 4.3: a decoding error in a field block is a connection error of type COMPRESSION_ERROR (h2spec v2.6.0's hpack/2.3.3)."""
+    before = proxy.metric("twingress_http2_connection_errors_total", reason="protocol")
+    client = H2Client(proxy.https_port)
+    client.get("/")
+    headers = HeadersFrame(client.conn.get_next_available_stream_id(), flags=["END_HEADERS", "END_STREAM"])
+    headers.data = client.conn.encoder.encode([(b":method", b"GET"), (b":path", b"/"), (b":scheme", b"https"), (b":authority", b"h2.test")]) + field
+    client.sock.sendall(headers.serialize())
+    client.read_until_closed()
+    assert client.goaway is not None and client.goaway.error_code == ErrorCodes.COMPRESSION_ERROR
+    assert proxy.metric("twingress_http2_connection_errors_total", reason="protocol") == before + 1
+    client.close()
+
+
 # -- drain ----------------------------------------------------------------------------
 
 

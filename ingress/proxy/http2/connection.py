@@ -31,8 +31,9 @@ from h2.events import (
     TrailersReceived,
     WindowUpdated,
 )
-from h2.exceptions import ProtocolError
+from h2.exceptions import DenialOfServiceError, ProtocolError
 from h2.settings import SettingCodes, Settings
+from hpack.exceptions import HPACKError
 from hyperframe.frame import GoAwayFrame
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Protocol, connectionDone
@@ -337,6 +338,10 @@ class H2ServerProtocol(Protocol):
             pending = _with_goaway_code(pending, ErrorCodes.ENHANCE_YOUR_CALM)
         else:
             reason = "protocol"
+            if isinstance(error.__cause__, HPACKError) and not isinstance(error, DenialOfServiceError):
+                # A field block that cannot be decoded: RFC 9113 4.3 makes it COMPRESSION_ERROR, where h2 says
+                # PROTOCOL_ERROR. (Too large a header list is h2's DenialOfServiceError: ENHANCE_YOUR_CALM stays.)
+                pending = _with_goaway_code(pending, ErrorCodes.COMPRESSION_ERROR)
         self.factory.metrics.http2_connection_errors.labels(reason).inc()
         log.info("HTTP/2 client {peer} closed: {error}", peer=self.peer().ip or "?", error=str(error))
         if pending:
