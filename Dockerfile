@@ -19,7 +19,7 @@ FROM ${BUILD_IMAGE} AS build
 RUN python3 -m venv /opt/twingress
 ENV PATH=/opt/twingress/bin:$PATH
 WORKDIR /src
-COPY pyproject.toml setup.cfg setup.py README.md ./
+COPY pyproject.toml setup.cfg setup.py h2stack.py README.md ./
 COPY ingress ./ingress
 COPY twisted ./twisted
 # twingress's wheel is the compiled build (setup.py, TWINGRESS_COMPILE=1): the request path's
@@ -33,6 +33,9 @@ COPY twisted ./twisted
 RUN pip install --no-cache-dir ".[compile]" \
     && pip uninstall -y twingress \
     && TWINGRESS_COMPILE=1 pip wheel --no-cache-dir --no-build-isolation --wheel-dir /wheels .
+# The HTTP/2 stack compiled: h2stack.py replaces the pure wheels of h2, hpack and hyperframe (the
+# versions it pins) with the same code compiled by Cython (docs/performance.md, "The compiled HTTP/2 stack").
+RUN python3 h2stack.py wheels /wheels
 # The wheels' digests: the runtime stage copies this file before it installs the wheels, so that a
 # builder whose layer cache does not see into a RUN's bind mount from another stage (buildah 1.28
 # reused a stale install layer after the wheels had changed) still installs the new ones.

@@ -128,12 +128,16 @@ PURE_TESTS ?= tests/unit $(addprefix tests/proxy/,test_http_behaviour.py test_ma
 # The optional compiled build (setup.py): the request path's modules compiled by mypyc into C
 # extension modules beside their sources, which Python imports in place of the .py files.
 # `make pure` removes them again; make test runs every test on the compiled build, then PURE_TESTS on the pure one.
+# It also compiles the HTTP/2 stack (h2, hpack, hyperframe as they are) in the venv with Cython (h2stack.py;
+# minutes the first time, then from the cache), and `make pure` makes it pure again.
 compiled: $(STAMP)
 	TWINGRESS_COMPILE=1 $(PY) setup.py -q build_ext --inplace --force
+	$(PY) h2stack.py inplace
 
 pure:
 	rm -rf build/temp.* build/lib.* twingress_hot__mypyc.*.so
 	find ingress -name '*.so' -delete
+	if [ -x $(PY) ]; then $(PY) h2stack.py remove; fi
 
 # The upstream Gateway API conformance suite against twingress (tests/kube/test_gateway_conformance.py),
 # its report written to docs/gateway-conformance/ (commit it; docs/gateway-api.md shows its table).

@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import h2stack
 from tests.deploy.image import DAEMONSET_LIKE, Image, built_image, podman, printed
 from tests.support import ROOT, EchoBackend, Manifests, free_port, unavailable
 from tests.test_wheel import OPTIONS, hot_modules
@@ -150,6 +151,25 @@ def test_the_request_path_is_the_compiled_build(image: Image) -> None:
     files = listed.stdout.split()
     assert len(files) == len(modules) >= 10
     assert all(f.startswith(f"{VENV}/lib/") and f.endswith(".so") for f in files), files
+
+
+def test_the_http2_stack_is_the_compiled_build(image: Image) -> None:
+    """h2, hpack and hyperframe at the versions h2stack.py pins, each module compiled but those it keeps interpreted."""
+    probe = (
+        "import importlib, importlib.metadata, pkgutil\n"
+        f"for d, (v, p) in {h2stack.PINNED!r}.items():\n"
+        "    print(d, importlib.metadata.version(d))\n"
+        "    for m in pkgutil.iter_modules(importlib.import_module(p).__path__, p + '.'):\n"
+        "        print(m.name, importlib.import_module(m.name).__file__)\n"
+    )
+    listed = image.run("-c", probe, options=["--entrypoint", "python3"])
+    assert listed.returncode == 0, listed.stderr
+    rows = [line.split() for line in listed.stdout.splitlines()]
+    assert [row for row in rows if row[0] in h2stack.PINNED] == [[d, v] for d, (v, _) in h2stack.PINNED.items()]
+    modules = {name: path for name, path in rows if name not in h2stack.PINNED}
+    interpreted = {name for name, path in modules.items() if not path.endswith(".so")}
+    assert interpreted == {"hpack.huffman_table"}, modules
+    assert len(modules) >= 20, modules
 
 
 def test_the_build_machine_ca_stays_out_of_the_image(image: Image) -> None:

@@ -1,0 +1,204 @@
+"""
+The compiled HTTP/2 stack: the unmodified upstream C{h2}, C{hpack} and C{hyperframe}, compiled by Cython.
+
+Why: by C{bench/h2_floor.py} these three libraries cost more per HTTP/2 request than
+the whole of twingress's HTTP/1.1 work; compiled as they are (Cython turns each
+module into a C extension that imports in place of its .py file: same classes,
+same semantics, no source change) they cost about a third less
+(docs/performance.md, "The compiled HTTP/2 stack").  Correctness stays theirs:
+this file compiles, it never edits; h2spec and our HTTP/2 and gRPC tests run
+against the compiled build in C{make test}.
+
+Only the versions in C{PINNED} are compiled (the ones tested so); another
+installed version is an error, not a silent pure fallback.  Two ways in:
+
+  python h2stack.py inplace          compile the installed packages in this
+                                     environment's site-packages (C{make compiled})
+  python h2stack.py remove           remove those extension modules again (C{make pure})
+  python h2stack.py wheels DIR       put compiled wheels of the three in DIR, in place
+                                     of any there (the Docker image's build stage)
+
+Compiler directives: C{language_level=3} and C{annotation_typing=False}.  The
+second keeps the libraries' type annotations what they are in Python, hints:
+with it on, Cython would enforce some of them at run time (a C{float}
+annotation becomes a C double, rejecting None), which is not the semantics
+upstream tests.  Package C{__init__} modules stay interpreted (they only
+import), and so does C{hpack.huffman_table}: its 4,600-line decoding table
+becomes 4.5 MB of C that gcc needs 112 s and 2.7 GB to compile at -O0 (more
+than 5 minutes at -O1, 41 at -O3: measured here); what it decodes, Huffman-coded
+literals, a keep-alive connection mostly sends once and then indexes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.metadata
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+# distribution -> (version, its top-level package).  Keep the versions equal to setup.cfg's
+# `compile` extra, which installs exactly these.
+PINNED = {
+    "h2": ("4.4.1", "h2"),
+    "hpack": ("4.2.0", "hpack"),
+    "hyperframe": ("6.1.0", "hyperframe"),
+}
+DIRECTIVES = {"language_level": 3, "annotation_typing": False}
+# Modules left interpreted besides the packages' __init__ (the module docstring says why).
+INTERPRETED = {"__init__.py", "huffman_table.py"}
+
+
+def modules(package_dir: Path) -> list[Path]:
+    """The modules of a package that are compiled: every .py file but those in C{INTERPRETED}."""
+    return sorted(p for p in package_dir.glob("*.py") if p.name not in INTERPRETED)
+
+
+def compile_packages(root: Path, packages: Sequence[str]) -> None:
+    """Compile the packages under C{root} in place: an extension module beside each .py file."""
+    from Cython.Build import cythonize
+    from setuptools import Distribution
+
+    with tempfile.TemporaryDirectory(prefix="h2stack-") as scratch:
+        # build_dir: the generated C goes to the scratch directory, not beside the sources.
+        work = Path(scratch)
+        sources = [str(m) for package in packages for m in modules(root / package)]
+        extensions = cythonize(sources, compiler_directives=DIRECTIVES, quiet=True, build_dir=str(work / "c"))
+        distribution = Distribution({"ext_modules": extensions, "script_name": "h2stack.py"})
+        build_ext = distribution.get_command_obj("build_ext")
+        build_ext.build_lib = str(root)
+        build_ext.build_temp = str(work / "build")
+        build_ext.parallel = os.cpu_count() or 1
+        build_ext.ensure_finalized()
+        build_ext.run()
+
+
+def extension_modules(root: Path, packages: Sequence[str]) -> Iterator[Path]:
+    """The compiled modules of the packages under C{root}."""
+    suffixes = (".so", ".pyd")
+    for package in packages:
+        yield from (p for p in (root / package).iterdir() if p.suffix in suffixes)
+
+
+def check_installed() -> None:
+    """Refuse to compile anything but the pinned versions (the ones our tests ran on)."""
+    wrong = []
+    for distribution, (version, _) in PINNED.items():
+        installed = importlib.metadata.version(distribution)
+        if installed != version:
+            wrong.append(f"{distribution} {installed} (compiled build pins {version})")
+    if wrong:
+        sys.exit("h2stack.py: installed: " + ", ".join(wrong) + "; run pip install -e '.[compile]' first")
+
+
+def site_packages() -> Path:
+    """Where the pinned packages are installed in this environment."""
+    return Path(sysconfig.get_paths()["purelib"])
+
+
+def inplace() -> None:
+    """Compile the installed packages where they are, from the cache when it has this build."""
+    check_installed()
+    root = site_packages()
+    packages = [package for _, package in PINNED.values()]
+    built = cached_build(root, packages)
+    remove(root, packages)
+    for package in packages:
+        for module in extension_modules(built, [package]):
+            shutil.copy2(module, root / package / module.name)
+    print(f"h2stack.py: compiled {', '.join(packages)} in {root}")
+
+
+def cached_build(root: Path, packages: Sequence[str]) -> Path:
+    """A compiled copy of the packages, kept in the cache (a build takes minutes; CI keeps the cache).
+
+    Keyed by what decides the result: the versions, the directives, the modules left interpreted,
+    Cython's version and the interpreter's.  Other builds in the cache are removed with a new one.
+    """
+    import Cython
+
+    decides = repr((PINNED, DIRECTIVES, sorted(INTERPRETED), Cython.__version__, sys.version))
+    key = hashlib.sha256(decides.encode()).hexdigest()[:16]
+    built = Path(os.environ.get("TWINGRESS_CACHE") or Path.home() / ".cache" / "twingress") / "h2stack" / key
+    if (built / "complete").exists():
+        return built
+    built.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=built.parent))
+    for package in packages:
+        shutil.copytree(root / package, staging / package, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    compile_packages(staging, packages)
+    (staging / "complete").touch()
+    for old in built.parent.iterdir():
+        if old.is_dir() and not old.name.startswith(f"{key}."):
+            shutil.rmtree(old, ignore_errors=True)
+    staging.rename(built)
+    return built
+
+
+def remove(root: Path, packages: Sequence[str]) -> None:
+    """Remove the extension modules: the packages are pure again."""
+    for path in extension_modules(root, packages):
+        path.unlink()
+
+
+def wheels(directory: Path) -> None:
+    """Put compiled wheels of the pinned versions in C{directory}, in place of any wheels of the three there.
+
+    The pure wheels are fetched (pip: the index, or its --find-links), unpacked, compiled, retagged
+    as platform wheels and packed again: the same files plus the extension modules.
+    """
+    tag = platform_tag()
+    for stale in directory.iterdir():
+        if stale.suffix == ".whl" and stale.name.split("-")[0] in PINNED:
+            stale.unlink()
+    for distribution, (version, package) in PINNED.items():
+        with tempfile.TemporaryDirectory(prefix="h2stack-wheel-") as scratch:
+            work = Path(scratch)
+            pip = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:", "--dest", str(work)]
+            subprocess.run([*pip, f"{distribution}=={version}"], check=True)
+            pure = work / f"{distribution}-{version}-py3-none-any.whl"
+            subprocess.run([sys.executable, "-m", "wheel", "unpack", "--dest", str(work), str(pure)], check=True)
+            tree = work / f"{distribution}-{version}"
+            compile_packages(tree, [package])
+            retag(tree / f"{distribution}-{version}.dist-info" / "WHEEL", tag)
+            subprocess.run([sys.executable, "-m", "wheel", "pack", "--dest-dir", str(directory), str(tree)], check=True)
+        print(f"h2stack.py: {distribution} {version} compiled ({tag})")
+
+
+def platform_tag() -> str:
+    """The wheel tag of a CPython extension for this interpreter and platform (cp311-cp311-linux_x86_64)."""
+    python = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    return f"{python}-{python}-{sysconfig.get_platform().replace('-', '_').replace('.', '_')}"
+
+
+def retag(wheel_file: Path, tag: str) -> None:
+    """Mark an unpacked wheel as a platform wheel: it holds extension modules now."""
+    lines = wheel_file.read_text().splitlines()
+    kept = [line for line in lines if not line.startswith(("Tag:", "Root-Is-Purelib:"))]
+    wheel_file.write_text("\n".join([*kept, "Root-Is-Purelib: false", f"Tag: {tag}", ""]))
+
+
+def main(argv: Sequence[str]) -> None:
+    """The command line (the module docstring)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("inplace")
+    commands.add_parser("remove")
+    commands.add_parser("wheels").add_argument("directory", type=Path)
+    args = parser.parse_args(argv)
+    if args.command == "inplace":
+        inplace()
+    elif args.command == "remove":
+        remove(site_packages(), [package for _, package in PINNED.values()])
+    else:
+        wheels(args.directory)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
