@@ -180,7 +180,7 @@ def platform_tag() -> str:
 def retag(wheel_file: Path, tag: str) -> None:
     """Mark an unpacked wheel as a platform wheel: it holds extension modules now."""
     lines = wheel_file.read_text().splitlines()
-    kept = [line for line in lines if not line.startswith(("Tag:", "Root-Is-Purelib:"))]
+    kept = [line for line in lines if line and not line.startswith(("Tag:", "Root-Is-Purelib:"))]  # headers only: a blank line would end them
     wheel_file.write_text("\n".join([*kept, "Root-Is-Purelib: false", f"Tag: {tag}", ""]))
 
 
