@@ -97,11 +97,13 @@ class Traffic(threading.Thread):
 def trials(api: conv.Api, traffic: Traffic, count: int, run: int, gap: float, timeout: float) -> dict[str, Any]:
     """COUNT removals of REMOVED from slice rm-1, each timed by traffic, and added back after."""
     times: list[float] = []
+    starts: list[float] = []  # time.monotonic of each PATCH call (the same clock in every process: to match twingress's log)
     after_call: list[float] = []  # the same, from the PATCH call returning
     calls: list[float] = []
     failures = 0
     for i in range(count):
         t0 = time.monotonic()
+        starts.append(t0)
         api.patch_endpoint_slice(conv.CONV_NS, SLICE, [{"op": "remove", "path": "/endpoints/2"}])
         returned = time.monotonic()
         calls.append((returned - t0) * 1000.0)
@@ -124,6 +126,7 @@ def trials(api: conv.Api, traffic: Traffic, count: int, run: int, gap: float, ti
     result["patch_call_ms_median"] = statistics.median(calls)
     result["after_call"] = conv.summary(after_call, failures) if after_call else {}
     result["samples_ms"] = [round(t, 2) for t in times]
+    result["starts"] = starts
     return result
 
 
@@ -150,6 +153,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--timeout", type=float, default=30.0, help="per-trial timeout, s (30)")
     p.add_argument("--threads", type=int, default=12, help="threads creating the scale objects (12)")
     p.add_argument("--workers", type=int, default=1, help="twingress --workers (1)")
+    p.add_argument("--json", type=Path, help="write the results here")
     p.add_argument("--keep-logs", type=Path, help="copy twingress's log here")
     args = p.parse_args(argv)
     if not cluster.address_exists(REMOVED):
@@ -190,6 +194,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         result = trials(api, traffic, args.trials, args.run, args.gap, args.timeout)
         conv.log(f"samples ms: {result['samples_ms']}")
         print(report(args.scale, result, args.run), flush=True)
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=2) + "\n")
     return 0
 
 
