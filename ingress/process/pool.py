@@ -193,10 +193,11 @@ class WorkerPool(Service):
     def prepare(self, table: RoutingTable) -> Callable[[], None]:
         """
         The builder's preparer (build thread): the message that makes C{table} the workers' next,
-        found and pickled here; the commit sends it on the reactor thread before the primary's swap
-        and its listeners.  On the reactor thread, finding the change of a 10k-Ingress table (its
-        host mapping compared entry by entry) and the swap's listeners before it made an endpoint
-        removal reach the workers p50 6.5 / p90 21 ms after the build (bench/endpoint_removal.py).
+        found and pickled here; the commit queues it on the channels (the reactor writes it on its
+        next turn, after the swap's listeners).  On the reactor thread, finding the change of a
+        10k-Ingress table (its host mapping compared entry by entry) with the swap's listeners
+        before it made an endpoint removal reach the workers p50 6.5 / p90 21 ms after the build
+        (bench/endpoint_removal.py).
         Builds are one at a time and each commits before the next starts, so C{self.table} is the
         table the workers have.
         """
