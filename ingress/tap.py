@@ -326,6 +326,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
         streams.reported = workers.stream_failures
         workers.setServiceParent(top)
         live.subscribe(workers.publish)
+        builder.preparers.append(workers.prepare)  # the change for the workers found and pickled off the reactor
         admin.add_check(workers.readiness)
         admin.route_sections["workers"] = workers.to_json
         admin.worker_metrics = workers.collect

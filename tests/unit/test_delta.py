@@ -11,7 +11,7 @@ from typing import Any
 
 from ingress.model.parse import state_from_objects
 from ingress.routing import build
-from ingress.routing.delta import applied, table_change
+from ingress.routing.delta import _entries, applied, table_change
 from tests.unit.objects import ingress, path, rule, service, tls_secret
 
 
@@ -43,3 +43,12 @@ def test_an_unchanged_certificate_table_is_not_sent() -> None:
     hosts = {**old.hosts, "b.test": old.hosts["a.test"]}
     change = table_change(old, replace(old, generation=2, hosts=hosts))
     assert change is not None and change.replaced == {} and set(change.entries) == {"hosts"}
+
+
+def test_the_entries_are_found_whether_or_not_the_keys_keep_their_order() -> None:
+    a, b, c, d = object(), object(), object(), object()
+    before = {"a": a, "b": b, "c": c}
+    assert _entries(before, {"a": a, "b": d, "c": c}) == ({"b": d}, frozenset())  # a copy, one value replaced
+    assert _entries(before, {"c": c, "a": a, "b": d}) == ({"b": d}, frozenset())  # the same keys in another order
+    assert _entries(before, {"a": a, "d": d, "c": c}) == ({"d": d}, frozenset({"b"}))  # as many keys, one of them another
+    assert _entries(before, {"a": a}) == ({}, frozenset({"b", "c"}))
