@@ -35,11 +35,11 @@ RUN pip install --no-cache-dir ".[compile]" \
     && TWINGRESS_COMPILE=1 pip wheel --no-cache-dir --no-build-isolation --wheel-dir /wheels .
 # The HTTP/2 stack compiled: h2stack.py replaces the pure wheels of h2, hpack and hyperframe (the
 # versions it pins) with the same code compiled by Cython (docs/performance.md, "The compiled HTTP/2 stack").
-RUN python3 h2stack.py wheels /wheels
-# The wheels' digests: the runtime stage copies this file before it installs the wheels, so that a
+# Then the wheels' digests: the runtime stage copies this file before it installs the wheels, so that a
 # builder whose layer cache does not see into a RUN's bind mount from another stage (buildah 1.28
 # reused a stale install layer after the wheels had changed) still installs the new ones.
-RUN sha256sum /wheels/*.whl > /wheels/SHA256SUMS
+RUN python3 h2stack.py wheels /wheels \
+    && sha256sum /wheels/*.whl > /wheels/SHA256SUMS
 
 FROM ${RUNTIME_IMAGE}
 # the version in setup.cfg (tests/test_wheel.py checks that they agree)
