@@ -50,6 +50,7 @@ PINNED = {
     "hpack": ("4.2.0", "hpack"),
     "hyperframe": ("6.1.0", "hyperframe"),
 }
+PACKAGES = [package for _, package in PINNED.values()]
 DIRECTIVES = {"language_level": 3, "annotation_typing": False}
 # Modules left interpreted besides the packages' __init__ (the module docstring says why).
 INTERPRETED = {"__init__.py", "huffman_table.py"}
@@ -106,13 +107,12 @@ def inplace() -> None:
     """Compile the installed packages where they are, from the cache when it has this build."""
     check_installed()
     root = site_packages()
-    packages = [package for _, package in PINNED.values()]
-    built = cached_build(root, packages)
-    remove(root, packages)
-    for package in packages:
+    built = cached_build(root, PACKAGES)
+    remove(root, PACKAGES)
+    for package in PACKAGES:
         for module in extension_modules(built, [package]):
             shutil.copy2(module, root / package / module.name)
-    print(f"h2stack.py: compiled {', '.join(packages)} in {root}")
+    print(f"h2stack.py: compiled {', '.join(PACKAGES)} in {root}")
 
 
 def cached_build(root: Path, packages: Sequence[str]) -> Path:
@@ -195,7 +195,7 @@ def main(argv: Sequence[str]) -> None:
     if args.command == "inplace":
         inplace()
     elif args.command == "remove":
-        remove(site_packages(), [package for _, package in PINNED.values()])
+        remove(site_packages(), PACKAGES)
     else:
         wheels(args.directory)
 
