@@ -19,26 +19,39 @@ FROM ${BUILD_IMAGE} AS build
 RUN python3 -m venv /opt/twingress
 ENV PATH=/opt/twingress/bin:$PATH
 WORKDIR /src
-COPY pyproject.toml setup.cfg setup.py h2stack.py README.md ./
-COPY ingress ./ingress
-COPY twisted ./twisted
-# twingress's wheel is the compiled build (setup.py, TWINGRESS_COMPILE=1): the request path's
-# modules compiled by mypyc, 10-20% less CPU per request (docs/performance.md, "The compiled build"). mypyc
-# type-checks what it compiles against the dependencies, so they and the `compile` extra (mypy, its
-# zope plugin, the stubs) are installed first; twingress itself is uninstalled again, so that the
-# sources in /src are the only ones the type check sees. `pip wheel` then builds twingress's wheel
-# (with twisted/plugins/ingress_plugin.py in it, see setup.cfg) and fetches or builds a wheel of each
-# dependency. (DL3013: what is installed is this project with its extra, whose versions setup.cfg states.)
+# The HTTP/2 stack compiled first, in a layer of its own: it needs only h2stack.py, Cython (the
+# version setup.cfg's `compile` extra pins; tests/deploy/test_image.py checks they agree) and wheel,
+# so a change to twingress's source reuses it instead of compiling h2, hpack and hyperframe again
+# (minutes). h2stack.py fetches the pure wheels of the versions it pins and writes them compiled to
+# /h2stack (docs/performance.md, "The compiled HTTP/2 stack"), with a constraints file that pins them.
+# (DL3013: setuptools and wheel as the `compile` extra asks for them.)
+COPY h2stack.py ./
+# hadolint ignore=DL3013
+RUN pip install --no-cache-dir "cython==3.3.1" "setuptools>=68" wheel \
+    && python3 h2stack.py wheels /h2stack
+# The dependencies next, from setup.cfg alone, so that a source change reuses this layer too:
+# installed with the `compile` extra (mypy, its zope plugin, the stubs), because mypyc type-checks
+# what it compiles against them, and fetched or built as wheels into /wheels for the runtime stage,
+# h2, hpack and hyperframe from /h2stack (the pinned versions; a platform wheel ranks above the
+# index's pure one of the same version). Reading setup.cfg builds an empty twingress (no source
+# yet): it is uninstalled and its wheel removed. (DL3013: what is installed is this project's
+# dependencies and extra, whose versions setup.cfg states.)
+COPY pyproject.toml setup.cfg setup.py README.md ./
 # hadolint ignore=DL3013
 RUN pip install --no-cache-dir ".[compile]" \
     && pip uninstall -y twingress \
-    && TWINGRESS_COMPILE=1 pip wheel --no-cache-dir --no-build-isolation --wheel-dir /wheels .
-# The HTTP/2 stack compiled: h2stack.py replaces the pure wheels of h2, hpack and hyperframe (the
-# versions it pins) with the same code compiled by Cython (docs/performance.md, "The compiled HTTP/2 stack").
-# Then the wheels' digests: the runtime stage copies this file before it installs the wheels, so that a
-# builder whose layer cache does not see into a RUN's bind mount from another stage (buildah 1.28
-# reused a stale install layer after the wheels had changed) still installs the new ones.
-RUN python3 h2stack.py wheels /wheels \
+    && pip wheel --no-cache-dir --wheel-dir /wheels --find-links /h2stack --constraint /h2stack/constraints.txt . \
+    && rm /wheels/twingress-*.whl
+COPY ingress ./ingress
+COPY twisted ./twisted
+# twingress's wheel is the compiled build (setup.py, TWINGRESS_COMPILE=1): the request path's
+# modules compiled by mypyc, 10-20% less CPU per request (docs/performance.md, "The compiled build"),
+# with twisted/plugins/ingress_plugin.py in it (setup.cfg); built without isolation, in this venv
+# where the type check finds the dependencies and /src as the only twingress. Then the wheels'
+# digests: the runtime stage copies this file before it installs the wheels, so that a builder
+# whose layer cache does not see into a RUN's bind mount from another stage (buildah 1.28 reused a
+# stale install layer after the wheels had changed) still installs the new ones.
+RUN TWINGRESS_COMPILE=1 pip wheel --no-cache-dir --no-build-isolation --no-deps --wheel-dir /wheels . \
     && sha256sum /wheels/*.whl > /wheels/SHA256SUMS
 
 FROM ${RUNTIME_IMAGE}
@@ -55,28 +68,31 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PATH=/opt/twingress/bin:$PATH
 
-# Only the wheels, from a bind mount: no index, no build tools, nothing left in a layer; pip and
-# setuptools leave the venv again once they have installed them (nothing imports them at run time).
-# Then fill Twisted's plugin cache now: the root filesystem is read-only at run time.
-# The interpreter (the venv's python3 is a symlink to it) gets the file capability
+# The interpreter (the venv's python3 will be a symlink to it) gets the file capability
 # cap_net_bind_service: a non-root process keeps a capability across execve only through its
 # executable's file capabilities (Kubernetes sets no ambient capabilities), so without it
 # `capabilities.add: [NET_BIND_SERVICE]` cannot let uid 10001 bind :80 and :443. It adds nothing
 # beyond that permitted set, so no_new_privs (allowPrivilegeEscalation: false) does not strip it.
-COPY --from=build /wheels/SHA256SUMS /opt/twingress-wheels.sha256
+# Done before the wheels are installed, so that this layer (and its apt-get) is reused when only
+# twingress changed.
 # hadolint ignore=DL3008
-RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    python3 -m venv /opt/twingress \
-    && pip install --no-cache-dir --no-index --find-links=/wheels "twingress==${VERSION}" \
-    && pip uninstall -y -q pip setuptools \
-    && python -c "from twisted.plugin import IPlugin, getPlugins; list(getPlugins(IPlugin))" \
-    && apt-get update \
+RUN apt-get update \
     && apt-get install -y --no-install-recommends libcap2-bin \
-    && setcap cap_net_bind_service=+ep "$(readlink -f /opt/twingress/bin/python3)" \
+    && setcap cap_net_bind_service=+ep "$(readlink -f "$(command -v python3)")" \
     && apt-get purge -y --auto-remove libcap2-bin \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --gid 10001 twingress \
     && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin twingress
+
+# Only the wheels, from a bind mount: no index, no build tools, nothing left in a layer; pip and
+# setuptools leave the venv again once they have installed them (nothing imports them at run time).
+# Then fill Twisted's plugin cache now: the root filesystem is read-only at run time.
+COPY --from=build /wheels/SHA256SUMS /opt/twingress-wheels.sha256
+RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    python3 -m venv /opt/twingress \
+    && pip install --no-cache-dir --no-index --find-links=/wheels "twingress==${VERSION}" \
+    && pip uninstall -y -q pip setuptools \
+    && python -c "from twisted.plugin import IPlugin, getPlugins; list(getPlugins(IPlugin))"
 
 # Numeric, so that runAsNonRoot can check it without reading /etc/passwd.
 USER 10001:10001

@@ -16,7 +16,9 @@ installed version is an error, not a silent pure fallback.  Two ways in:
                                      environment's site-packages (C{make compiled})
   python h2stack.py remove           remove those extension modules again (C{make pure})
   python h2stack.py wheels DIR       put compiled wheels of the three in DIR, in place
-                                     of any there (the Docker image's build stage)
+                                     of any there, and DIR/constraints.txt pinning them
+                                     (the Docker image's build stage: pip wheel --find-links
+                                     DIR --constraint DIR/constraints.txt takes them)
 
 Compiler directives: C{language_level=3} and C{annotation_typing=False}.  The
 second keeps the libraries' type annotations what they are in Python, hints:
@@ -151,9 +153,13 @@ def wheels(directory: Path) -> None:
     """Put compiled wheels of the pinned versions in C{directory}, in place of any wheels of the three there.
 
     The pure wheels are fetched (pip: the index, or its --find-links), unpacked, compiled, retagged
-    as platform wheels and packed again: the same files plus the extension modules.
+    as platform wheels and packed again: the same files plus the extension modules.  The
+    constraints file makes a later C{pip wheel} of twingress take exactly these versions (its own
+    requirement, C{h2>=4.1}, would take a newer pure h2 from the index); among wheels of one
+    version pip prefers the platform wheel, so these.
     """
     tag = platform_tag()
+    directory.mkdir(parents=True, exist_ok=True)
     for stale in directory.iterdir():
         if stale.suffix == ".whl" and stale.name.split("-")[0] in PINNED:
             stale.unlink()
@@ -169,6 +175,8 @@ def wheels(directory: Path) -> None:
             retag(tree / f"{distribution}-{version}.dist-info" / "WHEEL", tag)
             subprocess.run([sys.executable, "-m", "wheel", "pack", "--dest-dir", str(directory), str(tree)], check=True)
         print(f"h2stack.py: {distribution} {version} compiled ({tag})")
+    pins = "".join(f"{distribution}=={version}\n" for distribution, (version, _) in PINNED.items())
+    (directory / "constraints.txt").write_text(pins)
 
 
 def platform_tag() -> str:

@@ -54,11 +54,25 @@ def setup_cfg_version() -> str:
     return parser["metadata"]["version"]
 
 
-def build_stage_wheel_command() -> str:
-    """The build stage's `pip wheel` (the last command of the RUN line that has one, continuations joined)."""
+def build_stage_commands() -> list[str]:
+    """The build stage's RUN commands, each RUN's continuations joined and split at its `&&`s."""
     build_stage = DOCKERFILE.read_text().split("\nFROM ")[1].replace("\\\n", " ")
-    runs = [line for line in build_stage.splitlines() if line.startswith("RUN ") and "pip wheel" in line]
-    return runs[-1].split("&&")[-1].strip()
+    runs = [line.removeprefix("RUN ") for line in build_stage.splitlines() if line.startswith("RUN ")]
+    return [" ".join(command.split()) for run in runs for command in run.split("&&")]
+
+
+def build_stage_wheel_commands() -> list[str]:
+    """The build stage's `pip wheel`s: the dependencies', then twingress's own."""
+    return [command for command in build_stage_commands() if "pip wheel" in command]
+
+
+def compile_extra_pin(distribution: str) -> str:
+    """The requirement setup.cfg's `compile` extra gives C{distribution} (`cython==3.3.1`)."""
+    parser = configparser.ConfigParser()
+    parser.read(ROOT / "setup.cfg")
+    lines = parser["options.extras_require"]["compile"].split()
+    [pin] = [line for line in lines if re.split(r"[=<>]", line)[0].lower() == distribution]
+    return pin
 
 
 def hot_modules() -> list[str]:
@@ -74,8 +88,20 @@ def test_the_image_version_is_the_package_version() -> None:
 
 def test_the_image_builds_the_compiled_wheel() -> None:
     """What the test below does is what the Dockerfile does: a compiled wheel, built without isolation."""
-    assert build_stage_wheel_command() == "TWINGRESS_COMPILE=1 pip wheel --no-cache-dir --no-build-isolation --wheel-dir /wheels ."
+    dependencies, twingress = build_stage_wheel_commands()
+    assert dependencies == "pip wheel --no-cache-dir --wheel-dir /wheels --find-links /h2stack --constraint /h2stack/constraints.txt ."
+    assert twingress == "TWINGRESS_COMPILE=1 pip wheel --no-cache-dir --no-build-isolation --no-deps --wheel-dir /wheels ."
     assert "setup.py" in build_stage_sources()
+
+
+def test_the_image_compiles_the_http2_stack_with_the_pinned_cython() -> None:
+    """The HTTP/2 stack's layer comes before the source's and installs Cython itself: the version `make compiled` uses."""
+    commands = build_stage_commands()
+    [install] = [command for command in commands if "h2stack.py" not in command and "cython" in command]
+    assert f'"{compile_extra_pin("cython")}"' in install.split(), install
+    assert commands.index(install) + 1 == commands.index("python3 h2stack.py wheels /h2stack")
+    sources = build_stage_sources()
+    assert sources.index("h2stack.py") < sources.index("ingress")
 
 
 def test_wheel_built_as_the_dockerfile_does_installs_and_runs_twistd_ingress(tmp_path: Path) -> None:
