@@ -163,6 +163,19 @@ def peer_version(name: str, binary: Path) -> str:
     return text.split()[0] if text else "?"
 
 
+def twingress_build() -> dict[str, str]:
+    """Which twingress the run measures: its request path mypyc-compiled or not (setup.py
+    build_ext), and the HTTP/2 stack compiled or not (h2stack.py), as twingress would import them."""
+    done = subprocess.run([sys.executable, "-c", "import h2.connection, ingress.proxy.http.h1 as h1; "
+                           "print(h1.__file__); print(h2.connection.__file__)"],
+                          capture_output=True, text=True, env=twingress_env(), cwd=REPO, timeout=60)
+    if done.returncode != 0:
+        raise BenchFailed(f"cannot import twingress:\n{done.stderr}")
+    ingress_file, h2_file = done.stdout.split()
+    return {"ingress": "compiled" if ingress_file.endswith(".so") else "pure",
+            "h2_stack": "compiled" if h2_file.endswith(".so") else "pure"}
+
+
 # --- checks -----------------------------------------------------------------------------
 
 def h2_get(port: int, sha256: str) -> str:
@@ -217,6 +230,7 @@ class Bench(h2_bench.Bench):
         super().__init__(args, stack, workdir)
         self.peers: dict[str, Path] = args.peer_paths
         self.cert: Optional[tls_bench.Cert] = None
+        self.negotiated: dict[str, str] = {}  # "kind proxy": TLS version and cipher of the check
 
     def start(self, proxy: str, kind: str, port: int, backend_port: int) -> procs.Proc:
         """One proxy on the proxy CPU, configured for C{kind} (plain HTTP, or TLS with h2 by ALPN)."""
@@ -271,8 +285,10 @@ class Bench(h2_bench.Bench):
             try:
                 if kind == HTTP:
                     return self.http_row(proc, port, proxy)
-                tls_bench.wait_until_served(proc, port, {targets.HOST: self.cert.sha256, tls_bench.WRK_SNI: self.cert.sha256},
-                                            self.args.start_timeout)
+                seen = tls_bench.wait_until_served(proc, port, {targets.HOST: self.cert.sha256, tls_bench.WRK_SNI: self.cert.sha256},
+                                                   self.args.start_timeout)
+                info = seen[tls_bench.WRK_SNI]
+                self.negotiated[f"{kind} {proxy}"] = f"{info['version']} {info['cipher']}"
                 if kind == HTTPS:
                     row = self.keepalive_row(proc, port, proxy)
                     if row.failed and not row.failure:
@@ -355,29 +371,34 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         args.peer_paths = peer_paths(args)
         versions = {name: peer_version(name, path) for name, path in args.peer_paths.items()}
+        if TWINGRESS in args.proxies:
+            versions |= {f"twingress_{k}": v for k, v in twingress_build().items()}
     except (BenchFailed, OSError, subprocess.TimeoutExpired) as e:
         print(f"FAILED {e}", file=sys.stderr)
         return 1
     busy = cpuload.background_busy([args.proxy_cpu, args.load_cpu])
     loadavg = {"before": [round(v, 2) for v in os.getloadavg()]}
-    print(f"peers: {versions}; load average before {loadavg['before']}, CPUs busy {busy}", flush=True)
+    print(f"builds: {versions}; load average before {loadavg['before']}, CPUs busy {busy}", flush=True)
     if max(busy.values()) >= IDLE_LIMIT:
         print(f"note: the machine is busy before the run ({busy}); numbers are suspect", flush=True)
-    rows, _, status = run_in_workdir(args, "twpeers-", Bench, lambda bench: bench.run_all(),
+    rows, bench, status = run_in_workdir(args, "twpeers-", Bench, lambda bench: bench.run_all(),
                                      (BenchFailed, tls_bench.BenchFailed, h2_bench.BenchFailed, procs.StartError))
-    if rows is None:
+    if rows is None or not isinstance(bench, Bench):
         return status
     loadavg["after"] = [round(v, 2) for v in os.getloadavg()]
     below = verdicts(rows)
     print()
     print(h2_bench.table(rows, args))
     print(f"load average before {loadavg['before']}, after {loadavg['after']}")
+    if bench.negotiated:
+        print("negotiated (the check's handshake): " + "; ".join(f"{k} {v}" for k, v in bench.negotiated.items()))
+    peers = " and ".join(name for name in PEERS if name in args.proxies) or "no peer"
     for kind, verdict in below.items():
-        said = {True: "below both peers", False: "NOT below both peers", None: "not compared (a row is missing)"}[verdict]
-        print(f"twingress CPU/req over {kind}: {said}")
+        said = {True: "below", False: "NOT below", None: "not compared with"}[verdict]
+        print(f"twingress CPU/req over {kind}: {said} {peers}")
     if args.json:
         out = {"benchmark": "peers", "environment": environment(args.nginx) | versions, "background_busy_percent": busy,
-               "loadavg": loadavg, "twingress_below_peers": below,
+               "loadavg": loadavg, "twingress_below_peers": below, "negotiated": bench.negotiated,
                "config": {k: getattr(args, k) for k in ("duration", "warmup", "connections", "streams", "threads",
                                                          "proxies", "kinds", "proxy_cpu", "load_cpu")},
                "results": [row.__dict__ for row in rows]}
