@@ -14,7 +14,7 @@ WHEELHOUSE ?= $(HOME)/.cache/twingress/wheelhouse
 export TWINGRESS_WHEELHOUSE := $(WHEELHOUSE)
 HADOLINT_VERSION ?= 2.15.1
 
-.PHONY: run run-migration run-gateway run-streams test venv lint system-packages testenv wheelhouse image image-archive lint-docker bench clean compiled pure gateway-conformance-report
+.PHONY: run run-migration run-gateway run-streams test venv lint system-packages testenv wheelhouse image image-archive lint-docker bench bench-peers clean compiled pure gateway-conformance-report
 
 # An editable install (pip install -e .) of the tree: setup.cfg's package_dir makes it a plain
 # .pth of the tree, so twistd finds twisted/plugins/ingress_plugin.py there too.
@@ -147,6 +147,12 @@ gateway-conformance-report: $(STAMP) system-packages testenv
 
 bench: $(STAMP) system-packages
 	$(PY) bench/http_bench.py
+
+# twingress next to Traefik and Caddy (built from their Go modules by bench/peers.sh: minutes,
+# both CPUs, once) and nginx, over HTTP/1.1, HTTPS/1.1 and h2 (issue 32, target 4).
+bench-peers: $(STAMP) system-packages
+	bench/peers.sh
+	$(PY) bench/peers_bench.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache twingress_hot__mypyc.*.so

@@ -87,13 +87,18 @@ def build_grpcecho() -> Path:
     return binary
 
 
-def nginx_conf(workdir: Path, port: int, backend_port: int, grpc_port: int) -> str:
-    """tls_bench's nginx (the HTTP bench's proxy with TLS), with HTTP/2 on and a gRPC server block."""
+def nginx_h2_conf(workdir: Path, port: int, backend_port: int) -> str:
+    """tls_bench's nginx (the HTTP bench's proxy with TLS, workdir's bench.crt), with HTTP/2 on."""
     conf = tls_bench.nginx_tls_conf(workdir, port, backend_port, workdir / "bench.crt", workdir / "bench.key")
     conf = conf.replace(f"listen 127.0.0.1:{port} ssl backlog=4096;", f"listen 127.0.0.1:{port} ssl http2 backlog=4096;")
     # An h2 client keeps connections x streams requests in flight: both proxies keep 320 idle
     # upstream connections (ingress-nginx's upstream-keepalive-connections default, twingress's too).
-    conf = conf.replace("keepalive 64;", "keepalive 320;")
+    return conf.replace("keepalive 64;", "keepalive 320;")
+
+
+def nginx_conf(workdir: Path, port: int, backend_port: int, grpc_port: int) -> str:
+    """L{nginx_h2_conf} with a gRPC server block."""
+    conf = nginx_h2_conf(workdir, port, backend_port)
     grpc = f"""
     upstream grpcecho {{
         server 127.0.0.1:{grpc_port};
@@ -140,6 +145,8 @@ def h2load(url: str, authority: str, seconds: int, warmup: int, args: argparse.N
     counts, rate = _H2LOAD_RE.search(done.stdout), _H2LOAD_RPS_RE.search(done.stdout)
     if done.returncode != 0 or counts is None or rate is None:
         raise BenchFailed(f"h2load failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    if url.startswith("https:") and "Application protocol: h2" not in done.stdout:
+        raise BenchFailed(f"h2load did not negotiate h2 by ALPN:\n{done.stdout[-2000:]}")
     total, _, finished, succeeded, failed, errored = (int(v) for v in counts.groups())
     mean = _H2LOAD_TIME_RE.search(done.stdout)
     return succeeded, failed + errored + (finished - succeeded), float(rate.group(1)), mean.group(1) if mean else "", done.stdout
@@ -173,7 +180,7 @@ class Bench(tls_bench.Bench):
         except (wrk.WrkError, tls_bench.BenchFailed) as e:
             row.failure = str(e)
             return row
-        row.rps, row.requests, row.failed = ka.result.rps, ka.result.requests, ka.result.errors
+        row.rps, row.requests, row.failed = ka.result.rps, ka.result.requests, ka.result.errors + ka.warmup_errors
         row.mean_latency = f"{ka.result.p('50'):.2f}ms(p50)"
         row.cpu_us = round(1e6 * ka.target_cpu_seconds / ka.result.requests, 1) if ka.result.requests else None
         row.cpu_busy = ka.cpu_busy

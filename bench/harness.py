@@ -7,6 +7,7 @@ like Ctrl-C so no child is left behind.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import sys
@@ -29,6 +30,12 @@ def install_signal_handlers() -> None:
 
     signal.signal(signal.SIGTERM, interrupt)
     signal.signal(signal.SIGHUP, interrupt)
+
+
+def twingress_env() -> dict[str, str]:
+    """twingress's environment: this tree first on the path (with its compiled modules, if built), output unbuffered."""
+    pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return dict(os.environ) | {"PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1"}
 
 
 class Harness:

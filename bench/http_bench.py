@@ -32,8 +32,8 @@ import cpuload  # noqa: E402
 import procs  # noqa: E402
 import targets  # noqa: E402
 import wrk  # noqa: E402
-from harness import Harness, install_signal_handlers, run_in_workdir  # noqa: E402
-from report import DIRECT, IDLE_LIMIT, NGINX, REPO, TWINGRESS, TargetResult, finish  # noqa: E402
+from harness import Harness, install_signal_handlers, run_in_workdir, twingress_env  # noqa: E402
+from report import DIRECT, IDLE_LIMIT, NGINX, TWINGRESS, TargetResult, finish  # noqa: E402
 
 
 class BenchFailed(RuntimeError):
@@ -201,8 +201,7 @@ class Bench(Harness):
             (manifests / f"extra-{number}.yaml").write_text(text)
         argv = targets.twingress_argv(self.args.twingress_cmd, Path(sys.prefix) / "bin",
                                       manifests, port, backend_port)
-        pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-        env = os.environ | {"PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1"}
+        env = twingress_env()
         if self.args.workers > 1:
             argv += ["--workers", str(self.args.workers)]
         if self.args.gzip:

@@ -49,8 +49,8 @@ from cryptography import x509  # noqa: E402
 from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import ec, rsa  # noqa: E402
 from cryptography.x509.oid import NameOID  # noqa: E402
-from harness import Harness, install_signal_handlers  # noqa: E402
-from report import IDLE_LIMIT, REPO, environment  # noqa: E402
+from harness import Harness, install_signal_handlers, twingress_env  # noqa: E402
+from report import IDLE_LIMIT, environment  # noqa: E402
 
 NGINX_TLS, TWINGRESS = "nginx-tls", "twingress"
 # wrk sends the URL's host as SNI and cannot be told otherwise: it connects to
@@ -343,8 +343,7 @@ class Bench(Harness):
         argv = [a.replace("{admin_port}", str(admin_port)) for a in targets.twingress_argv(
             TWINGRESS_TLS_CMD.replace("{admin_port}", "{{admin_port}}"),
             Path(sys.prefix) / "bin", manifests, port, 0)]
-        pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-        env = os.environ | {"PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1"}
+        env = twingress_env()
         return self.spawn(name, argv, port, self.args.proxy_cpu, env=env)
 
     # measurements
