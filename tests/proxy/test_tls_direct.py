@@ -130,3 +130,107 @@ def test_close_sends_close_notify_at_once(connected: tuple[DirectTLSProtocol, St
     assert wire.value()  # the alert, in this call (the TCP close waits for the client's own close_notify)
     client.incoming.write(wire.value())
     assert client.tls.read(1) == b""  # the stdlib's answer to a close_notify: the end of the stream, not an error
+
+
+class Recording(Protocol):
+    """Keeps every read, and answers each with C{b"ok"}."""
+
+    def connectionMade(self) -> None:
+        self.reads: list[bytes] = []
+
+    def dataReceived(self, data: bytes) -> None:
+        self.reads.append(data)
+        self.transport.write(b"ok")  # type: ignore[union-attr]
+
+
+def recording_connection() -> tuple[DirectTLSProtocol, StringTransport, Client]:
+    factory = DirectTLSFactory(OneContext(), False, Factory.forProtocol(Recording), MemoryReactorClock())
+    server = factory.buildProtocol(None)
+    assert isinstance(server, DirectTLSProtocol)
+    wire = StringTransport()
+    server.makeConnection(wire)
+    client = Client()
+    client.handshake(server, wire)
+    client.pump(server, wire)
+    client.read_all()
+    wire.clear()
+    return server, wire, client
+
+
+def test_records_in_one_read_and_records_cut_across_reads_all_arrive() -> None:
+    """The record count that ends a read early (direct.py) must never leave a whole record unread."""
+    server, wire, client = recording_connection()
+    for message in (b"one", b"two", b"three"):
+        client.tls.write(message)  # a record each
+    server.dataReceived(client.outgoing.read())
+    for message in (b"four", b"five"):
+        client.tls.write(message)
+    for byte in client.outgoing.read():  # every record cut into single bytes
+        server.dataReceived(bytes([byte]))
+    assert server.wrappedProtocol.reads == [b"one", b"two", b"three", b"four", b"five"]
+    client.incoming.write(wire.value())
+    assert client.read_all() == b"ok" * 5
+
+
+def test_a_request_and_the_close_notify_in_one_read() -> None:
+    """The second record gives no data but the end of TLS: answered with the server's close_notify, as Twisted does."""
+    server, wire, client = recording_connection()
+    client.tls.write(b"last request")
+    try:
+        client.tls.unwrap()
+    except ssl.SSLWantReadError:
+        pass  # the client's close_notify is out; it waits for ours
+    server.dataReceived(client.outgoing.read())
+    assert server.wrappedProtocol.reads == [b"last request"]
+    client.incoming.write(wire.value())
+    assert client.tls.read(1024) == b"ok"
+    with pytest.raises(ssl.SSLZeroReturnError):
+        client.tls.read(1024)  # then the server's close_notify
+
+
+def test_a_record_without_application_data_gets_its_answer() -> None:
+    """A TLS 1.2 client's renegotiation (a ClientHello inside the session) gives no data and needs an
+    answer: the read takes Twisted's way (OpenSSL is asked, and what it made is sent at once)."""
+    from OpenSSL import SSL
+
+    factory = DirectTLSFactory(OneContext(), False, Factory.forProtocol(Recording), MemoryReactorClock())
+    server = factory.buildProtocol(None)
+    assert isinstance(server, DirectTLSProtocol)
+    wire = StringTransport()
+    server.makeConnection(wire)
+    context = SSL.Context(SSL.TLS_METHOD)
+    context.set_max_proto_version(SSL.TLS1_2_VERSION)
+    client = SSL.Connection(context, None)
+    client.set_connect_state()
+
+    def exchange() -> None:
+        for _ in range(10):
+            try:
+                client.do_handshake()
+            except SSL.WantReadError:
+                pass
+            sent = b""
+            try:
+                sent = client.bio_read(1 << 16)
+            except SSL.WantReadError:
+                pass
+            if sent:
+                server.dataReceived(sent)
+            received = wire.value()
+            wire.clear()
+            if received:
+                client.bio_write(received)
+            if not sent and not received:
+                return
+
+    exchange()
+    assert client.get_protocol_version_name() == "TLSv1.2"
+    assert client.renegotiate()
+    with pytest.raises(SSL.WantReadError):
+        client.do_handshake()  # the ClientHello, encrypted in the session; then it waits for the answer
+    hello = client.bio_read(1 << 16)
+    server.dataReceived(hello)
+    assert wire.value(), "the server made no answer to a record without application data"
+    client.bio_write(wire.value())
+    with pytest.raises(SSL.Error, match="no renegotiation"):
+        client.recv(1024)  # OpenSSL 3 refuses a client's renegotiation: a no_renegotiation alert, sent in that same call

@@ -1,6 +1,7 @@
-# -*- test-case-name: tests.proxy.test_tls -*-
+# -*- test-case-name: tests.proxy.test_tls,tests.unit.test_tls_records -*-
 """
-TLS over a TCP connection, its ciphertext sent with the iteration's other messages.
+TLS over a TCP connection, its ciphertext sent with the iteration's other messages,
+its plaintext read without asking OpenSSL for more than it holds.
 
 Twisted's default TLS transport (C{BufferingTLSTransport}) gathers each
 connection's writes and encrypts them on the next reactor iteration through a
@@ -11,6 +12,21 @@ ciphertext joins L{ingress.proxy.http.fastwrite}'s batch, sent with every
 other message of the iteration just before the reactor polls again: no
 delayed call, and no queue.
 
+On the receiving side, L{TLSMemoryBIOProtocol} reads plaintext until OpenSSL
+says it wants more bytes, then asks whether reading made anything to send: on a
+keep-alive connection that is, for every request, one C{recv} that ends in a
+C{WantReadError} and one C{bio_read} that ends in another, two exceptions
+built, raised and caught in Python (a quarter of the TLS cost per request,
+measured: bench/README.md).  Here the record layer's framing (RFC 8446 5.1, RFC
+5246 6.2: a 5-byte header whose last two bytes are the length) says how many
+whole records a read brought; a read of application data takes one record
+(OpenSSL's SSL_read returns data from one record at a time), so when every whole
+record has given plaintext and OpenSSL holds none back (C{pending}), nothing
+is left to read and nothing was made to send (only records that are not
+application data make an answer: a TLS 1.3 KeyUpdate, a TLS 1.2 renegotiation,
+an alert).  Whatever else happens (a record that gave no data, a close, an
+error, the handshake, the connection's end) takes Twisted's own path.
+
 Everything else (the handshake, the close_notify exchange, buffering while
 OpenSSL waits to read, producers, aborts) is L{TLSMemoryBIOProtocol}'s own.
 """
@@ -20,12 +36,48 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from OpenSSL.SSL import WantReadError
+from OpenSSL.SSL import Error, WantReadError, ZeroReturnError
+from twisted.protocols.policies import ProtocolWrapper
 from twisted.protocols.tls import TLSMemoryBIOFactory, TLSMemoryBIOProtocol
+from twisted.python.failure import Failure
 
 from ingress.proxy.http.fastwrite import direct_writer
 
 _BIO_READ = 1 << 16  # OpenSSL's memory BIO hands out what it holds up to this at a time
+_RECV = 1 << 15  # Twisted's read size: more than a record's plaintext (2**14), so one read empties a record
+_HEADER = 5  # a TLS record's header: type, version (2 bytes), length (2 bytes)
+
+
+class RecordCounter:
+    """Counts the whole TLS records in a byte stream that arrives in pieces of any size."""
+
+    __slots__ = ("_header", "_body_left")
+
+    def __init__(self) -> None:
+        self._header = b""  # a header split across reads: its first bytes
+        self._body_left = 0  # bytes of the current record's body still to come
+
+    def feed(self, data: bytes) -> int:
+        """The number of records that C{data} completes."""
+        if not self._header and not self._body_left and len(data) >= _HEADER and _HEADER + (data[3] << 8 | data[4]) == len(data):
+            return 1  # the usual read: exactly one record
+        complete = 0
+        at, end = 0, len(data)
+        while at < end:
+            if self._body_left:
+                taken = min(self._body_left, end - at)
+                self._body_left -= taken
+                at += taken
+                complete += not self._body_left
+                continue
+            missing = _HEADER - len(self._header)
+            self._header += data[at : at + missing]
+            at += missing
+            if len(self._header) == _HEADER:
+                self._body_left = self._header[3] << 8 | self._header[4]
+                self._header = b""
+                complete += not self._body_left  # an empty record is whole with its header
+        return complete
 
 
 class DirectTLSProtocol(TLSMemoryBIOProtocol):
@@ -33,9 +85,48 @@ class DirectTLSProtocol(TLSMemoryBIOProtocol):
 
     _send: Callable[[bytes], None]
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._records = RecordCounter()
+        self._unread_records = 0  # whole records given to OpenSSL and not yet read back
+        self._reading_records = False  # this read came after the handshake: the record count may shortcut it
+
     def makeConnection(self, transport: Any) -> None:
         self._send = direct_writer(transport)
         super().makeConnection(transport)
+
+    def dataReceived(self, data: bytes) -> None:
+        self._unread_records += self._records.feed(data)
+        self._reading_records = self._handshakeDone
+        super().dataReceived(data)
+
+    def _flushReceiveBIO(self) -> None:
+        """Read each whole record's plaintext; only if one gave none, OpenSSL's word decides the rest (Twisted's loop)."""
+        records, self._unread_records = self._unread_records, 0
+        counted, self._reading_records = self._reading_records, False
+        if not counted:
+            super()._flushReceiveBIO()
+            return
+        connection = self._tlsConnection
+        while records and not self._lostTLSConnection:
+            try:
+                plaintext = connection.recv(_RECV)
+            except WantReadError:
+                break  # a record without application data: it may need an answer
+            except ZeroReturnError:
+                self._shutdownTLS()  # the peer's close_notify, as Twisted's loop answers it
+                self._tlsShutdownFinished(None)
+                break
+            except Error:
+                self._tlsShutdownFinished(Failure())
+                break
+            records -= 1
+            if not self._aborted:
+                ProtocolWrapper.dataReceived(self, plaintext)
+        else:
+            if not self._lostTLSConnection and not connection.pending():
+                return  # every whole record was application data, all of it read
+        super()._flushReceiveBIO()
 
     def _flushSendBIO(self) -> None:
         """Hand all the ciphertext OpenSSL made to the send batch (or the transport's own write)."""
