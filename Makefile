@@ -120,10 +120,11 @@ test: $(STAMP) lint system-packages testenv wheelhouse image-archive lint-docker
 
 # What make test runs again on the pure build: the unit tests, and the proxy tests of the request
 # path that the compiled build compiles (setup.py's HOT_MODULES: parsing, forwarding, the relay, the
-# access log and request metrics), over HTTP/1.1, TLS and HTTP/2 (h2spec's suite included).
+# access log and request metrics; HTTP2_MODULES: the HTTP/2 connection, streams and upstreams), over
+# HTTP/1.1, TLS, HTTP/2 (h2spec's suite included) and gRPC.
 PURE_TESTS ?= tests/unit $(addprefix tests/proxy/,test_http_behaviour.py test_malformed.py test_request_meaning.py \
 	test_streaming.py test_websocket.py test_errors.py test_retry.py test_policies.py test_gzip.py test_logs.py \
-	test_log_format.py test_fastwrite.py test_tls.py test_http2.py test_h2spec.py)
+	test_log_format.py test_fastwrite.py test_tls.py test_tls_direct.py test_http2.py test_h2spec.py test_grpc.py)
 
 # The optional compiled build (setup.py): the request path's modules compiled by mypyc into C
 # extension modules beside their sources, which Python imports in place of the .py files.
@@ -135,7 +136,7 @@ compiled: $(STAMP)
 	$(PY) h2stack.py inplace
 
 pure:
-	rm -rf build/temp.* build/lib.* twingress_hot__mypyc.*.so
+	rm -rf build/temp.* build/lib.* twingress_*__mypyc.*.so
 	find ingress -name '*.so' -delete
 	if [ -x $(PY) ]; then $(PY) h2stack.py remove; fi
 
@@ -155,5 +156,5 @@ bench-peers: $(STAMP) system-packages
 	$(PY) bench/peers_bench.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache twingress_hot__mypyc.*.so
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache twingress_*__mypyc.*.so
 	find ingress -name '*.so' -delete

@@ -76,10 +76,13 @@ def compile_extra_pin(distribution: str) -> str:
 
 
 def hot_modules() -> list[str]:
-    """setup.py's HOT_MODULES as module names (ingress/proxy/idle.py -> ingress.proxy.idle)."""
-    match = re.search(r"^HOT_MODULES = \[(.*?)\]", (ROOT / "setup.py").read_text(), re.MULTILINE | re.DOTALL)
-    assert match, "setup.py has no HOT_MODULES"
-    return [path.removesuffix(".py").replace("/", ".") for path in re.findall(r'"([^"]+\.py)"', match.group(1))]
+    """The modules setup.py compiles (HOT_MODULES, HTTP2_MODULES) as module names (ingress/proxy/idle.py -> ingress.proxy.idle)."""
+    modules = []
+    for name in ("HOT_MODULES", "HTTP2_MODULES"):
+        match = re.search(rf"^{name} = \[(.*?)\]", (ROOT / "setup.py").read_text(), re.MULTILINE | re.DOTALL)
+        assert match, f"setup.py has no {name}"
+        modules += [path.removesuffix(".py").replace("/", ".") for path in re.findall(r'"([^"]+\.py)"', match.group(1))]
+    return modules
 
 
 def test_the_image_version_is_the_package_version() -> None:
