@@ -14,7 +14,7 @@ WHEELHOUSE ?= $(HOME)/.cache/twingress/wheelhouse
 export TWINGRESS_WHEELHOUSE := $(WHEELHOUSE)
 HADOLINT_VERSION ?= 2.15.1
 
-.PHONY: run run-migration run-gateway run-streams test venv lint system-packages testenv wheelhouse image image-archive lint-docker bench bench-peers clean compiled pure gateway-conformance-report
+.PHONY: run run-migration run-gateway run-streams test venv lint system-packages testenv wheelhouse image image-archive lint-docker bench bench-peers bench-mix clean compiled pure gateway-conformance-report
 
 # An editable install (pip install -e .) of the tree: setup.cfg's package_dir makes it a plain
 # .pth of the tree, so twistd finds twisted/plugins/ingress_plugin.py there too.
@@ -154,6 +154,10 @@ bench: $(STAMP) system-packages
 bench-peers: $(STAMP) system-packages
 	bench/peers.sh
 	$(PY) bench/peers_bench.py
+
+bench-mix: $(STAMP) system-packages
+	bench/peers.sh
+	$(PY) bench/mix_bench.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache twingress_*__mypyc.*.so

@@ -302,13 +302,18 @@ class Bench(h2_bench.Bench):
                 OSError, http.client.HTTPException, subprocess.TimeoutExpired) as e:
             return Row(kind, proxy, failure=str(e))
 
-    def run_all(self) -> list[Row]:
-        """The backend up for the whole run; then, protocol by protocol, each proxy in --proxies order."""
+    def start_backend(self) -> tuple[procs.Proc, int]:
+        """The certificate every TLS proxy serves (workdir's bench.crt and bench.key), and the
+        backend on the load CPU: (the backend, its port)."""
         self.cert = tls_bench.make_cert(tls_bench.make_key("ecdsa"), [targets.HOST, tls_bench.WRK_SNI])
         (self.workdir / "bench.crt").write_bytes(self.cert.cert_pem)
         (self.workdir / "bench.key").write_bytes(self.cert.key_pem)
         backend_port = procs.free_port()
-        backend = self.nginx("backend", targets.backend_conf(self.workdir, backend_port), backend_port, self.args.load_cpu)
+        return self.nginx("backend", targets.backend_conf(self.workdir, backend_port), backend_port, self.args.load_cpu), backend_port
+
+    def run_all(self) -> list[Row]:
+        """The backend up for the whole run; then, protocol by protocol, each proxy in --proxies order."""
+        backend, backend_port = self.start_backend()
         rows = [self.row(proxy, kind, backend_port) for kind in self.args.kinds for proxy in self.args.proxies]
         if backend.popen.poll() is not None:
             raise BenchFailed(f"the backend exited during the run:\n{backend.tail()}")

@@ -1,0 +1,3 @@
+module twingress.local/bench/mixload
+
+go 1.26
