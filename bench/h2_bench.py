@@ -23,7 +23,6 @@ Run with the project venv::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -43,7 +42,7 @@ import targets  # noqa: E402
 import tls_bench  # noqa: E402
 import wrk  # noqa: E402
 from harness import install_signal_handlers, run_in_workdir  # noqa: E402
-from report import IDLE_LIMIT, REPO, environment  # noqa: E402
+from report import IDLE_LIMIT, REPO, environment, write_and_exit_status  # noqa: E402
 
 GRPC_PATH = "/bench.Echo/Unary"
 GRPC_MESSAGE = b"\x00\x00\x00\x00\x0c" + b"hello world\n"  # uncompressed, 12 bytes
@@ -264,16 +263,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return status
     print()
     print(table(rows, args))
-    if args.json:
-        out = {"benchmark": "h2", "environment": environment(args.nginx), "background_busy_percent": busy,
-               "config": {k: getattr(args, k) for k in ("duration", "warmup", "connections", "streams", "proxy_cpu", "load_cpu")},
-               "results": [row.__dict__ for row in rows]}
-        args.json.write_text(json.dumps(out, indent=2) + "\n")
-        print(f"results written to {args.json}")
-    failures = [f"{row.kind} {row.target}: {row.failure}" for row in rows if row.failure]
-    for line in failures:
-        print(f"FAILED {line}", file=sys.stderr)
-    return 1 if failures else 0
+    out = {"benchmark": "h2", "environment": environment(args.nginx), "background_busy_percent": busy,
+           "config": {k: getattr(args, k) for k in ("duration", "warmup", "connections", "streams", "proxy_cpu", "load_cpu")},
+           "results": [row.__dict__ for row in rows]}
+    return write_and_exit_status(args.json, out, [f"{row.kind} {row.target}: {row.failure}" for row in rows if row.failure])
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ import targets  # noqa: E402
 import tls_bench  # noqa: E402
 from harness import install_signal_handlers, run_in_workdir  # noqa: E402
 from peers_bench import CADDY, H2, NGINX, TRAEFIK, TWINGRESS  # noqa: E402
-from report import IDLE_LIMIT, REPO, environment  # noqa: E402
+from report import REPO, environment, write_and_exit_status  # noqa: E402
 
 PROXIES = (TWINGRESS, NGINX, TRAEFIK, CADDY)
 MIXLOAD = REPO / "bench" / "mixload"
@@ -244,18 +244,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     try:
         args.mixload_path = build_mixload()
-        args.peer_paths = peers_bench.peer_paths(args)
-        versions = {name: peers_bench.peer_version(name, path) for name, path in args.peer_paths.items()}
-        if TWINGRESS in args.proxies:
-            versions |= {f"twingress_{k}": v for k, v in peers_bench.twingress_build().items()}
+        versions = peers_bench.builds(args)
     except (BenchFailed, peers_bench.BenchFailed, OSError, subprocess.TimeoutExpired) as e:
         print(f"FAILED {e}", file=sys.stderr)
         return 1
-    busy = cpuload.background_busy([args.proxy_cpu, args.load_cpu])
-    loadavg = {"before": [round(v, 2) for v in os.getloadavg()]}
-    print(f"builds: {versions}; load average before {loadavg['before']}, CPUs busy {busy}", flush=True)
-    if max(busy.values()) >= IDLE_LIMIT:
-        print(f"note: the machine is busy before the run ({busy}); numbers are suspect", flush=True)
+    busy, loadavg = peers_bench.machine_before(args, versions)
     rows, bench, status = run_in_workdir(args, "twmix-", Bench, lambda bench: bench.run_all(),
                                          (BenchFailed, peers_bench.BenchFailed, tls_bench.BenchFailed, procs.StartError))
     if rows is None or not isinstance(bench, Bench):
@@ -268,19 +261,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for row in rows:
         if row.raw:
             print(f"{row.target}: mixload negotiated {row.raw.get('negotiated')}")
-    if args.json:
-        out = {"benchmark": "mix", "environment": environment(args.nginx) | versions, "background_busy_percent": busy,
-               "loadavg": loadavg, "negotiated": bench.negotiated,
-               "config": {k: getattr(args, k) for k in ("duration", "warmup", "clients", "h2", "h1", "groups",
-                                                         "proxies", "proxy_cpu", "load_cpu")},
-               "results": [row.__dict__ | {"rps": row.rps, "cps": row.cps, "cpu_us_per_request": row.cpu_us_per_request,
-                                           "cpu_us_per_connection": row.cpu_us_per_connection} for row in rows]}
-        args.json.write_text(json.dumps(out, indent=2) + "\n")
-        print(f"results written to {args.json}")
-    failures = [f"{row.target}: {row.failure}" for row in rows if row.failure]
-    for line in failures:
-        print(f"FAILED {line}", file=sys.stderr)
-    return 1 if failures else 0
+    out = {"benchmark": "mix", "environment": environment(args.nginx) | versions, "background_busy_percent": busy,
+           "loadavg": loadavg, "negotiated": bench.negotiated,
+           "config": {k: getattr(args, k) for k in ("duration", "warmup", "clients", "h2", "h1", "groups",
+                                                     "proxies", "proxy_cpu", "load_cpu")},
+           "results": [row.__dict__ | {"rps": row.rps, "cps": row.cps, "cpu_us_per_request": row.cpu_us_per_request,
+                                       "cpu_us_per_connection": row.cpu_us_per_connection} for row in rows]}
+    return write_and_exit_status(args.json, out, [f"{row.target}: {row.failure}" for row in rows if row.failure])
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ import tls_handshakes  # noqa: E402
 import wrk  # noqa: E402
 from h2_bench import Row  # noqa: E402
 from harness import install_signal_handlers, run_in_workdir, twingress_env  # noqa: E402
-from report import IDLE_LIMIT, REPO, environment  # noqa: E402
+from report import IDLE_LIMIT, REPO, environment, write_and_exit_status  # noqa: E402
 
 NGINX, TRAEFIK, CADDY, TWINGRESS = "nginx", "traefik", "caddy", "twingress"
 PROXIES = (NGINX, TRAEFIK, CADDY, TWINGRESS)
@@ -366,6 +366,25 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     return args
 
 
+def builds(args: argparse.Namespace) -> dict[str, str]:
+    """What the run measures: each peer's binary (into C{args.peer_paths}) and version, and twingress's build."""
+    args.peer_paths = peer_paths(args)
+    versions = {name: peer_version(name, path) for name, path in args.peer_paths.items()}
+    if TWINGRESS in args.proxies:
+        versions |= {f"twingress_{k}": v for k, v in twingress_build().items()}
+    return versions
+
+
+def machine_before(args: argparse.Namespace, versions: dict[str, str]) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """The CPUs' busy share and the load average before the run, printed with the builds (a note if busy)."""
+    busy = cpuload.background_busy([args.proxy_cpu, args.load_cpu])
+    loadavg = {"before": [round(v, 2) for v in os.getloadavg()]}
+    print(f"builds: {versions}; load average before {loadavg['before']}, CPUs busy {busy}", flush=True)
+    if max(busy.values()) >= IDLE_LIMIT:
+        print(f"note: the machine is busy before the run ({busy}); numbers are suspect", flush=True)
+    return busy, loadavg
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     install_signal_handlers()
@@ -374,18 +393,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"FAILED missing {', '.join(missing)}: run bench/setup.sh", file=sys.stderr)
         return 1
     try:
-        args.peer_paths = peer_paths(args)
-        versions = {name: peer_version(name, path) for name, path in args.peer_paths.items()}
-        if TWINGRESS in args.proxies:
-            versions |= {f"twingress_{k}": v for k, v in twingress_build().items()}
+        versions = builds(args)
     except (BenchFailed, OSError, subprocess.TimeoutExpired) as e:
         print(f"FAILED {e}", file=sys.stderr)
         return 1
-    busy = cpuload.background_busy([args.proxy_cpu, args.load_cpu])
-    loadavg = {"before": [round(v, 2) for v in os.getloadavg()]}
-    print(f"builds: {versions}; load average before {loadavg['before']}, CPUs busy {busy}", flush=True)
-    if max(busy.values()) >= IDLE_LIMIT:
-        print(f"note: the machine is busy before the run ({busy}); numbers are suspect", flush=True)
+    busy, loadavg = machine_before(args, versions)
     rows, bench, status = run_in_workdir(args, "twpeers-", Bench, lambda bench: bench.run_all(),
                                      (BenchFailed, tls_bench.BenchFailed, h2_bench.BenchFailed, procs.StartError))
     if rows is None or not isinstance(bench, Bench):
@@ -401,18 +413,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for kind, verdict in below.items():
         said = {True: "below", False: "NOT below", None: "not compared with"}[verdict]
         print(f"twingress CPU/req over {kind}: {said} {peers}")
-    if args.json:
-        out = {"benchmark": "peers", "environment": environment(args.nginx) | versions, "background_busy_percent": busy,
-               "loadavg": loadavg, "twingress_below_peers": below, "negotiated": bench.negotiated,
-               "config": {k: getattr(args, k) for k in ("duration", "warmup", "connections", "streams", "threads",
-                                                         "proxies", "kinds", "proxy_cpu", "load_cpu")},
-               "results": [row.__dict__ for row in rows]}
-        args.json.write_text(json.dumps(out, indent=2) + "\n")
-        print(f"results written to {args.json}")
-    failures = [f"{row.kind} {row.target}: {row.failure}" for row in rows if row.failure]
-    for line in failures:
-        print(f"FAILED {line}", file=sys.stderr)
-    return 1 if failures else 0
+    out = {"benchmark": "peers", "environment": environment(args.nginx) | versions, "background_busy_percent": busy,
+           "loadavg": loadavg, "twingress_below_peers": below, "negotiated": bench.negotiated,
+           "config": {k: getattr(args, k) for k in ("duration", "warmup", "connections", "streams", "threads",
+                                                     "proxies", "kinds", "proxy_cpu", "load_cpu")},
+           "results": [row.__dict__ for row in rows]}
+    return write_and_exit_status(args.json, out, [f"{row.kind} {row.target}: {row.failure}" for row in rows if row.failure])
 
 
 if __name__ == "__main__":

@@ -162,3 +162,13 @@ def finish(results: list[TargetResult], args: argparse.Namespace,
     for line in bad:
         print(f"FAILED {line}", file=sys.stderr)
     return 1 if bad else 0
+
+
+def write_and_exit_status(json_path: Optional[Path], out: dict[str, Any], failures: list[str]) -> int:
+    """The end every bench shares: the JSON written (with --json), each failure printed; 1 if any."""
+    if json_path is not None:
+        json_path.write_text(json.dumps(out, indent=2) + "\n")
+        print(f"results written to {json_path}")
+    for line in failures:
+        print(f"FAILED {line}", file=sys.stderr)
+    return 1 if failures else 0
