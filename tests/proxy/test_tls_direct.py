@@ -83,14 +83,20 @@ class Client:
                 return b"".join(chunks)
 
 
-@pytest.fixture
-def connected() -> tuple[DirectTLSProtocol, StringTransport, Client, MemoryReactorClock]:
-    clock = MemoryReactorClock()
-    factory = DirectTLSFactory(OneContext(), False, Factory.forProtocol(Answering), clock)
+def tls_server(application: type[Protocol], clock: MemoryReactorClock) -> tuple[DirectTLSProtocol, StringTransport]:
+    """A DirectTLSProtocol in front of C{application}, connected to a StringTransport."""
+    factory = DirectTLSFactory(OneContext(), False, Factory.forProtocol(application), clock)
     server = factory.buildProtocol(None)
     assert isinstance(server, DirectTLSProtocol)
     wire = StringTransport()
     server.makeConnection(wire)
+    return server, wire
+
+
+@pytest.fixture
+def connected() -> tuple[DirectTLSProtocol, StringTransport, Client, MemoryReactorClock]:
+    clock = MemoryReactorClock()
+    server, wire = tls_server(Answering, clock)
     client = Client()
     client.handshake(server, wire)
     return server, wire, client, clock
@@ -144,11 +150,8 @@ class Recording(Protocol):
 
 
 def recording_connection() -> tuple[DirectTLSProtocol, StringTransport, Client]:
-    factory = DirectTLSFactory(OneContext(), False, Factory.forProtocol(Recording), MemoryReactorClock())
-    server = factory.buildProtocol(None)
-    assert isinstance(server, DirectTLSProtocol)
-    wire = StringTransport()
-    server.makeConnection(wire)
+    """A handshaken connection to a L{Recording}, the session tickets read: the wire empty."""
+    server, wire = tls_server(Recording, MemoryReactorClock())
     client = Client()
     client.handshake(server, wire)
     client.pump(server, wire)
@@ -193,11 +196,7 @@ def test_a_record_without_application_data_gets_its_answer() -> None:
     answer: the read takes Twisted's way (OpenSSL is asked, and what it made is sent at once)."""
     from OpenSSL import SSL
 
-    factory = DirectTLSFactory(OneContext(), False, Factory.forProtocol(Recording), MemoryReactorClock())
-    server = factory.buildProtocol(None)
-    assert isinstance(server, DirectTLSProtocol)
-    wire = StringTransport()
-    server.makeConnection(wire)
+    server, wire = tls_server(Recording, MemoryReactorClock())
     context = SSL.Context(SSL.TLS_METHOD)
     context.set_max_proto_version(SSL.TLS1_2_VERSION)
     client = SSL.Connection(context, None)
