@@ -233,3 +233,19 @@ def test_a_record_without_application_data_gets_its_answer() -> None:
     client.bio_write(wire.value())
     with pytest.raises(SSL.Error, match="no renegotiation"):
         client.recv(1024)  # OpenSSL 3 refuses a client's renegotiation: a no_renegotiation alert, sent in that same call
+
+
+def test_the_tls_transport_provides_what_twisteds_would() -> None:
+    """makeConnection declares the transport's interfaces from a cache (direct.py): the same declaration as Twisted's
+    TLSMemoryBIOProtocol makes, for the first connection and for the next ones, each its own."""
+    from twisted.protocols.tls import TLSMemoryBIOFactory
+    from zope.interface import providedBy
+
+    twisteds = TLSMemoryBIOFactory(OneContext(), False, Factory.forProtocol(Recording)).buildProtocol(None)
+    assert twisteds is not None
+    twisteds.makeConnection(StringTransport())
+    expected = set(providedBy(twisteds))
+    assert expected > set(providedBy(StringTransport()))  # the transport's, and the TLS transport's own
+    first, _ = tls_server(Recording, MemoryReactorClock())
+    second, _ = tls_server(Recording, MemoryReactorClock())
+    assert set(providedBy(first)) == set(providedBy(second)) == expected
