@@ -216,22 +216,12 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--h1", type=int, default=1, help="HTTP/1.1 (1 request) connections in every --h2 + --h1 (1)")
     p.add_argument("--groups", default="X25519", help="key exchange groups the clients offer (X25519; 'default': Go's, with ML-KEM hybrids)")
     p.add_argument("--proxies", default=",".join(PROXIES), help="the proxies to measure, in this order (%(default)s)")
-    p.add_argument("--traefik", type=Path, help="Traefik binary (default: where bench/peers.sh builds it)")
-    p.add_argument("--caddy", type=Path, help="Caddy binary (default: where bench/peers.sh builds it)")
-    p.add_argument("--proxy-cpu", type=int, default=0, help="CPU for the proxy under test (0)")
-    p.add_argument("--load-cpu", type=int, default=1, help="CPU for the backend and the load (1)")
-    p.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx")
-    p.add_argument("--start-timeout", type=float, default=20.0, help="seconds to listen and answer rightly (20)")
-    p.add_argument("--json", type=Path, metavar="PATH", help="also write the results here")
-    p.add_argument("--keep-logs", action="store_true", help="copy the process logs and configs next to --json (or the cwd)")
+    peers_bench.add_run_arguments(p)
     args = p.parse_args(argv)
-    args.proxies = [name.strip() for name in args.proxies.split(",") if name.strip()]
-    if not args.proxies or set(args.proxies) - set(PROXIES) or len(set(args.proxies)) != len(args.proxies):
-        p.error(f"--proxies: distinct names from {', '.join(PROXIES)}")
+    args.proxies = peers_bench.distinct_names(p, "--proxies", args.proxies, PROXIES)
     if args.duration < 1 or args.warmup < 0 or args.clients < 1 or args.h2 < 0 or args.h1 < 0 or args.h2 + args.h1 < 1:
         p.error("need --duration >= 1, --warmup >= 0, --clients >= 1 and --h2 + --h1 >= 1")
-    if args.proxy_cpu == args.load_cpu or not {args.proxy_cpu, args.load_cpu} <= os.sched_getaffinity(0):
-        p.error("need two distinct usable CPUs for --proxy-cpu and --load-cpu")
+    peers_bench.check_cpus(p, args)
     return args
 
 

@@ -333,6 +333,32 @@ def verdicts(rows: list[Row]) -> dict[str, Optional[bool]]:
     return out
 
 
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of a run with the peers (this bench's, mix_bench.py's): binaries, CPUs, output."""
+    p.add_argument("--traefik", type=Path, help="Traefik binary (default: where bench/peers.sh builds it)")
+    p.add_argument("--caddy", type=Path, help="Caddy binary (default: where bench/peers.sh builds it)")
+    p.add_argument("--proxy-cpu", type=int, default=0, help="CPU for the proxy under test (0)")
+    p.add_argument("--load-cpu", type=int, default=1, help="CPU for the backend and the load (1)")
+    p.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx")
+    p.add_argument("--start-timeout", type=float, default=20.0, help="seconds to listen and answer rightly (20)")
+    p.add_argument("--json", type=Path, metavar="PATH", help="also write the results here")
+    p.add_argument("--keep-logs", action="store_true", help="copy the process logs and configs next to --json (or the cwd)")
+
+
+def distinct_names(p: argparse.ArgumentParser, flag: str, value: str, allowed: Sequence[str]) -> list[str]:
+    """A comma-separated option's names, each one of C{allowed} and none twice (else the usage error)."""
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    if not names or set(names) - set(allowed) or len(set(names)) != len(names):
+        p.error(f"{flag}: distinct names from {', '.join(allowed)}")
+    return names
+
+
+def check_cpus(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The proxy and the load need two distinct CPUs this process may use."""
+    if args.proxy_cpu == args.load_cpu or not {args.proxy_cpu, args.load_cpu} <= os.sched_getaffinity(0):
+        p.error("need two distinct usable CPUs for --proxy-cpu and --load-cpu")
+
+
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.strip().split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--duration", type=int, default=10, help="measured seconds per row (10)")
@@ -343,25 +369,13 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--proxies", default=",".join(PROXIES),
                    help="the proxies to measure, in this order within each protocol (%(default)s)")
     p.add_argument("--kinds", default=",".join(KINDS), help="the protocols, in this order (%(default)s)")
-    p.add_argument("--traefik", type=Path, help="Traefik binary (default: where bench/peers.sh builds it)")
-    p.add_argument("--caddy", type=Path, help="Caddy binary (default: where bench/peers.sh builds it)")
-    p.add_argument("--proxy-cpu", type=int, default=0, help="CPU for the proxy under test (0)")
-    p.add_argument("--load-cpu", type=int, default=1, help="CPU for the backend and the load (1)")
-    p.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx")
-    p.add_argument("--start-timeout", type=float, default=20.0, help="seconds to listen and answer rightly (20)")
-    p.add_argument("--json", type=Path, metavar="PATH", help="also write the results here")
-    p.add_argument("--keep-logs", action="store_true", help="copy the process logs and configs next to --json (or the cwd)")
+    add_run_arguments(p)
     args = p.parse_args(argv)
-    args.proxies = [name.strip() for name in args.proxies.split(",") if name.strip()]
-    args.kinds = [kind.strip() for kind in args.kinds.split(",") if kind.strip()]
-    if not args.proxies or set(args.proxies) - set(PROXIES) or len(set(args.proxies)) != len(args.proxies):
-        p.error(f"--proxies: distinct names from {', '.join(PROXIES)}")
-    if not args.kinds or set(args.kinds) - set(KINDS) or len(set(args.kinds)) != len(args.kinds):
-        p.error(f"--kinds: distinct names from {', '.join(KINDS)}")
+    args.proxies = distinct_names(p, "--proxies", args.proxies, PROXIES)
+    args.kinds = distinct_names(p, "--kinds", args.kinds, KINDS)
     if args.duration < 1 or args.warmup < 0 or args.connections < args.threads:
         p.error("need --duration >= 1, --warmup >= 0 and --connections >= --threads")
-    if args.proxy_cpu == args.load_cpu or not {args.proxy_cpu, args.load_cpu} <= os.sched_getaffinity(0):
-        p.error("need two distinct usable CPUs for --proxy-cpu and --load-cpu")
+    check_cpus(p, args)
     args.header = []  # http_bench.measure's extra request headers: none here
     return args
 
