@@ -20,7 +20,7 @@ RUN python3 -m venv /opt/twingress
 ENV PATH=/opt/twingress/bin:$PATH
 WORKDIR /src
 # The HTTP/2 stack compiled first, in a layer of its own: it needs only h2stack.py, Cython (the
-# version setup.cfg's `compile` extra pins; tests/deploy/test_image.py checks they agree) and wheel,
+# version setup.cfg's `compile` extra pins; tests/test_wheel.py checks they agree) and wheel,
 # so a change to twingress's source reuses it instead of compiling h2, hpack and hyperframe again
 # (minutes). h2stack.py fetches the pure wheels of the versions it pins and writes them compiled to
 # /h2stack (docs/performance.md, "The compiled HTTP/2 stack"), with a constraints file that pins them.
