@@ -48,10 +48,14 @@ def dockerfile_version() -> str:
     return match.group(1)
 
 
-def setup_cfg_version() -> str:
+def setup_cfg() -> configparser.ConfigParser:
     parser = configparser.ConfigParser()
     parser.read(ROOT / "setup.cfg")
-    return parser["metadata"]["version"]
+    return parser
+
+
+def setup_cfg_version() -> str:
+    return setup_cfg()["metadata"]["version"]
 
 
 def build_stage_commands() -> list[str]:
@@ -68,9 +72,7 @@ def build_stage_wheel_commands() -> list[str]:
 
 def compile_extra_pin(distribution: str) -> str:
     """The requirement setup.cfg's `compile` extra gives C{distribution} (`cython==3.3.1`)."""
-    parser = configparser.ConfigParser()
-    parser.read(ROOT / "setup.cfg")
-    lines = parser["options.extras_require"]["compile"].split()
+    lines = setup_cfg()["options.extras_require"]["compile"].split()
     [pin] = [line for line in lines if re.split(r"[=<>]", line)[0].lower() == distribution]
     return pin
 
