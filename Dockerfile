@@ -34,14 +34,16 @@ RUN pip install --no-cache-dir "cython==3.3.1" "setuptools>=68" wheel \
 # what it compiles against them, and fetched or built as wheels into /wheels for the runtime stage,
 # h2, hpack and hyperframe from /h2stack (the pinned versions; a platform wheel ranks above the
 # index's pure one of the same version). Reading setup.cfg builds an empty twingress (no source
-# yet): it is uninstalled and its wheel removed. (DL3013: what is installed is this project's
-# dependencies and extra, whose versions setup.cfg states.)
-COPY pyproject.toml setup.cfg setup.py README.md ./
+# yet): it is uninstalled and its wheel removed. setup.py (the compiled build's module lists) is not
+# needed for that, so it comes with the source and a change to it reuses this layer. (DL3013: what
+# is installed is this project's dependencies and extra, whose versions setup.cfg states.)
+COPY pyproject.toml setup.cfg README.md ./
 # hadolint ignore=DL3013
 RUN pip install --no-cache-dir ".[compile]" \
     && pip uninstall -y twingress \
     && pip wheel --no-cache-dir --wheel-dir /wheels --find-links /h2stack --constraint /h2stack/constraints.txt . \
     && rm /wheels/twingress-*.whl
+COPY setup.py ./
 COPY ingress ./ingress
 COPY twisted ./twisted
 # twingress's wheel is the compiled build (setup.py, TWINGRESS_COMPILE=1): the request path's

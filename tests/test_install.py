@@ -12,6 +12,7 @@ tests/test_wheel.py does.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -22,7 +23,10 @@ from pathlib import Path
 import pytest
 
 from tests.support import ROOT, free_port
-from tests.test_wheel import WHEELHOUSE
+
+# The dependencies' wheels (and setuptools', wheel's), filled by `make wheelhouse`: the test network
+# namespace reaches no package index.
+WHEELHOUSE = Path(os.environ.get("TWINGRESS_WHEELHOUSE") or Path.home() / ".cache" / "twingress" / "wheelhouse")
 
 # What setup.cfg packages and builds from: the tree as a user clones it, less what pip never reads.
 SOURCES = ("ingress", "twisted", "setup.cfg", "setup.py", "pyproject.toml", "README.md", "LICENSE")

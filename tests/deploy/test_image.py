@@ -144,6 +144,18 @@ def test_the_archive_for_a_node_is_this_image_with_the_capability(image: Image) 
     assert permitted == 1 << CAP_NET_BIND_SERVICE, hex(permitted)
 
 
+def test_the_package_adds_its_twistd_plugin_and_leaves_twisted_s_own(image: Image) -> None:
+    """
+    setup.cfg packages twisted/plugins/ingress_plugin.py (twistd finds `ingress` through it) but no
+    twisted/plugins/__init__.py, which would shadow Twisted's own plugins package.
+    """
+    listed = image.run("-c", "import importlib.metadata as m; print('\\n'.join(str(f) for f in m.files('twingress')))", options=["--entrypoint", "python3"])
+    assert listed.returncode == 0, listed.stderr
+    files = set(listed.stdout.split())
+    assert "twisted/plugins/ingress_plugin.py" in files and "ingress/proxy/server.py" in files, sorted(files)[:20]
+    assert "twisted/plugins/__init__.py" not in files
+
+
 def test_the_request_path_is_the_compiled_build(image: Image) -> None:
     modules = hot_modules()
     listed = image.run("-c", f"import importlib; print('\\n'.join(importlib.import_module(m).__file__ for m in {modules!r}))", options=["--entrypoint", "python3"])
