@@ -8,8 +8,8 @@ STAMP := $(VENV)/.installed-stamp
 # What `make run` needs: twingress and its dependencies (no test or build tools).
 RUN_STAMP := $(VENV)/.run-stamp
 PYTEST_ARGS ?=
-# Wheels of the dependencies (and of setuptools/wheel) for tests/test_wheel.py, which builds the
-# Docker image's wheel inside the test network namespace, where no index is reachable.
+# Wheels of the dependencies (and of setuptools/wheel) for tests/test_install.py, which installs
+# twingress into fresh venvs inside the test network namespace, where no index is reachable.
 WHEELHOUSE ?= $(HOME)/.cache/twingress/wheelhouse
 export TWINGRESS_WHEELHOUSE := $(WHEELHOUSE)
 HADOLINT_VERSION ?= 2.15.1
@@ -33,19 +33,34 @@ $(STAMP): $(RUN_STAMP) setup.cfg pyproject.toml
 
 venv: $(STAMP)
 
-run: $(RUN_STAMP)
+# The examples run the compiled build, the one the image ships, where this machine can build it (a
+# C compiler and Python's headers; `CAN_COMPILE=` says no): the first time that adds the `compile`
+# extra and a few minutes of mypyc and Cython, later only an edit to a compiled module (setup.py's
+# lists) compiles again. `make run PURE=1` runs the pure build (and removes compiled modules). If
+# compiling fails, the example runs on the pure build, after saying so.
+CAN_COMPILE = $(shell $(PYTHON3) -c 'import os, shutil, sysconfig; cc = (sysconfig.get_config_var("CC") or "cc").split()[0]; print("yes" if shutil.which(cc) and os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else "")' 2>/dev/null)
+COMPILED_STAMP := $(VENV)/.compiled-stamp
+COMPILED_SOURCES = setup.py h2stack.py $(shell grep -o '"ingress/[^"]*\.py"' setup.py | tr -d '"')
+RUN_BUILD = $(if $(PURE),pure,$(if $(CAN_COMPILE),$(COMPILED_STAMP),pure))
+
+$(COMPILED_STAMP): $(RUN_STAMP) $(COMPILED_SOURCES)
+	@echo "make: compiling the request path and the HTTP/2 stack, as the image does (minutes the first time; make run PURE=1 skips it)"
+	( $(PY) -m pip install -q -e '.[compile]' && TWINGRESS_COMPILE=1 $(PY) setup.py -q build_ext --inplace && $(PY) h2stack.py inplace && touch $@ ) \
+		|| { echo "make: the compiled build failed (above): the pure build runs instead"; $(REMOVE_COMPILED); }
+
+run: $(RUN_STAMP) $(RUN_BUILD)
 	examples/quickstart/run.sh
 
 # The ingress-nginx migration example (examples/nginx-migration): its Ingresses and ConfigMap as they were.
-run-migration: $(RUN_STAMP)
+run-migration: $(RUN_STAMP) $(RUN_BUILD)
 	examples/nginx-migration/run.sh
 
 # The Gateway API example (examples/gateway): a shared Gateway and HTTPRoutes of two teams.
-run-gateway: $(RUN_STAMP)
+run-gateway: $(RUN_STAMP) $(RUN_BUILD)
 	examples/gateway/run.sh
 
 # The stream example (examples/streams): a TCP and a UDP StreamIngress.
-run-streams: $(RUN_STAMP)
+run-streams: $(RUN_STAMP) $(RUN_BUILD)
 	examples/streams/run.sh
 
 system-packages:
@@ -64,7 +79,7 @@ testenv: system-packages
 
 $(WHEELHOUSE)/.stamp: $(STAMP) setup.cfg pyproject.toml
 	$(PY) -m pip wheel -q --wheel-dir $(WHEELHOUSE) 'setuptools>=68' wheel .
-	rm -f $(WHEELHOUSE)/twingress-*.whl  # the test builds its own
+	rm -f $(WHEELHOUSE)/twingress-*.whl  # the test installs the tree's own
 	touch $@
 
 wheelhouse: $(WHEELHOUSE)/.stamp
@@ -134,11 +149,13 @@ PURE_TESTS ?= tests/unit $(addprefix tests/proxy/,test_http_behaviour.py test_ma
 compiled: $(STAMP)
 	TWINGRESS_COMPILE=1 $(PY) setup.py -q build_ext --inplace --force
 	$(PY) h2stack.py inplace
+	touch $(COMPILED_STAMP)
+
+REMOVE_COMPILED = rm -f $(COMPILED_STAMP); rm -rf build/temp.* build/lib.* twingress_*__mypyc.*.so; \
+	find ingress -name '*.so' -delete; if [ -x $(PY) ]; then $(PY) h2stack.py remove; fi
 
 pure:
-	rm -rf build/temp.* build/lib.* twingress_*__mypyc.*.so
-	find ingress -name '*.so' -delete
-	if [ -x $(PY) ]; then $(PY) h2stack.py remove; fi
+	$(REMOVE_COMPILED)
 
 # The upstream Gateway API conformance suite against twingress (tests/kube/test_gateway_conformance.py),
 # its report written to docs/gateway-conformance/ (commit it; docs/gateway-api.md shows its table).

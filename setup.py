@@ -7,7 +7,8 @@ C extension modules that import in place of the .py files; it runs the
 per-request code (HTTP/1 parsing, forwarding heads, routing lookup, the access
 log) 10-20% faster per core (bench/README.md).  The Docker image ships it, and
 C{make test} runs every test on it, then the unit tests and the request path's
-proxy tests again on the pure-Python build, which stays the default of a checkout.
+proxy tests again on the pure-Python build.  C{make run} builds it too where a
+C compiler is present (C{make run PURE=1}: the pure build).
 
   make compiled   TWINGRESS_COMPILE=1 python setup.py build_ext --inplace
   make pure       removes the compiled modules again

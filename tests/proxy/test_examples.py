@@ -146,14 +146,36 @@ def test_the_stream_example_carries_tcp_and_udp(run: type[Example]) -> None:
     assert {"TCP/9700", "UDP/9753"} <= set(routes["streams"])
 
 
-def test_make_run_installs_only_what_the_demo_needs(tmp_path: Path) -> None:
-    """What `make run` would do in a fresh clone (make -n: printed, not run)."""
-    outside_make = {name: value for name, value in os.environ.items() if name not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}  # as a user types it, not as make test's sub-make
+def _make_run_plan(tmp_path: Path, *variables: str) -> list[str]:
+    """What `make run` would do in a fresh clone (make -n: printed, not run), as a user types it."""
+    outside_make = {name: value for name, value in os.environ.items() if name not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}  # not as make test's sub-make
     plan = subprocess.run(
-        ["make", "--no-print-directory", "-n", "run", f"VENV={tmp_path / 'venv'}"], cwd=ROOT, capture_output=True, text=True, check=True, env=outside_make
+        ["make", "--no-print-directory", "-n", "run", f"VENV={tmp_path / 'venv'}", *variables], cwd=ROOT, capture_output=True, text=True, check=True, env=outside_make
     ).stdout
-    installs = [line for line in plan.splitlines() if "pip install" in line]
-    assert any(line.endswith("pip install -q -e .") for line in installs), plan
-    assert not any("[test" in line or "compile" in line for line in installs), plan
+    lines = plan.strip().splitlines()
+    assert any(line.endswith("pip install -q -e .") for line in lines), plan
     assert "installing twingress and its dependencies" in plan, plan
-    assert plan.strip().splitlines()[-1] == "examples/quickstart/run.sh"
+    assert lines[-1] == "examples/quickstart/run.sh"
+    return lines
+
+
+def test_make_run_compiles_the_image_s_build_where_it_can(tmp_path: Path) -> None:
+    """The issue's "make run uses the compiled build when a compiler is present": built as `make compiled` builds it."""
+    plan = "\n".join(_make_run_plan(tmp_path, "CAN_COMPILE=yes"))
+    assert "pip install -q -e '.[compile]'" in plan and "[test" not in plan, plan
+    assert "TWINGRESS_COMPILE=1" in plan and "build_ext --inplace" in plan and "h2stack.py inplace" in plan, plan
+    assert "the pure build runs instead" in plan, plan  # a failed compile still runs the demo
+
+
+@pytest.mark.parametrize("variables", [("CAN_COMPILE=",), ("CAN_COMPILE=yes", "PURE=1")], ids=["no-compiler", "PURE=1"])
+def test_make_run_without_a_compiler_installs_only_what_the_demo_needs(tmp_path: Path, variables: tuple[str, ...]) -> None:
+    plan = _make_run_plan(tmp_path, *variables)
+    assert not any("pip install" in line and ("[test" in line or "compile" in line) for line in plan), plan
+    assert not any("TWINGRESS_COMPILE" in line for line in plan), plan
+    assert any("find ingress -name '*.so' -delete" in line for line in plan), plan  # what an earlier compiled run left goes
+
+
+def test_this_machine_can_compile(tmp_path: Path) -> None:
+    """make test builds the compiled build here, so `make run` must find the compiler too (CAN_COMPILE's probe)."""
+    plan = "\n".join(_make_run_plan(tmp_path))
+    assert "TWINGRESS_COMPILE=1" in plan, plan
