@@ -50,6 +50,7 @@ def _start(tmp: Path, echo: EchoBackend, *args: str) -> Proxy:
         Manifests.ingress("named", "h2.test", "echo"),
         Manifests.ingress("any", "", "echo"),
         Manifests.nginx_ingress("cors", "cors.test", "echo", {"enable-cors": "true", "cors-allow-origin": "https://app.example"}),
+        Manifests.nginx_ingress("slow", "slow.test", "echo", {"proxy-read-timeout": "1"}),
     )
     https_port = free_port()
     access_log = tmp.parent / f"access-{https_port}.log"
@@ -259,6 +260,25 @@ def test_an_upload_to_a_slow_upstream_is_held_by_the_window_not_buffered(proxy: 
     response = client.wait(stream_id, timeout=30)
     seen = json.loads(bytes(response.body))
     assert seen["body_bytes"] == len(body)
+    client.close()
+
+
+def test_each_stream_times_out_on_its_own_read_timeout_and_the_others_are_served(proxy: Proxy) -> None:
+    """
+    The streams' deadlines share their connection's one timer (idle.DeadlineGroup): a stream whose
+    upstream is silent past proxy-read-timeout gets 504 at its time, while a stream opened after it
+    and answered in time, and one on a route of 60 s, are served.
+    """
+    client = H2Client(proxy.https_port)
+    silent = client.request("/silent?delay=4", authority="slow.test")
+    time.sleep(0.5)
+    in_time = client.request("/in-time?delay=0.2", authority="slow.test")
+    patient = client.request("/patient?delay=2", authority="h2.test")
+    started = time.monotonic()
+    assert client.wait(in_time).status == 200
+    assert client.wait(silent).status == 504
+    assert 0.2 < time.monotonic() - started < 3  # the silent one's second passed, not the patient one's 2 s
+    assert client.wait(patient).status == 200
     client.close()
 
 

@@ -46,7 +46,7 @@ from ingress.proxy.http.shared import Shared
 from ingress.proxy.http2.stream import H2Stream
 from ingress.proxy.http2.upstream import GoawayTolerant
 from ingress.proxy.http2.validate import MalformedHeaders, check_request, check_trailers
-from ingress.proxy.idle import Deadline
+from ingress.proxy.idle import Deadline, DeadlineGroup, GroupDeadline
 from ingress.proxy.reactorstep import run_before_next_poll
 from ingress.proxy.transport import IConnectionTransport, hand_over
 
@@ -102,7 +102,8 @@ class H2ServerProtocol(Protocol):
         self._goaway_after: Optional[int] = None  # the last stream served once a graceful GOAWAY was sent
         self._peer = UNKNOWN_PEER
         self._port = b"0"
-        self._timer = Deadline(factory.reactor, self._timed_out)
+        self.deadlines = DeadlineGroup(factory.reactor)  # the connection's one DelayedCall, for its own deadline and its streams'
+        self._timer: Deadline = GroupDeadline(self.deadlines, self._timed_out)
         self._resets = ResetBudget(factory.reactor.seconds, factory.http2.max_concurrent_streams)
 
     # -- lifecycle ---------------------------------------------------------------
@@ -151,6 +152,7 @@ class H2ServerProtocol(Protocol):
         streams, self.streams = list(self.streams.values()), {}
         for stream in streams:
             stream.abandon()
+        self.deadlines.cancel()
         self.factory.closed(self)
 
     # -- reading -----------------------------------------------------------------

@@ -26,6 +26,7 @@ from ingress.proxy.http.exchange import Exchange
 from ingress.proxy.http.forwarding import ForwardedFor
 from ingress.proxy.http.shared import Shared
 from ingress.proxy.http2.fields import Headers, response_headers
+from ingress.proxy.idle import DeadlineGroup
 
 
 class StreamConnection(Protocol):
@@ -34,6 +35,7 @@ class StreamConnection(Protocol):
     factory: Shared
     transport: Any
     paused: bool  # the client's socket is full: every stream's upstream waits
+    deadlines: DeadlineGroup  # the streams' deadlines, on the connection's one DelayedCall
 
     @property
     def h2(self) -> H2Connection: ...

@@ -34,7 +34,7 @@ from ingress.proxy.http.trusted import trusted_forwarding
 from ingress.proxy.http2.exchange import H2Exchange
 from ingress.proxy.http2.fields import Headers, local_response, request_head
 from ingress.proxy.http2.response import StreamConnection, StreamOutput
-from ingress.proxy.idle import Deadline
+from ingress.proxy.idle import Deadline, GroupDeadline
 from ingress.proxy.tls.sni import tls_server_name
 
 log = Logger()
@@ -61,7 +61,7 @@ class H2Stream:
         self.stream_id = stream_id
         factory = connection.factory
         self.transport = connection.transport
-        self.timer = Deadline(factory.reactor, self._timed_out)
+        self.timer: Deadline = GroupDeadline(connection.deadlines, self._timed_out)
         self.exchange = Exchange(self, factory, factory.settings, None, UNKNOWN_PEER, "h2")
         self.out = StreamOutput(connection, stream_id)
         self._read_pauses: set[str] = set()
