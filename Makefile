@@ -111,17 +111,14 @@ lint: $(STAMP)
 
 # The test run lives in a private network namespace (pod-like 10.244.0.x addresses on its lo);
 # everything that needs the network (pip, apt, go) happens before it.
-test: $(STAMP) lint system-packages testenv wheelhouse image-archive lint-docker
+test: $(STAMP) lint system-packages testenv wheelhouse lint-docker
 	# Every test on the compiled build, which the image ships (the same source, compiled by mypyc);
 	# the pure build again afterwards for the unit tests and the request path's proxy tests
 	# (PURE_TESTS). Whatever fails, the tree is left pure: a stale compiled module would shadow
-	# the source it was compiled from.
-	$(MAKE) compiled
+	# the source it was compiled from. The image (podman, from a clean export of the tree) and the
+	# compiled build are made at once: each keeps about one core busy for a minute or two.
+	$(MAKE) --no-print-directory -j2 --output-sync=target image-archive compiled || { $(MAKE) pure; exit 1; }
 	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) -m "not node" || { $(MAKE) pure; exit 1; }
-	# The real node's tests (tests/kube/test_node.py, test_deployment.py) in a run of their own: the
-	# node's scheduler and pod network would meet the Gateway conformance suite's stand-in node, and
-	# the DaemonSet takes the namespace's :80 and :443, which the suite's Gateways need too.
-	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) -m node || { $(MAKE) pure; exit 1; }
 	# The kube tests again with every twingress as a primary and two worker processes: leader
 	# election, status and generation must happen once, in the primary, and routing in the workers.
 	# (Not the node's tests: the DaemonSet there runs --workers=auto whatever this run sets; nor those
@@ -131,7 +128,18 @@ test: $(STAMP) lint system-packages testenv wheelhouse image-archive lint-docker
 		--ignore=tests/kube/test_gateway_conformance.py --ignore=tests/kube/test_cluster_smoke.py \
 		--ignore=tests/kube/test_quiet_watches.py --ignore=tests/kube/test_gateway_validation.py || { $(MAKE) pure; exit 1; }
 	$(MAKE) pure
-	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) $(PURE_TESTS)
+	# The real node's tests (tests/kube/test_node.py, test_deployment.py) in a run of their own: the
+	# node's scheduler and pod network would meet the Gateway conformance suite's stand-in node, and
+	# the DaemonSet takes the namespace's :80 and :443, which the suite's Gateways need too. They run
+	# the image, not the tree, so they run beside the pure build's, each in a network namespace of
+	# its own (pytest's numbered temporary directories are safe for runs at once); the node's output
+	# follows the pure run's.
+	mkdir -p build
+	{ testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) -m node > build/node-tests.log 2>&1; \
+		echo $$? > build/node-tests.status; } & \
+	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) $(PURE_TESTS); pure=$$?; \
+	wait; echo "make: the node's tests (tests/kube -m node), run beside the pure build's:"; cat build/node-tests.log; \
+	[ $$pure = 0 ] && [ "$$(cat build/node-tests.status)" = 0 ]
 
 # What make test runs again on the pure build: the unit tests, and the proxy tests of the request
 # path that the compiled build compiles (setup.py's HOT_MODULES: parsing, forwarding, the relay, the
