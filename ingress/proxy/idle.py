@@ -106,6 +106,8 @@ class DeadlineGroup:
         self._cancelled = False
 
     def arm(self, member: GroupDeadline, seconds: float, at: float) -> None:
+        if self._cancelled:  # a stream's timer set as its closed connection's streams wind up
+            return
         self.armed[member] = None
         call = self._call
         if call is None:

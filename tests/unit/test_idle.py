@@ -75,8 +75,9 @@ def test_a_closed_connection_expires_nothing_and_leaves_no_call() -> None:
     clock.advance(10)
     assert seen == [] and clock.getDelayedCalls() == []
     second.set(5, "upstream")  # a stream's timer set after its connection closed does not revive it
-    group.cancel()
     assert clock.getDelayedCalls() == []
+    advance(clock, 10)
+    assert seen == []
 
 
 # One step of a stream's timer: (member, operation, seconds, kind), or None: the clock advances.
