@@ -14,7 +14,7 @@ WHEELHOUSE ?= $(HOME)/.cache/twingress/wheelhouse
 export TWINGRESS_WHEELHOUSE := $(WHEELHOUSE)
 HADOLINT_VERSION ?= 2.15.1
 
-.PHONY: run run-migration run-gateway run-streams test venv lint system-packages testenv wheelhouse image image-archive lint-docker bench bench-peers bench-mix clean compiled pure gateway-conformance-report
+.PHONY: run run-migration run-gateway run-streams test test-kube-lane test-rest-lane test-kube test-rest test-workers test-node venv lint system-packages testenv wheelhouse image image-archive lint-docker bench bench-peers bench-mix clean compiled pure gateway-conformance-report
 
 # An editable install (pip install -e .) of the tree: setup.cfg's package_dir makes it a plain
 # .pth of the tree, so twistd finds twisted/plugins/ingress_plugin.py there too.
@@ -113,33 +113,54 @@ lint: $(STAMP)
 # everything that needs the network (pip, apt, go) happens before it.
 test: $(STAMP) lint system-packages testenv wheelhouse lint-docker
 	# Every test on the compiled build, which the image ships (the same source, compiled by mypyc);
-	# the pure build again afterwards for the unit tests and the request path's proxy tests
-	# (PURE_TESTS). Whatever fails, the tree is left pure: a stale compiled module would shadow
-	# the source it was compiled from. The image (podman, from a clean export of the tree) and the
-	# compiled build are made at once: each keeps about one core busy for a minute or two.
+	# the kube tests again with worker processes; the node's tests; the pure build again afterwards
+	# for the unit tests and the request path's proxy tests (PURE_TESTS). Whatever fails, the tree is
+	# left pure: a stale compiled module would shadow the source it was compiled from.
+	# Two things at a time where they are independent: the image and the compiled build; then two
+	# lanes of pytest runs, each run in a network namespace of its own (pytest's numbered temporary
+	# directories are safe for runs at once), each lane's output printed whole when it ends
+	# (--output-sync). Most of these runs keep one core busy at most, waiting on an apiserver, a
+	# kubelet or a proxy, and CI machines have two.
 	$(MAKE) --no-print-directory -j2 --output-sync=target image-archive compiled || { $(MAKE) pure; exit 1; }
-	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) -m "not node" || { $(MAKE) pure; exit 1; }
-	# The kube tests again with every twingress as a primary and two worker processes: leader
-	# election, status and generation must happen once, in the primary, and routing in the workers.
-	# (Not the node's tests: the DaemonSet there runs --workers=auto whatever this run sets; nor those
-	# that start no twingress: the control plane's smoke test, the informers' quiet watch, the CRDs'
-	# validation; nor the Gateway API conformance suite, which runs once, in the first run: it takes minutes.)
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-kube-lane test-rest-lane || { $(MAKE) pure; exit 1; }
+	$(MAKE) pure
+	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) $(PURE_TESTS)
+
+# make test's two lanes, side by side: the kube tests, then the same with worker processes; every
+# other test, then the real node's.
+test-kube-lane:
+	$(MAKE) --no-print-directory test-kube
+	$(MAKE) --no-print-directory test-workers
+
+test-rest-lane:
+	$(MAKE) --no-print-directory test-rest
+	$(MAKE) --no-print-directory test-node
+
+# The parts of make test, each one pytest run (they expect make test's preparations).
+# The kube tests but the real node's, against a control plane of their own.
+test-kube:
+	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) -m "not node" tests/kube
+
+# Every other test: the proxy's, the units', the image's and the install's.
+test-rest:
+	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) -m "not node" --ignore=tests/kube
+
+# The kube tests again with every twingress as a primary and two worker processes: leader
+# election, status and generation must happen once, in the primary, and routing in the workers.
+# (Not the node's tests: the DaemonSet there runs --workers=auto whatever this run sets; nor those
+# that start no twingress: the control plane's smoke test, the informers' quiet watch, the CRDs'
+# validation; nor the Gateway API conformance suite, which runs once, in test-kube: it takes minutes.)
+test-workers:
 	TWINGRESS_TEST_WORKERS=2 testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) -m "not node" tests/kube \
 		--ignore=tests/kube/test_gateway_conformance.py --ignore=tests/kube/test_cluster_smoke.py \
-		--ignore=tests/kube/test_quiet_watches.py --ignore=tests/kube/test_gateway_validation.py || { $(MAKE) pure; exit 1; }
-	$(MAKE) pure
-	# The real node's tests (tests/kube/test_node.py, test_deployment.py) in a run of their own: the
-	# node's scheduler and pod network would meet the Gateway conformance suite's stand-in node, and
-	# the DaemonSet takes the namespace's :80 and :443, which the suite's Gateways need too. They run
-	# the image, not the tree, so they run beside the pure build's, each in a network namespace of
-	# its own (pytest's numbered temporary directories are safe for runs at once); the node's output
-	# follows the pure run's.
-	mkdir -p build
-	{ testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) -m node > build/node-tests.log 2>&1; \
-		echo $$? > build/node-tests.status; } & \
-	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) $(PURE_TESTS); pure=$$?; \
-	wait; echo "make: the node's tests (tests/kube -m node), run beside the pure build's:"; cat build/node-tests.log; \
-	[ $$pure = 0 ] && [ "$$(cat build/node-tests.status)" = 0 ]
+		--ignore=tests/kube/test_quiet_watches.py --ignore=tests/kube/test_gateway_validation.py
+
+# The real node's tests (tests/kube/test_node.py, test_deployment.py) in a run of their own: the
+# node's scheduler and pod network would meet the Gateway conformance suite's stand-in node, and
+# the DaemonSet takes the namespace's :80 and :443, which the suite's Gateways need too. They run
+# the image (make image-archive), not the tree.
+test-node:
+	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) -m node
 
 # What make test runs again on the pure build: the unit tests, and the proxy tests of the request
 # path that the compiled build compiles (setup.py's HOT_MODULES: parsing, forwarding, the relay, the
