@@ -53,6 +53,12 @@ def wait_for_idle(cpus: Sequence[int], limit: float, timeout: float) -> dict[str
     return busy
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) used so far by one process alone (not its children)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def group_cpu_seconds(pgid: int) -> float:
     """CPU seconds (user + system) used so far by one process group.
 

@@ -54,6 +54,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=1,
                    help="nginx worker_processes N against twingress --workers N, on the same N CPUs (1)")
     p.add_argument("--load-cpu", type=int, default=1, help="CPU for the backend and wrk (1)")
+    p.add_argument("--proxy-cpu-list", metavar="LIST",
+                   help="taskset's CPU list for the proxies instead (e.g. 0: --workers 2 on one CPU, "
+                        "so that what a worker process costs is measured apart from two CPUs' contention)")
     p.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx",
                    help="nginx binary (%(default)s)")
     p.add_argument("--twingress-cmd", default=targets.DEFAULT_TWINGRESS_CMD,
@@ -160,10 +163,12 @@ def measure(args: argparse.Namespace, name: str, proc: procs.Proc, port: int) ->
     if args.warmup:
         out.warmup_errors = run_wrk(args, port, args.warmup).errors
     before, used_before = cpuload.cpu_times(), cpuload.group_cpu_seconds(proc.pid)
+    own_before = cpuload.process_cpu_seconds(proc.pid)
     out.result = run_wrk(args, port, args.duration)
     cpus = [args.proxy_cpu, args.load_cpu]
     out.cpu_busy = cpuload.busy_percent(before, cpuload.cpu_times(), cpus)
     out.target_cpu_seconds = round(cpuload.group_cpu_seconds(proc.pid) - used_before, 2)
+    out.main_process_cpu_seconds = round(cpuload.process_cpu_seconds(proc.pid) - own_before, 2)
     if proc.popen.poll() is not None:
         out.failure = f"{proc.name} exited during the run; its output:\n{proc.tail()}"
     return out
@@ -181,6 +186,8 @@ class Bench(Harness):
     @property
     def proxy_cpus(self) -> str:
         """taskset's list for the proxy under test: N CPUs from --proxy-cpu (they may include --load-cpu)."""
+        if self.args.proxy_cpu_list:
+            return str(self.args.proxy_cpu_list)
         count = os.cpu_count() or 1
         return ",".join(str((self.args.proxy_cpu + i) % count) for i in range(self.args.workers))
 

@@ -29,6 +29,8 @@ class TargetResult:
     warmup_errors: int = 0
     cpu_busy: dict[str, float] = field(default_factory=dict)
     target_cpu_seconds: Optional[float] = None
+    # the started process's own share (twingress --workers N: the primary; nginx: its master)
+    main_process_cpu_seconds: Optional[float] = None
     failure: Optional[str] = None
 
     @property
@@ -47,7 +49,7 @@ def derived(results: list[TargetResult], r: TargetResult) -> dict[str, Optional[
     res = r.result
     if res is None:
         return dict.fromkeys(
-            ("ratio_to_nginx", "added_p50_ms", "added_p99_ms", "cpu_us_per_request"))
+            ("ratio_to_nginx", "added_p50_ms", "added_p99_ms", "cpu_us_per_request", "main_process_cpu_us_per_request"))
     vs_direct = direct is not None and r.name != DIRECT
     return {
         "ratio_to_nginx": round(res.rps / ref.rps, 3) if ref and ref.rps else None,
@@ -55,6 +57,8 @@ def derived(results: list[TargetResult], r: TargetResult) -> dict[str, Optional[
         "added_p99_ms": round(res.p("99") - direct.p("99"), 3) if vs_direct else None,
         "cpu_us_per_request": round(1e6 * r.target_cpu_seconds / res.requests, 2)
         if r.target_cpu_seconds is not None and res.requests else None,
+        "main_process_cpu_us_per_request": round(1e6 * r.main_process_cpu_seconds / res.requests, 2)
+        if r.main_process_cpu_seconds is not None and res.requests else None,
     }
 
 
@@ -69,7 +73,7 @@ def _fmt(value: Optional[float], spec: str, suffix: str = "") -> str:
 def table(results: list[TargetResult], args: argparse.Namespace) -> str:
     """The human-readable table, one row per target."""
     head = (f"{'target':<12} {'req/s':>10} {'p50':>9} {'p99':>9} {'errors':>7} "
-            f"{'vs nginx':>9} {'+p99 vs direct':>15} {'CPU/req':>9}  "
+            f"{'vs nginx':>9} {'+p99 vs direct':>15} {'CPU/req':>9} {'main/req':>9}  "
             f"cpu{args.proxy_cpu}/cpu{args.load_cpu} busy")
     lines = [head, "-" * len(head)]
     for r in results:
@@ -83,7 +87,7 @@ def table(results: list[TargetResult], args: argparse.Namespace) -> str:
             f"{r.name:<12} {r.result.rps:>10,.0f} {r.result.p('50'):>7.2f}ms "
             f"{r.result.p('99'):>7.2f}ms {errors:>7} {_fmt(d['ratio_to_nginx'], '.2f', 'x'):>9} "
             f"{_fmt(d['added_p99_ms'], '+.2f', 'ms'):>15} "
-            f"{_fmt(d['cpu_us_per_request'], '.1f', 'us'):>9}  {busy}")
+            f"{_fmt(d['cpu_us_per_request'], '.1f', 'us'):>9} {_fmt(d['main_process_cpu_us_per_request'], '.1f', 'us'):>9}  {busy}")
     return "\n".join(lines)
 
 
@@ -135,10 +139,10 @@ def to_json(results: list[TargetResult], args: argparse.Namespace,
             background: dict[str, float]) -> dict[str, Any]:
     config = {k: getattr(args, k) for k in
               ("duration", "warmup", "connections", "threads", "proxy_cpu", "load_cpu",
-               "skip_twingress", "twingress_cmd")}
+               "skip_twingress", "twingress_cmd", "workers", "proxy_cpu_list")}
     rows = [{"target": r.name, "ok": r.ok, "failure": r.failure,
              "warmup_errors": r.warmup_errors, "cpu_busy_percent": r.cpu_busy,
-             "target_cpu_seconds": r.target_cpu_seconds,
+             "target_cpu_seconds": r.target_cpu_seconds, "main_process_cpu_seconds": r.main_process_cpu_seconds,
              **derived(results, r), "wrk": r.result.to_json() if r.result else None}
             for r in results]
     return {"benchmark": "http", "time": datetime.datetime.now().astimezone().isoformat(),
