@@ -239,13 +239,18 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--connections", type=int, default=32, help="h2load -c and wrk -c (32)")
     p.add_argument("--streams", type=int, default=10, help="h2load -m: concurrent streams per connection (10)")
     p.add_argument("--threads", type=int, default=1, help="wrk -t (1)")
+    add_run_arguments(p)
+    return p.parse_args(argv)
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of a run (this bench's, peers_bench.py's, mix_bench.py's): CPUs, nginx, output."""
     p.add_argument("--proxy-cpu", type=int, default=0, help="CPU for the proxy under test (0)")
     p.add_argument("--load-cpu", type=int, default=1, help="CPU for the backends and the load (1)")
     p.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx")
-    p.add_argument("--start-timeout", type=float, default=20.0, help="seconds to listen and answer (20)")
+    p.add_argument("--start-timeout", type=float, default=20.0, help="seconds to listen and answer rightly (20)")
     p.add_argument("--json", type=Path, metavar="PATH", help="also write the results here")
     p.add_argument("--keep-logs", action="store_true", help="copy the process logs and configs next to --json (or the cwd)")
-    return p.parse_args(argv)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -334,15 +334,10 @@ def verdicts(rows: list[Row]) -> dict[str, Optional[bool]]:
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of a run with the peers (this bench's, mix_bench.py's): binaries, CPUs, output."""
+    """The options of a run with the peers (this bench's, mix_bench.py's): the peers' binaries, then h2_bench's."""
     p.add_argument("--traefik", type=Path, help="Traefik binary (default: where bench/peers.sh builds it)")
     p.add_argument("--caddy", type=Path, help="Caddy binary (default: where bench/peers.sh builds it)")
-    p.add_argument("--proxy-cpu", type=int, default=0, help="CPU for the proxy under test (0)")
-    p.add_argument("--load-cpu", type=int, default=1, help="CPU for the backend and the load (1)")
-    p.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx")
-    p.add_argument("--start-timeout", type=float, default=20.0, help="seconds to listen and answer rightly (20)")
-    p.add_argument("--json", type=Path, metavar="PATH", help="also write the results here")
-    p.add_argument("--keep-logs", action="store_true", help="copy the process logs and configs next to --json (or the cwd)")
+    h2_bench.add_run_arguments(p)
 
 
 def distinct_names(p: argparse.ArgumentParser, flag: str, value: str, allowed: Sequence[str]) -> list[str]:
