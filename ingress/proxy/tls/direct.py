@@ -17,8 +17,9 @@ says it wants more bytes, then asks whether reading made anything to send: on a
 keep-alive connection that is, for every request, one C{recv} that ends in a
 C{WantReadError} and one C{bio_read} that ends in another, two exceptions
 built, raised and caught in Python (11.5 us of the ~85 us TLS added per
-HTTPS/1.1 request in twingress, 9 of the 47 in splice_floor.py: bench/README.md).  Here the record layer's framing (RFC 8446 5.1, RFC
-5246 6.2: a 5-byte header whose last two bytes are the length) says how many
+HTTPS/1.1 request in twingress, 9 of the 47 in splice_floor.py:
+bench/README.md).  Here the record layer's framing (RFC 8446 5.1, RFC 5246
+6.2: a 5-byte header whose last two bytes are the length) says how many
 whole records a read brought; a read of application data takes one record
 (OpenSSL's SSL_read returns data from one record at a time), so when every whole
 record has given plaintext and OpenSSL holds none back (C{pending}), nothing
