@@ -16,7 +16,9 @@ CPU than this; ``http_bench.py --twingress-cmd`` runs it in twingress's place:
 instead of Twisted's write queue, as twingress does.  ``--tls CERT KEY`` terminates
 TLS from clients first (PEM files), with twingress's TLS transport when batched
 (ingress.proxy.tls.direct) and Twisted's own otherwise: the floor of keep-alive
-HTTPS, for a load such as ``wrk https://localhost:PORT/``.
+HTTPS, for a load such as ``wrk https://localhost:PORT/``.  ``--churn N`` visits N
+objects of a 10 MB working set on each client read: Python work between the TLS calls,
+to see what a proxy's own work does to their cost (bench/library_share.py).
 """
 
 from __future__ import annotations
@@ -33,6 +35,23 @@ from ingress.proxy.http.fastwrite import direct_writer
 from ingress.proxy.tls.direct import DirectTLSFactory
 
 BATCHED = False
+# --churn: objects of a working set far larger than the caches, visited per request (bench/library_share.py)
+WORKSET: list[dict[str, int]] = []
+CHURN = 0
+_offset = [0]
+
+
+def churn() -> None:
+    """
+    Python work between a request's TLS calls, as a proxy's own request work is: it visits
+    C{CHURN} objects of a 50,000-object working set (about 10 MB), a different run of them each
+    time, so what the TLS calls left in the caches is gone when the next one comes.
+    """
+    start = _offset[0]
+    total = 0
+    for item in WORKSET[start : start + CHURN]:
+        total += item["a"]
+    _offset[0] = (start + CHURN) % (len(WORKSET) - CHURN)
 
 
 def writer(transport: Any) -> Callable[[bytes], None]:
@@ -73,6 +92,8 @@ class Client(protocol.Protocol):
         self.pending = []
 
     def dataReceived(self, data: bytes) -> None:
+        if CHURN:
+            churn()
         if self.upstream is None:
             self.pending.append(data)
         else:
@@ -92,14 +113,18 @@ class Splice(protocol.Factory):
 
 
 def main() -> None:
-    global BATCHED
+    global BATCHED, CHURN
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("port", type=int)
     parser.add_argument("backend_port", type=int)
     parser.add_argument("--batched", action="store_true", help="write through twingress's send batch")
     parser.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"), help="terminate TLS from clients with these PEM files")
+    parser.add_argument("--churn", type=int, default=0, metavar="N", help="visit N objects of a ~10 MB working set per client read (0)")
     args = parser.parse_args()
     BATCHED = args.batched
+    CHURN = args.churn
+    if CHURN:
+        WORKSET.extend({"a": i, "b": i * 2} for i in range(max(50000, 2 * CHURN)))
     factory: protocol.Factory = Splice(("127.0.0.1", args.backend_port))
     if args.tls:
         cert, key = (Path(path).read_bytes() for path in args.tls)

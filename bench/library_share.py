@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""
+What pyOpenSSL and h2 cost per request inside twingress, against inside the TLS floor.
+
+Issue 32's targets 1 and 2 take the floors (splice_floor.py --tls, h2_floor.py) as what
+the libraries cost, and charge the rest to twingress's own code.  This bench measures the
+libraries in place instead: every public method of C{OpenSSL.SSL.Connection} and
+C{h2.connection.H2Connection} is timed inside the running process (bench/libtimes), in
+twingress and in the splice floor alike, under the load of h2_bench.py's rows:
+
+- twingress: HTTP/1.1 and HTTPS/1.1 keep-alive (wrk -c32), h2 over TLS and gRPC unary
+  (h2load -c32 -m10), one process with an HTTP and an HTTPS listener;
+- the floor: splice_floor.py --batched, then with --tls (the same TLS transport class,
+  ingress.proxy.tls.direct), under the same wrk load; with C{--floor-churn N}, the TLS
+  floor again doing Python work between its TLS calls (N objects of a working set larger
+  than the caches, per request): whether the calls' cost depends on what runs between them.
+
+For each row: the process group's CPU per request, and the microseconds and calls per
+request inside each library (less the timing's own span per call).  The proxy on
+C{--proxy-cpu}, the backends and the load on C{--load-cpu}; rows one at a time.  The
+timing wrappers add a Python call per library call to every row (not counted in the
+libraries' share): compare CPU per request with h2_bench.py's, not with this bench's.
+
+    .venv/bin/python bench/library_share.py [--duration 8] [--json PATH]     # ~2 min
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
+
+import cpuload  # noqa: E402
+import h2_bench  # noqa: E402
+import procs  # noqa: E402
+import targets  # noqa: E402
+import tls_bench  # noqa: E402
+import wrk  # noqa: E402
+from harness import Harness, install_signal_handlers, run_in_workdir  # noqa: E402
+from report import REPO, environment, write_and_exit_status  # noqa: E402
+
+LIBTIMES = Path(__file__).resolve().parent / "libtimes"
+TWINGRESS_CMD = (
+    "{venv_bin}/twistd --pidfile= -n ingress --manifests {manifests} --http tcp:{http_port}:interface=127.0.0.1"
+    " --https tcp:{port}:interface=127.0.0.1 --admin tcp:{admin_port}:interface=127.0.0.1"
+)
+LIBRARIES = ("ssl", "h2")
+
+
+@dataclass
+class Row:
+    target: str
+    kind: str
+    requests: int = 0
+    cpu_us: Optional[float] = None
+    library_us: dict[str, float] = field(default_factory=dict)
+    library_calls: dict[str, float] = field(default_factory=dict)
+    methods_us: dict[str, float] = field(default_factory=dict)  # the dearest methods: us per request
+    failure: str = ""
+
+
+class Timed:
+    """A child started with the library timers, and its snapshots of their totals (SIGUSR2)."""
+
+    def __init__(self, proc: procs.Proc, path: Path) -> None:
+        self.proc, self.path = proc, path
+
+    def snapshot(self) -> dict[str, Any]:
+        lines = self.path.read_text().splitlines() if self.path.exists() else []
+        os.kill(self.proc.pid, signal.SIGUSR2)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            now = self.path.read_text().splitlines() if self.path.exists() else []
+            if len(now) > len(lines):
+                return json.loads(now[-1])  # type: ignore[no-any-return]
+            time.sleep(0.01)
+        raise tls_bench.BenchFailed(f"{self.proc.name} wrote no library times (is bench/libtimes first on its path?)")
+
+
+def timed_env(path: Path) -> dict[str, str]:
+    """twingress's environment (this tree first), with bench/libtimes before it: its sitecustomize installs the timers."""
+    pythonpath = os.pathsep.join(filter(None, [str(LIBTIMES), str(REPO), os.environ.get("PYTHONPATH")]))
+    return dict(os.environ) | {"PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1", "TWINGRESS_LIBRARY_TIMES": str(path)}
+
+
+def library_share(before: dict[str, Any], after: dict[str, Any], requests: int, row: Row) -> None:
+    """Per request: each library's calls, and its microseconds less the timing's span per call."""
+    for lib in LIBRARIES:
+        calls = after["totals"][lib][0] - before["totals"][lib][0]
+        ns = after["totals"][lib][1] - before["totals"][lib][1] - calls * after["span_ns"]
+        row.library_calls[lib] = round(calls / requests, 2)
+        row.library_us[lib] = round(ns / 1000 / requests, 1)
+    spent = {name: after["methods"][name][1] - before["methods"][name][1] - (after["methods"][name][0] - before["methods"][name][0]) * after["span_ns"]
+             for name in after["methods"]}
+    row.methods_us = {name: round(ns / 1000 / requests, 1) for name, ns in sorted(spent.items(), key=lambda item: -item[1])[:6] if ns > 0}
+
+
+class Bench(Harness):
+    """twingress's rows, then the floor's, each process started with the library timers."""
+
+    def start(self, name: str, argv: list[str], port: int) -> Timed:
+        path = self.workdir / f"{name}.times"
+        return Timed(self.spawn(name, argv, port, self.args.proxy_cpu, env=timed_env(path)), path)
+
+    def wrk_row(self, timed: Timed, target: str, kind: str, url: str) -> Row:
+        row = Row(target, kind)
+        print(f"==> {kind} {target}: warm-up {self.args.warmup} s, measuring {self.args.duration} s", flush=True)
+        wrk.run(url, targets.HOST, self.args.warmup, self.args.connections, 1, self.args.load_cpu)
+        before, used = timed.snapshot(), cpuload.group_cpu_seconds(timed.proc.pid)
+        result, _ = wrk.run(url, targets.HOST, self.args.duration, self.args.connections, 1, self.args.load_cpu)
+        used, after = cpuload.group_cpu_seconds(timed.proc.pid) - used, timed.snapshot()
+        if result.errors or not result.requests:
+            row.failure = f"{result.errors} errors, {result.requests} requests"
+            return row
+        row.requests, row.cpu_us = result.requests, round(1e6 * used / result.requests, 1)
+        library_share(before, after, result.requests, row)
+        return row
+
+    def h2load_row(self, timed: Timed, kind: str, url: str, authority: str, grpc: bool) -> Row:
+        row = Row("twingress", kind)
+        print(f"==> {kind} twingress: warm-up {self.args.warmup} s, measuring {self.args.duration} s", flush=True)
+        h2_bench.h2load(url, authority, self.args.warmup, 0, self.args, grpc, self.workdir)
+        before, used = timed.snapshot(), cpuload.group_cpu_seconds(timed.proc.pid)
+        done, failed, _, _, _ = h2_bench.h2load(url, authority, self.args.duration, 0, self.args, grpc, self.workdir)
+        used, after = cpuload.group_cpu_seconds(timed.proc.pid) - used, timed.snapshot()
+        if failed or not done:
+            row.failure = f"{failed} failed, {done} done"
+            return row
+        row.requests, row.cpu_us = done, round(1e6 * used / done, 1)
+        library_share(before, after, done, row)
+        return row
+
+    def twingress_rows(self, cert: tls_bench.Cert, backend_port: int, grpc_port: int) -> list[Row]:
+        manifests = self.workdir / "manifests"
+        h2_bench.twingress_manifests(manifests, backend_port, grpc_port, cert)
+        objects = json.loads((manifests / "all.json").read_text())
+        for item in objects["items"]:
+            if item["kind"] == "Ingress":  # HTTP proxied, not redirected: the HTTP/1.1 row is the same route without TLS
+                item["metadata"].setdefault("annotations", {})["nginx.ingress.kubernetes.io/ssl-redirect"] = "false"
+        (manifests / "all.json").write_text(json.dumps(objects))
+        port, http_port, admin_port = procs.free_port(), procs.free_port(), procs.free_port()
+        command = TWINGRESS_CMD.replace("{admin_port}", str(admin_port)).replace("{http_port}", str(http_port))
+        timed = self.start("twingress", targets.twingress_argv(command, Path(sys.prefix) / "bin", manifests, port, 0), port)
+        tls_bench.wait_for_table(timed.proc, admin_port, 3, self.args.start_timeout)
+        tls_bench.wait_until_served(timed.proc, port, {targets.HOST: cert.sha256}, self.args.start_timeout)
+        try:
+            https = f"https://{tls_bench.WRK_SNI}:{port}"
+            return [
+                self.wrk_row(timed, "twingress", "http/1.1", f"http://127.0.0.1:{http_port}/"),
+                self.wrk_row(timed, "twingress", "https/1.1", https + "/"),
+                self.h2load_row(timed, "h2", https + "/", targets.HOST, grpc=False),
+                self.h2load_row(timed, "grpc", https + h2_bench.GRPC_PATH, h2_bench.GRPC_HOST, grpc=True),
+            ]
+        finally:
+            procs.stop(timed.proc)
+
+    def floor_rows(self, backend_port: int) -> list[Row]:
+        tls = ["--tls", str(self.workdir / "bench.crt"), str(self.workdir / "bench.key")]
+        runs = [("http/1.1", []), ("https/1.1", tls)]
+        if self.args.floor_churn:
+            runs.append((f"https+{self.args.floor_churn}", [*tls, "--churn", str(self.args.floor_churn)]))
+        rows = []
+        for kind, options in runs:
+            port = procs.free_port()
+            argv = [sys.executable, str(REPO / "bench" / "splice_floor.py"), str(port), str(backend_port), "--batched", *options]
+            timed = self.start(f"floor-{kind.replace('/', '')}", argv, port)
+            try:
+                scheme = "https" if options else "http"
+                rows.append(self.wrk_row(timed, "splice floor", kind, f"{scheme}://{tls_bench.WRK_SNI}:{port}/"))
+            finally:
+                procs.stop(timed.proc)
+        return rows
+
+    def run_all(self) -> list[Row]:
+        cert = tls_bench.make_cert(tls_bench.make_key("ecdsa"), [targets.HOST, tls_bench.WRK_SNI, h2_bench.GRPC_HOST])
+        (self.workdir / "bench.crt").write_bytes(cert.cert_pem)
+        (self.workdir / "bench.key").write_bytes(cert.key_pem)
+        backend_port, grpc_port = procs.free_port(), procs.free_port()
+        self.nginx("backend", targets.backend_conf(self.workdir, backend_port), backend_port, self.args.load_cpu)
+        self.spawn("grpcecho", [str(h2_bench.build_grpcecho()), "-listen", f"127.0.0.1:{grpc_port}"], grpc_port, self.args.load_cpu)
+        rows = self.twingress_rows(cert, backend_port, grpc_port) if "twingress" in self.args.targets else []
+        return rows + (self.floor_rows(backend_port) if "floor" in self.args.targets else [])
+
+
+def table(rows: list[Row]) -> str:
+    lines = [f"{'target':<14}{'kind':<11}{'CPU/req':>9}{'ssl us':>8}{'calls':>7}{'h2 us':>8}{'calls':>7}  rest",
+             "-" * 72]
+    for r in rows:
+        if r.failure:
+            lines.append(f"{r.target:<14}{r.kind:<11}  FAILED {r.failure}")
+            continue
+        assert r.cpu_us is not None
+        rest = r.cpu_us - sum(r.library_us.values())
+        lines.append(f"{r.target:<14}{r.kind:<11}{r.cpu_us:>8.1f} {r.library_us['ssl']:>7.1f}{r.library_calls['ssl']:>7.2f}"
+                     f"{r.library_us['h2']:>8.1f}{r.library_calls['h2']:>7.2f}  {rest:.1f}")
+        lines.append("    " + ", ".join(f"{name} {us}" for name, us in r.methods_us.items()))
+    return "\n".join(lines)
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].strip())
+    p.add_argument("--duration", type=int, default=8, help="measured seconds per row (8)")
+    p.add_argument("--warmup", type=int, default=3, help="warm-up seconds per row (3)")
+    p.add_argument("--connections", type=int, default=32, help="wrk -c and h2load -c (32)")
+    p.add_argument("--streams", type=int, default=10, help="h2load -m (10)")
+    p.add_argument("--floor-churn", type=int, default=0, metavar="N",
+                   help="also the TLS floor visiting N objects of a 10 MB working set per request (splice_floor.py --churn)")
+    p.add_argument("--targets", default="twingress,floor", help="which rows: twingress, floor or both (twingress,floor)")
+    h2_bench.add_run_arguments(p)
+    return p.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    install_signal_handlers()
+    rows, _, status = run_in_workdir(args, "twlib-", Bench, lambda bench: bench.run_all(),
+                                     (h2_bench.BenchFailed, tls_bench.BenchFailed, procs.StartError, wrk.WrkError))
+    if rows is None:
+        return status
+    print()
+    print(table(rows))
+    out = {"benchmark": "library_share", "environment": environment(args.nginx),
+           "config": {k: getattr(args, k) for k in ("duration", "warmup", "connections", "streams", "floor_churn", "targets", "proxy_cpu", "load_cpu")},
+           "results": [row.__dict__ for row in rows]}
+    return write_and_exit_status(args.json, out, [f"{row.kind} {row.target}: {row.failure}" for row in rows if row.failure])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""
+Times the TLS and HTTP/2 libraries' calls inside a running proxy (bench/library_share.py).
+
+Why: the floors (splice_floor.py, h2_floor.py) measure what pyOpenSSL and h2 cost in a
+process that does nothing else, and issue 32's targets charge everything above them to
+twingress's own code.  Whether the same calls cost the same inside twingress is a
+measurement, not an assumption: this module, put first on a child's PYTHONPATH with
+C{TWINGRESS_LIBRARY_TIMES} naming a file, wraps every public method of
+C{OpenSSL.SSL.Connection} and C{h2.connection.H2Connection} before anything imports
+them, and adds up their calls and nanoseconds (the outermost library call only, so a
+public method calling another is counted once), in all and by method.  SIGUSR2 appends one JSON line of the
+totals to the file.  Nothing happens without the variable.
+
+The clock is C{perf_counter_ns} (the vDSO, ~25 ns): the process's own CPU clock is a
+system call per read, dearer than some of the calls it would time.  The proxy under
+test has its CPU to itself, so the wall time inside a call is its CPU time.  The span
+each call's timing itself adds is measured at start and written with the totals as
+C{span_ns}, for the reader to subtract.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+_clock = time.perf_counter_ns
+_totals: dict[str, list[int]] = {}  # "ssl" or "h2" -> [calls, nanoseconds]
+_methods: dict[str, list[int]] = {}  # "h2.send_headers" -> [calls, nanoseconds]
+_inside = [False]
+
+
+def _timed(original: Callable[..., Any], cell: list[int], method: list[int]) -> Callable[..., Any]:
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        if _inside[0]:
+            return original(*args, **kwargs)
+        _inside[0] = True
+        start = _clock()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            spent = _clock() - start
+            cell[1] += spent
+            cell[0] += 1
+            method[1] += spent
+            method[0] += 1
+            _inside[0] = False
+
+    timed.__wrapped__ = original  # type: ignore[attr-defined]
+    timed.__name__ = getattr(original, "__name__", "timed")
+    return timed
+
+
+def _wrap_public_methods(owner: type, label: str) -> None:
+    cell = _totals.setdefault(label, [0, 0])
+    for name, value in list(vars(owner).items()):
+        if name.startswith("_") or isinstance(value, (property, staticmethod, classmethod)) or not callable(value):
+            continue
+        setattr(owner, name, _timed(value, cell, _methods.setdefault(f"{label}.{name}", [0, 0])))
+
+
+def _span_ns() -> float:
+    """What timing adds to a call's count: the span of a timed call that does nothing, best of five."""
+    cell = [0, 0]
+    nothing = _timed(lambda: None, cell, [0, 0])
+    best = float("inf")
+    for _ in range(5):
+        cell[:] = [0, 0]
+        for _ in range(20000):
+            nothing()
+        best = min(best, cell[1] / cell[0])
+    return best
+
+
+def _install(path: str) -> None:
+    from h2.connection import H2Connection
+    from OpenSSL.SSL import Connection
+
+    _wrap_public_methods(Connection, "ssl")
+    _wrap_public_methods(H2Connection, "h2")
+    span = _span_ns()
+
+    def snapshot(signum: int, frame: Any) -> None:
+        with open(path, "a") as out:
+            out.write(json.dumps({"t": time.monotonic(), "span_ns": span, "totals": _totals, "methods": _methods}) + "\n")
+
+    signal.signal(signal.SIGUSR2, snapshot)
+
+
+if os.environ.get("TWINGRESS_LIBRARY_TIMES"):
+    _install(os.environ["TWINGRESS_LIBRARY_TIMES"])
