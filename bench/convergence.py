@@ -197,9 +197,10 @@ class Api:
         return c
 
     @staticmethod
-    def _drain(response: Any) -> None:
-        response.read()
+    def _drain(response: Any) -> bytes:
+        body: bytes = response.read()
         response.release_conn()
+        return body
 
     def create(self, body: dict) -> None:
         c, kind, ns = self._client(), body["kind"], body["metadata"].get("namespace")
@@ -240,12 +241,12 @@ class Api:
                 self._local.client = None
             time.sleep(0.2 * 2**attempt)
 
-    def patch_endpoint_slice(self, namespace: str, name: str, ops: list[dict]) -> None:
-        """A JSON patch (a list of operations) on one EndpointSlice."""
+    def patch_endpoint_slice(self, namespace: str, name: str, ops: list[dict]) -> bytes:
+        """A JSON patch (a list of operations) on one EndpointSlice; the patched slice as JSON (its resourceVersion names its watch event)."""
         r = k8s.DiscoveryV1Api(self._client()).patch_namespaced_endpoint_slice(
             name, namespace, ops, _preload_content=False
         )
-        self._drain(r)
+        return self._drain(r)
 
     def patch_ingress(self, namespace: str, name: str, ops: list[dict]) -> None:
         """A JSON patch (a list of operations) on one Ingress."""
