@@ -36,14 +36,15 @@ import argparse
 import json
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import convergence as conv  # puts the repository on sys.path
 from kubernetes import client as k8s
@@ -58,6 +59,7 @@ SLICE = "rm-1"
 REMOVED = conv.SCALE_BACKENDS[-1]
 REMOVED_NAME = conv.SCALE_BACKENDS_NAMES[-1]
 WATCH_SECONDS = 1800  # one watch outlasts the trials; a server-side end just re-watches
+FLOOR_KEYS = {"thread": "floor", "process": "floor_process"}  # where each bare watch runs -> its key in the JSON
 
 
 class Traffic(threading.Thread):
@@ -117,19 +119,41 @@ def timed_lines(response: Any) -> Iterator[tuple[float, bytes]]:
                 yield at, line
 
 
+Note = Callable[[str, float, str, int], None]  # resourceVersion, arrival (time.monotonic), event type, endpoints
+
+
+class Arrivals:
+    """When each event for SLICE arrived at one bare watch, by resourceVersion; awaited by the trials."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, tuple[float, str, int]] = {}  # resourceVersion -> (arrival, event type, endpoints)
+        self.changed = threading.Condition()
+
+    def note(self, version: str, at: float, kind: str, endpoints: int) -> None:
+        with self.changed:
+            self.seen[version] = (at, kind, endpoints)
+            self.changed.notify_all()
+
+    def arrival(self, version: str, timeout: float) -> Optional[float]:
+        """When the event of VERSION arrived, waiting up to TIMEOUT for it; None if it did not."""
+        with self.changed:
+            self.changed.wait_for(lambda: version in self.seen, timeout)
+            found = self.seen.get(version)
+        return found[0] if found else None
+
+
 class BareWatch(threading.Thread):
     """
     The floor: a plain watch on every EndpointSlice, as twingress's reflector makes it, but with
     nothing behind it.  No proxy can act on a change before its watch event arrives, so PATCH call
     -> event here is what the apiserver and etcd take, and the traffic figure less this is ours.
-    Events for SLICE are kept by resourceVersion (the PATCH answer names the one it wrote).
+    Each event for SLICE goes to NOTE (the PATCH answer names the resourceVersion it wrote).
     """
 
-    def __init__(self, kubeconfig: Path) -> None:
+    def __init__(self, kubeconfig: Path, note: Note, watching: Callable[[], None]) -> None:
         super().__init__(daemon=True)
         self.api = k8s.DiscoveryV1Api(k8s_config.new_client_from_config(str(kubeconfig)))
-        self.seen: dict[str, tuple[float, str, int]] = {}  # resourceVersion -> (arrival, event type, endpoints)
-        self.changed = threading.Condition()
+        self.note, self.watching = note, watching
         self.stopping = threading.Event()
         self.response: Any = None
         self.restarts = 0
@@ -146,6 +170,7 @@ class BareWatch(threading.Thread):
                 self.response = self.api.list_endpoint_slice_for_all_namespaces(
                     watch=True, resource_version=self.version, allow_watch_bookmarks=True, timeout_seconds=WATCH_SECONDS, _preload_content=False
                 )
+                self.watching()  # the apiserver has answered the watch: events from here on arrive as they happen
                 for at, line in timed_lines(self.response):
                     self._event(at, json.loads(line))
             except Exception as e:  # noqa: BLE001 - a broken watch costs the floor of the trials it missed, not the run
@@ -163,16 +188,7 @@ class BareWatch(threading.Thread):
         meta = obj.get("metadata") or {}
         self.version = str(meta.get("resourceVersion") or self.version)
         if meta.get("namespace") == conv.CONV_NS and meta.get("name") == SLICE:
-            with self.changed:
-                self.seen[self.version] = (at, str(event.get("type")), len(obj.get("endpoints") or ()))
-                self.changed.notify_all()
-
-    def arrival(self, version: str, timeout: float) -> Optional[float]:
-        """When the event of VERSION arrived, waiting up to TIMEOUT for it; None if it did not."""
-        with self.changed:
-            self.changed.wait_for(lambda: version in self.seen, timeout)
-            found = self.seen.get(version)
-        return found[0] if found else None
+            self.note(self.version, at, str(event.get("type")), len(obj.get("endpoints") or ()))
 
     def stop(self) -> None:
         self.stopping.set()
@@ -181,16 +197,73 @@ class BareWatch(threading.Thread):
         self.join(timeout=5.0)
 
 
-def one_trial(api: conv.Api, traffic: Traffic, floor: Optional[BareWatch], run: int, timeout: float) -> dict[str, Any]:
-    """One removal: the PATCH call's times, the traffic's answer, the bare watch's event (times are time.monotonic)."""
+class ThreadFloor:
+    """The bare watch on a thread of the bench: shares the interpreter lock with the traffic thread."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        self.arrivals = Arrivals()
+        self.ready = threading.Event()
+        self.watch = BareWatch(kubeconfig, self.arrivals.note, self.ready.set)
+        self.watch.start()
+
+    def restarts(self) -> Optional[int]:
+        return self.watch.restarts
+
+    def stop(self) -> None:
+        self.watch.stop()
+
+
+class ProcessFloor:
+    """
+    The same bare watch in a process of its own (this script with --bare-watch), which prints each
+    arrival: nothing else in that interpreter, so no wait for the bench's traffic thread to let go
+    of the lock between the event's bytes and its time.monotonic (the same clock in every process).
+    """
+
+    def __init__(self, kubeconfig: Path) -> None:
+        self.arrivals = Arrivals()
+        self.ready = threading.Event()
+        self.process = subprocess.Popen([sys.executable, __file__, "--bare-watch", str(kubeconfig)], stdout=subprocess.PIPE, text=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line == "watching\n":
+                self.ready.set()
+                continue
+            version, at, kind, endpoints = line.split()
+            self.arrivals.note(version, float(at), kind, int(endpoints))
+
+    def restarts(self) -> Optional[int]:
+        return None  # the child logs its own
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=5.0)
+        self.reader.join(timeout=5.0)
+
+
+def bare_watch_main(kubeconfig: Path) -> int:
+    """The child of ProcessFloor: the bare watch on its main thread, one line per event for SLICE."""
+    BareWatch(kubeconfig, lambda version, at, kind, n: print(version, repr(at), kind, n, flush=True), lambda: print("watching", flush=True)).run()
+    return 0
+
+
+Floor = Union[ThreadFloor, ProcessFloor]
+
+
+def one_trial(api: conv.Api, traffic: Traffic, floors: dict[str, Floor], run: int, timeout: float) -> dict[str, Any]:
+    """One removal: the PATCH call's times, the traffic's answer, each bare watch's event (times are time.monotonic)."""
     t0 = time.monotonic()
     body = api.patch_endpoint_slice(conv.CONV_NS, SLICE, [{"op": "remove", "path": "/endpoints/2"}])
     returned = time.monotonic()
     while (gone := traffic.removed_gone(t0, run)) is None and time.monotonic() - t0 < timeout:
         time.sleep(0.002)
     version = str(json.loads(body)["metadata"]["resourceVersion"])
-    event = floor.arrival(version, timeout) if floor else None
-    return {"start": t0, "returned": returned, "gone": gone, "event": event, "version": version}
+    events = {name: floor.arrivals.arrival(version, timeout) for name, floor in floors.items()}
+    return {"start": t0, "returned": returned, "gone": gone, "events": events, "version": version}
 
 
 def add_back(api: conv.Api, traffic: Traffic, timeout: float) -> None:
@@ -203,25 +276,26 @@ def add_back(api: conv.Api, traffic: Traffic, timeout: float) -> None:
         time.sleep(0.002)
 
 
-def trials(api: conv.Api, traffic: Traffic, floor: Optional[BareWatch], count: int, run: int, gap: float, timeout: float) -> dict[str, Any]:
-    """COUNT removals of REMOVED from slice rm-1, each timed by traffic (and by the bare watch), and added back after."""
+def trials(api: conv.Api, traffic: Traffic, floors: dict[str, Floor], count: int, run: int, gap: float, timeout: float) -> dict[str, Any]:
+    """COUNT removals of REMOVED from slice rm-1, each timed by traffic (and by the bare watches), and added back after."""
     rows = []
     for i in range(count):
-        rows.append(row := one_trial(api, traffic, floor, run, timeout))
+        rows.append(row := one_trial(api, traffic, floors, run, timeout))
         if row["gone"] is None:
             conv.log(f"trial {i}: {REMOVED_NAME} still answering after {timeout} s")
-        if floor and row["event"] is None:
-            conv.log(f"trial {i}: the bare watch saw no event for resourceVersion {row['version']}")
+        for name, event in row["events"].items():
+            if event is None:
+                conv.log(f"trial {i}: the bare watch ({name}) saw no event for resourceVersion {row['version']}")
         add_back(api, traffic, timeout)
         time.sleep(gap)
-    return summarise(rows, floor)
+    return summarise(rows, floors)
 
 
 def ms(a: float, b: float) -> float:
     return (a - b) * 1000.0
 
 
-def summarise(rows: list[dict[str, Any]], floor: Optional[BareWatch]) -> dict[str, Any]:
+def summarise(rows: list[dict[str, Any]], floors: dict[str, Floor]) -> dict[str, Any]:
     """The traffic figures as before, and with the floor: per trial, the event's time and traffic less event."""
     timed = [r for r in rows if r["gone"] is not None]
     failures = len(rows) - len(timed)
@@ -232,16 +306,17 @@ def summarise(rows: list[dict[str, Any]], floor: Optional[BareWatch]) -> dict[st
     result["samples_ms"] = [round(t, 2) for t in times]
     result["starts"] = [r["start"] for r in rows]
     result["patch_call_samples_ms"] = [round(ms(r["returned"], r["start"]), 2) for r in rows]
-    if floor is not None:
-        result["floor"] = floor_summary(rows, floor)
+    for name, floor in floors.items():
+        result[FLOOR_KEYS[name]] = floor_summary(rows, name, floor)
     return result
 
 
-def floor_summary(rows: list[dict[str, Any]], floor: BareWatch) -> dict[str, Any]:
+def floor_summary(rows: list[dict[str, Any]], name: str, floor: Floor) -> dict[str, Any]:
     """Per trial (aligned with the trials, None where missing): call -> bare event, event - call returned, traffic - event."""
-    event = [ms(r["event"], r["start"]) if r["event"] is not None else None for r in rows]
-    after_return = [ms(r["event"], r["returned"]) if r["event"] is not None else None for r in rows]
-    added = [ms(r["gone"], r["event"]) if r["event"] is not None and r["gone"] is not None else None for r in rows]
+    arrivals = [r["events"][name] for r in rows]
+    event = [ms(e, r["start"]) if e is not None else None for e, r in zip(arrivals, rows, strict=True)]
+    after_return = [ms(e, r["returned"]) if e is not None else None for e, r in zip(arrivals, rows, strict=True)]
+    added = [ms(r["gone"], e) if e is not None and r["gone"] is not None else None for e, r in zip(arrivals, rows, strict=True)]
     missing = sum(e is None for e in event)
     return {
         "from_call": conv.summary([e for e in event if e is not None], missing),
@@ -250,7 +325,7 @@ def floor_summary(rows: list[dict[str, Any]], floor: BareWatch) -> dict[str, Any
         "from_call_samples_ms": [None if e is None else round(e, 2) for e in event],
         "twingress_adds_samples_ms": [None if a is None else round(a, 2) for a in added],
         "versions": [r["version"] for r in rows],
-        "watch_restarts": floor.restarts,
+        "watch_restarts": floor.restarts(),
     }
 
 
@@ -261,32 +336,37 @@ def line(label: str, r: dict[str, Any]) -> str:
 
 
 def over_target(r: dict[str, Any]) -> str:
-    """The trials over the target with their floor and PATCH call: whether the apiserver explains them."""
-    floor = r["floor"]["from_call_samples_ms"]
-    over = [(t, f, c) for t, f, c in zip(r["samples_ms"], floor, r["patch_call_samples_ms"], strict=False) if t > TARGET_P99_MS]
-    if not over or r["failures"]:  # with failures the samples no longer line up with the trials
+    """The trials over the target with their floors and PATCH call: whether the apiserver explains them."""
+    if r["failures"]:  # with failures the samples no longer line up with the trials
         return ""
-    return "  over the target (traffic / floor / PATCH call ms): " + ", ".join(f"{t:.1f} / {f if f is None else round(f, 1)} / {c:.1f}" for t, f, c in over) + "\n"
+    floors = [r[key]["from_call_samples_ms"] for key in FLOOR_KEYS.values() if key in r]
+    over = [i for i, t in enumerate(r["samples_ms"]) if t > TARGET_P99_MS]
+    if not over:
+        return ""
+    shown = (" / ".join("-" if f[i] is None else f"{f[i]:.1f}" for f in [r["samples_ms"], *floors, r["patch_call_samples_ms"]]) for i in over)
+    names = " / ".join(["traffic", *(f"floor ({name})" for name, key in FLOOR_KEYS.items() if key in r), "PATCH call"])
+    return f"  over the target ({names}, ms): " + ", ".join(shown) + "\n"
+
+
+def floor_lines(name: str, floor: dict[str, Any]) -> str:
+    return (
+        line(f"floor ({name}), PATCH call -> the event in a bare watch (no proxy)", floor["from_call"])
+        + line(f"floor ({name}), from the PATCH call returning", floor["from_call_returning"])
+        + line(f"twingress adds (traffic - floor ({name}), per trial)", floor["twingress_adds"])
+    )
 
 
 def report(n: int, r: dict[str, Any], run: int) -> str:
     if not r.get("n"):
         return f"no samples ({r.get('failures', 0)} failures)"
     ok = "ok" if r["p99_ms"] <= TARGET_P99_MS and not r["failures"] else "MISSED"
-    floor = r.get("floor")
     return (
         f"endpoint removed at {n} Ingresses, PATCH call -> first of {run}+ answers in a row from the remaining pods:\n"
         f"  trials {r['n']} failures {r['failures']}  p50 {r['p50_ms']:.1f}  p90 {r['p90_ms']:.1f}  p99 {r['p99_ms']:.1f}"
         f"  max {r['max_ms']:.1f} ms  (PATCH call itself {r['patch_call_ms_median']:.1f} ms median)\n"
         + (f"  from the PATCH call returning: p50 {a['p50_ms']:.1f}  p99 {a['p99_ms']:.1f}  max {a['max_ms']:.1f} ms\n" if (a := r["after_call"]) else "")
-        + (
-            line("floor, PATCH call -> the event in a bare watch (no proxy)", floor["from_call"])
-            + line("floor, from the PATCH call returning", floor["from_call_returning"])
-            + line("twingress adds (traffic - floor, per trial)", floor["twingress_adds"])
-            + over_target(r)
-            if floor
-            else ""
-        )
+        + "".join(floor_lines(name, r[key]) for name, key in FLOOR_KEYS.items() if key in r)
+        + over_target(r)
         + f"  target p99 <= {TARGET_P99_MS:.0f} ms (from the call): {ok}"
     )
 
@@ -304,7 +384,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--json", type=Path, help="write the results here")
     p.add_argument("--keep-logs", type=Path, help="copy twingress's log here")
     p.add_argument("--no-floor", action="store_true", help="no bare watch beside the traffic (the procedure before the floor was added)")
+    p.add_argument("--bare-watch", type=Path, metavar="KUBECONFIG", help=argparse.SUPPRESS)  # the child of ProcessFloor
     args = p.parse_args(argv)
+    if args.bare_watch:
+        return bare_watch_main(args.bare_watch)
     if not cluster.address_exists(REMOVED):
         print("run inside the test network namespace: testenv/netns-run .venv/bin/python bench/endpoint_removal.py", file=sys.stderr)
         return 2
@@ -336,15 +419,17 @@ def main(argv: Optional[list[str]] = None) -> int:
         if tw.wait_live(HOST, "/", REMOVED_NAME, time.monotonic(), args.timeout)[0] is None:
             raise RuntimeError(f"{HOST} never answered from {REMOVED_NAME}")
         tw.wait_generation_stable(quiet=2.0)
-        floor = None if args.no_floor else BareWatch(kube.kubeconfig)
-        if floor:
-            floor.start()
+        floors: dict[str, Floor] = {} if args.no_floor else {"thread": ThreadFloor(kube.kubeconfig), "process": ProcessFloor(kube.kubeconfig)}
+        for floor in floors.values():
             stack.callback(floor.stop)
+        for name, floor in floors.items():
+            if not floor.ready.wait(args.timeout):
+                raise RuntimeError(f"the bare watch ({name}) not watching within {args.timeout} s")
         traffic = Traffic(tw.http_port)
         traffic.start()
         stack.callback(traffic.stop)
         time.sleep(args.warmup)  # connections made, to twingress and from it to each endpoint; the bare watch started
-        result = trials(api, traffic, floor, args.trials, args.run, args.gap, args.timeout)
+        result = trials(api, traffic, floors, args.trials, args.run, args.gap, args.timeout)
         conv.log(f"samples ms: {result['samples_ms']}")
         print(report(args.scale, result, args.run), flush=True)
         if args.json:
