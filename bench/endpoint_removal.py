@@ -19,12 +19,14 @@ What it does (with the helpers of bench/convergence.py; everything started here 
    later than that would restart the count. Then the endpoint is added back, the trial waits for
    it to answer again, and ``--gap`` seconds before the next.
 
-The floor (unless ``--no-floor``): a bare watch in this process, no proxy, on every EndpointSlice
-(the scope of twingress's reflector, from a list's resourceVersion, bookmarks on), notes when each
-event for ``rm-1`` arrives, by its resourceVersion. Each trial's PATCH answer names the version it
-wrote, so the same trial gives both figures: PATCH call -> that MODIFIED event in the bare watcher
-(what no proxy can beat: the apiserver and etcd), and the traffic figure minus it (what twingress
-adds: its own watch's delivery, the build, the swap, the next requests).
+The floor (unless ``--no-floor``): a bare watch, no proxy, on every EndpointSlice (the scope of
+twingress's reflector, from a list's resourceVersion, bookmarks on), notes when each event for
+``rm-1`` arrives, by its resourceVersion; twice, on a thread here and in a process of its own (this
+script with ``--bare-watch``: the thread waits for the traffic thread's interpreter lock). Each
+trial's PATCH answer names the version it wrote, so the same trial gives both figures: PATCH call ->
+that MODIFIED event in the bare watch (what no proxy can beat: the apiserver and etcd), and the
+traffic figure minus it (what twingress adds: its own watch's delivery, the build, the swap, the next
+requests; to within the round robin's resolution, a couple of answers).
 
 Reported: p50/p90/p99/max over the trials, the PATCH call's own median time, against the target
 p99 <= 30 ms (issue 32, target 7); the floor and the difference per trial the same way. Nothing asserts.
