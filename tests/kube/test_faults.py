@@ -148,6 +148,10 @@ def _watch_from(api_client, namespace: str, resource_version: str) -> dict:
     try:
         line = response.readline() if hasattr(response, "readline") else response.read().split(b"\n", 1)[0]
     finally:
+        # Closed, not only released: the watch's last chunk ("0\r\n\r\n") may still be on its way,
+        # and a pooled connection holding it would give the next request (a POST, never retried) a
+        # BadStatusLine('0\r\n'), as a CI run of this module once did.
+        response.close()
         response.release_conn()
     return json.loads(line) if line else {}
 
