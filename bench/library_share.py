@@ -32,7 +32,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -46,7 +46,7 @@ import procs  # noqa: E402
 import targets  # noqa: E402
 import tls_bench  # noqa: E402
 import wrk  # noqa: E402
-from harness import Harness, install_signal_handlers, run_in_workdir  # noqa: E402
+from harness import Harness, install_signal_handlers, run_in_workdir, twingress_env  # noqa: E402
 from report import REPO, environment, write_and_exit_status  # noqa: E402
 
 LIBTIMES = Path(__file__).resolve().parent / "libtimes"
@@ -88,20 +88,19 @@ class Timed:
 
 
 def timed_env(path: Path) -> dict[str, str]:
-    """twingress's environment (this tree first), with bench/libtimes before it: its sitecustomize installs the timers."""
-    pythonpath = os.pathsep.join(filter(None, [str(LIBTIMES), str(REPO), os.environ.get("PYTHONPATH")]))
-    return dict(os.environ) | {"PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1", "TWINGRESS_LIBRARY_TIMES": str(path)}
+    """twingress's environment (harness.twingress_env) with bench/libtimes first on the path: its sitecustomize installs the timers."""
+    env = twingress_env()
+    return env | {"PYTHONPATH": os.pathsep.join([str(LIBTIMES), env["PYTHONPATH"]]), "TWINGRESS_LIBRARY_TIMES": str(path)}
 
 
 def library_share(before: dict[str, Any], after: dict[str, Any], requests: int, row: Row) -> None:
-    """Per request: each library's calls, and its microseconds less the timing's span per call."""
+    """Per request: each method's and each library's calls, and microseconds less the timing's span per call."""
+    calls = {name: after["methods"][name][0] - before["methods"][name][0] for name in after["methods"]}
+    spent = {name: after["methods"][name][1] - before["methods"][name][1] - calls[name] * after["span_ns"] for name in calls}
     for lib in LIBRARIES:
-        calls = after["totals"][lib][0] - before["totals"][lib][0]
-        ns = after["totals"][lib][1] - before["totals"][lib][1] - calls * after["span_ns"]
-        row.library_calls[lib] = round(calls / requests, 2)
-        row.library_us[lib] = round(ns / 1000 / requests, 1)
-    spent = {name: after["methods"][name][1] - before["methods"][name][1] - (after["methods"][name][0] - before["methods"][name][0]) * after["span_ns"]
-             for name in after["methods"]}
+        names = [name for name in calls if name.startswith(f"{lib}.")]
+        row.library_calls[lib] = round(sum(calls[name] for name in names) / requests, 2)
+        row.library_us[lib] = round(sum(spent[name] for name in names) / 1000 / requests, 1)
     row.methods_us = {name: round(ns / 1000 / requests, 1) for name, ns in sorted(spent.items(), key=lambda item: -item[1])[:6] if ns > 0}
 
 
@@ -112,26 +111,12 @@ class Bench(Harness):
         path = self.workdir / f"{name}.times"
         return Timed(self.spawn(name, argv, port, self.args.proxy_cpu, env=timed_env(path)), path)
 
-    def wrk_row(self, timed: Timed, target: str, kind: str, url: str) -> Row:
-        row = Row(target, kind)
-        print(f"==> {kind} {target}: warm-up {self.args.warmup} s, measuring {self.args.duration} s", flush=True)
-        wrk.run(url, targets.HOST, self.args.warmup, self.args.connections, 1, self.args.load_cpu)
+    def measured(self, timed: Timed, row: Row, load: Callable[[int], tuple[int, int]]) -> Row:
+        """A warm-up, then C{load(seconds)} (requests done, failed) between two snapshots of CPU and library times."""
+        print(f"==> {row.kind} {row.target}: warm-up {self.args.warmup} s, measuring {self.args.duration} s", flush=True)
+        load(self.args.warmup)
         before, used = timed.snapshot(), cpuload.group_cpu_seconds(timed.proc.pid)
-        result, _ = wrk.run(url, targets.HOST, self.args.duration, self.args.connections, 1, self.args.load_cpu)
-        used, after = cpuload.group_cpu_seconds(timed.proc.pid) - used, timed.snapshot()
-        if result.errors or not result.requests:
-            row.failure = f"{result.errors} errors, {result.requests} requests"
-            return row
-        row.requests, row.cpu_us = result.requests, round(1e6 * used / result.requests, 1)
-        library_share(before, after, result.requests, row)
-        return row
-
-    def h2load_row(self, timed: Timed, kind: str, url: str, authority: str, grpc: bool) -> Row:
-        row = Row("twingress", kind)
-        print(f"==> {kind} twingress: warm-up {self.args.warmup} s, measuring {self.args.duration} s", flush=True)
-        h2_bench.h2load(url, authority, self.args.warmup, 0, self.args, grpc, self.workdir)
-        before, used = timed.snapshot(), cpuload.group_cpu_seconds(timed.proc.pid)
-        done, failed, _, _, _ = h2_bench.h2load(url, authority, self.args.duration, 0, self.args, grpc, self.workdir)
+        done, failed = load(self.args.duration)
         used, after = cpuload.group_cpu_seconds(timed.proc.pid) - used, timed.snapshot()
         if failed or not done:
             row.failure = f"{failed} failed, {done} done"
@@ -139,6 +124,20 @@ class Bench(Harness):
         row.requests, row.cpu_us = done, round(1e6 * used / done, 1)
         library_share(before, after, done, row)
         return row
+
+    def wrk_row(self, timed: Timed, target: str, kind: str, url: str) -> Row:
+        def load(seconds: int) -> tuple[int, int]:
+            result, _ = wrk.run(url, targets.HOST, seconds, self.args.connections, 1, self.args.load_cpu)
+            return result.requests, result.errors
+
+        return self.measured(timed, Row(target, kind), load)
+
+    def h2load_row(self, timed: Timed, kind: str, url: str, authority: str, grpc: bool) -> Row:
+        def load(seconds: int) -> tuple[int, int]:
+            done, failed, _, _, _ = h2_bench.h2load(url, authority, seconds, 0, self.args, grpc, self.workdir)
+            return done, failed
+
+        return self.measured(timed, Row("twingress", kind), load)
 
     def twingress_rows(self, cert: tls_bench.Cert, backend_port: int, grpc_port: int) -> list[Row]:
         manifests = self.workdir / "manifests"
@@ -203,7 +202,8 @@ def table(rows: list[Row]) -> str:
         rest = r.cpu_us - sum(r.library_us.values())
         lines.append(f"{r.target:<14}{r.kind:<11}{r.cpu_us:>8.1f} {r.library_us['ssl']:>7.1f}{r.library_calls['ssl']:>7.2f}"
                      f"{r.library_us['h2']:>8.1f}{r.library_calls['h2']:>7.2f}  {rest:.1f}")
-        lines.append("    " + ", ".join(f"{name} {us}" for name, us in r.methods_us.items()))
+        if r.methods_us:
+            lines.append("    " + ", ".join(f"{name} {us}" for name, us in r.methods_us.items()))
     return "\n".join(lines)
 
 

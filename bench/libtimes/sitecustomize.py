@@ -7,8 +7,8 @@ twingress's own code.  Whether the same calls cost the same inside twingress is 
 measurement, not an assumption: this module, put first on a child's PYTHONPATH with
 C{TWINGRESS_LIBRARY_TIMES} naming a file, wraps every public method of
 C{OpenSSL.SSL.Connection} and C{h2.connection.H2Connection} before anything imports
-them, and adds up their calls and nanoseconds (the outermost library call only, so a
-public method calling another is counted once), in all and by method.  SIGUSR2 appends one JSON line of the
+them, and adds up their calls and nanoseconds by method ("ssl.recv", "h2.send_headers":
+the outermost library call only, so a public method calling another is counted once).  SIGUSR2 appends one JSON line of the
 totals to the file.  Nothing happens without the variable.
 
 The clock is C{perf_counter_ns} (the vDSO, ~25 ns): the process's own CPU clock is a
@@ -28,12 +28,11 @@ from collections.abc import Callable
 from typing import Any
 
 _clock = time.perf_counter_ns
-_totals: dict[str, list[int]] = {}  # "ssl" or "h2" -> [calls, nanoseconds]
 _methods: dict[str, list[int]] = {}  # "h2.send_headers" -> [calls, nanoseconds]
 _inside = [False]
 
 
-def _timed(original: Callable[..., Any], cell: list[int], method: list[int]) -> Callable[..., Any]:
+def _timed(original: Callable[..., Any], cell: list[int]) -> Callable[..., Any]:
     def timed(*args: Any, **kwargs: Any) -> Any:
         if _inside[0]:
             return original(*args, **kwargs)
@@ -42,11 +41,8 @@ def _timed(original: Callable[..., Any], cell: list[int], method: list[int]) -> 
         try:
             return original(*args, **kwargs)
         finally:
-            spent = _clock() - start
-            cell[1] += spent
+            cell[1] += _clock() - start
             cell[0] += 1
-            method[1] += spent
-            method[0] += 1
             _inside[0] = False
 
     timed.__wrapped__ = original  # type: ignore[attr-defined]
@@ -55,17 +51,16 @@ def _timed(original: Callable[..., Any], cell: list[int], method: list[int]) -> 
 
 
 def _wrap_public_methods(owner: type, label: str) -> None:
-    cell = _totals.setdefault(label, [0, 0])
     for name, value in list(vars(owner).items()):
         if name.startswith("_") or isinstance(value, (property, staticmethod, classmethod)) or not callable(value):
             continue
-        setattr(owner, name, _timed(value, cell, _methods.setdefault(f"{label}.{name}", [0, 0])))
+        setattr(owner, name, _timed(value, _methods.setdefault(f"{label}.{name}", [0, 0])))
 
 
 def _span_ns() -> float:
     """What timing adds to a call's count: the span of a timed call that does nothing, best of five."""
     cell = [0, 0]
-    nothing = _timed(lambda: None, cell, [0, 0])
+    nothing = _timed(lambda: None, cell)
     best = float("inf")
     for _ in range(5):
         cell[:] = [0, 0]
@@ -85,7 +80,7 @@ def _install(path: str) -> None:
 
     def snapshot(signum: int, frame: Any) -> None:
         with open(path, "a") as out:
-            out.write(json.dumps({"t": time.monotonic(), "span_ns": span, "totals": _totals, "methods": _methods}) + "\n")
+            out.write(json.dumps({"t": time.monotonic(), "span_ns": span, "methods": _methods}) + "\n")
 
     signal.signal(signal.SIGUSR2, snapshot)
 
