@@ -16,7 +16,10 @@ twingress and in the splice floor alike, under the load of h2_bench.py's rows:
   than the caches, per request): whether the calls' cost depends on what runs between them.
 
 For each row: the process group's CPU per request, and the microseconds and calls per
-request inside each library (less the timing's own span per call).  The proxy on
+request inside each library (less the timing's own span per call); and the cyclic garbage
+collector's collections, time and objects found per request, with its longest pause.
+C{--scale N} gives twingress N more Ingresses, each with a Service and an EndpointSlice of
+three endpoints (no traffic): a table and model of a large cluster for the collector to scan.  The proxy on
 C{--proxy-cpu}, the backends and the load on C{--load-cpu}; rows one at a time.  The
 timing wrappers add a Python call per library call to every row (not counted in the
 libraries' share): compare CPU per request with h2_bench.py's, not with this bench's.
@@ -66,6 +69,11 @@ class Row:
     library_us: dict[str, float] = field(default_factory=dict)
     library_calls: dict[str, float] = field(default_factory=dict)
     methods_us: dict[str, float] = field(default_factory=dict)  # the dearest methods: us per request
+    collections_per_1k: float = 0.0  # the cyclic collector's collections per 1,000 requests, all generations
+    collector_us: float = 0.0  # its time per request
+    cyclic_objects: float = 0.0  # unreachable objects it found per request: reference cycles of the request path
+    longest_pause_ms: float = 0.0  # its longest collection during the row, and of which generation
+    longest_generation: str = ""
     failure: str = ""
 
 
@@ -102,6 +110,30 @@ def library_share(before: dict[str, Any], after: dict[str, Any], requests: int, 
         row.library_calls[lib] = round(sum(calls[name] for name in names) / requests, 2)
         row.library_us[lib] = round(sum(spent[name] for name in names) / 1000 / requests, 1)
     row.methods_us = {name: round(ns / 1000 / requests, 1) for name, ns in sorted(spent.items(), key=lambda item: -item[1])[:6] if ns > 0}
+    gen = {name: [a - b for a, b in zip(after["gc"][name], before["gc"][name], strict=True)] for name in after["gc"]}
+    row.collections_per_1k = round(1000 * sum(cell[0] for cell in gen.values()) / requests, 2)
+    row.collector_us = round(sum(cell[1] for cell in gen.values()) / 1000 / requests, 1)
+    row.cyclic_objects = round(sum(cell[3] for cell in gen.values()) / requests, 2)
+    longest = max(after["gc"], key=lambda name: after["gc"][name][2])  # the after snapshot's longest: since the before one
+    row.longest_pause_ms, row.longest_generation = round(after["gc"][longest][2] / 1e6, 1), longest
+
+
+def scale_objects(count: int) -> list[dict[str, Any]]:
+    """C{count} Ingresses (host scale-N.bench.test), each with its Service and an EndpointSlice of three ready endpoints."""
+    items: list[dict[str, Any]] = []
+    for n in range(count):
+        name, meta = f"scale-{n}", {"namespace": targets.NAMESPACE}
+        items += [
+            {"apiVersion": "v1", "kind": "Service", "metadata": meta | {"name": name}, "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]}},
+            {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+             "metadata": meta | {"name": f"{name}-1", "labels": {"kubernetes.io/service-name": name}}, "addressType": "IPv4",
+             "endpoints": [{"addresses": [f"10.{n >> 8 & 255}.{n & 255}.{i}"], "conditions": {"ready": True}} for i in (1, 2, 3)],
+             "ports": [{"name": "http", "port": 8080}]},
+            {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": meta | {"name": name},
+             "spec": {"ingressClassName": "twingress", "rules": [{"host": f"{name}.bench.test", "http": {"paths": [
+                 {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": name, "port": {"number": 80}}}}]}}]}},
+        ]
+    return items
 
 
 class Bench(Harness):
@@ -146,6 +178,7 @@ class Bench(Harness):
         for item in objects["items"]:
             if item["kind"] == "Ingress":  # HTTP proxied, not redirected: the HTTP/1.1 row is the same route without TLS
                 item["metadata"].setdefault("annotations", {})["nginx.ingress.kubernetes.io/ssl-redirect"] = "false"
+        objects["items"] += scale_objects(self.args.scale)
         (manifests / "all.json").write_text(json.dumps(objects))
         port, http_port, admin_port = procs.free_port(), procs.free_port(), procs.free_port()
         command = TWINGRESS_CMD.replace("{admin_port}", str(admin_port)).replace("{http_port}", str(http_port))
@@ -204,6 +237,8 @@ def table(rows: list[Row]) -> str:
                      f"{r.library_us['h2']:>8.1f}{r.library_calls['h2']:>7.2f}  {rest:.1f}")
         if r.methods_us:
             lines.append("    " + ", ".join(f"{name} {us}" for name, us in r.methods_us.items()))
+        lines.append(f"    collector: {r.collections_per_1k} collections per 1k requests, {r.collector_us} us and {r.cyclic_objects}"
+                     f" cyclic objects per request, longest {r.longest_pause_ms} ms ({r.longest_generation})")
     return "\n".join(lines)
 
 
@@ -215,6 +250,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--streams", type=int, default=10, help="h2load -m (10)")
     p.add_argument("--floor-churn", type=int, default=0, metavar="N",
                    help="also the TLS floor visiting N objects of a 10 MB working set per request (splice_floor.py --churn)")
+    p.add_argument("--scale", type=int, default=0, metavar="N",
+                   help="N more Ingresses for twingress, each with a Service and an EndpointSlice (no traffic to them)")
     p.add_argument("--targets", default="twingress,floor", help="which rows: twingress, floor or both (twingress,floor)")
     h2_bench.add_run_arguments(p)
     return p.parse_args(argv)
@@ -230,7 +267,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print()
     print(table(rows))
     out = {"benchmark": "library_share", "environment": environment(args.nginx),
-           "config": {k: getattr(args, k) for k in ("duration", "warmup", "connections", "streams", "floor_churn", "targets", "proxy_cpu", "load_cpu")},
+           "config": {k: getattr(args, k) for k in ("duration", "warmup", "connections", "streams", "floor_churn", "scale", "targets", "proxy_cpu", "load_cpu")},
            "results": [row.__dict__ for row in rows]}
     return write_and_exit_status(args.json, out, [f"{row.kind} {row.target}: {row.failure}" for row in rows if row.failure])
 

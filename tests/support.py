@@ -217,7 +217,7 @@ def twistd_command(source: Sequence[str], http_port: int, admin_port: int, args:
 class Twingress:
     """C{twistd -n ingress --manifests DIR} on free loopback ports, ready when /readyz says so."""
 
-    def __init__(self, manifests: Path, *args: str, log_path: Optional[Path] = None, ready_timeout: float = 20.0) -> None:
+    def __init__(self, manifests: Path, *args: str, log_path: Optional[Path] = None, ready_timeout: float = 20.0, env: Optional[dict[str, str]] = None) -> None:
         for attempt in range(3):
             # free_port() releases the port before twistd binds it: another process of the run may take
             # it meanwhile, and then twistd exits with EADDRINUSE. New ports for a new try, then.
@@ -228,7 +228,7 @@ class Twingress:
                 ["--manifests", str(manifests), "--poll-interval", "0.2"], self.http_port, self.admin_port, args
             )
             self._log = open(self.log_path, "wb")
-            self.process = subprocess.Popen(command, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(command, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
             try:
                 self.wait_ready(ready_timeout)
                 return

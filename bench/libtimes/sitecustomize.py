@@ -16,10 +16,16 @@ system call per read, dearer than some of the calls it would time.  The proxy un
 test has its CPU to itself, so the wall time inside a call is its CPU time.  The span
 each call's timing itself adds is measured at start and written with the totals as
 C{span_ns}, for the reader to subtract.
+
+The cyclic garbage collector is timed too (C{gc.callbacks}): per generation, the
+collections, their nanoseconds, the longest since the last snapshot, and the objects
+they found unreachable (cyclic garbage): the collector holds the GIL while it scans,
+so its time is the proxy's, and its longest pause is every request's at that moment.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -30,6 +36,20 @@ from typing import Any
 _clock = time.perf_counter_ns
 _methods: dict[str, list[int]] = {}  # "h2.send_headers" -> [calls, nanoseconds]
 _inside = [False]
+_collections = {f"gen{generation}": [0, 0, 0, 0] for generation in range(3)}  # [collections, ns, longest ns, objects collected]
+_collection_started = [0]
+
+
+def _time_collection(phase: str, info: dict[str, int]) -> None:
+    if phase == "start":
+        _collection_started[0] = _clock()
+        return
+    spent = _clock() - _collection_started[0]
+    cell = _collections[f"gen{info['generation']}"]
+    cell[0] += 1
+    cell[1] += spent
+    cell[2] = max(cell[2], spent)
+    cell[3] += info["collected"]
 
 
 def _timed(original: Callable[..., Any], cell: list[int]) -> Callable[..., Any]:
@@ -80,8 +100,11 @@ def _install(path: str) -> None:
 
     def snapshot(signum: int, frame: Any) -> None:
         with open(path, "a") as out:
-            out.write(json.dumps({"t": time.monotonic(), "span_ns": span, "methods": _methods}) + "\n")
+            out.write(json.dumps({"t": time.monotonic(), "span_ns": span, "methods": _methods, "gc": _collections}) + "\n")
+        for cell in _collections.values():
+            cell[2] = 0  # the longest pause is since the last snapshot
 
+    gc.callbacks.append(_time_collection)
     signal.signal(signal.SIGUSR2, snapshot)
 
 

@@ -78,6 +78,15 @@ class Deadline:
         if call is not None and call.active():
             call.cancel()
 
+    def retire(self) -> None:
+        """
+        Its owner is done with it: cancelled, and C{on_expiry} (a method of the owner, which holds
+        this deadline: a reference cycle) let go, so that reference counting frees both at once.  A
+        late C{set} (an exchange's last bytes) arms nothing that calls back.
+        """
+        self.cancel()
+        self.on_expiry = _retired
+
     def _fired(self) -> None:
         self._call = None
         remaining = self.at - self.reactor.seconds()
@@ -85,6 +94,10 @@ class Deadline:
             self._call = self.reactor.callLater(remaining, self._fired)
             return
         self.on_expiry(self.kind)
+
+
+def _retired(kind: str) -> None:
+    """A retired deadline's expiry: its owner is gone, nothing is left to time out."""
 
 
 class DeadlineGroup:

@@ -31,3 +31,15 @@ def hand_over(transport: object, protocol: IProtocol) -> None:
         transport.wrappedProtocol = protocol
     else:
         transport.protocol = protocol  # type: ignore[attr-defined]  # tcp.Connection (or TLS over it): the attribute its reads go to
+
+
+def release_connector(connector: object) -> None:
+    """
+    A client connection is over: its connector lets go of it.  Twisted's TCP client
+    connection and its connector hold each other (C{Client.connector}, C{Connector.transport}),
+    and through the connector its factory and what that holds (an exchange's callbacks): a
+    reference cycle left for the cyclic collector, once per upstream connection.  Cut here,
+    reference counting frees them when the connection ends.
+    """
+    if getattr(connector, "transport", None) is not None:
+        connector.transport = None  # type: ignore[attr-defined]  # a connector of any kind, typed object: Twisted declares no interface with it

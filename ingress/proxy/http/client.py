@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from ingress.proxy.http import h1
 from ingress.proxy.http.extauth import Verdict
-from ingress.proxy.http.forwarding import ForwardedFor
+from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor
 from ingress.proxy.idle import Deadline
 
 
@@ -67,3 +67,69 @@ class ClientSide(Protocol):
 
     def guarded(self, verdict: Verdict) -> None:
         """A guard's verdict, taken by the exchange: answer a denial, or go on with the request."""
+
+
+class Departed:
+    """
+    The client side of an exchange whose client has ended (its connection closed, or its HTTP/2
+    stream): whatever the exchange still asks of it, late, is dropped.
+
+    While a request lasts, its client side and its exchange hold each other.  When the client
+    side ends, it hands the exchange L{DEPARTED} in its own place, and retires its timer, so
+    that no reference cycle outlives the request: reference counting frees the request's
+    objects at once, and the cyclic collector, which holds the GIL while it scans, finds nothing
+    of the request path to collect.  Before, an HTTP/2 request left about 11 objects in cycles
+    and cost some 18 µs of collections; a gRPC call 17 objects and 64 µs
+    (bench/library_share.py with a collection census).
+    """
+
+    timer = Deadline(None, lambda kind: None)  # never set: an exchange reads its client's timer when it starts
+    transport = None
+    client_full = False
+    tunnels = False
+
+    def send_interim(self, head: h1.Head) -> None:
+        pass
+
+    def send_head(self, head: h1.Head, body: bytes, complete: bool, added: bytes) -> None:
+        pass
+
+    def send_body(self, data: bytes) -> None:
+        pass
+
+    def end_response(self) -> None:
+        pass
+
+    def open_tunnel(self, head: h1.Head, body: bytes) -> None:
+        pass
+
+    def send_tunnel(self, data: bytes) -> None:
+        pass
+
+    def answer(self, status: int, close: bool, location: bytes, fields: bytes) -> None:
+        pass
+
+    def refuse(self, status: int, detail: str) -> None:
+        pass
+
+    def cut_off(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def pause_reading(self, reason: str) -> None:
+        pass
+
+    def resume_reading(self, reason: str) -> None:
+        pass
+
+    def peer(self) -> ForwardedFor:
+        return UNKNOWN_PEER
+
+    def guarded(self, verdict: Verdict) -> None:
+        pass
+
+
+DEPARTED: ClientSide = Departed()
+"""The one client side of every exchange whose client has ended."""

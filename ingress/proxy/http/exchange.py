@@ -22,7 +22,7 @@ from twisted.internet.interfaces import IConnector
 
 from ingress.observe.metrics import NO_ROUTE
 from ingress.proxy.http import failures, h1
-from ingress.proxy.http.client import ClientSide
+from ingress.proxy.http.client import DEPARTED, ClientSide
 from ingress.proxy.http.deadlines import RequestDeadlines
 from ingress.proxy.http.extauth import Verdict
 from ingress.proxy.http.forwarding import ForwardedFor
@@ -386,6 +386,14 @@ class Exchange:
         shared.metrics.request_done(self.route_name(), status, self.protocol)
         if shared.access_log is not None:
             shared.access_log.record(self, status)
+
+    def let_go(self) -> None:
+        """
+        Its client side has ended and is done with it (after L{done} and L{end}): the exchange
+        stops holding it (L{ingress.proxy.http.client.Departed}: no reference cycle outlives the
+        request), and anything that still reaches the exchange late speaks to no one.
+        """
+        self.client = DEPARTED
 
     def end(self) -> bool:
         """The exchange is over (answered, cut, or its client gone): False if it already was."""

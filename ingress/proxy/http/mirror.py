@@ -31,7 +31,7 @@ from ingress.proxy.http import h1
 from ingress.proxy.http.forwarding import drop_lines_re
 from ingress.proxy.http.target import origin_form
 from ingress.proxy.http.variables import expand
-from ingress.proxy.transport import IConnectionTransport
+from ingress.proxy.transport import IConnectionTransport, release_connector
 from ingress.routing.policies.mirror import Mirror, URLMirror
 
 PENDING_LIMIT = 1 << 20  # bytes kept for a copy whose connection is being opened
@@ -132,6 +132,9 @@ class _CopyFactory(ClientFactory):
 
     def clientConnectionFailed(self, connector: Any, reason: Failure) -> None:
         self.copy.failed()
+
+    def clientConnectionLost(self, connector: Any, reason: Failure) -> None:
+        release_connector(connector)  # a connection per copy: no cycle of it left for the collector
 
 
 _HOST_RE = drop_lines_re(frozenset({b"host"}))

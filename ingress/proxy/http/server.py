@@ -88,7 +88,7 @@ class HTTPProxyProtocol(Protocol):
         """Hand the connection (and what was read of it) to the HTTP/2 protocol."""
         self._closed = True
         self._buffer = b""
-        self.timer.cancel()
+        self.timer.retire()
         self.factory.closed(self)
         self.transport.unregisterProducer()
         take_over(self.transport, self.factory, data)
@@ -96,7 +96,7 @@ class HTTPProxyProtocol(Protocol):
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         exchange = self._exchange
         self._closed = True
-        self.timer.cancel()
+        self.timer.retire()
         self.factory.closed(self)
         if exchange is not None:
             if exchange.state in _IN_FLIGHT and exchange.request is not None:
@@ -104,6 +104,9 @@ class HTTPProxyProtocol(Protocol):
                 exchange.done(exchange.status if exchange.responded else 499)
             exchange.drop_upstream()
             exchange.end()
+            exchange.let_go()
+        self._exchange = None
+        self.transport.unregisterProducer()  # a TLS transport holds its producer until told: a reference cycle
 
     # IPushProducer for our transport: a slow client pauses the upstream's reads.
     def pauseProducing(self) -> None:

@@ -26,7 +26,7 @@ from ingress.proxy.http.chunked import ChunkedFramer
 from ingress.proxy.http.ewma import EwmaScores
 from ingress.proxy.http.fastwrite import direct_writer
 from ingress.proxy.http.settings import ProxySettings
-from ingress.proxy.transport import IConnectionTransport
+from ingress.proxy.transport import IConnectionTransport, release_connector
 from ingress.routing.policies.backend import BackendTLS
 from ingress.routing.table import Upstream
 
@@ -271,6 +271,9 @@ class _Connector(ClientFactory):
 
         timed_out = reason.check(ConnectTimeout) is not None
         self.failed(self.address, reason.getErrorMessage(), timed_out)
+
+    def clientConnectionLost(self, connector: object, reason: Failure) -> None:
+        release_connector(connector)
 
 
 class UpstreamPool:

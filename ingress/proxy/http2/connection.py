@@ -148,11 +148,14 @@ class H2ServerProtocol(Protocol):
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._closed = True
-        self._timer.cancel()
+        self._timer.retire()
         streams, self.streams = list(self.streams.values()), {}
         for stream in streams:
             stream.abandon()
+            stream.detach()
         self.deadlines.cancel()
+        self.transport.unregisterProducer()  # a TLS transport holds its producer until told: a reference cycle
+        self.h2.release()
         self.factory.closed(self)
 
     # -- reading -----------------------------------------------------------------
@@ -220,6 +223,7 @@ class H2ServerProtocol(Protocol):
         stream = self.streams.pop(event.stream_id, None)
         if stream is not None:
             stream.abandon()
+            stream.detach()
             self._after_stream()
         if event.remote_reset and not self._resets.spend():
             self._calm_down("rapid-reset")
@@ -285,6 +289,7 @@ class H2ServerProtocol(Protocol):
     def stream_closed(self, stream: H2Stream) -> None:
         if self.streams.get(stream.stream_id) is stream:
             del self.streams[stream.stream_id]
+            stream.detach()
             self._after_stream()
 
     def _after_stream(self) -> None:

@@ -312,6 +312,17 @@ class H2Stream:
         self.connection.flush()
         self.connection.stream_closed(self)
 
+    def detach(self) -> None:
+        """
+        Its connection has let this stream go (closed, reset, or the connection lost): what refers
+        back to the stream lets go of it (the exchange, the timer, an HTTP/2 endpoint's exchange),
+        so that reference counting frees the request's objects now, not the cyclic collector later.
+        """
+        self.exchange.let_go()
+        self.timer.retire()
+        self._h2_exchange = None
+        self.out.on_sent = None
+
     def _timed_out(self, kind: str) -> None:
         if self._h2_exchange is not None:
             self.exchange.shared.metrics.upstream_failures.labels("timeout").inc()

@@ -42,7 +42,7 @@ OpenSSL waits to read, producers, aborts) is L{TLSMemoryBIOProtocol}'s own.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Optional
 
 from OpenSSL.SSL import Error, WantReadError, ZeroReturnError
 from twisted.internet.protocol import Protocol
@@ -162,6 +162,17 @@ class DirectTLSProtocol(TLSMemoryBIOProtocol):
             if not self._lostTLSConnection and not connection.pending():
                 return  # every whole record was application data, all of it read
         super()._flushReceiveBIO()
+
+    def _tlsShutdownFinished(self, reason: Optional[Failure]) -> None:
+        """
+        Twisted's own, with the failure's traceback dropped first: the failure Twisted's
+        C{_flushReceiveBIO} makes when a peer goes away without close_notify holds its
+        traceback, whose frame holds the failure (a reference cycle per such connection, and
+        Twisted replaces an EOF's failure with one of its own, so nothing reads the traceback).
+        """
+        if reason is not None:
+            reason.cleanFailure()
+        super()._tlsShutdownFinished(reason)
 
     def _flushSendBIO(self) -> None:
         """Hand all the ciphertext OpenSSL made to the send batch (or the transport's own write)."""
