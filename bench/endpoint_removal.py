@@ -373,6 +373,26 @@ def report(n: int, r: dict[str, Any], run: int) -> str:
     )
 
 
+def full_collections(tw: conv.Twingress) -> dict[str, float]:
+    """
+    twingress's full (generation 2) garbage collections so far, from its /metrics: how many, their
+    seconds, and how many took over 50 ms (each holds every request for that long).
+    """
+    found = {"count": 0.0, "seconds": 0.0, "over_50ms": 0.0}
+    for line in tw.admin_get("/metrics")[1].decode().splitlines():
+        if not line.startswith("twingress_gc_pause_seconds") or 'generation="2"' not in line:
+            continue
+        value = float(line.rsplit(" ", 1)[1])
+        if line.startswith("twingress_gc_pause_seconds_count"):
+            found["count"] += value
+        elif line.startswith("twingress_gc_pause_seconds_sum"):
+            found["seconds"] += value
+        elif 'le="0.05"' in line:
+            found["over_50ms"] -= value
+    found["over_50ms"] += found["count"]
+    return found
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--scale", type=int, default=10000, help="Ingresses (each with a Service and a slice) around the measured one (10000)")
@@ -431,9 +451,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         traffic.start()
         stack.callback(traffic.stop)
         time.sleep(args.warmup)  # connections made, to twingress and from it to each endpoint; the bare watch started
+        collections_before = full_collections(tw)
         result = trials(api, traffic, floors, args.trials, args.run, args.gap, args.timeout)
+        since_start = full_collections(tw)
+        result["full_collections"] = {key: round(since_start[key] - collections_before[key], 4) for key in since_start}
+        result["full_collections_since_start"] = since_start
         conv.log(f"samples ms: {result['samples_ms']}")
         print(report(args.scale, result, args.run), flush=True)
+        print(f"twingress's full garbage collections during the trials: {result['full_collections']}; since its start:"
+              f" {result['full_collections_since_start']}", flush=True)
         if args.json:
             args.json.write_text(json.dumps(result, indent=2) + "\n")
     return 0

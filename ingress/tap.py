@@ -34,6 +34,7 @@ from ingress.process.builder import TableBuilder
 from ingress.process.cpus import worker_count
 from ingress.process.dataplane import data_plane
 from ingress.process.drain import GracefulShutdown
+from ingress.process.heap import FrozenWatch
 from ingress.process.live import LiveTable
 from ingress.process.pool import worker_pool
 from ingress.process.reactor import IProcessReactor
@@ -280,6 +281,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
         access_log.setServiceParent(top)
         live.subscribe(access_log.use_table)  # the ConfigMap's log-format-upstream
     _BuilderService(builder).setServiceParent(top)
+    FrozenWatch(reactor, metrics.collector).setServiceParent(top)  # each build freezes what is alive; this guards against a leak
     nginx = _nginx_metrics(options, metrics)
     if nginx is not None:
         live.subscribe(lambda table: nginx.table_swapped(table.generation))

@@ -12,6 +12,7 @@ from typing import Optional
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, enable_created_metrics
 
+from ingress.observe.collector import CollectorMetrics
 from ingress.observe.request_metrics import RequestMetrics
 
 NO_ROUTE = "-"
@@ -40,6 +41,7 @@ class Metrics:
         r.register(self.per_request)
         self.request_done = self.per_request.request_done
         self.upstream_answered = self.per_request.upstream_answered
+        self.collector = CollectorMetrics(r)  # counted once ingress.process.heap.FrozenWatch has started
         self.open_connections = Gauge(
             "twingress_open_connections", "Client connections open now, by listener", ["listener"], registry=r
         )

@@ -31,10 +31,9 @@ for it were the p99 of the convergence bench, 53-64 ms against a p50 of 3 ms).
 
 from __future__ import annotations
 
-import gc
 import time
 from collections.abc import Callable
-from typing import Optional, TypeVar
+from typing import Optional
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall
@@ -45,6 +44,7 @@ from twisted.python.threadpool import ThreadPool
 
 from ingress.model import ClusterState
 from ingress.observe.metrics import Metrics
+from ingress.process.heap import frozen_after
 from ingress.process.live import LiveTable
 from ingress.process.reactor import IProcessReactor
 from ingress.routing.table import RoutingTable
@@ -125,13 +125,11 @@ class TableBuilder:
 
     def _build_timed(self, snapshot: Snapshot, generation: int) -> tuple[RoutingTable, float, list[Callable[[], None]]]:
         """
-        Build with the cyclic garbage collector paused: a 10k-Ingress build
-        allocates hundreds of thousands of acyclic values, and the full
-        collections they trigger doubled its time (measured 0.34 s without,
-        up to 0.64 s with).  Reference counting still frees everything.
+        Build with the cyclic garbage collector paused, then freeze what is alive
+        (L{frozen_after}: the new table and its model leave every later scan).
         """
         started = time.perf_counter()
-        table = _without_gc(lambda: self.build(snapshot(), generation))
+        table = frozen_after(lambda: self.build(snapshot(), generation))
         commits = [prepare(table) for prepare in self.preparers]
         return table, time.perf_counter() - started, commits
 
@@ -187,7 +185,7 @@ class TableBuilder:
         warm = getattr(self.build, "warm", None)
         if self._next is None and warm is not None:
             # Nothing to build: the build thread prepares what the next cheap update needs (inside the window).
-            d = deferToThreadPool(self.reactor, self._pool, _without_gc, warm)
+            d = deferToThreadPool(self.reactor, self._pool, frozen_after, warm)
             d.addErrback(lambda failure: log.failure("preparing for the next build failed", failure))
             d.addBoth(self._ready)
             return
@@ -225,21 +223,3 @@ class TableBuilder:
             return min(self.debounce, window)
         cap = self.stream_window if stream_age >= self.long_stream else self.burst_window
         return float(min(cap, window * 2 ** min(streak, 10)))
-
-
-_T = TypeVar("_T")
-
-
-def _without_gc(work: Callable[[], _T]) -> _T:
-    """
-    C{work()} with the cyclic collector paused: the build thread's work allocates hundreds of
-    thousands of acyclic values at 10k Ingresses, and a full collection they trigger holds the GIL
-    for hundreds of milliseconds (the reactor with it).  Reference counting still frees them.
-    """
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        return work()
-    finally:
-        if collecting:
-            gc.enable()

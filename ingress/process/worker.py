@@ -49,6 +49,7 @@ from ingress.observe.nginx_metrics import NginxMetrics, controller_identity, gau
 from ingress.process.channel import Channel, ChannelFactory
 from ingress.process.dataplane import DataPlane, data_plane
 from ingress.process.drain import GracefulShutdown
+from ingress.process.heap import FrozenWatch, freeze_alive
 from ingress.process.live import LiveTable
 from ingress.process.reactor import IProcessReactor
 from ingress.process.sockets import DrainableListener
@@ -136,6 +137,7 @@ class Worker:
         if commit is not None:
             commit()
         self.live.swap(table)  # the stream listeners follow it at once
+        freeze_alive()  # the table received, and all else alive, out of the collector's scans (ingress.process.heap)
         if self.listening.parent is None and not self.stopping:
             self.listening.setServiceParent(self.parent)  # listens only now: a connection accepted earlier would meet no table
             log.info("serving table {generation} on the shared listeners (pid {pid})", generation=table.generation, pid=os.getpid())
@@ -206,6 +208,7 @@ def main(argv: list[str]) -> None:
         service.setServiceParent(listening)
         listeners.append(service)
     GracefulShutdown(reactor, listeners, [streams, *plane.drainables], 0.0, config["drain_timeout"]).setServiceParent(top)
+    FrozenWatch(reactor, metrics.collector).setServiceParent(top)
     worker = Worker(reactor, live, plane, streams, metrics, access_log, rates, listening, top)
     reactor.adoptStreamConnection(CHANNEL_FD, socket.AF_UNIX, ChannelFactory(worker.channel))
     os.close(CHANNEL_FD)  # adopted as a copy
