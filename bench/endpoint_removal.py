@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import statistics
 import subprocess
@@ -373,24 +374,33 @@ def report(n: int, r: dict[str, Any], run: int) -> str:
     )
 
 
-def full_collections(tw: conv.Twingress) -> dict[str, float]:
+def collections(tw: conv.Twingress) -> dict[str, dict[str, float]]:
     """
-    twingress's full (generation 2) garbage collections so far, from its /metrics: how many, their
-    seconds, and how many took over 50 ms (each holds every request for that long).
+    twingress's garbage collections so far by generation ("2": full), from its /metrics: how many,
+    their seconds, and how many took over 10 and over 50 ms (each holds every request that long).
     """
-    found = {"count": 0.0, "seconds": 0.0, "over_50ms": 0.0}
+    found: dict[str, dict[str, float]] = {}
     for line in tw.admin_get("/metrics")[1].decode().splitlines():
-        if not line.startswith("twingress_gc_pause_seconds") or 'generation="2"' not in line:
+        match = re.match(r'twingress_gc_pause_seconds_(count|sum|bucket)\{(?:le="([^"]+)",)?generation="(\d)"(?:,le="([^"]+)")?\} (\S+)', line)
+        if match is None:
             continue
-        value = float(line.rsplit(" ", 1)[1])
-        if line.startswith("twingress_gc_pause_seconds_count"):
-            found["count"] += value
-        elif line.startswith("twingress_gc_pause_seconds_sum"):
-            found["seconds"] += value
-        elif 'le="0.05"' in line:
-            found["over_50ms"] -= value
-    found["over_50ms"] += found["count"]
+        kind, le, generation, le_after, value = match.groups()
+        cell = found.setdefault(generation, {"count": 0.0, "seconds": 0.0, "over_10ms": 0.0, "over_50ms": 0.0})
+        bound = le or le_after
+        if kind == "count":
+            cell["count"] = float(value)
+        elif kind == "sum":
+            cell["seconds"] = round(float(value), 4)
+        elif bound in ("0.01", "0.05"):
+            cell["over_10ms" if bound == "0.01" else "over_50ms"] -= float(value)  # the count is added below
+    for cell in found.values():
+        cell["over_10ms"] += cell["count"]
+        cell["over_50ms"] += cell["count"]
     return found
+
+
+def difference(after: dict[str, dict[str, float]], before: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    return {gen: {key: round(value - before.get(gen, {}).get(key, 0.0), 4) for key, value in cell.items()} for gen, cell in after.items()}
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -451,15 +461,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         traffic.start()
         stack.callback(traffic.stop)
         time.sleep(args.warmup)  # connections made, to twingress and from it to each endpoint; the bare watch started
-        collections_before = full_collections(tw)
+        collections_before = collections(tw)
         result = trials(api, traffic, floors, args.trials, args.run, args.gap, args.timeout)
-        since_start = full_collections(tw)
-        result["full_collections"] = {key: round(since_start[key] - collections_before[key], 4) for key in since_start}
-        result["full_collections_since_start"] = since_start
+        since_start = collections(tw)
+        result["collections"] = difference(since_start, collections_before)
+        result["collections_since_start"] = since_start
         conv.log(f"samples ms: {result['samples_ms']}")
         print(report(args.scale, result, args.run), flush=True)
-        print(f"twingress's full garbage collections during the trials: {result['full_collections']}; since its start:"
-              f" {result['full_collections_since_start']}", flush=True)
+        print(f"twingress's garbage collections by generation during the trials: {result['collections']}", flush=True)
+        print(f"  and since its start (the scale-up): {result['collections_since_start']}", flush=True)
         if args.json:
             args.json.write_text(json.dumps(result, indent=2) + "\n")
     return 0
