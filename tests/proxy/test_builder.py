@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
 import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
@@ -16,6 +18,13 @@ from ingress.observe.metrics import Metrics
 from ingress.process.builder import TableBuilder
 from ingress.process.live import LiveTable
 from ingress.routing.table import RoutingTable
+
+
+@pytest.fixture(autouse=True)
+def thawed() -> Iterator[None]:
+    """Each build freezes what is alive (ingress.process.heap): here that is the test process, thawed after each test."""
+    yield
+    gc.unfreeze()
 
 
 def _sleep(seconds: float) -> Deferred[Any]:
