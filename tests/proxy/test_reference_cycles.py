@@ -1,7 +1,8 @@
 """
 Requests leave no reference cycles in a real C{twistd -n ingress}: over HTTP/1.1 (a connection
 per request, and keep-alive), HTTPS/1.1, HTTP/2 over TLS and gRPC (HTTP/2 to the endpoint), with
-connections that end cleanly and ones cut without TLS's close_notify.
+connections that end cleanly and ones cut without TLS's close_notify, and through the guards that
+wait on something (basic auth, an external auth service).
 
 Why it matters: an object in a cycle is freed only when the cyclic collector finds it, and the
 collector holds the GIL while it scans, the routing table's objects too (hundreds of milliseconds
@@ -19,6 +20,7 @@ cycles of their own, once); the second round is the one counted.
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import signal
@@ -30,10 +32,12 @@ from pathlib import Path
 
 import grpc
 import pytest
+from passlib.hash import ldap_sha1
 
 from tests.proxy.certs import CertificateAuthority, tls_secret
 from tests.proxy.grpc_support import SERVICE, Backend
 from tests.proxy.h2client import H2Client
+from tests.proxy.test_external_auth import Service as AuthService
 from tests.support import ROOT, EchoBackend, Manifests, Twingress, free_port
 
 PROBE = ROOT / "tests" / "proxy" / "cycleprobe"
@@ -74,6 +78,7 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
     directory = tmp_path_factory.mktemp("cycles")
     echo = EchoBackend("pod-a")
     grpc_backend = Backend(tmp_path_factory.mktemp("grpc-backend"))
+    auth = AuthService()
     ca = CertificateAuthority("cycles-ca")
     manifests = Manifests(directory)
     tls = [{"hosts": ["echo.test", "grpc.test"], "secretName": "cycles-tls"}]
@@ -88,6 +93,10 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
         *manifests.service("greeter", [("127.0.0.1", grpc_backend.port)]),
         echo_ingress,
         grpc_ingress,
+        {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": {"name": "basic-auth", "namespace": "default"},
+         "stringData": {"auth": f"sam:{ldap_sha1.hash('s-pass')}\n"}},
+        Manifests.nginx_ingress("basic", "basic.test", "echo", {"auth-type": "basic", "auth-secret": "basic-auth"}),
+        Manifests.nginx_ingress("extauth", "extauth.test", "echo", {"auth-url": auth.url("/allow")}),
     )
     https_port, census = free_port(), directory / "census.jsonl"
     twingress = Twingress(
@@ -96,6 +105,7 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
     )
     yield Proxy(twingress, https_port, ca, census)
     twingress.stop()
+    auth.stop()
     grpc_backend.stop()
     echo.stop()
 
@@ -164,7 +174,26 @@ def _grpc(proxy: Proxy) -> None:
             assert unary(b"hello", timeout=10) == b"hello"
 
 
-TRAFFIC = {"http/1.1": _http, "https/1.1": _https, "h2": _h2, "grpc": _grpc}
+def _guarded(proxy: Proxy, host: str, fields: dict[str, str], first: int) -> None:
+    """Keep-alive requests a guard decides on: the first without C{fields} (answered C{first}), the rest with them."""
+    connection = http.client.HTTPConnection("127.0.0.1", proxy.twingress.http_port, timeout=10)
+    for n in range(ROUNDS):
+        connection.request("GET", "/", headers={"Host": host, **(fields if n else {})})
+        response = connection.getresponse()
+        response.read()
+        assert response.status == (200 if n else first)
+    connection.close()
+
+
+def _basic_auth(proxy: Proxy) -> None:
+    _guarded(proxy, "basic.test", {"Authorization": "Basic " + base64.b64encode(b"sam:s-pass").decode()}, 401)
+
+
+def _external_auth(proxy: Proxy) -> None:
+    _guarded(proxy, "extauth.test", {}, 200)  # the service allows every request; each is asked
+
+
+TRAFFIC = {"http/1.1": _http, "https/1.1": _https, "h2": _h2, "grpc": _grpc, "basic-auth": _basic_auth, "external-auth": _external_auth}
 
 
 @pytest.mark.parametrize("kind", list(TRAFFIC))
