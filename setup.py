@@ -50,6 +50,7 @@ HOT_MODULES = [
 # leave unexplained.  (bench/README.md, "eighth session": h2 over TLS 6.8% less CPU per request.)
 HTTP2_MODULES = [
     "ingress/proxy/http2/connection.py",
+    "ingress/proxy/http2/resets.py",
     "ingress/proxy/http2/stream.py",
     "ingress/proxy/http2/response.py",
     "ingress/proxy/http2/fields.py",

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from ingress.proxy.http import h1
-from ingress.proxy.http2.connection import ResetBudget, _with_goaway_code
+from ingress.proxy.http2.connection import _with_goaway_code
 from ingress.proxy.http2.fields import local_response, request_head, response_headers
+from ingress.proxy.http2.resets import ResetBudget
 
 BASE = [(b":method", b"GET"), (b":scheme", b"https"), (b":path", b"/a?b=c"), (b":authority", b"example.test")]
 

@@ -43,6 +43,7 @@ from zope.interface import implementer
 
 from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor
 from ingress.proxy.http.shared import Shared
+from ingress.proxy.http2.resets import ResetBudget
 from ingress.proxy.http2.stream import H2Stream
 from ingress.proxy.http2.upstream import GoawayTolerant
 from ingress.proxy.http2.validate import MalformedHeaders, check_request, check_trailers
@@ -55,28 +56,6 @@ log = Logger()
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _GOAWAY_SIZE = 17  # a GOAWAY frame without debug data: 9-byte frame header, 8-byte payload
 _GOAWAY_TYPE = 0x7
-
-
-class ResetBudget:
-    """
-    How many streams a client may reset before it is told to calm down: a token
-    bucket of C{2 x max streams}, refilled at C{max streams} per second.  Clients
-    that cancel now and then never see it; a reset flood drains it in a moment.
-    """
-
-    def __init__(self, clock: Any, max_streams: int) -> None:
-        self._clock = clock
-        self._capacity = self._tokens = 2.0 * max_streams
-        self._rate = float(max_streams)
-        self._at = clock()
-
-    def spend(self) -> bool:
-        """One reset; False once the budget is gone."""
-        now = self._clock()
-        self._tokens = min(self._capacity, self._tokens + (now - self._at) * self._rate)
-        self._at = now
-        self._tokens -= 1.0
-        return self._tokens >= 0.0
 
 
 @implementer(IPushProducer)
