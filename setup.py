@@ -35,6 +35,7 @@ HOT_MODULES = [
     "ingress/proxy/http/server.py",
     "ingress/proxy/http/h1response.py",
     "ingress/proxy/http/exchange.py",
+    "ingress/proxy/http/admission.py",
     "ingress/proxy/http/routed.py",
     "ingress/proxy/http/upstream.py",
     "ingress/proxy/idle.py",

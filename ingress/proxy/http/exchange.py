@@ -8,8 +8,9 @@ fields its policies add, and the record the access log writes.  It is the
 L{ingress.proxy.http.upstream.ResponseSink} its upstream connection reports to, and it
 talks to its client through a L{ClientSide} (an HTTP/1.1 connection or an HTTP/2 stream),
 which frames the answer.  Its collaborators keep their own state: the route's deadlines
-(L{RequestDeadlines}), the fields and place its policies hold (L{ResponseFields}); what a
-failure becomes is L{ingress.proxy.http.failures}'.  A request costs this one allocation
+(L{RequestDeadlines}), the fields and place its policies hold (L{ResponseFields}); what
+routing decided is applied by L{ingress.proxy.http.admission}, what a failure becomes is
+L{ingress.proxy.http.failures}'.  A request costs this one allocation
 (with C{__slots__}; in the optional mypyc build, a C struct).
 """
 
@@ -28,13 +29,12 @@ from ingress.proxy.http.extauth import Verdict
 from ingress.proxy.http.forwarding import ForwardedFor
 from ingress.proxy.http.mirror import MirrorCopy, start_copies
 from ingress.proxy.http.policy import chosen_endpoint
-from ingress.proxy.http.routed import Routed
 from ingress.proxy.http.settings import ProxySettings
 from ingress.proxy.http.shared import Shared
 from ingress.proxy.http.states import AUTH, AWAIT, BODY, CLOSED, HEAD, TUNNEL
-from ingress.proxy.http.steps import ResponseFields, certificate_check
+from ingress.proxy.http.steps import ResponseFields
 from ingress.proxy.http.upstream import Address, UpstreamConnection
-from ingress.routing.policies import Limits, Policies
+from ingress.routing.policies import Policies
 from ingress.routing.table import Route
 
 _PENDING_LIMIT = 1 << 20  # request bytes held while the upstream connection is being opened
@@ -87,54 +87,6 @@ class Exchange:
 
     def route_name(self) -> str:
         return self.route.name if self.route is not None else NO_ROUTE
-
-    def admit(self, routed: Routed) -> bool:
-        """What routing decided, and the client certificate: False when the request was answered (or refused) here."""
-        route = self.route = routed.route
-        if routed.status:
-            if routed.denied:
-                self.shared.metrics.denied.labels(routed.denied, self.route_name()).inc()
-            if routed.refused:
-                self.client.refuse(routed.status, routed.detail)
-            else:
-                self.answer(routed.status, location=routed.location, fields=routed.fields)
-            return False
-        if routed.limits is not None:
-            self._apply_limits(routed.limits)
-        self.head_bytes = routed.head_bytes
-        self.fields = ResponseFields(routed.fields) if routed.fields else None
-        policies = route.policies if route is not None else None
-        if policies is not None and policies.client_auth is not None:
-            status, head_bytes = certificate_check(policies.client_auth, self.client.transport, self.head_bytes)
-            if status:
-                self.shared.metrics.denied.labels("client-certificate", self.route_name()).inc()
-                page = policies.client_auth.error_page
-                if status == 400 and page:
-                    self.answer(302, location=page.encode("latin-1"))  # error_page 495 496 = URL
-                else:
-                    self.answer(status)
-                return False
-            self.head_bytes = head_bytes
-        return True
-
-    def _apply_limits(self, limits: Limits) -> None:
-        """This request's timeouts and body limit are its route's where the route sets them."""
-        if limits.max_body_bytes is not None:
-            self.max_body = limits.max_body_bytes
-        if limits.connect_timeout is not None:
-            self.connect_timeout = limits.connect_timeout
-        if limits.read_timeout is not None:
-            self.read_timeout = limits.read_timeout
-        if limits.send_timeout is not None:
-            self.send_timeout = limits.send_timeout
-        deadlines = limits.deadlines
-        if deadlines is not None:
-            # The waits for the backend are raised to the longest deadline where they are shorter, so that
-            # --upstream-timeout does not end a request sooner than the route allows (the deadlines end it).
-            self.read_timeout = max(self.read_timeout, deadlines.longest)
-            self.send_timeout = max(self.send_timeout, deadlines.longest)
-            self.deadlines = RequestDeadlines(self.shared.reactor, self._deadline_passed)
-            self.deadlines.start(deadlines)
 
     def guard(self, policies: Policies) -> None:
         """
@@ -371,7 +323,8 @@ class Exchange:
         """The client side's timer passed while the upstream (or a body it held back) made no progress."""
         failures.timed_out(self)
 
-    def _deadline_passed(self, kind: str) -> None:
+    def deadline_passed(self, kind: str) -> None:
+        """A route's deadline (Gateway API timeouts) passed."""
         failures.deadline_passed(self, kind)
 
     def answer(self, status: int, close: bool = False, location: bytes = b"", fields: bytes = b"") -> None:

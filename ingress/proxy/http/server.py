@@ -20,6 +20,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ingress.proxy.http import h1
+from ingress.proxy.http.admission import route_and_admit
 from ingress.proxy.http.chunked import ChunkedFramer, LengthFramer
 from ingress.proxy.http.compression import GzipBody
 from ingress.proxy.http.exchange import Exchange
@@ -29,13 +30,11 @@ from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor, response_h
 from ingress.proxy.http.guards import Guards
 from ingress.proxy.http.h1response import Transform, body_length, body_transform, final_head, keeps_alive, local_answer, transformed
 from ingress.proxy.http.responses import error_response
-from ingress.proxy.http.routed import route_request
 from ingress.proxy.http.shared import Shared
 from ingress.proxy.http.states import AUTH, AWAIT, BODY, TUNNEL
 from ingress.proxy.http.trusted import trusted_forwarding
 from ingress.proxy.http2.connection import PREFACE, take_over
 from ingress.proxy.idle import Deadline
-from ingress.proxy.tls.sni import tls_server_name
 from ingress.proxy.transport import IConnectionTransport
 
 log = Logger()
@@ -224,15 +223,11 @@ class HTTPProxyProtocol(Protocol):
         table = factory.live.table
         if table.addresses:  # Gateways with addresses of their own: the address reached picks the table
             table = table.addresses.get(str(getattr(self.transport.getHost(), "host", "")), table)
-        if table.trust is not None:
-            port = getattr(self.transport.getHost(), "port", 0) or 0
-            self._forwarded = trusted_forwarding(table.trust, self._peer, head, b"%d" % port)
-        elif self._forwarded is not self._peer:
-            self._forwarded = self._peer  # the trust was dropped by a new table
+        trust = table.trust  # the connection's peer, unless a trusted proxy forwards for another (the table's trust)
+        self._forwarded = self._peer if trust is None else trusted_forwarding(trust, self._peer, head, b"%d" % (getattr(self.transport.getHost(), "port", 0) or 0))
         exchange = self._exchange = Exchange(self, factory, self.settings, head, self._forwarded, PROTOCOL)
         self._keep_alive = keeps_alive(head, self._requests, factory.draining, factory.settings)  # the settings of the table live now
-        routed = route_request(table, head, self._forwarded, self.settings.https_redirect_port, tls_server_name(self.transport) if table.https_listeners is not None else None)
-        if not exchange.admit(routed):
+        if route_and_admit(exchange, table, head, self.transport) is None:
             return
         route = exchange.route
         policies = route.policies if route is not None else None

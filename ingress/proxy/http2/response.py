@@ -4,14 +4,15 @@ One HTTP/2 stream's response on its way out: HEADERS, DATA no faster than the cl
 flow-control windows allow, then the stream's end (or trailers).
 
 L{StreamOutput} is what an L{ingress.proxy.http2.stream.H2Stream} sends with: an HTTP/1.1
-upstream's response (its head turned into HEADERS, its body decoded from chunks or gzipped)
-or frames from an HTTP/2 endpoint's exchange.  L{StreamConnection} is what a stream uses of
+upstream's response (its head turned into HEADERS, its body decoded from chunks or gzipped),
+frames from an HTTP/2 endpoint's exchange, or an answer of the proxy's own.  L{StreamConnection} is what a stream uses of
 its connection (L{ingress.proxy.http2.connection.H2ServerProtocol}), named here so that the
 stream need not import the connection that imports it.
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
@@ -25,7 +26,7 @@ from ingress.proxy.http.compression import ADDED_FIELDS, GzipBody, compressed_bl
 from ingress.proxy.http.exchange import Exchange
 from ingress.proxy.http.forwarding import ForwardedFor
 from ingress.proxy.http.shared import Shared
-from ingress.proxy.http2.fields import Headers, response_headers
+from ingress.proxy.http2.fields import Headers, local_response, response_headers
 from ingress.proxy.idle import DeadlineGroup
 
 
@@ -97,6 +98,38 @@ class StreamOutput:
         elif body:
             self.add(exchange, body)
         connection.flush()
+
+    def respond(self, exchange: Exchange, status: int, headers: Headers, trailers: Optional[Headers]) -> bool:
+        """An HTTP/2 endpoint's response head as HEADERS: True if it ended the stream (C{trailers}: a trailers-only answer)."""
+        if not exchange.responded and exchange.route is not None:
+            exchange.shared.metrics.upstream_answered(exchange.route.name, time.monotonic() - exchange.sent_at)
+        exchange.responded = True
+        exchange.status = status
+        headers = [(b":status", b"%d" % status), *(field for field in headers if field[0] != b":status")]
+        connection = self._connection
+        if trailers is not None:
+            connection.h2.send_headers(self._stream_id, headers + trailers, end_stream=True)
+        else:
+            connection.h2.send_headers(self._stream_id, headers)
+        connection.flush()
+        return trailers is not None
+
+    def answer(self, exchange: Exchange, status: int, location: bytes, fields: bytes) -> bool:
+        """An answer of the proxy's own: True if its HEADERS ended the stream, else its body is held to be pumped."""
+        headers, body = local_response(status, exchange.settings.server_name, location, fields)
+        if exchange.request_method == b"HEAD":
+            body = b""
+        exchange.status = status
+        exchange.responded = True
+        connection = self._connection
+        connection.h2.send_headers(self._stream_id, headers, end_stream=not body)
+        if not body:
+            connection.flush()  # answered outside a read too (a guard's verdict)
+            return True
+        exchange.body_sent = len(body)
+        self.queue(body)
+        self.end_pending = True
+        return False
 
     def add(self, exchange: Exchange, data: bytes) -> bool:
         """Upstream body bytes, decoded: held for the window (False: nothing came of them)."""

@@ -15,7 +15,6 @@ endpoints speak HTTP/2 (gRPC, h2c) hands the stream to an L{H2Exchange} instead.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Optional
 
@@ -24,18 +23,18 @@ from h2.exceptions import StreamClosedError
 from twisted.logger import Logger
 
 from ingress.proxy.http import failures, h1
+from ingress.proxy.http.admission import route_and_admit
 from ingress.proxy.http.exchange import Exchange
 from ingress.proxy.http.extauth import Verdict
 from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor
 from ingress.proxy.http.guards import Guards
-from ingress.proxy.http.routed import Routed, route_request
+from ingress.proxy.http.routed import Routed
 from ingress.proxy.http.states import AUTH, AWAIT, BODY, CLOSED, HEAD
 from ingress.proxy.http.trusted import trusted_forwarding
 from ingress.proxy.http2.exchange import H2Exchange
-from ingress.proxy.http2.fields import Headers, local_response, request_head
+from ingress.proxy.http2.fields import Headers, request_head
 from ingress.proxy.http2.response import StreamConnection, StreamOutput
 from ingress.proxy.idle import Deadline, GroupDeadline
-from ingress.proxy.tls.sni import tls_server_name
 
 log = Logger()
 
@@ -86,10 +85,10 @@ class H2Stream:
         if table.addresses:  # Gateways with addresses of their own: the address reached picks the table
             table = table.addresses.get(connection.local_host(), table)
         peer = connection.peer()
-        forwarded = exchange.forwarded = trusted_forwarding(table.trust, peer, head, connection.local_port()) if table.trust is not None else peer
-        routed = route_request(table, head, forwarded, settings.https_redirect_port, tls_server_name(connection.transport) if table.https_listeners is not None else None)
+        exchange.forwarded = trusted_forwarding(table.trust, peer, head, connection.local_port()) if table.trust is not None else peer
         exchange.request_complete = not has_body
-        if not exchange.admit(routed):
+        routed = route_and_admit(exchange, table, head, connection.transport)
+        if routed is None:
             return
         routed.head_bytes = exchange.head_bytes  # with a client certificate's fields: an HTTP/2 endpoint's request is made from it too
         route = exchange.route
@@ -270,21 +269,10 @@ class H2Stream:
     # -- answers of our own, failures and the end --------------------------------
 
     def answer(self, status: int, close: bool, location: bytes, fields: bytes) -> None:
-        exchange = self.exchange
-        headers, body = local_response(status, exchange.settings.server_name, location, fields)
-        if exchange.request_method == b"HEAD":
-            body = b""
-        exchange.status = status
-        exchange.responded = True
-        self.connection.h2.send_headers(self.stream_id, headers, end_stream=not body)
-        if not body:
-            self.connection.flush()  # answered outside a read too (a guard's verdict)
+        if self.out.answer(self.exchange, status, location, fields):
             self._finish(status)
-            return
-        exchange.body_sent = len(body)
-        self.out.queue(body)
-        self.out.end_pending = True
-        self.pump()
+        else:
+            self.pump()
 
     def refuse(self, status: int, detail: str) -> None:
         """A request that cannot mean anything: a 4xx on its stream; the connection serves on."""
@@ -366,22 +354,8 @@ class H2Stream:
 
     def respond(self, status: int, headers: Headers, trailers: Optional[Headers] = None) -> None:
         """The response head (C{trailers}: a trailers-only answer, the stream ends with them)."""
-        exchange = self.exchange
-        if exchange.state == CLOSED:
-            return
-        if not exchange.responded and exchange.route is not None:
-            exchange.shared.metrics.upstream_answered(exchange.route.name, time.monotonic() - exchange.sent_at)
-        exchange.responded = True
-        exchange.status = status
-        headers = [(b":status", b"%d" % status), *(field for field in headers if field[0] != b":status")]
-        h2 = self.connection.h2
-        if trailers is not None:
-            h2.send_headers(self.stream_id, headers + trailers, end_stream=True)
-            self.connection.flush()
+        if self.exchange.state != CLOSED and self.out.respond(self.exchange, status, headers, trailers):
             self._finish(status)
-            return
-        h2.send_headers(self.stream_id, headers)
-        self.connection.flush()
 
     def queue(self, data: bytes, on_sent: Callable[[int], None]) -> None:
         """Response DATA; C{on_sent} hears how much the client's window let out."""
