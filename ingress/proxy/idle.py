@@ -85,7 +85,7 @@ class Deadline:
         late C{set} (an exchange's last bytes) arms nothing that calls back.
         """
         self.cancel()
-        self.on_expiry = _retired
+        self.on_expiry = retired
 
     def _fired(self) -> None:
         self._call = None
@@ -96,8 +96,8 @@ class Deadline:
         self.on_expiry(self.kind)
 
 
-def _retired(kind: str) -> None:
-    """A retired deadline's expiry: its owner is gone, nothing is left to time out."""
+def retired(kind: str) -> None:
+    """The expiry of a deadline whose owner is gone (retired, or never to be set): nothing is left to time out."""
 
 
 class DeadlineGroup:

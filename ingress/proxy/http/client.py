@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from ingress.proxy.http import h1
 from ingress.proxy.http.extauth import Verdict
 from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor
-from ingress.proxy.idle import Deadline
+from ingress.proxy.idle import Deadline, retired
 
 
 class ClientSide(Protocol):
@@ -83,7 +83,7 @@ class Departed:
     (bench/library_share.py with a collection census).
     """
 
-    timer = Deadline(None, lambda kind: None)  # never set: an exchange reads its client's timer when it starts
+    timer = Deadline(None, retired)  # never set: an exchange reads its client's timer when it starts
     transport = None
     client_full = False
     tunnels = False
