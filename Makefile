@@ -120,11 +120,11 @@ test: $(STAMP) lint system-packages wheelhouse lint-docker
 	# three preparations at once: the test control plane's build (Go, both cores), the image (niced:
 	# it takes what the Go build leaves, and much of its time is downloads and one-core compiles) and
 	# the compiled build. On a fresh 2-core machine, the first two one after the other took 21 of a
-	# 45.5-minute run (12 and 8.5 minutes). Then two lanes of pytest
-	# runs, each run in a network namespace of its own (pytest's numbered temporary directories are
-	# safe for runs at once), each lane's output printed whole when it ends (--output-sync). Most of
-	# these runs keep one core busy at most, waiting on an apiserver, a kubelet or a proxy, and CI
-	# machines have two.
+	# 45.5-minute run (12 and 8.5 minutes); at once, 20.8 of 42 (both are CPU-bound: the overlap
+	# gains little). Then two lanes of pytest runs, each run in a network namespace of its own
+	# (pytest's numbered temporary directories are safe for runs at once), each lane's output printed
+	# whole when it ends (--output-sync). Most of these runs keep one core busy at most, waiting on an
+	# apiserver, a kubelet or a proxy, and CI machines have two.
 	$(MAKE) --no-print-directory -j3 --output-sync=target testenv image-archive compiled || { $(MAKE) pure; exit 1; }
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-kube-lane test-rest-lane || { $(MAKE) pure; exit 1; }
 	$(MAKE) pure

@@ -4,8 +4,9 @@ What routing decided, applied to one exchange: answered here, refused, or admitt
 route's limits and past the client-certificate check.
 
 Both framings call L{route_and_admit} once a request's head is read, and go on to the guards
-with what it returns: the last step before a request can wait for a verdict or go upstream.  Kept apart from
-L{ingress.proxy.http.exchange}, whose code is what every admitted request runs after it.
+with what it returns: the last step before a request can wait for a verdict or go upstream.
+Kept apart from L{ingress.proxy.http.exchange}, whose code is what every admitted request runs
+after it.
 """
 
 from __future__ import annotations

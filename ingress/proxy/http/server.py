@@ -223,8 +223,11 @@ class HTTPProxyProtocol(Protocol):
         table = factory.live.table
         if table.addresses:  # Gateways with addresses of their own: the address reached picks the table
             table = table.addresses.get(str(getattr(self.transport.getHost(), "host", "")), table)
-        trust = table.trust  # the connection's peer, unless a trusted proxy forwards for another (the table's trust)
-        self._forwarded = self._peer if trust is None else trusted_forwarding(trust, self._peer, head, b"%d" % (getattr(self.transport.getHost(), "port", 0) or 0))
+        if table.trust is None:
+            self._forwarded = self._peer
+        else:  # the connection's peer, unless it is a proxy the table trusts to forward for another
+            port = getattr(self.transport.getHost(), "port", 0) or 0
+            self._forwarded = trusted_forwarding(table.trust, self._peer, head, b"%d" % port)
         exchange = self._exchange = Exchange(self, factory, self.settings, head, self._forwarded, PROTOCOL)
         self._keep_alive = keeps_alive(head, self._requests, factory.draining, factory.settings)  # the settings of the table live now
         if route_and_admit(exchange, table, head, self.transport) is None:

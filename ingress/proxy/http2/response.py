@@ -5,9 +5,10 @@ flow-control windows allow, then the stream's end (or trailers).
 
 L{StreamOutput} is what an L{ingress.proxy.http2.stream.H2Stream} sends with: an HTTP/1.1
 upstream's response (its head turned into HEADERS, its body decoded from chunks or gzipped),
-frames from an HTTP/2 endpoint's exchange, or an answer of the proxy's own.  L{StreamConnection} is what a stream uses of
-its connection (L{ingress.proxy.http2.connection.H2ServerProtocol}), named here so that the
-stream need not import the connection that imports it.
+frames from an HTTP/2 endpoint's exchange, or an answer of the proxy's own.
+L{StreamConnection} is what a stream uses of its connection
+(L{ingress.proxy.http2.connection.H2ServerProtocol}), named here so that the stream need not
+import the connection that imports it.
 """
 
 from __future__ import annotations
