@@ -151,6 +151,23 @@ def request_head_bytes(
     )
 
 
+def response_fields(
+    response: h1.Head, request: h1.Head, added: bytes, set_headers: Optional[HeaderChanges], forwarded: ForwardedFor
+) -> tuple[bytes, bytes]:
+    """
+    The upstream's fields the client gets (hop-by-hop ones and Server dropped, and those a route's
+    C{set_headers} replace), and the lines added after them: C{added}, then the route's (their
+    variables filled in for C{forwarded}'s client).  For both framings of a response head.
+    """
+    block = _without_named(_RESPONSE_DROP_RE.sub(b"", response.block), response.connection)
+    if set_headers is not None:
+        block = set_headers.drop.sub(b"", block)
+        added += set_headers.lines
+        if set_headers.templates:
+            added += field_lines(set_headers.templates, request, forwarded.ip, forwarded.scheme)
+    return block, added
+
+
 def response_head_bytes(
     response: h1.Head,
     request: h1.Head,
@@ -171,12 +188,7 @@ def response_head_bytes(
     route's policies add (CRLF-terminated lines: a sticky cookie), C{set_headers} fields that
     replace the upstream's of the same names (their variables filled in for C{forwarded}'s client).
     """
-    block = _without_named(_RESPONSE_DROP_RE.sub(b"", response.block), response.connection)
-    if set_headers is not None:
-        block = set_headers.drop.sub(b"", block)
-        added += set_headers.lines
-        if set_headers.templates:
-            added += field_lines(set_headers.templates, request, forwarded.ip, forwarded.scheme)
+    block, added = response_fields(response, request, added, set_headers, forwarded)
     if decode:
         block = _TRANSFER_ENCODING_RE.sub(b"", block)
     status = response.status

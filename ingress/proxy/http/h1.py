@@ -62,7 +62,7 @@ Field = tuple[bytes, bytes, bytes]
 """A header field: (name as received, lower-cased name, value without surrounding whitespace)."""
 
 
-_NO_TOKENS: frozenset[bytes] = frozenset()
+NO_TOKENS: frozenset[bytes] = frozenset()
 
 
 class HTTPError(Exception):
@@ -87,13 +87,13 @@ class Framing:
         return self.chunked or self.until_close or bool(self.content_length)
 
 
-_NO_BODY = Framing(content_length=0)
-_CHUNKED = Framing(chunked=True)
+NO_BODY = Framing(content_length=0)
+CHUNKED = Framing(chunked=True)
 _UNTIL_CLOSE = Framing(until_close=True)
 _LENGTHS: dict[int, Framing] = {}  # Framing is immutable: one per length seen (a frozen dataclass costs ~1 us to make)
 
 
-def _length_framing(length: int) -> Framing:
+def length_framing(length: int) -> Framing:
     """The framing of a body of C{length} bytes, made once per length (up to 4,096 lengths)."""
     framing = _LENGTHS.get(length)
     if framing is None:
@@ -230,9 +230,9 @@ def _framing(fields: list[tuple[bytes, bytes]], is_request: bool) -> tuple[Frami
         return _framing_of_any(fields, is_request)
     length = seen.pop(b"content-length", None)
     if length is None:
-        return (_NO_BODY if is_request else _UNTIL_CLOSE), seen
+        return (NO_BODY if is_request else _UNTIL_CLOSE), seen
     if length.isdigit() and len(length) < 19:
-        return _length_framing(int(length)), seen
+        return length_framing(int(length)), seen
     return _framing_of_any(fields, is_request)
 
 
@@ -277,11 +277,11 @@ def _framing_of_any(fields: list[tuple[bytes, bytes]], is_request: bool) -> tupl
             return _UNTIL_CLOSE, seen
         if any(c not in (b"chunked", b"gzip", b"deflate", b"compress", b"x-gzip") for c in codings):
             raise HTTPError(501, "unknown transfer coding")
-        return _CHUNKED, seen
+        return CHUNKED, seen
     if lengths:
-        return _length_framing(int(lengths.pop())), seen
+        return length_framing(int(lengths.pop())), seen
     if is_request:
-        return _NO_BODY, seen
+        return NO_BODY, seen
     return _UNTIL_CLOSE, seen
 
 
@@ -292,7 +292,7 @@ def _connection_tokens(seen: dict[bytes, bytes]) -> frozenset[bytes]:
     """The Connection tokens; the few distinct values seen in practice are parsed once."""
     value = seen.get(b"connection")
     if not value:
-        return _NO_TOKENS
+        return NO_TOKENS
     tokens = _TOKEN_SETS.get(value)
     if tokens is None:
         tokens = frozenset(t.strip(b" \t").lower() for t in value.split(b",") if t.strip(b" \t"))
@@ -350,7 +350,7 @@ def parse_response_head(block: bytes, request_method: bytes, max_fields: int = 2
     except HTTPError as error:
         raise HTTPError(502, f"upstream: {error.detail}") from None
     if request_method == b"HEAD" or status < 200 or status in (204, 304):
-        framing = _NO_BODY
+        framing = NO_BODY
     elif request_method == b"CONNECT" and 200 <= status < 300:
         framing = _UNTIL_CLOSE
     return Head(

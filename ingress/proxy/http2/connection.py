@@ -41,12 +41,14 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from ingress.proxy.http import h1
 from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor
 from ingress.proxy.http.shared import Shared
+from ingress.proxy.http2.fields import request_head
 from ingress.proxy.http2.resets import ResetBudget
 from ingress.proxy.http2.stream import H2Stream
 from ingress.proxy.http2.upstream import GoawayTolerant
-from ingress.proxy.http2.validate import MalformedHeaders, check_request, check_trailers
+from ingress.proxy.http2.validate import MalformedHeaders, check_trailers
 from ingress.proxy.idle import Deadline, DeadlineGroup, GroupDeadline
 from ingress.proxy.reactorstep import run_before_next_poll
 from ingress.proxy.transport import IConnectionTransport, hand_over
@@ -164,17 +166,25 @@ class H2ServerProtocol(Protocol):
         if self._goaway_after is not None and stream_id > self._goaway_after:
             self.h2.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
             return
+        has_body = event.stream_ended is None
         try:
-            check_request(event.headers)
+            head = request_head(event.headers, has_body, self.factory.settings.max_header_fields)
         except MalformedHeaders as error:
             self._malformed(error)
             return
+        except h1.HTTPError as refusal:  # (not "error" again: mypyc gives a name one type per function)
+            self._open_stream(stream_id).refuse_request(refusal, has_body)  # a 4xx on its stream
+            return
+        self._open_stream(stream_id).begin(head, event.headers, has_body)
+
+    def _open_stream(self, stream_id: int) -> H2Stream:
+        """A new request's stream, which ends the connection's idle time."""
         stream = H2Stream(self, stream_id)
         self.streams[stream_id] = stream
         if self._timer.kind == "idle":
             self._timer.cancel()
             self._timer.kind = ""
-        stream.begin(event.headers, event.stream_ended is None)
+        return stream
 
     def _data(self, event: DataReceived) -> None:
         stream = self.streams.get(event.stream_id)

@@ -4,33 +4,144 @@ HTTP/2 header lists to and from the HTTP/1.1 heads the rest of the proxy uses.
 
 A request's header list becomes the head an HTTP/1.1 client would have sent
 (RFC 9113 8.3.1: C{:authority} is the Host; 8.2.3: the C{cookie} fields are
-joined again with "; "), parsed by the same strict parser, so every check an
-HTTP/1.1 request passes (field syntax, Host, field count) holds for HTTP/2
-too.  A request body of unknown length goes upstream chunked.  A response
-head becomes a header list through the same filter as for HTTP/1.1 clients
+joined again with "; "), with every check an HTTP/1.1 request passes (field
+syntax, Host, field count) and RFC 9113's own (L{ingress.proxy.http2.validate}).
+The usual list (its pseudo-header fields first, an C{:authority}, lower-case
+names, no field HTTP/2 forbids, no Host field, at most one Content-Length and
+one Expect) is checked whole by one regular expression over the head's field
+section and becomes the head directly; any other list is checked field by
+field and parsed from its HTTP/1.1 text by the same strict parser as an
+HTTP/1.1 request, so that what is refused, and how, is decided in one place.
+A request body of unknown length goes upstream chunked.  A response head
+becomes a header list through the same filter as for HTTP/1.1 clients
 (hop-by-hop fields, Server, the route's header changes), less the fields
 HTTP/2 forbids.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 from ingress.proxy.http import h1
-from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor, response_head_bytes
-from ingress.proxy.http.responses import error_response, fields_response
+from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor, response_fields
+from ingress.proxy.http.responses import error_response, fields_response, http_date
+from ingress.proxy.http2.validate import check_request
 from ingress.routing.policies.headers import HeaderChanges
 
 Headers = list[tuple[bytes, bytes]]
 
 HTTP2 = (2, 0)
 
+# A field section of the usual request: lower-case token names (RFC 9113 8.2.1, RFC 9110 5.1), values
+# of visible characters with spaces and tabs only inside (RFC 9113 8.2.1, RFC 9110 5.5).
+_USUAL_FIELDS_RE = re.compile(
+    rb"(?:[!#$%&'*+.^_`|~0-9a-z-]+: (?:[\x21-\x7e\x80-\xff](?:[\t \x21-\x7e\x80-\xff]*[\x21-\x7e\x80-\xff])?)?\r\n)*"
+)
+_METHOD_RE = re.compile(h1.TOKEN)
+_TARGET_RE = re.compile(rb"[\x21-\x7e]+")  # the request line's target (h1)
+# Regular fields the usual request has none of (but te: trailers, which every gRPC request has): forbidden
+# in HTTP/2 (8.2.2: te only as "trailers"), or consulted by the HTTP/1.1 parser (host: from :authority).
+_UNUSUAL = frozenset({b"connection", b"proxy-connection", b"keep-alive", b"transfer-encoding", b"upgrade", b"te", b"host"})
+
 
 def request_head(headers: Headers, has_body: bool, max_fields: int) -> h1.Head:
     """
-    The head of an HTTP/2 request, as L{h1.parse_request_head} parses an HTTP/1.1 one
-    (with version 2.0); raises L{h1.HTTPError} with the status to answer.
+    The head of an HTTP/2 request, as L{h1.parse_request_head} parses an HTTP/1.1 one (with
+    version 2.0).  Raises L{ingress.proxy.http2.validate.MalformedHeaders} for a list RFC 9113
+    calls malformed (the connection's error), L{h1.HTTPError} with the status to answer for a
+    request HTTP/1.1 would refuse too.
     """
+    head = _usual_request_head(headers, has_body, max_fields)
+    if head is None:
+        check_request(headers)
+        head = _parsed_request_head(headers, has_body, max_fields)
+    return head
+
+
+def _usual_request_head(headers: Headers, has_body: bool, max_fields: int) -> Optional[h1.Head]:
+    """
+    The head of a request whose list is the usual kind (the module docstring), made without
+    parsing text; None for any other list, which L{request_head} checks field by field.
+    """
+    pseudo = _usual_pseudo_fields(headers)
+    if pseudo is None:
+        return None
+    method, path, authority, first = pseudo
+    lines: list[bytes] = []
+    cookies: list[bytes] = []
+    length: Optional[bytes] = None
+    expect: Optional[bytes] = None
+    for index in range(first, len(headers)):
+        name, value = headers[index]
+        if name == b"cookie":
+            cookies.append(value)
+            continue
+        if name in _UNUSUAL:  # (a pseudo-header field after a regular one fails _USUAL_FIELDS_RE: no name starts with a colon)
+            if name != b"te" or value.lower() != b"trailers":  # gRPC's (8.2.2)
+                return None
+        elif name == b"content-length":
+            if length is not None:
+                return None
+            length = value
+        elif name == b"expect":
+            if expect is not None:
+                return None
+            expect = value
+        lines.append(b"%s: %s\r\n" % (name, value))
+    section = b"host: %s\r\n%s" % (authority, b"".join(lines))
+    checked = section
+    if cookies:
+        checked += b"".join([b"cookie: %s\r\n" % cookie for cookie in cookies])  # each checked alone, then joined
+        section += b"cookie: %s\r\n" % b"; ".join(cookies)
+    if _USUAL_FIELDS_RE.fullmatch(checked) is None or checked.count(b"\n") != 1 + len(lines) + len(cookies):
+        return None  # a bad name or value, or a line break inside a value
+    if length is None:
+        framing = h1.CHUNKED if has_body else h1.NO_BODY
+        if has_body:
+            section += b"transfer-encoding: chunked\r\n"
+    elif length.isdigit() and len(length) < 19:
+        framing = h1.length_framing(int(length))
+    else:
+        return None
+    if section.count(b"\n") > max_fields + 1:  # the Host line is ours
+        return None
+    expects = expect is not None and expect.lower() == b"100-continue"
+    return h1.Head(HTTP2, section, h1.NO_TOKENS, framing, method, path, 0, b"", authority.lower(), b"", expects)  # the host as h1 reads it
+
+
+def _usual_pseudo_fields(headers: Headers) -> Optional[tuple[bytes, bytes, bytes, int]]:
+    """
+    The usual request's :method, :path and :authority, and where its regular fields start: each of
+    the four pseudo-header fields once (8.3.1), and values the request line and Host take as they are.
+    """
+    method = scheme = path = authority = b""
+    first = 0
+    for name, value in headers:
+        if name[:1] != b":":
+            break
+        if not value:
+            return None  # none of the four is usual empty; and a second of a name is told from the first by the first's value
+        if name == b":method" and not method:
+            method = value
+        elif name == b":path" and not path:
+            path = value
+        elif name == b":authority" and not authority:
+            authority = value
+        elif name == b":scheme" and not scheme:
+            scheme = value
+        else:
+            return None  # repeated, or not a request's (8.3)
+        first += 1
+    if scheme not in (b"https", b"http") or method == b"CONNECT" or _METHOD_RE.fullmatch(method) is None:
+        return None
+    if _TARGET_RE.fullmatch(path) is None or b"," in authority or not authority or not h1.valid_host(authority):
+        return None
+    return method, path, authority, first
+
+
+def _parsed_request_head(headers: Headers, has_body: bool, max_fields: int) -> h1.Head:
+    """A request's head made as HTTP/1.1 text and parsed as such: every unusual list's way (L{request_head})."""
     method = path = authority = b""
     lines: list[bytes] = []
     cookies: list[bytes] = []
@@ -75,12 +186,31 @@ def response_headers(
     changes: Optional[HeaderChanges] = None,
     forwarded: ForwardedFor = UNKNOWN_PEER,
 ) -> Headers:
-    """The header list of an upstream's HTTP/1.1 response, filtered as for an HTTP/1.1 client."""
-    raw = response_head_bytes(response, request, server, True, True, hsts, added, changes, forwarded)
-    block = raw[raw.index(b"\r\n") + 2 : -2]
+    """
+    The header list of an upstream's HTTP/1.1 response: its fields as an HTTP/1.1 client gets them
+    (L{ingress.proxy.http.forwarding.response_head_bytes}: the same fields, added lines, Date,
+    Server and HSTS, in the same order), less those HTTP/2 forbids.
+    """
+    block, added = response_fields(response, request, added, changes, forwarded)
     headers = [(b":status", b"%d" % response.status)]
-    headers.extend((lower, value) for _, lower, value in h1.split_fields(block) if lower not in _NOT_IN_HTTP2)
+    _add_lines(block, headers)
+    if added:
+        _add_lines(added, headers)
+    if not response.has_date:
+        headers.append((b"date", http_date()))
+    headers.append((b"server", server))
+    if hsts:
+        headers.append((b"strict-transport-security", hsts.encode("ascii")))
     return headers
+
+
+def _add_lines(block: bytes, headers: Headers) -> None:
+    """A field section's fields onto a header list: names in lower case, those HTTP/2 forbids left out."""
+    for line in block.split(b"\r\n")[:-1]:
+        name, _, value = line.partition(b":")
+        lower = name.lower()
+        if lower not in _NOT_IN_HTTP2:
+            headers.append((lower, value.strip(b" \t")))
 
 
 _NOT_IN_HTTP2 = frozenset({b"connection", b"transfer-encoding", b"keep-alive", b"upgrade", b"proxy-connection"})

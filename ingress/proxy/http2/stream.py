@@ -32,7 +32,7 @@ from ingress.proxy.http.routed import Routed
 from ingress.proxy.http.states import AUTH, AWAIT, BODY, CLOSED, HEAD
 from ingress.proxy.http.trusted import trusted_forwarding
 from ingress.proxy.http2.exchange import H2Exchange
-from ingress.proxy.http2.fields import Headers, request_head
+from ingress.proxy.http2.fields import Headers
 from ingress.proxy.http2.response import StreamConnection, StreamOutput
 from ingress.proxy.idle import Deadline, GroupDeadline
 
@@ -68,16 +68,9 @@ class H2Stream:
 
     # -- the request ------------------------------------------------------------
 
-    def begin(self, headers: Headers, has_body: bool) -> None:
-        """The request's HEADERS arrived: route it and start forwarding."""
+    def begin(self, head: h1.Head, headers: Headers, has_body: bool) -> None:
+        """The request's HEADERS arrived (C{head}: as L{ingress.proxy.http2.fields.request_head} read them): route it and start forwarding."""
         exchange = self.exchange
-        settings = exchange.settings
-        try:
-            head = request_head(headers, has_body, settings.max_header_fields)
-        except h1.HTTPError as error:
-            exchange.request_complete = not has_body
-            self.refuse(error.status, error.detail)
-            return
         exchange.request = head
         exchange.request_method = head.method
         connection = self.connection
@@ -98,6 +91,11 @@ class H2Stream:
             exchange.guard(policies)
             return
         self._forward(head, headers, has_body, routed)
+
+    def refuse_request(self, error: h1.HTTPError, has_body: bool) -> None:
+        """The request's HEADERS ask for what HTTP/1.1 would refuse too: its answer, on this stream."""
+        self.exchange.request_complete = not has_body
+        self.refuse(error.status, error.detail)
 
     def guarded(self, verdict: Verdict) -> None:
         """Basic or external auth decided: the request's DATA, held (not acknowledged) until now, goes on or is dropped."""

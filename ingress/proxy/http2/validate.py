@@ -10,10 +10,12 @@ costs one C-level regular-expression match, and the connection turns these
 checks' refusal into the same connection error C{h2}'s would have been
 (GOAWAY PROTOCOL_ERROR, L{ingress.proxy.http2.connection}).
 
-A request's list is then turned into an HTTP/1.1 head and parsed by the same
-strict parser as an HTTP/1.1 request (L{ingress.proxy.http2.fields}), so what
-is checked here is what HTTP/2 adds, or what would change meaning in that
-head: a CR or LF inside a value, a colon or space inside a name.
+A request's list then becomes an HTTP/1.1 head with every check an HTTP/1.1
+request passes (L{ingress.proxy.http2.fields}), so what is checked here is what
+HTTP/2 adds, or what would change meaning in that head: a CR or LF inside a
+value, a colon or space inside a name.  The usual request's list is checked
+there at once, by one expression over its field section; every other list
+comes here, so that a refusal says which rule it broke.
 """
 
 from __future__ import annotations
