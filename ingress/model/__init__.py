@@ -2,9 +2,10 @@
 """
 Frozen snapshot values: the only shape in which cluster objects travel past a source.
 
-This package holds the values; its modules turn API JSON into them: L{parse}
-(the public entry points), with L{_fields} (typed field access and the API
-server's value checks), L{_kinds} (one parser per kind) and L{_streams}
+This package holds the values (L{meta}: what every kind has, shared with the
+Gateway API's kinds in L{gateway}); its modules turn API JSON into them:
+L{parse} (the public entry points), with L{_fields} (typed field access and the
+API server's value checks), L{_kinds} (one parser per kind) and L{_streams}
 (StreamIngress and the stream ConfigMaps).
 
 Sources (a manifests directory, the Kubernetes informers) parse API JSON once
@@ -19,7 +20,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional, Union
 
-if TYPE_CHECKING:  # the Gateway API values import this module's ObjectMeta and Condition
+from ingress.model.meta import Condition as Condition
+from ingress.model.meta import ObjectMeta as ObjectMeta
+from ingress.model.meta import ObjectRef as ObjectRef
+from ingress.model.meta import OwnerReference as OwnerReference
+
+if TYPE_CHECKING:  # (ingress.model.gateway imports only ingress.model.meta)
     from ingress.model.gateway import Gateway, GatewayClass, GRPCRoute, HTTPRoute, L4Route, ReferenceGrant
 
 
@@ -30,54 +36,6 @@ PATH_IMPLEMENTATION_SPECIFIC = "ImplementationSpecific"
 CONTROLLER_NAME = "twingress.io/ingress-controller"
 DEFAULT_CLASS_NAME = "twingress"
 DEFAULT_CLASS_ANNOTATION = "ingressclass.kubernetes.io/is-default-class"
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class ObjectRef:
-    """Kind, namespace and name: how problems and routes name the object they come from."""
-
-    kind: str
-    namespace: str
-    name: str
-
-    def __str__(self) -> str:
-        if self.namespace:
-            return f"{self.kind}/{self.namespace}/{self.name}"
-        return f"{self.kind}/{self.name}"
-
-
-@dataclass(frozen=True, slots=True)
-class OwnerReference:
-    """An C{ownerReferences} entry: who garbage-collects the object, and whether it is the managing controller."""
-
-    api_version: str
-    kind: str
-    name: str
-    uid: str
-    controller: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ObjectMeta:
-    """The metadata fields we use; C{creation_timestamp} is RFC 3339 text (sorts as time)."""
-
-    namespace: str
-    name: str
-    uid: str = ""
-    resource_version: str = ""
-    generation: int = 0
-    creation_timestamp: str = ""
-    labels: Mapping[str, str] = field(default_factory=dict, compare=False)
-    annotations: Mapping[str, str] = field(default_factory=dict, compare=False)
-    owner_references: tuple[OwnerReference, ...] = field(default=(), compare=False)
-
-    def controller_ref(self) -> Optional[OwnerReference]:
-        """The owner with C{controller: true}, if any (the API allows at most one)."""
-        return next((o for o in self.owner_references if o.controller), None)
-
-    def age_key(self) -> tuple[str, str, str]:
-        """Oldest first, then namespace/name: the order that decides every conflict."""
-        return (self.creation_timestamp or "9999", self.namespace, self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,18 +251,6 @@ class Problem:
 
     def __str__(self) -> str:
         return f"{self.ref}: {self.reason}: {self.message}"
-
-
-@dataclass(frozen=True, slots=True)
-class Condition:
-    """A metav1.Condition as found in an object's status (what the status writer compares with)."""
-
-    type: str
-    status: str
-    reason: str = ""
-    message: str = ""
-    observed_generation: int = 0
-    last_transition_time: str = ""
 
 
 @dataclass(frozen=True, slots=True)

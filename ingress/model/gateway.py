@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ingress.model import Condition, ObjectMeta, ObjectRef
+from ingress.model.meta import Condition, ObjectMeta, ObjectRef
 
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 GATEWAY_CONTROLLER_NAME = "twingress.io/gateway-controller"

@@ -16,7 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ingress.routing.annotations import auth_values, mirror, values
+import ingress.routing.annotations.auth_values as auth_values  # (not from the package: its __init__ imports this module)
+import ingress.routing.annotations.mirror as mirror
+import ingress.routing.annotations.values as values
 
 
 @dataclass(frozen=True, slots=True)
