@@ -10,6 +10,7 @@ and nodelay, per client address, per Ingress.  The refusals are 503 (limit-req-s
 from __future__ import annotations
 
 import http.client
+import select
 import socket
 import threading
 import time
@@ -115,11 +116,18 @@ def _waiting_request(port: int) -> socket.socket:
     A request in progress: its head sent, its body not (the proxy has let it through and waits for the body).
     The pause lets the proxy take its place before the test's probes come: a probe in progress at the same
     moment would hold a place itself and the waiting request would be refused (as it should be).
+    With worker processes the primary counts, and hears of a probe's place given back from the
+    worker that served it: another worker's request may come first and be refused (a CI run under
+    load most likely did so: "full again" never came). So a request the proxy has already answered is made again.
     """
-    client = socket.create_connection(("127.0.0.1", port), timeout=10)
-    client.sendall(b"POST /?delay=0 HTTP/1.1\r\nHost: concurrent.test\r\nContent-Length: 4\r\n\r\n")
-    time.sleep(0.3)
-    return client
+    for _ in range(20):
+        client = socket.create_connection(("127.0.0.1", port), timeout=10)
+        client.sendall(b"POST /?delay=0 HTTP/1.1\r\nHost: concurrent.test\r\nContent-Length: 4\r\n\r\n")
+        time.sleep(0.3)
+        if not select.select([client], [], [], 0)[0]:
+            return client  # no answer: in progress
+        client.close()
+    raise AssertionError("no request stayed in progress")
 
 
 def _eventually(condition: object, what: str) -> None:
