@@ -10,8 +10,9 @@ twingress and in the splice floor alike, under the load of h2_bench.py's rows:
 
 - twingress: HTTP/1.1 and HTTPS/1.1 keep-alive (wrk -c32), h2 over TLS and gRPC unary
   (h2load -c32 -m10), one process with an HTTP and an HTTPS listener;
-- the floor: splice_floor.py --batched, then with --tls (the same TLS transport class,
-  ingress.proxy.tls.direct), under the same wrk load; with C{--floor-churn N}, the TLS
+- the floors: splice_floor.py --batched, then with --tls (the same TLS transport class,
+  ingress.proxy.tls.direct), under the same wrk load; h2_proxy_floor.py (an h2-to-HTTP/1.1
+  proxy that converts and does nothing else) under the h2 row's load; with C{--floor-churn N}, the TLS
   floor again doing Python work between its TLS calls (N objects of a working set larger
   than the caches, per request): whether the calls' cost depends on what runs between them.
 
@@ -164,12 +165,12 @@ class Bench(Harness):
 
         return self.measured(timed, Row(target, kind), load)
 
-    def h2load_row(self, timed: Timed, kind: str, url: str, authority: str, grpc: bool) -> Row:
+    def h2load_row(self, timed: Timed, target: str, kind: str, url: str, authority: str, grpc: bool) -> Row:
         def load(seconds: int) -> tuple[int, int]:
             done, failed, _, _, _ = h2_bench.h2load(url, authority, seconds, 0, self.args, grpc, self.workdir)
             return done, failed
 
-        return self.measured(timed, Row("twingress", kind), load)
+        return self.measured(timed, Row(target, kind), load)
 
     def twingress_rows(self, cert: tls_bench.Cert, backend_port: int, grpc_port: int) -> list[Row]:
         manifests = self.workdir / "manifests"
@@ -190,8 +191,8 @@ class Bench(Harness):
             return [
                 self.wrk_row(timed, "twingress", "http/1.1", f"http://127.0.0.1:{http_port}/"),
                 self.wrk_row(timed, "twingress", "https/1.1", https + "/"),
-                self.h2load_row(timed, "h2", https + "/", targets.HOST, grpc=False),
-                self.h2load_row(timed, "grpc", https + h2_bench.GRPC_PATH, h2_bench.GRPC_HOST, grpc=True),
+                self.h2load_row(timed, "twingress", "h2", https + "/", targets.HOST, grpc=False),
+                self.h2load_row(timed, "twingress", "grpc", https + h2_bench.GRPC_PATH, h2_bench.GRPC_HOST, grpc=True),
             ]
         finally:
             procs.stop(timed.proc)
@@ -211,7 +212,17 @@ class Bench(Harness):
                 rows.append(self.wrk_row(timed, "splice floor", kind, f"{scheme}://{tls_bench.WRK_SNI}:{port}/"))
             finally:
                 procs.stop(timed.proc)
-        return rows
+        return rows + [self.h2_floor_row(backend_port, tls[1:])]
+
+    def h2_floor_row(self, backend_port: int, cert_and_key: list[str]) -> Row:
+        """h2_proxy_floor.py under twingress's h2 row's load: what any h2-to-HTTP/1.1 proxy on these libraries pays."""
+        port = procs.free_port()
+        argv = [sys.executable, str(REPO / "bench" / "h2_proxy_floor.py"), str(port), str(backend_port), *cert_and_key]
+        timed = self.start("floor-h2", argv, port)
+        try:
+            return self.h2load_row(timed, "h2 floor", "h2", f"https://{tls_bench.WRK_SNI}:{port}/", targets.HOST, grpc=False)
+        finally:
+            procs.stop(timed.proc)
 
     def run_all(self) -> list[Row]:
         cert = tls_bench.make_cert(tls_bench.make_key("ecdsa"), [targets.HOST, tls_bench.WRK_SNI, h2_bench.GRPC_HOST])
