@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from h2.errors import ErrorCodes
+from h2.settings import SettingCodes
 from hyperframe.frame import ContinuationFrame, HeadersFrame
 
 from tests.proxy.h2client import H2Client, Response
@@ -249,6 +250,20 @@ def test_a_stream_whose_client_gives_no_window_holds_no_more_than_the_window(pro
     assert json.loads(bytes(client.responses[other].body))["uri"] == "/other"
     time.sleep(1)
     assert proxy.twingress.rss_bytes() - rss < 30 << 20
+    client.close()
+
+
+def test_a_small_whole_response_larger_than_the_stream_window_waits_for_the_window(proxy: Proxy) -> None:
+    """
+    A response that came whole from the upstream and would fit one DATA frame, on a stream whose
+    window (10 bytes, the client's SETTINGS) is smaller: sent as the window opens, none of it lost.
+    """
+    client = H2Client(proxy.https_port)
+    client.conn.update_settings({SettingCodes.INITIAL_WINDOW_SIZE: 10})
+    response = client.get("/small-window")
+    seen = json.loads(bytes(response.body))
+    assert response.status == 200 and seen["uri"] == "/small-window"
+    assert int(response.headers[b"content-length"]) == len(response.body) > 10
     client.close()
 
 
