@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Optional
 
 from ingress.model import ClusterState, EndpointSlice, IngressBackend, Service, ServiceBackendPort, ServicePort
-from ingress.routing.route import Upstream
+from ingress.routing.upstream import Upstream
 
 ROUTED_ADDRESS_TYPES = frozenset({"IPv4", "IPv6"})
 

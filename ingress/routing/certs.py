@@ -18,7 +18,8 @@ from ingress.model import ClusterState, Ingress, ObjectRef, Problem, TLSSecret
 from ingress.routing.annotations import IngressAnnotations
 from ingress.routing.nginx_config import TWINGRESS_DEFAULTS, NginxConfig
 from ingress.routing.policies.clientauth import ClientAuth
-from ingress.routing.route import Route, Upstream
+from ingress.routing.route import Route
+from ingress.routing.upstream import Upstream
 
 SecretKey = tuple[str, str]
 

@@ -30,8 +30,9 @@ from ingress.model import ClusterState, EndpointSlice, IngressBackend, ServiceBa
 from ingress.routing.annotations.errorpages import NO_ENDPOINTS
 from ingress.routing.backends import Backends
 from ingress.routing.ingress_index import ServiceKey
-from ingress.routing.route import Route, Upstream
+from ingress.routing.route import Route
 from ingress.routing.table import HostRoutes, RoutingTable
+from ingress.routing.upstream import Upstream
 
 _K = TypeVar("_K")
 _V = TypeVar("_V")

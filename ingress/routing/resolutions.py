@@ -24,7 +24,7 @@ from ingress.routing.annotations.extauth import ExternalAuthProblem
 from ingress.routing.annotations.extauth import external_auth as read_external_auth
 from ingress.routing.backends import Backends
 from ingress.routing.policies import BasicAuth, ExternalAuth, HeaderChanges
-from ingress.routing.route import Upstream
+from ingress.routing.upstream import Upstream
 
 
 class IngressResolutions:

@@ -1,5 +1,5 @@
 # -*- test-case-name: tests.unit.test_routing -*-
-"""What a request is routed to: a L{Route} (the Ingress that said so, its options) and its L{Upstream}."""
+"""What a request is routed to: a L{Route} (the Ingress that said so, its options, its L{Upstream})."""
 
 from __future__ import annotations
 
@@ -9,28 +9,7 @@ from typing import Optional
 from ingress.model import ObjectRef
 from ingress.routing.policies import Policies
 from ingress.routing.policies.matching import FieldLookup, RequestMatch
-
-
-@dataclass(frozen=True, slots=True)
-class Upstream:
-    """
-    Where a backend's traffic goes: ready pod addresses, or an ExternalName.
-
-    C{key} ("namespace/service:port") names the upstream across tables, so the
-    proxy can keep its balancer position when a new table arrives.
-    """
-
-    key: str
-    endpoints: tuple[tuple[str, int], ...]
-    external_name: str = ""
-    external_port: int = 0
-
-    @property
-    def targets(self) -> tuple[tuple[str, int], ...]:
-        """Addresses to connect to: pod endpoints, or the ExternalName host."""
-        if self.external_name:
-            return ((self.external_name, self.external_port),)
-        return self.endpoints
+from ingress.routing.upstream import Upstream
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ from typing import Any, Optional
 
 from ingress.model import ClusterState, ConfigMap, IngressBackend, ObjectRef, Problem, StreamIngress
 from ingress.model.parse import ParseError, parse_stream_entry
-from ingress.routing.route import Upstream
+from ingress.routing.upstream import Upstream
 
 TCP, UDP = "TCP", "UDP"
 PROXY_V1, PROXY_V2 = "v1", "v2"

@@ -20,8 +20,9 @@ from ingress.routing.listener_names import ListenerNames
 from ingress.routing.nginx_config import ListenerSettings
 from ingress.routing.policies.block import GlobalBlock
 from ingress.routing.policies.trust import ForwardedTrust
-from ingress.routing.route import Route, Upstream
+from ingress.routing.route import Route
 from ingress.routing.streams import StreamCondition, StreamRoute, streams_json
+from ingress.routing.upstream import Upstream
 
 if TYPE_CHECKING:  # routing.gateway builds on this module
     from ingress.routing.gateway.status import GatewayAPIStatus

@@ -28,9 +28,9 @@ from ingress.observe.metrics import Metrics
 from ingress.proxy.http.settings import ProxySettings
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.streams.listeners import StreamListeners
-from ingress.routing.route import Upstream
 from ingress.routing.streams import StreamRoute
 from ingress.routing.table import RoutingTable
+from ingress.routing.upstream import Upstream
 
 Address = tuple[str, int]
 

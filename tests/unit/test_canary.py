@@ -18,7 +18,8 @@ import pytest
 from ingress.model import ObjectRef
 from ingress.routing import RoutingTable
 from ingress.routing.policies import Canary
-from ingress.routing.route import Route, Upstream
+from ingress.routing.route import Route
+from ingress.routing.upstream import Upstream
 from tests.unit.objects import T0, T1, T2, ingress, path, rule, table
 
 NGINX = "nginx.ingress.kubernetes.io/"

@@ -12,7 +12,7 @@ from collections import Counter
 from ingress.model import ObjectMeta
 from ingress.model.gateway import L4Route
 from ingress.routing.gateway.l4 import WEIGHT_SLOTS, weighted_upstream
-from ingress.routing.route import Upstream
+from ingress.routing.upstream import Upstream
 
 ROUTE = L4Route(ObjectMeta("default", "weighted"), "TCPRoute", (), (), ())
 

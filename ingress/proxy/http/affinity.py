@@ -27,7 +27,7 @@ from ingress.routing.policies.affinity import (
     samesite_none_understood,
     upstream_tag,
 )
-from ingress.routing.route import Upstream
+from ingress.routing.upstream import Upstream
 
 _NEW_KEY_TRIES = 20  # ingress-nginx's sticky_balanced tries as many keys for a usable endpoint
 

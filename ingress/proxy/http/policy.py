@@ -21,7 +21,8 @@ from ingress.proxy.http.variables import expand
 from ingress.routing.policies import EWMA, Affinity, Canary, Policies
 from ingress.routing.policies.affinity import rendezvous, rendezvous_top, upstream_tag
 from ingress.routing.policies.hashing import HashBy
-from ingress.routing.route import Route, Upstream
+from ingress.routing.route import Route
+from ingress.routing.upstream import Upstream
 
 
 def local_answer(policies: Policies, scheme: bytes, host: str, path: str, target: bytes = b"/") -> Optional[tuple[int, bytes]]:

@@ -32,8 +32,8 @@ from ingress.proxy.streams.tcp import TCPRelay, TCPStreamFactory
 from ingress.proxy.tls import sni
 from ingress.proxy.tls.direct import DirectTLSFactory
 from ingress.proxy.transport import IConnectionTransport, hand_over
-from ingress.routing.route import Upstream
 from ingress.routing.streams import TCP, StreamRoute
+from ingress.routing.upstream import Upstream
 
 # An HTTP request line's start: a method token and a space (a TLS record starts with byte 22).
 _PLAIN_HTTP = re.compile(rb"[A-Z]{3,16} ")

@@ -20,7 +20,7 @@ from ingress.model import Ingress, IngressBackend
 from ingress.routing.annotations import IngressAnnotations
 from ingress.routing.backends import Issue
 from ingress.routing.policies.errorpages import ErrorPages, static_fields
-from ingress.routing.route import Upstream
+from ingress.routing.upstream import Upstream
 
 NO_GLOBAL_DEFAULT = (
     "custom-http-errors without default-backend: ingress-nginx sends these errors to its global default backend, "

@@ -41,9 +41,10 @@ from ingress.routing.gateway.status import GatewayAPIStatus, GatewayStatus, List
 from ingress.routing.listener_names import ListenerNames
 from ingress.routing.policies.matching import RequestMatch, ValueCondition
 from ingress.routing.policies.redirect import GatewayRedirect
-from ingress.routing.route import Route, Upstream
+from ingress.routing.route import Route
 from ingress.routing.streams import TCP, StreamRoute
 from ingress.routing.table import HostRoutes
+from ingress.routing.upstream import Upstream
 
 
 @dataclass

@@ -26,8 +26,8 @@ from ingress.model import IngressBackend, ObjectRef, Problem, ServiceBackendPort
 from ingress.model.gateway import L4Route
 from ingress.routing.gateway.listeners import ServedListener
 from ingress.routing.gateway.rules import RuleContext, usable_backend
-from ingress.routing.route import Upstream
 from ingress.routing.streams import DEFAULT_STREAM_IDLE_TIMEOUT, StreamRoute
+from ingress.routing.upstream import Upstream
 
 TAKEN = "Conflict"
 WEIGHT_SLOTS = 100

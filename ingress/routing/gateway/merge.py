@@ -18,9 +18,9 @@ from typing import Optional
 from ingress.model import ObjectRef, Problem, TLSSecret
 from ingress.routing.certs import CertificateTable
 from ingress.routing.gateway import GatewayRoutes
-from ingress.routing.route import Upstream
 from ingress.routing.streams import StreamRoute
 from ingress.routing.table import HostRoutes
+from ingress.routing.upstream import Upstream
 
 HOST_CONFLICT = "HostServedByIngress"
 

@@ -42,7 +42,8 @@ from ingress.routing.policies.pathreplace import REPLACE_PREFIX_MATCH, PathRepla
 from ingress.routing.policies.redirect import Deny, GatewayRedirect
 from ingress.routing.policies.retry import Retry
 from ingress.routing.policies.weighted import WeightedBackends
-from ingress.routing.route import Route, Upstream
+from ingress.routing.route import Route
+from ingress.routing.upstream import Upstream
 
 UNSUPPORTED_FILTER = "UnsupportedFilter"
 _ORIGIN = re.compile(r"https?://(?:\*\.)?[A-Za-z0-9.-]+(?::[0-9]{1,5})?")  # HTTPCORSFilter's CORSOrigin (its "*" one left-most label at most)

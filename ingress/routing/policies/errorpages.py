@@ -22,10 +22,9 @@ default backend, which twingress does not have; reported when read).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
-if TYPE_CHECKING:
-    from ingress.routing.route import Upstream
+from ingress.routing.upstream import Upstream
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,12 +16,9 @@ host name or address as nginx's C{proxy_pass} does (over TLS for https, not veri
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ingress.routing.policies.variables import Part
-
-if TYPE_CHECKING:
-    from ingress.routing.route import Upstream
+from ingress.routing.upstream import Upstream
 
 
 @dataclass(frozen=True, slots=True)
