@@ -99,7 +99,9 @@ class EchoBackend:
         self.host = host
         self.port = port or free_port(host)
         self.process = subprocess.Popen(
-            [sys.executable, str(ROOT / "examples" / "echo.py"), "--listen", f"tcp:{self.port}:interface={host}", "--name", name],
+            # A pod's server queues its connections as a real one does (nginx 511, Go somaxconn), not
+            # Twisted's 50: the h2load tests open a thousand upstream connections at once.
+            [sys.executable, str(ROOT / "examples" / "echo.py"), "--listen", f"tcp:{self.port}:interface={host}:backlog=1024", "--name", name],
             cwd=ROOT,
         )
         wait_for_port(host, self.port, self.process)

@@ -36,6 +36,38 @@ from twisted.python import usage
 log = Logger()
 
 
+# Where Linux keeps the largest accept queue a listen() may ask for.
+SOMAXCONN_PATH = "/proc/sys/net/core/somaxconn"
+# nginx's own default backlog, and ingress-nginx's when net.core.somaxconn is lower or unreadable.
+NGINX_BACKLOG = 511
+
+
+def default_backlog(path: str = SOMAXCONN_PATH) -> int:
+    """
+    The accept queue a listener gets unless its description names one: net.core.somaxconn, or 511
+    when that is below 512 or cannot be read, as ingress-nginx sets every listener's C{backlog}
+    (its runtime.SysctlSomaxconn, the nginx template's C{listen ... backlog=}).  Twisted's own
+    default, 50, is what a burst of new connections outruns on an edge proxy: the kernel drops the
+    final ACKs of handshakes it cannot queue, so those clients believe they are connected and
+    wait, for as long as a minute when the retransmitted SYN-ACKs run out.
+    """
+    try:
+        with open(path, encoding="ascii") as sysctl:
+            value = int(sysctl.read().strip())
+    except (OSError, ValueError):
+        return NGINX_BACKLOG
+    return value if value >= 512 else NGINX_BACKLOG
+
+
+def with_backlog(description: str, backlog: int) -> str:
+    """C{description} (C{tcp:}, C{tcp6:} or C{unix:}, behind C{haproxy:} or not) with C{backlog}, unless it names one."""
+    kinds = description.split(":", 2)
+    kind = kinds[1] if kinds[0] == "haproxy" and len(kinds) > 1 else kinds[0]
+    if kind not in ("tcp", "tcp6", "unix") or re.search(r"(?<!\\)(?:^|:)backlog=", description):
+        return description
+    return f"{description}:backlog={backlog}"
+
+
 @dataclass(frozen=True)
 class ListenerSpec:
     """One shared listener: which option it came from, how to bind it, whether PROXY headers come first."""
@@ -69,7 +101,8 @@ def parse_listener(name: str, description: str) -> ListenerSpec:
         raise usage.UsageError(f"--{name} {description!r}: no port")
     interface = keywords.get("interface", "::" if kind == "tcp6" else "").replace("\\:", ":")
     family = socket.AF_INET6 if kind == "tcp6" or ":" in interface else socket.AF_INET
-    return ListenerSpec(name, description, family, interface, int(port), int(keywords.get("backlog", "50")), proxy_protocol)
+    backlog = int(keywords["backlog"]) if "backlog" in keywords else default_backlog()
+    return ListenerSpec(name, description, family, interface, int(port), backlog, proxy_protocol)
 
 
 def check_listener(name: str, description: str, shared: bool) -> None:
@@ -225,7 +258,7 @@ class EndpointListener(DrainableListener):
     _raiseSynchronously = True  # a port in use fails startup instead of logging and going on
 
     def __init__(self, reactor: Any, description: str, factory: Any, name: str, announce: Optional[Callable[[Any], None]] = None) -> None:
-        super().__init__(serverFromString(reactor, description), factory)
+        super().__init__(serverFromString(reactor, with_backlog(description, default_backlog())), factory)
         self.description = description
         self.announce = announce
         self.setName(name)

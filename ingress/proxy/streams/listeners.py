@@ -31,7 +31,7 @@ from twisted.logger import Logger
 
 from ingress.observe.metrics import Metrics
 from ingress.process.gatewayports import GatewayListener
-from ingress.process.sockets import address_family, bound_socket
+from ingress.process.sockets import address_family, bound_socket, default_backlog
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.streams.tcp import TCPStreamFactory
 from ingress.proxy.streams.udp import DEFAULT_MAX_SESSIONS, UDPStreamListener
@@ -42,7 +42,6 @@ log = Logger()
 
 Key = tuple[str, int]
 Handler = Union[TCPStreamFactory, UDPStreamListener, GatewayListener]
-STREAM_BACKLOG = 50  # as Twisted's listenTCP
 
 
 @dataclass
@@ -148,7 +147,7 @@ class StreamListeners:
         family = address_family(interface)
         kind = socket.SOCK_STREAM if route.protocol == TCP else socket.SOCK_DGRAM
         try:
-            sock = bound_socket(family, kind, interface, route.port, reuse_port=True, backlog=STREAM_BACKLOG if route.protocol == TCP else None)
+            sock = bound_socket(family, kind, interface, route.port, reuse_port=True, backlog=default_backlog() if route.protocol == TCP else None)
         except OSError as error:
             raise CannotListenError(interface, route.port, error) from None
         try:
@@ -167,7 +166,7 @@ class StreamListeners:
         the TCP endpoints bind before returning their Deferred, so the failure
         (or the port) is known here and recorded with the rest of this table.
         """
-        description = f"tcp:{port}"
+        description = f"tcp:{port}:backlog={default_backlog()}"
         if interface:
             description += ":interface=" + quoteStringArgument(interface)
         outcome: list[Any] = []
