@@ -4,7 +4,8 @@ queue is net.core.somaxconn deep (511 when that is lower), as ingress-nginx's li
 Twisted's 50.  Past a full queue the kernel drops handshakes: in CI, an h2load run whose 1,000
 streams opened as many upstream connections at once overflowed a backlog of 50 1,439 times and left 21
 requests waiting a minute for a 5xx.  Here the whole proxy (primary and workers) is stopped, a
-burst arrives, and every handshake must complete from the queue alone.
+burst arrives at an HTTP listener or a stream port, and every handshake must complete from the
+queue alone.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from pathlib import Path
 import pytest
 
 from ingress.process.sockets import NGINX_BACKLOG, default_backlog, with_backlog
-from tests.support import EchoBackend, Manifests, Twingress
+from tests.kube.twingress import wait_until
+from tests.proxy.streams_support import stream_ingress
+from tests.support import EchoBackend, Manifests, Twingress, free_port
 
 BURST = 300  # above Twisted's 50, below the 511 floor
 HANDSHAKE_WAIT = 3.0  # seconds: a dropped SYN is sent again after 1 s, and dropped again while stopped
@@ -83,6 +86,31 @@ def test_a_burst_of_connections_waits_in_the_queue_while_the_proxy_is_stopped(
         first.settimeout(10)
         first.sendall(b"GET / HTTP/1.1\r\nHost: echo.test\r\nConnection: close\r\n\r\n")
         assert first.recv(12) == b"HTTP/1.1 200"  # the queued connections are served once it runs again
+    finally:
+        for sock in opened:
+            sock.close()
+        twingress.stop()
+
+
+@pytest.mark.parametrize("workers", ["1", "2"], ids=["1-worker", "2-workers"])
+def test_a_stream_port_queues_a_burst_too(manifests: Manifests, backend: EchoBackend, workers: str) -> None:
+    """A StreamIngress's TCP port (its own listener, or each worker's socket of its SO_REUSEPORT group) gets the same queue."""
+    port = free_port()
+    manifests.write("db.yaml", *manifests.service("db", [backend.address]))
+    manifests.write("stream.yaml", stream_ingress("db", port))
+    twingress = Twingress(manifests.path, "--workers", workers)
+    opened: list[socket.socket] = []
+    try:
+        wait_until(lambda: twingress.routes()["streams"].get(f"TCP/{port}", {}).get("listening") is True, 10, "the stream port listens")
+        stopped = _processes(twingress)
+        try:
+            for pid in stopped:
+                os.kill(pid, signal.SIGSTOP)
+            completed, opened = _handshakes(port, BURST, HANDSHAKE_WAIT)
+        finally:
+            for pid in stopped:
+                os.kill(pid, signal.SIGCONT)
+        assert completed == BURST
     finally:
         for sock in opened:
             sock.close()
