@@ -63,23 +63,28 @@ def _handshakes(port: int, count: int, wait: float) -> tuple[int, list[socket.so
     return completed, opened
 
 
+def _burst_while_stopped(twingress: Twingress, port: int) -> tuple[int, list[socket.socket]]:
+    """L{BURST} connections to C{port} while every process of C{twingress} is stopped; it runs again after."""
+    stopped = _processes(twingress)
+    try:
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        return _handshakes(port, BURST, HANDSHAKE_WAIT)
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+
+
 @pytest.mark.parametrize("workers", ["1", "2"], ids=["1-worker", "2-workers"])
 def test_a_burst_of_connections_waits_in_the_queue_while_the_proxy_is_stopped(
     manifests: Manifests, backend: EchoBackend, workers: str
 ) -> None:
     manifests.route("echo", "echo.test", [backend.address])
     twingress = Twingress(manifests.path, "--workers", workers)
-    stopped = _processes(twingress)
-    assert len(stopped) == (1 if workers == "1" else 3)
     opened: list[socket.socket] = []
     try:
-        for pid in stopped:
-            os.kill(pid, signal.SIGSTOP)
-        completed, opened = _handshakes(twingress.http_port, BURST, HANDSHAKE_WAIT)
-    finally:
-        for pid in stopped:
-            os.kill(pid, signal.SIGCONT)
-    try:
+        assert len(_processes(twingress)) == (1 if workers == "1" else 3)
+        completed, opened = _burst_while_stopped(twingress, twingress.http_port)
         assert completed == BURST
         first = opened[0]
         first.setblocking(True)
@@ -102,14 +107,7 @@ def test_a_stream_port_queues_a_burst_too(manifests: Manifests, backend: EchoBac
     opened: list[socket.socket] = []
     try:
         wait_until(lambda: twingress.routes()["streams"].get(f"TCP/{port}", {}).get("listening") is True, 10, "the stream port listens")
-        stopped = _processes(twingress)
-        try:
-            for pid in stopped:
-                os.kill(pid, signal.SIGSTOP)
-            completed, opened = _handshakes(port, BURST, HANDSHAKE_WAIT)
-        finally:
-            for pid in stopped:
-                os.kill(pid, signal.SIGCONT)
+        completed, opened = _burst_while_stopped(twingress, port)
         assert completed == BURST
     finally:
         for sock in opened:
