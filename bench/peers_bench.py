@@ -13,10 +13,17 @@ measured run every proxy must answer the backend's body, over TLS with our certi
 for h2 after negotiating h2 by ALPN.  The measure is CPU us per request of the proxy's process
 group (cpuload.py).  Traefik and Caddy are built by bench/peers.sh.  See bench/README.md.
 
+With C{--rounds N} the whole sequence runs N times, the proxies' order reversed every other
+round (A B C, C B A, ...), and the report adds each proxy's median and, per protocol, in how
+many rounds twingress was below every peer.  On a guest whose speed moves by a fifth from one
+minute to the next (bench/README.md, twelfth session on), one run's rows, taken minutes apart,
+compare the machine as much as the proxies; rows next to each other in a round, in both
+orders, and the medians over the rounds compare the proxies.
+
 Run with the project venv::
 
     bench/peers.sh
-    .venv/bin/python bench/peers_bench.py [--duration 10] [--proxies twingress,traefik,caddy,nginx] [--json PATH]
+    .venv/bin/python bench/peers_bench.py [--duration 10] [--rounds 1] [--proxies twingress,traefik,caddy,nginx] [--json PATH]
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import http.client
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -311,13 +319,23 @@ class Bench(h2_bench.Bench):
         backend_port = procs.free_port()
         return self.nginx("backend", targets.backend_conf(self.workdir, backend_port), backend_port, self.args.load_cpu), backend_port
 
-    def run_all(self) -> list[Row]:
-        """The backend up for the whole run; then, protocol by protocol, each proxy in --proxies order."""
+    def run_rounds(self) -> list[list[Row]]:
+        """The backend up for the whole run; then each round's rows (see L{round_order})."""
         backend, backend_port = self.start_backend()
-        rows = [self.row(proxy, kind, backend_port) for kind in self.args.kinds for proxy in self.args.proxies]
-        if backend.popen.poll() is not None:
-            raise BenchFailed(f"the backend exited during the run:\n{backend.tail()}")
-        return rows
+        rounds = []
+        for number in range(self.args.rounds):
+            order = round_order(self.args.proxies, number)
+            print(f"==> round {number + 1} of {self.args.rounds}: {', '.join(order)}", flush=True)
+            rounds.append([self.row(proxy, kind, backend_port) for kind in self.args.kinds for proxy in order])
+            if backend.popen.poll() is not None:
+                raise BenchFailed(f"the backend exited during the run:\n{backend.tail()}")
+        return rounds
+
+
+def round_order(proxies: Sequence[str], number: int) -> list[str]:
+    """Round C{number}'s order (from 0): protocol by protocol, the proxies as given, reversed in odd rounds,
+    so that no proxy always runs first, when the guest has just been idle, or last."""
+    return list(proxies) if number % 2 == 0 else list(reversed(proxies))
 
 
 # --- report -----------------------------------------------------------------------------
@@ -331,6 +349,44 @@ def verdicts(rows: list[Row]) -> dict[str, Optional[bool]]:
         mine = cpu.get(TWINGRESS)
         out[kind] = None if mine is None or not peers or None in peers else all(mine < p for p in peers if p is not None)
     return out
+
+
+def medians(rounds: list[list[Row]]) -> list[Row]:
+    """One row per protocol and proxy, in the first round's order: the median CPU per request and
+    req/s of the rounds where it did not fail (a failure if it failed in every round)."""
+    first = rounds[0]
+    out = []
+    for row in first:
+        same = [r for one in rounds for r in one if r.kind == row.kind and r.target == row.target]
+        good = [r for r in same if not r.failure and r.cpu_us is not None]
+        median = Row(row.kind, row.target, failed=sum(r.failed for r in same),
+                     mean_latency=f"{len(good)} of {len(same)} rounds")
+        if good:
+            median.cpu_us = round(statistics.median(r.cpu_us for r in good if r.cpu_us is not None), 1)
+            median.rps = statistics.median(r.rps or 0.0 for r in good)
+        else:
+            median.failure = "; ".join(dict.fromkeys(r.failure or "no CPU figure" for r in same))
+        out.append(median)
+    return sorted(out, key=lambda r: [row.kind for row in first].index(r.kind))
+
+
+def rounds_below(rounds: list[list[Row]]) -> dict[str, list[Optional[bool]]]:
+    """Per protocol, round by round: was twingress below every peer measured in that round?"""
+    out: dict[str, list[Optional[bool]]] = {}
+    for one in rounds:
+        for kind, verdict in verdicts(one).items():
+            out.setdefault(kind, []).append(verdict)
+    return out
+
+
+def round_table(rounds: list[list[Row]]) -> str:
+    """Each protocol and proxy's CPU per request in every round (µs), and the median."""
+    lines = [f"{'kind':<10} {'target':<10} {'CPU/req by round (us)':<40} median"]
+    for row in medians(rounds):
+        values = [r.cpu_us for one in rounds for r in one if r.kind == row.kind and r.target == row.target]
+        shown = ", ".join("-" if v is None else f"{v:.1f}" for v in values)
+        lines.append(f"{row.kind:<10} {row.target:<10} {shown:<40} {'-' if row.cpu_us is None else f'{row.cpu_us:.1f}'}")
+    return "\n".join(lines)
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -364,12 +420,14 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--proxies", default=",".join(PROXIES),
                    help="the proxies to measure, in this order within each protocol (%(default)s)")
     p.add_argument("--kinds", default=",".join(KINDS), help="the protocols, in this order (%(default)s)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run every row this many times, the proxies' order reversed every other round (1)")
     add_run_arguments(p)
     args = p.parse_args(argv)
     args.proxies = distinct_names(p, "--proxies", args.proxies, PROXIES)
     args.kinds = distinct_names(p, "--kinds", args.kinds, KINDS)
-    if args.duration < 1 or args.warmup < 0 or args.connections < args.threads:
-        p.error("need --duration >= 1, --warmup >= 0 and --connections >= --threads")
+    if args.duration < 1 or args.warmup < 0 or args.connections < args.threads or args.rounds < 1:
+        p.error("need --duration >= 1, --warmup >= 0, --connections >= --threads and --rounds >= 1")
     check_cpus(p, args)
     args.header = []  # http_bench.measure's extra request headers: none here
     return args
@@ -407,28 +465,39 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"FAILED {e}", file=sys.stderr)
         return 1
     busy, loadavg = machine_before(args, versions)
-    rows, bench, status = run_in_workdir(args, "twpeers-", Bench, lambda bench: bench.run_all(),
-                                     (BenchFailed, tls_bench.BenchFailed, h2_bench.BenchFailed, procs.StartError))
-    if rows is None or not isinstance(bench, Bench):
+    rounds, bench, status = run_in_workdir(args, "twpeers-", Bench, lambda bench: bench.run_rounds(),
+                                           (BenchFailed, tls_bench.BenchFailed, h2_bench.BenchFailed, procs.StartError))
+    if rounds is None or not isinstance(bench, Bench):
         return status
     loadavg["after"] = [round(v, 2) for v in os.getloadavg()]
-    below = verdicts(rows)
+    rows = [row for one in rounds for row in one]
+    summary = medians(rounds) if len(rounds) > 1 else rounds[0]
+    below, by_round = verdicts(summary), rounds_below(rounds)
     print()
-    print(h2_bench.table(rows, args))
+    for number, one in enumerate(rounds):
+        if len(rounds) > 1:
+            print(f"round {number + 1} ({', '.join(round_order(args.proxies, number))}):")
+        print(h2_bench.table(one, args))
+    if len(rounds) > 1:
+        print()
+        print(round_table(rounds))
     print(f"load average before {loadavg['before']}, after {loadavg['after']}")
     if bench.negotiated:
         print("negotiated (the check's handshake): " + "; ".join(f"{k} {v}" for k, v in bench.negotiated.items()))
     peers = " and ".join(name for name in PEERS if name in args.proxies) or "no peer"
     for kind, verdict in below.items():
         said = {True: "below", False: "NOT below", None: "not compared with"}[verdict]
-        print(f"twingress CPU/req over {kind}: {said} {peers}")
+        counted = by_round[kind]
+        rounds_said = f" (median of {len(rounds)} rounds; below in {counted.count(True)} of them)" if len(rounds) > 1 else ""
+        print(f"twingress CPU/req over {kind}: {said} {peers}{rounds_said}")
     out = {"benchmark": "peers", "environment": environment(args.nginx) | versions, "background_busy_percent": busy,
-           "loadavg": loadavg, "twingress_below_peers": below, "negotiated": bench.negotiated,
+           "loadavg": loadavg, "twingress_below_peers": below, "twingress_below_peers_by_round": by_round,
+           "negotiated": bench.negotiated,
            "config": {k: getattr(args, k) for k in ("duration", "warmup", "connections", "streams", "threads",
-                                                     "proxies", "kinds", "proxy_cpu", "load_cpu")},
-           "results": [row.__dict__ for row in rows]}
+                                                     "proxies", "kinds", "rounds", "proxy_cpu", "load_cpu")},
+           "medians": [row.__dict__ for row in summary] if len(rounds) > 1 else None,
+           "results": [row.__dict__ | {"round": number + 1} for number, one in enumerate(rounds) for row in one]}
     return write_and_exit_status(args.json, out, [f"{row.kind} {row.target}: {row.failure}" for row in rows if row.failure])
-
 
 if __name__ == "__main__":
     sys.exit(main())
