@@ -359,8 +359,7 @@ def medians(rounds: list[list[Row]]) -> list[Row]:
     for row in first:
         same = [r for one in rounds for r in one if r.kind == row.kind and r.target == row.target]
         good = [r for r in same if not r.failure and r.cpu_us is not None]
-        median = Row(row.kind, row.target, failed=sum(r.failed for r in same),
-                     mean_latency=f"{len(good)} of {len(same)} rounds")
+        median = Row(row.kind, row.target, failed=sum(r.failed for r in same))
         if good:
             median.cpu_us = round(statistics.median(r.cpu_us for r in good if r.cpu_us is not None), 1)
             median.rps = statistics.median(r.rps or 0.0 for r in good)
@@ -368,6 +367,12 @@ def medians(rounds: list[list[Row]]) -> list[Row]:
             median.failure = "; ".join(dict.fromkeys(r.failure or "no CPU figure" for r in same))
         out.append(median)
     return sorted(out, key=lambda r: [row.kind for row in first].index(r.kind))
+
+
+def measured_rounds(rounds: list[list[Row]], row: Row) -> int:
+    """In how many rounds C{row}'s protocol and proxy gave a CPU figure (the rounds its median is of)."""
+    return sum(1 for one in rounds for r in one
+               if r.kind == row.kind and r.target == row.target and not r.failure and r.cpu_us is not None)
 
 
 def rounds_below(rounds: list[list[Row]]) -> dict[str, list[Optional[bool]]]:
@@ -495,7 +500,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
            "negotiated": bench.negotiated,
            "config": {k: getattr(args, k) for k in ("duration", "warmup", "connections", "streams", "threads",
                                                      "proxies", "kinds", "rounds", "proxy_cpu", "load_cpu")},
-           "medians": [row.__dict__ for row in summary] if len(rounds) > 1 else None,
+           "medians": [row.__dict__ | {"rounds_measured": measured_rounds(rounds, row)} for row in summary] if len(rounds) > 1 else None,
            "results": [row.__dict__ | {"round": number + 1} for number, one in enumerate(rounds) for row in one]}
     return write_and_exit_status(args.json, out, [f"{row.kind} {row.target}: {row.failure}" for row in rows if row.failure])
 
