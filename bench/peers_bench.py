@@ -351,14 +351,23 @@ def verdicts(rows: list[Row]) -> dict[str, Optional[bool]]:
     return out
 
 
+def across_rounds(rounds: list[list[Row]], row: Row) -> list[Row]:
+    """C{row}'s protocol and proxy in every round, in round order."""
+    return [r for one in rounds for r in one if r.kind == row.kind and r.target == row.target]
+
+
+def measured(rows: list[Row]) -> list[Row]:
+    """The rows that gave a CPU figure (neither failed nor unmeasured): what a median is of."""
+    return [r for r in rows if not r.failure and r.cpu_us is not None]
+
+
 def medians(rounds: list[list[Row]]) -> list[Row]:
-    """One row per protocol and proxy, in the first round's order: the median CPU per request and
-    req/s of the rounds where it did not fail (a failure if it failed in every round)."""
-    first = rounds[0]
+    """One row per protocol and proxy, in the first round's order (protocol by protocol): the median
+    CPU per request and req/s of the rounds where it did not fail (a failure if it failed in every round)."""
     out = []
-    for row in first:
-        same = [r for one in rounds for r in one if r.kind == row.kind and r.target == row.target]
-        good = [r for r in same if not r.failure and r.cpu_us is not None]
+    for row in rounds[0]:
+        same = across_rounds(rounds, row)
+        good = measured(same)
         median = Row(row.kind, row.target, failed=sum(r.failed for r in same))
         if good:
             median.cpu_us = round(statistics.median(r.cpu_us for r in good if r.cpu_us is not None), 1)
@@ -366,13 +375,7 @@ def medians(rounds: list[list[Row]]) -> list[Row]:
         else:
             median.failure = "; ".join(dict.fromkeys(r.failure or "no CPU figure" for r in same))
         out.append(median)
-    return sorted(out, key=lambda r: [row.kind for row in first].index(r.kind))
-
-
-def measured_rounds(rounds: list[list[Row]], row: Row) -> int:
-    """In how many rounds C{row}'s protocol and proxy gave a CPU figure (the rounds its median is of)."""
-    return sum(1 for one in rounds for r in one
-               if r.kind == row.kind and r.target == row.target and not r.failure and r.cpu_us is not None)
+    return out
 
 
 def rounds_below(rounds: list[list[Row]]) -> dict[str, list[Optional[bool]]]:
@@ -384,12 +387,11 @@ def rounds_below(rounds: list[list[Row]]) -> dict[str, list[Optional[bool]]]:
     return out
 
 
-def round_table(rounds: list[list[Row]]) -> str:
-    """Each protocol and proxy's CPU per request in every round (µs), and the median."""
+def round_table(rounds: list[list[Row]], summary: list[Row]) -> str:
+    """Each protocol and proxy's CPU per request in every round (µs), and its median (C{summary})."""
     lines = [f"{'kind':<10} {'target':<10} {'CPU/req by round (us)':<40} median"]
-    for row in medians(rounds):
-        values = [r.cpu_us for one in rounds for r in one if r.kind == row.kind and r.target == row.target]
-        shown = ", ".join("-" if v is None else f"{v:.1f}" for v in values)
+    for row in summary:
+        shown = ", ".join("-" if r.cpu_us is None else f"{r.cpu_us:.1f}" for r in across_rounds(rounds, row))
         lines.append(f"{row.kind:<10} {row.target:<10} {shown:<40} {'-' if row.cpu_us is None else f'{row.cpu_us:.1f}'}")
     return "\n".join(lines)
 
@@ -485,7 +487,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(h2_bench.table(one, args))
     if len(rounds) > 1:
         print()
-        print(round_table(rounds))
+        print(round_table(rounds, summary))
     print(f"load average before {loadavg['before']}, after {loadavg['after']}")
     if bench.negotiated:
         print("negotiated (the check's handshake): " + "; ".join(f"{k} {v}" for k, v in bench.negotiated.items()))
@@ -500,7 +502,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
            "negotiated": bench.negotiated,
            "config": {k: getattr(args, k) for k in ("duration", "warmup", "connections", "streams", "threads",
                                                      "proxies", "kinds", "rounds", "proxy_cpu", "load_cpu")},
-           "medians": [row.__dict__ | {"rounds_measured": measured_rounds(rounds, row)} for row in summary] if len(rounds) > 1 else None,
+           "medians": [row.__dict__ | {"rounds_measured": len(measured(across_rounds(rounds, row)))} for row in summary] if len(rounds) > 1 else None,
            "results": [row.__dict__ | {"round": number + 1} for number, one in enumerate(rounds) for row in one]}
     return write_and_exit_status(args.json, out, [f"{row.kind} {row.target}: {row.failure}" for row in rows if row.failure])
 
