@@ -249,3 +249,56 @@ def test_the_tls_transport_provides_what_twisteds_would() -> None:
     first, _ = tls_server(Recording, MemoryReactorClock())
     second, _ = tls_server(Recording, MemoryReactorClock())
     assert set(providedBy(first)) == set(providedBy(second)) == expected
+
+
+def test_the_usual_request_and_response_take_openssls_own_calls() -> None:
+    """After the handshake, a request's read and its response's write call OpenSSL through the binding
+    (direct.py), never pyOpenSSL's wrappers: this fails if a pyOpenSSL release moves what they rely on."""
+    server, wire, client = recording_connection()
+    connection = server._tlsConnection
+
+    def wrapper_called(*args: object) -> None:
+        raise AssertionError("a pyOpenSSL wrapper on the usual path")
+
+    for name in ("recv", "send", "bio_read", "bio_write", "pending"):
+        setattr(connection, name, wrapper_called)
+    client.tls.write(b"GET / HTTP/1.1\r\nHost: direct.test\r\n\r\n")
+    server.dataReceived(client.outgoing.read())
+    assert server.wrappedProtocol.reads == [b"GET / HTTP/1.1\r\nHost: direct.test\r\n\r\n"]
+    client.incoming.write(wire.value())
+    assert client.read_all() == b"ok"
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        b"r" * (1 << 14),  # the most one SSL_write takes here
+        b"r" * ((1 << 14) + 1),  # Twisted's way: cut into records
+        bytearray(b"a bytearray"),  # Twisted's way: pyOpenSSL takes any buffer
+        memoryview(b"a memoryview"),
+        b"",  # nothing to encrypt: nothing sent
+    ],
+    ids=["one-record", "one-byte-more", "bytearray", "memoryview", "empty"],
+)
+def test_a_write_of_any_size_and_buffer_arrives_whole(connected: tuple[DirectTLSProtocol, StringTransport, Client, MemoryReactorClock], reply: bytes) -> None:
+    server, wire, client, clock = connected
+    client.pump(server, wire)
+    client.read_all()
+    wire.clear()
+    server.write(reply)
+    assert bool(wire.value()) == bool(reply)
+    client.incoming.write(wire.value())
+    assert client.read_all() == bytes(reply)
+
+
+def test_a_write_openssl_refuses_ends_the_connection_with_its_error() -> None:
+    """A write OpenSSL refuses (here: after the server's close_notify went out, as a producer's late write
+    can be) fails the connection with pyOpenSSL's error and raises nothing, as Twisted's C{_write} does:
+    direct.py's own SSL_write answers through pyOpenSSL's error translation."""
+    from OpenSSL import SSL
+
+    server, wire, client = recording_connection()
+    server._tlsConnection.shutdown()  # the close_notify made behind the transport's back: SSL_write now fails
+    server._write(b"late")
+    assert wire.disconnecting
+    assert isinstance(server._reason.value, SSL.Error)
