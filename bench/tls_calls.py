@@ -55,6 +55,17 @@ def pump(sender: SSL.Connection, receiver: SSL.Connection) -> None:
             return
 
 
+def handshake(sides: tuple[Any, Any], want_read: type[Exception], exchange: Callable[[], object]) -> None:
+    """Step both sides' handshakes, C{exchange} carrying their bytes across after each turn (ten are plenty)."""
+    for _ in range(10):
+        for side in sides:
+            try:
+                side.do_handshake()
+            except want_read:
+                pass
+        exchange()
+
+
 def pyopenssl_session(certificate: Path, key: Path) -> tuple[SSL.Connection, SSL.Connection]:
     """A handshaken server and client, the client's session tickets read."""
     context = SSL.Context(SSL.TLS_METHOD)
@@ -64,14 +75,12 @@ def pyopenssl_session(certificate: Path, key: Path) -> tuple[SSL.Connection, SSL
     server.set_accept_state()
     client = SSL.Connection(SSL.Context(SSL.TLS_METHOD), None)
     client.set_connect_state()
-    for _ in range(10):
-        for side in (client, server):
-            try:
-                side.do_handshake()
-            except SSL.WantReadError:
-                pass
+
+    def exchange() -> None:
         pump(client, server)
         pump(server, client)
+
+    handshake((client, server), SSL.WantReadError, exchange)
     try:
         client.recv(CIPHERTEXT)
     except SSL.WantReadError:
@@ -119,14 +128,7 @@ def by_stdlib(certificate: Path, key: Path, requests: int) -> float:
     into, out, client_in, client_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
     server = server_context.wrap_bio(into, out, server_side=True)
     client = client_context.wrap_bio(client_in, client_out)
-    for _ in range(10):
-        for side in (client, server):
-            try:
-                side.do_handshake()
-            except ssl.SSLWantReadError:
-                pass
-        into.write(client_out.read())
-        client_in.write(out.read())
+    handshake((client, server), ssl.SSLWantReadError, lambda: (into.write(client_out.read()), client_in.write(out.read())))
     records = []
     for _ in range(requests):
         client.write(REQUEST)
