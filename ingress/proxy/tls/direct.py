@@ -227,12 +227,10 @@ class DirectTLSProtocol(TLSMemoryBIOProtocol):
             super()._write(data)
             return
         written = _lib.SSL_write(self._ssl, data, len(data))
-        if written == len(data):
+        if written > 0:
             self._flushSendBIO()
-            return
-        if written > 0:  # a partial write (pyOpenSSL's contexts allow them): the rest as Twisted would
-            self._flushSendBIO()
-            super()._write(data[written:])
+            if written < len(data):  # a partial write (pyOpenSSL's contexts allow them): the rest as Twisted would
+                super()._write(data[written:])
             return
         try:
             self._tlsConnection._raise_ssl_error(self._ssl, written)
