@@ -122,7 +122,8 @@ class Bench(peers_bench.Bench):
 
     def start(self, proxy: str, kind: str, port: int, backend_port: int) -> procs.Proc:
         if proxy == NGINX:
-            return self.nginx(tls_bench.NGINX_TLS, nginx_conf(self.workdir, port, backend_port), port, self.args.proxy_cpu)
+            conf = self.nginx_logging(nginx_conf(self.workdir, port, backend_port), self.access_log(proxy, kind))
+            return self.nginx(tls_bench.NGINX_TLS, conf, port, self.args.proxy_cpu)
         return super().start(proxy, kind, port, backend_port)
 
     def load(self, port: int, seconds: int) -> tuple[int, dict[str, Any], str]:
@@ -179,7 +180,12 @@ class Bench(peers_bench.Bench):
 
     def run_all(self) -> list[MixRow]:
         backend, backend_port = self.start_backend()
-        rows = [self.mix_row(proxy, backend_port) for proxy in self.args.proxies]
+        rows = []
+        for proxy in self.args.proxies:
+            self.unlogged(proxy, H2, 0)  # an earlier run's lines, if any
+            row = self.mix_row(proxy, backend_port)
+            row.failure = row.failure or self.unlogged(proxy, H2, row.requests)
+            rows.append(row)
         if backend.popen.poll() is not None:
             raise BenchFailed(f"the backend exited during the run:\n{backend.tail()}")
         return rows
@@ -254,7 +260,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     out = {"benchmark": "mix", "environment": environment(args.nginx) | versions, "background_busy_percent": busy,
            "loadavg": loadavg, "negotiated": bench.negotiated,
            "config": {k: getattr(args, k) for k in ("duration", "warmup", "clients", "h2", "h1", "groups",
-                                                     "proxies", "proxy_cpu", "load_cpu")},
+                                                     "proxies", "proxy_cpu", "load_cpu", "access_log")},
            "results": [row.__dict__ | {"rps": row.rps, "cps": row.cps, "cpu_us_per_request": row.cpu_us_per_request,
                                        "cpu_us_per_connection": row.cpu_us_per_connection} for row in rows]}
     return write_and_exit_status(args.json, out, [f"{row.target}: {row.failure}" for row in rows if row.failure])

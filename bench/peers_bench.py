@@ -6,8 +6,9 @@ Caddy 2 and nginx over HTTP/1.1, HTTPS/1.1 keep-alive and h2 over TLS, in one ru
 A user choosing an ingress proxy compares it with the proxies they would pick instead, not
 only with nginx: this puts the two Go peers next to the existing rows, measured the same way.
 Each proxy in turn (never two at a time) is pinned to the proxy CPU, the Go ones with
-GOMAXPROCS=1, access logs off, keep-alive to the same nginx backend (the HTTP bench's, on the
-load CPU); the load is the other benches' (wrk for HTTP/1.1 and HTTPS/1.1, h2load for h2) with
+GOMAXPROCS=1, keep-alive to the same nginx backend (the HTTP bench's, on the load CPU), and the
+same access logging for all: none (C{--access-log off}, how the peers ship), or each proxy's
+own lines to a file (C{--access-log on}, checked to hold a line per request); the load is the other benches' (wrk for HTTP/1.1 and HTTPS/1.1, h2load for h2) with
 the same flags, and the TLS proxies serve the same ECDSA P-256 certificate.  Before its
 measured run every proxy must answer the backend's body, over TLS with our certificate, and
 for h2 after negotiating h2 by ALPN.  The measure is CPU us per request of the proxy's process
@@ -67,6 +68,8 @@ PEERS_SH = REPO / "bench" / "peers.sh"
 # connections x 10 streams in flight); the Go peers' defaults are lower (Traefik 200, Caddy 32),
 # and a proxy that closes upstream connections it will need again pays for it in CPU.
 UPSTREAM_IDLE = 320
+ACCESS_LOG_CHOICES = ("off", "on")
+NGINX_NO_ACCESS_LOG = "access_log off;"
 
 
 class BenchFailed(RuntimeError):
@@ -75,9 +78,11 @@ class BenchFailed(RuntimeError):
 
 # --- the peers' configurations ----------------------------------------------------------
 
-def traefik_argv(binary: Path, workdir: Path, port: int, backend_port: int, tls: bool) -> list[str]:
+def traefik_argv(binary: Path, workdir: Path, port: int, backend_port: int, tls: bool,
+                 access_log: Optional[Path] = None) -> list[str]:
     """Traefik with one entry point and a file-provider dynamic config: one router for every
-    request to the backend (nginx's C{location /}), the bench certificate when C{tls}.
+    request to the backend (nginx's C{location /}), the bench certificate when C{tls}, its
+    access log (common log format, unbuffered: its defaults) in C{access_log} if given.
 
     Access logs, the API, the dashboard and metrics are off unless configured; HTTP/2 is on by
     default over TLS, HTTP/3 is not.
@@ -98,18 +103,21 @@ def traefik_argv(binary: Path, workdir: Path, port: int, backend_port: int, tls:
             f"--providers.file.filename={dynamic}", "--providers.file.watch=false",
             f"--serversTransport.maxIdleConnsPerHost={UPSTREAM_IDLE}",
             "--global.checkNewVersion=false", "--global.sendAnonymousUsage=false",
-            "--log.level=ERROR"]
+            "--log.level=ERROR"] + (["--accesslog=true", f"--accesslog.filePath={access_log}"] if access_log else [])
 
 
-def caddy_argv(binary: Path, workdir: Path, port: int, backend_port: int, tls: bool) -> list[str]:
+def caddy_argv(binary: Path, workdir: Path, port: int, backend_port: int, tls: bool,
+               access_log: Optional[Path] = None) -> list[str]:
     """Caddy from a Caddyfile: one site on C{port} for any host, reverse_proxy to the backend,
-    the bench certificate by C{tls cert key} when C{tls}.
+    the bench certificate by C{tls cert key} when C{tls}, its access log (JSON lines, its default)
+    in C{access_log} by a C{log} directive if given.
 
     The admin API, automatic HTTPS and the saved config are off; HTTP/3 (QUIC) is off so that
     h2 is the TLS protocol measured; there is no access log without a C{log} directive.
     """
     scheme = "https" if tls else "http"
     tls_line = f"tls {workdir / 'bench.crt'} {workdir / 'bench.key'}" if tls else ""
+    log_lines = f"log {{\n        output file {access_log}\n    }}" if access_log else ""
     caddyfile = workdir / f"Caddyfile-{scheme}"
     caddyfile.write_text(f"""{{
     admin off
@@ -123,6 +131,7 @@ def caddy_argv(binary: Path, workdir: Path, port: int, backend_port: int, tls: b
 {scheme}://:{port} {{
     bind 127.0.0.1
     {tls_line}
+    {log_lines}
     reverse_proxy 127.0.0.1:{backend_port} {{
         transport http {{
             keepalive_idle_conns {UPSTREAM_IDLE}
@@ -244,11 +253,13 @@ class Bench(h2_bench.Bench):
         """One proxy on the proxy CPU, configured for C{kind} (plain HTTP, or TLS with h2 by ALPN)."""
         tls = kind != HTTP
         cpu = self.args.proxy_cpu
+        access_log = self.access_log(proxy, kind)
         if proxy == NGINX:
             if tls:
-                return self.nginx(tls_bench.NGINX_TLS, h2_bench.nginx_h2_conf(self.workdir, port, backend_port), port, cpu)
-            return self.nginx("nginx-proxy", targets.proxy_conf(self.workdir, port, backend_port), port, cpu)
+                return self.nginx(tls_bench.NGINX_TLS, self.nginx_logging(h2_bench.nginx_h2_conf(self.workdir, port, backend_port), access_log), port, cpu)
+            return self.nginx("nginx-proxy", self.nginx_logging(targets.proxy_conf(self.workdir, port, backend_port), access_log), port, cpu)
         name = f"{proxy}-{'tls' if tls else 'http'}"
+        logging = ["--access-log", str(access_log) if access_log else "off"]
         if proxy == TWINGRESS:
             if tls:
                 assert self.cert is not None
@@ -257,16 +268,44 @@ class Bench(h2_bench.Bench):
                     tls_bench.secret(tls_bench.SECRET, self.cert),
                     tls_bench.tls_ingress("bench-tls", [targets.HOST, tls_bench.WRK_SNI], tls_bench.SECRET)], False)
                 admin_port = procs.free_port()
-                proc = self.twingress(name, manifests, port, admin_port)
+                proc = self.twingress(name, manifests, port, admin_port, logging)
                 tls_bench.wait_for_table(proc, admin_port, 2, self.args.start_timeout)
                 return proc
             manifests = self.workdir / "manifests"
             targets.write_manifests(manifests, backend_port)
             argv = targets.twingress_argv(targets.DEFAULT_TWINGRESS_CMD, Path(sys.prefix) / "bin", manifests, port, backend_port)
-            return self.spawn(name, argv, port, cpu, env=twingress_env())
+            return self.spawn(name, argv + logging, port, cpu, env=twingress_env())
         make = traefik_argv if proxy == TRAEFIK else caddy_argv
-        return self.spawn(name, make(self.peers[proxy], self.workdir, port, backend_port, tls), port, cpu,
+        return self.spawn(name, make(self.peers[proxy], self.workdir, port, backend_port, tls, access_log), port, cpu,
                           env=go_env(self.workdir))
+
+    def access_log(self, proxy: str, kind: str) -> Optional[Path]:
+        """The file C{proxy} writes its access lines to in C{kind}'s row with C{--access-log on}
+        (not a C{*.log}: keep_logs would copy it), else None."""
+        if self.args.access_log == "off":
+            return None
+        return self.workdir / f"{proxy}-{kind.replace('/', '')}.access"
+
+    @staticmethod
+    def nginx_logging(conf: str, access_log: Optional[Path]) -> str:
+        """C{conf} (access_log off, as every nginx of the benches) logging to C{access_log} if given
+        (the combined format, unbuffered: nginx's defaults)."""
+        if access_log is None:
+            return conf
+        if conf.count(NGINX_NO_ACCESS_LOG) != 1:
+            raise BenchFailed(f"the nginx config changed: no single {NGINX_NO_ACCESS_LOG!r} to log to {access_log} instead")
+        return conf.replace(NGINX_NO_ACCESS_LOG, f"access_log {access_log};")
+
+    def unlogged(self, proxy: str, kind: str, requests: int) -> Optional[str]:
+        """With C{--access-log on}, what is wrong unless C{proxy} wrote a line for each of the C{requests}
+        measured (the warm-up's and the checks' come on top): logging fewer would not be the same work.
+        Removes the log: the next row's lines are counted alone."""
+        path = self.access_log(proxy, kind)
+        if path is None:
+            return None
+        written = count_lines(path)
+        path.unlink(missing_ok=True)
+        return f"access log {path.name}: {written} lines for {requests} requests" if written < requests else None
 
     def http_row(self, proc: procs.Proc, port: int, proxy: str) -> Row:
         """http_bench's measurement (it checks the body first) as a row of this table."""
@@ -285,6 +324,14 @@ class Bench(h2_bench.Bench):
         return row
 
     def row(self, proxy: str, kind: str, backend_port: int) -> Row:
+        """Start C{proxy} for C{kind}, check it answers rightly, measure it, stop it; then check its access log."""
+        self.unlogged(proxy, kind, 0)  # a failed row's lines, if any
+        row = self.measured_row(proxy, kind, backend_port)
+        unlogged = self.unlogged(proxy, kind, row.requests)
+        row.failure = row.failure or unlogged
+        return row
+
+    def measured_row(self, proxy: str, kind: str, backend_port: int) -> Row:
         """Start C{proxy} for C{kind}, check it answers rightly, measure it, stop it."""
         assert self.cert is not None
         port = procs.free_port()
@@ -330,6 +377,14 @@ class Bench(h2_bench.Bench):
             if backend.popen.poll() is not None:
                 raise BenchFailed(f"the backend exited during the run:\n{backend.tail()}")
         return rounds
+
+
+def count_lines(path: Path) -> int:
+    """The number of lines in C{path} (0 if there is none), read in chunks: a log of a run can be large."""
+    if not path.exists():
+        return 0
+    with open(path, "rb") as f:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
 
 
 def round_order(proxies: Sequence[str], number: int) -> list[str]:
@@ -400,6 +455,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """The options of a run with the peers (this bench's, mix_bench.py's): the peers' binaries, then h2_bench's."""
     p.add_argument("--traefik", type=Path, help="Traefik binary (default: where bench/peers.sh builds it)")
     p.add_argument("--caddy", type=Path, help="Caddy binary (default: where bench/peers.sh builds it)")
+    p.add_argument("--access-log", choices=ACCESS_LOG_CHOICES, default="off",
+                   help="off: no proxy writes an access log (the peers' default); on: each writes its own to a file (off)")
     h2_bench.add_run_arguments(p)
 
 
@@ -453,7 +510,7 @@ def machine_before(args: argparse.Namespace, versions: dict[str, str]) -> tuple[
     """The CPUs' busy share and the load average before the run, printed with the builds (a note if busy)."""
     busy = cpuload.background_busy([args.proxy_cpu, args.load_cpu])
     loadavg = {"before": [round(v, 2) for v in os.getloadavg()]}
-    print(f"builds: {versions}; load average before {loadavg['before']}, CPUs busy {busy}", flush=True)
+    print(f"builds: {versions}; access logs {args.access_log}; load average before {loadavg['before']}, CPUs busy {busy}", flush=True)
     if max(busy.values()) >= IDLE_LIMIT:
         print(f"note: the machine is busy before the run ({busy}); numbers are suspect", flush=True)
     return busy, loadavg
@@ -501,7 +558,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
            "loadavg": loadavg, "twingress_below_peers": below, "twingress_below_peers_by_round": by_round,
            "negotiated": bench.negotiated,
            "config": {k: getattr(args, k) for k in ("duration", "warmup", "connections", "streams", "threads",
-                                                     "proxies", "kinds", "rounds", "proxy_cpu", "load_cpu")},
+                                                     "proxies", "kinds", "rounds", "proxy_cpu", "load_cpu", "access_log")},
            "medians": [row.__dict__ | {"rounds_measured": len(measured(across_rounds(rounds, row)))} for row in summary] if len(rounds) > 1 else None,
            "results": [row.__dict__ | {"round": number + 1} for number, one in enumerate(rounds) for row in one]}
     return write_and_exit_status(args.json, out, [f"{row.kind} {row.target}: {row.failure}" for row in rows if row.failure])

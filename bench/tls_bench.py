@@ -339,10 +339,11 @@ class Bench(Harness):
 
     # processes
 
-    def twingress(self, name: str, manifests: Path, port: int, admin_port: int) -> procs.Proc:
+    def twingress(self, name: str, manifests: Path, port: int, admin_port: int, extra: Sequence[str] = ()) -> procs.Proc:
+        """twingress serving C{manifests} over TLS on C{port}, with C{extra} options after the command's."""
         argv = [a.replace("{admin_port}", str(admin_port)) for a in targets.twingress_argv(
             TWINGRESS_TLS_CMD.replace("{admin_port}", "{{admin_port}}"),
-            Path(sys.prefix) / "bin", manifests, port, 0)]
+            Path(sys.prefix) / "bin", manifests, port, 0)] + list(extra)
         env = twingress_env()
         return self.spawn(name, argv, port, self.args.proxy_cpu, env=env)
 
