@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""
+twingress's HTTP/2 request path in one process, with no socket, no TLS and no reactor: its CPU per
+request, steady enough to compare two trees a few µs apart, and a function profile of it.
+
+The proxy benches (peers_bench.py, h2_bench.py) measure the whole process under h2load on this
+2-CPU guest, whose speed moves by a fifth from one minute to the next: a change of a few µs per
+request is inside their spread.  This bench runs only the code an h2 request runs in twingress
+once its bytes are read, and times it with the process's CPU clock:
+
+- the real L{ingress.proxy.http2.connection.H2ServerProtocol}, on the factory, pool, settings and
+  metrics the data plane builds (access log off, as the peers benches run it), routing the
+  benches' Ingress (bench/targets.py: C{bench.local /} to one endpoint);
+- the client's bytes made beforehand by the same libraries (C{hpack}'s encoder, C{hyperframe}'s
+  frames): batches of C{--streams} GETs as h2load sends them (its header fields, one HEADERS
+  frame each with END_STREAM), and the WINDOW_UPDATE that gives the connection back what the
+  previous batch's responses took; nothing of the client runs while the clock runs;
+- idle upstream connections (L{ingress.proxy.http.upstream.UpstreamConnection} on a memory
+  transport) in the pool; after each batch is read, every one a request was written to reads the
+  benches' nginx backend's response, as the reactor's reads of the backend's sockets would;
+  then the reactor's turn: its timers, the calls before its next poll (the connection's flush,
+  which writes the batch's responses at once), and a poll that returns at once.
+
+What it leaves out, and the proxy benches include: the TLS transport, the socket reads and
+writes, the reactor's poll and dispatch, and the client's and backend's own CPU.  So its figure
+is below the h2 row's, by those.  Every response is checked (status 200 and the backend's body,
+decoded by a real h2 client after the timed run) and every upstream request's head too.
+
+  taskset -c 0 .venv/bin/python bench/h2_path.py [--requests 100000] [--streams 10] [--rounds 3]
+  .venv/bin/python bench/h2_path.py --profile 20 [--requests 20000]   # cProfile, top 20 (pure build)
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Optional
+
+from hpack import Decoder, Encoder
+from hyperframe.frame import DataFrame, Frame, HeadersFrame, SettingsFrame, WindowUpdateFrame
+from twisted.internet.address import IPv4Address
+from twisted.internet.testing import StringTransport
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import targets  # noqa: E402
+
+from ingress.model.parse import state_from_objects  # noqa: E402
+from ingress.observe.metrics import Metrics  # noqa: E402
+from ingress.process.live import LiveTable  # noqa: E402
+from ingress.proxy.http.factory import HTTPProxyFactory  # noqa: E402
+from ingress.proxy.http.settings import HTTP2Settings, ProxySettings  # noqa: E402
+from ingress.proxy.http.upstream import UpstreamConnection, UpstreamPool  # noqa: E402
+from ingress.proxy.http2.connection import PREFACE, H2ServerProtocol  # noqa: E402
+from ingress.routing import build  # noqa: E402
+
+BACKEND_PORT = 8080
+# The benches' nginx backend's answer to GET / (bench/targets.py backend_conf), as it sends it.
+RESPONSE = (b"HTTP/1.1 200 OK\r\nServer: nginx/1.22.1\r\nDate: Sat, 28 Nov 2026 09:00:00 GMT\r\n"
+            b"Content-Type: text/plain\r\nContent-Length: %d\r\nConnection: keep-alive\r\n\r\n%s") % (len(targets.BODY), targets.BODY)
+# What h2load sends for https://bench.local:PORT/ (nghttp2 1.52's h2load: these fields, this order).
+REQUEST_FIELDS = [(b":method", b"GET"), (b":path", b"/"), (b":scheme", b"https"), (b":authority", b"bench.local"),
+                  (b"accept", b"*/*"), (b"accept-encoding", b"gzip, deflate"), (b"user-agent", b"h2load nghttp2/1.52.0")]
+
+
+class Transport(StringTransport):
+    """A memory transport of a TCP connection that forgets what was written unless kept (a long run writes a lot)."""
+
+    keep = False
+
+    def setTcpNoDelay(self, enabled: bool) -> None:  # noqa: N802 (Twisted's name)
+        pass
+
+    def write(self, data: bytes) -> None:
+        if self.keep:
+            super().write(data)  # type: ignore[no-untyped-call]  # Twisted's StringTransport is not annotated
+
+
+class Upstream:
+    """The pool's idle connections to the endpoint; each answers the request written to it when L{answer} runs."""
+
+    def __init__(self, pool: UpstreamPool, count: int) -> None:
+        self.connections = []
+        self.waiting: list[UpstreamConnection] = []  # written to since the last answer, in order
+        self.answered = 0
+        self.bad_heads = 0
+        for _ in range(count):
+            connection = UpstreamConnection(pool, ("127.0.0.1", BACKEND_PORT))
+            transport = Transport(peerAddress=IPv4Address("TCP", "127.0.0.1", BACKEND_PORT))  # type: ignore[no-untyped-call]  # Twisted's StringTransport is not annotated
+            connection.makeConnection(transport)  # type: ignore[no-untyped-call]  # Twisted's Protocol.makeConnection is not annotated
+            connection.write = self._written(connection)  # the data plane's direct_writer, on a memory transport
+            connection._state, connection._keep_alive = 3, True  # _DONE: a finished exchange, idle and reusable
+            pool.release(connection)
+            self.connections.append(connection)
+
+    def _written(self, connection: UpstreamConnection) -> Callable[[bytes], None]:
+        def write(data: bytes) -> None:
+            if not data.startswith(b"GET / HTTP/1.1\r\n") or b"\r\nhost: bench.local\r\n" not in data.lower():
+                self.bad_heads += 1
+            self.waiting.append(connection)
+        return write
+
+    def answer(self) -> None:
+        """The backend's responses, each read on its own connection, as the reactor's reads after the client's."""
+        waiting, self.waiting = self.waiting, []
+        self.answered += len(waiting)
+        for connection in waiting:
+            connection.dataReceived(RESPONSE)
+
+
+def client_batches(requests: int, streams: int, settings_ack: bool = True) -> list[bytes]:
+    """The client's bytes after its preface and SETTINGS: one batch per C{streams} requests (and the window they took back)."""
+    encoder = Encoder()
+    batches = []
+    stream_id = 1
+    for number in range(requests // streams):
+        parts = []
+        if number == 0 and settings_ack:
+            parts.append(SettingsFrame(0, flags=["ACK"]).serialize())
+        else:  # the previous batch's response bodies, given back to the connection's window
+            parts.append(WindowUpdateFrame(0, window_increment=streams * len(targets.BODY)).serialize())
+        for _ in range(streams):
+            frame = HeadersFrame(stream_id, encoder.encode(REQUEST_FIELDS), flags=["END_HEADERS", "END_STREAM"])
+            parts.append(frame.serialize())
+            stream_id += 2
+        batches.append(b"".join(parts))
+    return batches
+
+
+def server(streams: int) -> tuple[H2ServerProtocol, Transport, Any, Upstream]:
+    """twingress's HTTP/2 connection on the data plane's pieces, routing the benches' Ingress; the client's preface read."""
+    from twisted.internet import reactor as installed  # the process's reactor, never run: its timers and its calls before the poll
+
+    reactor: Any = installed
+    live = LiveTable()
+    live.swap(build(state_from_objects(list(targets.manifests(BACKEND_PORT).values()))))
+    settings = ProxySettings()
+    pool = UpstreamPool(reactor, settings)
+    factory = HTTPProxyFactory(live, pool, settings, Metrics(), reactor, scheme=b"https", listener="https", http2=HTTP2Settings())
+    protocol = H2ServerProtocol(factory)
+    transport = Transport(hostAddress=IPv4Address("TCP", "127.0.0.1", 443), peerAddress=IPv4Address("TCP", "127.0.0.1", 50000))  # type: ignore[no-untyped-call]  # Twisted's StringTransport is not annotated
+    protocol.makeConnection(transport)  # type: ignore[no-untyped-call]  # Twisted's Protocol.makeConnection is not annotated
+    protocol.dataReceived(PREFACE + SettingsFrame(0).serialize())
+    return protocol, transport, reactor, Upstream(pool, streams)
+
+
+def turn(reactor: Any) -> None:
+    """One reactor turn with nothing to read: its due timers (none: the deadlines are seconds away), then
+    the calls before its poll (the connection's flush), then a poll that returns at once."""
+    reactor.runUntilCurrent()
+    reactor.doIteration(0)
+
+
+def run(batches: list[bytes], streams: int, keep: bool = False) -> tuple[float, H2ServerProtocol, Transport, Upstream]:
+    """CPU seconds to serve every batch (one read and one reactor turn each)."""
+    protocol, transport, reactor, upstream = server(streams)
+    transport.keep = keep
+    transport.clear()  # type: ignore[no-untyped-call]  # Twisted's StringTransport is not annotated
+    turn(reactor)
+    receive, answer = protocol.dataReceived, upstream.answer
+    started = time.process_time()
+    for batch in batches:
+        receive(batch)
+        answer()
+        turn(reactor)
+    return time.process_time() - started, protocol, transport, upstream
+
+
+def responses(written: bytes) -> dict[int, tuple[bytes, bytes, bool]]:
+    """The server's frames read with the libraries (hyperframe, hpack): stream -> (status, body, ended)."""
+    decoder = Decoder()
+    out: dict[int, tuple[bytes, bytes, bool]] = {}
+    view = memoryview(written)
+    while view:
+        frame, length = Frame.parse_frame_header(view[:9])
+        frame.parse_body(view[9 : 9 + length])
+        view = view[9 + length :]
+        if isinstance(frame, (HeadersFrame, DataFrame)):
+            status, body, _ = out.get(frame.stream_id, (b"", b"", False))
+            if isinstance(frame, HeadersFrame):
+                status = dict(decoder.decode(frame.data, raw=True)).get(b":status", b"?")
+            else:
+                body += frame.data
+            out[frame.stream_id] = (status, body, "END_STREAM" in frame.flags)
+    return out
+
+
+def check(batches: list[bytes], streams: int) -> None:
+    """Serve the batches once, keeping what was written: a 200 with the body, ended, on every stream, and every upstream head right."""
+    _, protocol, transport, upstream = run(batches, streams, keep=True)
+    answered = responses(transport.value())  # type: ignore[no-untyped-call]  # Twisted's StringTransport is not annotated
+    expected = len(batches) * streams
+    wrong = {k: v for k, v in answered.items() if v != (b"200", targets.BODY, True)}
+    if len(answered) != expected or wrong or upstream.bad_heads or upstream.answered != expected:
+        raise SystemExit(f"FAILED: {len(answered)} streams answered of {expected}; wrong {list(wrong.items())[:3]}; "
+                         f"upstream heads {upstream.answered} ({upstream.bad_heads} bad)")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.strip().split("\n\n")[0])
+    p.add_argument("--requests", type=int, default=100_000, help="requests per round (100000)")
+    p.add_argument("--streams", type=int, default=10, help="requests per read, as h2load -m (10)")
+    p.add_argument("--rounds", type=int, default=3, help="timed rounds; the best is reported (3)")
+    p.add_argument("--profile", type=int, metavar="N", help="one cProfile'd round instead, its top N functions by own time")
+    args = p.parse_args(argv)
+    if args.requests < args.streams or args.streams < 1 or args.rounds < 1:
+        p.error("need --requests >= --streams >= 1 and --rounds >= 1")
+    check(client_batches(args.streams * 20, args.streams), args.streams)
+    batches = client_batches(args.requests, args.streams)
+    served = len(batches) * args.streams
+    import h2.connection as h2c
+
+    import ingress.proxy.http.h1 as h1
+    build_said = f"ingress {'compiled' if h1.__file__.endswith('.so') else 'pure'}, h2 {'compiled' if h2c.__file__.endswith('.so') else 'pure'}"
+    if args.profile:
+        profiler = cProfile.Profile()
+        profiler.enable()
+        seconds, *_ = run(batches, args.streams)
+        profiler.disable()
+        print(f"{build_said}: {1e6 * seconds / served:.1f} us per request under cProfile")
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(args.profile)
+        return 0
+    figures = [1e6 * run(batches, args.streams)[0] / served for _ in range(args.rounds)]
+    print(f"{build_said}: {min(figures):.2f} us per request (best of {args.rounds}: {', '.join(f'{f:.2f}' for f in figures)}; "
+          f"{served} requests, {args.streams} a read)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
