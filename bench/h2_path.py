@@ -26,7 +26,13 @@ writes, the reactor's poll and dispatch, and the client's and backend's own CPU.
 is below the h2 row's, by those.  Every response is checked (status 200 and the backend's body,
 decoded by a real h2 client after the timed run) and every upstream request's head too.
 
-  taskset -c 0 .venv/bin/python bench/h2_path.py [--requests 100000] [--streams 10] [--rounds 3]
+  taskset -c 0 .venv/bin/python bench/h2_path.py [--requests 100000] [--streams 10] [--rounds 3] [--http1]
+  .venv/bin/python bench/h2_path.py --instructions [--requests 3000] [--http1]   # instructions per request, under valgrind
+
+With C{--http1} the same for the HTTP/1.1 path: twingress's HTTP/1.1 protocol on the plain listener's
+factory, reading wrk's keep-alive C{GET /} one request a read, its responses checked by twingress's
+own response parser.  The two counts side by side are issue 32's target 2 without the noise: what
+an h2 request costs beyond the libraries' part, against what an HTTP/1.1 request costs.
   .venv/bin/python bench/h2_path.py --profile 20 [--requests 20000]   # cProfile, top 20 (pure build)
 """
 
@@ -34,7 +40,10 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import pstats
+import re
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -44,6 +53,7 @@ from typing import Any, Optional
 from hpack import Decoder, Encoder
 from hyperframe.frame import DataFrame, Frame, HeadersFrame, SettingsFrame, WindowUpdateFrame
 from twisted.internet.address import IPv4Address
+from twisted.internet.protocol import Protocol
 from twisted.internet.testing import StringTransport
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -54,6 +64,7 @@ import targets  # noqa: E402
 from ingress.model.parse import state_from_objects  # noqa: E402
 from ingress.observe.metrics import Metrics  # noqa: E402
 from ingress.process.live import LiveTable  # noqa: E402
+from ingress.proxy.http import h1  # noqa: E402
 from ingress.proxy.http.factory import HTTPProxyFactory  # noqa: E402
 from ingress.proxy.http.settings import HTTP2Settings, ProxySettings  # noqa: E402
 from ingress.proxy.http.upstream import UpstreamConnection, UpstreamPool  # noqa: E402
@@ -133,8 +144,20 @@ def client_batches(requests: int, streams: int, settings_ack: bool = True) -> li
     return batches
 
 
-def server(streams: int) -> tuple[H2ServerProtocol, Transport, Any, Upstream]:
-    """twingress's HTTP/2 connection on the data plane's pieces, routing the benches' Ingress; the client's preface read."""
+# What wrk sends for http://bench.local:PORT/ (the HTTP/1.1 rows' load), one request per read.
+REQUEST_H1 = b"GET / HTTP/1.1\r\nHost: bench.local\r\n\r\n"
+
+
+def client_requests(requests: int, http1: bool, streams: int) -> list[bytes]:
+    """The client's reads: HTTP/2 batches (L{client_batches}), or one HTTP/1.1 request each."""
+    return [REQUEST_H1] * requests if http1 else client_batches(requests, streams)
+
+
+def server(streams: int, http1: bool = False) -> tuple[Protocol, Transport, Any, Upstream]:
+    """
+    twingress's client connection on the data plane's pieces, routing the benches' Ingress: HTTP/2 (TLS's
+    listener, the client's preface read), or with C{http1} an HTTP/1.1 one of the plain listener.
+    """
     from twisted.internet import reactor as installed  # the process's reactor, never run: its timers and its calls before the poll
 
     reactor: Any = installed
@@ -142,11 +165,13 @@ def server(streams: int) -> tuple[H2ServerProtocol, Transport, Any, Upstream]:
     live.swap(build(state_from_objects(list(targets.manifests(BACKEND_PORT).values()))))
     settings = ProxySettings()
     pool = UpstreamPool(reactor, settings)
-    factory = HTTPProxyFactory(live, pool, settings, Metrics(), reactor, scheme=b"https", listener="https", http2=HTTP2Settings())
-    protocol = H2ServerProtocol(factory)
-    transport = Transport(hostAddress=IPv4Address("TCP", "127.0.0.1", 443), peerAddress=IPv4Address("TCP", "127.0.0.1", 50000))  # type: ignore[no-untyped-call]  # Twisted's StringTransport is not annotated
+    scheme, listener, port = (b"http", "http", 80) if http1 else (b"https", "https", 443)
+    factory = HTTPProxyFactory(live, pool, settings, Metrics(), reactor, scheme=scheme, listener=listener, http2=HTTP2Settings())
+    protocol: Protocol = factory.buildProtocol(None) if http1 else H2ServerProtocol(factory)
+    transport = Transport(hostAddress=IPv4Address("TCP", "127.0.0.1", port), peerAddress=IPv4Address("TCP", "127.0.0.1", 50000))  # type: ignore[no-untyped-call]  # Twisted's StringTransport is not annotated
     protocol.makeConnection(transport)  # type: ignore[no-untyped-call]  # Twisted's Protocol.makeConnection is not annotated
-    protocol.dataReceived(PREFACE + SettingsFrame(0).serialize())
+    if not http1:
+        protocol.dataReceived(PREFACE + SettingsFrame(0).serialize())
     return protocol, transport, reactor, Upstream(pool, streams)
 
 
@@ -157,9 +182,9 @@ def turn(reactor: Any) -> None:
     reactor.doIteration(0)
 
 
-def run(batches: list[bytes], streams: int, keep: bool = False) -> tuple[float, H2ServerProtocol, Transport, Upstream]:
+def run(batches: list[bytes], streams: int, keep: bool = False, http1: bool = False) -> tuple[float, Protocol, Transport, Upstream]:
     """CPU seconds to serve every batch (one read and one reactor turn each)."""
-    protocol, transport, reactor, upstream = server(streams)
+    protocol, transport, reactor, upstream = server(streams, http1)
     transport.keep = keep
     transport.clear()  # type: ignore[no-untyped-call]  # Twisted's StringTransport is not annotated
     turn(reactor)
@@ -191,11 +216,24 @@ def responses(written: bytes) -> dict[int, tuple[bytes, bytes, bool]]:
     return out
 
 
-def check(batches: list[bytes], streams: int) -> None:
-    """Serve the batches once, keeping what was written: a 200 with the body, ended, on every stream, and every upstream head right."""
-    _, protocol, transport, upstream = run(batches, streams, keep=True)
-    answered = responses(transport.value())  # type: ignore[no-untyped-call]  # Twisted's StringTransport is not annotated
-    expected = len(batches) * streams
+def h1_responses(written: bytes) -> dict[int, tuple[bytes, bytes, bool]]:
+    """The HTTP/1.1 responses written, in order (the response's head parsed by twingress's own client-side parser)."""
+    out: dict[int, tuple[bytes, bytes, bool]] = {}
+    while written:
+        end = written.index(b"\r\n\r\n") + 4
+        head = h1.parse_response_head(written[:end], b"GET")
+        length = head.framing.content_length or 0
+        out[len(out)] = (b"%d" % head.status, written[end : end + length], True)
+        written = written[end + length :]
+    return out
+
+
+def check(batches: list[bytes], streams: int, http1: bool = False) -> None:
+    """Serve the batches once, keeping what was written: a 200 with the body, ended, for every request, and every upstream head right."""
+    _, protocol, transport, upstream = run(batches, streams, keep=True, http1=http1)
+    written = transport.value()  # type: ignore[no-untyped-call]  # Twisted's StringTransport is not annotated
+    answered = h1_responses(written) if http1 else responses(written)
+    expected = len(batches) * (1 if http1 else streams)
     wrong = {k: v for k, v in answered.items() if v != (b"200", targets.BODY, True)}
     if len(answered) != expected or wrong or upstream.bad_heads or upstream.answered != expected:
         raise SystemExit(f"FAILED: {len(answered)} streams answered of {expected}; wrong {list(wrong.items())[:3]}; "
@@ -206,30 +244,72 @@ def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.strip().split("\n\n")[0])
     p.add_argument("--requests", type=int, default=100_000, help="requests per round (100000)")
     p.add_argument("--streams", type=int, default=10, help="requests per read, as h2load -m (10)")
+    p.add_argument("--http1", action="store_true", help="the HTTP/1.1 path instead: wrk's keep-alive GET, one a read")
     p.add_argument("--rounds", type=int, default=3, help="timed rounds; the best is reported (3)")
     p.add_argument("--profile", type=int, metavar="N", help="one cProfile'd round instead, its top N functions by own time")
+    p.add_argument("--instructions", action="store_true",
+                   help="instructions per request instead of time: two runs under valgrind (cachegrind), see count_instructions")
+    p.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # count_instructions' runs: serve this many of --requests, once
     args = p.parse_args(argv)
+    if args.http1:
+        args.streams = 1
     if args.requests < args.streams or args.streams < 1 or args.rounds < 1:
         p.error("need --requests >= --streams >= 1 and --rounds >= 1")
-    check(client_batches(args.streams * 20, args.streams), args.streams)
-    batches = client_batches(args.requests, args.streams)
+    if args.instructions:
+        return count_instructions(args.requests, args.streams, args.http1)
+    check(client_requests(args.streams * 20, args.http1, args.streams), args.streams, args.http1)
+    batches = client_requests(args.requests, args.http1, args.streams)
+    if args.serve is not None:
+        run(batches[: args.serve // args.streams], args.streams, http1=args.http1)
+        return 0
     served = len(batches) * args.streams
-    import h2.connection as h2c
-
-    import ingress.proxy.http.h1 as h1
-    build_said = f"ingress {'compiled' if h1.__file__.endswith('.so') else 'pure'}, h2 {'compiled' if h2c.__file__.endswith('.so') else 'pure'}"
+    said = f"{build_name()}, {'http/1.1' if args.http1 else 'h2'}"
     if args.profile:
         profiler = cProfile.Profile()
         profiler.enable()
-        seconds, *_ = run(batches, args.streams)
+        seconds, *_ = run(batches, args.streams, http1=args.http1)
         profiler.disable()
-        print(f"{build_said}: {1e6 * seconds / served:.1f} us per request under cProfile")
+        print(f"{said}: {1e6 * seconds / served:.1f} us per request under cProfile")
         pstats.Stats(profiler).sort_stats("tottime").print_stats(args.profile)
         return 0
-    figures = [1e6 * run(batches, args.streams)[0] / served for _ in range(args.rounds)]
-    print(f"{build_said}: {min(figures):.2f} us per request (best of {args.rounds}: {', '.join(f'{f:.2f}' for f in figures)}; "
+    figures = [1e6 * run(batches, args.streams, http1=args.http1)[0] / served for _ in range(args.rounds)]
+    print(f"{said}: {min(figures):.2f} us per request (best of {args.rounds}: {', '.join(f'{f:.2f}' for f in figures)}; "
           f"{served} requests, {args.streams} a read)")
     return 0
+
+
+def count_instructions(requests: int, streams: int, http1: bool) -> int:
+    """
+    Instructions per request, which the guest's speed does not move: this script run twice under
+    valgrind (cachegrind, no cache simulation), making the same C{requests} batches and checking the
+    same short run, then serving a fifth of them or all; the difference of the two totals over the
+    difference in requests is the path's own (imports, batches and check cancel out).  A count, not
+    a time: cache misses and branch mispredictions are not in it, so it compares code paths, and
+    the timed rounds compare what they cost.
+    """
+    if subprocess.run(["valgrind", "--version"], capture_output=True).returncode != 0:
+        raise SystemExit("FAILED: valgrind not found (Debian: apt-get install valgrind)")
+    low, high = (requests // 5) // streams * streams, requests // streams * streams
+    totals = []
+    for serve in (low, high):
+        done = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+                               sys.executable, __file__, "--requests", str(requests), "--streams", str(streams), "--serve", str(serve),
+                               *(["--http1"] if http1 else [])],
+                              capture_output=True, text=True, env=os.environ | {"PYTHONHASHSEED": "0"})
+        found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
+        if done.returncode != 0 or found is None:
+            raise SystemExit(f"FAILED: the run under valgrind exited {done.returncode}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+        totals.append(int(found.group(1).replace(",", "")))
+    print(f"{build_name()}, {'http/1.1' if http1 else 'h2'}: {(totals[1] - totals[0]) / (high - low):,.0f} instructions per request "
+          f"(valgrind: {totals[0]:,} serving {low}, {totals[1]:,} serving {high}; {streams} a read)")
+    return 0
+
+
+def build_name() -> str:
+    """Which build runs: twingress's request path and the h2 stack, compiled or pure."""
+    import h2.connection as h2c
+
+    return f"ingress {'compiled' if h1.__file__.endswith('.so') else 'pure'}, h2 {'compiled' if (h2c.__file__ or '').endswith('.so') else 'pure'}"
 
 
 if __name__ == "__main__":
