@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Optional
 
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ingress.proxy.http import h1
-from ingress.proxy.http.forwarding import ForwardedFor, response_head_bytes
+from ingress.proxy.http.forwarding import ForwardedFor, request_head_bytes, response_head_bytes
 from ingress.proxy.http2.connection import _with_goaway_code
 from ingress.proxy.http2.fields import _parsed_request_head, _usual_request_head, local_response, request_head, response_headers
 from ingress.proxy.http2.resets import ResetBudget
@@ -102,6 +103,8 @@ _ODD = st.sampled_from(
     + [(b":status", b"200"), (b":protocol", b"websocket")]
     + [(b"host", h) for h in (b"example.test", b"other.test", b"")]
     + [(b"te", b"trailers"), (b"te", b"gzip"), (b"connection", b"close"), (b"upgrade", b"h2c"), (b"transfer-encoding", b"chunked")]
+    + [(n, b"1.2.3.4") for n in (b"x-forwarded-for", b"x-real-ip", b"forwarded", b"x-forwarded-proto", b"x-scheme")]
+    + [(b"proxy-authorization", b"Basic x"), (b"trailer", b"x-t"), (b"x-forwarded-prefix", b"/p")]
     + [(b"content-length", n) for n in (b"5", b"05", b"0", b"abc", b"1,1", b"9" * 19)]
     + [(b"expect", e) for e in (b"100-continue", b"100-Continue", b"x")]
     + [(b"x-a", v) for v in (b" v", b"v ", b"\t", b"a\r\nb: c", b"a\nb", b"a\rb", b"a\x00b", b"\x01", b"\x7f")]
@@ -149,6 +152,31 @@ def test_every_list_is_read_as_the_checks_and_the_http1_parser_read_it(headers: 
     expected = _outcome(full_way)
     assert usual is None or usual == expected
     assert _outcome(lambda: request_head(headers, has_body, max_fields)) == expected
+
+
+@settings(max_examples=2000, deadline=None)
+@given(_lists(), st.booleans())
+def test_a_usual_list_goes_upstream_as_the_filtered_head_would(headers: list[tuple[bytes, bytes]], has_body: bool) -> None:
+    """
+    A usual list's head says when it has no field the upstream head drops (hop-by-hop, a client's
+    forwarding field): request_head_bytes then skips its filter, and makes the same head it would have made.
+    """
+    head = _usual_request_head(headers, has_body, 100)
+    if head is None:
+        return
+    filtered = replace(head, nothing_to_drop=False)
+    forwarded = ForwardedFor("10.0.0.9", b"X-Forwarded-For: 10.0.0.9\r\n", b"https")
+    assert request_head_bytes(head, forwarded, "example.test") == request_head_bytes(filtered, forwarded, "example.test")
+
+
+def test_only_a_list_without_fields_to_drop_skips_the_filter() -> None:
+    assert request_head(BASE + [(b"accept", b"*/*"), (b"cookie", b"a=1")], False, 100).nothing_to_drop
+    for extra in ([(b"x-forwarded-for", b"6.6.6.6")], [(b"te", b"trailers")], [(b"proxy-authorization", b"Basic x")]):
+        head = request_head(BASE + extra, False, 100)
+        assert not head.nothing_to_drop
+        upstream = request_head_bytes(head, ForwardedFor("10.0.0.9", b"", b"https"), "example.test")
+        assert b"\r\n%s:" % extra[0][0] not in upstream.lower()
+    assert not h1.parse_request_head(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").nothing_to_drop  # HTTP/1.1's parser never says so
 
 
 def test_the_usual_lists_take_the_shortcut() -> None:

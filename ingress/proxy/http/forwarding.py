@@ -39,10 +39,13 @@ def drop_lines_re(names: frozenset[bytes]) -> re.Pattern[bytes]:
     return re.compile(rb"^(?:%s):.*\n" % alternatives, re.MULTILINE | re.IGNORECASE)
 
 
-_REQUEST_DROP_RE = drop_lines_re(h1.HOP_BY_HOP | _FORWARDING)
+# The fields of a request that never go upstream, and of a response that never reach the client.
+REQUEST_DROPPED = h1.HOP_BY_HOP | _FORWARDING
 # The upstream's Server goes too and ours takes its place, as nginx does by default
 # (proxy_hide_header): an edge does not tell the world which software runs behind it.
-_RESPONSE_DROP_RE = drop_lines_re(h1.HOP_BY_HOP | {b"server"})
+RESPONSE_DROPPED = h1.HOP_BY_HOP | {b"server"}
+_REQUEST_DROP_RE = drop_lines_re(REQUEST_DROPPED)
+_RESPONSE_DROP_RE = drop_lines_re(RESPONSE_DROPPED)
 _TRANSFER_ENCODING_RE = drop_lines_re(frozenset({b"transfer-encoding"}))
 _HOST_RE = drop_lines_re(frozenset({b"host"}))
 _PREFIX_RE = drop_lines_re(frozenset({b"x-forwarded-prefix"}))
@@ -83,6 +86,11 @@ UNKNOWN_PEER = ForwardedFor("", b"")
 """A connection's forwarding fields before C{connectionMade} tells who the peer is."""
 
 
+def connection_named(connection: frozenset[bytes]) -> frozenset[bytes]:
+    """The fields a head's Connection tokens name (RFC 9110 7.6.1), which go with the hop-by-hop ones."""
+    return connection - _PLAIN_TOKENS
+
+
 def _without_named(block: bytes, connection: frozenset[bytes]) -> bytes:
     """Drop the fields that Connection names (RFC 9110 7.6.1): the rare, line-by-line path."""
     named = connection - _PLAIN_TOKENS
@@ -112,7 +120,10 @@ def request_head_bytes(
     stays in X-Forwarded-Host), an X-Forwarded-Prefix (the client's own is dropped then) and
     header fields that replace the client's of the same names.
     """
-    block = _without_named(_REQUEST_DROP_RE.sub(b"", request.block), request.connection)
+    if request.nothing_to_drop:  # HTTP/2's usual list: every name was looked at when the head was made
+        block = request.block
+    else:
+        block = _without_named(_REQUEST_DROP_RE.sub(b"", request.block), request.connection)
     tail = b""
     if target is None:
         target = request.target

@@ -18,7 +18,7 @@ request than this module in CPython.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 CRLF = b"\r\n"
@@ -127,6 +127,10 @@ class Head:
     expect_continue: bool = False
     has_date: bool = False
     request_id: bytes = b""  # the X-Request-ID generated here (requestid.tag), b"" when the client sent one or none was made
+    # No field of C{block} is one the upstream head drops (forwarding.REQUEST_DROPPED, or one Connection names): set by a
+    # reader that looked at every name (HTTP/2's usual list), so that request_head_bytes need not filter the block.
+    # A hint, not part of what the head says: equal heads may differ in it.
+    nothing_to_drop: bool = field(default=False, compare=False)
 
     @property
     def keep_alive(self) -> bool:

@@ -24,7 +24,7 @@ import re
 from typing import Optional
 
 from ingress.proxy.http import h1
-from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor, response_fields
+from ingress.proxy.http.forwarding import REQUEST_DROPPED, RESPONSE_DROPPED, UNKNOWN_PEER, ForwardedFor, connection_named, response_fields
 from ingress.proxy.http.responses import error_response, fields_response, http_date
 from ingress.proxy.http2.validate import check_request
 from ingress.routing.policies.headers import HeaderChanges
@@ -72,6 +72,7 @@ def _usual_request_head(headers: Headers, has_body: bool, max_fields: int) -> Op
     cookies: list[bytes] = []
     length: Optional[bytes] = None
     expect: Optional[bytes] = None
+    nothing_to_drop = True
     for index in range(first, len(headers)):
         name, value = headers[index]
         if name == b"cookie":
@@ -80,6 +81,9 @@ def _usual_request_head(headers: Headers, has_body: bool, max_fields: int) -> Op
         if name in _UNUSUAL:  # (a pseudo-header field after a regular one fails _USUAL_FIELDS_RE: no name starts with a colon)
             if name != b"te" or value.lower() != b"trailers":  # gRPC's (8.2.2)
                 return None
+            nothing_to_drop = False  # te is hop-by-hop
+        elif name in REQUEST_DROPPED:  # a forwarding field of the client's (the lower-case names are checked below)
+            nothing_to_drop = False
         elif name == b"content-length":
             if length is not None:
                 return None
@@ -107,7 +111,9 @@ def _usual_request_head(headers: Headers, has_body: bool, max_fields: int) -> Op
     if section.count(b"\n") > max_fields + 1:  # the Host line is ours
         return None
     expects = expect is not None and expect.lower() == b"100-continue"
-    return h1.Head(HTTP2, section, h1.NO_TOKENS, framing, method, path, 0, b"", authority.lower(), b"", expects)  # the host as h1 reads it
+    head = h1.Head(HTTP2, section, h1.NO_TOKENS, framing, method, path, 0, b"", authority.lower(), b"", expects)  # the host as h1 reads it
+    head.nothing_to_drop = nothing_to_drop
+    return head
 
 
 def _usual_pseudo_fields(headers: Headers) -> Optional[tuple[bytes, bytes, bytes, int]]:
@@ -191,9 +197,13 @@ def response_headers(
     (L{ingress.proxy.http.forwarding.response_head_bytes}: the same fields, added lines, Date,
     Server and HSTS, in the same order), less those HTTP/2 forbids.
     """
-    block, added = response_fields(response, request, added, changes, forwarded)
     headers = [(b":status", b"%d" % response.status)]
-    _add_lines(block, headers)
+    if changes is None:  # the usual response: the fields HTTP/1.1 drops go in the same pass as those HTTP/2 forbids
+        dropped = _RESPONSE_DROPPED | connection_named(response.connection) if response.connection else _RESPONSE_DROPPED
+        _add_lines(response.block, headers, dropped)
+    else:
+        block, added = response_fields(response, request, added, changes, forwarded)
+        _add_lines(block, headers)
     if added:
         _add_lines(added, headers)
     if not response.has_date:
@@ -204,16 +214,23 @@ def response_headers(
     return headers
 
 
-def _add_lines(block: bytes, headers: Headers) -> None:
-    """A field section's fields onto a header list: names in lower case, those HTTP/2 forbids left out."""
+_NOT_IN_HTTP2 = frozenset({b"connection", b"transfer-encoding", b"keep-alive", b"upgrade", b"proxy-connection"})
+
+
+# An upstream's response fields that an HTTP/2 client never gets: HTTP/1.1's (hop-by-hop, Server) and HTTP/2's own.
+_RESPONSE_DROPPED = RESPONSE_DROPPED | _NOT_IN_HTTP2
+
+
+def _add_lines(block: bytes, headers: Headers, dropped: frozenset[bytes] = _NOT_IN_HTTP2) -> None:
+    """
+    A field section's fields onto a header list: names in lower case, those HTTP/2 forbids left out (and
+    any other of C{dropped}: a superset of those, when the section comes unfiltered from the upstream).
+    """
     for line in block.split(b"\r\n")[:-1]:
         name, _, value = line.partition(b":")
         lower = name.lower()
-        if lower not in _NOT_IN_HTTP2:
+        if lower not in dropped:
             headers.append((lower, value.strip(b" \t")))
-
-
-_NOT_IN_HTTP2 = frozenset({b"connection", b"transfer-encoding", b"keep-alive", b"upgrade", b"proxy-connection"})
 
 
 def local_response(status: int, server: bytes, location: bytes = b"", fields: bytes = b"") -> tuple[Headers, bytes]:
