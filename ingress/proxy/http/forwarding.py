@@ -9,7 +9,9 @@ client-supplied forwarding fields are never passed on.
 
 Field sections are filtered with one regular-expression substitution over
 the raw bytes; only a Connection field naming extra fields takes the slow
-path through every line.
+path through every line.  A head whose every name was already looked at
+(HTTP/2's usual list: L{ingress.proxy.http2.fields}) says whether anything
+is to be dropped at all, and is not filtered again when nothing is.
 """
 
 from __future__ import annotations
