@@ -95,7 +95,7 @@ def connection_named(connection: frozenset[bytes]) -> frozenset[bytes]:
 
 def _without_named(block: bytes, connection: frozenset[bytes]) -> bytes:
     """Drop the fields that Connection names (RFC 9110 7.6.1): the rare, line-by-line path."""
-    named = connection - _PLAIN_TOKENS
+    named = connection_named(connection)
     if not named:
         return block
     return b"".join(b"%s: %s\r\n" % (name, value) for name, lower, value in h1.split_fields(block) if lower not in named)

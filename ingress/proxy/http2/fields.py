@@ -111,9 +111,9 @@ def _usual_request_head(headers: Headers, has_body: bool, max_fields: int) -> Op
     if section.count(b"\n") > max_fields + 1:  # the Host line is ours
         return None
     expects = expect is not None and expect.lower() == b"100-continue"
-    head = h1.Head(HTTP2, section, h1.NO_TOKENS, framing, method, path, 0, b"", authority.lower(), b"", expects)  # the host as h1 reads it
-    head.nothing_to_drop = nothing_to_drop
-    return head
+    return h1.Head(  # the host as h1 reads it
+        HTTP2, section, h1.NO_TOKENS, framing, method, path, 0, b"", authority.lower(), b"", expects, nothing_to_drop=nothing_to_drop
+    )
 
 
 def _usual_pseudo_fields(headers: Headers) -> Optional[tuple[bytes, bytes, bytes, int]]:
@@ -199,8 +199,8 @@ def response_headers(
     """
     headers = [(b":status", b"%d" % response.status)]
     if changes is None:  # the usual response: the fields HTTP/1.1 drops go in the same pass as those HTTP/2 forbids
-        dropped = _RESPONSE_DROPPED | connection_named(response.connection) if response.connection else _RESPONSE_DROPPED
-        _add_lines(response.block, headers, dropped)
+        named = connection_named(response.connection)  # usually none: "keep-alive" or "close" names no field
+        _add_lines(response.block, headers, _RESPONSE_DROPPED | named if named else _RESPONSE_DROPPED)
     else:
         block, added = response_fields(response, request, added, changes, forwarded)
         _add_lines(block, headers)
