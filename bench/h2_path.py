@@ -23,8 +23,9 @@ once its bytes are read, and times it with the process's CPU clock:
 
 What it leaves out, and the proxy benches include: the TLS transport, the socket reads and
 writes, the reactor's poll and dispatch, and the client's and backend's own CPU.  So its figure
-is below the h2 row's, by those.  Every response is checked (status 200 and the backend's body,
-decoded by a real h2 client after the timed run) and every upstream request's head too.
+is below the h2 row's, by those.  Before the timed rounds a short run is checked: every response
+(status 200, the backend's body, the stream ended; read back with hyperframe and hpack, or with
+twingress's response parser for HTTP/1.1) and every upstream request's head.
 
   taskset -c 0 .venv/bin/python bench/h2_path.py [--requests 100000] [--streams 10] [--rounds 3] [--http1]
   .venv/bin/python bench/h2_path.py --instructions [--requests 3000] [--http1]   # instructions per request, under valgrind
@@ -67,7 +68,7 @@ from ingress.process.live import LiveTable  # noqa: E402
 from ingress.proxy.http import h1  # noqa: E402
 from ingress.proxy.http.factory import HTTPProxyFactory  # noqa: E402
 from ingress.proxy.http.settings import HTTP2Settings, ProxySettings  # noqa: E402
-from ingress.proxy.http.upstream import UpstreamConnection, UpstreamPool  # noqa: E402
+from ingress.proxy.http.upstream import _DONE, UpstreamConnection, UpstreamPool  # noqa: E402
 from ingress.proxy.http2.connection import PREFACE, H2ServerProtocol  # noqa: E402
 from ingress.routing import build  # noqa: E402
 
@@ -97,7 +98,6 @@ class Upstream:
     """The pool's idle connections to the endpoint; each answers the request written to it when L{answer} runs."""
 
     def __init__(self, pool: UpstreamPool, count: int) -> None:
-        self.connections = []
         self.waiting: list[UpstreamConnection] = []  # written to since the last answer, in order
         self.answered = 0
         self.bad_heads = 0
@@ -106,9 +106,8 @@ class Upstream:
             transport = Transport(peerAddress=IPv4Address("TCP", "127.0.0.1", BACKEND_PORT))  # type: ignore[no-untyped-call]  # Twisted's StringTransport is not annotated
             connection.makeConnection(transport)  # type: ignore[no-untyped-call]  # Twisted's Protocol.makeConnection is not annotated
             connection.write = self._written(connection)  # the data plane's direct_writer, on a memory transport
-            connection._state, connection._keep_alive = 3, True  # _DONE: a finished exchange, idle and reusable
+            connection._state, connection._keep_alive = _DONE, True  # a finished exchange: idle and reusable
             pool.release(connection)
-            self.connections.append(connection)
 
     def _written(self, connection: UpstreamConnection) -> Callable[[bytes], None]:
         def write(data: bytes) -> None:
