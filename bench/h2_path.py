@@ -70,6 +70,7 @@ from ingress.proxy.http.factory import HTTPProxyFactory  # noqa: E402
 from ingress.proxy.http.settings import HTTP2Settings, ProxySettings  # noqa: E402
 from ingress.proxy.http.upstream import _DONE, UpstreamConnection, UpstreamPool  # noqa: E402
 from ingress.proxy.http2.connection import PREFACE, H2ServerProtocol  # noqa: E402
+from ingress.proxy.http2.librarylog import drop_hpack_debug  # noqa: E402
 from ingress.routing import build  # noqa: E402
 
 BACKEND_PORT = 8080
@@ -160,6 +161,7 @@ def server(streams: int, http1: bool = False) -> tuple[Protocol, Transport, Any,
     from twisted.internet import reactor as installed  # the process's reactor, never run: its timers and its calls before the poll
 
     reactor: Any = installed
+    drop_hpack_debug()  # as the data plane does (ingress.process.dataplane.data_plane)
     live = LiveTable()
     live.swap(build(state_from_objects(list(targets.manifests(BACKEND_PORT).values()))))
     settings = ProxySettings()
