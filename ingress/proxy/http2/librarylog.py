@@ -8,7 +8,7 @@ header field it encodes or decodes: 26 C{Logger.debug} calls for one proxied h2 
 C{isEnabledFor}) before the level check drops the record.  twingress logs through
 C{twisted.logger} and never configures the standard library's logging, whose root logger
 passes WARNING and up only, so every one of those records is dropped there: 4% of an h2
-request's instructions spent making nothing (C{h2_path.py --instructions}: 675k, 648k without).
+request's instructions spent making nothing (C{h2_path.py --instructions}: 674k, 645k without).
 
 So the data plane (L{drop_hpack_debug}) gives hpack's two loggers a C{debug} that does nothing,
 set on the logger objects themselves, which hpack's modules hold: the library's code is
