@@ -9,8 +9,9 @@ request is inside their spread.  This bench runs only the code an h2 request run
 once its bytes are read, and times it with the process's CPU clock:
 
 - the real L{ingress.proxy.http2.connection.H2ServerProtocol}, on the factory, pool, settings and
-  metrics the data plane builds (access log off, as the peers benches run it), routing the
-  benches' Ingress (bench/targets.py: C{bench.local /} to one endpoint);
+  metrics the data plane builds (access log off, as the peers benches run it; hpack's debug
+  calls dropped, as the data plane drops them), routing the benches' Ingress (bench/targets.py:
+  C{bench.local /} to one endpoint);
 - the client's bytes made beforehand by the same libraries (C{hpack}'s encoder, C{hyperframe}'s
   frames): batches of C{--streams} GETs as h2load sends them (its header fields, one HEADERS
   frame each with END_STREAM), and the WINDOW_UPDATE that gives the connection back what the
