@@ -193,7 +193,7 @@ class Bench(tls_bench.Bench):
             manifests = self.workdir / "manifests"
             twingress_manifests(manifests, backend_port, grpc_port, cert)
             admin_port = procs.free_port()
-            proc = self.twingress("twingress", manifests, port, admin_port)
+            proc = self.twingress("twingress", manifests, port, admin_port, ["--access-log", self.args.access_log])
             tls_bench.wait_for_table(proc, admin_port, 3, self.args.start_timeout)
         try:
             tls_bench.wait_until_served(proc, port, {targets.HOST: cert.sha256}, self.args.start_timeout)
@@ -239,6 +239,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--connections", type=int, default=32, help="h2load -c and wrk -c (32)")
     p.add_argument("--streams", type=int, default=10, help="h2load -m: concurrent streams per connection (10)")
     p.add_argument("--threads", type=int, default=1, help="wrk -t (1)")
+    p.add_argument("--access-log", default="off", metavar="WHERE",
+                   help="twingress's --access-log: off (the default), as nginx runs here (access_log off), or - or a file")
     add_run_arguments(p)
     return p.parse_args(argv)
 

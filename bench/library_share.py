@@ -183,7 +183,8 @@ class Bench(Harness):
         (manifests / "all.json").write_text(json.dumps(objects))
         port, http_port, admin_port = procs.free_port(), procs.free_port(), procs.free_port()
         command = TWINGRESS_CMD.replace("{admin_port}", str(admin_port)).replace("{http_port}", str(http_port))
-        timed = self.start("twingress", targets.twingress_argv(command, Path(sys.prefix) / "bin", manifests, port, 0), port)
+        argv = targets.twingress_argv(command, Path(sys.prefix) / "bin", manifests, port, 0) + ["--access-log", self.args.access_log]
+        timed = self.start("twingress", argv, port)
         tls_bench.wait_for_table(timed.proc, admin_port, 3, self.args.start_timeout)
         tls_bench.wait_until_served(timed.proc, port, {targets.HOST: cert.sha256}, self.args.start_timeout)
         try:
@@ -264,6 +265,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--scale", type=int, default=0, metavar="N",
                    help="N more Ingresses for twingress, each with a Service and an EndpointSlice (no traffic to them)")
     p.add_argument("--targets", default="twingress,floor", help="which rows: twingress, floor or both (twingress,floor)")
+    p.add_argument("--access-log", default="off", metavar="WHERE",
+                   help="twingress's --access-log: off (the default), as the floors, which log nothing, or - or a file")
     h2_bench.add_run_arguments(p)
     return p.parse_args(argv)
 
