@@ -10,7 +10,13 @@ from collections.abc import Iterator
 
 import pytest
 from hpack import Decoder, Encoder
+from twisted.internet.testing import MemoryReactorClock
 
+from ingress.observe.metrics import Metrics
+from ingress.process.dataplane import data_plane
+from ingress.process.live import LiveTable
+from ingress.proxy.http.settings import ProxySettings
+from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.http2.librarylog import HPACK_LOGGERS, drop_hpack_debug, dropped
 
 
@@ -63,14 +69,6 @@ def test_a_logger_with_debug_enabled_keeps_its_records(caplog: pytest.LogCapture
 
 
 def test_the_data_plane_drops_them_for_its_process() -> None:
-    from twisted.internet.testing import MemoryReactorClock
-
-    from ingress.observe.metrics import Metrics
-    from ingress.process.dataplane import data_plane
-    from ingress.process.live import LiveTable
-    from ingress.proxy.http.settings import ProxySettings
-    from ingress.proxy.http.upstream import UpstreamPool
-
     reactor, settings = MemoryReactorClock(), ProxySettings()  # type: ignore[no-untyped-call]  # Twisted's testing reactor is not annotated
     data_plane(reactor, LiveTable(), UpstreamPool(reactor, settings), settings, Metrics(), None, http=False, https=False, tls_min_version="1.2", tls_ciphers="")  # type: ignore[arg-type]  # the testing reactor stands for the process's
     assert all(logging.getLogger(name).debug is dropped for name in HPACK_LOGGERS)
