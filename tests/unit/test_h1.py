@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ingress.proxy.http import h1
-from ingress.proxy.http.chunked import ChunkedFramer
+from ingress.proxy.http.chunked import ChunkedFramer, RequestBody
 from ingress.proxy.http.h1 import Framing, HTTPError
 
 
@@ -523,6 +523,32 @@ def test_chunked_leaves_pipelined_bytes(message: bytes) -> None:
     assert framer.feed(message + following) == len(message)
     assert framer.done
     assert framer.feed(following) == 0
+
+
+def test_request_body_splits_off_what_follows_it() -> None:
+    """The HTTP/1.1 connection's body reader: the body's bytes pass on, a pipelined request stays in the buffer."""
+    following = b"GET /next HTTP/1.1\r\nHost: a\r\n\r\n"
+    body = RequestBody(Framing(content_length=5), limit=10)
+    assert body.take(b"hel") == (b"hel", b"") and not body.done
+    assert body.take(b"lo" + following) == (b"lo", following) and body.done
+    chunked = RequestBody(Framing(chunked=True), limit=10)
+    assert chunked.take(b"5\r\nhello\r\n0\r\n\r\n" + following) == (b"5\r\nhello\r\n0\r\n\r\n", following)
+    assert chunked.done
+
+
+def test_request_body_past_its_limit_is_413() -> None:
+    """A chunked body (its length unknown until read) is refused once what it declared passes the route's limit."""
+    body = RequestBody(Framing(chunked=True), limit=8)
+    assert body.take(b"5\r\nhello\r\n") == (b"5\r\nhello\r\n", b"")
+    with pytest.raises(HTTPError) as raised:
+        body.take(b"4\r\nabcd\r\n")
+    assert (raised.value.status, raised.value.detail) == (413, "request body too large")
+
+
+def test_request_body_framing_errors_pass_through() -> None:
+    with pytest.raises(HTTPError) as raised:
+        RequestBody(Framing(chunked=True), limit=100).take(b"zz\r\n")
+    assert raised.value.status == 400
 
 
 def test_chunked_without_decode_collects_nothing_but_counts() -> None:

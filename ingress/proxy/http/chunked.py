@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from ingress.proxy.http.h1 import CRLF, FIELDS_RE, TOKEN, HTTPError
+from ingress.proxy.http.h1 import CRLF, FIELDS_RE, TOKEN, Framing, HTTPError
 
 _CHUNK_SIZE_RE = re.compile(
     rb"([0-9A-Fa-f]{1,16})((?:[ \t]*;[ \t]*%s(?:[ \t]*=[ \t]*(?:%s|\"(?:[\t \x21\x23-\x5b\x5d-\x7e\x80-\xff]|\\[\t \x21-\x7e\x80-\xff])*\"))?)*)[ \t]*"
@@ -117,3 +117,27 @@ class LengthFramer:
         used = min(self._remaining, len(data))
         self._remaining -= used
         return used
+
+
+class RequestBody:
+    """
+    A request body as the HTTP/1.1 connection reads it off its buffer: its framing, and the most the
+    route lets it be.  The bytes pass on as they came; what follows the body stays for the next request.
+    """
+
+    __slots__ = ("framer", "limit")
+
+    def __init__(self, framing: Framing, limit: int) -> None:
+        self.framer: ChunkedFramer | LengthFramer = ChunkedFramer() if framing.chunked else LengthFramer(framing.content_length or 0)
+        self.limit = limit
+
+    @property
+    def done(self) -> bool:
+        return self.framer.done
+
+    def take(self, data: bytes) -> tuple[bytes, bytes]:
+        """C{data} split into the body's bytes and the rest; L{HTTPError} for bad framing, or 413 past the limit."""
+        used = self.framer.feed(data)
+        if self.framer.total > self.limit:
+            raise HTTPError(413, "request body too large")
+        return (data, b"") if used == len(data) else (data[:used], data[used:])

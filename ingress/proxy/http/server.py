@@ -21,7 +21,7 @@ from zope.interface import implementer
 
 from ingress.proxy.http import h1
 from ingress.proxy.http.admission import route_and_admit
-from ingress.proxy.http.chunked import ChunkedFramer, LengthFramer
+from ingress.proxy.http.chunked import ChunkedFramer, RequestBody
 from ingress.proxy.http.compression import GzipBody
 from ingress.proxy.http.exchange import Exchange
 from ingress.proxy.http.extauth import Verdict
@@ -65,7 +65,7 @@ class HTTPProxyProtocol(Protocol):
         self._driving = False
         self._requests = 0  # requests begun on this connection
         self._keep_alive = True  # False: the response under way is the connection's last
-        self._body: Optional[ChunkedFramer | LengthFramer] = None  # the request body's framing, while it is read
+        self._body: Optional[RequestBody] = None  # the request body, while it is read
         self._transform: Optional[Transform] = None  # the response body's: chunks decoded (HTTP/1.0), or gzip
 
     # -- connection lifecycle -------------------------------------------------
@@ -259,28 +259,22 @@ class HTTPProxyProtocol(Protocol):
             return
         self.timer.set(exchange.read_timeout, "upstream")
         if framing.chunked or framing.content_length:
-            self._body = ChunkedFramer() if framing.chunked else LengthFramer(framing.content_length or 0)
+            self._body = RequestBody(framing, exchange.max_body)
             exchange.reading_body()
         else:
             exchange.body_done()
         exchange.start_upstream()
 
     def _read_body(self, exchange: Exchange) -> None:
-        data = self._buffer
-        framer = self._body
-        assert framer is not None
+        assert self._body is not None
         try:
-            used = framer.feed(data)
+            chunk, self._buffer = self._body.take(self._buffer)
         except h1.HTTPError as error:
             self.refuse(error.status, error.detail)
             return
-        if framer.total > exchange.max_body:
-            self.refuse(413, "request body too large")
-            return
-        chunk, self._buffer = (data, b"") if used == len(data) else (data[:used], data[used:])
         exchange.touch_timer()
         exchange.send_upstream(chunk)
-        if framer.done:
+        if self._body.done:
             exchange.body_done()
 
     def peer(self) -> ForwardedFor:
