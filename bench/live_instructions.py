@@ -1,0 +1,260 @@
+"""
+Instructions per h2 request of a whole live proxy process: TLS, the event loop, the sockets and
+every thread, counted by valgrind (callgrind) over a window of h2load requests, for twingress, the
+floor of an h2 proxy on its libraries (h2_proxy_floor.py) and the Go peers (Traefik, Caddy).
+
+Why: the timed rows of issue 32's target 4 move by a third between runs of one tree on this
+machine, and ``h2_path.py --instructions`` counts twingress's request path alone, without TLS, the
+reactor or the sockets.  This bench counts the same thing for every proxy, the same way, from
+outside: each runs under ``valgrind --tool=callgrind --instr-atstart=no``, serves a warm-up, and is
+counted (``callgrind_control -i on`` ... ``-i off``) while h2load sends ``--requests`` requests over
+``--connections`` TLS connections, ``--streams`` at a time.  The count is what each process ran in
+user space for those requests; the kernel's work (its syscalls) is not in it, and instructions are
+not time (IPC differs between CPython's interpreter loop and Go's compiled code).  So ``--cpu
+SECONDS`` also runs each proxy without valgrind under a timed h2load (pinned as peers_bench.py
+pins them) and reports its user and system CPU per request beside the count.
+
+The backend is the benches' nginx; every proxy is configured as in peers_bench.py (twingress
+with its access log off, as the peers have none), the floor as library_share.py runs it.
+
+  .venv/bin/python bench/live_instructions.py [--proxies twingress,floor,traefik,caddy]
+      [--requests 5000] [--cpu 8]      # ~1.5 min a proxy under valgrind; +~15 s a proxy with --cpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from cryptography.hazmat.primitives.asymmetric import ec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import h2_bench  # noqa: E402
+import peers_bench  # noqa: E402
+import procs  # noqa: E402
+import targets  # noqa: E402
+import tls_bench  # noqa: E402
+from harness import Harness, run_in_workdir, twingress_env  # noqa: E402
+from report import write_and_exit_status  # noqa: E402
+
+FLOOR = "floor"
+PROXIES = ("twingress", FLOOR, peers_bench.TRAEFIK, peers_bench.CADDY)
+_SUCCEEDED_RE = re.compile(r"requests: (\d+) total, \d+ started, \d+ done, (\d+) succeeded, (\d+) failed")
+_COLLECTED_RE = re.compile(r"Collected : (\d+)")
+
+
+class BenchFailed(RuntimeError):
+    """A proxy could not be measured; the message says why."""
+
+
+@dataclass
+class Row:
+    proxy: str
+    requests: int = 0
+    instructions: Optional[int] = None  # per request, user space, every thread of the process
+    tries: int = 0  # the valgrind runs it took (L{Bench.count_with_tries})
+    cpu_requests: int = 0
+    user_us: Optional[float] = None  # per request, without valgrind (--cpu)
+    system_us: Optional[float] = None
+    failure: str = ""
+
+
+def user_system_seconds(pid: int) -> tuple[float, float]:
+    """The user and system CPU seconds of process C{pid}, every thread of it."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / ticks, int(fields[12]) / ticks
+
+
+class Bench(Harness):
+    """The backend, the certificate, and each proxy started its way."""
+
+    def __init__(self, args: argparse.Namespace, stack: ExitStack, workdir: Path) -> None:
+        super().__init__(args, stack, workdir)
+        self.cert = tls_bench.make_cert(ec.generate_private_key(ec.SECP256R1()), [targets.HOST, tls_bench.WRK_SNI])
+        (workdir / "bench.crt").write_bytes(self.cert.cert_pem)
+        (workdir / "bench.key").write_bytes(self.cert.key_pem)
+        self.peers = peer_paths(args)
+        self.backend_port = procs.free_port()
+
+    def run_all(self) -> list[Row]:
+        self.nginx("backend", targets.backend_conf(self.workdir, self.backend_port), self.backend_port, self.args.load_cpu)
+        rows = []
+        for proxy in self.args.proxies:
+            row = Row(proxy)
+            try:
+                self.count_with_tries(row)
+                if self.args.cpu:
+                    self.time(row)
+            except (BenchFailed, procs.StartError, tls_bench.BenchFailed, OSError, subprocess.TimeoutExpired) as e:
+                row.failure = str(e)
+            print(f"==> {describe(row)}", flush=True)
+            rows.append(row)
+        return rows
+
+    def argv(self, proxy: str, port: int) -> tuple[list[str], dict[str, str]]:
+        """How C{proxy} is run to serve h2 over TLS on C{port}, and its environment."""
+        if proxy == "twingress":
+            manifests = self.workdir / "manifests"
+            tls_bench.write_manifests(manifests, self.backend_port, [
+                tls_bench.secret(tls_bench.SECRET, self.cert),
+                tls_bench.tls_ingress("bench-tls", [targets.HOST, tls_bench.WRK_SNI], tls_bench.SECRET)], False)
+            command = tls_bench.TWINGRESS_TLS_CMD.replace("--admin tcp:{admin_port}:interface=127.0.0.1", "--admin ''")
+            argv = targets.twingress_argv(command, Path(sys.prefix) / "bin", manifests, port, 0)
+            return argv + ["--access-log", "off"], twingress_env()
+        if proxy == FLOOR:
+            floor = Path(__file__).resolve().parent / "h2_proxy_floor.py"
+            return [sys.executable, str(floor), str(port), str(self.backend_port),
+                    str(self.workdir / "bench.crt"), str(self.workdir / "bench.key")], twingress_env()
+        make = peers_bench.traefik_argv if proxy == peers_bench.TRAEFIK else peers_bench.caddy_argv
+        return make(self.peers[proxy], self.workdir, port, self.backend_port, True), peers_bench.go_env(self.workdir)
+
+    def h2load(self, port: int, *load: str) -> tuple[int, int]:
+        """h2load on the load CPU to C{port}: (requests succeeded, failed)."""
+        argv = ["taskset", "-c", str(self.args.load_cpu), "h2load", "-H", f":authority: {targets.HOST}",
+                "-m", str(self.args.streams), *load, f"https://{tls_bench.WRK_SNI}:{port}/"]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+        counts = _SUCCEEDED_RE.search(done.stdout)
+        if done.returncode != 0 or counts is None:
+            raise BenchFailed(f"h2load failed ({done.returncode}): {done.stdout[-400:]}{done.stderr[-400:]}")
+        return int(counts.group(2)), int(counts.group(3))
+
+    def served(self, proc: procs.Proc, port: int) -> None:
+        """Until twenty h2 requests succeed: the table is live, the backend reached."""
+        deadline = time.monotonic() + self.args.start_timeout
+        while time.monotonic() < deadline:
+            if proc.popen.poll() is not None:
+                raise BenchFailed(f"{proc.name} exited:\n{proc.tail()}")
+            try:
+                if self.h2load(port, "-n", "20", "-c", "1") == (20, 0):
+                    return
+            except BenchFailed:
+                pass
+            time.sleep(1)
+        raise BenchFailed(f"{proc.name} did not serve h2 within {self.args.start_timeout:.0f} s:\n{proc.tail()}")
+
+    def count_with_tries(self, row: Row) -> None:
+        """L{count}, again after a failure up to C{--tries} times: valgrind has stopped a Go binary mid-run
+        (an assertion of its own), and a later run of it counted."""
+        for attempt in range(1, self.args.tries + 1):
+            try:
+                self.count(row)
+                row.tries = attempt
+                return
+            except BenchFailed as e:
+                if attempt == self.args.tries:
+                    raise
+                print(f"==> {row.proxy}: count {attempt} failed, again: {str(e).splitlines()[0]}", flush=True)
+
+    def count(self, row: Row) -> None:
+        """The instructions of C{row.proxy} per request, under callgrind."""
+        port = procs.free_port()
+        argv, env = self.argv(row.proxy, port)
+        if row.proxy in peers_bench.PEERS:
+            # Go preempts goroutines with signals (SIGURG), which callgrind's signal bookkeeping asserts on
+            # (threads.c, vgCallgrind_post_signal) within a run or two; cooperative preemption alone changes
+            # nothing for one OS thread running Go code (GOMAXPROCS=1).  The timed run keeps the default.
+            env = env | {"GODEBUG": "asyncpreemptoff=1"}
+        out = self.workdir / f"{row.proxy}.callgrind"
+        valgrind = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
+        proc = self.spawn(f"{row.proxy}-callgrind", valgrind + argv, port, self.args.proxy_cpu, env=env)
+        try:
+            self.served(proc, port)
+            self.h2load(port, "-n", str(self.args.warmup), "-c", str(self.args.connections))
+            subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True, capture_output=True, timeout=60)
+            done, failed = self.h2load(port, "-n", str(self.args.requests), "-c", str(self.args.connections))
+            subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], check=True, capture_output=True, timeout=60)
+        finally:
+            procs.stop(proc, grace=120)  # valgrind writes its counts on the way out
+        collected = _COLLECTED_RE.search(proc.log.read_text(errors="replace"))
+        if failed or not done or collected is None:
+            raise BenchFailed(f"{failed} failed, {done} done, counted: {collected is not None}\n{proc.tail()}")
+        row.requests, row.instructions = done, round(int(collected.group(1)) / done)
+
+    def time(self, row: Row) -> None:
+        """The user and system CPU of C{row.proxy} per request, without valgrind, under a timed load."""
+        port = procs.free_port()
+        argv, env = self.argv(row.proxy, port)
+        proc = self.spawn(f"{row.proxy}-timed", argv, port, self.args.proxy_cpu, env=env)
+        try:
+            self.served(proc, port)
+            self.h2load(port, "-D", "2", "-c", str(self.args.cpu_connections))
+            user, system = user_system_seconds(proc.pid)
+            done, failed = self.h2load(port, "-D", str(self.args.cpu), "-c", str(self.args.cpu_connections))
+            user_after, system_after = user_system_seconds(proc.pid)
+        finally:
+            procs.stop(proc)
+        if failed or not done:
+            raise BenchFailed(f"timed load: {failed} failed, {done} done")
+        row.cpu_requests = done
+        row.user_us, row.system_us = round(1e6 * (user_after - user) / done, 1), round(1e6 * (system_after - system) / done, 1)
+
+
+def peer_paths(args: argparse.Namespace) -> dict[str, Path]:
+    """The Go peers' binaries among C{args.proxies} (peers_bench.py's way: built by bench/peers.sh)."""
+    wanted = argparse.Namespace(**vars(args))
+    wanted.proxies = [proxy for proxy in args.proxies if proxy in peers_bench.PEERS]
+    return peers_bench.peer_paths(wanted) if wanted.proxies else {}
+
+
+def describe(row: Row) -> str:
+    if row.failure:
+        return f"{row.proxy}: FAILED {row.failure}"
+    said = f"{row.proxy}: {row.instructions:,} instructions per h2 request ({row.requests} counted, run {row.tries})"
+    if row.user_us is not None:
+        said += f"; without valgrind {row.user_us} us user + {row.system_us} us system per request ({row.cpu_requests} requests)"
+    return said
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--proxies", type=lambda s: s.split(","), default=["twingress", FLOOR, peers_bench.TRAEFIK],
+                   help=f"comma-separated, in this order, of {', '.join(PROXIES)} (twingress,floor,traefik)")
+    p.add_argument("--requests", type=int, default=5000, help="h2 requests counted under valgrind (5000)")
+    p.add_argument("--warmup", type=int, default=2000, help="h2 requests before the count (2000)")
+    p.add_argument("--connections", type=int, default=4, help="h2load -c under valgrind (4)")
+    p.add_argument("--streams", type=int, default=10, help="h2load -m (10)")
+    p.add_argument("--tries", type=int, default=3, help="valgrind runs a proxy may take to be counted (3)")
+    p.add_argument("--cpu", type=int, default=0, metavar="SECONDS", help="also time each proxy without valgrind this long (0: no)")
+    p.add_argument("--cpu-connections", type=int, default=32, help="h2load -c of the timed load (32, as peers_bench.py)")
+    p.add_argument("--traefik", type=Path, help="Traefik binary (default: where bench/peers.sh builds it)")
+    p.add_argument("--caddy", type=Path, help="Caddy binary (default: where bench/peers.sh builds it)")
+    h2_bench.add_run_arguments(p)
+    p.set_defaults(start_timeout=180.0)  # CPython's start under valgrind takes a minute
+    args = p.parse_args(argv)
+    unknown = [proxy for proxy in args.proxies if proxy not in PROXIES]
+    if unknown:
+        p.error(f"unknown proxies {unknown}: choose from {', '.join(PROXIES)}")
+    return args
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    missing = [tool for tool in (args.nginx, "valgrind", "callgrind_control", "h2load", "taskset") if not shutil.which(tool)]
+    if missing:
+        print(f"FAILED missing {', '.join(missing)}: run bench/setup.sh", file=sys.stderr)
+        return 1
+    rows, _, status = run_in_workdir(args, "twlive-", Bench, lambda bench: bench.run_all(), (BenchFailed, procs.StartError))
+    if rows is None:
+        return status
+    print()
+    for row in rows:
+        print(describe(row))
+    out = {"benchmark": "live_instructions", "config": {k: getattr(args, k) for k in (
+        "requests", "warmup", "connections", "streams", "cpu", "cpu_connections", "proxy_cpu", "load_cpu")},
+        "results": [row.__dict__ for row in rows]}
+    return write_and_exit_status(args.json, out, [f"{row.proxy}: {row.failure}" for row in rows if row.failure])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
