@@ -1,14 +1,16 @@
 """
-Instructions per h2 request of a whole live proxy process: TLS, the event loop, the sockets and
-every thread, counted by valgrind (callgrind) over a window of h2load requests, for twingress, the
-floor of an h2 proxy on its libraries (h2_proxy_floor.py) and the Go peers (Traefik, Caddy).
+Instructions per request of a whole live proxy process: TLS, the event loop, the sockets and
+every thread, counted by valgrind (callgrind) over a window of h2load requests, h2 or HTTPS/1.1
+(``--kinds``), for twingress, the floor of an h2 proxy on its libraries (h2_proxy_floor.py: h2
+only) and the Go peers (Traefik, Caddy).
 
 Why: the timed rows of issue 32's target 4 move by a third between runs of one tree on this
 machine, and ``h2_path.py --instructions`` counts twingress's request path alone, without TLS, the
 reactor or the sockets.  This bench counts the same thing for every proxy, the same way, from
 outside: each runs under ``valgrind --tool=callgrind --instr-atstart=no``, serves a warm-up, and is
 counted (``callgrind_control -i on`` ... ``-i off``) while h2load sends ``--requests`` requests over
-``--connections`` TLS connections, ``--streams`` at a time.  The count is what each process ran in
+``--connections`` TLS connections, ``--streams`` at a time (HTTPS/1.1: h2load ``--h1``, one at a time,
+keep-alive).  Only requests answered 2xx count as served.  The count is what each process ran in
 user space for those requests; the kernel's work (its syscalls) is not in it, and instructions are
 not time (IPC differs between CPython's interpreter loop and Go's compiled code).  So ``--cpu
 SECONDS`` also runs each proxy without valgrind under a timed h2load (pinned as peers_bench.py
@@ -18,7 +20,7 @@ The backend is the benches' nginx; every proxy is configured as in peers_bench.p
 with its access log off, as the peers have none), the floor as library_share.py runs it.
 
   .venv/bin/python bench/live_instructions.py [--proxies twingress,floor,traefik,caddy]
-      [--requests 5000] [--cpu 8]      # ~1.5 min a proxy under valgrind; +~15 s a proxy with --cpu
+      [--kinds h2,https/1.1] [--requests 5000] [--cpu 8]      # ~1.5 min a proxy under valgrind; +~15 s a proxy with --cpu
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ from report import write_and_exit_status  # noqa: E402
 FLOOR = "floor"
 PROXIES = ("twingress", FLOOR, peers_bench.TRAEFIK, peers_bench.CADDY)
 _SUCCEEDED_RE = re.compile(r"requests: (\d+) total, \d+ started, \d+ done, (\d+) succeeded, (\d+) failed")
+_STATUSES_RE = re.compile(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx")
+H2, HTTPS = "h2", "https/1.1"
+KINDS = (H2, HTTPS)
 _COLLECTED_RE = re.compile(r"Collected : (\d+)")
 
 
@@ -60,6 +65,7 @@ class BenchFailed(RuntimeError):
 @dataclass
 class Row:
     proxy: str
+    kind: str = H2  # h2 over TLS, or HTTP/1.1 over TLS (keep-alive, one request at a time per connection)
     requests: int = 0
     instructions: Optional[int] = None  # per request, user space, every thread of the process
     tries: int = 0  # the valgrind runs it took (L{Bench.count_with_tries})
@@ -90,8 +96,10 @@ class Bench(Harness):
     def run_all(self) -> list[Row]:
         self.nginx("backend", targets.backend_conf(self.workdir, self.backend_port), self.backend_port, self.args.load_cpu)
         rows = []
-        for proxy in self.args.proxies:
-            row = Row(proxy)
+        for kind, proxy in ((kind, proxy) for kind in self.args.kinds for proxy in self.args.proxies):
+            if kind == HTTPS and proxy == FLOOR:
+                continue  # h2_proxy_floor.py speaks h2 only
+            row = Row(proxy, kind)
             try:
                 self.count_with_tries(row)
                 if self.args.cpu:
@@ -119,29 +127,31 @@ class Bench(Harness):
         make = peers_bench.traefik_argv if proxy == peers_bench.TRAEFIK else peers_bench.caddy_argv
         return make(self.peers[proxy], self.workdir, port, self.backend_port, True), peers_bench.go_env(self.workdir)
 
-    def h2load(self, port: int, *load: str) -> tuple[int, int]:
-        """h2load on the load CPU to C{port}: (requests succeeded, failed)."""
+    def h2load(self, kind: str, port: int, *load: str) -> tuple[int, int]:
+        """h2load on the load CPU to C{port}, over h2 or (C{--h1}) HTTPS/1.1: (requests answered 2xx, failed)."""
+        protocol = ["-m", str(self.args.streams)] if kind == H2 else ["--h1", "-m", "1"]
         argv = ["taskset", "-c", str(self.args.load_cpu), "h2load", "-H", f":authority: {targets.HOST}",
-                "-m", str(self.args.streams), *load, f"https://{tls_bench.WRK_SNI}:{port}/"]
+                *protocol, *load, f"https://{tls_bench.WRK_SNI}:{port}/"]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
-        counts = _SUCCEEDED_RE.search(done.stdout)
-        if done.returncode != 0 or counts is None:
+        counts, statuses = _SUCCEEDED_RE.search(done.stdout), _STATUSES_RE.search(done.stdout)
+        if done.returncode != 0 or counts is None or statuses is None:
             raise BenchFailed(f"h2load failed ({done.returncode}): {done.stdout[-400:]}{done.stderr[-400:]}")
-        return int(counts.group(2)), int(counts.group(3))
+        not_2xx = sum(int(statuses.group(n)) for n in (2, 3, 4))  # a 404 is not a served request
+        return int(counts.group(2)) - not_2xx, int(counts.group(3)) + not_2xx
 
-    def served(self, proc: procs.Proc, port: int) -> None:
-        """Until twenty h2 requests succeed: the table is live, the backend reached."""
+    def served(self, kind: str, proc: procs.Proc, port: int) -> None:
+        """Until twenty requests are answered 2xx: the table is live, the backend reached."""
         deadline = time.monotonic() + self.args.start_timeout
         while time.monotonic() < deadline:
             if proc.popen.poll() is not None:
                 raise BenchFailed(f"{proc.name} exited:\n{proc.tail()}")
             try:
-                if self.h2load(port, "-n", "20", "-c", "1") == (20, 0):
+                if self.h2load(kind, port, "-n", "20", "-c", "1") == (20, 0):
                     return
             except BenchFailed:
                 pass
             time.sleep(1)
-        raise BenchFailed(f"{proc.name} did not serve h2 within {self.args.start_timeout:.0f} s:\n{proc.tail()}")
+        raise BenchFailed(f"{proc.name} did not serve {kind} within {self.args.start_timeout:.0f} s:\n{proc.tail()}")
 
     def count_with_tries(self, row: Row) -> None:
         """L{count}, again after a failure up to C{--tries} times: valgrind has stopped a Go binary mid-run
@@ -154,7 +164,7 @@ class Bench(Harness):
             except BenchFailed as e:
                 if attempt == self.args.tries:
                     raise
-                print(f"==> {row.proxy}: count {attempt} failed, again: {str(e).splitlines()[0]}", flush=True)
+                print(f"==> {row.kind} {row.proxy}: count {attempt} failed, again: {str(e).splitlines()[0]}", flush=True)
 
     def count(self, row: Row) -> None:
         """The instructions of C{row.proxy} per request, under callgrind."""
@@ -169,10 +179,10 @@ class Bench(Harness):
         valgrind = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
         proc = self.spawn(f"{row.proxy}-callgrind", valgrind + argv, port, self.args.proxy_cpu, env=env)
         try:
-            self.served(proc, port)
-            self.h2load(port, "-n", str(self.args.warmup), "-c", str(self.args.connections))
+            self.served(row.kind, proc, port)
+            self.h2load(row.kind, port, "-n", str(self.args.warmup), "-c", str(self.args.connections))
             subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True, capture_output=True, timeout=60)
-            done, failed = self.h2load(port, "-n", str(self.args.requests), "-c", str(self.args.connections))
+            done, failed = self.h2load(row.kind, port, "-n", str(self.args.requests), "-c", str(self.args.connections))
             subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], check=True, capture_output=True, timeout=60)
         finally:
             procs.stop(proc, grace=120)  # valgrind writes its counts on the way out
@@ -187,10 +197,10 @@ class Bench(Harness):
         argv, env = self.argv(row.proxy, port)
         proc = self.spawn(f"{row.proxy}-timed", argv, port, self.args.proxy_cpu, env=env)
         try:
-            self.served(proc, port)
-            self.h2load(port, "-D", "2", "-c", str(self.args.cpu_connections))
+            self.served(row.kind, proc, port)
+            self.h2load(row.kind, port, "-D", "2", "-c", str(self.args.cpu_connections))
             user, system = user_system_seconds(proc.pid)
-            done, failed = self.h2load(port, "-D", str(self.args.cpu), "-c", str(self.args.cpu_connections))
+            done, failed = self.h2load(row.kind, port, "-D", str(self.args.cpu), "-c", str(self.args.cpu_connections))
             user_after, system_after = user_system_seconds(proc.pid)
         finally:
             procs.stop(proc)
@@ -209,8 +219,8 @@ def peer_paths(args: argparse.Namespace) -> dict[str, Path]:
 
 def describe(row: Row) -> str:
     if row.failure:
-        return f"{row.proxy}: FAILED {row.failure}"
-    said = f"{row.proxy}: {row.instructions:,} instructions per h2 request ({row.requests} counted, run {row.tries})"
+        return f"{row.kind} {row.proxy}: FAILED {row.failure}"
+    said = f"{row.kind} {row.proxy}: {row.instructions:,} instructions per request ({row.requests} counted, run {row.tries})"
     if row.user_us is not None:
         said += f"; without valgrind {row.user_us} us user + {row.system_us} us system per request ({row.cpu_requests} requests)"
     return said
@@ -220,10 +230,12 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--proxies", type=lambda s: s.split(","), default=["twingress", FLOOR, peers_bench.TRAEFIK],
                    help=f"comma-separated, in this order, of {', '.join(PROXIES)} (twingress,floor,traefik)")
-    p.add_argument("--requests", type=int, default=5000, help="h2 requests counted under valgrind (5000)")
-    p.add_argument("--warmup", type=int, default=2000, help="h2 requests before the count (2000)")
+    p.add_argument("--kinds", type=lambda s: s.split(","), default=[H2],
+                   help=f"comma-separated, in this order, of {', '.join(KINDS)} (h2); the floor is h2's only")
+    p.add_argument("--requests", type=int, default=5000, help="requests counted under valgrind (5000)")
+    p.add_argument("--warmup", type=int, default=2000, help="requests before the count (2000)")
     p.add_argument("--connections", type=int, default=4, help="h2load -c under valgrind (4)")
-    p.add_argument("--streams", type=int, default=10, help="h2load -m (10)")
+    p.add_argument("--streams", type=int, default=10, help="h2load -m over h2 (10); HTTPS/1.1 sends one at a time")
     p.add_argument("--tries", type=int, default=3, help="valgrind runs a proxy may take to be counted (3)")
     p.add_argument("--cpu", type=int, default=0, metavar="SECONDS", help="also time each proxy without valgrind this long (0: no)")
     p.add_argument("--cpu-connections", type=int, default=32, help="h2load -c of the timed load (32, as peers_bench.py)")
@@ -232,9 +244,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     h2_bench.add_run_arguments(p)
     p.set_defaults(start_timeout=180.0)  # CPython's start under valgrind takes a minute
     args = p.parse_args(argv)
-    unknown = [proxy for proxy in args.proxies if proxy not in PROXIES]
+    unknown = [proxy for proxy in args.proxies if proxy not in PROXIES] + [kind for kind in args.kinds if kind not in KINDS]
     if unknown:
-        p.error(f"unknown proxies {unknown}: choose from {', '.join(PROXIES)}")
+        p.error(f"unknown {unknown}: proxies from {', '.join(PROXIES)}, kinds from {', '.join(KINDS)}")
     return args
 
 
@@ -251,9 +263,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for row in rows:
         print(describe(row))
     out = {"benchmark": "live_instructions", "config": {k: getattr(args, k) for k in (
-        "requests", "warmup", "connections", "streams", "cpu", "cpu_connections", "proxy_cpu", "load_cpu")},
+        "kinds", "requests", "warmup", "connections", "streams", "cpu", "cpu_connections", "proxy_cpu", "load_cpu")},
         "results": [row.__dict__ for row in rows]}
-    return write_and_exit_status(args.json, out, [f"{row.proxy}: {row.failure}" for row in rows if row.failure])
+    return write_and_exit_status(args.json, out, [f"{row.kind} {row.proxy}: {row.failure}" for row in rows if row.failure])
 
 
 if __name__ == "__main__":
