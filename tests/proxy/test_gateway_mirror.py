@@ -98,7 +98,9 @@ def test_a_request_is_copied_to_the_mirror(mirror_proxy: MirrorProxy) -> None:
     (copy,) = _copies(mirror_proxy.mirrors["one"], "/copied?x=1", 1)
     assert copy["method"] == "GET"
     assert ("Host", "single.test") in [tuple(pair) for pair in copy["headers"]]
-    body = b"b" * 100_000
+    # Under Twisted's write buffer (64 KiB), so that the copy can never be paused and then cut by design (mirror.py:
+    # a copy never holds the original up). A 100 kB body's copy went missing once in CI under load, the likely cause.
+    body = b"b" * 50_000
     assert _send(mirror_proxy, "single.test", "/posted", "POST", body) == (200, "pod-primary")
     (posted,) = _copies(mirror_proxy.mirrors["one"], "/posted", 1)
     assert (posted["method"], posted["body"]) == ("POST", len(body))
