@@ -90,7 +90,7 @@ class Bench(Harness):
         self.cert = tls_bench.make_cert(ec.generate_private_key(ec.SECP256R1()), [targets.HOST, tls_bench.WRK_SNI])
         (workdir / "bench.crt").write_bytes(self.cert.cert_pem)
         (workdir / "bench.key").write_bytes(self.cert.key_pem)
-        self.peers = peer_paths(args)
+        self.peers = peers_bench.peer_paths(args)  # the Go peers among --proxies (none: nothing built or asked)
         self.backend_port = procs.free_port()
 
     def run_all(self) -> list[Row]:
@@ -111,7 +111,7 @@ class Bench(Harness):
         return rows
 
     def argv(self, proxy: str, port: int) -> tuple[list[str], dict[str, str]]:
-        """How C{proxy} is run to serve h2 over TLS on C{port}, and its environment."""
+        """How C{proxy} is run to serve TLS (h2 and HTTP/1.1 by ALPN) on C{port}, and its environment."""
         if proxy == "twingress":
             manifests = self.workdir / "manifests"
             tls_bench.write_manifests(manifests, self.backend_port, [
@@ -208,13 +208,6 @@ class Bench(Harness):
             raise BenchFailed(f"timed load: {failed} failed, {done} done")
         row.cpu_requests = done
         row.user_us, row.system_us = round(1e6 * (user_after - user) / done, 1), round(1e6 * (system_after - system) / done, 1)
-
-
-def peer_paths(args: argparse.Namespace) -> dict[str, Path]:
-    """The Go peers' binaries among C{args.proxies} (peers_bench.py's way: built by bench/peers.sh)."""
-    wanted = argparse.Namespace(**vars(args))
-    wanted.proxies = [proxy for proxy in args.proxies if proxy in peers_bench.PEERS]
-    return peers_bench.peer_paths(wanted) if wanted.proxies else {}
 
 
 def describe(row: Row) -> str:
