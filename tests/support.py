@@ -54,6 +54,25 @@ def free_port(host: str = "127.0.0.1", kind: int = socket.SOCK_STREAM) -> int:
 _handed_out: set[int] = set()
 
 
+def refusing_address() -> tuple[str, int]:
+    """
+    An address on 127.0.0.1 whose connects are refused for the rest of the test process.
+
+    A port probed and closed (free_port()) is refused only until some other process of the run
+    takes it: a dead backend once answered 200 in CI that way. The port here stays bound without
+    listening, so the kernel refuses every connect and gives it to nobody else.
+    """
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    _held.append(holder)
+    host, port = holder.getsockname()
+    return str(host), int(port)
+
+
+# The sockets refusing_address() keeps bound until the test process ends.
+_held: list[socket.socket] = []
+
+
 def accept_in_threads(listener: socket.socket, serve: Callable[[socket.socket], None]) -> None:
     """Accept on C{listener} until it is closed, each connection served by C{serve} on a thread of its own."""
 

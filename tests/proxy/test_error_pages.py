@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.proxy.h2client import H2Client
-from tests.support import EchoBackend, Manifests, Twingress, free_port
+from tests.support import EchoBackend, Manifests, Twingress, refusing_address
 
 PAGES = {"custom-http-errors": "404,502,503", "default-backend": "errors"}
 
@@ -28,7 +27,7 @@ PAGES = {"custom-http-errors": "404,502,503", "default-backend": "errors"}
 @pytest.fixture(scope="module")
 def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twingress]:
     pod, errors = EchoBackend("pod"), EchoBackend("errors")
-    dead = ("127.0.0.1", free_port())
+    dead = refusing_address()
     manifests = Manifests(tmp_path_factory.mktemp("error-pages"))
     manifests.write(
         "all.yaml",
@@ -133,9 +132,7 @@ def test_a_dead_error_backend_leaves_the_proxys_own_answer(tmp_path_factory: pyt
     """The error request is not retried nor intercepted again: nginx answers its own 502."""
     pod = EchoBackend("pod")
     manifests = Manifests(tmp_path_factory.mktemp("dead-error-backend"))
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        closed = holder.getsockname()
+    closed = refusing_address()
     manifests.write(
         "all.yaml",
         *manifests.service("web", [pod.address]),

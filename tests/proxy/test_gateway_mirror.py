@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.proxy.test_external_auth import Service
-from tests.support import EchoBackend, Manifests, Twingress, free_port, wait_for_port
+from tests.support import EchoBackend, Manifests, Twingress, refusing_address, wait_for_port
 
 GW = "gateway.networking.k8s.io/v1"
 
@@ -55,7 +55,7 @@ def mirror_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MirrorPro
         *manifests.service("echo", [echo.address]),
         *manifests.service("mirror-one", [("127.0.0.1", mirrors["one"].port)]),
         *manifests.service("mirror-two", [("127.0.0.1", mirrors["two"].port)]),
-        *manifests.service("mirror-down", [("127.0.0.1", free_port())]),
+        *manifests.service("mirror-down", [refusing_address()]),
         {"apiVersion": GW, "kind": "GatewayClass", "metadata": {"name": "twingress"}, "spec": {"controllerName": "twingress.io/gateway-controller"}},
         {"apiVersion": GW, "kind": "Gateway", "metadata": {"name": "gw", "namespace": "default"},
          "spec": {"gatewayClassName": "twingress", "listeners": [{"name": "http", "port": process.http_port, "protocol": "HTTP"}]}},

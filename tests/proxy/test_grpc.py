@@ -26,7 +26,7 @@ from h2.events import RequestReceived
 
 from tests.proxy.certs import CertificateAuthority, tls_secret
 from tests.proxy.grpc_support import SERVICE, Backend, h2c_channel
-from tests.support import Manifests, Twingress, accept_in_threads, free_port
+from tests.support import Manifests, Twingress, accept_in_threads, free_port, refusing_address
 
 
 class Proxy:
@@ -81,7 +81,7 @@ def proxy(tmp_path_factory: pytest.TempPathFactory, backend: Backend, tls_backen
         *manifests.service("greeter", [("127.0.0.1", backend.port)]),
         *manifests.service("greeter-tls", [("127.0.0.1", tls_backend.port)]),
         grpcs,
-        *manifests.service("nowhere", [("127.0.0.1", free_port())]),
+        *manifests.service("nowhere", [refusing_address()]),
         grpc_ingress,
         slow,
         down,

@@ -27,7 +27,7 @@ from twisted.python import usage
 from ingress.tap import Options
 from tests.proxy.h2client import H2Client
 from tests.proxy.test_drain import starter
-from tests.support import EchoBackend, Manifests, Twingress, accept_in_threads, free_port
+from tests.support import EchoBackend, Manifests, Twingress, accept_in_threads, refusing_address
 
 PROCESS_KEYS = {"timestamp", "level", "system", "message"}
 ACCESS_KEYS = {
@@ -83,7 +83,7 @@ def silent() -> Iterator[SilentBackend]:
 def routes(manifests: Manifests, backend: EchoBackend, silent: SilentBackend) -> Manifests:
     """echo.test to the echo backend; dead.test to a port nobody listens on; silent.test to one that never answers."""
     manifests.route("echo", "echo.test", [backend.address])
-    manifests.route("dead", "dead.test", [("127.0.0.1", free_port())])
+    manifests.route("dead", "dead.test", [refusing_address()])
     manifests.route("silent", "silent.test", [silent.address])
     return manifests
 

@@ -24,7 +24,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.proxy.certs import CertificateAuthority, tls_secret
-from tests.support import ROOT, EchoBackend, Manifests, Twingress, free_port, http_status
+from tests.support import ROOT, EchoBackend, Manifests, Twingress, free_port, http_status, refusing_address
 
 DASHBOARD = Path(__file__).parent.parent / "data" / "ingress-nginx" / "nginx.json"
 # charts/ingress-nginx/values.yaml, controller.metrics.prometheusRule.rules (commit in SOURCE.md):
@@ -128,7 +128,7 @@ def test_official_dashboard_and_alerts_find_series(
     ca = CertificateAuthority("metrics-ca")
     manifests.route("web", "m.test", [echo.address], path="/")
     manifests.write("tls.yaml", tls_secret("s-tls", ca.issue(["s.test"])), Manifests.ingress("web-tls", "s.test", "web", tls=[{"hosts": ["s.test"], "secretName": "s-tls"}]))
-    manifests.route("dead", "dead.test", [("127.0.0.1", free_port())])
+    manifests.route("dead", "dead.test", [refusing_address()])
     https_port = free_port()
     process = twingress("--nginx-metrics", "true", "--workers", "2", "--https", f"tcp:{https_port}:interface=127.0.0.1")
     now_ms = int(time.time() * 1000)

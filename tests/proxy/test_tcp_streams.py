@@ -31,7 +31,7 @@ from tests.proxy import streams_support
 from tests.proxy.proxy_header import parse_proxy_header
 from tests.proxy.streams_support import metric, recv_all, recv_exactly, stream_route, table, tcp_echo, until
 from tests.proxy.test_streaming import GROWTH_LIMIT, RSSSampler
-from tests.support import ROOT, free_port, wait_for_port
+from tests.support import ROOT, free_port, refusing_address, wait_for_port
 
 MB = 1 << 20
 
@@ -135,7 +135,7 @@ def _closed_promptly(port: int) -> bytes:
 @pytest_twisted.inlineCallbacks
 def test_dead_upstream_closes_the_client_promptly(listeners: StreamListeners, metrics: Metrics) -> Any:
     port = free_port()
-    listeners.apply(table(stream_route("TCP", port, [("127.0.0.1", free_port())])))
+    listeners.apply(table(stream_route("TCP", port, [refusing_address()])))
     assert (yield deferToThread(_closed_promptly, port)) == b""
     assert metric(metrics, "twingress_stream_upstream_errors_total", route="default/stream", protocol="TCP", reason="connect") == 1
 
@@ -172,7 +172,7 @@ def test_failed_endpoint_is_skipped_and_the_connection_retried_on_another(
     listeners: StreamListeners, servers: list[Any], metrics: Metrics
 ) -> Any:
     live, _ = serve(servers, b"live")
-    dead = ("127.0.0.1", free_port())
+    dead = refusing_address()
     port = free_port()
     listeners.apply(table(stream_route("TCP", port, [dead, live])))
     names = []
