@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from ingress.proxy.http.h1 import CRLF, FIELDS_RE, TOKEN, Framing, HTTPError
+from ingress.proxy.http.h1 import CR, CRLF, FIELDS_RE, TOKEN, Framing, HTTPError
 
 _CHUNK_SIZE_RE = re.compile(
     rb"([0-9A-Fa-f]{1,16})((?:[ \t]*;[ \t]*%s(?:[ \t]*=[ \t]*(?:%s|\"(?:[\t \x21\x23-\x5b\x5d-\x7e\x80-\xff]|\\[\t \x21-\x7e\x80-\xff])*\"))?)*)[ \t]*"
@@ -80,7 +80,7 @@ class ChunkedFramer:
     def _line_done(self, line: bytes) -> None:
         if len(line) > self._max_line:
             raise HTTPError(400, "chunk line too long")
-        if not line.endswith(CRLF) or b"\r" in line[:-2]:
+        if not line.endswith(CRLF) or CR in line[:-2]:
             raise HTTPError(400, "bare CR or LF in chunked body")
         body = line[:-2]
         if self._state == self._DATA_CRLF:

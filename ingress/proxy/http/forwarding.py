@@ -129,7 +129,7 @@ def request_head_bytes(
     tail = b""
     if target is None:
         target = request.target
-        if target[:1] != b"/" or b"#" in target:  # rare: absolute-form, or a fragment
+        if target[:1] != b"/" or h1.HASH in target:  # rare: absolute-form, or a fragment
             if target[:1] != b"/":
                 block = _HOST_RE.sub(b"", block)
                 tail = b"Host: %s\r\n" % host.encode("latin-1")

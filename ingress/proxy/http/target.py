@@ -47,7 +47,7 @@ def host_and_path(head: h1.Head) -> tuple[str, str]:
     match = _ABSOLUTE.match(target)
     if match is not None:
         authority = match.group(1)
-        if not authority or b"@" in authority or not h1.valid_host(authority):
+        if not authority or h1.AT in authority or not h1.valid_host(authority):
             raise h1.HTTPError(400, "invalid authority in the request target")
         return authority.decode("latin-1"), _path(match.group(2) or b"/")
     if target == b"*" and head.method == b"OPTIONS":
@@ -66,7 +66,7 @@ def origin_form(target: bytes) -> bytes:
 
 def _path(target: bytes) -> str:
     path = target.split(b"?", 1)[0]
-    if b"#" in path:
+    if h1.HASH in path:
         path = path.split(b"#", 1)[0]
     try:
         return routing_path(path.decode("latin-1"))

@@ -141,7 +141,7 @@ def _usual_pseudo_fields(headers: Headers) -> Optional[tuple[bytes, bytes, bytes
         first += 1
     if scheme not in (b"https", b"http") or method == b"CONNECT" or _METHOD_RE.fullmatch(method) is None:
         return None
-    if _TARGET_RE.fullmatch(path) is None or b"," in authority or not authority or not h1.valid_host(authority):
+    if _TARGET_RE.fullmatch(path) is None or h1.COMMA in authority or not authority or not h1.valid_host(authority):
         return None
     return method, path, authority, first
 
