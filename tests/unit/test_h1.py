@@ -8,6 +8,7 @@ the status the client is told.  No reactor, no sockets.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, Optional
 
@@ -647,3 +648,16 @@ def test_consulted_values_come_without_surrounding_whitespace() -> None:
     """RFC 9112 5: optional whitespace before and after a field value is not part of it."""
     head = h1.parse_request_head(b"POST / HTTP/1.1\r\nHost:  a.test \t\r\nContent-Length:\t5  \r\nConnection: \r\n\r\n")
     assert head.host == b"a.test" and head.framing.content_length == 5 and head.connection == frozenset()
+
+
+def test_heads_written_out_init_takes_every_field_as_replace_needs() -> None:
+    """Head's __init__ is written by hand (compiled, h1.Head): it must keep taking each field by name."""
+    values: dict[str, Any] = {
+        "version": (1, 0), "block": b"a: b\r\n", "connection": frozenset({b"close"}), "framing": h1.length_framing(3), "method": b"PUT",
+        "target": b"/t", "status": 201, "reason": b"Made", "host": b"h.test", "upgrade": b"ws", "expect_continue": True, "has_date": True,
+        "request_id": b"id", "nothing_to_drop": True,
+    }
+    assert set(values) == {f.name for f in dataclasses.fields(h1.Head)}
+    head = h1.Head(**values)
+    assert {name: getattr(head, name) for name in values} == values
+    assert dataclasses.replace(head, status=500).status == 500 and dataclasses.replace(head) == head

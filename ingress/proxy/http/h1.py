@@ -140,21 +140,9 @@ class Head:
     nothing_to_drop: bool = field(default=False, compare=False)
 
     def __init__(
-        self,
-        version: tuple[int, int],
-        block: bytes,
-        connection: frozenset[bytes],
-        framing: Framing,
-        method: bytes = b"",
-        target: bytes = b"",
-        status: int = 0,
-        reason: bytes = b"",
-        host: bytes = b"",
-        upgrade: bytes = b"",
-        expect_continue: bool = False,
-        has_date: bool = False,
-        request_id: bytes = b"",
-        nothing_to_drop: bool = False,
+        self, version: tuple[int, int], block: bytes, connection: frozenset[bytes], framing: Framing, method: bytes = b"", target: bytes = b"",
+        status: int = 0, reason: bytes = b"", host: bytes = b"", upgrade: bytes = b"", expect_continue: bool = False, has_date: bool = False,
+        request_id: bytes = b"", nothing_to_drop: bool = False,
     ) -> None:
         # Written out rather than generated (init=False): the dataclass's own __init__ is made at
         # import time by the dataclasses module, so it stays interpreted Python in the compiled build
