@@ -20,7 +20,8 @@ from setuptools import setup
 
 # The modules a keep-alive HTTP request runs through: the connection (server.py, whose one base
 # is Twisted's Protocol), its response framing (h1response.py) and the request's Exchange (no base
-# at all, so mypyc makes it a native class).  A class compiled here must not need an interpreted
+# at all, so mypyc makes it a native class), and the X-Request-ID routing adds to it (requestid.py:
+# ingress-nginx's generate-request-id is on by default).  A class compiled here must not need an interpreted
 # base class together with a compiled one (mypyc refuses that).  The paths off the keep-alive one
 # stay interpreted (failures.py, steps.py, deadlines.py), and so do the routing table's frozen
 # dataclasses: compiled, they cannot be unpickled (mypyc's state setter assigns through the frozen
@@ -37,6 +38,7 @@ HOT_MODULES = [
     "ingress/proxy/http/exchange.py",
     "ingress/proxy/http/admission.py",
     "ingress/proxy/http/routed.py",
+    "ingress/proxy/http/requestid.py",
     "ingress/proxy/http/upstream.py",
     "ingress/proxy/idle.py",
     "ingress/observe/accesslog.py",
