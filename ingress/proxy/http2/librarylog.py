@@ -25,8 +25,10 @@ import logging
 HPACK_LOGGERS = ("hpack.hpack", "hpack.table")
 
 
-def dropped(*args: object, **kwargs: object) -> None:
-    """A debug record's fate once dropped at its call: nothing is made of it."""
+# A debug record's fate once dropped at its call: nothing is made of it.  The empty string's format
+# is a C-level callable that takes any arguments and reads none (no placeholder): 360 instructions
+# a call, against 955 for a Python function doing nothing (26 calls per h2 request).
+dropped = "".format
 
 
 def drop_hpack_debug() -> None:
@@ -34,4 +36,4 @@ def drop_hpack_debug() -> None:
     for name in HPACK_LOGGERS:
         logger = logging.getLogger(name)
         if not logger.isEnabledFor(logging.DEBUG):
-            logger.debug = dropped  # type: ignore[method-assign]  # an instance attribute: this logger only
+            logger.debug = dropped  # type: ignore[method-assign, assignment]  # an instance attribute, this logger only; its answer is never read
