@@ -653,7 +653,7 @@ def test_consulted_values_come_without_surrounding_whitespace() -> None:
 def test_heads_written_out_init_takes_every_field_as_replace_needs() -> None:
     """Head's __init__ is written by hand (compiled, h1.Head): it must keep taking each field by name."""
     values: dict[str, Any] = {
-        "version": (1, 0), "block": b"a: b\r\n", "connection": frozenset({b"close"}), "framing": h1.length_framing(3), "method": b"PUT",
+        "version": (1, 0), "block": b"a: b\r\n", "connection": frozenset({b"close"}), "framing": h1.length_framing(b"3"), "method": b"PUT",
         "target": b"/t", "status": 201, "reason": b"Made", "host": b"h.test", "upgrade": b"ws", "expect_continue": True, "has_date": True,
         "request_id": b"id", "nothing_to_drop": True,
     }

@@ -39,6 +39,8 @@ _USUAL_FIELDS_RE = re.compile(
     rb"(?:[!#$%&'*+.^_`|~0-9a-z-]+: (?:[\x21-\x7e\x80-\xff](?:[\t \x21-\x7e\x80-\xff]*[\x21-\x7e\x80-\xff])?)?\r\n)*"
 )
 _METHOD_RE = re.compile(h1.TOKEN)
+# Methods known to be tokens: a set probe in place of _METHOD_RE for those (a tenth of its cost).
+_TOKEN_METHODS = frozenset({b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"OPTIONS", b"PATCH"})
 _TARGET_RE = re.compile(rb"[\x21-\x7e]+")  # the request line's target (h1)
 # Regular fields the usual request has none of (but te: trailers, which every gRPC request has): forbidden
 # in HTTP/2 (8.2.2: te only as "trailers"), or consulted by the HTTP/1.1 parser (host: from :authority).
@@ -105,7 +107,7 @@ def _usual_request_head(headers: Headers, has_body: bool, max_fields: int) -> Op
         if has_body:
             section += b"transfer-encoding: chunked\r\n"
     elif length.isdigit() and len(length) < 19:
-        framing = h1.length_framing(int(length))
+        framing = h1.length_framing(length)
     else:
         return None
     if section.count(b"\n") > max_fields + 1:  # the Host line is ours
@@ -139,7 +141,7 @@ def _usual_pseudo_fields(headers: Headers) -> Optional[tuple[bytes, bytes, bytes
         else:
             return None  # repeated, or not a request's (8.3)
         first += 1
-    if scheme not in (b"https", b"http") or method == b"CONNECT" or _METHOD_RE.fullmatch(method) is None:
+    if scheme not in (b"https", b"http") or method == b"CONNECT" or (method not in _TOKEN_METHODS and _METHOD_RE.fullmatch(method) is None):
         return None
     if _TARGET_RE.fullmatch(path) is None or h1.COMMA in authority or not authority or not h1.valid_host(authority):
         return None
