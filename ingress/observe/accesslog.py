@@ -27,7 +27,7 @@ import signal
 import time
 from collections.abc import Callable
 from json.encoder import encode_basestring_ascii as _json_string
-from typing import Any, Optional
+from typing import Any, Final, Optional
 
 from twisted.application.service import Service
 from twisted.internet.interfaces import IDelayedCall
@@ -38,10 +38,10 @@ from ingress.routing.logformat import parse
 
 log = Logger()
 
-_FLUSH_BYTES = 1 << 16
-_FLUSH_SECONDS = 0.5
-_SAFE = bytes(b for b in range(0x20, 0x7F) if b not in b'"\\')
-_VERSIONS = {(1, 1): "HTTP/1.1", (1, 0): "HTTP/1.0"}
+_FLUSH_BYTES: Final = 1 << 16
+_FLUSH_SECONDS: Final = 0.5
+_SAFE: Final = bytes(b for b in range(0x20, 0x7F) if b not in b'"\\')
+_VERSIONS: Final = {(1, 1): "HTTP/1.1", (1, 0): "HTTP/1.0"}
 
 
 def _escape(value: bytes) -> str:
@@ -183,7 +183,7 @@ def json_line(exchange: Any, status: int, clock: _Clock) -> str:
     )
 
 
-FORMATS: dict[str, Callable[[Any, int, _Clock], str]] = {"text": text_line, "json": json_line}
+FORMATS: Final[dict[str, Callable[[Any, int, _Clock], str]]] = {"text": text_line, "json": json_line}
 
 
 class AccessLog(Service):

@@ -7,10 +7,11 @@ as they came, and only its end (and any framing error) is found here.
 from __future__ import annotations
 
 import re
+from typing import Final
 
 from ingress.proxy.http.h1 import CR, CRLF, FIELDS_RE, TOKEN, Framing, HTTPError
 
-_CHUNK_SIZE_RE = re.compile(
+_CHUNK_SIZE_RE: Final = re.compile(
     rb"([0-9A-Fa-f]{1,16})((?:[ \t]*;[ \t]*%s(?:[ \t]*=[ \t]*(?:%s|\"(?:[\t \x21\x23-\x5b\x5d-\x7e\x80-\xff]|\\[\t \x21-\x7e\x80-\xff])*\"))?)*)[ \t]*"
     % (TOKEN, TOKEN)
 )

@@ -17,7 +17,7 @@ L{ingress.proxy.http.failures}'.  A request costs this one allocation
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import Final, Optional
 
 from twisted.internet.interfaces import IConnector
 
@@ -37,7 +37,7 @@ from ingress.proxy.http.upstream import Address, UpstreamConnection
 from ingress.routing.policies import Policies
 from ingress.routing.table import Route
 
-_PENDING_LIMIT = 1 << 20  # request bytes held while the upstream connection is being opened
+_PENDING_LIMIT: Final = 1 << 20  # request bytes held while the upstream connection is being opened
 
 
 class Exchange:

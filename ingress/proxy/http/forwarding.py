@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional
+from typing import Final, Optional
 
 from twisted.internet.interfaces import ITransport
 
@@ -28,12 +28,12 @@ from ingress.proxy.http.target import origin_form
 from ingress.proxy.http.variables import field_lines
 from ingress.routing.policies.headers import HeaderChanges
 
-_FORWARDING = frozenset(
+_FORWARDING: Final = frozenset(
     {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host", b"x-forwarded-port", b"x-real-ip", b"forwarded"}
     | {b"x-scheme", b"x-forwarded-scheme"}
 )
 # Connection tokens that name no field of their own (or one already dropped).
-_PLAIN_TOKENS = frozenset({b"close", b"keep-alive", b"upgrade"})
+_PLAIN_TOKENS: Final = frozenset({b"close", b"keep-alive", b"upgrade"})
 
 
 def drop_lines_re(names: frozenset[bytes]) -> re.Pattern[bytes]:
@@ -42,15 +42,15 @@ def drop_lines_re(names: frozenset[bytes]) -> re.Pattern[bytes]:
 
 
 # The fields of a request that never go upstream, and of a response that never reach the client.
-REQUEST_DROPPED = h1.HOP_BY_HOP | _FORWARDING
+REQUEST_DROPPED: Final = h1.HOP_BY_HOP | _FORWARDING
 # The upstream's Server goes too and ours takes its place, as nginx does by default
 # (proxy_hide_header): an edge does not tell the world which software runs behind it.
-RESPONSE_DROPPED = h1.HOP_BY_HOP | {b"server"}
-_REQUEST_DROP_RE = drop_lines_re(REQUEST_DROPPED)
-_RESPONSE_DROP_RE = drop_lines_re(RESPONSE_DROPPED)
-_TRANSFER_ENCODING_RE = drop_lines_re(frozenset({b"transfer-encoding"}))
-_HOST_RE = drop_lines_re(frozenset({b"host"}))
-_PREFIX_RE = drop_lines_re(frozenset({b"x-forwarded-prefix"}))
+RESPONSE_DROPPED: Final = h1.HOP_BY_HOP | {b"server"}
+_REQUEST_DROP_RE: Final = drop_lines_re(REQUEST_DROPPED)
+_RESPONSE_DROP_RE: Final = drop_lines_re(RESPONSE_DROPPED)
+_TRANSFER_ENCODING_RE: Final = drop_lines_re(frozenset({b"transfer-encoding"}))
+_HOST_RE: Final = drop_lines_re(frozenset({b"host"}))
+_PREFIX_RE: Final = drop_lines_re(frozenset({b"x-forwarded-prefix"}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +84,7 @@ def scheme_fields(scheme: bytes) -> bytes:
     return b"X-Forwarded-Scheme: %s\r\nX-Scheme: %s\r\n" % (scheme, scheme)
 
 
-UNKNOWN_PEER = ForwardedFor("", b"")
+UNKNOWN_PEER: Final = ForwardedFor("", b"")
 """A connection's forwarding fields before C{connectionMade} tells who the peer is."""
 
 

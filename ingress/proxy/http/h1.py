@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Final, Optional
 
-CRLF = b"\r\n"
-HEAD_END = b"\r\n\r\n"
+CRLF: Final = b"\r\n"
+HEAD_END: Final = b"\r\n\r\n"
 # Single bytes to look for with "in" as integers: CPython 3.11 takes a bytes needle for an integer
 # first, raising and clearing a TypeError (about 400 instructions) before it searches at all.
 COMMA: Final = 0x2C  # ","
@@ -31,27 +31,27 @@ HASH: Final = 0x23  # "#"
 CR: Final = 0x0D
 AT: Final = 0x40  # "@"
 
-TOKEN = rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
-_VCHAR_OBS = rb"[\x21-\x7e\x80-\xff]"
-_FIELD_LINE = rb"%s:[\t \x21-\x7e\x80-\xff]*" % TOKEN  # value: VCHAR, obs-text, SP, HTAB
+TOKEN: Final = rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
+_VCHAR_OBS: Final = rb"[\x21-\x7e\x80-\xff]"
+_FIELD_LINE: Final = rb"%s:[\t \x21-\x7e\x80-\xff]*" % TOKEN  # value: VCHAR, obs-text, SP, HTAB
 # A whole field section: zero or more field lines, each followed by CRLF.
-FIELDS_RE = re.compile(rb"(?:%s\r\n)*" % _FIELD_LINE)
-_REQUEST_LINE_RE = re.compile(rb"(%s) ([\x21-\x7e]+) HTTP/([0-9])\.([0-9])" % TOKEN)
-_STATUS_LINE_RE = re.compile(rb"HTTP/([0-9])\.([0-9]) ([0-9]{3})(?: ([\t \x21-\x7e\x80-\xff]*))?")
+FIELDS_RE: Final = re.compile(rb"(?:%s\r\n)*" % _FIELD_LINE)
+_REQUEST_LINE_RE: Final = re.compile(rb"(%s) ([\x21-\x7e]+) HTTP/([0-9])\.([0-9])" % TOKEN)
+_STATUS_LINE_RE: Final = re.compile(rb"HTTP/([0-9])\.([0-9]) ([0-9]{3})(?: ([\t \x21-\x7e\x80-\xff]*))?")
 # The fields a proxy consults, found in the lower-cased section (values come back lower-cased:
 # every one of them is case-insensitive or only tested for presence).
 # Values come without the optional whitespace around them (RFC 9112 5: OWS is not part of the value).
-_INTERESTING_RE = re.compile(
+_INTERESTING_RE: Final = re.compile(
     rb"\n(content-length|transfer-encoding|connection|host|upgrade|expect|date|server):[ \t]*((?:[^\r]*[^\r \t])?)"
 )
-_BARE_LF_RE = re.compile(rb"(?<!\r)\n|\r(?!\n)")
-_DIGITS_RE = re.compile(rb"[0-9]{1,18}")
+_BARE_LF_RE: Final = re.compile(rb"(?<!\r)\n|\r(?!\n)")
+_DIGITS_RE: Final = re.compile(rb"[0-9]{1,18}")
 # RFC 9110 7.2 / RFC 3986: uri-host [ ":" port ]; IP literals in brackets.
-_HOST_RE = re.compile(rb"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::[0-9]*)?")
-_METHOD_PREFIX_RE = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]*(?: |\r|$)")
+_HOST_RE: Final = re.compile(rb"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::[0-9]*)?")
+_METHOD_PREFIX_RE: Final = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]*(?: |\r|$)")
 
 # Hop-by-hop fields (RFC 9110 7.6.1 and the classic list): never forwarded.
-HOP_BY_HOP = frozenset(
+HOP_BY_HOP: Final = frozenset(
     {b"connection", b"keep-alive", b"proxy-connection", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer", b"upgrade"}
 )
 
@@ -60,7 +60,7 @@ Field = tuple[bytes, bytes, bytes]
 """A header field: (name as received, lower-cased name, value without surrounding whitespace)."""
 
 
-NO_TOKENS: frozenset[bytes] = frozenset()
+NO_TOKENS: Final[frozenset[bytes]] = frozenset()
 
 
 class HTTPError(Exception):
@@ -85,12 +85,12 @@ class Framing:
         return self.chunked or self.until_close or bool(self.content_length)
 
 
-NO_BODY = Framing(content_length=0)
-CHUNKED = Framing(chunked=True)
-_UNTIL_CLOSE = Framing(until_close=True)
+NO_BODY: Final = Framing(content_length=0)
+CHUNKED: Final = Framing(chunked=True)
+_UNTIL_CLOSE: Final = Framing(until_close=True)
 # Framing is immutable: one per Content-Length value seen, by its digits (a frozen dataclass costs ~1 us
 # to make, int() of bytes ~1,300 instructions: a probe ~100).
-_LENGTHS: dict[bytes, Framing] = {}
+_LENGTHS: Final[dict[bytes, Framing]] = {}
 
 
 def length_framing(digits: bytes) -> Framing:
@@ -170,7 +170,7 @@ class Head:
         return split_fields(self.block)
 
 
-_VALID_HOSTS: set[bytes] = set()  # the few hosts every request names, probed at a tenth of the pattern's cost (bounded)
+_VALID_HOSTS: Final[set[bytes]] = set()  # the few hosts every request names, probed at a tenth of the pattern's cost (bounded)
 
 
 def valid_host(host: bytes) -> bool:
@@ -321,7 +321,7 @@ def _framing_of_any(fields: list[tuple[bytes, bytes]], is_request: bool) -> tupl
     return _UNTIL_CLOSE, seen
 
 
-_TOKEN_SETS: dict[bytes, frozenset[bytes]] = {}
+_TOKEN_SETS: Final[dict[bytes, frozenset[bytes]]] = {}
 
 
 def _connection_tokens(seen: dict[bytes, bytes]) -> frozenset[bytes]:

@@ -9,7 +9,7 @@ gzip), and this proxy's own answers.  Functions of their arguments, so that the 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Optional, Union
+from typing import Final, Optional, Union
 
 from ingress.proxy.http import h1
 from ingress.proxy.http.chunked import ChunkedFramer
@@ -21,7 +21,7 @@ from ingress.proxy.http.settings import ProxySettings
 from ingress.routing.compression import Gzip
 
 Transform = Union[ChunkedFramer, GzipBody]
-_CHUNKED = b"Transfer-Encoding: chunked\r\n"
+_CHUNKED: Final = b"Transfer-Encoding: chunked\r\n"
 
 
 def keeps_alive(request: h1.Head, requests: int, draining: bool, settings: ProxySettings) -> bool:

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 from binascii import b2a_hex
 from random import getrandbits
+from typing import Final
 
 from ingress.proxy.http import h1
 from ingress.proxy.http.fields import field_value
 
-FIELD = b"x-request-id"
+FIELD: Final = b"x-request-id"
 
 
 def new_id() -> bytes:

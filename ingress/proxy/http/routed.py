@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from functools import partial
-from typing import Optional
+from typing import Final, Optional
 
 from ingress.proxy.http import h1, requestid
 from ingress.proxy.http.errorpages import fallback_head
@@ -26,8 +26,8 @@ from ingress.routing.policies.block import GlobalBlock
 from ingress.routing.route import Route
 from ingress.routing.table import RoutingTable
 
-HTTP2 = (2, 0)
-_AUTHORIZATION = re.compile(rb"^authorization:[^\r\n]*\r\n", re.MULTILINE | re.IGNORECASE)
+HTTP2: Final = (2, 0)
+_AUTHORIZATION: Final = re.compile(rb"^authorization:[^\r\n]*\r\n", re.MULTILINE | re.IGNORECASE)
 
 
 class Routed:

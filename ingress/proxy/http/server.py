@@ -11,7 +11,7 @@ their own framing) and frames the response.  Pipelined requests wait in the buff
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Final, Optional
 
 from twisted.internet.interfaces import IHandshakeListener, IPushProducer
 from twisted.internet.protocol import Protocol, connectionDone
@@ -39,9 +39,9 @@ from ingress.proxy.transport import IConnectionTransport
 
 log = Logger()
 
-_IN_FLIGHT = frozenset({BODY, AWAIT, AUTH})  # a request read (or being read) and not yet answered in full
-FIRST_REQUEST_GRACE = 1.0  # seconds a connection drained before its first request is given for it
-PROTOCOL = "http/1.1"
+_IN_FLIGHT: Final = frozenset({BODY, AWAIT, AUTH})  # a request read (or being read) and not yet answered in full
+FIRST_REQUEST_GRACE: Final = 1.0  # seconds a connection drained before its first request is given for it
+PROTOCOL: Final = "http/1.1"
 
 
 @implementer(IPushProducer, IHandshakeListener)

@@ -13,13 +13,14 @@ disagree about the host.  A fragment is never part of either.
 from __future__ import annotations
 
 import re
+from typing import Final
 
 from ingress.proxy.http import h1
 from ingress.routing.paths import PathError, routing_path
 from ingress.routing.table import normalize_host
 
-_ROUTING_HOSTS: dict[str, str] = {}
-_ABSOLUTE = re.compile(rb"https?://([^/?#]*)([^#]*)", re.IGNORECASE)
+_ROUTING_HOSTS: Final[dict[str, str]] = {}
+_ABSOLUTE: Final = re.compile(rb"https?://([^/?#]*)([^#]*)", re.IGNORECASE)
 
 
 def routing_host(host: str) -> str:

@@ -17,7 +17,7 @@ any other protocol error gets the code C{h2} chose (RFC 9113 5.4.1).
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Final, Optional
 
 from h2.config import H2Configuration
 from h2.errors import ErrorCodes
@@ -55,9 +55,9 @@ from ingress.proxy.transport import IConnectionTransport, hand_over
 
 log = Logger()
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-_GOAWAY_SIZE = 17  # a GOAWAY frame without debug data: 9-byte frame header, 8-byte payload
-_GOAWAY_TYPE = 0x7
+PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+_GOAWAY_SIZE: Final = 17  # a GOAWAY frame without debug data: 9-byte frame header, 8-byte payload
+_GOAWAY_TYPE: Final = 0x7
 
 
 @implementer(IPushProducer)
@@ -380,7 +380,7 @@ def _with_goaway_code(pending: bytes, code: ErrorCodes) -> bytes:
     return pending
 
 
-_HANDLERS: dict[type, Any] = {
+_HANDLERS: Final[dict[type, Any]] = {
     RequestReceived: H2ServerProtocol._request,
     DataReceived: H2ServerProtocol._data,
     StreamEnded: H2ServerProtocol._ended,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Optional, Protocol
+from typing import Final, Optional, Protocol
 
 from h2.errors import ErrorCodes
 from h2.exceptions import ProtocolError, StreamClosedError
@@ -33,8 +33,8 @@ from ingress.proxy.http2.upstream import H2UpstreamConnection
 
 log = Logger()
 
-GRPC_UNAVAILABLE = b"14"
-_CONNECTION_SPECIFIC = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade", b"server"})
+GRPC_UNAVAILABLE: Final = b"14"
+_CONNECTION_SPECIFIC: Final = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade", b"server"})
 
 
 class StreamClient(Protocol):

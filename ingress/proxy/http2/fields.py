@@ -21,7 +21,7 @@ HTTP/2 forbids.
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import Final, Optional
 
 from ingress.proxy.http import h1
 from ingress.proxy.http.forwarding import REQUEST_DROPPED, RESPONSE_DROPPED, UNKNOWN_PEER, ForwardedFor, connection_named, response_fields
@@ -31,20 +31,20 @@ from ingress.routing.policies.headers import HeaderChanges
 
 Headers = list[tuple[bytes, bytes]]
 
-HTTP2 = (2, 0)
+HTTP2: Final = (2, 0)
 
 # A field section of the usual request: lower-case token names (RFC 9113 8.2.1, RFC 9110 5.1), values
 # of visible characters with spaces and tabs only inside (RFC 9113 8.2.1, RFC 9110 5.5).
-_USUAL_FIELDS_RE = re.compile(
+_USUAL_FIELDS_RE: Final = re.compile(
     rb"(?:[!#$%&'*+.^_`|~0-9a-z-]+: (?:[\x21-\x7e\x80-\xff](?:[\t \x21-\x7e\x80-\xff]*[\x21-\x7e\x80-\xff])?)?\r\n)*"
 )
-_METHOD_RE = re.compile(h1.TOKEN)
+_METHOD_RE: Final = re.compile(h1.TOKEN)
 # Methods known to be tokens: a set probe in place of _METHOD_RE for those (a tenth of its cost).
-_TOKEN_METHODS = frozenset({b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"OPTIONS", b"PATCH"})
-_TARGET_RE = re.compile(rb"[\x21-\x7e]+")  # the request line's target (h1)
+_TOKEN_METHODS: Final = frozenset({b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"OPTIONS", b"PATCH"})
+_TARGET_RE: Final = re.compile(rb"[\x21-\x7e]+")  # the request line's target (h1)
 # Regular fields the usual request has none of (but te: trailers, which every gRPC request has): forbidden
 # in HTTP/2 (8.2.2: te only as "trailers"), or consulted by the HTTP/1.1 parser (host: from :authority).
-_UNUSUAL = frozenset({b"connection", b"proxy-connection", b"keep-alive", b"transfer-encoding", b"upgrade", b"te", b"host"})
+_UNUSUAL: Final = frozenset({b"connection", b"proxy-connection", b"keep-alive", b"transfer-encoding", b"upgrade", b"te", b"host"})
 
 
 def request_head(headers: Headers, has_body: bool, max_fields: int) -> h1.Head:
@@ -216,11 +216,11 @@ def response_headers(
     return headers
 
 
-_NOT_IN_HTTP2 = frozenset({b"connection", b"transfer-encoding", b"keep-alive", b"upgrade", b"proxy-connection"})
+_NOT_IN_HTTP2: Final = frozenset({b"connection", b"transfer-encoding", b"keep-alive", b"upgrade", b"proxy-connection"})
 
 
 # An upstream's response fields that an HTTP/2 client never gets: HTTP/1.1's (hop-by-hop, Server) and HTTP/2's own.
-_RESPONSE_DROPPED = RESPONSE_DROPPED | _NOT_IN_HTTP2
+_RESPONSE_DROPPED: Final = RESPONSE_DROPPED | _NOT_IN_HTTP2
 
 
 def _add_lines(block: bytes, headers: Headers, dropped: frozenset[bytes] = _NOT_IN_HTTP2) -> None:
@@ -246,7 +246,7 @@ def local_response(status: int, server: bytes, location: bytes = b"", fields: by
     return headers, raw[end + 4 :]
 
 
-_NOT_TO_HTTP2_UPSTREAM = frozenset({b"host", b"transfer-encoding", b"connection", b"keep-alive", b"upgrade", b"proxy-connection", b"te"})
+_NOT_TO_HTTP2_UPSTREAM: Final = frozenset({b"host", b"transfer-encoding", b"connection", b"keep-alive", b"upgrade", b"proxy-connection", b"te"})
 
 
 def upstream_request_headers(head_bytes: bytes, scheme: bytes) -> Headers:

@@ -16,7 +16,7 @@ endpoints speak HTTP/2 (gRPC, h2c) hands the stream to an L{H2Exchange} instead.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Optional
+from typing import Final, Optional
 
 from h2.errors import ErrorCodes
 from h2.exceptions import StreamClosedError
@@ -38,7 +38,7 @@ from ingress.proxy.idle import Deadline, GroupDeadline
 
 log = Logger()
 
-HIGH_WATER = 1 << 16  # response bytes a stream holds for a client that gives no window, before its upstream is paused
+HIGH_WATER: Final = 1 << 16  # response bytes a stream holds for a client that gives no window, before its upstream is paused
 
 
 class H2Stream:

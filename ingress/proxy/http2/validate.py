@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Final
 
-_NAME_RE = re.compile(rb"[!-9;-@\[-~]+")  # 8.2.1: not 0x00-0x20, A-Z, 0x7f-0xff, nor ":" (empty: refused)
-_BAD_VALUE_RE = re.compile(rb"[\x00\n\r]|\A[ \t]|[ \t]\Z")  # 8.2.1: no NUL/LF/CR, no leading or trailing SP/HTAB
-_CONNECTION_SPECIFIC = frozenset({b"connection", b"proxy-connection", b"keep-alive", b"transfer-encoding", b"upgrade"})  # 8.2.2
-_REQUEST_PSEUDO = frozenset({b":method", b":scheme", b":authority", b":path"})  # 8.3.1 (":protocol" needs a setting we never send)
-_RESPONSE_PSEUDO = frozenset({b":status"})  # 8.3.2
-_STATUS_RE = re.compile(rb"[0-9]{3}")
+_NAME_RE: Final = re.compile(rb"[!-9;-@\[-~]+")  # 8.2.1: not 0x00-0x20, A-Z, 0x7f-0xff, nor ":" (empty: refused)
+_BAD_VALUE_RE: Final = re.compile(rb"[\x00\n\r]|\A[ \t]|[ \t]\Z")  # 8.2.1: no NUL/LF/CR, no leading or trailing SP/HTAB
+_CONNECTION_SPECIFIC: Final = frozenset({b"connection", b"proxy-connection", b"keep-alive", b"transfer-encoding", b"upgrade"})  # 8.2.2
+_REQUEST_PSEUDO: Final = frozenset({b":method", b":scheme", b":authority", b":path"})  # 8.3.1 (":protocol" needs a setting we never send)
+_RESPONSE_PSEUDO: Final = frozenset({b":status"})  # 8.3.2
+_STATUS_RE: Final = re.compile(rb"[0-9]{3}")
 
 
 class MalformedHeaders(Exception):
