@@ -19,8 +19,13 @@ pins them) and reports its user and system CPU per request beside the count.
 The backend is the benches' nginx; every proxy is configured as in peers_bench.py (twingress
 with its access log off, as the peers have none), the floor as library_share.py runs it.
 
+With ``--rounds N --no-count`` only the timed runs: N rounds of them, the proxies' order reversed every
+other round (as peers_bench.py does), and each proxy's median; this puts the floor beside the peers
+in CPU time, where peers_bench.py has no floor row.
+
   .venv/bin/python bench/live_instructions.py [--proxies twingress,floor,traefik,caddy]
       [--kinds h2,https/1.1] [--requests 5000] [--cpu 8]      # ~1.5 min a proxy under valgrind; +~15 s a proxy with --cpu
+  .venv/bin/python bench/live_instructions.py --no-count --cpu 8 --rounds 4   # the timed runs alone, medians
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import argparse
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -96,12 +102,22 @@ class Bench(Harness):
     def run_all(self) -> list[Row]:
         self.nginx("backend", targets.backend_conf(self.workdir, self.backend_port), self.backend_port, self.args.load_cpu)
         rows = []
-        for kind, proxy in ((kind, proxy) for kind in self.args.kinds for proxy in self.args.proxies):
+        for round_index in range(self.args.rounds):
+            proxies = self.args.proxies if round_index % 2 == 0 else self.args.proxies[::-1]
+            if self.args.rounds > 1:
+                print(f"==> round {round_index + 1} of {self.args.rounds}: {', '.join(proxies)}", flush=True)
+            rows += self.run_round(proxies)
+        return rows
+
+    def run_round(self, proxies: list[str]) -> list[Row]:
+        rows = []
+        for kind, proxy in ((kind, proxy) for kind in self.args.kinds for proxy in proxies):
             if kind == HTTPS and proxy == FLOOR:
                 continue  # h2_proxy_floor.py speaks h2 only
             row = Row(proxy, kind)
             try:
-                self.count_with_tries(row)
+                if self.args.count:
+                    self.count_with_tries(row)
                 if self.args.cpu:
                     self.time(row)
             except (BenchFailed, procs.StartError, tls_bench.BenchFailed, OSError, subprocess.TimeoutExpired) as e:
@@ -213,10 +229,25 @@ class Bench(Harness):
 def describe(row: Row) -> str:
     if row.failure:
         return f"{row.kind} {row.proxy}: FAILED {row.failure}"
-    said = f"{row.kind} {row.proxy}: {row.instructions:,} instructions per request ({row.requests} counted, run {row.tries})"
+    said = f"{row.kind} {row.proxy}: "
+    if row.instructions is not None:
+        said += f"{row.instructions:,} instructions per request ({row.requests} counted, run {row.tries}); "
     if row.user_us is not None:
-        said += f"; without valgrind {row.user_us} us user + {row.system_us} us system per request ({row.cpu_requests} requests)"
+        said += f"without valgrind {row.user_us} us user + {row.system_us} us system per request ({row.cpu_requests} requests)"
     return said
+
+
+def medians(rows: list[Row]) -> list[str]:
+    """Each kind's and proxy's timed rounds (user + system µs per request) and their median."""
+    lines = []
+    for kind in dict.fromkeys(row.kind for row in rows):
+        for proxy in dict.fromkeys(row.proxy for row in rows):
+            totals = [row.user_us + row.system_us for row in rows
+                      if row.kind == kind and row.proxy == proxy and row.user_us is not None and row.system_us is not None]
+            if totals:
+                lines.append(f"{kind} {proxy}: user + system us per request by round {', '.join(f'{t:.1f}' for t in totals)}; "
+                             f"median {statistics.median(totals):.1f}")
+    return lines
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -232,6 +263,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--tries", type=int, default=3, help="valgrind runs a proxy may take to be counted (3)")
     p.add_argument("--cpu", type=int, default=0, metavar="SECONDS", help="also time each proxy without valgrind this long (0: no)")
     p.add_argument("--cpu-connections", type=int, default=32, help="h2load -c of the timed load (32, as peers_bench.py)")
+    p.add_argument("--no-count", dest="count", action="store_false", help="no valgrind count: the timed runs alone (needs --cpu)")
+    p.add_argument("--rounds", type=int, default=1, help="run every row this many times, the order reversed every other round (1)")
     p.add_argument("--traefik", type=Path, help="Traefik binary (default: where bench/peers.sh builds it)")
     p.add_argument("--caddy", type=Path, help="Caddy binary (default: where bench/peers.sh builds it)")
     h2_bench.add_run_arguments(p)
@@ -240,12 +273,15 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     unknown = [proxy for proxy in args.proxies if proxy not in PROXIES] + [kind for kind in args.kinds if kind not in KINDS]
     if unknown:
         p.error(f"unknown {unknown}: proxies from {', '.join(PROXIES)}, kinds from {', '.join(KINDS)}")
+    if (not args.count and not args.cpu) or args.rounds < 1:
+        p.error("--no-count needs --cpu SECONDS, and --rounds at least 1")
     return args
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    missing = [tool for tool in (args.nginx, "valgrind", "callgrind_control", "h2load", "taskset") if not shutil.which(tool)]
+    tools = (args.nginx, "valgrind", "callgrind_control", "h2load", "taskset") if args.count else (args.nginx, "h2load", "taskset")
+    missing = [tool for tool in tools if not shutil.which(tool)]
     if missing:
         print(f"FAILED missing {', '.join(missing)}: run bench/setup.sh", file=sys.stderr)
         return 1
@@ -255,8 +291,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print()
     for row in rows:
         print(describe(row))
+    if args.rounds > 1:
+        print("\n".join(medians(rows)))
     out = {"benchmark": "live_instructions", "config": {k: getattr(args, k) for k in (
-        "kinds", "requests", "warmup", "connections", "streams", "cpu", "cpu_connections", "proxy_cpu", "load_cpu")},
+        "kinds", "requests", "warmup", "connections", "streams", "cpu", "cpu_connections", "proxy_cpu", "load_cpu", "count", "rounds")},
         "results": [row.__dict__ for row in rows]}
     return write_and_exit_status(args.json, out, [f"{row.kind} {row.proxy}: {row.failure}" for row in rows if row.failure])
 
