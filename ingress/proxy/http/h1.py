@@ -32,7 +32,6 @@ CR: Final = 0x0D
 AT: Final = 0x40  # "@"
 
 TOKEN: Final = rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
-_VCHAR_OBS: Final = rb"[\x21-\x7e\x80-\xff]"
 _FIELD_LINE: Final = rb"%s:[\t \x21-\x7e\x80-\xff]*" % TOKEN  # value: VCHAR, obs-text, SP, HTAB
 # A whole field section: zero or more field lines, each followed by CRLF.
 FIELDS_RE: Final = re.compile(rb"(?:%s\r\n)*" % _FIELD_LINE)
