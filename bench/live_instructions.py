@@ -229,12 +229,12 @@ class Bench(Harness):
 def describe(row: Row) -> str:
     if row.failure:
         return f"{row.kind} {row.proxy}: FAILED {row.failure}"
-    said = f"{row.kind} {row.proxy}: "
+    parts = []
     if row.instructions is not None:
-        said += f"{row.instructions:,} instructions per request ({row.requests} counted, run {row.tries}); "
+        parts.append(f"{row.instructions:,} instructions per request ({row.requests} counted, run {row.tries})")
     if row.user_us is not None:
-        said += f"without valgrind {row.user_us} us user + {row.system_us} us system per request ({row.cpu_requests} requests)"
-    return said
+        parts.append(f"without valgrind {row.user_us} us user + {row.system_us} us system per request ({row.cpu_requests} requests)")
+    return f"{row.kind} {row.proxy}: {'; '.join(parts)}"
 
 
 def medians(rows: list[Row]) -> list[str]:
