@@ -30,6 +30,7 @@ twingress's response parser for HTTP/1.1) and every upstream request's head.
 
   taskset -c 0 .venv/bin/python bench/h2_path.py [--requests 100000] [--streams 10] [--rounds 3] [--http1]
   .venv/bin/python bench/h2_path.py --instructions [--requests 3000] [--http1]   # instructions per request, under valgrind
+  .venv/bin/python bench/h2_path.py --instructions --distinct-heads   # every backend head new: no remembered section
 
 With C{--http1} the same for the HTTP/1.1 path: twingress's HTTP/1.1 protocol on the plain listener's
 factory, reading wrk's keep-alive C{GET /} one request a read, its responses checked by twingress's
@@ -42,13 +43,14 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import itertools
 import os
 import pstats
 import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Optional
 
@@ -78,6 +80,16 @@ BACKEND_PORT = 8080
 # The benches' nginx backend's answer to GET / (bench/targets.py backend_conf), as it sends it.
 RESPONSE = (b"HTTP/1.1 200 OK\r\nServer: nginx/1.22.1\r\nDate: Sat, 28 Nov 2026 09:00:00 GMT\r\n"
             b"Content-Type: text/plain\r\nContent-Length: %d\r\nConnection: keep-alive\r\n\r\n%s") % (len(targets.BODY), targets.BODY)
+# The responses the backend sends, in turn: its one answer again and again (as nginx answers the benches' GET /
+# within a second), or with --distinct-heads each head new (an ETag of its own), the worst case for h1's
+# remembered field sections.
+backend_responses: Iterator[bytes] = itertools.repeat(RESPONSE)
+
+
+def distinct_responses(count: int) -> Iterator[bytes]:
+    """C{count} responses alike but for each head's own ETag, made before the clock runs."""
+    made = [RESPONSE.replace(b"Content-Type:", b'ETag: "%08d"\r\nContent-Type:' % number, 1) for number in range(count)]
+    return itertools.cycle(made)
 # What h2load sends for https://bench.local:PORT/ (nghttp2 1.52's h2load: these fields, this order).
 REQUEST_FIELDS = [(b":method", b"GET"), (b":path", b"/"), (b":scheme", b"https"), (b":authority", b"bench.local"),
                   (b"accept", b"*/*"), (b"accept-encoding", b"gzip, deflate"), (b"user-agent", b"h2load nghttp2/1.52.0")]
@@ -123,7 +135,7 @@ class Upstream:
         waiting, self.waiting = self.waiting, []
         self.answered += len(waiting)
         for connection in waiting:
-            connection.dataReceived(RESPONSE)
+            connection.dataReceived(next(backend_responses))
 
 
 def client_batches(requests: int, streams: int, settings_ack: bool = True) -> list[bytes]:
@@ -251,6 +263,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--profile", type=int, metavar="N", help="one cProfile'd round instead, its top N functions by own time")
     p.add_argument("--instructions", action="store_true",
                    help="instructions per request instead of time: two runs under valgrind (cachegrind), see count_instructions")
+    p.add_argument("--distinct-heads", action="store_true",
+                   help="every backend response's head new (its own ETag): the cost of a head twingress has not seen before")
     p.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # count_instructions' runs: serve this many of --requests, once
     args = p.parse_args(argv)
     if args.http1:
@@ -258,14 +272,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.requests < args.streams or args.streams < 1 or args.rounds < 1:
         p.error("need --requests >= --streams >= 1 and --rounds >= 1")
     if args.instructions:
-        return count_instructions(args.requests, args.streams, args.http1)
+        return count_instructions(args.requests, args.streams, args.http1, args.distinct_heads)
+    if args.distinct_heads:
+        global backend_responses
+        backend_responses = distinct_responses(args.requests + args.streams * 20)
     check(client_requests(args.streams * 20, args.http1, args.streams), args.streams, args.http1)
     batches = client_requests(args.requests, args.http1, args.streams)
     if args.serve is not None:
         run(batches[: args.serve // args.streams], args.streams, http1=args.http1)
         return 0
     served = len(batches) * args.streams
-    said = f"{build_name()}, {'http/1.1' if args.http1 else 'h2'}"
+    said = f"{build_name()}, {'http/1.1' if args.http1 else 'h2'}{', distinct heads' if args.distinct_heads else ''}"
     if args.profile:
         profiler = cProfile.Profile()
         profiler.enable()
@@ -280,7 +297,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     return 0
 
 
-def count_instructions(requests: int, streams: int, http1: bool) -> int:
+def count_instructions(requests: int, streams: int, http1: bool, distinct_heads: bool = False) -> int:
     """
     Instructions per request, which the guest's speed does not move: this script run twice under
     valgrind (cachegrind, no cache simulation), making the same C{requests} batches and checking the
@@ -296,13 +313,13 @@ def count_instructions(requests: int, streams: int, http1: bool) -> int:
     for serve in (low, high):
         done = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
                                sys.executable, __file__, "--requests", str(requests), "--streams", str(streams), "--serve", str(serve),
-                               *(["--http1"] if http1 else [])],
+                               *(["--http1"] if http1 else []), *(["--distinct-heads"] if distinct_heads else [])],
                               capture_output=True, text=True, env=os.environ | {"PYTHONHASHSEED": "0"})
         found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
         if done.returncode != 0 or found is None:
             raise SystemExit(f"FAILED: the run under valgrind exited {done.returncode}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
         totals.append(int(found.group(1).replace(",", "")))
-    print(f"{build_name()}, {'http/1.1' if http1 else 'h2'}: {(totals[1] - totals[0]) / (high - low):,.0f} instructions per request "
+    print(f"{build_name()}, {'http/1.1' if http1 else 'h2'}{', distinct heads' if distinct_heads else ''}: {(totals[1] - totals[0]) / (high - low):,.0f} instructions per request "
           f"(valgrind: {totals[0]:,} serving {low}, {totals[1]:,} serving {high}; {streams} a read)")
     return 0
 

@@ -455,6 +455,31 @@ def test_too_many_response_fields_is_502() -> None:
     assert caught.value.status == 502
 
 
+def test_a_repeated_response_section_reads_the_same_for_each_request_method() -> None:
+    """The remembered reading of a section is the one before the method and status: a HEAD's answer keeps its own framing."""
+    block = response(b"Content-Length: 10", b"Connection: close", b"X-Repeat: 1")
+    first, head, again = (h1.parse_response_head(block, method) for method in (b"GET", b"HEAD", b"GET"))
+    assert first == again and first.framing == Framing(content_length=10) and first.connection == frozenset({b"close"})
+    assert head.framing == Framing(content_length=0) and head.block == first.block
+
+
+def test_a_refused_response_section_is_refused_each_time() -> None:
+    block = response(b"Content-Length: 3", b"Content-Length: 4", b"X-Repeat: 2")
+    for _ in range(2):
+        with pytest.raises(HTTPError, match="conflicting Content-Length"):
+            h1.parse_response_head(block, b"GET")
+
+
+def test_remembered_response_sections_stay_bounded() -> None:
+    """At most 512 sections of up to 1 KiB each are kept, whatever a backend sends."""
+    for index in range(1100):
+        h1.parse_response_head(response(b"Content-Length: 0", b"X-Id: %d" % index), b"GET")
+    assert 0 < len(h1._RESPONSE_SECTIONS) <= 512
+    large = response(b"Content-Length: 0", b"X-Large: " + b"v" * 1100)
+    assert h1.parse_response_head(large, b"GET").framing == Framing(content_length=0)
+    assert large[large.find(b"\r\n") + 2 : -2] not in h1._RESPONSE_SECTIONS
+
+
 # -- ChunkedFramer
 
 

@@ -50,9 +50,7 @@ _HOST_RE: Final = re.compile(rb"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-
 _METHOD_PREFIX_RE: Final = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]*(?: |\r|$)")
 
 # Hop-by-hop fields (RFC 9110 7.6.1 and the classic list): never forwarded.
-HOP_BY_HOP: Final = frozenset(
-    {b"connection", b"keep-alive", b"proxy-connection", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer", b"upgrade"}
-)
+HOP_BY_HOP: Final = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer", b"upgrade"})
 
 
 Field = tuple[bytes, bytes, bytes]
@@ -105,12 +103,9 @@ def length_framing(digits: bytes) -> Framing:
 @dataclass(slots=True, init=False)
 class Head:
     """
-    A parsed request or response head.
-
-    C{block} is the field section exactly as received (each line ending in
-    CRLF): it is forwarded by filtering lines out of it, never rebuilt field
-    by field.  The few fields a proxy consults are pulled out at parse time;
-    C{connection} holds the lower-cased tokens of every Connection field.
+    A parsed request or response head.  C{block} is the field section exactly as received (each line ending in CRLF):
+    it is forwarded by filtering lines out of it, never rebuilt field by field.  The few fields a proxy consults are
+    pulled out at parse time; C{connection} holds the lower-cased tokens of every Connection field.
     """
 
     version: tuple[int, int]
@@ -136,9 +131,8 @@ class Head:
         status: int = 0, reason: bytes = b"", host: bytes = b"", upgrade: bytes = b"", expect_continue: bool = False, has_date: bool = False,
         request_id: bytes = b"", nothing_to_drop: bool = False,
     ) -> None:
-        # Written out rather than generated (init=False): the dataclass's own __init__ is made at
-        # import time by the dataclasses module, so it stays interpreted Python in the compiled build
-        # (about 5,700 instructions a head, and a request has two); this one is compiled.
+        # Written out rather than generated (init=False): the dataclass's own __init__ is made at import time by the
+        # dataclasses module, so it stays interpreted in the compiled build (~5,700 instructions a head); this one compiles.
         self.version = version
         self.block = block
         self.connection = connection
@@ -240,19 +234,43 @@ def split_fields(block: bytes) -> list[Field]:
     return fields
 
 
-def _check_fields(block: bytes, max_fields: int) -> list[tuple[bytes, bytes]]:
+def _check_fields(block: bytes, lines: int, max_fields: int) -> list[tuple[bytes, bytes]]:
     """
-    Validate a field section and return the fields a proxy consults, as (lower-cased name, value).
-
-    The whole section is checked by one regular expression and the
-    interesting fields are found by another, so a head costs a few C-level
-    scans instead of a Python loop over every line.
+    Validate a field section of C{lines} lines and return the fields a proxy consults, as (lower-cased name,
+    value): one pattern checks the whole section and another finds those fields, a few C-level scans for a head.
     """
     if FIELDS_RE.fullmatch(block) is None:
         raise HTTPError(400, "malformed header field")
-    if block.count(b"\n") > max_fields:
+    if lines > max_fields:
         raise HTTPError(431, "too many header fields")
     return _INTERESTING_RE.findall(b"\n" + block.lower())
+
+
+# A response's field section read: framing (before method and status), Connection tokens, Upgrade, has Date, line count.
+ResponseFields = tuple[Framing, frozenset[bytes], bytes, bool, int]
+# A backend answers a resource with the same field section, byte for byte, until its Date turns a second: each
+# section's reading is kept by its bytes (up to 512 of up to 1 KiB, cleared when full), so a repeated head skips
+# the two patterns (~19k of its parse's ~32k instructions compiled); a section seen once pays a probe and an insert.
+_RESPONSE_SECTIONS: Final[dict[bytes, ResponseFields]] = {}
+
+
+def _response_fields(section: bytes, max_fields: int) -> ResponseFields:
+    """The L{ResponseFields} of a response's field section, checked (L{_check_fields}) when its bytes are new."""
+    known = _RESPONSE_SECTIONS.get(section)
+    if known is None:
+        lines = section.count(b"\n")
+        try:
+            framing, seen = _framing(_check_fields(section, lines, max_fields), is_request=False)
+        except HTTPError as error:
+            raise HTTPError(502, f"upstream: {error.detail}") from None
+        known = (framing, _connection_tokens(seen), seen.get(b"upgrade", b""), b"date" in seen, lines)
+        if len(section) <= 1024:
+            if len(_RESPONSE_SECTIONS) >= 512:
+                _RESPONSE_SECTIONS.clear()
+            _RESPONSE_SECTIONS[section] = known
+    elif known[4] > max_fields:  # kept under a caller's larger limit
+        raise HTTPError(502, "upstream: too many header fields")
+    return known
 
 
 def _framing(fields: list[tuple[bytes, bytes]], is_request: bool) -> tuple[Framing, dict[bytes, bytes]]:
@@ -350,7 +368,7 @@ def parse_request_head(block: bytes, max_fields: int = 100) -> Head:
     if major != b"1":
         raise HTTPError(505, "HTTP version not supported")
     section = block[line_end + 2 : -2]
-    framing, seen = _framing(_check_fields(section, max_fields), is_request=True)
+    framing, seen = _framing(_check_fields(section, section.count(b"\n"), max_fields), is_request=True)
     version = (1, minor[0] - 0x30)  # one digit (the pattern's): int() of bytes costs ~1,300 instructions
     host = seen.get(b"host")
     if version >= (1, 1) and host is None:
@@ -380,21 +398,9 @@ def parse_response_head(block: bytes, request_method: bytes, max_fields: int = 2
         raise HTTPError(502, "unsupported HTTP version from upstream")
     status = status_text[0] * 100 + status_text[1] * 10 + status_text[2] - 0x30 * 111  # three digits, as for the minor version
     section = block[line_end + 2 : -2]
-    try:
-        framing, seen = _framing(_check_fields(section, max_fields), is_request=False)
-    except HTTPError as error:
-        raise HTTPError(502, f"upstream: {error.detail}") from None
+    framing, connection, upgrade, has_date, _ = _response_fields(section, max_fields)
     if request_method == b"HEAD" or status < 200 or status in (204, 304):
         framing = NO_BODY
     elif request_method == b"CONNECT" and 200 <= status < 300:
         framing = _UNTIL_CLOSE
-    return Head(
-        (1, minor[0] - 0x30),
-        section,
-        _connection_tokens(seen),
-        framing,
-        status=status,
-        reason=reason or b"",
-        upgrade=seen.get(b"upgrade", b""),
-        has_date=b"date" in seen,
-    )
+    return Head((1, minor[0] - 0x30), section, connection, framing, status=status, reason=reason or b"", upgrade=upgrade, has_date=has_date)
