@@ -199,6 +199,18 @@ def test_the_field_count_limit_does_not_count_the_host_we_add() -> None:
         request_head(fields + [(b"x-last", b"v")], False, 3)
 
 
+def test_a_repeated_response_section_gives_the_same_header_list_each_time() -> None:
+    """The usual response's fields are kept by its section's bytes; what a caller does to its list stays in that list."""
+    response = h1.parse_response_head(b"HTTP/1.1 200 OK\r\nServer: up\r\nConnection: keep-alive\r\nX-Same: 1\r\nContent-Length: 2\r\n\r\n", b"GET")
+    request = request_head(BASE, False, 100)
+    first = response_headers(response, request, b"twingress")
+    expected = list(first)
+    first.append((b"x-added-by-a-caller", b"1"))
+    again = response_headers(response, request, b"twingress")
+    assert again == expected and again is not first
+    assert [name for name, _ in again] == [b":status", b"x-same", b"content-length", b"date", b"server"]
+
+
 def test_response_headers_drop_connection_specific_fields_and_carry_ours() -> None:
     response = h1.parse_response_head(
         b"HTTP/1.1 200 OK\r\nConnection: keep-alive, x-hop\r\nKeep-Alive: timeout=5\r\nX-Hop: 1\r\n"

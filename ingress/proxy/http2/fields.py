@@ -202,7 +202,10 @@ def response_headers(
     headers = [(b":status", b"%d" % response.status)]
     if changes is None:  # the usual response: the fields HTTP/1.1 drops go in the same pass as those HTTP/2 forbids
         named = connection_named(response.connection)  # usually none: "keep-alive" or "close" names no field
-        _add_lines(response.block, headers, _RESPONSE_DROPPED | named if named else _RESPONSE_DROPPED)
+        if named:
+            _add_lines(response.block, headers, _RESPONSE_DROPPED | named)
+        else:
+            headers.extend(_usual_response_fields(response.block))
     else:
         block, added = response_fields(response, request, added, changes, forwarded)
         _add_lines(block, headers)
@@ -221,6 +224,25 @@ _NOT_IN_HTTP2: Final = frozenset({b"connection", b"transfer-encoding", b"keep-al
 
 # An upstream's response fields that an HTTP/2 client never gets: HTTP/1.1's (hop-by-hop, Server) and HTTP/2's own.
 _RESPONSE_DROPPED: Final = RESPONSE_DROPPED | _NOT_IN_HTTP2
+
+
+# The usual response's fields as an HTTP/2 client gets them, by the upstream's field section: a backend sends the same
+# section again and again (h1's remembered sections, whose probe has already hashed these bytes); bounded as those.
+_USUAL_RESPONSE_FIELDS: Final[dict[bytes, tuple[tuple[bytes, bytes], ...]]] = {}  # tuples of bytes: the collector stops tracking them
+
+
+def _usual_response_fields(block: bytes) -> tuple[tuple[bytes, bytes], ...]:
+    """An upstream's unfiltered field section as header list entries (L{_add_lines} less L{_RESPONSE_DROPPED})."""
+    fields = _USUAL_RESPONSE_FIELDS.get(block)
+    if fields is None:
+        lines: Headers = []
+        _add_lines(block, lines, _RESPONSE_DROPPED)
+        fields = tuple(lines)
+        if len(block) <= 1024:
+            if len(_USUAL_RESPONSE_FIELDS) >= 512:
+                _USUAL_RESPONSE_FIELDS.clear()
+            _USUAL_RESPONSE_FIELDS[block] = fields
+    return fields
 
 
 def _add_lines(block: bytes, headers: Headers, dropped: frozenset[bytes] = _NOT_IN_HTTP2) -> None:
