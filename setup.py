@@ -28,6 +28,7 @@ from setuptools import setup
 # __setattr__), and workers receive tables pickled.
 HOT_MODULES = [
     "ingress/proxy/http/h1.py",
+    "ingress/proxy/http/headend.py",
     "ingress/proxy/http/chunked.py",
     "ingress/proxy/http/forwarding.py",
     "ingress/proxy/http/target.py",

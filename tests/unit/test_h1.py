@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ingress.proxy.http import h1
+from ingress.proxy.http import h1, headend
 from ingress.proxy.http.chunked import ChunkedFramer, RequestBody
 from ingress.proxy.http.h1 import Framing, HTTPError
 
@@ -53,7 +53,7 @@ def response(*fields: bytes, line: bytes = b"HTTP/1.1 200 OK") -> bytes:
     ids=["empty", "no-blank-line", "half-blank-line", "complete", "body-follows", "bytearray-first-of-two", "from-start", "bare-lf-never-ends"],
 )
 def test_find_head_end(buffer: bytes, start: int, expected: int) -> None:
-    assert h1.find_head_end(buffer, start) == expected
+    assert headend.find_head_end(buffer, start) == expected
 
 
 # -- parse_request_head: valid heads
@@ -174,10 +174,10 @@ def test_pipelined_heads_parse_one_at_a_time() -> None:
     first = request(line=b"GET /1 HTTP/1.1")
     second = request(b"Connection: close", line=b"GET /2 HTTP/1.1")
     buffer = first + second
-    end = h1.find_head_end(buffer)
+    end = headend.find_head_end(buffer)
     assert end == len(first)
     assert h1.parse_request_head(buffer[:end]).target == b"/1"
-    parsed = h1.parse_request_head(buffer[end : h1.find_head_end(buffer, end)])
+    parsed = h1.parse_request_head(buffer[end : headend.find_head_end(buffer, end)])
     assert parsed.target == b"/2" and not parsed.keep_alive
 
 
@@ -342,7 +342,7 @@ def test_too_many_fields_is_431(count: int, max_fields: int) -> None:
 )
 def test_incomplete_head_still_acceptable(buffer: bytes, max_line: int, max_head: int) -> None:
     assert len(buffer) <= max_head
-    h1.check_incomplete_head(buffer, max_line, max_head)  # does not raise
+    headend.check_incomplete_head(buffer, max_line, max_head)  # does not raise
 
 
 @pytest.mark.parametrize(
@@ -363,7 +363,7 @@ def test_incomplete_head_still_acceptable(buffer: bytes, max_line: int, max_head
 )
 def test_incomplete_head_refused_early(buffer: bytes, max_line: int, max_head: int, status: int) -> None:
     with pytest.raises(HTTPError) as caught:
-        h1.check_incomplete_head(buffer, max_line, max_head)
+        headend.check_incomplete_head(buffer, max_line, max_head)
     assert caught.value.status == status
 
 

@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Final, Optional
+from typing import Final, Optional, TypeVar
 
 CRLF: Final = b"\r\n"
-HEAD_END: Final = b"\r\n\r\n"
 # Single bytes to look for with "in" as integers: CPython 3.11 takes a bytes needle for an integer
 # first, raising and clearing a TypeError (about 400 instructions) before it searches at all.
 COMMA: Final = 0x2C  # ","
@@ -43,11 +42,9 @@ _STATUS_LINE_RE: Final = re.compile(rb"HTTP/([0-9])\.([0-9]) ([0-9]{3})(?: ([\t 
 _INTERESTING_RE: Final = re.compile(
     rb"\n(content-length|transfer-encoding|connection|host|upgrade|expect|date|server):[ \t]*((?:[^\r]*[^\r \t])?)"
 )
-_BARE_LF_RE: Final = re.compile(rb"(?<!\r)\n|\r(?!\n)")
 _DIGITS_RE: Final = re.compile(rb"[0-9]{1,18}")
 # RFC 9110 7.2 / RFC 3986: uri-host [ ":" port ]; IP literals in brackets.
 _HOST_RE: Final = re.compile(rb"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::[0-9]*)?")
-_METHOD_PREFIX_RE: Final = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]*(?: |\r|$)")
 
 # Hop-by-hop fields (RFC 9110 7.6.1 and the classic list): never forwarded.
 HOP_BY_HOP: Final = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer", b"upgrade"})
@@ -184,47 +181,6 @@ def host_without_port(host: bytes) -> bytes:
     return host.rsplit(b":", 1)[0] if COLON in host else host
 
 
-def find_head_end(buffer: bytes | bytearray, start: int = 0) -> int:
-    """Index just past the blank line that ends a head, or -1 while incomplete."""
-    end = buffer.find(HEAD_END, start)
-    return -1 if end < 0 else end + 4
-
-
-def check_incomplete_head(buffer: bytes | bytearray, max_line: int, max_head: int) -> None:
-    """
-    Refuse an unfinished head early: bare LF/CR, an overlong first line, an oversized head.
-
-    Called only while a head is still incomplete, so its cost stays off the
-    common path.
-    """
-    if _METHOD_PREFIX_RE.match(buffer) is None:
-        raise HTTPError(400, "not an HTTP request")  # garbage is refused now, not at the header timeout
-    scan = buffer[:-1] if buffer.endswith(b"\r") else buffer  # its LF may be in the next read
-    if _BARE_LF_RE.search(scan) is not None:
-        raise HTTPError(400, "bare CR or LF in head")
-    first_end = buffer.find(CRLF)
-    if (first_end < 0 and len(buffer) > max_line) or first_end > max_line:
-        raise HTTPError(414, "request line too long")
-    if len(buffer) > max_head:
-        raise HTTPError(431, "header section too large")
-
-
-def complete_head(buffer: bytes, max_line: int, max_head: int) -> int:
-    """
-    Index just past a complete head at the buffer's start within the limits, or -1 while
-    incomplete; HTTPError for a head refused whole or early (L{check_incomplete_head}).
-    """
-    end = find_head_end(buffer)
-    if end < 0:
-        check_incomplete_head(buffer, max_line, max_head)
-        return -1
-    if end > max_head:
-        raise HTTPError(431, "header section too large")
-    if buffer.find(CRLF, 0, end) > max_line:
-        raise HTTPError(414, "request line too long")
-    return end
-
-
 def split_fields(block: bytes) -> list[Field]:
     """Split a validated field section into (name, lower-cased name, value) triples."""
     fields = []
@@ -249,9 +205,18 @@ def _check_fields(block: bytes, lines: int, max_fields: int) -> list[tuple[bytes
 # A response's field section read: framing (before method and status), Connection tokens, Upgrade, has Date, line count.
 ResponseFields = tuple[Framing, frozenset[bytes], bytes, bool, int]
 # A backend answers a resource with the same field section, byte for byte, until its Date turns a second: each
-# section's reading is kept by its bytes (up to 512 of up to 1 KiB, cleared when full), so a repeated head skips
-# the two patterns (~19k of its parse's ~32k instructions compiled); a section seen once pays a probe and an insert.
+# section's reading is kept by its bytes (keep_by_section), so a repeated head skips the two patterns (~19k of its
+# parse's ~32k instructions compiled); a section seen once pays a probe and an insert.
 _RESPONSE_SECTIONS: Final[dict[bytes, ResponseFields]] = {}
+_Kept = TypeVar("_Kept")
+
+
+def keep_by_section(memo: dict[bytes, _Kept], section: bytes, value: _Kept) -> None:
+    """Keep what an upstream's field section gave under its bytes: up to 512 sections of up to 1 KiB, cleared when full (a Date's turn leaves none stale)."""
+    if len(section) <= 1024:
+        if len(memo) >= 512:
+            memo.clear()
+        memo[section] = value
 
 
 def _response_fields(section: bytes, max_fields: int) -> ResponseFields:
@@ -264,10 +229,7 @@ def _response_fields(section: bytes, max_fields: int) -> ResponseFields:
         except HTTPError as error:
             raise HTTPError(502, f"upstream: {error.detail}") from None
         known = (framing, _connection_tokens(seen), seen.get(b"upgrade", b""), b"date" in seen, lines)
-        if len(section) <= 1024:
-            if len(_RESPONSE_SECTIONS) >= 512:
-                _RESPONSE_SECTIONS.clear()
-            _RESPONSE_SECTIONS[section] = known
+        keep_by_section(_RESPONSE_SECTIONS, section, known)
     elif known[4] > max_fields:  # kept under a caller's larger limit
         raise HTTPError(502, "upstream: too many header fields")
     return known

@@ -19,7 +19,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from ingress.proxy.http import h1
+from ingress.proxy.http import h1, headend
 from ingress.proxy.http.admission import route_and_admit
 from ingress.proxy.http.chunked import ChunkedFramer, RequestBody
 from ingress.proxy.http.compression import GzipBody
@@ -198,7 +198,7 @@ class HTTPProxyProtocol(Protocol):
             return bool(self._buffer)
         settings = self.settings
         try:
-            end = h1.complete_head(buffer, settings.max_request_line, settings.max_head_bytes)
+            end = headend.complete_head(buffer, settings.max_request_line, settings.max_head_bytes)
             if end < 0:
                 if self.timer.kind != "header":
                     self.timer.set(settings.header_timeout, "header")

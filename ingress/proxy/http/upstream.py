@@ -20,7 +20,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ingress.process.reactor import IProcessReactor
-from ingress.proxy.http import h1
+from ingress.proxy.http import h1, headend
 from ingress.proxy.http.backend_tls import connection_creator
 from ingress.proxy.http.chunked import ChunkedFramer
 from ingress.proxy.http.ewma import EwmaScores
@@ -129,7 +129,7 @@ class UpstreamConnection(Protocol):
     def _head(self, owner: ResponseSink, data: bytes) -> None:
         buffer = self._buffer + data if self._buffer else data
         while True:
-            end = h1.find_head_end(buffer)
+            end = headend.find_head_end(buffer)
             if end < 0:
                 if len(buffer) > self.pool.settings.max_head_bytes:
                     self._fail(owner, 502, "upstream response head too large")

@@ -227,7 +227,7 @@ _RESPONSE_DROPPED: Final = RESPONSE_DROPPED | _NOT_IN_HTTP2
 
 
 # The usual response's fields as an HTTP/2 client gets them, by the upstream's field section: a backend sends the same
-# section again and again (h1's remembered sections, whose probe has already hashed these bytes); bounded as those.
+# section again and again (h1's remembered sections, whose probe has already hashed these bytes); kept as those are.
 _USUAL_RESPONSE_FIELDS: Final[dict[bytes, tuple[tuple[bytes, bytes], ...]]] = {}  # tuples of bytes: the collector stops tracking them
 
 
@@ -238,10 +238,7 @@ def _usual_response_fields(block: bytes) -> tuple[tuple[bytes, bytes], ...]:
         lines: Headers = []
         _add_lines(block, lines, _RESPONSE_DROPPED)
         fields = tuple(lines)
-        if len(block) <= 1024:
-            if len(_USUAL_RESPONSE_FIELDS) >= 512:
-                _USUAL_RESPONSE_FIELDS.clear()
-            _USUAL_RESPONSE_FIELDS[block] = fields
+        h1.keep_by_section(_USUAL_RESPONSE_FIELDS, block, fields)
     return fields
 
 
