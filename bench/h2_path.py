@@ -31,6 +31,7 @@ twingress's response parser for HTTP/1.1) and every upstream request's head.
   taskset -c 0 .venv/bin/python bench/h2_path.py [--requests 100000] [--streams 10] [--rounds 3] [--http1]
   .venv/bin/python bench/h2_path.py --instructions [--requests 3000] [--http1]   # instructions per request, under valgrind
   .venv/bin/python bench/h2_path.py --instructions --distinct-heads   # every backend head new: no remembered section
+  .venv/bin/python bench/h2_path.py --instructions --distinct-requests   # every h2 request's fields new (a traceparent each)
 
 With C{--http1} the same for the HTTP/1.1 path: twingress's HTTP/1.1 protocol on the plain listener's
 factory, reading wrk's keep-alive C{GET /} one request a read, its responses checked by twingress's
@@ -138,8 +139,13 @@ class Upstream:
             connection.dataReceived(next(backend_responses))
 
 
-def client_batches(requests: int, streams: int, settings_ack: bool = True) -> list[bytes]:
-    """The client's bytes after its preface and SETTINGS: one batch per C{streams} requests (and the window they took back)."""
+def client_batches(requests: int, streams: int, settings_ack: bool = True, distinct: bool = False) -> list[bytes]:
+    """
+    The client's bytes after its preface and SETTINGS: one batch per C{streams} requests (and the window they took
+    back).  C{distinct}: each request with a C{traceparent} of its own (W3C Trace Context: a trace and span id per
+    request, as a traced service's calls carry), so that no request's fields were seen before: the worst case for
+    the remembered readings of request fields.
+    """
     encoder = Encoder()
     batches = []
     stream_id = 1
@@ -150,7 +156,8 @@ def client_batches(requests: int, streams: int, settings_ack: bool = True) -> li
         else:  # the previous batch's response bodies, given back to the connection's window
             parts.append(WindowUpdateFrame(0, window_increment=streams * len(targets.BODY)).serialize())
         for _ in range(streams):
-            frame = HeadersFrame(stream_id, encoder.encode(REQUEST_FIELDS), flags=["END_HEADERS", "END_STREAM"])
+            fields = [*REQUEST_FIELDS, (b"traceparent", b"00-%032x-%016x-01" % (stream_id, stream_id))] if distinct else REQUEST_FIELDS
+            frame = HeadersFrame(stream_id, encoder.encode(fields), flags=["END_HEADERS", "END_STREAM"])
             parts.append(frame.serialize())
             stream_id += 2
         batches.append(b"".join(parts))
@@ -161,9 +168,9 @@ def client_batches(requests: int, streams: int, settings_ack: bool = True) -> li
 REQUEST_H1 = b"GET / HTTP/1.1\r\nHost: bench.local\r\n\r\n"
 
 
-def client_requests(requests: int, http1: bool, streams: int) -> list[bytes]:
+def client_requests(requests: int, http1: bool, streams: int, distinct: bool = False) -> list[bytes]:
     """The client's reads: HTTP/2 batches (L{client_batches}), or one HTTP/1.1 request each."""
-    return [REQUEST_H1] * requests if http1 else client_batches(requests, streams)
+    return [REQUEST_H1] * requests if http1 else client_batches(requests, streams, distinct=distinct)
 
 
 def server(streams: int, http1: bool = False) -> tuple[Protocol, Transport, Any, Upstream]:
@@ -265,24 +272,28 @@ def main(argv: Optional[list[str]] = None) -> int:
                    help="instructions per request instead of time: two runs under valgrind (cachegrind), see count_instructions")
     p.add_argument("--distinct-heads", action="store_true",
                    help="every backend response's head new (its own ETag): the cost of a head twingress has not seen before")
+    p.add_argument("--distinct-requests", action="store_true",
+                   help="every h2 request's fields new (a traceparent of its own): the cost of request fields twingress has not seen before")
     p.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # count_instructions' runs: serve this many of --requests, once
     args = p.parse_args(argv)
     if args.http1:
         args.streams = 1
+    if args.http1 and args.distinct_requests:
+        p.error("--distinct-requests is for the h2 path (the HTTP/1.1 parse keeps nothing by the request's fields)")
     if args.requests < args.streams or args.streams < 1 or args.rounds < 1:
         p.error("need --requests >= --streams >= 1 and --rounds >= 1")
     if args.instructions:
-        return count_instructions(args.requests, args.streams, args.http1, args.distinct_heads)
+        return count_instructions(args.requests, args.streams, args.http1, args.distinct_heads, args.distinct_requests)
     if args.distinct_heads:
         global backend_responses
         backend_responses = distinct_responses(args.requests + args.streams * 20)
-    check(client_requests(args.streams * 20, args.http1, args.streams), args.streams, args.http1)
-    batches = client_requests(args.requests, args.http1, args.streams)
+    check(client_requests(args.streams * 20, args.http1, args.streams, args.distinct_requests), args.streams, args.http1)
+    batches = client_requests(args.requests, args.http1, args.streams, args.distinct_requests)
     if args.serve is not None:
         run(batches[: args.serve // args.streams], args.streams, http1=args.http1)
         return 0
     served = len(batches) * args.streams
-    said = f"{build_name()}, {'http/1.1' if args.http1 else 'h2'}{', distinct heads' if args.distinct_heads else ''}"
+    said = f"{build_name()}, {kind_name(args.http1, args.distinct_heads, args.distinct_requests)}"
     if args.profile:
         profiler = cProfile.Profile()
         profiler.enable()
@@ -297,7 +308,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     return 0
 
 
-def count_instructions(requests: int, streams: int, http1: bool, distinct_heads: bool = False) -> int:
+def kind_name(http1: bool, distinct_heads: bool, distinct_requests: bool) -> str:
+    """What a run served, as its figure's line says."""
+    return "".join(["http/1.1" if http1 else "h2", ", distinct heads" if distinct_heads else "", ", distinct requests" if distinct_requests else ""])
+
+
+def count_instructions(requests: int, streams: int, http1: bool, distinct_heads: bool = False, distinct_requests: bool = False) -> int:
     """
     Instructions per request, which the guest's speed does not move: this script run twice under
     valgrind (cachegrind, no cache simulation), making the same C{requests} batches and checking the
@@ -313,13 +329,14 @@ def count_instructions(requests: int, streams: int, http1: bool, distinct_heads:
     for serve in (low, high):
         done = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
                                sys.executable, __file__, "--requests", str(requests), "--streams", str(streams), "--serve", str(serve),
-                               *(["--http1"] if http1 else []), *(["--distinct-heads"] if distinct_heads else [])],
+                               *(["--http1"] if http1 else []), *(["--distinct-heads"] if distinct_heads else []),
+                               *(["--distinct-requests"] if distinct_requests else [])],
                               capture_output=True, text=True, env=os.environ | {"PYTHONHASHSEED": "0"})
         found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
         if done.returncode != 0 or found is None:
             raise SystemExit(f"FAILED: the run under valgrind exited {done.returncode}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
         totals.append(int(found.group(1).replace(",", "")))
-    print(f"{build_name()}, {'http/1.1' if http1 else 'h2'}{', distinct heads' if distinct_heads else ''}: {(totals[1] - totals[0]) / (high - low):,.0f} instructions per request "
+    print(f"{build_name()}, {kind_name(http1, distinct_heads, distinct_requests)}: {(totals[1] - totals[0]) / (high - low):,.0f} instructions per request "
           f"(valgrind: {totals[0]:,} serving {low}, {totals[1]:,} serving {high}; {streams} a read)")
     return 0
 

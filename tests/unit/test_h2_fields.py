@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from ingress.proxy.http import h1
 from ingress.proxy.http.forwarding import ForwardedFor, request_head_bytes, response_head_bytes
+from ingress.proxy.http2 import fields as h2_fields
 from ingress.proxy.http2.connection import _with_goaway_code
 from ingress.proxy.http2.fields import _parsed_request_head, _usual_request_head, local_response, request_head, response_headers
 from ingress.proxy.http2.resets import ResetBudget
@@ -190,6 +191,37 @@ def test_the_usual_lists_take_the_shortcut() -> None:
             (b"content-type", b"application/grpc"), (b"te", b"trailers"), (b"grpc-timeout", b"5S")]
     head = _usual_request_head(grpc, True, 100)
     assert head is not None and head.framing.chunked and b"te: trailers\r\n" in head.block
+
+
+def test_a_list_read_before_gives_its_own_pseudo_fields_and_its_caller_s_limit() -> None:
+    """
+    The regular fields' reading is kept by those fields alone: a list that repeats them with another
+    :authority, :path or :method gets its own, the body flag is part of what is kept, and a caller's
+    smaller field limit still refuses a list read under a larger one.
+    """
+    regular = [(b"user-agent", b"Mozilla/5.0"), (b"accept", b"*/*"), (b"cookie", b"a=1"), (b"cookie", b"b=2")]
+    first = request_head(BASE + regular, False, 100)
+    other = request_head([(b":method", b"HEAD"), (b":scheme", b"https"), (b":path", b"/z"), (b":authority", b"b.test")] + regular, False, 100)
+    assert (first.host, first.target, first.method) == (b"example.test", b"/a?b=c", b"GET")
+    assert (other.host, other.target, other.method) == (b"b.test", b"/z", b"HEAD")
+    assert other.block == b"host: b.test\r\nuser-agent: Mozilla/5.0\r\naccept: */*\r\ncookie: a=1; b=2\r\n"
+    with_body = request_head(BASE + regular, True, 100)
+    assert with_body.framing.chunked and with_body.block.endswith(b"transfer-encoding: chunked\r\n") and not first.framing.has_body
+    assert _usual_request_head(BASE + regular, False, 3) is not None  # three lines: user-agent, accept, the joined cookie
+    assert _usual_request_head(BASE + regular, False, 2) is None
+    with pytest.raises(h1.HTTPError) as refused:
+        request_head(BASE + regular, False, 2)
+    assert refused.value.status == 431
+
+
+def test_the_kept_readings_stay_bounded() -> None:
+    """Request lists are the client's to vary: at most 512 kept, none of more than 1 KiB."""
+    for n in range(600):
+        request_head(BASE + [(b"x-n", b"%d" % n)], False, 100)
+    assert 0 < len(h2_fields._USUAL_REQUEST_FIELDS) <= 512
+    large = [(b"x-large", b"v" * 1100)]
+    assert request_head(BASE + large, False, 100).block.endswith(b"v\r\n")
+    assert (False, *large[0]) not in h2_fields._USUAL_REQUEST_FIELDS
 
 
 def test_the_field_count_limit_does_not_count_the_host_we_add() -> None:

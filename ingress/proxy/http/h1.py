@@ -209,14 +209,15 @@ ResponseFields = tuple[Framing, frozenset[bytes], bytes, bool, int]
 # parse's ~32k instructions compiled); a section seen once pays a probe and an insert.
 _RESPONSE_SECTIONS: Final[dict[bytes, ResponseFields]] = {}
 _Kept = TypeVar("_Kept")
+_Key = TypeVar("_Key")
 
 
-def keep_by_section(memo: dict[bytes, _Kept], section: bytes, value: _Kept) -> None:
-    """Keep what an upstream's field section gave under its bytes: up to 512 sections of up to 1 KiB, cleared when full (a Date's turn leaves none stale)."""
-    if len(section) <= 1024:
+def keep_by_section(memo: dict[_Key, _Kept], key: _Key, value: _Kept, size: int) -> None:
+    """Keep what a field section gave under C{key}: up to 512 sections of up to 1 KiB (C{size}), cleared when full (a Date's turn leaves none stale)."""
+    if size <= 1024:
         if len(memo) >= 512:
             memo.clear()
-        memo[section] = value
+        memo[key] = value
 
 
 def _response_fields(section: bytes, max_fields: int) -> ResponseFields:
@@ -229,7 +230,7 @@ def _response_fields(section: bytes, max_fields: int) -> ResponseFields:
         except HTTPError as error:
             raise HTTPError(502, f"upstream: {error.detail}") from None
         known = (framing, _connection_tokens(seen), seen.get(b"upgrade", b""), b"date" in seen, lines)
-        keep_by_section(_RESPONSE_SECTIONS, section, known)
+        keep_by_section(_RESPONSE_SECTIONS, section, known, len(section))
     elif known[4] > max_fields:  # kept under a caller's larger limit
         raise HTTPError(502, "upstream: too many header fields")
     return known

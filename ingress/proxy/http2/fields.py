@@ -12,6 +12,8 @@ one Expect) is checked whole by one regular expression over the head's field
 section and becomes the head directly; any other list is checked field by
 field and parsed from its HTTP/1.1 text by the same strict parser as an
 HTTP/1.1 request, so that what is refused, and how, is decided in one place.
+The usual list's regular fields are read once for as long as they are kept
+(L{_USUAL_REQUEST_FIELDS}): a client repeats them from request to request.
 A request body of unknown length goes upstream chunked.  A response head
 becomes a header list through the same filter as for HTTP/1.1 clients
 (hop-by-hop fields, Server, the route's header changes), less the fields
@@ -70,6 +72,50 @@ def _usual_request_head(headers: Headers, has_body: bool, max_fields: int) -> Op
     if pseudo is None:
         return None
     method, path, authority, first = pseudo
+    key = _fields_key(headers, first, has_body)
+    fields = _USUAL_REQUEST_FIELDS.get(key)
+    if fields is None:
+        fields = _usual_regular_fields(headers, first, has_body)
+        if fields is None:
+            return None
+        h1.keep_by_section(_USUAL_REQUEST_FIELDS, key, fields, len(fields[0]))
+    section, framing, expects, nothing_to_drop, lines = fields
+    if lines > max_fields:  # (the Host line is ours)
+        return None
+    return h1.Head(  # the host as h1 reads it
+        HTTP2, b"host: %s\r\n%s" % (authority, section), h1.NO_TOKENS, framing, method, path, 0, b"", authority.lower(), b"", expects,
+        nothing_to_drop=nothing_to_drop,
+    )
+
+
+# The regular fields of a usual request, read: the field section (cookies joined, and the chunked coding a body
+# of unknown length goes upstream with), its framing, whether it expects 100-continue, whether it has nothing
+# the upstream head drops, and its line count.
+_UsualFields = tuple[bytes, h1.Framing, bool, bool, int]
+# A client sends the same regular fields on request after request of a connection (HPACK is built on it: a
+# browser's user-agent, accept-*, cookie; every field of h2load's requests), and its decoder hands back the same
+# bytes objects for the fields it indexed, their hashes kept.  So each list's reading is kept by its fields
+# (h1.keep_by_section's bounds, by the section's size), and a list seen before skips the formatting and the
+# pattern (14k of an h2 request's 550k instructions, compiled); a list seen once pays its key, a probe and an insert (1k).
+_USUAL_REQUEST_FIELDS: Final[dict[tuple[object, ...], _UsualFields]] = {}
+
+
+def _fields_key(headers: Headers, first: int, has_body: bool) -> tuple[object, ...]:
+    """
+    The regular fields (from C{first} on) and the body flag as one flat tuple of bytes and a bool: a tuple of
+    atomic objects, which the collector stops tracking, and which keeps no header list entry (the decoder's,
+    tracked tuples) alive in the memo.
+    """
+    key: list[object] = [has_body]
+    for index in range(first, len(headers)):
+        name, value = headers[index]
+        key.append(name)
+        key.append(value)
+    return tuple(key)
+
+
+def _usual_regular_fields(headers: Headers, first: int, has_body: bool) -> Optional[_UsualFields]:
+    """The usual request's regular fields (from C{first} on) read, or None if they are not the usual kind."""
     lines: list[bytes] = []
     cookies: list[bytes] = []
     length: Optional[bytes] = None
@@ -95,12 +141,12 @@ def _usual_request_head(headers: Headers, has_body: bool, max_fields: int) -> Op
                 return None
             expect = value
         lines.append(b"%s: %s\r\n" % (name, value))
-    section = b"host: %s\r\n%s" % (authority, b"".join(lines))
+    section = b"".join(lines)
     checked = section
     if cookies:
         checked += b"".join([b"cookie: %s\r\n" % cookie for cookie in cookies])  # each checked alone, then joined
         section += b"cookie: %s\r\n" % b"; ".join(cookies)
-    if _USUAL_FIELDS_RE.fullmatch(checked) is None or checked.count(b"\n") != 1 + len(lines) + len(cookies):
+    if _USUAL_FIELDS_RE.fullmatch(checked) is None or checked.count(b"\n") != len(lines) + len(cookies):
         return None  # a bad name or value, or a line break inside a value
     if length is None:
         framing = h1.CHUNKED if has_body else h1.NO_BODY
@@ -110,12 +156,8 @@ def _usual_request_head(headers: Headers, has_body: bool, max_fields: int) -> Op
         framing = h1.length_framing(length)
     else:
         return None
-    if section.count(b"\n") > max_fields + 1:  # the Host line is ours
-        return None
     expects = expect is not None and expect.lower() == b"100-continue"
-    return h1.Head(  # the host as h1 reads it
-        HTTP2, section, h1.NO_TOKENS, framing, method, path, 0, b"", authority.lower(), b"", expects, nothing_to_drop=nothing_to_drop
-    )
+    return section, framing, expects, nothing_to_drop, section.count(b"\n")
 
 
 def _usual_pseudo_fields(headers: Headers) -> Optional[tuple[bytes, bytes, bytes, int]]:
@@ -238,7 +280,7 @@ def _usual_response_fields(block: bytes) -> tuple[tuple[bytes, bytes], ...]:
         lines: Headers = []
         _add_lines(block, lines, _RESPONSE_DROPPED)
         fields = tuple(lines)
-        h1.keep_by_section(_USUAL_RESPONSE_FIELDS, block, fields)
+        h1.keep_by_section(_USUAL_RESPONSE_FIELDS, block, fields, len(block))
     return fields
 
 
