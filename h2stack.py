@@ -25,10 +25,24 @@ second keeps the libraries' type annotations what they are in Python, hints:
 with it on, Cython would enforce some of them at run time (a C{float}
 annotation becomes a C double, rejecting None), which is not the semantics
 upstream tests.  Package C{__init__} modules stay interpreted (they only
-import), and so does C{hpack.huffman_table}: its 4,600-line decoding table
-becomes 4.5 MB of C that gcc needs 112 s and 2.7 GB to compile at -O0 (more
-than 5 minutes at -O1, 41 at -O3: measured here); what it decodes, Huffman-coded
-literals, a keep-alive connection mostly sends once and then indexes.
+import).
+
+C{hpack.huffman_table} decodes every Huffman-coded literal a client sends (a
+browser's C{:path} for each new resource, a C{traceparent} on every call):
+interpreted, 2,600 instructions per coded byte, 81k for a 31-byte path.  Two
+things make it compiled, neither an edit of its source:
+  - C{DECLARATIONS}: Cython reads a C{.pxd} file beside a C{.py} module (an
+    augmenting declaration file) for the C types of its names.  Its decoding
+    loop's locals are small C ints, and its three flag constants C-level
+    constants (they are no longer attributes of the module, which nothing
+    reads).  Untyped, the compiled loop is slower than the interpreter.
+  - C{COMPILE_ARGS}: its module body builds the 4,096-entry table, one function
+    of 4.5 MB of C that gcc takes over 12 minutes to optimise.  Cython marks
+    that function (and the other run-once setup) C{CYTHON_SMALL_CODE}, a macro
+    it lets the build define: defined to optimise those at -O0, the module
+    builds in under a minute (2.7 GB of memory), the loop at -O2.
+  A 31-byte path decodes in 15.5k instructions, against 81k interpreted
+  (bench/README.md, twenty-third session).
 """
 
 from __future__ import annotations
@@ -54,8 +68,21 @@ PINNED = {
 }
 PACKAGES = [package for _, package in PINNED.values()]
 DIRECTIVES = {"language_level": 3, "annotation_typing": False}
-# Modules left interpreted besides the packages' __init__ (the module docstring says why).
-INTERPRETED = {"__init__.py", "huffman_table.py"}
+# Modules left interpreted (the module docstring says why).
+INTERPRETED = {"__init__.py"}
+# Declaration files written beside a package's module before it is compiled (the module docstring).
+DECLARATIONS = {
+    "hpack/huffman_table.pxd": """\
+cimport cython
+
+cdef int HUFFMAN_COMPLETE, HUFFMAN_EMIT_SYMBOL, HUFFMAN_FAIL
+
+@cython.locals(state=cython.int, flags=cython.int, output_byte=cython.int, index=cython.int, input_byte=cython.int, decoded_bytes=bytearray)
+cpdef bytes decode_huffman(huffman_string)
+""",
+}
+# C compiler options by module (the module docstring): CYTHON_SMALL_CODE marks the run-once setup functions.
+COMPILE_ARGS = {"hpack.huffman_table": ["-DCYTHON_SMALL_CODE=__attribute__((cold, optimize(\"O0\")))"]}
 
 
 def modules(package_dir: Path) -> list[Path]:
@@ -71,8 +98,15 @@ def compile_packages(root: Path, packages: Sequence[str]) -> None:
     with tempfile.TemporaryDirectory(prefix="h2stack-") as scratch:
         # build_dir: the generated C goes to the scratch directory, not beside the sources.
         work = Path(scratch)
+        declared = [root / relative for relative in DECLARATIONS if relative.split("/")[0] in packages]
+        for path in declared:
+            path.write_text(DECLARATIONS[path.relative_to(root).as_posix()])
         sources = [str(m) for package in packages for m in modules(root / package)]
         extensions = cythonize(sources, compiler_directives=DIRECTIVES, quiet=True, build_dir=str(work / "c"))
+        for path in declared:
+            path.unlink()  # read by cythonize only: the package keeps upstream's files plus the extension modules
+        for extension in extensions:
+            extension.extra_compile_args = COMPILE_ARGS.get(extension.name, [])
         distribution = Distribution({"ext_modules": extensions, "script_name": "h2stack.py"})
         build_ext = distribution.get_command_obj("build_ext")
         build_ext.build_lib = str(root)
@@ -120,12 +154,12 @@ def inplace() -> None:
 def cached_build(root: Path, packages: Sequence[str]) -> Path:
     """A compiled copy of the packages, kept in the cache (a build takes minutes; CI keeps the cache).
 
-    Keyed by what decides the result: the versions, the directives, the modules left interpreted,
-    Cython's version and the interpreter's.  Other builds in the cache are removed with a new one.
+    Keyed by what decides the result: the versions, the directives, the modules left interpreted, the
+    declarations and compiler options, Cython's version and the interpreter's.  Other builds in the cache are removed with a new one.
     """
     import Cython
 
-    decides = repr((PINNED, DIRECTIVES, sorted(INTERPRETED), Cython.__version__, sys.version))
+    decides = repr((PINNED, DIRECTIVES, sorted(INTERPRETED), DECLARATIONS, COMPILE_ARGS, Cython.__version__, sys.version))
     key = hashlib.sha256(decides.encode()).hexdigest()[:16]
     built = Path(os.environ.get("TWINGRESS_CACHE") or Path.home() / ".cache" / "twingress") / "h2stack" / key
     if (built / "complete").exists():

@@ -166,7 +166,7 @@ def test_the_request_path_is_the_compiled_build(image: Image) -> None:
 
 
 def test_the_http2_stack_is_the_compiled_build(image: Image) -> None:
-    """h2, hpack and hyperframe at the versions h2stack.py pins, each module compiled but those it keeps interpreted."""
+    """h2, hpack and hyperframe at the versions h2stack.py pins, each module compiled (the packages' __init__ are not listed)."""
     probe = (
         "import importlib, importlib.metadata, pkgutil\n"
         f"for d, (v, p) in {h2stack.PINNED!r}.items():\n"
@@ -180,7 +180,7 @@ def test_the_http2_stack_is_the_compiled_build(image: Image) -> None:
     assert [row for row in rows if row[0] in h2stack.PINNED] == [[d, v] for d, (v, _) in h2stack.PINNED.items()]
     modules = {name: path for name, path in rows if name not in h2stack.PINNED}
     interpreted = {name for name, path in modules.items() if not path.endswith(".so")}
-    assert interpreted == {"hpack.huffman_table"}, modules
+    assert interpreted == set(), modules  # hpack.huffman_table too (h2stack.DECLARATIONS, COMPILE_ARGS)
     assert len(modules) >= 20, modules
 
 
