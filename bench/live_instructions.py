@@ -20,12 +20,19 @@ The backend is the benches' nginx; every proxy is configured as in peers_bench.p
 with its access log off, as the peers have none), the floor as library_share.py runs it.
 
 With ``--rounds N --no-count`` only the timed runs: N rounds of them, the proxies' order reversed every
-other round (as peers_bench.py does), and each proxy's median; this puts the floor beside the peers
-in CPU time, where peers_bench.py has no floor row.
+other round (as peers_bench.py does), each proxy's median, and twingress's CPU over each other
+proxy's round by round (the rows of one round ran within a minute of each other, so their ratio
+keeps less of this guest's drift than a ratio of medians does); this puts the floor beside the
+peers in CPU time, where peers_bench.py has no floor row.
+
+With ``--cache-sim`` the count also simulates the L1 caches (callgrind ``--cache-sim=yes``) and
+reports the instruction and data misses per request: what makes a count of instructions and a
+time differ between two proxies (a larger body of code misses the instruction cache more).
 
   .venv/bin/python bench/live_instructions.py [--proxies twingress,floor,traefik,caddy]
       [--kinds h2,https/1.1] [--requests 5000] [--cpu 8]      # ~1.5 min a proxy under valgrind; +~15 s a proxy with --cpu
   .venv/bin/python bench/live_instructions.py --no-count --cpu 8 --rounds 4   # the timed runs alone, medians
+  .venv/bin/python bench/live_instructions.py --proxies twingress,floor --cache-sim   # with L1 misses per request
 """
 
 from __future__ import annotations
@@ -61,7 +68,9 @@ _SUCCEEDED_RE = re.compile(r"requests: (\d+) total, \d+ started, \d+ done, (\d+)
 _STATUSES_RE = re.compile(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx")
 H2, HTTPS = "h2", "https/1.1"
 KINDS = (H2, HTTPS)
-_COLLECTED_RE = re.compile(r"Collected : (\d+)")
+_COLLECTED_RE = re.compile(r"Collected : (\d+)((?: \d+)*)")
+# callgrind's events with --cache-sim=yes, in the order its "Collected" line gives them
+_CACHE_EVENTS = ("Ir", "Dr", "Dw", "I1mr", "D1mr", "D1mw", "ILmr", "DLmr", "DLmw")
 
 
 class BenchFailed(RuntimeError):
@@ -75,9 +84,11 @@ class Row:
     requests: int = 0
     instructions: Optional[int] = None  # per request, user space, every thread of the process
     tries: int = 0  # the valgrind runs it took (L{Bench.count_with_tries})
+    cache_misses: Optional[dict[str, int]] = None  # per request, with --cache-sim: callgrind's simulated L1 misses (I1mr, D1mr, D1mw)
     cpu_requests: int = 0
     user_us: Optional[float] = None  # per request, without valgrind (--cpu)
     system_us: Optional[float] = None
+    round: int = 1  # which of --rounds (L{paired_ratios} compares proxies within a round)
     failure: str = ""
 
 
@@ -106,15 +117,15 @@ class Bench(Harness):
             proxies = self.args.proxies if round_index % 2 == 0 else self.args.proxies[::-1]
             if self.args.rounds > 1:
                 print(f"==> round {round_index + 1} of {self.args.rounds}: {', '.join(proxies)}", flush=True)
-            rows += self.run_round(proxies)
+            rows += self.run_round(proxies, round_index + 1)
         return rows
 
-    def run_round(self, proxies: list[str]) -> list[Row]:
+    def run_round(self, proxies: list[str], round_number: int) -> list[Row]:
         rows = []
         for kind, proxy in ((kind, proxy) for kind in self.args.kinds for proxy in proxies):
             if kind == HTTPS and proxy == FLOOR:
                 continue  # h2_proxy_floor.py speaks h2 only
-            row = Row(proxy, kind)
+            row = Row(proxy, kind, round=round_number)
             try:
                 if self.args.count:
                     self.count_with_tries(row)
@@ -193,6 +204,8 @@ class Bench(Harness):
             env = env | {"GODEBUG": "asyncpreemptoff=1"}
         out = self.workdir / f"{row.proxy}.callgrind"
         valgrind = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
+        if self.args.cache_sim:
+            valgrind.append("--cache-sim=yes")
         proc = self.spawn(f"{row.proxy}-callgrind", valgrind + argv, port, self.args.proxy_cpu, env=env)
         try:
             self.served(row.kind, proc, port)
@@ -206,6 +219,12 @@ class Bench(Harness):
         if failed or not done or collected is None:
             raise BenchFailed(f"{failed} failed, {done} done, counted: {collected is not None}\n{proc.tail()}")
         row.requests, row.instructions = done, round(int(collected.group(1)) / done)
+        if self.args.cache_sim:
+            counts = [int(collected.group(1)), *map(int, collected.group(2).split())]
+            if len(counts) != len(_CACHE_EVENTS):
+                raise BenchFailed(f"callgrind collected {len(counts)} events, not the cache simulation's {len(_CACHE_EVENTS)}")
+            events = dict(zip(_CACHE_EVENTS, counts, strict=True))
+            row.cache_misses = {name: round(events[name] / done) for name in ("I1mr", "D1mr", "D1mw")}
 
     def time(self, row: Row) -> None:
         """The user and system CPU of C{row.proxy} per request, without valgrind, under a timed load."""
@@ -232,21 +251,45 @@ def describe(row: Row) -> str:
     parts = []
     if row.instructions is not None:
         parts.append(f"{row.instructions:,} instructions per request ({row.requests} counted, run {row.tries})")
+    if row.cache_misses:
+        parts.append("simulated L1 misses per request " + ", ".join(f"{name} {count:,}" for name, count in row.cache_misses.items()))
     if row.user_us is not None:
         parts.append(f"without valgrind {row.user_us} us user + {row.system_us} us system per request ({row.cpu_requests} requests)")
     return f"{row.kind} {row.proxy}: {'; '.join(parts)}"
 
 
+def timed_totals(rows: list[Row]) -> dict[tuple[str, str], dict[int, float]]:
+    """User + system µs per request of every timed row, by (kind, proxy) and then by round."""
+    totals: dict[tuple[str, str], dict[int, float]] = {}
+    for row in rows:
+        if row.user_us is not None and row.system_us is not None:
+            totals.setdefault((row.kind, row.proxy), {})[row.round] = row.user_us + row.system_us
+    return totals
+
+
 def medians(rows: list[Row]) -> list[str]:
     """Each kind's and proxy's timed rounds (user + system µs per request) and their median."""
+    return [f"{kind} {proxy}: user + system us per request by round {', '.join(f'{t:.1f}' for t in by_round.values())}; "
+            f"median {statistics.median(by_round.values()):.1f}"
+            for (kind, proxy), by_round in timed_totals(rows).items()]
+
+
+def paired_ratios(rows: list[Row]) -> list[str]:
+    """
+    twingress's CPU per request over each other proxy's, round by round, and their median.
+
+    Why: this guest's speed drifts by a fifth from one minute to the next, and a round runs its
+    proxies back to back, so the ratio within a round cancels most of the drift that the ratio of
+    two medians (taken over different minutes) keeps.
+    """
+    totals = timed_totals(rows)
     lines = []
-    for kind in dict.fromkeys(row.kind for row in rows):
-        for proxy in dict.fromkeys(row.proxy for row in rows):
-            totals = [row.user_us + row.system_us for row in rows
-                      if row.kind == kind and row.proxy == proxy and row.user_us is not None and row.system_us is not None]
-            if totals:
-                lines.append(f"{kind} {proxy}: user + system us per request by round {', '.join(f'{t:.1f}' for t in totals)}; "
-                             f"median {statistics.median(totals):.1f}")
+    for (kind, proxy), by_round in totals.items():
+        ours = totals.get((kind, "twingress"), {})
+        ratios = [ours[n] / by_round[n] for n in by_round if proxy != "twingress" and n in ours and by_round[n] > 0]
+        if ratios:
+            lines.append(f"{kind} twingress / {proxy}, round by round: {', '.join(f'{r:.2f}' for r in ratios)}; "
+                         f"median {statistics.median(ratios):.2f}")
     return lines
 
 
@@ -263,6 +306,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--tries", type=int, default=3, help="valgrind runs a proxy may take to be counted (3)")
     p.add_argument("--cpu", type=int, default=0, metavar="SECONDS", help="also time each proxy without valgrind this long (0: no)")
     p.add_argument("--cpu-connections", type=int, default=32, help="h2load -c of the timed load (32, as peers_bench.py)")
+    p.add_argument("--cache-sim", action="store_true",
+                   help="count with callgrind's cache simulation too: L1 instruction and data misses per request")
     p.add_argument("--no-count", dest="count", action="store_false", help="no valgrind count: the timed runs alone (needs --cpu)")
     p.add_argument("--rounds", type=int, default=1, help="run every row this many times, the order reversed every other round (1)")
     p.add_argument("--traefik", type=Path, help="Traefik binary (default: where bench/peers.sh builds it)")
@@ -292,9 +337,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for row in rows:
         print(describe(row))
     if args.rounds > 1:
-        print("\n".join(medians(rows)))
+        print("\n".join(medians(rows) + paired_ratios(rows)))
     out = {"benchmark": "live_instructions", "config": {k: getattr(args, k) for k in (
-        "kinds", "requests", "warmup", "connections", "streams", "cpu", "cpu_connections", "proxy_cpu", "load_cpu", "count", "rounds")},
+        "kinds", "requests", "warmup", "connections", "streams", "cpu", "cpu_connections", "proxy_cpu", "load_cpu", "count", "rounds", "cache_sim")},
         "results": [row.__dict__ for row in rows]}
     return write_and_exit_status(args.json, out, [f"{row.kind} {row.proxy}: {row.failure}" for row in rows if row.failure])
 
