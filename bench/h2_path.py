@@ -65,6 +65,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import targets  # noqa: E402
+from report import interpreter  # noqa: E402
 
 from ingress.model.parse import state_from_objects  # noqa: E402
 from ingress.observe.metrics import Metrics  # noqa: E402
@@ -345,7 +346,8 @@ def build_name() -> str:
     """Which build runs: twingress's request path and the h2 stack, compiled or pure."""
     import h2.connection as h2c
 
-    return f"ingress {'compiled' if h1.__file__.endswith('.so') else 'pure'}, h2 {'compiled' if (h2c.__file__ or '').endswith('.so') else 'pure'}"
+    compiled = f"ingress {'compiled' if h1.__file__.endswith('.so') else 'pure'}, h2 {'compiled' if (h2c.__file__ or '').endswith('.so') else 'pure'}"
+    return f"{compiled}, {interpreter()}"
 
 
 if __name__ == "__main__":

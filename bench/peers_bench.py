@@ -56,7 +56,7 @@ import tls_handshakes  # noqa: E402
 import wrk  # noqa: E402
 from h2_bench import Row  # noqa: E402
 from harness import install_signal_handlers, run_in_workdir, twingress_env  # noqa: E402
-from report import IDLE_LIMIT, REPO, environment, write_and_exit_status  # noqa: E402
+from report import IDLE_LIMIT, REPO, environment, interpreter, write_and_exit_status  # noqa: E402
 
 NGINX, TRAEFIK, CADDY, TWINGRESS = "nginx", "traefik", "caddy", "twingress"
 PROXIES = (NGINX, TRAEFIK, CADDY, TWINGRESS)
@@ -190,7 +190,7 @@ def twingress_build() -> dict[str, str]:
         raise BenchFailed(f"cannot import twingress:\n{done.stderr}")
     ingress_file, h2_file = done.stdout.split()
     return {"ingress": "compiled" if ingress_file.endswith(".so") else "pure",
-            "h2_stack": "compiled" if h2_file.endswith(".so") else "pure"}
+            "h2_stack": "compiled" if h2_file.endswith(".so") else "pure", "python": interpreter()}
 
 
 # --- checks -----------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -125,13 +126,26 @@ def notes(results: list[TargetResult], args: argparse.Namespace,
     return out
 
 
+def interpreter() -> str:
+    """
+    The Python that runs the bench and twingress (the same venv): its version, executable and how
+    libpython is linked.  Why: the same code costs about a fifth more instructions per request on a
+    shared, unoptimised libpython (pyenv's default build) than on Debian's python3.11, the image's,
+    which links libpython into the executable and builds it with PGO and LTO (bench/README.md,
+    twenty-fourth session); a figure says which it is.
+    """
+    shared = any("libpython" in line for line in Path("/proc/self/maps").read_text().splitlines())
+    linked = "libpython shared" if shared else "libpython in the executable"
+    return f"CPython {platform.python_version()} {os.path.realpath(sys.executable)} ({linked})"
+
+
 def environment(nginx_bin: str) -> dict[str, str]:
     """Versions and the commit, so a JSON file says what it measured."""
     nginx = subprocess.run([nginx_bin, "-v"], capture_output=True, text=True).stderr.strip()
     commit = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"],
                             capture_output=True, text=True).stdout.strip()
     return {"nginx": nginx.removeprefix("nginx version: "), "wrk": wrk.version(),
-            "python": platform.python_version(), "kernel": platform.release(),
+            "python": interpreter(), "kernel": platform.release(),
             "commit": commit or "?"}
 
 
