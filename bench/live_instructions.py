@@ -285,8 +285,10 @@ def paired_ratios(rows: list[Row]) -> list[str]:
     totals = timed_totals(rows)
     lines = []
     for (kind, proxy), by_round in totals.items():
+        if proxy == "twingress":
+            continue
         ours = totals.get((kind, "twingress"), {})
-        ratios = [ours[n] / by_round[n] for n in by_round if proxy != "twingress" and n in ours and by_round[n] > 0]
+        ratios = [ours[n] / by_round[n] for n in by_round if n in ours and by_round[n] > 0]
         if ratios:
             lines.append(f"{kind} twingress / {proxy}, round by round: {', '.join(f'{r:.2f}' for r in ratios)}; "
                          f"median {statistics.median(ratios):.2f}")
