@@ -14,7 +14,7 @@ WHEELHOUSE ?= $(HOME)/.cache/twingress/wheelhouse
 export TWINGRESS_WHEELHOUSE := $(WHEELHOUSE)
 HADOLINT_VERSION ?= 2.15.1
 
-.PHONY: run run-migration run-gateway run-streams test test-kube-lane test-rest-lane test-kube test-rest test-workers test-node venv lint system-packages testenv wheelhouse image image-archive lint-docker bench bench-peers bench-mix clean compiled pure gateway-conformance-report
+.PHONY: run run-migration run-gateway run-streams test test-kube-lane test-rest-lane test-kube test-rest test-workers test-node venv lint system-packages testenv wheelhouse image image-archive lint-docker bench bench-peers bench-mix clean compiled pure gateway-conformance-report h2stack-suites
 
 # An editable install (pip install -e .) of the tree: setup.cfg's package_dir makes it a plain
 # .pth of the tree, so twistd finds twisted/plugins/ingress_plugin.py there too.
@@ -77,6 +77,11 @@ testenv: system-packages
 	testenv/promql.sh
 	testenv/h2spec.sh
 
+# The pinned h2, hpack and hyperframe's own test suites, from their source distributions (by hash),
+# which tests/unit/test_h2stack_suites.py runs against the compiled build: a no-op once fetched.
+h2stack-suites: $(STAMP)
+	$(PY) h2stack.py suites
+
 $(WHEELHOUSE)/.stamp: $(STAMP) setup.cfg pyproject.toml
 	$(PY) -m pip wheel -q --wheel-dir $(WHEELHOUSE) 'setuptools>=68' wheel .
 	rm -f $(WHEELHOUSE)/twingress-*.whl  # the test installs the tree's own
@@ -111,7 +116,7 @@ lint: $(STAMP)
 
 # The test run lives in a private network namespace (pod-like 10.244.0.x addresses on its lo);
 # everything that needs the network (pip, apt, go) happens before it.
-test: $(STAMP) lint system-packages wheelhouse lint-docker
+test: $(STAMP) lint system-packages wheelhouse lint-docker h2stack-suites
 	# Every test on the compiled build, which the image ships (the same source, compiled by mypyc);
 	# the kube tests again with worker processes; the node's tests; the pure build again afterwards
 	# for the unit tests and the request path's proxy tests (PURE_TESTS). Whatever fails, the tree is
