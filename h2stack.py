@@ -48,6 +48,24 @@ things make it compiled, neither an edit of its source:
     that function (and the other run-once setup) C{CYTHON_SMALL_CODE}, a macro
     it lets the build define: defined to optimise those at -O0, the module
     builds in under a minute (2.7 GB of memory), the loop at -O2.
+
+C{EXTENSION_TYPES}: h2's connection, its streams, their two state machines and
+its frame buffer are declared extension types, by a C{cdef class} in the same
+kind of augmenting C{.pxd}: each instance attribute upstream's code assigns
+becomes a slot of C type C{object}, which the compiled methods read and write
+directly instead of through the instance's dictionary (CPython's generic
+attribute lookup was a sixth of an h2 request's instructions).  For Python code
+nothing else changes: the attributes stay public and of any type, every class
+keeps a C{__dict__} (any other attribute can still be set) and weak references,
+and upstream's suites pass on it (above).  One difference is for compiled code:
+a class mypyc compiles cannot subclass them (mypyc lays out its instances for a
+base it takes for a Python class), so twingress's subclass of H2Connection is
+interpreted (C{ingress/proxy/http2/goaway.py}).  hpack's and hyperframe's
+classes stay plain: declared so, hpack's encoder, decoder and Huffman encoder
+made no difference to an h2 request's count (399.2k and 399.7k against 399.4k
+without), Cython refuses C{HeaderTable}'s class-level annotation, and each of
+hyperframe's frame classes has two bases.  No method or local is typed: a C
+integer where upstream has a Python one could overflow on a peer's varint.
   A 31-byte path decodes in 14.5k instructions, against 81k interpreted
   (bench/README.md, twenty-third session).
 """
@@ -95,6 +113,33 @@ cdef int HUFFMAN_COMPLETE, HUFFMAN_EMIT_SYMBOL, HUFFMAN_FAIL
 cpdef bytes decode_huffman(huffman_string)
 """,
 }
+# By module: the classes made extension types (the module docstring), each with the instance attributes
+# upstream's code assigns (tests/unit/test_h2stack_huffman.py checks them against the pinned source).
+EXTENSION_TYPES = {
+    "h2.connection": {
+        "H2ConnectionStateMachine": "state",
+        "H2Connection": "_closed_streams _data_to_send _frame_dispatch_table _header_frames _inbound_flow_control_window_manager"
+        " config decoder encoder highest_inbound_stream_id highest_outbound_stream_id incoming_buffer local_settings"
+        " max_inbound_frame_size max_outbound_frame_size outbound_flow_control_window remote_settings state_machine streams",
+    },
+    "h2.stream": {
+        "H2StreamStateMachine": "client headers_received headers_sent state stream_closed_by stream_id trailers_received trailers_sent",
+        "H2Stream": "_actual_content_length _authority _expected_content_length _inbound_window_manager config"
+        " max_outbound_frame_size outbound_flow_control_window request_method state_machine stream_id",
+    },
+    "h2.frame_buffer": {"FrameBuffer": "_data _headers_buffer _preamble _preamble_len max_frame_size"},
+}
+
+
+def extension_type_declarations(classes: dict[str, str]) -> str:
+    """A module's C{.pxd} text for its classes in L{EXTENSION_TYPES}: object slots, a __dict__, weak references."""
+    return "".join(
+        f"cdef class {name}:\n    cdef public object {', '.join(attributes.split())}\n    cdef dict __dict__\n    cdef object __weakref__\n\n"
+        for name, attributes in classes.items()
+    )
+
+
+DECLARATIONS |= {module: extension_type_declarations(classes) for module, classes in EXTENSION_TYPES.items()}
 # C compiler options by module (the module docstring): CYTHON_SMALL_CODE marks the run-once setup functions.
 COMPILE_ARGS = {"hpack.huffman_table": ["-DCYTHON_SMALL_CODE=__attribute__((cold, optimize(\"O0\")))"]}
 

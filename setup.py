@@ -56,6 +56,8 @@ HOT_MODULES = [
 # HTTP/1.1 group's modules as plain Python, and every call into them (h1.Head, h1.valid_host,
 # route_and_admit...) went through the Python call protocol; compiled together, those are native
 # calls through the other group's export table (h2 path: 15,000 instructions fewer per request).
+# Not here: ingress/proxy/http2/goaway.py, twingress's subclass of h2's H2Connection, which h2stack.py
+# makes an extension type: mypyc cannot compile a subclass of it (the process crashes constructing one).
 HTTP2_MODULES = [
     "ingress/proxy/http2/connection.py",
     "ingress/proxy/http2/resets.py",

@@ -45,9 +45,9 @@ from ingress.proxy.http import h1
 from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor
 from ingress.proxy.http.shared import Shared
 from ingress.proxy.http2.fields import request_head
+from ingress.proxy.http2.goaway import GoawayTolerant
 from ingress.proxy.http2.resets import ResetBudget
 from ingress.proxy.http2.stream import H2Stream
-from ingress.proxy.http2.upstream import GoawayTolerant
 from ingress.proxy.http2.validate import MalformedHeaders, check_trailers
 from ingress.proxy.idle import Deadline, DeadlineGroup, GroupDeadline
 from ingress.proxy.reactorstep import run_before_next_poll

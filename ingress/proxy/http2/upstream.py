@@ -17,7 +17,6 @@ from typing import Any, Optional
 from typing import Protocol as TypingProtocol
 
 from h2.config import H2Configuration
-from h2.connection import ConnectionState, H2Connection
 from h2.errors import ErrorCodes
 from h2.events import (
     ConnectionTerminated,
@@ -39,6 +38,7 @@ from ingress.process.reactor import IProcessReactor
 from ingress.proxy.http.backend_tls import connection_creator
 from ingress.proxy.http.fastwrite import direct_writer
 from ingress.proxy.http.settings import HTTP2Settings, ProxySettings
+from ingress.proxy.http2.goaway import GoawayTolerant
 from ingress.proxy.http2.validate import MalformedHeaders, check_response, check_trailers
 from ingress.proxy.transport import IConnectionTransport, release_connector
 from ingress.routing.policies.backend import BackendTLS
@@ -63,31 +63,6 @@ class ExchangeSink(TypingProtocol):
     def upstream_lost(self, detail: str) -> None: ...
 
     def upstream_window(self) -> None: ...
-
-
-class GoawayTolerant(H2Connection):
-    """
-    C{h2} closes its state machine on any GOAWAY; a graceful one (NO_ERROR: an endpoint's max
-    connection age, a client going away) still lets the streams it names finish, so their frames
-    must be read and written.  Neither side opens new streams after it (we refuse theirs, and
-    stop opening ours).
-    """
-
-    def _receive_goaway_frame(self, frame: Any) -> Any:
-        result = super()._receive_goaway_frame(frame)
-        if frame.error_code == ErrorCodes.NO_ERROR:
-            self.state_machine.state = ConnectionState.CLIENT_OPEN if self.config.client_side else ConnectionState.SERVER_OPEN
-        return result
-
-    def release(self) -> None:
-        """
-        The connection is closed.  C{h2} keeps a table of its own bound methods, one per frame
-        type: a reference cycle that holds the whole state machine (its streams, windows and HPACK
-        tables) until the cyclic collector finds it.  Emptied here, reference counting frees it
-        at once.  (A private attribute of h2 4.x; tests/proxy/test_reference_cycles.py fails if a
-        version of h2 keeps the cycle some other way.)
-        """
-        self._frame_dispatch_table = {}
 
 
 class H2UpstreamConnection(Protocol):
