@@ -33,6 +33,8 @@ time differ between two proxies (a larger body of code misses the instruction ca
       [--kinds h2,https/1.1] [--requests 5000] [--cpu 8]      # ~1.5 min a proxy under valgrind; +~15 s a proxy with --cpu
   .venv/bin/python bench/live_instructions.py --no-count --cpu 8 --rounds 4   # the timed runs alone, medians
   .venv/bin/python bench/live_instructions.py --proxies twingress,floor --cache-sim   # with L1 misses per request
+  .venv/bin/python bench/live_instructions.py --proxies twingress,floor --keep-profiles DIR   # and each count's callgrind file
+      callgrind_annotate --inclusive=yes DIR/h2-twingress-1.callgrind   # where the instructions went, by function
 """
 
 from __future__ import annotations
@@ -219,6 +221,9 @@ class Bench(Harness):
         if failed or not done or collected is None:
             raise BenchFailed(f"{failed} failed, {done} done, counted: {collected is not None}\n{proc.tail()}")
         row.requests, row.instructions = done, round(int(collected.group(1)) / done)
+        if self.args.keep_profiles is not None:  # callgrind_annotate reads it: the live process's functions
+            self.args.keep_profiles.mkdir(parents=True, exist_ok=True)
+            shutil.copy(out, self.args.keep_profiles / f"{row.kind.replace('/', '')}-{row.proxy}-{row.round}.callgrind")
         if self.args.cache_sim:
             counts = [int(collected.group(1)), *map(int, collected.group(2).split())]
             if len(counts) != len(_CACHE_EVENTS):
@@ -310,6 +315,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--cpu-connections", type=int, default=32, help="h2load -c of the timed load (32, as peers_bench.py)")
     p.add_argument("--cache-sim", action="store_true",
                    help="count with callgrind's cache simulation too: L1 instruction and data misses per request")
+    p.add_argument("--keep-profiles", type=Path, metavar="DIR",
+                   help="keep each count's callgrind file in DIR (<kind>-<proxy>-<round>.callgrind), for callgrind_annotate")
     p.add_argument("--no-count", dest="count", action="store_false", help="no valgrind count: the timed runs alone (needs --cpu)")
     p.add_argument("--rounds", type=int, default=1, help="run every row this many times, the order reversed every other round (1)")
     p.add_argument("--traefik", type=Path, help="Traefik binary (default: where bench/peers.sh builds it)")
