@@ -48,6 +48,8 @@ things make it compiled, neither an edit of its source:
     that function (and the other run-once setup) C{CYTHON_SMALL_CODE}, a macro
     it lets the build define: defined to optimise those at -O0, the module
     builds in under a minute (2.7 GB of memory), the loop at -O2.
+  A 31-byte path decodes in 14.5k instructions, against 81k interpreted
+  (bench/README.md, twenty-third session).
 
 C{EXTENSION_TYPES}: h2's connection, its streams, their two state machines and
 its frame buffer are declared extension types, by a C{cdef class} in the same
@@ -66,8 +68,6 @@ made no difference to an h2 request's count (399.2k and 399.7k against 399.4k
 without), Cython refuses C{HeaderTable}'s class-level annotation, and each of
 hyperframe's frame classes has two bases.  No method or local is typed: a C
 integer where upstream has a Python one could overflow on a peer's varint.
-  A 31-byte path decodes in 14.5k instructions, against 81k interpreted
-  (bench/README.md, twenty-third session).
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ cpdef bytes decode_huffman(huffman_string)
 """,
 }
 # By module: the classes made extension types (the module docstring), each with the instance attributes
-# upstream's code assigns (tests/unit/test_h2stack_huffman.py checks them against the pinned source).
+# upstream's code assigns (tests/unit/test_h2stack_types.py checks them against the pinned source).
 EXTENSION_TYPES = {
     "h2.connection": {
         "H2ConnectionStateMachine": "state",
