@@ -10,8 +10,8 @@ once its bytes are read, and times it with the process's CPU clock:
 
 - the real L{ingress.proxy.http2.connection.H2ServerProtocol}, on the factory, pool, settings and
   metrics the data plane builds (access log off, as the peers benches run it; hpack's debug
-  calls dropped, as the data plane drops them), routing the benches' Ingress (bench/targets.py:
-  C{bench.local /} to one endpoint);
+  calls dropped and h2's state-machine Enums hashed by identity, as the data plane does),
+  routing the benches' Ingress (bench/targets.py: C{bench.local /} to one endpoint);
 - the client's bytes made beforehand by the same libraries (C{hpack}'s encoder, C{hyperframe}'s
   frames): batches of C{--streams} GETs as h2load sends them (its header fields, one HEADERS
   frame each with END_STREAM), and the WINDOW_UPDATE that gives the connection back what the
@@ -76,6 +76,7 @@ from ingress.proxy.http.settings import HTTP2Settings, ProxySettings  # noqa: E4
 from ingress.proxy.http.upstream import _DONE, UpstreamConnection, UpstreamPool  # noqa: E402
 from ingress.proxy.http2.connection import PREFACE, H2ServerProtocol  # noqa: E402
 from ingress.proxy.http2.librarylog import drop_hpack_debug  # noqa: E402
+from ingress.proxy.http2.statehash import hash_states_by_identity  # noqa: E402
 from ingress.routing import build  # noqa: E402
 
 BACKEND_PORT = 8080
@@ -183,6 +184,7 @@ def server(streams: int, http1: bool = False) -> tuple[Protocol, Transport, Any,
 
     reactor: Any = installed
     drop_hpack_debug()  # as the data plane does (ingress.process.dataplane.data_plane)
+    hash_states_by_identity()  # as the data plane does: h2's state-machine Enums hashed by identity (any proxy can)
     live = LiveTable()
     live.swap(build(state_from_objects(list(targets.manifests(BACKEND_PORT).values()))))
     settings = ProxySettings()

@@ -15,7 +15,8 @@ twingress's, and for each request does only what a conversion must:
   its Content-Length;
 - sends the response as HEADERS and one DATA frame that ends the stream, and writes what h2 made
   once per read, or just before the reactor's next poll (twingress's flush);
-- drops hpack's DEBUG records at their call, as twingress's data plane does (any proxy can).
+- drops hpack's DEBUG records at their call, and hashes h2's state-machine Enums by identity, as
+  twingress's data plane does (any proxy can).
 
 No routing, no request checks, no forwarding fields, no access log, no deadlines, no flow-control
 bookkeeping beyond h2's own, no error handling beyond closing: no real proxy does less per request.
@@ -39,6 +40,7 @@ from twisted.internet import protocol, reactor, ssl
 
 from ingress.proxy.http.fastwrite import direct_writer
 from ingress.proxy.http2.librarylog import drop_hpack_debug
+from ingress.proxy.http2.statehash import hash_states_by_identity
 from ingress.proxy.reactorstep import run_before_next_poll
 from ingress.proxy.tls.direct import DirectTLSFactory
 
@@ -208,6 +210,7 @@ def main() -> None:
     parser.add_argument("key")
     args = parser.parse_args()
     drop_hpack_debug()  # as twingress's data plane does: hpack's DEBUG records, thrown away at their level check anyway
+    hash_states_by_identity()  # as the data plane does: h2's state-machine Enums hashed by identity (any proxy can)
     factory = DirectTLSFactory(tls_options(args.cert, args.key), False, Floor(("127.0.0.1", args.backend_port)))
     reactor.listenTCP(args.port, factory, interface="127.0.0.1")  # type: ignore[attr-defined]
     reactor.run()  # type: ignore[attr-defined]
