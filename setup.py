@@ -25,7 +25,9 @@ from setuptools import setup
 # base class together with a compiled one (mypyc refuses that).  The paths off the keep-alive one
 # stay interpreted (failures.py, steps.py, deadlines.py), and so do the routing table's frozen
 # dataclasses: compiled, they cannot be unpickled (mypyc's state setter assigns through the frozen
-# __setattr__), and workers receive tables pickled.
+# __setattr__), and workers receive tables pickled.  The lookups each request makes in a table are
+# compiled apart from them (lookup.py, on the tables' fields), and so is the path normalisation
+# routing starts with (paths.py).
 HOT_MODULES = [
     "ingress/proxy/http/h1.py",
     "ingress/proxy/http/headend.py",
@@ -40,6 +42,8 @@ HOT_MODULES = [
     "ingress/proxy/http/admission.py",
     "ingress/proxy/http/routed.py",
     "ingress/proxy/http/requestid.py",
+    "ingress/routing/lookup.py",
+    "ingress/routing/paths.py",
     "ingress/proxy/http/upstream.py",
     "ingress/proxy/idle.py",
     "ingress/observe/accesslog.py",

@@ -12,8 +12,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, cast
 
+import ingress.routing.lookup as lookup
 from ingress.model import ObjectRef, Problem
 from ingress.routing.certs import EMPTY_CERTIFICATES, CertificateTable
 from ingress.routing.listener_names import ListenerNames
@@ -47,24 +48,14 @@ class HostRoutes:
     prefixes: Mapping[str, Route] = field(default_factory=dict)
     regex: tuple[tuple[re.Pattern[str], Route], ...] = ()
 
+    plain: ClassVar[bool] = True  # matched by L{lookup.paths_match}: a subclass with a match of its own is not
+
+    def __init_subclass__(cls) -> None:
+        cls.plain = cls.match is HostRoutes.match
+
     def match(self, path: str) -> Optional[Route]:
-        """Exact first (it is always the longest match), then prefixes from the longest."""
-        if self.regex:
-            return next((route for pattern, route in self.regex if pattern.match(path)), None)
-        route = self.exact.get(path)
-        if route is not None:
-            return route
-        return longest_prefix(self.prefixes, path) if self.prefixes else None
-
-
-def longest_prefix(prefixes: Mapping[str, Route], path: str) -> Optional[Route]:
-    """The route of the longest prefix of C{path}, element-wise (the table's prefix keys)."""
-    elements = [e for e in path.split("/") if e]
-    for n in range(len(elements), -1, -1):
-        route = prefixes.get("/".join(elements[:n]))
-        if route is not None:
-            return route
-    return None
+        """Exact first (it is always the longest match), then prefixes from the longest (L{lookup.paths_match})."""
+        return lookup.paths_match(self, path)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,13 +119,13 @@ class RoutingTable:
         if upstream is None and "." in host:
             upstream = self.passthrough.get("*." + host.split(".", 1)[1])
         if upstream is None and self.deep_passthrough:
-            upstream = _longest_suffix(self.deep_passthrough, host, "")
+            upstream = lookup.longest_suffix(self.deep_passthrough, host, "")
         return upstream
 
     def terminated_for(self, host: str) -> Optional[Upstream]:
         """The TCP upstream of this SNI name's TLS, terminated here (a Gateway TLS listener with tls.mode Terminate)."""
         upstream = self.tls_terminated.get(host)
-        return upstream if upstream is not None else _longest_suffix(self.tls_terminated, host, "*.")
+        return upstream if upstream is not None else lookup.longest_suffix(self.tls_terminated, host, "*.")
 
     @property
     def reads_server_name(self) -> bool:
@@ -157,35 +148,18 @@ class RoutingTable:
 
     def host_routes(self, host: str) -> Optional[HostRoutes]:
         """The rules that own C{host} (already normalised): exact beats wildcard beats host-less."""
-        routes = self.hosts.get(host)
-        if routes is not None:
-            return routes
-        dot = host.find(".")
-        if dot > 0:
-            routes = self.wildcards.get(host[dot + 1 :])
-            if routes is not None:
-                return routes
-            if self.deep_wildcards:
-                routes = _longest_suffix(self.deep_wildcards, host, "", dot)  # Gateway API wildcards: any number of labels
-                if routes is not None:
-                    return routes
-        return self.any_host
+        return cast(Optional[HostRoutes], lookup.host_routes(self, host))
 
     def match(self, host: str, path: str) -> Optional[Route]:
         """
-        The route for a request, or None for 404.
+        The route for a request, or None for 404 (L{lookup.match}: the request path calls it directly).
 
         C{host} must be normalised with L{normalize_host}; C{path} is the path
         part of the request target (no query).  A host that owns rules but
         none of whose paths match falls to the default backend, as in the
         Ingress specification.
         """
-        routes = self.host_routes(host)
-        if routes is not None:
-            route = routes.match(path)
-            if route is not None:
-                return route
-        return self.default_route
+        return lookup.match(self, host, path)
 
     def to_json(self) -> dict[str, Any]:
         """The table for /debug/routes: plain JSON types only."""
@@ -238,24 +212,6 @@ class RoutingTable:
             **({"httpsListeners": self.https_listeners.to_json()} if self.https_listeners is not None else {}),
             **({"gatewayPorts": {str(port): _port_json(table.to_json()) for port, table in sorted(self.gateway_ports.items())}} if self.gateway_ports else {}),
         }
-
-
-_T = TypeVar("_T")
-
-
-def _longest_suffix(by_suffix: Mapping[str, _T], host: str, prefix: str, dot: Optional[int] = None) -> Optional[_T]:
-    """
-    The entry for the longest suffix of C{host} after a dot (keys: C{prefix} + suffix): Gateway
-    wildcards, any number of labels.  C{dot}: the first dot of C{host}, when the caller found it.
-    """
-    if dot is None:
-        dot = host.find(".")
-    while dot > 0:
-        found = by_suffix.get(prefix + host[dot + 1 :])
-        if found is not None:
-            return found
-        dot = host.find(".", dot + 1)
-    return None
 
 
 def _port_json(shown: dict[str, Any]) -> dict[str, Any]:

@@ -15,7 +15,8 @@ import pytest
 
 from ingress.model import ClusterState, ObjectRef, Problem
 from ingress.model.parse import state_from_objects
-from ingress.routing import RoutingTable, build, normalize_host
+from ingress.routing import HostRoutes, Route, RoutingTable, build, lookup, normalize_host
+from ingress.routing.gateway.regex import RegexPaths
 from ingress.routing.paths import prefix_key
 from ingress.routing.selection import select_ingresses
 from tests.unit.objects import T0, T1, T2, endpoints, ingress, ingress_class, path, problems, rule, service, table, target
@@ -566,3 +567,22 @@ def test_table_dumps_to_json() -> None:
     assert dump["hosts"]["a.example"]["prefix"]["/api"] == {
         "route": "default/i", "upstream": "default/web:80", "endpoints": ["10.0.0.1:8080"]}
     assert dump["defaultBackend"] == {"route": "default/i", "upstream": "default/web:80"}
+
+
+def test_a_host_s_paths_with_a_match_of_their_own_are_asked_for_their_route() -> None:
+    """
+    lookup.match reads a plain HostRoutes' fields itself (compiled, with the request path); a subclass
+    that overrides match (Gateway API regular-expression paths) is asked instead, never bypassed.
+    """
+    route = table(ingress("web", rule("a.example", path("/")))).match("a.example", "/")
+    assert route is not None
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class OnlyPathX(HostRoutes):
+        def match(self, path: str) -> Optional[Route]:
+            return route if path == "/x" else None
+
+    assert HostRoutes.plain and not RegexPaths.plain and not OnlyPathX.plain
+    own = RoutingTable(hosts={"b.example": OnlyPathX(prefixes={"": route})})
+    assert own.match("b.example", "/x") is route and lookup.match(own, "b.example", "/x") is route
+    assert own.match("b.example", "/y") is None  # its prefix "/" is its own match's to use, and it does not

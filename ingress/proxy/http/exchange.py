@@ -34,7 +34,7 @@ from ingress.proxy.http.shared import Shared
 from ingress.proxy.http.states import AUTH, AWAIT, BODY, CLOSED, HEAD, TUNNEL
 from ingress.proxy.http.steps import ResponseFields
 from ingress.proxy.http.upstream import Address, UpstreamConnection
-from ingress.routing.policies import Policies
+from ingress.routing.policies import EWMA, Policies
 from ingress.routing.table import Route
 
 _PENDING_LIMIT: Final = 1 << 20  # request bytes held while the upstream connection is being opened
@@ -260,13 +260,29 @@ class Exchange:
         if status == 101 and not client.tunnels:
             failures.fail_upstream(self, 502, "101 for an HTTP/2 request")
             return
-        if not failures.accept_response(self, head):
+        if not self._accept_response(head):
             return
         if status == 101:
             self._switch_to_tunnel(head, body)
             return
         fields = self.fields
         client.send_head(head, body, complete, fields.added(status) if fields is not None else b"")
+
+    def _accept_response(self, head: h1.Head) -> bool:
+        """A final response head: retried or replaced where the route's policies say so (False), or taken, timed and scored for ewma."""
+        route = self.route
+        assert route is not None
+        policies = route.policies
+        if policies is not None and (policies.retry is not None or policies.error_pages is not None) and failures.declines_response(self, head):
+            return False
+        if not self.responded:
+            waited = time.monotonic() - self.sent_at
+            self.shared.metrics.upstream_answered(route.name, waited)
+            if policies is not None and policies.load_balance == EWMA and self.tried is not None:
+                self.shared.pool.ewma.observe(self.tried, waited)
+        self.responded = True
+        self.status = head.status
+        return True
 
     def upstream_data(self, data: bytes) -> None:
         self.client.send_body(data)

@@ -26,7 +26,6 @@ from ingress.proxy.http.shared import Shared
 from ingress.proxy.http.states import AWAIT, BODY, CLOSED, TUNNEL
 from ingress.proxy.http.upstream import Address, UpstreamConnection
 from ingress.proxy.idle import Deadline
-from ingress.routing.policies import EWMA
 from ingress.routing.table import Route
 
 log = Logger()
@@ -99,27 +98,19 @@ def connect_failed(exchange: Attempted, address: Address, detail: str, timed_out
     fail_upstream(exchange, 504 if timed_out else 502, detail)
 
 
-def accept_response(exchange: Attempted, head: h1.Head) -> bool:
+def declines_response(exchange: Attempted, head: h1.Head) -> bool:
     """
-    A final response head arrived: retry on another endpoint if the route's retry policy
-    says so for its status (False), or take it (timed, and scored for ewma).
+    A final response head arrived on a route with a retry policy or custom error pages: True if it is
+    retried on another endpoint (its status is one the policy retries) or replaced by an error page.
     """
     route = exchange.route
     assert route is not None
     policies = route.policies
-    if policies is not None and not exchange.error_code:
-        if policies.retry is not None and head.status in policies.retry.statuses and _retry_after(exchange, f"http_{head.status}"):
-            return False
-        if policies.error_pages is not None and _error_page_taken(exchange, head.status, upstream_sent=True):
-            return False
-    if not exchange.responded:
-        waited = time.monotonic() - exchange.sent_at
-        exchange.shared.metrics.upstream_answered(route.name, waited)
-        if policies is not None and policies.load_balance == EWMA and exchange.tried is not None:
-            exchange.shared.pool.ewma.observe(exchange.tried, waited)
-    exchange.responded = True
-    exchange.status = head.status
-    return True
+    if policies is None or exchange.error_code:
+        return False
+    if policies.retry is not None and head.status in policies.retry.statuses and _retry_after(exchange, f"http_{head.status}"):
+        return True
+    return policies.error_pages is not None and _error_page_taken(exchange, head.status, upstream_sent=True)
 
 
 def timed_out(exchange: Attempted) -> None:

@@ -21,6 +21,7 @@ from ingress.proxy.http.fields import field_value
 from ingress.proxy.http.forwarding import ForwardedFor, request_head_bytes
 from ingress.proxy.http.policy import canary_route, https_location, local_answer, upstream_head
 from ingress.proxy.http.target import host_and_path, routing_host
+from ingress.routing.lookup import match as match_route
 from ingress.routing.policies import Limits
 from ingress.routing.policies.block import GlobalBlock
 from ingress.routing.route import Route
@@ -73,7 +74,7 @@ def route_request(table: RoutingTable, head: h1.Head, forwarded: ForwardedFor, r
         return Routed(error.status, refused=True, detail=error.detail)
     if server_name is not None and table.https_listeners is not None and table.https_listeners.misdirected(server_name, routing_host(host)):
         return Routed(421)  # another HTTPS listener's host on this connection (a coalesced HTTP/2 connection)
-    route = table.match(routing_host(host), path)
+    route = match_route(table, routing_host(host), path)
     if route is None:
         return Routed(404)
     if route.choices:  # Gateway API: the first candidate whose method, headers and query match

@@ -26,9 +26,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Optional
 
+from ingress.routing.lookup import longest_prefix
 from ingress.routing.policies.matching import RequestMatch
 from ingress.routing.route import Route
-from ingress.routing.table import HostRoutes, longest_prefix
+from ingress.routing.table import HostRoutes
 
 _ANY = RequestMatch()
 
