@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any, Optional
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ingress.proxy.http import h1, headend
@@ -656,6 +656,7 @@ _FRAMING_VALUES = [b"", b"0", b"12", b"012", b"1,1", b"1, 2", b"-1", b"1e3", b"9
                    b"keep-alive", b"close", b"Upgrade", b"a.test", b"100-continue", b"x y"]
 
 
+@settings(deadline=None)  # no wall-clock limit per example: CI's parallel lanes decide that, not the code
 @given(st.lists(st.tuples(st.sampled_from(_FRAMING_NAMES), st.sampled_from(_FRAMING_VALUES)), max_size=6), st.booleans())
 def test_the_common_case_path_answers_as_the_general_one(fields: list[tuple[bytes, bytes]], is_request: bool) -> None:
     """L{h1._framing}'s dict-based path and L{h1._framing_of_any}: the same framing and fields, or the same refusal."""
