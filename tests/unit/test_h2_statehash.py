@@ -23,7 +23,7 @@ from ingress.process.dataplane import data_plane
 from ingress.process.live import LiveTable
 from ingress.proxy.http.settings import ProxySettings
 from ingress.proxy.http.upstream import UpstreamPool
-from ingress.proxy.http2.statehash import IDENTITY_HASHED, hash_states_by_identity, transition_tables
+from ingress.proxy.http2.statehash import IDENTITY_HASHED, hash_states_by_identity, hash_tables_again, identity_hashed, transition_tables
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,16 +35,13 @@ def _rehash(hashed: bool) -> None:
             enum_type.__hash__ = object.__hash__  # type: ignore[method-assign]
         elif "__hash__" in enum_type.__dict__:
             del enum_type.__hash__  # Enum's again
-    for table in transition_tables():
-        items = list(table.items())
-        table.clear()
-        table.update(items)
+    hash_tables_again()
 
 
 @pytest.fixture(autouse=True)
 def enums_as_h2_made_them() -> Iterator[None]:
     """Each test starts from h2's own hashes (another test or a data plane may have applied ours), and leaves the process as it found it."""
-    applied = all(enum_type.__dict__.get("__hash__") is object.__hash__ for enum_type in IDENTITY_HASHED)
+    applied = identity_hashed()
     _rehash(False)
     assert all(hash(member) == hash(member.name) for enum_type in IDENTITY_HASHED for member in enum_type)
     yield
@@ -119,7 +116,7 @@ def test_nothing_but_the_transition_tables_is_keyed_by_them_at_start() -> None:
 
 
 def test_the_data_plane_applies_it_for_its_process() -> None:
-    assert not any("__hash__" in enum_type.__dict__ for enum_type in IDENTITY_HASHED)
+    assert not identity_hashed()
     reactor, settings = MemoryReactorClock(), ProxySettings()  # type: ignore[no-untyped-call]  # Twisted's testing reactor is not annotated
     data_plane(reactor, LiveTable(), UpstreamPool(reactor, settings), settings, Metrics(), None, http=False, https=False, tls_min_version="1.2", tls_ciphers="")  # type: ignore[arg-type]  # the testing reactor stands for the process's
-    assert all(enum_type.__dict__.get("__hash__") is object.__hash__ for enum_type in IDENTITY_HASHED)
+    assert identity_hashed()

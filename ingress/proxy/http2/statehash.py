@@ -47,10 +47,20 @@ def transition_tables() -> tuple[dict[Any, Any], ...]:
 
 def hash_states_by_identity() -> None:
     """Give h2's plain Enums object's hash and hash the transition tables' keys again (the module docstring); idempotent."""
-    if all(enum_type.__dict__.get("__hash__") is object.__hash__ for enum_type in IDENTITY_HASHED):
+    if identity_hashed():
         return  # done already in this process (a data plane built before)
     for enum_type in IDENTITY_HASHED:
         enum_type.__hash__ = object.__hash__  # type: ignore[method-assign]  # the class's own; Enum's is hash(self._name_)
+    hash_tables_again()
+
+
+def identity_hashed() -> bool:
+    """Whether this process's h2 Enums hash by identity already."""
+    return all(enum_type.__dict__.get("__hash__") is object.__hash__ for enum_type in IDENTITY_HASHED)
+
+
+def hash_tables_again() -> None:
+    """Each transition table filled again from a list of its items: every key hashed by its class's hash as it is now."""
     for table in transition_tables():
         items = list(table.items())
         table.clear()
