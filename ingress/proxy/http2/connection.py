@@ -17,13 +17,14 @@ any other protocol error gets the code C{h2} chose (RFC 9113 5.4.1).
 
 from __future__ import annotations
 
-from typing import Any, Final, Optional
+from typing import Final, Optional, cast
 
 from h2.config import H2Configuration
 from h2.errors import ErrorCodes
 from h2.events import (
     ConnectionTerminated,
     DataReceived,
+    Event,
     RemoteSettingsChanged,
     RequestReceived,
     StreamEnded,
@@ -36,10 +37,10 @@ from h2.settings import SettingCodes, Settings
 from hpack.exceptions import HPACKError
 from hyperframe.frame import GoAwayFrame
 from twisted.internet.interfaces import IPushProducer
-from twisted.internet.protocol import Protocol, connectionDone
+from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from zope.interface import implementer
+from zope.interface import classImplements
 
 from ingress.proxy.http import h1
 from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor
@@ -47,6 +48,7 @@ from ingress.proxy.http.shared import Shared
 from ingress.proxy.http2.fields import request_head
 from ingress.proxy.http2.goaway import GoawayTolerant
 from ingress.proxy.http2.resets import ResetBudget
+from ingress.proxy.http2.response import StreamConnection
 from ingress.proxy.http2.stream import H2Stream
 from ingress.proxy.http2.validate import MalformedHeaders, check_trailers
 from ingress.proxy.idle import Deadline, DeadlineGroup, GroupDeadline
@@ -60,11 +62,8 @@ _GOAWAY_SIZE: Final = 17  # a GOAWAY frame without debug data: 9-byte frame head
 _GOAWAY_TYPE: Final = 0x7
 
 
-@implementer(IPushProducer)
-class H2ServerProtocol(Protocol):
+class H2ServerProtocol(StreamConnection):
     """The server side of one HTTP/2 connection; its transport's producer, as the HTTP/1.1 protocol is."""
-
-    transport: IConnectionTransport
 
     def __init__(self, factory: Shared) -> None:
         self.factory = factory
@@ -154,12 +153,30 @@ class H2ServerProtocol(Protocol):
             for event in events:
                 if self._closed:
                     break
-                handler = _HANDLERS.get(type(event))
-                if handler is not None:
-                    handler(self, event)
+                self._dispatch(event)
         finally:
             self._receiving = False
         self._flush_now()
+
+    def _dispatch(self, event: Event) -> None:
+        """One of C{h2}'s events to its handler (a native call in the compiled build; none for the events ignored)."""
+        kind = _EVENT_KINDS.get(type(event), _IGNORED)
+        if kind == _REQUEST:
+            self._request(cast(RequestReceived, event))
+        elif kind == _DATA:
+            self._data(cast(DataReceived, event))
+        elif kind == _ENDED:
+            self._ended(cast(StreamEnded, event))
+        elif kind == _WINDOW:
+            self._window(cast(WindowUpdated, event))
+        elif kind == _RESET:
+            self._reset(cast(StreamReset, event))
+        elif kind == _TRAILERS:
+            self._trailers(cast(TrailersReceived, event))
+        elif kind == _SETTINGS:
+            self._remote_settings(cast(RemoteSettingsChanged, event))
+        elif kind == _TERMINATED:
+            self._terminated(cast(ConnectionTerminated, event))
 
     def _request(self, event: RequestReceived) -> None:
         stream_id = event.stream_id
@@ -380,13 +397,26 @@ def _with_goaway_code(pending: bytes, code: ErrorCodes) -> bytes:
     return pending
 
 
-_HANDLERS: Final[dict[type, Any]] = {
-    RequestReceived: H2ServerProtocol._request,
-    DataReceived: H2ServerProtocol._data,
-    StreamEnded: H2ServerProtocol._ended,
-    TrailersReceived: H2ServerProtocol._trailers,
-    StreamReset: H2ServerProtocol._reset,
-    WindowUpdated: H2ServerProtocol._window,
-    RemoteSettingsChanged: H2ServerProtocol._remote_settings,
-    ConnectionTerminated: H2ServerProtocol._terminated,
+classImplements(H2ServerProtocol, IPushProducer)
+
+# h2's events by kind, for _dispatch: a dict lookup and integer compares, where a dict of methods
+# made each event a Python call of an unbound method.
+_IGNORED: Final = 0
+_REQUEST: Final = 1
+_DATA: Final = 2
+_ENDED: Final = 3
+_WINDOW: Final = 4
+_RESET: Final = 5
+_TRAILERS: Final = 6
+_SETTINGS: Final = 7
+_TERMINATED: Final = 8
+_EVENT_KINDS: Final[dict[type, int]] = {
+    RequestReceived: _REQUEST,
+    DataReceived: _DATA,
+    StreamEnded: _ENDED,
+    WindowUpdated: _WINDOW,
+    StreamReset: _RESET,
+    TrailersReceived: _TRAILERS,
+    RemoteSettingsChanged: _SETTINGS,
+    ConnectionTerminated: _TERMINATED,
 }

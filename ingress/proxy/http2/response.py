@@ -6,9 +6,9 @@ flow-control windows allow, then the stream's end (or trailers).
 L{StreamOutput} is what an L{ingress.proxy.http2.stream.H2Stream} sends with: an HTTP/1.1
 upstream's response (its head turned into HEADERS, its body decoded from chunks or gzipped),
 frames from an HTTP/2 endpoint's exchange, or an answer of the proxy's own.
-L{StreamConnection} is what a stream uses of its connection
-(L{ingress.proxy.http2.connection.H2ServerProtocol}), named here so that the stream need not
-import the connection that imports it.
+L{StreamConnection} is what a stream uses of its connection: the base class of
+L{ingress.proxy.http2.connection.H2ServerProtocol}, here so that the stream need not import the
+connection that imports it.
 """
 
 from __future__ import annotations
@@ -17,9 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Optional, Protocol
-
-from h2.connection import H2Connection
+from typing import Any, Optional
 
 from ingress.proxy.http import h1
 from ingress.proxy.http.chunked import ChunkedFramer
@@ -28,29 +26,37 @@ from ingress.proxy.http.exchange import Exchange
 from ingress.proxy.http.forwarding import ForwardedFor
 from ingress.proxy.http.shared import Shared
 from ingress.proxy.http2.fields import Headers, local_response, response_headers
+from ingress.proxy.http2.goaway import GoawayTolerant
 from ingress.proxy.idle import DeadlineGroup
+from ingress.proxy.nativeprotocol import NativeProtocol
 
 
-class StreamConnection(Protocol):
-    """What a stream uses of its HTTP/2 connection."""
+class StreamConnection(NativeProtocol):
+    """
+    What a stream uses of its HTTP/2 connection: the connection's base class.  A class, not a
+    typing protocol, so that in the compiled build a stream reads these attributes and calls these
+    methods natively; through a typing protocol each was a Python attribute lookup.
+    """
 
     factory: Shared
-    transport: Any
     paused: bool  # the client's socket is full: every stream's upstream waits
     deadlines: DeadlineGroup  # the streams' deadlines, on the connection's one DelayedCall
+    h2: GoawayTolerant
 
-    @property
-    def h2(self) -> H2Connection: ...
+    def flush(self) -> None:
+        raise NotImplementedError
 
-    def flush(self) -> None: ...
+    def stream_closed(self, stream: Any) -> None:
+        raise NotImplementedError
 
-    def stream_closed(self, stream: Any) -> None: ...
+    def peer(self) -> ForwardedFor:
+        raise NotImplementedError
 
-    def peer(self) -> ForwardedFor: ...
+    def local_host(self) -> str:
+        raise NotImplementedError
 
-    def local_host(self) -> str: ...
-
-    def local_port(self) -> bytes: ...
+    def local_port(self) -> bytes:
+        raise NotImplementedError
 
 
 class StreamOutput:
