@@ -33,14 +33,14 @@ from ingress.proxy.http.settings import ProxySettings
 from ingress.proxy.http.shared import Shared
 from ingress.proxy.http.states import AUTH, AWAIT, BODY, CLOSED, HEAD, TUNNEL
 from ingress.proxy.http.steps import ResponseFields
-from ingress.proxy.http.upstream import Address, UpstreamConnection
+from ingress.proxy.http.upstream import Address, ResponseSink, UpstreamConnection
 from ingress.routing.policies import EWMA, Policies
 from ingress.routing.table import Route
 
 _PENDING_LIMIT: Final = 1 << 20  # request bytes held while the upstream connection is being opened
 
 
-class Exchange:
+class Exchange(ResponseSink):
     """One request and its upstream exchange; C{state}: routing (HEAD), AUTH, BODY, AWAIT, TUNNEL, CLOSED once over."""
 
     __slots__ = (

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Optional
-from typing import Protocol as TypingProtocol
 
 from twisted.internet.interfaces import IConnector, IDelayedCall, IPushProducer
-from twisted.internet.protocol import ClientFactory, Protocol, connectionDone
+from twisted.internet.protocol import ClientFactory, connectionDone
 from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.python.failure import Failure
-from zope.interface import implementer
+from zope.interface import classImplements
 
 from ingress.process.reactor import IProcessReactor
 from ingress.proxy.http import h1, headend
@@ -26,7 +25,8 @@ from ingress.proxy.http.chunked import ChunkedFramer
 from ingress.proxy.http.ewma import EwmaScores
 from ingress.proxy.http.fastwrite import direct_writer
 from ingress.proxy.http.settings import ProxySettings
-from ingress.proxy.transport import IConnectionTransport, release_connector
+from ingress.proxy.nativeprotocol import NativeProtocol
+from ingress.proxy.transport import release_connector
 from ingress.routing.policies.backend import BackendTLS
 from ingress.routing.table import Upstream
 
@@ -36,26 +36,38 @@ PoolKey = tuple[Address, str]  # an endpoint, and "" (plain) or the key of a TLS
 _HEAD, _BODY, _TUNNEL, _DONE = range(4)
 
 
-class ResponseSink(TypingProtocol):
-    """What an upstream connection reports to the downstream request that owns it."""
+class ResponseSink:
+    """
+    What an upstream connection reports to the downstream request that owns it: the base
+    class of L{ingress.proxy.http.exchange.Exchange}, here so that this module need not import
+    the exchange that imports it.  A class, not a typing protocol, so that in the compiled build
+    these are native calls; through a typing protocol each was a Python method call.
+    """
+
+    __slots__ = ()
 
     request_method: bytes
 
-    def upstream_head(self, head: h1.Head, body: bytes, complete: bool) -> None: ...
+    def upstream_head(self, head: h1.Head, body: bytes, complete: bool) -> None:
+        raise NotImplementedError
 
-    def upstream_data(self, data: bytes) -> None: ...
+    def upstream_data(self, data: bytes) -> None:
+        raise NotImplementedError
 
-    def upstream_done(self) -> None: ...
+    def upstream_done(self) -> None:
+        raise NotImplementedError
 
-    def upstream_failed(self, status: int, detail: str, responded: bool) -> None: ...
+    def upstream_failed(self, status: int, detail: str, responded: bool) -> None:
+        raise NotImplementedError
 
-    def upstream_tunnel_data(self, data: bytes) -> None: ...
+    def upstream_tunnel_data(self, data: bytes) -> None:
+        raise NotImplementedError
 
-    def upstream_write_paused(self, paused: bool) -> None: ...
+    def upstream_write_paused(self, paused: bool) -> None:
+        raise NotImplementedError
 
 
-@implementer(IPushProducer)
-class UpstreamConnection(Protocol):
+class UpstreamConnection(NativeProtocol):
     """
     One connection to an endpoint; owned by one request at a time, pooled between.
 
@@ -63,8 +75,6 @@ class UpstreamConnection(Protocol):
     hands the raw bytes to its owner, and registers itself as the producer of
     its own transport so a full upstream send buffer pauses the client.
     """
-
-    transport: IConnectionTransport
 
     def __init__(self, pool: UpstreamPool, address: Address, tls: str = "") -> None:
         self.pool = pool
@@ -240,11 +250,12 @@ class UpstreamConnection(Protocol):
             owner.upstream_failed(502, "upstream closed the connection", responded=self.got_bytes)
 
 
+classImplements(UpstreamConnection, IPushProducer)
+
 
 class _Connector(ClientFactory):
     """Builds one L{UpstreamConnection} and reports success or failure once."""
 
-    protocol = UpstreamConnection
     noisy = False
 
     def __init__(
@@ -261,7 +272,7 @@ class _Connector(ClientFactory):
         self.failed = failed
         self.tls = tls
 
-    def buildProtocol(self, addr: object) -> UpstreamConnection:
+    def buildProtocol(self, addr: object) -> UpstreamConnection:  # type: ignore[override]  # Twisted's stubs want a Protocol subclass; an IProtocol is what connectTCP uses
         connection = UpstreamConnection(self.pool, self.address, self.tls)
         connection._on_connect = self.connected
         return connection
