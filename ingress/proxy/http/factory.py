@@ -25,7 +25,7 @@ from ingress.proxy.http2.upstream import H2UpstreamPool
 ClientConnection = Union[HTTPProxyProtocol, H2ServerProtocol]
 
 
-class HTTPProxyFactory(Factory["HTTPProxyProtocol"]):
+class HTTPProxyFactory(Factory):
     """Shared pieces of every client connection on one listener."""
 
     noisy = False
@@ -60,7 +60,7 @@ class HTTPProxyFactory(Factory["HTTPProxyProtocol"]):
         self.guards = guards if guards is not None else Guards(reactor)  # rate limits, basic and external auth
         self._open_gauge = metrics.open_connections.labels(listener)
 
-    def buildProtocol(self, addr: Optional[IAddress]) -> HTTPProxyProtocol:
+    def buildProtocol(self, addr: Optional[IAddress]) -> HTTPProxyProtocol:  # type: ignore[override]  # Twisted types a protocol as its Protocol class (with a factory attribute of Factory type); ours is an IProtocol on nativeprotocol.NativeProtocol
         return HTTPProxyProtocol(self)
 
     def opened(self, protocol: ClientConnection) -> None:

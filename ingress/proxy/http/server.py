@@ -14,10 +14,10 @@ from __future__ import annotations
 from typing import Final, Optional
 
 from twisted.internet.interfaces import IHandshakeListener, IPushProducer
-from twisted.internet.protocol import Protocol, connectionDone
+from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from zope.interface import implementer
+from zope.interface import classImplements
 
 from ingress.proxy.http import h1, headend
 from ingress.proxy.http.admission import route_and_admit
@@ -35,7 +35,7 @@ from ingress.proxy.http.states import AUTH, AWAIT, BODY, TUNNEL
 from ingress.proxy.http.trusted import trusted_forwarding
 from ingress.proxy.http2.connection import PREFACE, take_over
 from ingress.proxy.idle import Deadline
-from ingress.proxy.transport import IConnectionTransport
+from ingress.proxy.nativeprotocol import NativeProtocol
 
 log = Logger()
 
@@ -44,11 +44,9 @@ FIRST_REQUEST_GRACE: Final = 1.0  # seconds a connection drained before its firs
 PROTOCOL: Final = "http/1.1"
 
 
-@implementer(IPushProducer, IHandshakeListener)
-class HTTPProxyProtocol(Protocol):
+class HTTPProxyProtocol(NativeProtocol):
     """A client's connection, the client side of each exchange it serves, and its transport's producer."""
 
-    transport: IConnectionTransport
     tunnels = True  # a 101 the client asked for becomes a tunnel
 
     def __init__(self, factory: Shared) -> None:
@@ -393,3 +391,6 @@ class HTTPProxyProtocol(Protocol):
         self.timer.cancel()
         self.transport.unregisterProducer()
         self.transport.loseConnection()
+
+
+classImplements(HTTPProxyProtocol, IPushProducer, IHandshakeListener)
