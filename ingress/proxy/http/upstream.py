@@ -10,7 +10,7 @@ that keeps an endpoint keeps its warm connections.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Optional
+from typing import Final, Optional
 
 from twisted.internet.interfaces import IConnector, IDelayedCall, IPushProducer
 from twisted.internet.protocol import ClientFactory, connectionDone
@@ -33,7 +33,12 @@ from ingress.routing.table import Upstream
 Address = tuple[str, int]
 PoolKey = tuple[Address, str]  # an endpoint, and "" (plain) or the key of a TLS configuration
 
-_HEAD, _BODY, _TUNNEL, _DONE = range(4)
+# A response's framing: its head, its body, a tunnel after a 101, done.  Final literals, which
+# mypyc compiles into the code that reads them (as ingress.proxy.http.states).
+_HEAD: Final = 0
+_BODY: Final = 1
+_TUNNEL: Final = 2
+_DONE: Final = 3
 
 
 class ResponseSink:
