@@ -65,6 +65,7 @@ HOT_MODULES = [
 # makes an extension type: mypyc cannot compile a subclass of it (the process crashes constructing one).
 HTTP2_MODULES = [
     "ingress/proxy/http2/connection.py",
+    "ingress/proxy/http2/eventkinds.py",
     "ingress/proxy/http2/resets.py",
     "ingress/proxy/http2/stream.py",
     "ingress/proxy/http2/response.py",

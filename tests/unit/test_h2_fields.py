@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from ingress.proxy.http import h1
 from ingress.proxy.http.forwarding import ForwardedFor, request_head_bytes, response_head_bytes
 from ingress.proxy.http2 import fields as h2_fields
-from ingress.proxy.http2.connection import _with_goaway_code
 from ingress.proxy.http2.fields import _parsed_request_head, _usual_request_head, local_response, request_head, response_headers
+from ingress.proxy.http2.goaway import with_goaway_code
 from ingress.proxy.http2.resets import ResetBudget
 from ingress.proxy.http2.validate import MalformedHeaders, check_request
 from ingress.routing.policies.headers import HeaderChanges, header_changes
@@ -326,7 +326,7 @@ def test_the_goaway_code_is_replaced_in_place() -> None:
     frame = GoAwayFrame(0)
     frame.last_stream_id = 7
     frame.error_code = 1
-    replaced = _with_goaway_code(b"other" + frame.serialize(), 11)  # type: ignore[arg-type]
+    replaced = with_goaway_code(b"other" + frame.serialize(), 11)  # type: ignore[arg-type]
     assert replaced.startswith(b"other")
     parsed, length = Frame.parse_frame_header(memoryview(replaced[5:14]))
     parsed.parse_body(memoryview(replaced[14:14 + length]))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final, Optional
 
+from twisted.internet.error import TimeoutError as ConnectTimeout
 from twisted.internet.interfaces import IConnector, IDelayedCall, IPushProducer
 from twisted.internet.protocol import ClientFactory, connectionDone
 from twisted.protocols.tls import TLSMemoryBIOFactory
@@ -33,8 +34,7 @@ from ingress.routing.table import Upstream
 Address = tuple[str, int]
 PoolKey = tuple[Address, str]  # an endpoint, and "" (plain) or the key of a TLS configuration
 
-# A response's framing: its head, its body, a tunnel after a 101, done.  Final literals, which
-# mypyc compiles into the code that reads them (as ingress.proxy.http.states).
+# A response's framing: its head, its body, a tunnel after a 101, done (Final literals: see states.py).
 _HEAD: Final = 0
 _BODY: Final = 1
 _TUNNEL: Final = 2
@@ -43,10 +43,9 @@ _DONE: Final = 3
 
 class ResponseSink:
     """
-    What an upstream connection reports to the downstream request that owns it: the base
-    class of L{ingress.proxy.http.exchange.Exchange}, here so that this module need not import
-    the exchange that imports it.  A class, not a typing protocol, so that in the compiled build
-    these are native calls; through a typing protocol each was a Python method call.
+    What an upstream connection reports to the request that owns it: the base class of
+    L{ingress.proxy.http.exchange.Exchange} (here: this module need not import it), a class
+    and not a typing protocol so that, compiled, these calls are native.
     """
 
     __slots__ = ()
@@ -247,10 +246,8 @@ class UpstreamConnection(NativeProtocol):
         owner, self.owner = self.owner, None
         if owner is None:
             return
-        if self._state == _BODY and self._framer is None and not self._remaining:
-            owner.upstream_done()  # a close-delimited body ends here
-        elif self._state == _TUNNEL:
-            owner.upstream_done()
+        if (self._state == _BODY and self._framer is None and not self._remaining) or self._state == _TUNNEL:
+            owner.upstream_done()  # a close-delimited body (or a tunnel) ends here
         else:
             owner.upstream_failed(502, "upstream closed the connection", responded=self.got_bytes)
 
@@ -283,8 +280,6 @@ class _Connector(ClientFactory):
         return connection
 
     def clientConnectionFailed(self, connector: object, reason: Failure) -> None:
-        from twisted.internet.error import TimeoutError as ConnectTimeout
-
         timed_out = reason.check(ConnectTimeout) is not None
         self.failed(self.address, reason.getErrorMessage(), timed_out)
 

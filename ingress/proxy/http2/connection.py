@@ -45,8 +45,9 @@ from zope.interface import classImplements
 from ingress.proxy.http import h1
 from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor
 from ingress.proxy.http.shared import Shared
+from ingress.proxy.http2.eventkinds import DATA, ENDED, EVENT_KINDS, IGNORED, REQUEST, RESET, SETTINGS, TERMINATED, TRAILERS, WINDOW
 from ingress.proxy.http2.fields import request_head
-from ingress.proxy.http2.goaway import GoawayTolerant
+from ingress.proxy.http2.goaway import GoawayTolerant, with_goaway_code
 from ingress.proxy.http2.resets import ResetBudget
 from ingress.proxy.http2.response import StreamConnection
 from ingress.proxy.http2.stream import H2Stream
@@ -58,8 +59,6 @@ from ingress.proxy.transport import IConnectionTransport, hand_over
 log = Logger()
 
 PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-_GOAWAY_SIZE: Final = 17  # a GOAWAY frame without debug data: 9-byte frame header, 8-byte payload
-_GOAWAY_TYPE: Final = 0x7
 
 
 class H2ServerProtocol(StreamConnection):
@@ -160,22 +159,22 @@ class H2ServerProtocol(StreamConnection):
 
     def _dispatch(self, event: Event) -> None:
         """One of C{h2}'s events to its handler (a native call in the compiled build; none for the events ignored)."""
-        kind = _EVENT_KINDS.get(type(event), _IGNORED)
-        if kind == _REQUEST:
+        kind = EVENT_KINDS.get(type(event), IGNORED)
+        if kind == REQUEST:
             self._request(cast(RequestReceived, event))
-        elif kind == _DATA:
+        elif kind == DATA:
             self._data(cast(DataReceived, event))
-        elif kind == _ENDED:
+        elif kind == ENDED:
             self._ended(cast(StreamEnded, event))
-        elif kind == _WINDOW:
+        elif kind == WINDOW:
             self._window(cast(WindowUpdated, event))
-        elif kind == _RESET:
+        elif kind == RESET:
             self._reset(cast(StreamReset, event))
-        elif kind == _TRAILERS:
+        elif kind == TRAILERS:
             self._trailers(cast(TrailersReceived, event))
-        elif kind == _SETTINGS:
+        elif kind == SETTINGS:
             self._remote_settings(cast(RemoteSettingsChanged, event))
-        elif kind == _TERMINATED:
+        elif kind == TERMINATED:
             self._terminated(cast(ConnectionTerminated, event))
 
     def _request(self, event: RequestReceived) -> None:
@@ -348,13 +347,13 @@ class H2ServerProtocol(StreamConnection):
         pending = self.h2.data_to_send()
         if "continuation" in str(error).lower():
             reason = "continuation-flood"
-            pending = _with_goaway_code(pending, ErrorCodes.ENHANCE_YOUR_CALM)
+            pending = with_goaway_code(pending, ErrorCodes.ENHANCE_YOUR_CALM)
         else:
             reason = "protocol"
             if isinstance(error.__cause__, HPACKError) and not isinstance(error, DenialOfServiceError):
                 # A field block that cannot be decoded: RFC 9113 4.3 makes it COMPRESSION_ERROR, where h2 says
                 # PROTOCOL_ERROR. (Too large a header list is h2's DenialOfServiceError: ENHANCE_YOUR_CALM stays.)
-                pending = _with_goaway_code(pending, ErrorCodes.COMPRESSION_ERROR)
+                pending = with_goaway_code(pending, ErrorCodes.COMPRESSION_ERROR)
         self.factory.metrics.http2_connection_errors.labels(reason).inc()
         log.info("HTTP/2 client {peer} closed: {error}", peer=self.peer().ip or "?", error=str(error))
         if pending:
@@ -387,36 +386,4 @@ def take_over(transport: IConnectionTransport, factory: Shared, data: bytes) -> 
         protocol.dataReceived(data)
 
 
-def _with_goaway_code(pending: bytes, code: ErrorCodes) -> bytes:
-    """C{h2}'s output with the error code of its closing GOAWAY (its last frame) replaced."""
-    if len(pending) >= _GOAWAY_SIZE and pending[-_GOAWAY_SIZE + 3] == _GOAWAY_TYPE:
-        frame = GoAwayFrame(0)
-        frame.last_stream_id = int.from_bytes(pending[-8:-4], "big") & 0x7FFFFFFF
-        frame.error_code = code
-        return pending[:-_GOAWAY_SIZE] + frame.serialize()
-    return pending
-
-
 classImplements(H2ServerProtocol, IPushProducer)
-
-# h2's events by kind, for _dispatch: a dict lookup and integer compares, where a dict of methods
-# made each event a Python call of an unbound method.
-_IGNORED: Final = 0
-_REQUEST: Final = 1
-_DATA: Final = 2
-_ENDED: Final = 3
-_WINDOW: Final = 4
-_RESET: Final = 5
-_TRAILERS: Final = 6
-_SETTINGS: Final = 7
-_TERMINATED: Final = 8
-_EVENT_KINDS: Final[dict[type, int]] = {
-    RequestReceived: _REQUEST,
-    DataReceived: _DATA,
-    StreamEnded: _ENDED,
-    WindowUpdated: _WINDOW,
-    StreamReset: _RESET,
-    TrailersReceived: _TRAILERS,
-    RemoteSettingsChanged: _SETTINGS,
-    ConnectionTerminated: _TERMINATED,
-}

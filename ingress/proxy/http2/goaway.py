@@ -11,10 +11,14 @@ GOAWAY, not per request.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from h2.connection import ConnectionState, H2Connection
 from h2.errors import ErrorCodes
+from hyperframe.frame import GoAwayFrame
+
+_GOAWAY_SIZE: Final = 17  # a GOAWAY frame without debug data: 9-byte frame header, 8-byte payload
+_GOAWAY_TYPE: Final = 0x7
 
 
 class GoawayTolerant(H2Connection):
@@ -40,3 +44,13 @@ class GoawayTolerant(H2Connection):
         version of h2 keeps the cycle some other way.)
         """
         self._frame_dispatch_table = {}
+
+
+def with_goaway_code(pending: bytes, code: ErrorCodes) -> bytes:
+    """C{h2}'s output with the error code of its closing GOAWAY (its last frame) replaced."""
+    if len(pending) >= _GOAWAY_SIZE and pending[-_GOAWAY_SIZE + 3] == _GOAWAY_TYPE:
+        frame = GoAwayFrame(0)
+        frame.last_stream_id = int.from_bytes(pending[-8:-4], "big") & 0x7FFFFFFF
+        frame.error_code = code
+        return pending[:-_GOAWAY_SIZE] + frame.serialize()
+    return pending
