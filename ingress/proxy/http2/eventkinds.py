@@ -8,16 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from h2.events import (
-    ConnectionTerminated,
-    DataReceived,
-    RemoteSettingsChanged,
-    RequestReceived,
-    StreamEnded,
-    StreamReset,
-    TrailersReceived,
-    WindowUpdated,
-)
+from h2 import events
 
 IGNORED: Final = 0  # an event no handler takes (settings acknowledged, pings, priorities...)
 REQUEST: Final = 1
@@ -30,12 +21,12 @@ SETTINGS: Final = 7
 TERMINATED: Final = 8
 
 EVENT_KINDS: Final[dict[type, int]] = {
-    RequestReceived: REQUEST,
-    DataReceived: DATA,
-    StreamEnded: ENDED,
-    WindowUpdated: WINDOW,
-    StreamReset: RESET,
-    TrailersReceived: TRAILERS,
-    RemoteSettingsChanged: SETTINGS,
-    ConnectionTerminated: TERMINATED,
+    events.RequestReceived: REQUEST,
+    events.DataReceived: DATA,
+    events.StreamEnded: ENDED,
+    events.WindowUpdated: WINDOW,
+    events.StreamReset: RESET,
+    events.TrailersReceived: TRAILERS,
+    events.RemoteSettingsChanged: SETTINGS,
+    events.ConnectionTerminated: TERMINATED,
 }
