@@ -28,13 +28,18 @@ class NoDelayTransport(StringTransport):
         self.no_delay = enabled
 
 
+def _upstream_connection() -> UpstreamConnection:
+    """An upstream connection not yet connected, of a pool on a testing reactor."""
+    reactor = MemoryReactorClock()
+    return UpstreamConnection(UpstreamPool(reactor, ProxySettings()), ("127.0.0.1", 80))  # type: ignore[arg-type]  # the testing reactor stands for the process's
+
+
 def test_make_connection_keeps_the_transport_then_calls_connection_made() -> None:
     """
     IProtocol's order, which Protocol.makeConnection kept: the transport is set, then
     connectionMade runs (an upstream connection's reports it connected, transport in hand).
     """
-    reactor = MemoryReactorClock()
-    connection = UpstreamConnection(UpstreamPool(reactor, ProxySettings()), ("127.0.0.1", 80))  # type: ignore[arg-type]  # the testing reactor stands for the process's
+    connection = _upstream_connection()
     seen: list[object] = []
     connection._on_connect = lambda made: seen.append(made.transport)
     transport = NoDelayTransport()
@@ -54,7 +59,7 @@ def test_the_base_alone_is_connected_and_says_its_name() -> None:
 
 
 def test_a_protocol_s_log_prefix_names_its_own_class() -> None:
-    connection = UpstreamConnection(UpstreamPool(MemoryReactorClock(), ProxySettings()), ("127.0.0.1", 80))  # type: ignore[arg-type]  # the testing reactor stands for the process's
+    connection = _upstream_connection()
     assert connection.logPrefix() == "UpstreamConnection"
 
 
@@ -69,7 +74,7 @@ def test_a_protocol_s_log_prefix_names_its_own_class() -> None:
 def test_each_protocol_declares_what_twisted_asks_of_it(protocol: type, interfaces: tuple[type[Interface], ...]) -> None:
     """
     Declared with classImplements, not @implementer: TLS calls handshakeCompleted only on an
-    IHandshakeListener (ALPN's switch to HTTP/2), and TCP half-close and producers are found by interface.
+    IHandshakeListener (ALPN's switch to HTTP/2), and a transport's log prefix asks for an ILoggingContext.
     """
     for interface in interfaces:
         assert interface.implementedBy(protocol), interface

@@ -6,7 +6,8 @@ Interpreted on purpose (setup.py leaves it out of the compiled modules): h2stack
 C{H2Connection} as an extension type, and a class mypyc compiles cannot have an extension type
 of another compiler as its base (mypyc lays out its instances for a base it takes for a Python
 class).  Its methods run once a connection (construction, L{GoawayTolerant.release}) or on a
-GOAWAY, not per request.
+GOAWAY, not per request; so does L{with_goaway_code}, which rewrites the error code of the GOAWAY
+C{h2} queued on a protocol error.
 """
 
 from __future__ import annotations
