@@ -2,7 +2,8 @@
 # Install what the benchmarks in bench/ need: nginx (backend and reference proxy),
 # wrk (load generator), taskset (util-linux, CPU pinning), and for stream_bench.py
 # haproxy and socat (reference proxies) and iperf3 (TCP load), and valgrind (h2_path.py
-# --instructions: instructions per request).  Its UDP load tool
+# --instructions: instructions per request), and perf (workers_cost.py: syscalls and context
+# switches per request, from the kernel's software counters).  Its UDP load tool
 # (bench/udpload) needs Go, which this does not install: the same Go as testenv/build.sh
 # ($GO, go on PATH, or /usr/local/go/bin/go; https://go.dev/dl/).
 # Idempotent: does nothing when all are already on PATH (or in /usr/sbin).
@@ -15,8 +16,8 @@ have_streams() { (have haproxy || [ -x /usr/sbin/haproxy ]) && have socat && hav
 have_go() { [ -n "${GO:-}" ] && [ -x "$GO" ] || have go || [ -x /usr/local/go/bin/go ]; }
 have_go || echo "bench/setup.sh: warning: no Go toolchain; stream_bench.py needs one for its UDP load" >&2
 
-if have_nginx && have wrk && have taskset && have_streams && have valgrind; then
-    echo "bench/setup.sh: nginx, wrk, taskset, haproxy, socat, iperf3 and valgrind already installed"
+if have_nginx && have wrk && have taskset && have_streams && have valgrind && have perf; then
+    echo "bench/setup.sh: nginx, wrk, taskset, haproxy, socat, iperf3, valgrind and perf already installed"
     exit 0
 fi
 
@@ -28,9 +29,9 @@ fi
 
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update
-$SUDO apt-get install -y nginx wrk util-linux haproxy socat iperf3 valgrind
+$SUDO apt-get install -y nginx wrk util-linux haproxy socat iperf3 valgrind linux-perf
 
 # The nginx package may start a system nginx on :80; the benchmark does not use it
 # (it runs its own nginx instances on free 127.0.0.1 ports).
-have_nginx && have wrk && have taskset && have_streams && have valgrind
+have_nginx && have wrk && have taskset && have_streams && have valgrind && have perf
 echo "bench/setup.sh: done"
