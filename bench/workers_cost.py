@@ -25,11 +25,16 @@ The backend is the benches' nginx on the load CPU, with h2load (``--h1``, keep-a
 time per connection) beside it; twingress runs with ``--proxy-cpu-list`` (default ``0``: every process
 on one CPU, the layout where the ninth session measured +7.3%).  nginx (``worker_processes`` 1 and N,
 its master beside them) runs the same way as the reference: what N processes sharing the same CPUs
-cost a proxy whose own code adds nothing per worker.  Rows alternate over ``--rounds``, the order
-reversed every other round.
+cost a proxy whose own code adds nothing per worker.  And ``twingress-apart`` runs N separate
+twingress processes of one worker each on the same CPUs, the load split between their ports: N
+CPython processes taking turns on the CPUs without the worker pool (no primary, no channel, no shared
+listening socket).  If it costs what ``--workers N`` costs, the pool adds nothing of its own.  Rows
+alternate over ``--rounds``, the order reversed every other round; each N row is compared with the
+same round's one-worker row.
 
   .venv/bin/python bench/workers_cost.py [--workers 2] [--rounds 4] [--seconds 8] [--count-requests 20000]
-  .venv/bin/python bench/workers_cost.py --no-count     # the timed and kernel-counted rows alone
+      # ~5 min a twingress row with the count (CPython under valgrind), ~20 s without
+  .venv/bin/python bench/workers_cost.py --no-count [--proxies twingress,nginx,twingress-apart]   # the timed and kernel-counted rows alone
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +75,11 @@ class BenchFailed(RuntimeError):
 
 
 TWINGRESS, NGINX = "twingress", "nginx"
+# N twingress processes of one worker each, side by side on the same CPUs, the load split between their
+# ports: what N CPython processes taking turns on the CPUs cost without the worker pool (no primary, no
+# channel, no shared listening socket), compared with --workers 1 of the same round
+APART = "twingress-apart"
+PROXIES = (TWINGRESS, NGINX, APART)
 
 
 @dataclass
@@ -113,7 +124,8 @@ class Bench(Harness):
         self.nginx("backend", targets.backend_conf(self.workdir, self.backend_port), self.backend_port, self.args.load_cpu)
         targets.write_manifests(self.manifests, self.backend_port)
         rows = []
-        order = [(proxy, workers) for proxy in self.args.proxies for workers in (1, self.args.workers)]
+        order = [(proxy, workers) for proxy in self.args.proxies for workers in (1, self.args.workers)
+                 if not (proxy == APART and workers == 1)]  # one process apart is twingress --workers 1
         for round_number in range(1, self.args.rounds + 1):
             for proxy, workers in order if round_number % 2 else order[::-1]:
                 row = Row(proxy, workers, round_number)
@@ -149,6 +161,20 @@ class Bench(Harness):
                 raise BenchFailed(f"{name} did not serve with {row.workers} workers:\n{proc.tail()}")
             time.sleep(1)
         return proc, port
+
+    def start_all(self, row: Row, name: str) -> list[tuple[procs.Proc, int]]:
+        """The row's processes: one proxy, or (apart) N twingress of one worker each."""
+        if row.proxy != APART:
+            return [self.start(row, name)]
+        single = Row(TWINGRESS, 1, row.round)
+        return [self.start(single, f"{name}-{n}") for n in range(row.workers)]
+
+    def load(self, ports: list[int], *load: str) -> tuple[int, int]:
+        """h2load to every port at once, the connections split between them: (answered 2xx, the others)."""
+        connections = ["-c", str(self.args.connections // len(ports))]
+        with ThreadPoolExecutor(len(ports)) as pool:
+            results = list(pool.map(lambda port: self.h2load(port, *load, *connections), ports))
+        return sum(done for done, _ in results), sum(failed for _, failed in results)
 
     def serves(self, port: int) -> bool:
         try:
@@ -193,28 +219,32 @@ class Bench(Harness):
 
     def time(self, row: Row) -> None:
         """CPU, syscalls, wake-ups and switches per request, without valgrind, over a timed load."""
-        proc, port = self.start(row, f"timed-{row.proxy}-w{row.workers}-r{row.round}")
+        started = self.start_all(row, f"timed-{row.proxy}-w{row.workers}-r{row.round}")
+        ports = [port for _, port in started]
         try:
-            self.h2load(port, "-D", "2", "-c", str(self.args.connections))
-            pids = group_pids(proc.pid)
+            self.load(ports, "-D", "2")
+            pids = [pid for proc, _ in started for pid in group_pids(proc.pid)]
             perf = subprocess.Popen(["perf", "stat", "-x", ",", "-e", ",".join(PERF_EVENTS), "-p", ",".join(map(str, pids))],
                                     stderr=subprocess.PIPE, text=True)
             time.sleep(0.5)  # perf attached before the load
             ticks = [_user_system(pid) for pid in pids]
-            done, failed = self.h2load(port, "-D", str(self.args.seconds), "-c", str(self.args.connections))
+            done, failed = self.load(ports, "-D", str(self.args.seconds))
             after = [_user_system(pid) for pid in pids]
             perf.send_signal(signal.SIGINT)
             _, perf_out = perf.communicate(timeout=30)
         finally:
-            procs.stop(proc)
+            for proc, _ in started:
+                procs.stop(proc)
         if failed or not done:
             raise BenchFailed(f"timed load: {failed} failed, {done} done")
         row.requests = done
         row.user_us = round(1e6 * sum(a[0] - b[0] for a, b in zip(after, ticks, strict=True)) / done, 1)
         row.system_us = round(1e6 * sum(a[1] - b[1] for a, b in zip(after, ticks, strict=True)) / done, 1)
-        if len(pids) > 1:  # pids[0] is the primary (nginx's master), the group's leader
-            row.primary_us = round(1e6 * (sum(after[0]) - sum(ticks[0])) / done, 2)
-            used = [sum(a) - sum(b) for a, b in zip(after[1:], ticks[1:], strict=True)]
+        if len(pids) > 1:  # pids[0] is the primary (nginx's master), the group's leader; apart, none is
+            primary = 0 if row.proxy == APART else 1
+            if primary:
+                row.primary_us = round(1e6 * (sum(after[0]) - sum(ticks[0])) / done, 2)
+            used = [sum(a) - sum(b) for a, b in zip(after[primary:], ticks[primary:], strict=True)]
             row.worker_shares = [round(share / sum(used), 3) for share in used] if sum(used) else []
         row.kernel = {event: round(count / done, 3) for event, count in _perf_counts(perf_out).items()}
         if set(row.kernel) != set(PERF_EVENTS):
@@ -255,8 +285,9 @@ def describe(row: Row) -> str:
     if row.instructions is not None:
         primary = f" (the primary {row.primary_instructions:,})" if row.primary_instructions is not None else ""
         parts.append(f"{row.instructions:,} instructions per request{primary}")
-    parts.append(f"{row.user_us} us user + {row.system_us} us system per request"
-                 + (f" (the primary {row.primary_us}; the workers' shares {row.worker_shares})" if row.primary_us is not None else ""))
+    primary = f"the primary {row.primary_us}; " if row.primary_us is not None else ""
+    shares = f" ({primary}the workers' shares {row.worker_shares})" if row.worker_shares else ""
+    parts.append(f"{row.user_us} us user + {row.system_us} us system per request{shares}")
     parts.append(", ".join(f"{event} {count}" for event, count in row.kernel.items()) + " per request")
     return f"{row.proxy} --workers {row.workers} round {row.round}: {'; '.join(parts)}"
 
@@ -275,7 +306,8 @@ def summary(rows: list[Row]) -> list[str]:
         if len(values) == 2:
             first, second = (values[w] for w in sorted(values))
             lines.append(f"{proxy} ratio of the medians: " + ", ".join(f"{name} {second[name] / first[name]:.3f}" for name in first if first[name]))
-        paired = paired_cpu_ratios([row for row in rows if row.proxy == proxy])
+        baseline = TWINGRESS if proxy == APART else proxy  # apart: N processes over the same round's --workers 1
+        paired = paired_cpu_ratios([row for row in rows if row.proxy == proxy or (row.proxy == baseline and row.workers == 1)])
         if paired:
             lines.append(f"{proxy} CPU per request, --workers N over --workers 1 round by round: {', '.join(f'{r:.3f}' for r in paired)}; "
                          f"median {statistics.median(paired):.3f}")
@@ -309,8 +341,9 @@ def paired_cpu_ratios(rows: list[Row]) -> list[float]:
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--proxies", type=lambda text: text.split(","), default=[TWINGRESS, NGINX],
-                   help="comma-separated, of twingress and nginx (both: nginx's master and workers on the same CPUs are the reference)")
+    p.add_argument("--proxies", type=lambda text: text.split(","), default=[TWINGRESS, NGINX, APART],
+                   help=f"comma-separated, of {', '.join(PROXIES)} (all: nginx's master and workers on the same CPUs are the "
+                        f"reference; {APART}, N processes of one worker each, needs twingress's rows too)")
     p.add_argument("--workers", type=int, default=2, help="the layout compared with --workers 1 (2)")
     p.add_argument("--rounds", type=int, default=4, help="rounds of both layouts, alternated 1 N N 1 (4)")
     p.add_argument("--seconds", type=int, default=8, help="the timed load's length (8)")
@@ -323,8 +356,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     h2_bench.add_run_arguments(p)
     p.set_defaults(start_timeout=240.0)  # CPython's start under valgrind, a worker at a time
     args = p.parse_args(argv)
-    if args.workers < 2 or args.rounds < 1 or set(args.proxies) - {TWINGRESS, NGINX}:
-        p.error("--workers at least 2, --rounds at least 1, --proxies of twingress and nginx")
+    if args.workers < 2 or args.rounds < 1 or set(args.proxies) - set(PROXIES) or (APART in args.proxies and TWINGRESS not in args.proxies):
+        p.error(f"--workers at least 2, --rounds at least 1, --proxies of {', '.join(PROXIES)} ({APART} with {TWINGRESS})")
     return args
 
 
