@@ -169,9 +169,13 @@ class Bench(Harness):
         single = Row(TWINGRESS, 1, row.round)
         return [self.start(single, f"{name}-{n}") for n in range(row.workers)]
 
-    def load(self, ports: list[int], *load: str) -> tuple[int, int]:
-        """h2load to every port at once, the connections split between them: (answered 2xx, the others)."""
-        connections = ["-c", str(self.args.connections // len(ports))]
+    def connections(self, row: Row) -> int:
+        """The row's h2load connections: C{--connections}, or that many a worker (C{--per-worker}, as target 5's 64 a core)."""
+        return int(self.args.connections) * (row.workers if self.args.per_worker else 1)
+
+    def load(self, row: Row, ports: list[int], *load: str) -> tuple[int, int]:
+        """h2load to every port at once, the row's connections split between them: (answered 2xx, the others)."""
+        connections = ["-c", str(self.connections(row) // len(ports))]
         with ThreadPoolExecutor(len(ports)) as pool:
             results = list(pool.map(lambda port: self.h2load(port, *load, *connections), ports))
         return sum(done for done, _ in results), sum(failed for _, failed in results)
@@ -201,10 +205,10 @@ class Bench(Harness):
                     f"--callgrind-out-file={out}/callgrind.%p", f"--log-file={out}/valgrind.%p"]
         proc, port = self.start(row, f"count-{row.proxy}-w{row.workers}-r{row.round}", valgrind)
         try:
-            self.h2load(port, "-n", str(self.args.warmup), "-c", str(self.args.connections))
+            self.h2load(port, "-n", str(self.args.warmup), "-c", str(self.connections(row)))
             pids = [str(pid) for pid in group_pids(proc.pid)]
             subprocess.run(["callgrind_control", "-i", "on", *pids], check=True, capture_output=True, timeout=120)
-            done, failed = self.h2load(port, "-n", str(self.args.count_requests), "-c", str(self.args.connections))
+            done, failed = self.h2load(port, "-n", str(self.args.count_requests), "-c", str(self.connections(row)))
             # each process's counts written now, not on its way out: the primary kills a worker that is slow to
             # stop, and a worker under valgrind is
             subprocess.run(["callgrind_control", "--dump=counted", *pids], check=True, capture_output=True, timeout=300)
@@ -222,13 +226,13 @@ class Bench(Harness):
         started = self.start_all(row, f"timed-{row.proxy}-w{row.workers}-r{row.round}")
         ports = [port for _, port in started]
         try:
-            self.load(ports, "-D", "2")
+            self.load(row, ports, "-D", "2")
             pids = [pid for proc, _ in started for pid in group_pids(proc.pid)]
             perf = subprocess.Popen(["perf", "stat", "-x", ",", "-e", ",".join(PERF_EVENTS), "-p", ",".join(map(str, pids))],
                                     stderr=subprocess.PIPE, text=True)
             time.sleep(0.5)  # perf attached before the load
             ticks = [_user_system(pid) for pid in pids]
-            done, failed = self.load(ports, "-D", str(self.args.seconds))
+            done, failed = self.load(row, ports, "-D", str(self.args.seconds))
             after = [_user_system(pid) for pid in pids]
             perf.send_signal(signal.SIGINT)
             _, perf_out = perf.communicate(timeout=30)
@@ -348,6 +352,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=4, help="rounds of both layouts, alternated 1 N N 1 (4)")
     p.add_argument("--seconds", type=int, default=8, help="the timed load's length (8)")
     p.add_argument("--connections", type=int, default=64, help="h2load -c, HTTP/1.1 keep-alive (64: target 5's per core)")
+    p.add_argument("--per-worker", action="store_true",
+                   help="--connections for each worker (N workers get N times as many), as target 5 gave each core 64")
     p.add_argument("--count-requests", type=int, default=20000, help="requests counted under valgrind (20000)")
     p.add_argument("--warmup", type=int, default=4000, help="requests before the count (4000)")
     p.add_argument("--no-count", dest="count", action="store_false", help="no valgrind count: the timed and kernel rows alone")
@@ -377,7 +383,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print()
     print("\n".join([describe(row) for row in rows] + summary(rows)))
     out = {"benchmark": "workers_cost", "config": {k: getattr(args, k) for k in (
-        "proxies", "workers", "rounds", "seconds", "connections", "count_requests", "warmup", "count", "proxy_cpu_list", "load_cpu", "access_log")},
+        "proxies", "workers", "rounds", "seconds", "connections", "per_worker", "count_requests", "warmup", "count", "proxy_cpu_list", "load_cpu", "access_log")},
         "results": [row.__dict__ for row in rows]}
     return write_and_exit_status(args.json, out, [f"{row.proxy} --workers {row.workers} round {row.round}: {row.failure}" for row in rows if row.failure])
 
