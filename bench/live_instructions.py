@@ -94,6 +94,15 @@ class Row:
     failure: str = ""
 
 
+def served_and_failed(h2load_stdout: str) -> Optional[tuple[int, int]]:
+    """h2load's report as (requests answered 2xx, all the others), or None if it has no counts: a 404 is not a served request."""
+    counts, statuses = _SUCCEEDED_RE.search(h2load_stdout), _STATUSES_RE.search(h2load_stdout)
+    if counts is None or statuses is None:
+        return None
+    not_2xx = sum(int(statuses.group(n)) for n in (2, 3, 4))
+    return int(counts.group(2)) - not_2xx, int(counts.group(3)) + not_2xx
+
+
 def user_system_seconds(pid: int) -> tuple[float, float]:
     """The user and system CPU seconds of process C{pid}, every thread of it."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -162,11 +171,10 @@ class Bench(Harness):
         argv = ["taskset", "-c", str(self.args.load_cpu), "h2load", "-H", f":authority: {targets.HOST}",
                 *protocol, *load, f"https://{tls_bench.WRK_SNI}:{port}/"]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
-        counts, statuses = _SUCCEEDED_RE.search(done.stdout), _STATUSES_RE.search(done.stdout)
-        if done.returncode != 0 or counts is None or statuses is None:
+        served = served_and_failed(done.stdout)
+        if done.returncode != 0 or served is None:
             raise BenchFailed(f"h2load failed ({done.returncode}): {done.stdout[-400:]}{done.stderr[-400:]}")
-        not_2xx = sum(int(statuses.group(n)) for n in (2, 3, 4))  # a 404 is not a served request
-        return int(counts.group(2)) - not_2xx, int(counts.group(3)) + not_2xx
+        return served
 
     def served(self, kind: str, proc: procs.Proc, port: int) -> None:
         """Until twenty requests are answered 2xx: the table is live, the backend reached."""

@@ -40,7 +40,6 @@ same round's one-worker row.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shutil
 import signal
@@ -61,10 +60,9 @@ import h2_bench  # noqa: E402
 import procs  # noqa: E402
 import targets  # noqa: E402
 from harness import Harness, run_in_workdir, twingress_env  # noqa: E402
+from live_instructions import served_and_failed, user_system_seconds  # noqa: E402
 from report import write_and_exit_status  # noqa: E402
 
-_SUCCEEDED_RE = re.compile(r"requests: (\d+) total, \d+ started, \d+ done, (\d+) succeeded, (\d+) failed")
-_STATUSES_RE = re.compile(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx")
 _TOTALS_RE = re.compile(r"^totals: (\d+)", re.MULTILINE)  # the file's "summary:" is 0 when counting starts off
 # perf stat's kernel-side counters: no hardware counter is exposed in this guest
 PERF_EVENTS = ("raw_syscalls:sys_enter", "syscalls:sys_enter_epoll_wait", "context-switches")
@@ -191,11 +189,10 @@ class Bench(Harness):
         argv = ["taskset", "-c", str(self.args.load_cpu), "h2load", "--h1", "-m", "1", "-H", f":authority: {targets.HOST}",
                 *load, f"http://127.0.0.1:{port}/"]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
-        counts, statuses = _SUCCEEDED_RE.search(done.stdout), _STATUSES_RE.search(done.stdout)
-        if done.returncode != 0 or counts is None or statuses is None:
+        served = served_and_failed(done.stdout)
+        if done.returncode != 0 or served is None:
             raise BenchFailed(f"h2load failed ({done.returncode}): {done.stdout[-400:]}{done.stderr[-400:]}")
-        not_2xx = sum(int(statuses.group(n)) for n in (2, 3, 4))
-        return int(counts.group(2)) - not_2xx, int(counts.group(3)) + not_2xx
+        return served
 
     def count(self, row: Row) -> None:
         """Instructions per request of the primary and every worker, under callgrind, over one window."""
@@ -231,9 +228,9 @@ class Bench(Harness):
             perf = subprocess.Popen(["perf", "stat", "-x", ",", "-e", ",".join(PERF_EVENTS), "-p", ",".join(map(str, pids))],
                                     stderr=subprocess.PIPE, text=True)
             time.sleep(0.5)  # perf attached before the load
-            ticks = [_user_system(pid) for pid in pids]
+            ticks = [user_system_seconds(pid) for pid in pids]
             done, failed = self.load(row, ports, "-D", str(self.args.seconds))
-            after = [_user_system(pid) for pid in pids]
+            after = [user_system_seconds(pid) for pid in pids]
             perf.send_signal(signal.SIGINT)
             _, perf_out = perf.communicate(timeout=30)
         finally:
@@ -253,12 +250,6 @@ class Bench(Harness):
         row.kernel = {event: round(count / done, 3) for event, count in _perf_counts(perf_out).items()}
         if set(row.kernel) != set(PERF_EVENTS):
             raise BenchFailed(f"perf stat counted {sorted(row.kernel)}, not {PERF_EVENTS}: {perf_out[-400:]}")
-
-
-def _user_system(pid: int) -> tuple[float, float]:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / ticks, int(fields[12]) / ticks
 
 
 def _totals(path: Path) -> int:
