@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 
@@ -59,20 +59,23 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def group_stats(pgid: int) -> Iterator[tuple[int, list[str]]]:
+    """Each live member of one process group: its pid and its /proc stat fields after "pid (comm)"
+    (state ppid pgrp ...; utime stime cutime cstime are the fields at 11-14)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # the process went away while we looked
+        if int(fields[2]) == pgid:
+            yield int(stat.parent.name), fields
+
+
 def group_cpu_seconds(pgid: int) -> float:
     """CPU seconds (user + system) used so far by one process group.
 
     Counts the live members, plus the children they have reaped (a forking
     server's finished children), so per-connection forks are not lost.
     """
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # the process went away while we looked
-        # after "pid (comm)": state ppid pgrp ...; utime stime cutime cstime are fields 14-17
-        if int(fields[2]) == pgid:
-            total += sum(int(v) for v in fields[11:15])
-    return total / ticks
+    total = sum(sum(int(v) for v in fields[11:15]) for _, fields in group_stats(pgid))
+    return total / os.sysconf("SC_CLK_TCK")

@@ -99,15 +99,7 @@ class Row:
 
 def group_pids(pgid: int) -> list[int]:
     """The live processes of one process group: the primary (its leader) first, then its workers."""
-    pids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # gone while we looked
-        if int(fields[2]) == pgid:
-            pids.append(int(stat.parent.name))
-    return sorted(pids, key=lambda pid: (pid != pgid, pid))
+    return sorted((pid for pid, _ in cpuload.group_stats(pgid)), key=lambda pid: (pid != pgid, pid))
 
 
 class Bench(Harness):
