@@ -45,6 +45,7 @@ HOT_MODULES = [
     "ingress/routing/lookup.py",
     "ingress/routing/paths.py",
     "ingress/proxy/http/upstream.py",
+    "ingress/proxy/http/sink.py",
     "ingress/proxy/nativeprotocol.py",
     "ingress/proxy/idle.py",
     "ingress/observe/accesslog.py",

@@ -284,7 +284,7 @@ class Twingress:
         """The sum of the /metrics samples of C{name} that carry all of C{labels} (0 when none do)."""
         total = 0.0
         for line in self.admin("/metrics")[1].decode().splitlines():
-            if line.startswith(name + "{") and all(f'{key}="{value}"' in line for key, value in labels.items()):
+            if line.startswith((name + "{", name + " ")) and all(f'{key}="{value}"' in line for key, value in labels.items()):
                 total += float(line.rsplit(" ", 1)[1])
         return total
 

@@ -17,7 +17,7 @@ from prometheus_client.metrics_core import Metric
 
 from ingress.observe import nginx_metrics
 
-SUMMED_GAUGES = frozenset({"twingress_open_connections", "twingress_stream_active", "twingress_gc_frozen_objects"}) | nginx_metrics.SUMMED_GAUGES
+SUMMED_GAUGES = frozenset({"twingress_open_connections", "twingress_stream_active", "twingress_gc_frozen_objects", "twingress_upstream_idle_connections"}) | nginx_metrics.SUMMED_GAUGES
 
 
 def merge(sources: Iterable[Iterable[Metric]]) -> list[Metric]:

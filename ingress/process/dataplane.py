@@ -16,6 +16,7 @@ from twisted.internet.interfaces import IProtocolFactory
 
 from ingress.observe.metrics import Metrics
 from ingress.observe.nginx_metrics import RequestRecorder
+from ingress.observe.upstream_metrics import UpstreamConnectionMetrics
 from ingress.process.drain import Drainable, HTTPConnections, PassthroughConnections
 from ingress.process.gatewayports import GatewayListener, PortCertificates, PortView
 from ingress.process.live import LiveTable, TableView
@@ -84,6 +85,7 @@ def data_plane(
     guards = guards if guards is not None else Guards(reactor)  # one for both listeners: their rate limits are one count
     factories: weakref.WeakSet[HTTPProxyFactory] = weakref.WeakSet()
     http2_upstreams = H2UpstreamPool(reactor, settings, http2 or HTTP2Settings())
+    metrics.registry.register(UpstreamConnectionMetrics(pool, http2_upstreams))
     if http:
         factory = HTTPProxyFactory(live, pool, settings, metrics, reactor, access_log=access_log, http2=http2, http2_upstreams=http2_upstreams, guards=guards)
         plane.http = factory if "http" in behind_proxy else ProxyProtocolWhenAsked(factory, live)

@@ -258,6 +258,8 @@ def test_an_endpoint_that_ends_its_connections_gracefully_loses_no_call(tmp_path
                 calls += 1
             assert sum(len(m) for m in download(str(100 << 20).encode(), timeout=60)) == 100 << 20  # spans a GOAWAY
         assert calls > 10
+        opened = twingress.metric("twingress_upstream_connections_opened_total", protocol="h2")
+        assert 2 <= opened < calls  # a new connection after each GOAWAY, and many calls on each
     finally:
         twingress.stop()
         backend.stop()

@@ -5,7 +5,7 @@ One request, from its routing to its log line: an L{Exchange}.
 An exchange holds everything one request is: its head and route, its limits, the
 endpoint it was sent to and the connection it uses, its retries, its deadlines, the
 fields its policies add, and the record the access log writes.  It is the
-L{ingress.proxy.http.upstream.ResponseSink} its upstream connection reports to, and it
+L{ingress.proxy.http.sink.ResponseSink} its upstream connection reports to, and it
 talks to its client through a L{ClientSide} (an HTTP/1.1 connection or an HTTP/2 stream),
 which frames the answer.  Its collaborators keep their own state: the route's deadlines
 (L{RequestDeadlines}), the fields and place its policies hold (L{ResponseFields}); what
@@ -31,9 +31,10 @@ from ingress.proxy.http.mirror import MirrorCopy, start_copies
 from ingress.proxy.http.policy import chosen_endpoint
 from ingress.proxy.http.settings import ProxySettings
 from ingress.proxy.http.shared import Shared
+from ingress.proxy.http.sink import ResponseSink
 from ingress.proxy.http.states import AUTH, AWAIT, BODY, CLOSED, HEAD, TUNNEL
 from ingress.proxy.http.steps import ResponseFields
-from ingress.proxy.http.upstream import Address, ResponseSink, UpstreamConnection
+from ingress.proxy.http.upstream import Address, UpstreamConnection
 from ingress.routing.policies import EWMA, Policies
 from ingress.routing.table import Route
 

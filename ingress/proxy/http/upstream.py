@@ -26,6 +26,7 @@ from ingress.proxy.http.chunked import ChunkedFramer
 from ingress.proxy.http.ewma import EwmaScores
 from ingress.proxy.http.fastwrite import direct_writer
 from ingress.proxy.http.settings import ProxySettings
+from ingress.proxy.http.sink import ResponseSink
 from ingress.proxy.nativeprotocol import NativeProtocol
 from ingress.proxy.transport import release_connector
 from ingress.routing.policies.backend import BackendTLS
@@ -39,36 +40,6 @@ _HEAD: Final = 0
 _BODY: Final = 1
 _TUNNEL: Final = 2
 _DONE: Final = 3
-
-
-class ResponseSink:
-    """
-    What an upstream connection reports to the request that owns it: the base class of
-    L{ingress.proxy.http.exchange.Exchange} (here: this module need not import it), a class
-    and not a typing protocol so that, compiled, these calls are native.
-    """
-
-    __slots__ = ()
-
-    request_method: bytes
-
-    def upstream_head(self, head: h1.Head, body: bytes, complete: bool) -> None:
-        raise NotImplementedError
-
-    def upstream_data(self, data: bytes) -> None:
-        raise NotImplementedError
-
-    def upstream_done(self) -> None:
-        raise NotImplementedError
-
-    def upstream_failed(self, status: int, detail: str, responded: bool) -> None:
-        raise NotImplementedError
-
-    def upstream_tunnel_data(self, data: bytes) -> None:
-        raise NotImplementedError
-
-    def upstream_write_paused(self, paused: bool) -> None:
-        raise NotImplementedError
 
 
 class UpstreamConnection(NativeProtocol):
@@ -96,6 +67,7 @@ class UpstreamConnection(NativeProtocol):
         self._on_connect: Optional[Callable[[UpstreamConnection], None]] = None
 
     def connectionMade(self) -> None:
+        self.pool.opened += 1
         self.transport.setTcpNoDelay(True)  # heads are written whole; never wait for an ACK
         self.transport.registerProducer(self, True)
         self.write = direct_writer(self.transport)
@@ -302,6 +274,8 @@ class UpstreamPool:
         self._down_until: dict[Address, float] = {}
         self._sweeper: Optional[IDelayedCall] = None
         self.ewma = EwmaScores(reactor.seconds)  # for the routes with load-balance: ewma
+        self.opened = 0  # connections made (ingress.observe.upstream_metrics)
+        self.pool_full = 0  # reusable connections closed because their endpoint's idle list was full
 
     def choose(self, upstream: Upstream, exclude: Optional[Address] = None) -> Optional[Address]:
         """The next endpoint in turn that is not marked down (or any, if all are)."""
@@ -365,7 +339,11 @@ class UpstreamPool:
     def release(self, connection: UpstreamConnection) -> None:
         """Pool a connection whose exchange finished, or close it if it can't be reused."""
         idle = self._idle.setdefault(connection.pool_key, [])
-        if not connection.reusable or len(idle) >= self.settings.max_idle_per_endpoint:
+        if not connection.reusable:
+            connection.transport.loseConnection()
+            return
+        if len(idle) >= self.settings.max_idle_per_endpoint:
+            self.pool_full += 1
             connection.transport.loseConnection()
             return
         connection.reused = False
@@ -373,6 +351,10 @@ class UpstreamPool:
         idle.append(connection)
         if self._sweeper is None:
             self._sweeper = self.reactor.callLater(self.settings.upstream_idle_timeout / 2, self._sweep)
+
+    def idle_count(self) -> int:
+        """Connections parked now, for every endpoint."""
+        return sum(len(idle) for idle in self._idle.values())
 
     def _sweep(self) -> None:
         """

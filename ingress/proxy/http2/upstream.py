@@ -99,6 +99,7 @@ class H2UpstreamConnection(Protocol):
 
     def connectionMade(self) -> None:
         self.connected = True
+        self.pool.opened += 1
         self.transport.setTcpNoDelay(True)
         self._write = direct_writer(self.transport)  # with the iteration's other sends (fastwrite)
         limits = self.pool.http2
@@ -266,6 +267,7 @@ class H2UpstreamPool:
         self.settings = settings
         self.http2 = http2
         self._connections: dict[tuple[Address, str], list[H2UpstreamConnection]] = {}
+        self.opened = 0  # connections made (ingress.observe.upstream_metrics)
 
     def get(
         self,

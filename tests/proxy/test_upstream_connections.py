@@ -1,0 +1,76 @@
+"""
+The upstream keep-alive pools as an operator sees them on /metrics: connections opened, parked, and
+turned away because an endpoint's idle pool was full (ingress-nginx's
+C{upstream-keepalive-connections}: "the maximum number of idle keepalive connections to an upstream
+server that are preserved in the cache of each worker process. When this number is exceeded, the
+least recently used connections are closed", docs/user-guide/nginx-configuration/configmap.md).
+twingress closes the connection that just finished rather than the least recently used one: the
+count kept is the same.
+"""
+
+from __future__ import annotations
+
+import http.client
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.support import EchoBackend, Manifests, Twingress, http_status
+
+OPENED = "twingress_upstream_connections_opened_total"
+IDLE = "twingress_upstream_idle_connections"
+POOL_FULL = "twingress_upstream_idle_pool_full_total"
+
+
+def _config_map(data: dict[str, str]) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ingress-nginx-controller", "namespace": "default"}, "data": data}
+
+
+def _slow_get(port: int) -> int:
+    """One request the echo backend answers after 0.5 s, so that several overlap upstream."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request("GET", "/?delay=0.5", headers={"Host": "web.test"})
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    finally:
+        connection.close()
+
+
+def _settled(proxy: Twingress, name: str, expected: float, **labels: str) -> float:
+    """C{name}'s value once it reads C{expected}, or what it reads after 5 s (a connection is parked just after its response)."""
+    deadline = time.monotonic() + 5
+    while (found := proxy.metric(name, **labels)) != expected and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return found
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_sequential_requests_reuse_one_connection_per_process(manifests: Manifests, twingress, echo_pair: tuple[EchoBackend, EchoBackend], workers: str) -> None:
+    """Each request on a client connection of its own: every process opens one upstream connection at most, and parks it."""
+    manifests.write("all.yaml", *manifests.service("web", [echo_pair[0].address]), Manifests.ingress("web", "web.test", "web"))
+    proxy = twingress("--workers", workers)
+    assert proxy.metric(OPENED, protocol="http/1.1") == 0
+    assert [http_status(proxy.http_port, "web.test") for _ in range(20)] == [200] * 20
+    opened = proxy.metric(OPENED, protocol="http/1.1")
+    assert 1 <= opened <= int(workers)
+    assert _settled(proxy, IDLE, opened) == opened  # summed over the workers
+    assert proxy.metric(POOL_FULL) == 0
+    assert proxy.metric(OPENED, protocol="h2") == 0
+
+
+def test_concurrent_requests_past_the_idle_pool_are_counted_as_turned_away(manifests: Manifests, twingress, echo_pair: tuple[EchoBackend, EchoBackend]) -> None:
+    """upstream-keepalive-connections 2 and five requests at once: five opened, two parked, three closed; then the two are reused."""
+    manifests.write("all.yaml", *manifests.service("web", [echo_pair[0].address]), Manifests.ingress("web", "web.test", "web"))
+    manifests.write("config.yaml", _config_map({"upstream-keepalive-connections": "2"}))
+    proxy = twingress("--nginx-configmap", "default/ingress-nginx-controller")
+    with ThreadPoolExecutor(5) as pool:
+        assert list(pool.map(_slow_get, [proxy.http_port] * 5)) == [200] * 5
+    assert proxy.metric(OPENED, protocol="http/1.1") == 5
+    assert _settled(proxy, POOL_FULL, 3) == 3
+    assert proxy.metric(IDLE) == 2
+    assert [http_status(proxy.http_port, "web.test") for _ in range(4)] == [200] * 4
+    assert proxy.metric(OPENED, protocol="http/1.1") == 5
+    assert _settled(proxy, IDLE, 2) == 2  # one request at a time takes the warmest and gives it back
