@@ -202,6 +202,11 @@ class Bench(Harness):
             # stop, and a worker under valgrind is
             subprocess.run(["callgrind_control", "--dump=counted", *pids], check=True, capture_output=True, timeout=300)
             by_pid = {int(pid): _totals(out / f"callgrind.{pid}.1") for pid in pids}
+            if self.args.keep_profiles is not None:
+                self.args.keep_profiles.mkdir(parents=True, exist_ok=True)
+                for pid in pids:
+                    role = "primary" if int(pid) == proc.pid else f"worker-{pid}"
+                    shutil.copy(out / f"callgrind.{pid}.1", self.args.keep_profiles / f"{out.name}-{role}.callgrind")
         finally:
             procs.stop(proc)
         if failed or not done:
@@ -341,6 +346,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=4000, help="requests before the count (4000)")
     p.add_argument("--no-count", dest="count", action="store_false", help="no valgrind count: the timed and kernel rows alone")
     p.add_argument("--proxy-cpu-list", default="0", help="taskset's CPUs for twingress and its workers (0: all on one CPU)")
+    p.add_argument("--keep-profiles", type=Path, metavar="DIR",
+                   help="keep each count's callgrind files in DIR (<proxy>-w<N>-r<round>-<primary|worker-PID>.callgrind)")
     p.add_argument("--access-log", default="off", help="twingress's --access-log (off, as target 5 was measured; -: stdout, as shipped)")
     h2_bench.add_run_arguments(p)
     p.set_defaults(start_timeout=240.0)  # CPython's start under valgrind, a worker at a time
