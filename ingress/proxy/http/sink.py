@@ -1,7 +1,8 @@
 # -*- test-case-name: tests.proxy.test_http_behaviour -*-
 """
 The interface between an HTTP/1.1 upstream connection (L{ingress.proxy.http.upstream}) and
-the request that owns it, in a module of its own so that neither imports the other.
+the request that owns it (L{ingress.proxy.http.exchange}): the connection is written against
+it and the request implements it, so it belongs to neither module.
 """
 
 from __future__ import annotations
