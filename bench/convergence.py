@@ -66,6 +66,7 @@ REPO = BENCH.parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(REPO))
 
+import cpuload  # noqa: E402
 import procs  # noqa: E402
 from kubernetes import client as k8s  # noqa: E402
 from kubernetes import config as k8s_config  # noqa: E402
@@ -102,8 +103,7 @@ def proc_status(pid: int) -> dict[str, float]:
         key, _, value = line.partition(":")
         if key in ("VmRSS", "VmHWM"):
             out[key] = int(value.split()[0]) / 1024.0
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    out["cpu_s"] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    out["cpu_s"] = cpuload.process_cpu_seconds(pid)
     return out
 
 

@@ -53,10 +53,16 @@ def wait_for_idle(cpus: Sequence[int], limit: float, timeout: float) -> dict[str
     return busy
 
 
+def user_system_seconds(pid: int) -> tuple[float, float]:
+    """The user and system CPU seconds of process C{pid} so far, every thread of it (not its children)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / ticks, int(fields[12]) / ticks
+
+
 def process_cpu_seconds(pid: int) -> float:
     """CPU seconds (user + system) used so far by one process alone (not its children)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return sum(user_system_seconds(pid))
 
 
 def group_stats(pgid: int) -> Iterator[tuple[int, list[str]]]:

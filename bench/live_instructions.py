@@ -40,7 +40,6 @@ time differ between two proxies (a larger body of code misses the instruction ca
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shutil
 import statistics
@@ -61,6 +60,7 @@ import peers_bench  # noqa: E402
 import procs  # noqa: E402
 import targets  # noqa: E402
 import tls_bench  # noqa: E402
+from cpuload import user_system_seconds  # noqa: E402
 from harness import Harness, run_in_workdir, twingress_env  # noqa: E402
 from report import write_and_exit_status  # noqa: E402
 
@@ -101,13 +101,6 @@ def served_and_failed(h2load_stdout: str) -> Optional[tuple[int, int]]:
         return None
     not_2xx = sum(int(statuses.group(n)) for n in (2, 3, 4))
     return int(counts.group(2)) - not_2xx, int(counts.group(3)) + not_2xx
-
-
-def user_system_seconds(pid: int) -> tuple[float, float]:
-    """The user and system CPU seconds of process C{pid}, every thread of it."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / ticks, int(fields[12]) / ticks
 
 
 class Bench(Harness):

@@ -15,7 +15,6 @@ creation ratio (``convergence.py --baseline``) cannot beat with its informers as
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(REPO))
 
 import convergence  # noqa: E402
+import cpuload  # noqa: E402
 
 from tests.kube import cluster  # noqa: E402
 
@@ -60,8 +60,7 @@ def rate(routes: int, threads: int, watched: bool) -> tuple[float, Optional[floa
         seconds, _ = convergence.create_scale(api, 0, routes, threads, headless=True)
         cpu = None
         if watcher is not None:
-            fields = Path(f"/proc/{watcher.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            cpu = cpuload.process_cpu_seconds(watcher.pid)
         return 3 * routes / seconds, cpu
     finally:
         if watcher is not None:

@@ -60,7 +60,7 @@ import h2_bench  # noqa: E402
 import procs  # noqa: E402
 import targets  # noqa: E402
 from harness import Harness, run_in_workdir, twingress_env  # noqa: E402
-from live_instructions import served_and_failed, user_system_seconds  # noqa: E402
+from live_instructions import served_and_failed  # noqa: E402
 from report import write_and_exit_status  # noqa: E402
 
 _TOTALS_RE = re.compile(r"^totals: (\d+)", re.MULTILINE)  # the file's "summary:" is 0 when counting starts off
@@ -225,9 +225,9 @@ class Bench(Harness):
             perf = subprocess.Popen(["perf", "stat", "-x", ",", "-e", ",".join(PERF_EVENTS), "-p", ",".join(map(str, pids))],
                                     stderr=subprocess.PIPE, text=True)
             time.sleep(0.5)  # perf attached before the load
-            ticks = [user_system_seconds(pid) for pid in pids]
+            ticks = [cpuload.user_system_seconds(pid) for pid in pids]
             done, failed = self.load(row, ports, "-D", str(self.args.seconds))
-            after = [user_system_seconds(pid) for pid in pids]
+            after = [cpuload.user_system_seconds(pid) for pid in pids]
             perf.send_signal(signal.SIGINT)
             _, perf_out = perf.communicate(timeout=30)
         finally:
