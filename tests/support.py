@@ -205,6 +205,13 @@ class Manifests:
         ingress["metadata"]["annotations"] = {"nginx.ingress.kubernetes.io/" + key: value for key, value in annotations.items()}
         return ingress
 
+    NGINX_CONFIGMAP = "default/ingress-nginx-controller"  # what --nginx-configmap names for controller_config_map's object
+
+    @staticmethod
+    def controller_config_map(data: dict[str, str]) -> dict:
+        """The ingress-nginx controller ConfigMap C{NGINX_CONFIGMAP} with C{data}: give twistd C{--nginx-configmap NGINX_CONFIGMAP}."""
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ingress-nginx-controller", "namespace": "default"}, "data": data}
+
     def route(self, name: str, host: str, backends: Sequence[tuple[str, int]], path: str = "/") -> None:
         """One file with a Service, its EndpointSlice and an Ingress routing C{host}+C{path} to it."""
         self.write(f"{name}.yaml", *self.service(name, backends), self.ingress(name, host, name, path))

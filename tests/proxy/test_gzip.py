@@ -18,7 +18,6 @@ import pytest
 
 from tests.support import Manifests, Twingress
 
-CONFIG = "default/ingress-nginx-controller"
 TEXT = b"".join(b"line %d of a compressible text body\n" % n for n in range(2000))  # ~70 KB
 
 
@@ -84,15 +83,12 @@ def backend() -> Iterator[tuple[str, int]]:
     server.shutdown()
 
 
-def _config_map(data: dict[str, str]) -> dict:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ingress-nginx-controller", "namespace": "default"}, "data": data}
-
 
 @pytest.fixture
 def proxy(manifests: Manifests, twingress: Callable[..., Twingress], backend: tuple[str, int]) -> Twingress:
     manifests.route("files", "g.test", [backend])
-    manifests.write("config.yaml", _config_map({"use-gzip": "true"}))
-    return twingress("--nginx-configmap", CONFIG, "--http2-cleartext")
+    manifests.write("config.yaml", Manifests.controller_config_map({"use-gzip": "true"}))
+    return twingress("--nginx-configmap", Manifests.NGINX_CONFIGMAP, "--http2-cleartext")
 
 
 def _get(port: int, path: str, method: str = "GET", **headers: str) -> tuple[int, dict[str, str], bytes]:
@@ -172,7 +168,7 @@ def test_compressed_over_http2(proxy: Twingress, tmp_path) -> None:  # type: ign
 def test_off_without_use_gzip(manifests: Manifests, twingress: Callable[..., Twingress], backend: tuple[str, int]) -> None:
     """use-gzip defaults to false: the upstream's body passes unchanged."""
     manifests.route("files", "g.test", [backend])
-    manifests.write("config.yaml", _config_map({"gzip-level": "5"}))
-    process = twingress("--nginx-configmap", CONFIG)
+    manifests.write("config.yaml", Manifests.controller_config_map({"gzip-level": "5"}))
+    process = twingress("--nginx-configmap", Manifests.NGINX_CONFIGMAP)
     status, fields, body = _get(process.http_port, "/text", Accept_Encoding="gzip")
     assert status == 200 and "content-encoding" not in fields and body == TEXT

@@ -23,9 +23,6 @@ IDLE = "twingress_upstream_idle_connections"
 POOL_FULL = "twingress_upstream_idle_pool_full_total"
 
 
-def _config_map(data: dict[str, str]) -> dict:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ingress-nginx-controller", "namespace": "default"}, "data": data}
-
 
 def _slow_get(port: int) -> int:
     """One request the echo backend answers after 0.5 s, so that several overlap upstream."""
@@ -64,8 +61,8 @@ def test_sequential_requests_reuse_one_connection_per_process(manifests: Manifes
 def test_concurrent_requests_past_the_idle_pool_are_counted_as_turned_away(manifests: Manifests, twingress, echo_pair: tuple[EchoBackend, EchoBackend]) -> None:
     """upstream-keepalive-connections 2 and five requests at once: five opened, two parked, three closed; then the two are reused."""
     manifests.write("all.yaml", *manifests.service("web", [echo_pair[0].address]), Manifests.ingress("web", "web.test", "web"))
-    manifests.write("config.yaml", _config_map({"upstream-keepalive-connections": "2"}))
-    proxy = twingress("--nginx-configmap", "default/ingress-nginx-controller")
+    manifests.write("config.yaml", Manifests.controller_config_map({"upstream-keepalive-connections": "2"}))
+    proxy = twingress("--nginx-configmap", Manifests.NGINX_CONFIGMAP)
     with ThreadPoolExecutor(5) as pool:
         assert list(pool.map(_slow_get, [proxy.http_port] * 5)) == [200] * 5
     assert proxy.metric(OPENED, protocol="http/1.1") == 5
