@@ -22,6 +22,7 @@ requests answered 2xx.  The contender not under load sleeps in its event loop on
   .venv/bin/python bench/interleaved.py --contenders twingress,traefik --kind h2 --pairs 40   # ~6 min
   .venv/bin/python bench/interleaved.py --contenders twingress,traefik --kind https/1.1
   .venv/bin/python bench/interleaved.py --contenders workers --workers 2                  # HTTP/1.1 keep-alive, as target 5
+  .venv/bin/python bench/interleaved.py --contenders twingress,twingress                 # the method's own check: 1 within the interval
 """
 
 from __future__ import annotations
@@ -132,16 +133,17 @@ def peer_contenders(bench: live_instructions.Bench, names: Sequence[str]) -> lis
     args = bench.args
     bench.nginx("backend", targets.backend_conf(bench.workdir, bench.backend_port), bench.backend_port, args.load_cpu)
     contenders = []
-    for name in names:
+    for number, name in enumerate(names, 1):
         port = procs.free_port()
         argv, env = bench.argv(name, port)
-        proc = bench.spawn(f"{name}-interleaved", argv, port, args.proxy_cpu, env=env)
+        proc = bench.spawn(f"{name}-{number}-interleaved", argv, port, args.proxy_cpu, env=env)
         bench.served(args.kind, proc, port)
 
         def load(seconds: int, port: int = port) -> tuple[int, int]:
             return bench.h2load(args.kind, port, "-D", str(seconds), "-c", str(args.connections))
 
-        contenders.append(Contender(name, lambda proc=proc: [proc.pid], load))
+        label = f"{name} (a second process)" if number == 2 and name == names[0] else name  # twingress,twingress: the method's own check
+        contenders.append(Contender(label, lambda proc=proc: [proc.pid], load))
     return contenders
 
 
@@ -177,7 +179,8 @@ def run(bench: Bench) -> tuple[list[Contender], list[float]]:
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--contenders", default="twingress,traefik",
-                   help=f"twingress,<{'|'.join(live_instructions.PROXIES[1:])}> (the ratio is twingress's over it), "
+                   help=f"twingress,<{'|'.join(live_instructions.PROXIES)}> (the ratio is twingress's over it; twingress,twingress: "
+                        f"two processes of one build, the method's own check, whose interval should hold 1), "
                         f"or {WORKERS}: twingress --workers N over --workers 1 (twingress,traefik)")
     p.add_argument("--kind", default=live_instructions.H2, choices=live_instructions.KINDS, help="with a peer: h2 or https/1.1 over TLS (h2)")
     p.add_argument("--pairs", type=int, default=40, help="pairs of slices (40)")
@@ -195,8 +198,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.mode = WORKERS if args.contenders == WORKERS else "peer"
     args.proxies = [] if args.mode == WORKERS else args.contenders.split(",")
-    if args.mode != WORKERS and (len(args.proxies) != 2 or args.proxies[0] != "twingress" or args.proxies[1] not in live_instructions.PROXIES[1:]):
-        p.error(f"--contenders: twingress,<{'|'.join(live_instructions.PROXIES[1:])}> or {WORKERS}")
+    if args.mode != WORKERS and (len(args.proxies) != 2 or args.proxies[0] != "twingress" or args.proxies[1] not in live_instructions.PROXIES):
+        p.error(f"--contenders: twingress,<{'|'.join(live_instructions.PROXIES)}> or {WORKERS}")
     if args.proxies[1:] == [live_instructions.FLOOR] and args.kind != live_instructions.H2:
         p.error("the floor speaks h2 only")
     if args.pairs < 1 or args.seconds < 1 or args.workers < 2:
