@@ -62,18 +62,21 @@ class Contender:
     name: str
     pids: Callable[[], list[int]]  # every process whose CPU counts (read at each slice: a worker may be replaced)
     load: Callable[[int], tuple[int, int]]  # seconds -> (requests answered 2xx, the others)
-    slices: list[float] = field(default_factory=list)  # CPU µs per request, slice by slice
+    slices: list[float] = field(default_factory=list)  # CPU µs per request (user + system), slice by slice
+    system: list[float] = field(default_factory=list)  # of which system (the kernel's work for it), slice by slice
 
 
-def slice_cpu(contender: Contender, seconds: int) -> float:
-    """One slice: the load to C{contender} alone, its CPU (user + system, µs) per request answered."""
+def slice_cpu(contender: Contender, seconds: int) -> tuple[float, float]:
+    """One slice: the load to C{contender} alone, its user and system CPU (µs) per request answered."""
     pids = contender.pids()
-    before = [sum(cpuload.user_system_seconds(pid)) for pid in pids]
+    before = [cpuload.user_system_seconds(pid) for pid in pids]
     done, failed = contender.load(seconds)
-    after = [sum(cpuload.user_system_seconds(pid)) for pid in pids]
+    after = [cpuload.user_system_seconds(pid) for pid in pids]
     if failed or not done:
         raise BenchFailed(f"{contender.name}: {failed} failed, {done} answered")
-    return 1e6 * sum(a - b for a, b in zip(after, before, strict=True)) / done
+    user = sum(a[0] - b[0] for a, b in zip(after, before, strict=True))
+    system = sum(a[1] - b[1] for a, b in zip(after, before, strict=True))
+    return 1e6 * user / done, 1e6 * system / done
 
 
 def run_pairs(first: Contender, second: Contender, pairs: int, seconds: int) -> list[float]:
@@ -82,7 +85,9 @@ def run_pairs(first: Contender, second: Contender, pairs: int, seconds: int) -> 
     for number in range(pairs):
         order = (first, second) if number % 2 == 0 else (second, first)
         for contender in order:
-            contender.slices.append(slice_cpu(contender, seconds))
+            user, system = slice_cpu(contender, seconds)
+            contender.slices.append(user + system)
+            contender.system.append(system)
         ratios.append(first.slices[-1] / second.slices[-1])
         print(f"==> pair {number + 1}: {first.name} {first.slices[-1]:.1f} us, {second.name} {second.slices[-1]:.1f} us, "
               f"ratio {ratios[-1]:.3f}", flush=True)
@@ -116,7 +121,7 @@ def sign_test(ratios: Sequence[float]) -> tuple[int, int, float]:
 
 def summary(first: Contender, second: Contender, ratios: Sequence[float], confidence: float) -> list[str]:
     lines = [f"{c.name}: CPU us per request, median {statistics.median(c.slices):.1f} of {len(c.slices)} slices "
-             f"({min(c.slices):.1f} to {max(c.slices):.1f})" for c in (first, second)]
+             f"({min(c.slices):.1f} to {max(c.slices):.1f}); system us, median {statistics.median(c.system):.1f}" for c in (first, second)]
     interval = median_interval(ratios, confidence)
     below, n, p = sign_test(ratios)
     within = f"{confidence:.0%} interval {interval[0]:.3f} to {interval[1]:.3f}" if interval else f"too few pairs for a {confidence:.0%} interval"
@@ -230,7 +235,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print("\n" + "\n".join(lines))
     out = {"benchmark": "interleaved", "config": {k: getattr(args, k) for k in (
         "contenders", "kind", "pairs", "seconds", "connections", "streams", "workers", "proxy_cpu", "proxy_cpu_list", "load_cpu", "access_log")},
-        "results": {"slices": {c.name: c.slices for c in contenders}, "ratios": ratios, "summary": lines}}
+        "results": {"slices": {c.name: c.slices for c in contenders}, "system": {c.name: c.system for c in contenders},
+                    "ratios": ratios, "summary": lines}}
     return write_and_exit_status(args.json, out, [])
 
 
