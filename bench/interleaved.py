@@ -46,7 +46,7 @@ import procs  # noqa: E402
 import targets  # noqa: E402
 import workers_cost  # noqa: E402
 from harness import run_in_workdir  # noqa: E402
-from report import write_and_exit_status  # noqa: E402
+from report import environment, interpreter, write_and_exit_status  # noqa: E402
 
 WORKERS = "workers"
 
@@ -224,6 +224,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     busy = cpuload.background_busy(cpus)
     if max(busy.values()) >= 10:
         print(f"note: the machine is busy before the run ({busy}); the pairs share whatever else runs", flush=True)
+    print(f"twingress runs on {interpreter()}", flush=True)
     make = workers_cost.Bench if args.mode == WORKERS else live_instructions.Bench
     failures = (BenchFailed, live_instructions.BenchFailed, workers_cost.BenchFailed, peers_bench.BenchFailed,
                 live_instructions.tls_bench.BenchFailed, procs.StartError)
@@ -233,7 +234,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     contenders, ratios = result
     lines = summary(contenders[0], contenders[1], ratios, args.confidence)
     print("\n" + "\n".join(lines))
-    out = {"benchmark": "interleaved", "config": {k: getattr(args, k) for k in (
+    out = {"benchmark": "interleaved", "environment": environment(args.nginx), "config": {k: getattr(args, k) for k in (
         "contenders", "kind", "pairs", "seconds", "connections", "streams", "workers", "proxy_cpu", "proxy_cpu_list", "load_cpu", "access_log")},
         "results": {"slices": {c.name: c.slices for c in contenders}, "system": {c.name: c.system for c in contenders},
                     "ratios": ratios, "summary": lines}}
