@@ -43,7 +43,6 @@ import h2_bench  # noqa: E402
 import live_instructions  # noqa: E402
 import peers_bench  # noqa: E402
 import procs  # noqa: E402
-import targets  # noqa: E402
 import workers_cost  # noqa: E402
 from harness import run_in_workdir  # noqa: E402
 from report import environment, interpreter, write_and_exit_status  # noqa: E402
@@ -136,7 +135,7 @@ Bench = Union[live_instructions.Bench, workers_cost.Bench]
 def peer_contenders(bench: live_instructions.Bench, names: Sequence[str]) -> list[Contender]:
     """twingress and the peers as live_instructions.py times them (access log off, the same backend)."""
     args = bench.args
-    bench.nginx("backend", targets.backend_conf(bench.workdir, bench.backend_port), bench.backend_port, args.load_cpu)
+    bench.start_backend()
     contenders = []
     for number, name in enumerate(names, 1):
         port = procs.free_port()
@@ -155,8 +154,7 @@ def peer_contenders(bench: live_instructions.Bench, names: Sequence[str]) -> lis
 def worker_contenders(bench: workers_cost.Bench) -> list[Contender]:
     """twingress with C{--workers 1} and with C{--workers N}, as workers_cost.py times them (HTTP/1.1 keep-alive)."""
     args = bench.args
-    bench.nginx("backend", targets.backend_conf(bench.workdir, bench.backend_port), bench.backend_port, args.load_cpu)
-    targets.write_manifests(bench.manifests, bench.backend_port)
+    bench.start_backend()
     contenders = []
     for workers in (1, args.workers):
         row = workers_cost.Row(workers_cost.TWINGRESS, workers, 1)

@@ -114,8 +114,12 @@ class Bench(Harness):
         self.peers = peers_bench.peer_paths(args)  # the Go peers among --proxies (none: nothing built or asked)
         self.backend_port = procs.free_port()
 
-    def run_all(self) -> list[Row]:
+    def start_backend(self) -> None:
+        """The benches' nginx backend on the load CPU, which every proxy forwards to (interleaved.py's too)."""
         self.nginx("backend", targets.backend_conf(self.workdir, self.backend_port), self.backend_port, self.args.load_cpu)
+
+    def run_all(self) -> list[Row]:
+        self.start_backend()
         rows = []
         for round_index in range(self.args.rounds):
             proxies = self.args.proxies if round_index % 2 == 0 else self.args.proxies[::-1]

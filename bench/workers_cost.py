@@ -110,9 +110,13 @@ class Bench(Harness):
         self.backend_port = procs.free_port()
         self.manifests = workdir / "manifests"
 
-    def run_all(self) -> list[Row]:
+    def start_backend(self) -> None:
+        """The benches' nginx backend on the load CPU, and twingress's manifests routing to it (interleaved.py's too)."""
         self.nginx("backend", targets.backend_conf(self.workdir, self.backend_port), self.backend_port, self.args.load_cpu)
         targets.write_manifests(self.manifests, self.backend_port)
+
+    def run_all(self) -> list[Row]:
+        self.start_backend()
         rows = []
         order = [(proxy, workers) for proxy in self.args.proxies for workers in (1, self.args.workers)
                  if not (proxy == APART and workers == 1)]  # one process apart is twingress --workers 1
