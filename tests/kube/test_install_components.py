@@ -142,8 +142,8 @@ def test_the_nginx_configmap_component_is_read_by_twingress_as_deployed(applied:
     proxy = KubeTwingress(kubeconfig, "--watch-namespace", namespace, "--leader-election-id", f"lease-{namespace}"[:63], option, log_path=tmp_path / "twingress.log")
     try:
         proxy.wait_status(host, 200, backend="web-1")
-        assert declared_body_status(proxy.http_port, host, 8 * 1024 * 1024 + 1) == 413, proxy.log()
-        assert declared_body_status(proxy.http_port, host, 1024, send=True) == 200
+        assert declared_body_status(proxy.http_port, host, 8 * 1024 * 1024 + 1) == 413, proxy.log()  # twingress alone takes 1 GiB
+        assert declared_body_status(proxy.http_port, host, 2 * 1024 * 1024, send=True) == 200  # ingress-nginx's default without the key: 1m
     finally:
         proxy.stop()
 
