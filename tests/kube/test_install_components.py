@@ -65,6 +65,7 @@ def applied(kube_cluster) -> Iterator[client.ApiClient]:
     """The ServiceMonitor CRD stand-in, then k8s/overlays/monitored/ applied with kubectl; removed afterwards."""
     kubeconfig = kube_cluster.kubeconfig
     api = config.new_client_from_config(config_file=str(kubeconfig))
+    wait_until(lambda: not terminating(api), timeout=120, what="the twingress namespace of an earlier module gone")  # test_install.py's uninstall does not wait
     kubectl(kubeconfig, "apply", "--server-side", "-f", str(CRD))
     kubectl(kubeconfig, "wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
     kubectl(kubeconfig, "apply", "--server-side", "--field-manager", install.FIELD_MANAGER, "-k", str(MONITORED))
@@ -73,6 +74,16 @@ def applied(kube_cluster) -> Iterator[client.ApiClient]:
     gone(lambda: client.ApiextensionsV1Api(api).delete_custom_resource_definition(CRD_NAME))
     wait_until(lambda: gone(lambda: client.CoreV1Api(api).read_namespace(install.NAMESPACE)), timeout=120, what="the twingress namespace gone")
     api.close()
+
+
+def terminating(api: client.ApiClient) -> bool:
+    """The twingress namespace is being deleted (objects cannot be created in it until it is gone)."""
+    try:
+        return client.CoreV1Api(api).read_namespace(install.NAMESPACE).status.phase == "Terminating"
+    except client.ApiException as error:
+        if error.status == 404:
+            return False
+        raise
 
 
 def test_every_component_renders_on_the_base_with_kubectl(tmp_path: Path) -> None:
