@@ -14,7 +14,7 @@ WHEELHOUSE ?= $(HOME)/.cache/twingress/wheelhouse
 export TWINGRESS_WHEELHOUSE := $(WHEELHOUSE)
 HADOLINT_VERSION ?= 2.15.1
 
-.PHONY: run run-build run-migration run-gateway run-streams test test-kube-lane test-rest-lane test-kube test-rest test-workers test-node venv lint system-packages testenv wheelhouse image image-archive lint-docker bench bench-peers bench-mix clean compiled pure gateway-conformance-report h2stack-suites
+.PHONY: run run-build run-migration run-gateway run-streams run-tls test test-kube-lane test-rest-lane test-kube test-rest test-workers test-node venv lint system-packages testenv wheelhouse image image-archive lint-docker bench bench-peers bench-mix clean compiled pure gateway-conformance-report h2stack-suites
 
 # An editable install (pip install -e .) of the tree: setup.cfg's package_dir makes it a plain
 # .pth of the tree, so twistd finds twisted/plugins/ingress_plugin.py there too.
@@ -96,6 +96,10 @@ run-gateway: run-build
 # The stream example (examples/streams): a TCP and a UDP StreamIngress.
 run-streams: run-build
 	@examples/streams/run.sh
+
+# The TLS example (examples/tls): an Ingress with spec.tls and its Secret, generated at start.
+run-tls: run-build
+	@examples/tls/run.sh
 
 system-packages:
 	testenv/system-packages.sh
