@@ -64,6 +64,12 @@ WORKERS: list[Parameter] = [
     ["shutdown-delay", None, 5.0, "Seconds between SIGTERM (/readyz turns 503) and the listeners closing."],
     ["drain-timeout", None, 30.0, "Seconds open requests and streams get after the listeners close."],
     ["stream-drain-timeout", None, 30.0, "Seconds a removed stream's open connections are kept before they are closed."],
+    [
+        "handover", None, "",
+        "Unix socket path for upgrades: take the HTTP/HTTPS listening sockets from the twingress serving there, then offer them"
+        " there to the next one ('' = off: bind, and close at exit, as usual).",
+    ],
+    ["handover-key-file", None, None, "File holding the key (16 bytes or more) both processes of a hand-over must prove they hold; needed with --handover."],
 ]
 
 MIGRATION: list[Parameter] = [

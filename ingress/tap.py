@@ -30,6 +30,7 @@ from ingress.observe.metrics import Metrics, created_series
 from ingress.observe.nginx_metrics import NginxMetrics, controller_identity, gauge_total, recorder, served_certificates
 from ingress.observe.startup import announce, listening, summary
 from ingress.options import PARAMETERS, grouped_usage
+from ingress.process.adoption import Handing, handover_key, listener_sockets, take_over
 from ingress.process.builder import TableBuilder
 from ingress.process.cpus import worker_count
 from ingress.process.dataplane import data_plane
@@ -38,7 +39,7 @@ from ingress.process.heap import FrozenWatch
 from ingress.process.live import LiveTable
 from ingress.process.pool import worker_pool
 from ingress.process.reactor import IProcessReactor
-from ingress.process.sockets import check_listener, listen
+from ingress.process.sockets import AdoptedListener, check_listener, listen
 from ingress.process.streamports import WorkerStreams
 from ingress.proxy.http.settings import ProxySettings
 from ingress.proxy.http.upstream import UpstreamPool
@@ -109,7 +110,8 @@ class Options(usage.Options):
             raise usage.UsageError(f"--workers: {error}") from None
         for name in ("http", "https", "admin"):
             if self[name]:
-                check_listener(name, self[name], shared=self["worker-count"] > 1 and name != "admin")
+                check_listener(name, self[name], shared=self["worker-count"] > 1 and name != "admin", handover=bool(self["handover"]) and name != "admin")
+        self["handover-key"] = handover_key(self["handover"], self["handover-key-file"])
         for option in ("nginx-annotations", "nginx-metrics", "metrics-created"):
             if self[option] not in ("true", "false"):
                 raise usage.UsageError(f"--{option} must be true or false")
@@ -323,8 +325,10 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
             manager.setServiceParent(top)
     listeners: list[IService] = []
     drainables: list[Any] = [streams] if isinstance(streams, StreamListeners) else []
+    taken, ports_freeing = take_over(options)  # --handover: the predecessor's sockets (a blocking exchange, bounded)
+    shared = listener_sockets(options, options["worker-count"], taken, ports_freeing) if options["handover"] or isinstance(streams, WorkerStreams) else []
     if isinstance(streams, WorkerStreams):
-        workers = worker_pool(reactor, options, settings, metrics)
+        workers = worker_pool(reactor, options, settings, metrics, shared)
         streams.reported = workers.stream_failures
         workers.setServiceParent(top)
         live.subscribe(workers.publish)
@@ -333,7 +337,8 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
         admin.route_sections["workers"] = workers.to_json
         admin.worker_metrics = workers.collect
         drainables.append(workers)
-        return _finish(reactor, options, top, admin, listeners, drainables)
+        handing = Handing(shared, taken, lambda: all(slot.served for slot in workers.slots), lambda: setattr(workers, "handed_over", True))
+        return _finish(reactor, options, top, admin, listeners, drainables, handing)
     plane = data_plane(
         reactor, live, pool, settings, metrics, recorder(access_log, nginx),
         http=bool(options["http"]), https=bool(options["https"]),
@@ -345,19 +350,28 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
         nginx.certificates = served_certificates(metrics, plane.store)
     streams.gateway_listener = plane.gateway_listener  # the stream listeners open Gateway ports with it
     builder.preparers.append(plane.prepare)  # TLS contexts are built on the build thread
-    if plane.http is not None:
-        listeners.append(listen(reactor, options["http"], plane.http, top, "http", partial(listening, "http", options)))
-    if plane.https is not None and plane.store is not None:
+    if plane.store is not None:
         admin.route_views.append(plane.store.show)
+    for spec, sockets in shared:  # --handover: every socket opened (or received) beforehand, adopted
+        for index, sock in enumerate(sockets):
+            listener = AdoptedListener(reactor, spec, sock, plane.http if spec.name == "http" else plane.https, partial(listening, spec.name, options), index)
+            listener.setServiceParent(top)
+            listeners.append(listener)
+    if plane.http is not None and not shared:
+        listeners.append(listen(reactor, options["http"], plane.http, top, "http", partial(listening, "http", options)))
+    if plane.https is not None and not shared:
         listeners.append(listen(reactor, options["https"], plane.https, top, "https", partial(listening, "https", options)))
-    return _finish(reactor, options, top, admin, listeners, drainables)
+    handing = Handing(shared, taken, lambda: live.ready and all(getattr(each, "port", None) is not None for each in listeners))
+    return _finish(reactor, options, top, admin, listeners, drainables, handing)
 
 
-def _finish(reactor: IProcessReactor, options: Options, top: MultiService, admin: Admin, listeners: list[IService], drainables: list[Any]) -> MultiService:
-    """The drain and the admin listener, last: the same with and without worker processes."""
+def _finish(reactor: IProcessReactor, options: Options, top: MultiService, admin: Admin, listeners: list[IService], drainables: list[Any], handing: Handing) -> MultiService:
+    """The drain, the hand-over's rendezvous (--handover) and the admin listener, last: the same with and without worker processes."""
     shutdown = GracefulShutdown(reactor, listeners, drainables, options["shutdown-delay"], options["drain-timeout"])
     shutdown.setServiceParent(top)
     admin.add_check(shutdown.readiness)
+    if options["handover"]:
+        handing.listener(reactor, options["handover"], options["handover-key"], shutdown).setServiceParent(top)
     if options["admin"]:
         listen(reactor, options["admin"], admin.site(), top, "admin", partial(listening, "admin", options))
     return top

@@ -113,6 +113,7 @@ class GracefulShutdown(Service):
         self._stop = stop if stop is not None else reactor.stop
         self.draining = False
         self.finished = False
+        self.handed_over = False
         self._delay: Optional[IDelayedCall] = None
         self._timeout: Optional[IDelayedCall] = None
         self._poll: Optional[LoopingCall] = None
@@ -149,6 +150,21 @@ class GracefulShutdown(Service):
         )
         self._delay = self.reactor.callLater(self.shutdown_delay, self._close_listeners)
 
+    def hand_over(self) -> None:
+        """
+        A successor serves our listening sockets (L{ingress.process.handover}): stop accepting now and drain
+        what is open. The sockets are shared with it, so nothing here may touch them beyond closing our own
+        descriptors: no filter dropping connection attempts (it is the socket's, the successor's too) and no
+        last accept of what is queued (those connections are the successor's to take).
+        """
+        if self.finished or self._timeout is not None:
+            return
+        if self._delay is not None and self._delay.active():
+            self._delay.cancel()
+        self.draining = self.handed_over = True
+        log.info("handed over: no new connections here; open requests get {timeout}s", timeout=self.drain_timeout)
+        self._stop_listeners()
+
     def _close_listeners(self) -> None:
         """
         First the listeners take no new connection (their sockets drop SYNs) while the reactor
@@ -166,7 +182,7 @@ class GracefulShutdown(Service):
         self._delay = None
         for service in self.listeners:
             if service.running:
-                _stop_for_good(service)
+                _stop_for_good(service, accept_queued=not self.handed_over)
         for drainable in self.drainables:
             drainable.drain()
         log.info("listeners closed; waiting for {count} open connections", count=self._open_count())
@@ -213,16 +229,16 @@ def _refuse_new_connections(service: IService) -> bool:
     return bool(refuse()) if refuse is not None else False
 
 
-def _stop_for_good(service: IService) -> None:
+def _stop_for_good(service: IService, accept_queued: bool = True) -> None:
     """
     Stop a listener and take it out of its parent, so that the parent's own stop at shutdown does
     not stop it a second time: a second C{stopService} of Twisted's C{StreamServerEndpointService}
     cancels the first one's pending C{stopListening}, and that C{CancelledError} was logged as an
     unhandled error at level critical on every stop of a worker.
     """
-    accept_queued = getattr(service, "accept_queued", None)
-    if accept_queued is not None:
-        accept_queued()
+    accept = getattr(service, "accept_queued", None) if accept_queued else None
+    if accept is not None:
+        accept()
     stopped = service.disownServiceParent() if service.parent is not None else service.stopService()
     if stopped is not None:
         stopped.addErrback(lambda failure: log.failure("stopping a listener failed", failure))

@@ -37,9 +37,9 @@ from twisted.python.failure import Failure
 
 from ingress.observe.metrics import Metrics
 from ingress.observe.startup import listening
+from ingress.process.adoption import Shared, slot_sockets
 from ingress.process.channel import Channel, ChannelFactory, encoded
 from ingress.process.reactor import IProcessReactor
-from ingress.process.sockets import ListenerSpec, open_listener, parse_listener
 from ingress.proxy.http.ratelimit import RequestRates
 from ingress.proxy.http.settings import ProxySettings
 from ingress.routing.delta import table_change
@@ -87,7 +87,7 @@ class WorkerPool(Service):
         self,
         reactor: IProcessReactor,
         count: int,
-        listeners: list[tuple[ListenerSpec, list[socket.socket]]],
+        listeners: Shared,
         config: dict[str, Any],
         metrics: Metrics,
         announce: Callable[[str, Any, str], None],  # a shared listener's startup line: name, address, what follows
@@ -99,6 +99,7 @@ class WorkerPool(Service):
         self.slots = [WorkerSlot(i) for i in range(count)]
         self.table: Optional[RoutingTable] = None
         self.stopping = False
+        self.handed_over = False  # set before the drain when a successor took the sockets (L{ingress.process.handover})
         self._ids = itertools.count(1)
         self.rates = RequestRates()  # every worker's rate limits, counted here (L{ingress.proxy.http.ratelimit})
         registry = metrics.registry
@@ -145,14 +146,19 @@ class WorkerPool(Service):
         self.reactor.adoptStreamConnection(ours.fileno(), socket.AF_UNIX, ChannelFactory(channel))
         ours.close()
         child_fds: dict[int, Any] = {0: "w", 1: 1, 2: 2, 3: theirs.fileno()}
-        for offset, (_, sockets) in enumerate(self.listeners):
-            child_fds[4 + offset] = sockets[slot.index].fileno()  # the slot's own socket, kept across restarts
+        listeners = []
+        for (_, sockets), described in zip(self.listeners, self.config["listeners"], strict=True):
+            fds = []
+            for sock in slot_sockets(sockets, slot.index, len(self.slots)):  # the slot's own sockets, kept across restarts
+                fds.append(len(child_fds))  # 4, 5, ...: after stdin, stdout, stderr and the channel
+                child_fds[fds[-1]] = sock.fileno()
+            listeners.append({**described, "fds": fds})
         argv = [sys.executable, "-m", "ingress.process.worker", str(slot.index), str(os.getpid())]  # short: ps shows it
         slot.process = self.reactor.spawnProcess(
             _WorkerProtocol(self, slot), sys.executable, argv, env=dict(os.environ), childFDs=child_fds
         )
         theirs.close()
-        slot.process.writeToChild(0, json.dumps(self.config).encode())  # the configuration, on the worker's stdin
+        slot.process.writeToChild(0, json.dumps({**self.config, "listeners": listeners}).encode())  # the configuration, on the worker's stdin
         slot.process.closeChildFD(0)
         slot.pid, slot.channel, slot.generation, slot.started = slot.process.pid, channel, 0, self.reactor.seconds()
         log.info("worker {index} started (pid {pid})", index=slot.index, pid=slot.pid)
@@ -326,7 +332,9 @@ class WorkerPool(Service):
         for slot in self.slots:
             if slot.respawn is not None and slot.respawn.active():
                 slot.respawn.cancel()
-            if slot.process is not None:
+            if self.handed_over and slot.channel is not None:
+                slot.channel.send("hand-over")  # its drain leaves the sockets as they are: a successor serves them
+            elif slot.process is not None:
                 with contextlib.suppress(ProcessExitedAlready):
                     slot.process.signalProcess("TERM")
         for _, sockets in self.listeners:
@@ -362,16 +370,8 @@ class _WorkerProtocol(ProcessProtocol):
         self.pool._ended(self.slot, reason)
 
 
-def worker_pool(reactor: IProcessReactor, options: Mapping[str, Any], settings: ProxySettings, metrics: Metrics) -> WorkerPool:
-    """--workers N: the HTTP and HTTPS sockets opened here, once, and N processes that serve them."""
-    shared = []
-    for name in ("http", "https"):
-        if options[name]:
-            spec = parse_listener(name, options[name])
-            try:
-                shared.append((spec, [open_listener(spec, reuse_port=True) for _ in range(options["worker-count"])]))
-            except OSError as error:
-                raise SystemExit(f"twistd ingress: --{name} {options[name]}: cannot listen: {error}") from None
+def worker_pool(reactor: IProcessReactor, options: Mapping[str, Any], settings: ProxySettings, metrics: Metrics, shared: Shared) -> WorkerPool:
+    """--workers N: N processes that serve the HTTP and HTTPS sockets opened once (L{ingress.process.adoption})."""
     config = {
         "settings": {**dataclasses.asdict(settings), "server_name": settings.server_name.decode()},
         "listeners": [{"name": spec.name, "family": int(spec.family), "proxy_protocol": spec.proxy_protocol} for spec, _ in shared],

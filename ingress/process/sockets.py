@@ -19,6 +19,7 @@ C{tcp6:}, optionally behind the PROXY-protocol wrapper (C{haproxy:tcp:...}).
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 import socket
 import struct
@@ -28,9 +29,10 @@ from typing import Any, Optional
 
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import IService, MultiService
-from twisted.internet.endpoints import serverFromString
+from twisted.internet.endpoints import AdoptedStreamServerEndpoint, serverFromString
 from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
+from twisted.protocols.haproxy import proxyEndpoint
 from twisted.python import usage
 
 log = Logger()
@@ -81,14 +83,14 @@ class ListenerSpec:
     proxy_protocol: bool
 
 
-def parse_listener(name: str, description: str) -> ListenerSpec:
+def parse_listener(name: str, description: str, why: str = "with --workers above 1") -> ListenerSpec:
     """A C{tcp:}/C{tcp6:} endpoint description (behind C{haproxy:} or not); a usage error otherwise."""
     kind, _, rest = description.partition(":")
     proxy_protocol = kind == "haproxy"
     if proxy_protocol:
         kind, _, rest = rest.partition(":")
     if kind not in ("tcp", "tcp6"):
-        raise usage.UsageError(f"--{name} {description!r}: with --workers above 1 a listener must be tcp: or tcp6: (optionally haproxy:)")
+        raise usage.UsageError(f"--{name} {description!r}: {why} a listener must be tcp: or tcp6: (optionally haproxy:)")
     positional, keywords = [], {}
     for argument in re.split(r"(?<!\\):", rest) if rest else []:  # "\:" is a colon inside a value (IPv6)
         key, equals, value = argument.partition("=")
@@ -105,7 +107,7 @@ def parse_listener(name: str, description: str) -> ListenerSpec:
     return ListenerSpec(name, description, family, interface, int(port), backlog, proxy_protocol)
 
 
-def check_listener(name: str, description: str, shared: bool) -> None:
+def check_listener(name: str, description: str, shared: bool, handover: bool = False) -> None:
     """
     Refuse, as a usage error (one line and exit status 1), a listener Twisted cannot make:
     C{bogus:123} or C{tcp:notaport} raised from deep inside C{serverFromString} once the
@@ -118,6 +120,8 @@ def check_listener(name: str, description: str, shared: bool) -> None:
         raise usage.UsageError(f"--{name} {description!r} is not a listener ({error}); e.g. tcp:80 or tcp:8080:interface=127.0.0.1") from None
     if shared:
         parse_listener(name, description)
+    if handover:
+        parse_listener(name, description, "with --handover")
 
 
 def open_listener(spec: ListenerSpec, reuse_port: bool = False) -> socket.socket:
@@ -273,6 +277,22 @@ class EndpointListener(DrainableListener):
             super().privilegedStartService()
         except CannotListenError as error:
             raise SystemExit(f"twistd ingress: --{self.name} {self.description}: cannot listen: {error.socketError}") from None
+
+
+class AdoptedListener(DrainableListener):
+    """A listener on a socket opened (or received) beforehand: the port is the reactor's copy of it (C{adoptStreamPort})."""
+
+    def __init__(self, reactor: Any, spec: ListenerSpec, sock: socket.socket, factory: Any, announce: Callable[[Any], None], index: int = 0) -> None:
+        # The endpoint closes the descriptor it adopted: a copy of ours, which stays open to be handed over.
+        endpoint: Any = AdoptedStreamServerEndpoint(reactor, os.dup(sock.fileno()), spec.family)
+        super().__init__(proxyEndpoint(endpoint) if spec.proxy_protocol else endpoint, factory)
+        self.socket = sock  # kept open: it is what a successor is handed
+        self.announce = announce
+        self.setName(spec.name if index == 0 else f"{spec.name}-{index}")  # several: a predecessor's SO_REUSEPORT group
+
+    def _listening(self, port: Any) -> Any:
+        self.announce(self.socket.getsockname())
+        return super()._listening(port)
 
 
 def listen(reactor: Any, description: str, factory: Any, parent: MultiService, name: str, announce: Optional[Callable[[Any], None]] = None) -> IService:

@@ -5,7 +5,7 @@ A worker process: the HTTP and HTTPS listeners, on sockets the primary opened, a
 The primary (L{ingress.process.pool}) runs C{python -m ingress.process.worker
 INDEX PRIMARY_PID} (what C{ps} shows: a short line) with its configuration as
 JSON on stdin, the channel on fd 3 and the listening sockets on fds 4 and up,
-in the order of C{config["listeners"]}.  Every table generation arrives
+as each of C{config["listeners"]} lists them (C{"fds"}).  Every table generation arrives
 over the channel; its TLS contexts are built off the reactor thread (cached by
 Secret version, as in a single process) and the table is swapped in with one
 pointer.
@@ -33,6 +33,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from typing import Any, Optional
 
 from twisted.application.service import IService, MultiService
@@ -97,6 +98,7 @@ class Worker:
         self._latest: Optional[RoutingTable] = None  # the last table received: what a change applies to
         self.rates = rates
         rates.send = self.channel.send
+        self.hand_over: Callable[[], None] = lambda: None  # the drain that leaves the shared sockets to a successor
 
     def _received(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
@@ -111,6 +113,8 @@ class Worker:
             self.channel.send("metrics", message[1], list(self.metrics.registry.collect()))
         elif kind == "reopen" and self.access_log is not None:
             self.access_log.reopen()
+        elif kind == "hand-over":  # the primary's successor serves the sockets: drain, leaving them as they are
+            self.hand_over()
 
     def _change(self, change: TableChange) -> None:
         """The next table as a change of the last one received (installed or still being prepared)."""
@@ -200,16 +204,19 @@ def main(argv: list[str]) -> None:
     live.subscribe(streams.apply)
     listening = MultiService()  # a child of top from the first table on (Worker._swap)
     listeners: list[IService] = []
-    for offset, spec in enumerate(config["listeners"]):
-        endpoint: IStreamServerEndpoint = AdoptedStreamServerEndpoint(reactor, FIRST_LISTENER_FD + offset, spec["family"])
-        if spec["proxy_protocol"]:
-            endpoint = proxyEndpoint(endpoint)
-        service = DrainableListener(endpoint, plane.http if spec["name"] == "http" else plane.https)
-        service.setServiceParent(listening)
-        listeners.append(service)
-    GracefulShutdown(reactor, listeners, [streams, *plane.drainables], 0.0, config["drain_timeout"]).setServiceParent(top)
+    for spec in config["listeners"]:
+        for fd in spec["fds"]:  # one socket of the listener's SO_REUSEPORT group, or several (L{ingress.process.adoption})
+            endpoint: IStreamServerEndpoint = AdoptedStreamServerEndpoint(reactor, fd, spec["family"])
+            if spec["proxy_protocol"]:
+                endpoint = proxyEndpoint(endpoint)
+            service = DrainableListener(endpoint, plane.http if spec["name"] == "http" else plane.https)
+            service.setServiceParent(listening)
+            listeners.append(service)
+    shutdown = GracefulShutdown(reactor, listeners, [streams, *plane.drainables], 0.0, config["drain_timeout"])
+    shutdown.setServiceParent(top)
     FrozenWatch(reactor, metrics.collector).setServiceParent(top)
     worker = Worker(reactor, live, plane, streams, metrics, access_log, rates, listening, top)
+    worker.hand_over = shutdown.hand_over
     reactor.adoptStreamConnection(CHANNEL_FD, socket.AF_UNIX, ChannelFactory(worker.channel))
     os.close(CHANNEL_FD)  # adopted as a copy
     top.startService()

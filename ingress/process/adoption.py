@@ -1,0 +1,153 @@
+# -*- test-case-name: tests.proxy.test_handover -*-
+"""
+The HTTP and HTTPS listening sockets a primary serves from: bound here, or taken over from a
+predecessor (C{--handover}, L{ingress.process.handover}) and checked against our own options.
+
+A socket received is adopted when it serves a listener we have, bound where our option says
+(family, address, port); one bound elsewhere (the option changed between the two versions) is not
+adopted: it is logged, our copy is closed (the predecessor's copy keeps it, and its queue, until the
+predecessor drains) and the listener is bound fresh.  Every socket the predecessor had for a listener
+is served: with fewer workers than sockets, a worker serves several; with more, the rest are bound
+fresh into the same SO_REUSEPORT group.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Optional
+
+from twisted.logger import Logger
+from twisted.python import usage
+
+from ingress.process.drain import GracefulShutdown
+from ingress.process.handover import EXCHANGE_SECONDS, HandoverFailed, HandoverListener, Taken, bind_retrying, read_key, take_listeners
+from ingress.process.handoverwire import HandoverRefused
+from ingress.process.sockets import ListenerSpec, open_listener, parse_listener
+
+log = Logger()
+
+Shared = list[tuple[ListenerSpec, list[socket.socket]]]
+
+
+def handover_key(path: str, key_file: Optional[str]) -> Optional[bytes]:
+    """With --handover, the key of --handover-key-file (both processes of a hand-over prove they hold it); None without."""
+    if not path:
+        return None
+    if not key_file:
+        raise usage.UsageError("--handover needs --handover-key-file (the key both processes prove they hold)")
+    try:
+        return read_key(key_file)
+    except ValueError as error:
+        raise usage.UsageError(f"--handover-key-file {error}") from None
+
+
+def take_over(options: Mapping[str, Any]) -> tuple[Optional[Taken], bool]:
+    """
+    With C{--handover}: the predecessor's sockets (None when there is none, or it went away first) and
+    whether a hand-over failed midway (then bind while the ports free up). A process at the rendezvous
+    that does not authenticate stops the start: one line, exit status 1.
+    """
+    path = options["handover"]
+    if not path:
+        return None, False
+    try:
+        taken = take_listeners(path, options["handover-key"])
+    except HandoverRefused as error:
+        raise SystemExit(f"twistd ingress: --handover {path}: refused the process there: {error}") from None
+    except HandoverFailed as error:
+        log.warn("handover: no sockets from the predecessor at {path} ({why}): binding fresh", path=path, why=str(error))
+        return None, True
+    if taken is None:
+        log.info("handover: no predecessor at {path}: binding fresh", path=path)
+    else:
+        log.info("handover: received {count} listening sockets from the predecessor at {path}", count=len(taken.sockets), path=path)
+    return taken, False
+
+
+def bound_as(sock: socket.socket, spec: ListenerSpec) -> bool:
+    """Whether C{sock} is bound where C{spec} says: family, port, and address (as an IP, "" being every IPv4 one)."""
+    host, port = sock.getsockname()[:2]
+    if sock.family != spec.family or port != spec.port:
+        return False
+    wanted = spec.interface or ("::" if spec.family == socket.AF_INET6 else "0.0.0.0")
+    try:
+        return ipaddress.ip_address(str(host).split("%")[0]) == ipaddress.ip_address(wanted)
+    except ValueError:
+        return False
+
+
+def listener_sockets(options: Mapping[str, Any], count: int, taken: Optional[Taken] = None, ports_freeing: bool = False) -> Shared:
+    """
+    The sockets of each of --http and --https (those not off): those of C{taken} that fit, and fresh ones
+    up to C{count} (one per worker, a SO_REUSEPORT group). A port another process holds ends the start
+    with one line naming it.
+    """
+    received = [(entry.listener, sock) for entry, sock in taken.sockets] if taken is not None else []
+    shared: Shared = []
+    for name in ("http", "https"):
+        if not options[name]:
+            continue
+        spec = parse_listener(name, options[name])
+        adopted = [sock for listener, sock in received if listener == name and _fits(sock, spec)]
+        try:
+            fresh = [_bind(spec, ports_freeing) for _ in range(count - len(adopted))]
+        except OSError as error:
+            raise SystemExit(f"twistd ingress: --{name} {options[name]}: cannot listen: {error}") from None
+        shared.append((spec, adopted + fresh))
+    for listener, sock in received:
+        if listener not in [spec.name for spec, _ in shared]:
+            log.warn("handover: the predecessor's {name} socket is not adopted: --{name} is off here", name=listener)
+            sock.close()
+    return shared
+
+
+def _fits(sock: socket.socket, spec: ListenerSpec) -> bool:
+    if bound_as(sock, spec):
+        return True
+    log.warn(
+        "handover: the predecessor's {name} socket is bound to {address}, not where --{name} {description} says: not adopted",
+        name=spec.name, address=sock.getsockname()[:2], description=spec.description,
+    )
+    sock.close()
+    return False
+
+
+def _bind(spec: ListenerSpec, ports_freeing: bool) -> socket.socket:
+    bind = partial(open_listener, spec, reuse_port=True)
+    return bind_retrying(bind, EXCHANGE_SECONDS) if ports_freeing else bind()
+
+
+def slot_sockets(sockets: list[socket.socket], index: int, count: int) -> list[socket.socket]:
+    """The sockets of one listener that worker slot C{index} of C{count} serves: every C{count}th, from its own on."""
+    return sockets[index::count]
+
+
+@dataclass
+class Handing:
+    """
+    What the rendezvous of C{--handover} needs of the process: its sockets, what it took from its
+    predecessor, whether it serves from them (C{ready}), and what else must know of a hand-over before
+    the drain (C{before}: the worker pool, whose workers then drain without touching the sockets).
+    """
+
+    shared: Shared
+    taken: Optional[Taken]
+    ready: Callable[[], bool]
+    before: Callable[[], None] = lambda: None
+
+    def listener(self, reactor: Any, path: str, key: bytes, shutdown: GracefulShutdown) -> HandoverListener:
+        def handed() -> None:
+            self.before()
+            shutdown.hand_over()
+
+        return HandoverListener(
+            reactor, path, key,
+            sockets=lambda: [(spec.name, sock) for spec, sockets in self.shared for sock in sockets],
+            ready=lambda: self.ready() and not shutdown.draining,
+            handed=handed,
+            taken=self.taken,
+        )

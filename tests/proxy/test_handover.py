@@ -1,0 +1,307 @@
+"""
+Listening sockets handed over between two twingress processes on one host (C{--handover}): real
+twistd processes, real clients, the kernel's own sockets (their inodes, as ss shows them).
+
+An upgrade with the hand-over loses nothing: clients opening connections without pause and a
+keep-alive client see every request answered, none refused, none reset, and the listening sockets
+after it are the ones before it.  Without it (stop the old process, start the new one) the same
+clients are refused: those counts are printed.  Each fault of the protocol leaves the running
+process serving.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ingress.process.handoverwire import FrameReader, frame, new_nonce
+from tests.proxy.handover_support import Counts, Node, Traffic, key_file, listening_inodes, wait_for
+from tests.support import ROOT, EchoBackend, Manifests, free_port, http_status
+
+
+@pytest.fixture(scope="module")
+def echo() -> Iterator[EchoBackend]:
+    backend = EchoBackend("pod-h1", "127.0.0.1")
+    yield backend
+    backend.stop()
+
+
+@pytest.fixture
+def site(manifests: Manifests, echo: EchoBackend) -> Manifests:
+    manifests.route("web", "w.test", [echo.address])
+    return manifests
+
+
+@pytest.fixture
+def nodes() -> Iterator[list[Node]]:
+    started: list[Node] = []
+    yield started
+    for node in started:
+        node.stop()
+
+
+def _start(nodes: list[Node], site: Manifests, port: int, *args: str, **kw: object) -> Node:
+    nodes.append(Node(site.path, port, *args, **kw))  # type: ignore[arg-type]
+    return nodes[-1]
+
+
+def _print(what: str, counts: Counts) -> None:
+    print(
+        f"\n{what}: sent {counts.sent}, answered {counts.answered}, refused {counts.refused}, reset {counts.reset},"
+        f" other {len(counts.other)}; keep-alive answered {counts.keepalive_answered}, reconnects {counts.keepalive_reconnects},"
+        f" failed {len(counts.keepalive_failed)}"
+    )
+
+
+def _assert_nothing_lost(counts: Counts) -> None:
+    assert counts.refused == 0 and counts.reset == 0 and not counts.other, counts
+    assert counts.answered == counts.sent and counts.sent > 0
+    assert not counts.keepalive_failed and counts.keepalive_answered > 0, counts
+
+
+def _upgrade(site: Manifests, nodes: list[Node], tmp: Path, old_args: tuple[str, ...], new_args: tuple[str, ...], prefix: tuple[str, ...] = ()) -> None:
+    port = free_port()
+    handover = ("--handover", str(tmp / "handover.sock"), "--handover-key-file", str(key_file(tmp)))
+    old = _start(nodes, site, port, *handover, *old_args, prefix=prefix)
+    before = listening_inodes(port)
+    assert before
+    with Traffic(port) as traffic:
+        traffic.wait_answered(50)
+        new = _start(nodes, site, port, *handover, *new_args, prefix=prefix)
+        assert old.wait_exit() == 0, old.log()[-3000:]
+        traffic.wait_answered(50)
+        counts = traffic.stop()
+    _print(f"hand-over {' '.join(old_args) or '--workers 1'} -> {' '.join(new_args) or '--workers 1'}", counts)
+    _assert_nothing_lost(counts)
+    assert listening_inodes(port) == before
+    assert "handover: received" in new.log() and "handed over: no new connections here" in old.log()
+    # the new one offers them in turn: a third takes them from it
+    third = _start(nodes, site, port, *handover, prefix=prefix)
+    assert new.wait_exit() == 0
+    assert http_status(port, "w.test") == 200 and listening_inodes(port) == before
+    assert third.process.poll() is None
+
+
+def test_handover_loses_no_connection(site: Manifests, nodes: list[Node], tmp_path: Path) -> None:
+    _upgrade(site, nodes, tmp_path, (), ())
+
+
+def test_handover_from_two_workers_to_one(site: Manifests, nodes: list[Node], tmp_path: Path) -> None:
+    """Both sockets of the old SO_REUSEPORT group are served by the one process that follows: none is closed."""
+    _upgrade(site, nodes, tmp_path, ("--workers", "2"), ("--workers", "1"))
+
+
+def test_handover_from_one_process_to_two_workers(site: Manifests, nodes: list[Node], tmp_path: Path) -> None:
+    port = free_port()
+    handover = ("--handover", str(tmp_path / "handover.sock"), "--handover-key-file", str(key_file(tmp_path)))
+    old = _start(nodes, site, port, *handover)
+    before = listening_inodes(port)
+    with Traffic(port) as traffic:
+        traffic.wait_answered(50)
+        _start(nodes, site, port, *handover, "--workers", "2")
+        assert old.wait_exit() == 0
+        traffic.wait_answered(50)
+        counts = traffic.stop()
+    _print("hand-over --workers 1 -> --workers 2", counts)
+    _assert_nothing_lost(counts)
+    after = listening_inodes(port)
+    assert before < after and len(after) == 2  # the old socket kept, one more bound into its group
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv (util-linux) is not installed")
+def test_handover_without_capabilities(site: Manifests, nodes: list[Node], echo: EchoBackend) -> None:
+    """
+    Both processes as an unprivileged user with no capability at all (setpriv): the hand-over needs none.
+    A root process (another uid) that reaches the rendezvous is refused by its peer credentials.
+    """
+    shared = Path(tempfile.mkdtemp(prefix="twingress-handover-"))
+    try:
+        os.chmod(shared, 0o755)
+        manifests = Manifests(shared / "manifests")
+        manifests.path.mkdir()
+        manifests.route("web", "w.test", [echo.address])
+        key = key_file(shared)
+        for path in (shared, key):
+            os.chown(path, 65534, 65534)
+        prefix = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all")
+        _upgrade(manifests, nodes, shared, (), (), prefix)
+        serving = nodes[-1]
+        status = Path(f"/proc/{serving.process.pid}/status").read_text()  # setpriv execs: the same pid is twistd
+        assert "\nUid:\t65534\t" in status and "\nCapEff:\t0000000000000000" in status and "\nCapBnd:\t0000000000000000" in status
+        with socket.socket(socket.AF_UNIX) as stranger:  # root: the file's mode does not stop it, SO_PEERCRED does
+            stranger.connect(str(shared / "handover.sock"))
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # it may have hung up already
+                stranger.sendall(frame({"type": "hello", "version": 1, "nonce": new_nonce().hex()}))
+            assert _answer(stranger) == ([], 0)  # nothing, not even why
+        serving.wait_log("refused a peer on")
+        assert "a peer of uid 0" in serving.log()
+        assert http_status(serving.http_port, "w.test") == 200 and serving.process.poll() is None
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_stop_then_start_loses_connections(site: Manifests, nodes: list[Node]) -> None:
+    """Without the hand-over: the old process stops, then the new one starts. Counted and printed, not asserted."""
+    port = free_port()
+    old = _start(nodes, site, port)
+    with Traffic(port) as traffic:
+        traffic.wait_answered(50)
+        old.process.terminate()
+        assert old.wait_exit() == 0
+        _start(nodes, site, port)
+        traffic.wait_answered(50)
+        counts = traffic.stop()
+    _print("stop, then start (no hand-over)", counts)
+    assert counts.sent > 0
+
+
+# -- faults
+
+
+def _answer(peer: socket.socket) -> tuple[list[dict], int]:
+    """Every frame the other side sends until it closes, and how many descriptors came with them."""
+    peer.settimeout(10)
+    reader, frames, fds = FrameReader(), [], 0
+    while True:
+        try:
+            data, received, _, _ = socket.recv_fds(peer, 65536, 16)
+        except ConnectionResetError:  # closed with what we sent unread
+            return frames, fds
+        fds += len(received)
+        for fd in received:
+            os.close(fd)
+        if not data:
+            return frames, fds
+        frames.extend(reader.feed(data))
+
+
+def _serving(site: Manifests, nodes: list[Node], tmp: Path) -> tuple[Node, tuple[str, ...]]:
+    handover = ("--handover", str(tmp / "handover.sock"), "--handover-key-file", str(key_file(tmp)))
+    return _start(nodes, site, free_port(), *handover), handover
+
+
+def _still_serving(node: Node) -> None:
+    assert node.process.poll() is None
+    assert http_status(node.http_port, "w.test") == 200
+
+
+def test_a_wrong_key_is_refused(site: Manifests, nodes: list[Node], tmp_path: Path) -> None:
+    old, handover = _serving(site, nodes, tmp_path)
+    other = key_file(tmp_path, "other", b"another key, not the predecessor's")
+    new = _start(nodes, site, old.http_port, *handover[:3], str(other), wait=False)
+    assert new.wait_exit() == 1
+    lines = [line for line in new.log().splitlines() if "twistd ingress:" in line]
+    assert len(lines) == 1 and "--handover" in lines[0] and "wrong proof" in lines[0], new.log()
+    assert "Traceback" not in new.log()
+    old.wait_log("went away before proving")
+    _still_serving(old)
+    assert "handed over:" not in old.log()
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"\xff\xff\xff\xff" + b"x" * 64,  # a frame far longer than any message
+        b"\x00\x00\x00\x05{oops",  # not JSON
+        frame({"type": "ready"}),  # "ready" before any proof: would make the predecessor stop
+        frame({"type": "hello", "version": 1, "nonce": "00"}),  # a nonce too short
+    ],
+)
+def test_a_garbled_or_hostile_peer_is_refused(site: Manifests, nodes: list[Node], tmp_path: Path, garbage: bytes) -> None:
+    old, _ = _serving(site, nodes, tmp_path)
+    with socket.socket(socket.AF_UNIX) as peer:
+        peer.connect(str(tmp_path / "handover.sock"))
+        peer.sendall(garbage)
+        frames, fds = _answer(peer)
+        assert [message["type"] for message in frames] == ["refused"] and fds == 0  # why, and nothing else
+    old.wait_log("refused a peer on")
+    _still_serving(old)
+    # and a real successor still takes the sockets from it afterwards
+    _start(nodes, site, old.http_port, "--handover", str(tmp_path / "handover.sock"), "--handover-key-file", str(tmp_path / "key"))
+    assert old.wait_exit() == 0
+
+
+_CRASHING_SUCCESSOR = """
+import os, signal, sys
+from ingress.process.handover import read_key, take_listeners
+taken = take_listeners(sys.argv[1], read_key(sys.argv[2]))
+print("received", len(taken.sockets), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_successor_that_dies_before_ready_leaves_the_old_one_serving(site: Manifests, nodes: list[Node], tmp_path: Path) -> None:
+    """A successor killed after it received the sockets, before it said ready: the old one serves on, losing nothing."""
+    old, handover = _serving(site, nodes, tmp_path)
+    with Traffic(old.http_port) as traffic:
+        traffic.wait_answered(20)
+        crashed = subprocess.run(
+            [sys.executable, "-c", _CRASHING_SUCCESSOR, str(tmp_path / "handover.sock"), str(tmp_path / "key")],
+            cwd=ROOT, capture_output=True, text=True, timeout=30,
+        )
+        assert crashed.returncode == -signal.SIGKILL and "received 1" in crashed.stdout, crashed.stderr
+        old.wait_log("the successor went away before it was ready; serving on")
+        traffic.wait_answered(50)
+        counts = traffic.stop()
+    _assert_nothing_lost(counts)
+    _still_serving(old)
+    assert "handed over:" not in old.log()
+    _start(nodes, site, old.http_port, *handover)  # the next one takes them
+    assert old.wait_exit() == 0
+
+
+def test_a_predecessor_that_dies_mid_handover_means_binding_fresh(site: Manifests, nodes: list[Node], tmp_path: Path) -> None:
+    """Something at the rendezvous reads the hello and goes away (a predecessor dying): the new one binds fresh and serves."""
+    path = tmp_path / "handover.sock"
+    dying = socket.socket(socket.AF_UNIX)
+    dying.bind(str(path))
+    dying.listen(1)
+    port = free_port()
+    new = _start(nodes, site, port, "--handover", str(path), "--handover-key-file", str(key_file(tmp_path)), wait=False)
+    connection, _ = dying.accept()
+    connection.settimeout(10)
+    assert FrameReader().feed(connection.recv(65536))[0]["type"] == "hello"
+    connection.close()
+    dying.close()
+    wait_for(new.ready, 30, "the new process ready", new)
+    assert "binding fresh" in new.log()
+    assert http_status(port, "w.test") == 200
+    new.wait_log("a successor may take the listening sockets at")
+
+
+def test_a_stranger_on_the_port_is_still_an_error(site: Manifests, nodes: list[Node], tmp_path: Path) -> None:
+    with socket.socket() as stranger:
+        stranger.bind(("127.0.0.1", 0))
+        stranger.listen(1)
+        port = stranger.getsockname()[1]
+        new = _start(nodes, site, port, "--handover", str(tmp_path / "handover.sock"), "--handover-key-file", str(key_file(tmp_path)), wait=False)
+        assert new.wait_exit() == 1
+    lines = [line for line in new.log().splitlines() if "twistd ingress:" in line]
+    assert len(lines) == 1 and f"--http tcp:{port}:interface=127.0.0.1: cannot listen" in lines[0], new.log()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--handover", "/tmp/x.sock"), "--handover needs --handover-key-file"),
+        (("--handover", "/tmp/x.sock", "--handover-key-file", "/nonexistent/key"), "--handover-key-file '/nonexistent/key'"),
+        (("--handover", "/tmp/x.sock", "--handover-key-file", "/dev/null"), "a key has at least 16"),
+    ],
+)
+def test_bad_handover_options_are_one_line(site: Manifests, args: tuple[str, ...], message: str) -> None:
+    node = Node(site.path, free_port(), *args, wait=False)
+    try:
+        assert node.wait_exit() == 1
+        assert message in node.log() and "Traceback" not in node.log(), node.log()
+    finally:
+        node.stop()
