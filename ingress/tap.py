@@ -30,7 +30,7 @@ from ingress.observe.metrics import Metrics, created_series
 from ingress.observe.nginx_metrics import NginxMetrics, controller_identity, gauge_total, recorder, served_certificates
 from ingress.observe.startup import announce, listening, summary
 from ingress.options import PARAMETERS, grouped_usage
-from ingress.process.adoption import Handing, handover_key, listener_sockets, take_over
+from ingress.process.adoption import Handing, handover_key, listener_sockets, serve_after_first_table, take_over
 from ingress.process.builder import TableBuilder
 from ingress.process.cpus import worker_count
 from ingress.process.dataplane import data_plane
@@ -354,9 +354,8 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
         admin.route_views.append(plane.store.show)
     for spec, sockets in shared:  # --handover: every socket opened (or received) beforehand, adopted
         for index, sock in enumerate(sockets):
-            listener = AdoptedListener(reactor, spec, sock, plane.http if spec.name == "http" else plane.https, partial(listening, spec.name, options), index)
-            listener.setServiceParent(top)
-            listeners.append(listener)
+            listeners.append(AdoptedListener(reactor, spec, sock, plane.http if spec.name == "http" else plane.https, partial(listening, spec.name, options), index))
+    serve_after_first_table(live, top, listeners)
     if plane.http is not None and not shared:
         listeners.append(listen(reactor, options["http"], plane.http, top, "http", partial(listening, "http", options)))
     if plane.https is not None and not shared:

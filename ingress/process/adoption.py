@@ -13,19 +13,23 @@ fresh into the same SO_REUSEPORT group.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import socket
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Optional
 
+from twisted.application.service import IService, MultiService
 from twisted.logger import Logger
 from twisted.python import usage
 
 from ingress.process.drain import GracefulShutdown
-from ingress.process.handover import EXCHANGE_SECONDS, HandoverFailed, HandoverListener, Taken, bind_retrying, read_key, take_listeners
+from ingress.process.handover import EXCHANGE_SECONDS, HandoverFailed, HandoverListener, Taken, read_key, take_listeners
 from ingress.process.handoverwire import HandoverRefused
+from ingress.process.live import LiveTable
 from ingress.process.sockets import ListenerSpec, open_listener, parse_listener
 
 log = Logger()
@@ -121,6 +125,26 @@ def _bind(spec: ListenerSpec, ports_freeing: bool) -> socket.socket:
     return bind_retrying(bind, EXCHANGE_SECONDS) if ports_freeing else bind()
 
 
+def serve_after_first_table(live: LiveTable, top: MultiService, listeners: Sequence[IService]) -> None:
+    """
+    The listeners start once a table is live, as a worker's do: a socket received from a predecessor already
+    has clients queued (the predecessor's too, until it stops accepting), and one accepted before our first
+    table would be answered 404, or offered the default certificate, for a host the cluster has.
+    """
+    listening = MultiService()
+    for listener in listeners:
+        listener.setServiceParent(listening)
+
+    def swapped(_: object) -> None:
+        if listening.parent is None:
+            listening.setServiceParent(top)
+
+    if live.ready:
+        swapped(None)
+    else:
+        live.subscribe(swapped)
+
+
 def slot_sockets(sockets: list[socket.socket], index: int, count: int) -> list[socket.socket]:
     """The sockets of one listener that worker slot C{index} of C{count} serves: every C{count}th, from its own on."""
     return sockets[index::count]
@@ -151,3 +175,18 @@ class Handing:
             handed=handed,
             taken=self.taken,
         )
+
+
+def bind_retrying(bind: Callable[[], socket.socket], timeout: float) -> socket.socket:
+    """
+    C{bind()}, retried while its address is in use, for up to C{timeout}: after a predecessor died in the
+    middle of a hand-over its ports are free only once the kernel has closed its sockets.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return bind()
+        except OSError as error:
+            if error.errno != errno.EADDRINUSE or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)

@@ -20,7 +20,6 @@ successor's "ready" afterwards, are protocols on the reactor.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import socket
 import stat
@@ -111,13 +110,11 @@ def _exchange(connection: socket.socket, key: bytes, deadline: float) -> Taken:
     check_peer(connection, os.getuid())
     reader = _BlockingReader(connection, deadline)
     ours = new_nonce()
-    connection.sendall(frame({"type": "hello", "version": VERSION, "nonce": ours.hex()}))
+    _send(connection, reader, {"type": "hello", "version": VERSION, "nonce": ours.hex()})
     challenge, _ = reader.next()
-    if challenge["type"] == "refused":
-        raise HandoverRefused(f"it refused us: {str(challenge.get('why'))[:200]}")
-    theirs = nonce_of(expect(challenge, "challenge"))
+    theirs = nonce_of(expect(_not_refused(challenge), "challenge"))
     check_proof(challenge, proof(key, "predecessor", ours, theirs))
-    connection.sendall(frame({"type": "proof", "proof": proof(key, "successor", theirs, ours)}))
+    _send(connection, reader, {"type": "proof", "proof": proof(key, "successor", theirs, ours)})
     message, fds = reader.next()
     sockets = [socket.socket(fileno=fd) for fd in fds]  # ours now: closed below if anything is wrong
     try:
@@ -134,6 +131,24 @@ def _exchange(connection: socket.socket, key: bytes, deadline: float) -> Taken:
         raise
     connection.settimeout(None)
     return Taken(connection, list(zip(entries, sockets, strict=True)))
+
+
+def _send(connection: socket.socket, reader: _BlockingReader, message: dict[str, Any]) -> None:
+    """One message to the predecessor; when it has hung up, what it said before (its refusal) is the error."""
+    try:
+        connection.sendall(frame(message))
+    except OSError as error:
+        answer, fds = reader.next()  # HandoverFailed when it said nothing
+        for fd in fds:
+            os.close(fd)
+        _not_refused(answer)
+        raise HandoverFailed(f"the connection failed: {error.strerror or error}") from None
+
+
+def _not_refused(message: dict[str, Any]) -> dict[str, Any]:
+    if message["type"] == "refused":
+        raise HandoverRefused(f"it refused us: {str(message.get('why'))[:200]}")
+    return message
 
 
 class _BlockingReader:
@@ -368,18 +383,3 @@ class _Factory(Factory):
         protocol = self.build()
         protocol.factory = self
         return protocol
-
-
-def bind_retrying(bind: Callable[[], socket.socket], timeout: float) -> socket.socket:
-    """
-    C{bind()}, retried while its address is in use, for up to C{timeout}: after a predecessor died in the
-    middle of a hand-over its ports are free only once the kernel has closed its sockets.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return bind()
-        except OSError as error:
-            if error.errno != errno.EADDRINUSE or time.monotonic() >= deadline:
-                raise
-            time.sleep(0.05)

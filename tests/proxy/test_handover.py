@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -59,7 +60,7 @@ def _print(what: str, counts: Counts) -> None:
     print(
         f"\n{what}: sent {counts.sent}, answered {counts.answered}, refused {counts.refused}, reset {counts.reset},"
         f" other {len(counts.other)}; keep-alive answered {counts.keepalive_answered}, reconnects {counts.keepalive_reconnects},"
-        f" failed {len(counts.keepalive_failed)}"
+        f" failed {len(counts.keepalive_failed)}; other: {counts.other[:3]}"
     )
 
 
@@ -70,11 +71,11 @@ def _assert_nothing_lost(counts: Counts) -> None:
 
 
 def _upgrade(site: Manifests, nodes: list[Node], tmp: Path, old_args: tuple[str, ...], new_args: tuple[str, ...], prefix: tuple[str, ...] = ()) -> None:
-    port = free_port()
-    handover = ("--handover", str(tmp / "handover.sock"), "--handover-key-file", str(key_file(tmp)))
+    port, tls_port = free_port(), free_port()
+    handover = ("--handover", str(tmp / "handover.sock"), "--handover-key-file", str(key_file(tmp)), "--https", f"tcp:{tls_port}:interface=127.0.0.1")
     old = _start(nodes, site, port, *handover, *old_args, prefix=prefix)
-    before = listening_inodes(port)
-    assert before
+    before, tls_before = listening_inodes(port), listening_inodes(tls_port)
+    assert before and tls_before
     with Traffic(port) as traffic:
         traffic.wait_answered(50)
         new = _start(nodes, site, port, *handover, *new_args, prefix=prefix)
@@ -83,13 +84,21 @@ def _upgrade(site: Manifests, nodes: list[Node], tmp: Path, old_args: tuple[str,
         counts = traffic.stop()
     _print(f"hand-over {' '.join(old_args) or '--workers 1'} -> {' '.join(new_args) or '--workers 1'}", counts)
     _assert_nothing_lost(counts)
-    assert listening_inodes(port) == before
+    assert listening_inodes(port) == before and listening_inodes(tls_port) == tls_before
+    assert _tls_handshake(tls_port)
     assert "handover: received" in new.log() and "handed over: no new connections here" in old.log()
     # the new one offers them in turn: a third takes them from it
     third = _start(nodes, site, port, *handover, prefix=prefix)
     assert new.wait_exit() == 0
     assert http_status(port, "w.test") == 200 and listening_inodes(port) == before
     assert third.process.poll() is None
+
+
+def _tls_handshake(port: int) -> bool:
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # the self-signed default certificate
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, context.wrap_socket(raw, server_hostname="w.test") as tls:
+        return tls.version() is not None
 
 
 def test_handover_loses_no_connection(site: Manifests, nodes: list[Node], tmp_path: Path) -> None:
@@ -163,6 +172,16 @@ def test_stop_then_start_loses_connections(site: Manifests, nodes: list[Node]) -
         counts = traffic.stop()
     _print("stop, then start (no hand-over)", counts)
     assert counts.sent > 0
+
+
+def test_a_socket_bound_elsewhere_is_not_adopted(site: Manifests, nodes: list[Node], tmp_path: Path) -> None:
+    """The new version listens on another port: the old socket is refused (logged), the new port bound fresh, the old one drains."""
+    old, handover = _serving(site, nodes, tmp_path)
+    new = _start(nodes, site, free_port(), *handover)
+    assert old.wait_exit() == 0
+    assert f"the predecessor's http socket is bound to ('127.0.0.1', {old.http_port}), not where --http" in new.log()
+    assert http_status(new.http_port, "w.test") == 200
+    assert listening_inodes(old.http_port) == set()
 
 
 # -- faults
@@ -258,6 +277,35 @@ def test_a_successor_that_dies_before_ready_leaves_the_old_one_serving(site: Man
     assert "handed over:" not in old.log()
     _start(nodes, site, old.http_port, *handover)  # the next one takes them
     assert old.wait_exit() == 0
+
+
+_WAITING_SUCCESSOR = """
+import sys
+from ingress.process.handover import read_key, take_listeners
+taken = take_listeners(sys.argv[1], read_key(sys.argv[2]))
+print("received", len(taken.sockets), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_second_successor_during_a_hand_over_is_refused(site: Manifests, nodes: list[Node], tmp_path: Path) -> None:
+    """One hand-over at a time: a second successor meanwhile exits 1 with one line; the first's end leaves the old one serving."""
+    old, handover = _serving(site, nodes, tmp_path)
+    first = subprocess.Popen(
+        [sys.executable, "-c", _WAITING_SUCCESSOR, str(tmp_path / "handover.sock"), str(tmp_path / "key")],
+        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert first.stdout is not None and first.stdout.readline().strip() == "received 1"
+        second = _start(nodes, site, old.http_port, *handover, wait=False)
+        assert second.wait_exit() == 1
+        lines = [line for line in second.log().splitlines() if "twistd ingress:" in line]
+        assert len(lines) == 1 and "a hand-over to another process is in progress" in lines[0], second.log()
+    finally:
+        first.kill()
+        first.wait()
+    old.wait_log("the successor went away before it was ready; serving on")
+    _still_serving(old)
 
 
 def test_a_predecessor_that_dies_mid_handover_means_binding_fresh(site: Manifests, nodes: list[Node], tmp_path: Path) -> None:
