@@ -337,7 +337,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
         admin.route_sections["workers"] = workers.to_json
         admin.worker_metrics = workers.collect
         drainables.append(workers)
-        handing = Handing(shared, taken, lambda: all(slot.served for slot in workers.slots), lambda: setattr(workers, "handed_over", True))
+        handing = Handing(shared, taken, lambda: all(slot.served for slot in workers.slots), partial(setattr, workers, "shared"))
         return _finish(reactor, options, top, admin, listeners, drainables, handing)
     plane = data_plane(
         reactor, live, pool, settings, metrics, recorder(access_log, nginx),

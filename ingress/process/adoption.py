@@ -27,8 +27,8 @@ from twisted.logger import Logger
 from twisted.python import usage
 
 from ingress.process.drain import GracefulShutdown
-from ingress.process.handover import EXCHANGE_SECONDS, HandoverFailed, HandoverListener, Taken, read_key, take_listeners
-from ingress.process.handoverwire import HandoverRefused
+from ingress.process.handover import EXCHANGE_SECONDS, HandoverFailed, HandoverListener, Taken, take_listeners
+from ingress.process.handoverwire import HandoverRefused, read_key
 from ingress.process.live import LiveTable
 from ingress.process.sockets import ListenerSpec, open_listener, parse_listener
 
@@ -154,25 +154,28 @@ def slot_sockets(sockets: list[socket.socket], index: int, count: int) -> list[s
 class Handing:
     """
     What the rendezvous of C{--handover} needs of the process: its sockets, what it took from its
-    predecessor, whether it serves from them (C{ready}), and what else must know of a hand-over before
-    the drain (C{before}: the worker pool, whose workers then drain without touching the sockets).
+    predecessor, whether it serves from them (C{ready}), and what else must know while a successor holds
+    the sockets too (C{sharing}: the worker pool, whose workers then drain without touching them).  From the
+    moment they are sent, a drain (a SIGTERM meanwhile) must not attach its SYN-dropping filter: it is the
+    socket's, so the successor's too.
     """
 
     shared: Shared
     taken: Optional[Taken]
     ready: Callable[[], bool]
-    before: Callable[[], None] = lambda: None
+    sharing: Callable[[bool], None] = lambda _: None
 
     def listener(self, reactor: Any, path: str, key: bytes, shutdown: GracefulShutdown) -> HandoverListener:
-        def handed() -> None:
-            self.before()
-            shutdown.hand_over()
+        def share(shared: bool) -> None:
+            self.sharing(shared)
+            shutdown.shared = shared
 
         return HandoverListener(
             reactor, path, key,
             sockets=lambda: [(spec.name, sock) for spec, sockets in self.shared for sock in sockets],
             ready=lambda: self.ready() and not shutdown.draining,
-            handed=handed,
+            handed=shutdown.hand_over,
+            sharing=share,
             taken=self.taken,
         )
 

@@ -113,7 +113,7 @@ class GracefulShutdown(Service):
         self._stop = stop if stop is not None else reactor.stop
         self.draining = False
         self.finished = False
-        self.handed_over = False
+        self.shared = False  # the listening sockets are shared with a successor: the drain leaves them as they are
         self._delay: Optional[IDelayedCall] = None
         self._timeout: Optional[IDelayedCall] = None
         self._poll: Optional[LoopingCall] = None
@@ -161,7 +161,7 @@ class GracefulShutdown(Service):
             return
         if self._delay is not None and self._delay.active():
             self._delay.cancel()
-        self.draining = self.handed_over = True
+        self.draining = self.shared = True
         log.info("handed over: no new connections here; open requests get {timeout}s", timeout=self.drain_timeout)
         self._stop_listeners()
 
@@ -172,7 +172,7 @@ class GracefulShutdown(Service):
         closing a listener resets the connections still queued on it.
         """
         self._delay = None
-        refusing = [service for service in self.listeners if service.running and _refuse_new_connections(service)]
+        refusing = [service for service in self.listeners if service.running and not self.shared and _refuse_new_connections(service)]
         if refusing:
             self._delay = self.reactor.callLater(ACCEPT_QUEUE_SECONDS, self._stop_listeners)
         else:
@@ -182,7 +182,7 @@ class GracefulShutdown(Service):
         self._delay = None
         for service in self.listeners:
             if service.running:
-                _stop_for_good(service, accept_queued=not self.handed_over)
+                _stop_for_good(service, accept_queued=not self.shared)
         for drainable in self.drainables:
             drainable.drain()
         log.info("listeners closed; waiting for {count} open connections", count=self._open_count())

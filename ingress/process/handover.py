@@ -70,18 +70,6 @@ class Taken:
     sockets: list[tuple[SocketEntry, socket.socket]]
 
 
-def read_key(path: str) -> bytes:
-    """The shared key: the file's bytes, at least 16 of them; raises ValueError with the reason."""
-    try:
-        with open(path, "rb") as file:
-            key = file.read(4096).strip()
-    except OSError as error:
-        raise ValueError(f"{path!r}: {error.strerror}") from None
-    if len(key) < 16:
-        raise ValueError(f"{path!r} holds {len(key)} bytes; a key has at least 16")
-    return key
-
-
 def take_listeners(path: str, key: bytes, timeout: float = EXCHANGE_SECONDS) -> Optional[Taken]:
     """
     The successor's side: None when nothing listens at C{path} (no predecessor: bind fresh). Raises
@@ -194,6 +182,7 @@ class _PredecessorSide(Protocol):
         self.state = "hello"
         self.ours = new_nonce()
         self.theirs = b""
+        self.sent = False
         self.timer: Optional[IDelayedCall] = None
 
     def connectionMade(self) -> None:
@@ -236,10 +225,11 @@ class _PredecessorSide(Protocol):
 
     def _send_sockets(self) -> None:
         listed = self.owner.sockets()
+        self.owner.sharing(True)
         for _, sock in listed:
             self.transport.sendFileDescriptor(sock.fileno())
         self.transport.write(frame({"type": "sockets", "sockets": [describe(name, sock).to_json() for name, sock in listed]}))
-        self.state = "sent"
+        self.state, self.sent = "sent", True
         self._cancel_timer()
         self.timer = self.owner.reactor.callLater(READY_SECONDS, self._refuse, "not ready in time")
         log.info("handover: sent {count} listening sockets to pid {pid}; serving on until it is ready", count=len(listed), pid=self.pid)
@@ -260,7 +250,8 @@ class _PredecessorSide(Protocol):
         self._cancel_timer()
         if self.owner.current is self:
             self.owner.current = None
-            if self.state == "sent":
+            if self.state == "sent":  # it went away: only we hold them (after our own timeout it may still hold them)
+                self.owner.sharing(False)
                 log.warn("handover: the successor went away before it was ready; serving on")
             elif self.state in ("hello", "proof"):  # a successor that found our proof wrong (another key) hangs up here
                 log.warn("handover: a peer on {path} went away before proving it holds the key; nothing handed over, serving on", path=self.owner.path)
@@ -282,6 +273,7 @@ class HandoverListener(Service):
         ready: Callable[[], bool],
         handed: Callable[[], None],
         taken: Optional[Taken] = None,
+        sharing: Callable[[bool], None] = lambda _: None,
     ) -> None:
         self.reactor = reactor
         self.path = path
@@ -289,6 +281,7 @@ class HandoverListener(Service):
         self.sockets = sockets
         self.ready = ready
         self.handed = handed
+        self.sharing = sharing  # True from the sockets' sending on, False again if that successor goes away first
         self.taken = taken
         self.port: Optional[IListeningPort] = None
         self.current: Optional[_PredecessorSide] = None
@@ -314,6 +307,9 @@ class HandoverListener(Service):
 
     def _listen(self) -> None:
         if not self.running or self.port is not None:
+            return
+        if _answers(self.path):  # a predecessor that did not let go of its sockets (it timed out on us) still serves there
+            log.warn("handover: another twingress still answers at {path}: not offering the sockets there", path=self.path)
             return
         with contextlib.suppress(FileNotFoundError):
             if stat.S_ISSOCK(os.lstat(self.path).st_mode):  # a predecessor's, left by a crash: nothing answered there
@@ -343,6 +339,17 @@ class HandoverListener(Service):
         port, self.port = self.port, None
         super().stopService()
         return port.stopListening() if port is not None else None
+
+
+def _answers(path: str) -> bool:
+    """Whether a process listens on the unix socket C{path} (a connect there is answered at once, or refused)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(path)
+        except OSError:
+            return False
+    return True
 
 
 class _SuccessorSide(Protocol):

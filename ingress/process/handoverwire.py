@@ -166,3 +166,15 @@ def entries_of(message: dict[str, Any]) -> list[SocketEntry]:
             raise HandoverRefused(f"a socket of kind {entry.kind[:20]!r}, family {entry.family}")
         entries.append(entry)
     return entries
+
+
+def read_key(path: str) -> bytes:
+    """The shared key: the file's bytes, at least 16 of them; raises ValueError with the reason."""
+    try:
+        with open(path, "rb") as file:
+            key = file.read(4096).strip()
+    except OSError as error:
+        raise ValueError(f"{path!r}: {error.strerror}") from None
+    if len(key) < 16:
+        raise ValueError(f"{path!r} holds {len(key)} bytes; a key has at least 16")
+    return key

@@ -99,7 +99,7 @@ class WorkerPool(Service):
         self.slots = [WorkerSlot(i) for i in range(count)]
         self.table: Optional[RoutingTable] = None
         self.stopping = False
-        self.handed_over = False  # set before the drain when a successor took the sockets (L{ingress.process.handover})
+        self.shared = False  # a successor holds the sockets too (L{ingress.process.handover}): the workers' drain leaves them be
         self._ids = itertools.count(1)
         self.rates = RequestRates()  # every worker's rate limits, counted here (L{ingress.proxy.http.ratelimit})
         registry = metrics.registry
@@ -332,7 +332,7 @@ class WorkerPool(Service):
         for slot in self.slots:
             if slot.respawn is not None and slot.respawn.active():
                 slot.respawn.cancel()
-            if self.handed_over and slot.channel is not None:
+            if self.shared and slot.channel is not None:
                 slot.channel.send("hand-over")  # its drain leaves the sockets as they are: a successor serves them
             elif slot.process is not None:
                 with contextlib.suppress(ProcessExitedAlready):

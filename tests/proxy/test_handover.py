@@ -252,7 +252,8 @@ def test_a_garbled_or_hostile_peer_is_refused(site: Manifests, nodes: list[Node]
 
 _CRASHING_SUCCESSOR = """
 import os, signal, sys
-from ingress.process.handover import read_key, take_listeners
+from ingress.process.handover import take_listeners
+from ingress.process.handoverwire import read_key
 taken = take_listeners(sys.argv[1], read_key(sys.argv[2]))
 print("received", len(taken.sockets), flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
@@ -281,7 +282,8 @@ def test_a_successor_that_dies_before_ready_leaves_the_old_one_serving(site: Man
 
 _WAITING_SUCCESSOR = """
 import sys
-from ingress.process.handover import read_key, take_listeners
+from ingress.process.handover import take_listeners
+from ingress.process.handoverwire import read_key
 taken = take_listeners(sys.argv[1], read_key(sys.argv[2]))
 print("received", len(taken.sockets), flush=True)
 sys.stdin.read()
@@ -306,6 +308,46 @@ def test_a_second_successor_during_a_hand_over_is_refused(site: Manifests, nodes
         first.wait()
     old.wait_log("the successor went away before it was ready; serving on")
     _still_serving(old)
+
+
+_HOLDING_SUCCESSOR = """
+import select, sys
+from ingress.process.handover import take_listeners
+from ingress.process.handoverwire import read_key
+taken = take_listeners(sys.argv[1], read_key(sys.argv[2]))
+print("received", len(taken.sockets), flush=True)
+sys.stdin.readline()
+readable, _, _ = select.select([sock for _, sock in taken.sockets], [], [], 20)
+connection, _ = readable[0].accept()
+print("accepted", flush=True)
+"""
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_drain_while_a_successor_holds_the_sockets_leaves_them_as_they_are(site: Manifests, nodes: list[Node], tmp_path: Path, workers: str) -> None:
+    """
+    SIGTERM reaches the old process after it sent its sockets, before the successor said ready: its drain must
+    not attach the filter that drops connection attempts (it is the socket's, so the successor's too).
+    """
+    handover = ("--handover", str(tmp_path / "handover.sock"), "--handover-key-file", str(key_file(tmp_path)))
+    old = _start(nodes, site, free_port(), *handover, "--workers", workers)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDING_SUCCESSOR, str(tmp_path / "handover.sock"), str(tmp_path / "key")],
+        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip().startswith("received")
+        old.process.terminate()
+        assert old.wait_exit() == 0
+        assert "cannot drop new connection attempts" not in old.log()
+        assert holder.stdin is not None
+        holder.stdin.write("go\n")
+        holder.stdin.flush()
+        with socket.create_connection(("127.0.0.1", old.http_port), timeout=5):  # a dropped SYN would time out here
+            assert holder.stdout.readline().strip() == "accepted"
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_a_predecessor_that_dies_mid_handover_means_binding_fresh(site: Manifests, nodes: list[Node], tmp_path: Path) -> None:
