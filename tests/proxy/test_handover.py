@@ -395,3 +395,14 @@ def test_bad_handover_options_are_one_line(site: Manifests, args: tuple[str, ...
         assert message in node.log() and "Traceback" not in node.log(), node.log()
     finally:
         node.stop()
+
+
+def test_handover_needs_tcp_listeners(site: Manifests, tmp_path: Path) -> None:
+    """Only a plain TCP socket can be handed over and checked: another endpoint kind is a usage error."""
+    args = ("--handover", str(tmp_path / "h.sock"), "--handover-key-file", str(key_file(tmp_path)), "--https", "unix:/tmp/twingress-h.sock")
+    node = Node(site.path, free_port(), *args, wait=False)
+    try:
+        assert node.wait_exit() == 1
+        assert "with --handover a listener must be tcp: or tcp6:" in node.log() and "Traceback" not in node.log(), node.log()
+    finally:
+        node.stop()
