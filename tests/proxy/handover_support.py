@@ -50,6 +50,16 @@ class Node:
         except OSError:
             return False
 
+    def metric_open(self) -> float:
+        """The client connections open now (twingress_open_connections, summed), from /metrics."""
+        with socket.create_connection(("127.0.0.1", self.admin_port), timeout=5) as s:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+        lines = data.decode(errors="replace").splitlines()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("twingress_open_connections"))
+
     def log(self) -> str:
         if not self._log.closed:
             self._log.flush()

@@ -20,6 +20,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -406,3 +407,16 @@ def test_handover_needs_tcp_listeners(site: Manifests, tmp_path: Path) -> None:
         assert "with --handover a listener must be tcp: or tcp6:" in node.log() and "Traceback" not in node.log(), node.log()
     finally:
         node.stop()
+
+
+def test_a_request_in_flight_at_the_hand_over_is_answered_by_the_old_process(site: Manifests, nodes: list[Node], tmp_path: Path) -> None:
+    old, handover = _serving(site, nodes, tmp_path)
+    answers: list[int] = []
+    slow = threading.Thread(target=lambda: answers.append(http_status(old.http_port, "w.test", "/?delay=2")), daemon=True)
+    slow.start()
+    wait_for(lambda: old.metric_open() > 0, 10, "the slow request open in the old process", old)
+    _start(nodes, site, old.http_port, *handover)
+    assert old.wait_exit() == 0
+    slow.join(10)
+    assert answers == [200]
+    assert "drain over (drained)" in old.log()
