@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import os
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -27,10 +28,11 @@ from twisted.logger import Logger
 from twisted.python import usage
 
 from ingress.process.drain import GracefulShutdown
-from ingress.process.handover import EXCHANGE_SECONDS, HandoverFailed, HandoverListener, Taken, take_listeners
-from ingress.process.handoverwire import HandoverRefused, read_key
+from ingress.process.handover import HandoverListener
+from ingress.process.handoverwire import EXCHANGE_SECONDS, HandoverRefused, read_key
 from ingress.process.live import LiveTable
 from ingress.process.sockets import ListenerSpec, open_listener, parse_listener
+from ingress.process.takeover import HandoverFailed, Taken, take_listeners
 
 log = Logger()
 
@@ -41,6 +43,8 @@ def handover_key(path: str, key_file: Optional[str]) -> Optional[bytes]:
     """With --handover, the key of --handover-key-file (both processes of a hand-over prove they hold it); None without."""
     if not path:
         return None
+    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise usage.UsageError(f"--handover {path!r}: its directory does not exist")
     if not key_file:
         raise usage.UsageError("--handover needs --handover-key-file (the key both processes prove they hold)")
     try:

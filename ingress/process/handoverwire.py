@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_FRAME = 65536
+EXCHANGE_SECONDS = 10.0  # the successor's whole exchange up to the sockets; the predecessor's wait for a proof
 VERSION = 1
 NONCE_BYTES = 32
 MOST_SOCKETS = 1024  # more than any listener set has (a socket per listener and worker)

@@ -106,6 +106,10 @@ def test_handover_loses_no_connection(site: Manifests, nodes: list[Node], tmp_pa
     _upgrade(site, nodes, tmp_path, (), ())
 
 
+def test_handover_between_two_worker_pools(site: Manifests, nodes: list[Node], tmp_path: Path) -> None:
+    _upgrade(site, nodes, tmp_path, ("--workers", "2"), ("--workers", "2"))
+
+
 def test_handover_from_two_workers_to_one(site: Manifests, nodes: list[Node], tmp_path: Path) -> None:
     """Both sockets of the old SO_REUSEPORT group are served by the one process that follows: none is closed."""
     _upgrade(site, nodes, tmp_path, ("--workers", "2"), ("--workers", "1"))
@@ -253,7 +257,7 @@ def test_a_garbled_or_hostile_peer_is_refused(site: Manifests, nodes: list[Node]
 
 _CRASHING_SUCCESSOR = """
 import os, signal, sys
-from ingress.process.handover import take_listeners
+from ingress.process.takeover import take_listeners
 from ingress.process.handoverwire import read_key
 taken = take_listeners(sys.argv[1], read_key(sys.argv[2]))
 print("received", len(taken.sockets), flush=True)
@@ -283,7 +287,7 @@ def test_a_successor_that_dies_before_ready_leaves_the_old_one_serving(site: Man
 
 _WAITING_SUCCESSOR = """
 import sys
-from ingress.process.handover import take_listeners
+from ingress.process.takeover import take_listeners
 from ingress.process.handoverwire import read_key
 taken = take_listeners(sys.argv[1], read_key(sys.argv[2]))
 print("received", len(taken.sockets), flush=True)
@@ -313,7 +317,7 @@ def test_a_second_successor_during_a_hand_over_is_refused(site: Manifests, nodes
 
 _HOLDING_SUCCESSOR = """
 import select, sys
-from ingress.process.handover import take_listeners
+from ingress.process.takeover import take_listeners
 from ingress.process.handoverwire import read_key
 taken = take_listeners(sys.argv[1], read_key(sys.argv[2]))
 print("received", len(taken.sockets), flush=True)
@@ -387,6 +391,7 @@ def test_a_stranger_on_the_port_is_still_an_error(site: Manifests, nodes: list[N
         (("--handover", "/tmp/x.sock"), "--handover needs --handover-key-file"),
         (("--handover", "/tmp/x.sock", "--handover-key-file", "/nonexistent/key"), "--handover-key-file '/nonexistent/key'"),
         (("--handover", "/tmp/x.sock", "--handover-key-file", "/dev/null"), "a key has at least 16"),
+        (("--handover", "/nonexistent/x.sock", "--handover-key-file", "/dev/null"), "--handover '/nonexistent/x.sock': its directory does not exist"),
     ],
 )
 def test_bad_handover_options_are_one_line(site: Manifests, args: tuple[str, ...], message: str) -> None:
@@ -420,3 +425,27 @@ def test_a_request_in_flight_at_the_hand_over_is_answered_by_the_old_process(sit
     slow.join(10)
     assert answers == [200]
     assert "drain over (drained)" in old.log()
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv (util-linux) is not installed")
+def test_a_rendezvous_that_cannot_be_made_is_one_line(echo: EchoBackend) -> None:
+    """A directory the process may not write in: the start fails with one line naming --handover."""
+    shared = Path(tempfile.mkdtemp(prefix="twingress-handover-"))
+    try:
+        os.chmod(shared, 0o755)  # root's: the unprivileged process reads it and cannot create the socket there
+        manifests = Manifests(shared / "manifests")
+        manifests.path.mkdir()
+        manifests.route("web", "w.test", [echo.address])
+        key = key_file(shared)
+        os.chown(key, 65534, 65534)
+        prefix = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
+        node = Node(manifests.path, free_port(), "--handover", str(shared / "h.sock"), "--handover-key-file", str(key), prefix=prefix, wait=False)
+        try:
+            assert node.wait_exit() == 1
+            lines = [line for line in node.log().splitlines() if "twistd ingress:" in line]
+            assert len(lines) == 1 and f"--handover {shared / 'h.sock'}: cannot listen" in lines[0], node.log()
+            assert "Traceback" not in node.log()
+        finally:
+            node.stop()
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
