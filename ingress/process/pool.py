@@ -163,8 +163,8 @@ class WorkerPool(Service):
         slot.process, slot.channel, slot.streams, slot.stream_failures = None, None, [], {}
         self._release_holds(slot)
         self.up.labels(str(slot.index)).set(0)
-        if slot.families:
-            slot.retired.append(slot.families)
+        if slot.families:  # a dead process's counts still count (counters never go back); its gauges describe nothing now
+            slot.retired.append([family for family in slot.families if family.type != "gauge"])
             slot.families = []
         if self.stopping:
             log.info("worker {index} (pid {pid}) exited: {why}", index=slot.index, pid=slot.pid, why=reason.getErrorMessage())
