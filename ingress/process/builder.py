@@ -49,7 +49,7 @@ from ingress.process.live import LiveTable
 from ingress.process.reactor import IProcessReactor
 from ingress.routing.table import RoutingTable
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 Snapshot = Callable[[], ClusterState]
 BuildFunction = Callable[[ClusterState, int], RoutingTable]

@@ -45,7 +45,7 @@ from ingress.proxy.http.settings import ProxySettings
 from ingress.routing.delta import table_change
 from ingress.routing.table import RoutingTable
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 FIRST_BACKOFF, MAX_BACKOFF = 0.5, 10.0
 STABLE_SECONDS = 30.0  # a worker that lived this long restarts without waiting

@@ -29,7 +29,7 @@ from ingress.observe.metrics import Metrics
 from ingress.process.builder import TableBuilder
 from ingress.process.reactor import IProcessReactor
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 SUFFIXES = (".yaml", ".yml", ".json")
 Fingerprint = tuple[tuple[str, int, int, int, int], ...]
