@@ -183,7 +183,7 @@ def parse_item(obj: Mapping[str, Any]) -> Any:
     try:
         return parse_object(obj)
     except ParseError as error:
-        return Problem(object_ref(obj), error.reason, error.message)
+        return Problem(object_ref(obj), error.reason, error.message, left_out=True)  # the Store holds it instead of the object
 
 
 class Reflector:
