@@ -65,7 +65,7 @@ class Metrics:
         self.table_generation = Gauge("twingress_table_generation", "Generation of the live routing table", registry=r)
         self.table_routes = Gauge("twingress_table_routes", "Routes in the live routing table", registry=r)
         self.problems = Gauge(
-            "twingress_object_problems", "Objects (or parts) skipped in the live table, by reason", ["reason"], registry=r
+            "twingress_object_problems", "Objects (or parts of one) not served as written in the live table, by reason", ["reason"], registry=r
         )
         self.source_errors = Counter(
             "twingress_source_errors", "Errors reading a configuration source, by source", ["source"], registry=r
