@@ -34,7 +34,7 @@ from twisted.logger import Logger
 
 from ingress.sources.kube.client import APIError, KubeClient
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 

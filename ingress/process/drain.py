@@ -33,7 +33,7 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 _POLL_SECONDS = 0.05
 ACCEPT_QUEUE_SECONDS = 0.25  # between refusing new connections and closing: the reactor accepts what is queued

@@ -38,7 +38,7 @@ from ingress.proxy.streams.udp import DEFAULT_MAX_SESSIONS, UDPStreamListener
 from ingress.routing.streams import TCP, StreamRoute, stream_key
 from ingress.routing.table import RoutingTable
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 Key = tuple[str, int]
 Handler = Union[TCPStreamFactory, UDPStreamListener, GatewayListener]

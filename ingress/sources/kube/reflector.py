@@ -28,7 +28,7 @@ from ingress.model import Problem
 from ingress.model.parse import ParseError, object_ref, parse_object
 from ingress.sources.kube.client import APIError, KubeClient
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 LIST_PAGE = 500
 WATCH_SECONDS = 300  # server-side; jittered so watches don't all end together
@@ -183,7 +183,7 @@ def parse_item(obj: Mapping[str, Any]) -> Any:
     try:
         return parse_object(obj)
     except ParseError as error:
-        return Problem(object_ref(obj), error.reason, error.message)
+        return Problem(object_ref(obj), error.reason, error.message, left_out=True)  # the Store holds it instead of the object
 
 
 class Reflector:

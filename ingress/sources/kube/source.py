@@ -30,7 +30,7 @@ from ingress.sources.kube.client import KubeClient
 from ingress.sources.kube.parts import Snapshots
 from ingress.sources.kube.reflector import Reflector, Resource, Store
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 RESOURCES = (
     Resource("Ingress", "networking.k8s.io/v1", "ingresses"),
