@@ -6,8 +6,7 @@ import random
 
 import pytest
 
-from ingress.sources.kube.backoff import BACKOFF_CAP, BACKOFF_JITTER, BACKOFF_START, Backoff, apiserver_away
-from ingress.sources.kube.client import APIError
+from ingress.sources.kube.backoff import BACKOFF_CAP, BACKOFF_JITTER, BACKOFF_START, Backoff
 
 
 def _delays(backoff: Backoff, count: int) -> list[float]:
@@ -49,21 +48,3 @@ def test_draws_are_from_the_jitter_range() -> None:
     backoff = Backoff(uniform=lambda low, high: drawn.append((low, high)) or 1.0)
     backoff.next()
     assert drawn == [BACKOFF_JITTER]
-
-
-@pytest.mark.parametrize(
-    ("error", "away"),
-    [
-        (ConnectionRefusedError("refused"), True),
-        (APIError(503, "unavailable"), True),
-        (APIError(504, "Too large resource version"), True),
-        (APIError(429, "storage is (re)initializing"), True),
-        (APIError(403, "forbidden"), False),
-        (APIError(404, "not found"), False),
-        (APIError(401, "unauthorized"), False),
-    ],
-    ids=["refused", "503", "504", "429", "403", "404", "401"],
-)
-def test_which_failures_mean_the_apiserver_is_away(error: Exception, away: bool) -> None:
-    """Only an apiserver away is worth waking for when another informer reaches it (a refusal stays refused)."""
-    assert apiserver_away(error) is away

@@ -1,7 +1,7 @@
 # -*- test-case-name: tests.unit.test_reflector_retry -*-
 """
-When an informer tries again: the backoff between the tries of a run of failures, and what a
-failure says about the apiserver.  Pure (the jitter's random source is a parameter).
+When an informer tries again: the backoff between the tries of a run of failures, and which
+failures are a read timing out.  Pure (the jitter's random source is a parameter).
 """
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ from collections.abc import Callable
 from typing import Optional
 
 from urllib3.exceptions import ReadTimeoutError
-
-from ingress.sources.kube.client import APIError
 
 BACKOFF_START, BACKOFF_CAP = 0.8, 30.0  # client-go's reflector: 800 ms doubling to 30 s
 BACKOFF_JITTER = (0.5, 1.5)  # a factor on each delay, so the informers of many nodes do not come back in step
@@ -45,13 +43,6 @@ class Backoff:
         delay = min(self.cap, self._base * self.uniform(*BACKOFF_JITTER))
         self._base = min(self._base * 2, self.cap)
         return delay
-
-
-def apiserver_away(error: Exception) -> bool:
-    """No answer, or a 5xx or 429: the apiserver is away (restarting, failing over, overloaded), not refusing."""
-    if isinstance(error, APIError):
-        return error.status == 429 or error.status >= 500
-    return True  # no HTTP answer at all: refused, reset, timed out
 
 
 def read_timed_out(error: BaseException) -> bool:

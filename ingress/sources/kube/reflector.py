@@ -29,7 +29,7 @@ from twisted.logger import Logger
 
 from ingress.model import Problem
 from ingress.model.parse import ParseError, object_ref, parse_object
-from ingress.sources.kube.backoff import BACKOFF_CAP, Backoff, apiserver_away, read_timed_out
+from ingress.sources.kube.backoff import BACKOFF_CAP, Backoff, read_timed_out
 from ingress.sources.kube.client import APIError, KubeClient
 
 log = Logger()
@@ -190,7 +190,6 @@ class Reflector:
         self.failures = 0  # tries that failed in the current run
         self._version = ""  # the last resourceVersion seen; empty means "list first"
         self._watching = False  # a watch was established since the last failure: the next one's backoff starts afresh
-        self._away = False  # waiting out an apiserver that did not answer (or answered 5xx, 429): L{wake} ends the wait
         self._stopped = threading.Event()
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"reflector-{resource.kind}", daemon=True)
@@ -214,12 +213,13 @@ class Reflector:
 
     def wake(self) -> None:
         """
-        Try again now if waiting out an apiserver that was away (thread-safe): another informer
-        has just reached it, so this one need not sleep out the rest of its backoff.  A wait after a
-        refusal (403, 404: a kind not installed) goes on: asking again does not fix that.
+        Try again now if waiting out a backoff (thread-safe): another informer has just reached
+        the apiserver, so this one need not sleep out the rest of its delay.  After a refusal too:
+        an apiserver that has just started refuses for a moment (403 until its authorizer has
+        synced, 404 until its CRD handlers are installed), and a kind that is really not installed
+        costs one more request per outage.
         """
-        if self._away:
-            self._wake.set()
+        self._wake.set()
 
     def _run(self) -> None:
         """
@@ -249,18 +249,16 @@ class Reflector:
                 if self._watching:  # it worked until now: this failure is the first of a run
                     backoff.reset()
                 self._failed(error)
-                if self._pause(backoff.next(), apiserver_away(error)):
+                if self._pause(backoff.next()):
                     return
                 if self._version:
                     self.watch_restarts += 1
                     self.on_status(self)
 
-    def _pause(self, delay: float, away: bool) -> bool:
-        """Wait C{delay} seconds, less if L{wake}d (when C{away}) or stopped; whether stopped."""
-        self._away = away
+    def _pause(self, delay: float) -> bool:
+        """Wait C{delay} seconds, less if L{wake}d or stopped; whether stopped."""
         if not self._stopped.is_set():
             self._wake.wait(delay)
-        self._away = False
         return self._stopped.is_set()
 
     def _failed(self, error: Exception) -> None:
