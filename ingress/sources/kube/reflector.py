@@ -213,11 +213,13 @@ class Reflector:
 
     def wake(self) -> None:
         """
-        Try again now if waiting out a backoff (thread-safe): another informer has just reached
-        the apiserver, so this one need not sleep out the rest of its delay.  After a refusal too:
-        an apiserver that has just started refuses for a moment (403 until its authorizer has
-        synced, 404 until its CRD handlers are installed), and a kind that is really not installed
-        costs one more request per outage.
+        Try again now if waiting out a backoff, and start the backoff afresh (thread-safe):
+        another informer has just reached the apiserver, so this one need not sleep out the rest
+        of its delay.  After a refusal too: an apiserver that has just started answers 404 for a
+        few seconds for every API group its aggregator has not registered yet (networking.k8s.io,
+        discovery.k8s.io: the Ingress and EndpointSlice informers) while /api/v1 already works,
+        and a backoff grown over the outage would keep such an informer away for up to 30 s
+        after that.  A kind that is really not installed costs a few more requests per outage.
         """
         self._wake.set()
 
@@ -250,16 +252,16 @@ class Reflector:
                     backoff.reset()
                 self._failed(error)
                 if self._pause(backoff.next()):
+                    backoff.reset()  # another informer is back: what follows is a new apiserver's start
+                if self._stopped.is_set():
                     return
                 if self._version:
                     self.watch_restarts += 1
                     self.on_status(self)
 
     def _pause(self, delay: float) -> bool:
-        """Wait C{delay} seconds, less if L{wake}d or stopped; whether stopped."""
-        if not self._stopped.is_set():
-            self._wake.wait(delay)
-        return self._stopped.is_set()
+        """Wait C{delay} seconds, less if L{wake}d (or stopped); whether woken."""
+        return not self._stopped.is_set() and self._wake.wait(delay)
 
     def _failed(self, error: Exception) -> None:
         """
