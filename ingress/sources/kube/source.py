@@ -101,6 +101,7 @@ class KubeSource(Service):
         self._trigger: Optional[object] = None
         self._snapshots = Snapshots()  # each informer's part of the snapshot, following its store
         self._outage: Optional[Outage] = None
+        self._synced = False
 
     def startService(self) -> None:
         super().startService()
@@ -156,8 +157,17 @@ class KubeSource(Service):
 
     @property
     def synced(self) -> bool:
-        """Every informer listed once; an optional one may have been refused instead (module docstring)."""
-        return bool(self.reflectors) and all(r.synced or _refused(r) for r in self.reflectors)
+        """
+        Every informer listed once; an optional one may have been refused instead (module
+        docstring).  Once true, true for good: an optional kind that is not installed fails with a
+        connection error, not a 404, while the apiserver is away, and that must neither stop the
+        builds (a change that came meanwhile was dropped, and stayed unserved until the next one:
+        an Ingress written right after an apiserver restart, live only 28 s later or never) nor
+        fail readiness (every node of a cluster without the Gateway API CRDs unready at once).
+        """
+        if not self._synced:
+            self._synced = bool(self.reflectors) and all(r.synced or _refused(r) for r in self.reflectors)
+        return self._synced
 
     def _changed(self) -> None:
         if self.synced:
