@@ -10,6 +10,7 @@ kinds (L{OPTIONAL_KINDS}: StreamIngress and the Gateway API kinds, whose CRDs ma
 not be installed, the Namespaces, and the stream ConfigMaps): one of those whose list is refused (404, 403) is
 logged, reported in /readyz and retried with backoff, and holds up neither
 the first table nor readiness; its streams come with its first good list.
+Once every informer has listed (or been refused), that holds for good (L{synced}).
 When the apiserver goes away the informers keep their stores and the proxy
 keeps its last table (static stability); /readyz detail and metrics report it,
 and the log says it once per informer and in one summary while it lasts
@@ -161,8 +162,8 @@ class KubeSource(Service):
         Every informer listed once; an optional one may have been refused instead (module
         docstring).  Once true, true for good: an optional kind that is not installed fails with a
         connection error, not a 404, while the apiserver is away, and that must neither stop the
-        builds (a change that came meanwhile was dropped, and stayed unserved until the next one:
-        an Ingress written right after an apiserver restart, live only 28 s later or never) nor
+        builds (a change that came meanwhile was dropped, and stayed unserved until some other
+        change came: an Ingress written right after an apiserver restart, not live after 150 s) nor
         fail readiness (every node of a cluster without the Gateway API CRDs unready at once).
         """
         if not self._synced:
