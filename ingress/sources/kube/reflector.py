@@ -215,11 +215,10 @@ class Reflector:
         """
         Try again now if waiting out a backoff, and start the backoff afresh (thread-safe):
         another informer has just reached the apiserver, so this one need not sleep out the rest
-        of its delay.  After a refusal too: an apiserver that has just started answers 404 for a
-        few seconds for every API group its aggregator has not registered yet (networking.k8s.io,
-        discovery.k8s.io: the Ingress and EndpointSlice informers) while /api/v1 already works,
-        and a backoff grown over the outage would keep such an informer away for up to 30 s
-        after that.  A kind that is really not installed costs a few more requests per outage.
+        of its delay.  After a refusal too: a 401, 403 or 404 right after the apiserver is back
+        may be its start (an authorizer or an API group not ready yet), and a backoff grown over
+        the outage would keep that informer away for up to 30 s after it is over.  A kind that is
+        really not installed costs a few more requests per outage.
         """
         self._wake.set()
 
@@ -252,7 +251,7 @@ class Reflector:
                     backoff.reset()
                 self._failed(error)
                 if self._pause(backoff.next()):
-                    backoff.reset()  # another informer is back: what follows is a new apiserver's start
+                    backoff.reset()  # another informer is back: what follows is the apiserver's start, a new run
                 if self._stopped.is_set():
                     return
                 if self._version:
