@@ -14,7 +14,7 @@ from typing import Optional
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 SUMMARY_SECONDS = 30.0
 
