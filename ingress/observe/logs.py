@@ -124,12 +124,28 @@ class LoggingRoot(MultiService):
     it hands the Application the log observer of C{--log-format}, without
     Twisted's lines about each port (L{quiet}).  For "text" that is twistd's own
     observer, made from C{twistd_options} (twistd's command line) as twistd makes it.
+
+    It also starts the same way under both runners: twistd runs every service's
+    privileged phase (the listeners open there) before any C{startService}, while
+    C{twist} calls only C{startService}, so a listener that could not listen stopped
+    the start after the table-build thread had started, and that thread kept the
+    process up, printing its one line and never exiting.
     """
 
     def __init__(self, log_format: str = "text", twistd_options: Optional[Mapping[str, Any]] = None) -> None:
         super().__init__()
         self.log_format = log_format
         self.twistd_options = twistd_options
+        self._privileged = False
+
+    def privilegedStartService(self) -> None:
+        self._privileged = True
+        super().privilegedStartService()
+
+    def startService(self) -> None:
+        if not self._privileged:  # twist: the listeners first, as twistd does
+            self.privilegedStartService()
+        super().startService()
 
     def setServiceParent(self, parent: Any) -> Any:
         if isinstance(parent, Componentized):
