@@ -336,6 +336,9 @@ class WorkerPool(Service):
     def open_count(self) -> int:
         return sum(1 for slot in self.slots if slot.alive)
 
+    def open_kinds(self) -> Mapping[str, int]:
+        return {"worker process{es} draining": self.open_count()}
+
     def abort_all(self) -> int:
         alive = [slot for slot in self.slots if slot.process is not None]
         for slot in self.slots:
