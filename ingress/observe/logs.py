@@ -16,6 +16,7 @@ side of the command line.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
@@ -143,9 +144,22 @@ class LoggingRoot(MultiService):
         super().privilegedStartService()
 
     def startService(self) -> None:
+        """
+        Start the children; one that raises stops those already started before the error goes
+        on: a started table-build thread (not a daemon) would otherwise keep a process whose
+        start failed alive, its listeners open and nothing served.
+        """
         if not self._privileged:  # twist: the listeners first, as twistd does
             self.privilegedStartService()
-        super().startService()
+        try:
+            super().startService()
+        except BaseException:
+            for service in reversed(list(self)):
+                if service.running:
+                    with contextlib.suppress(Exception):  # the start's error is the one to report
+                        service.stopService()
+            self.running = False
+            raise
 
     def setServiceParent(self, parent: Any) -> Any:
         if isinstance(parent, Componentized):

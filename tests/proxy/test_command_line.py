@@ -20,7 +20,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from twisted.application.service import Service
+from twisted.python.threadpool import ThreadPool
 
+from ingress.observe.logs import LoggingRoot
 from tests.kube.twingress import wait_until
 from tests.proxy.certs import CertificateAuthority
 from tests.support import ROOT, TWISTD, Twingress, free_port
@@ -236,3 +239,46 @@ def test_a_listener_off_is_said_in_the_first_lines(tmp_path: Path) -> None:
     finally:
         process.terminate()
         process.wait(DEADLINE)
+
+
+# -- a start that fails after threads started
+
+
+class _Threads(Service):
+    """A child that starts a thread pool (non-daemon threads, as the table builder's) and stops it."""
+
+    def __init__(self) -> None:
+        self.pool = ThreadPool(1, 1, name="test-start-failure")
+
+    def startService(self) -> None:
+        super().startService()
+        self.pool.start()
+        self.pool.callInThread(lambda: None)  # a thread is running
+
+    def stopService(self) -> None:
+        self.pool.stop()
+        super().stopService()
+
+
+class _Fails(Service):
+    def startService(self) -> None:
+        raise RuntimeError("this start fails")
+
+
+def test_a_start_that_fails_stops_the_children_already_started() -> None:
+    """
+    A child's start that raises (the malformed kubeconfig did, from the first informer) stops
+    what was already started: the table-build thread, not a daemon, had kept the process up.
+    """
+    root = LoggingRoot()
+    threads = _Threads()
+    threads.setServiceParent(root)
+    _Fails().setServiceParent(root)
+    try:
+        with pytest.raises(RuntimeError, match="this start fails"):
+            root.startService()
+        assert not threads.running and not root.running
+        assert not threads.pool.started and not any(thread.is_alive() for thread in threads.pool.threads), "the pool's threads still run"
+    finally:
+        if not threads.pool.joined:  # without the fix: stopped here, so that this test process can still exit
+            threads.pool.stop()
