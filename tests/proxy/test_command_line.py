@@ -3,7 +3,7 @@ The command line as an operator meets it (issue 61), under both runners, C{twist
 C{twist ingress} (C{python -m twisted ingress}): a kubeconfig that cannot be used, a listener whose
 port is taken, a source given twice and every listener turned off are one line on stderr and exit
 status 1, before anything listens, never a traceback or a process that stays up; a process that
-serves less than the defaults says so in its first lines.
+serves less than the defaults says so in its first lines, and --help shows each default as it is given.
 """
 
 from __future__ import annotations
@@ -239,6 +239,18 @@ def test_a_listener_off_is_said_in_the_first_lines(tmp_path: Path) -> None:
     finally:
         process.terminate()
         process.wait(DEADLINE)
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_help_shows_defaults_as_given_and_what_update_status_writes(runner: str) -> None:
+    """--help as printed (tests/unit/test_docs.py holds every default it shows to docs/configuration.md)."""
+    result = subprocess.run(RUNNERS[runner] + ["--help"], cwd=ROOT, capture_output=True, text=True, timeout=DEADLINE, env=os.environ | {"COLUMNS": "400"})
+    assert result.returncode == 0, result.stderr
+    lines = {line.split("=", 1)[0].strip(): line for line in result.stdout.splitlines() if line.strip().startswith("--")}
+    for name, shown in (("poll-interval", "1"), ("shutdown-delay", "5"), ("drain-timeout", "30"), ("stream-drain-timeout", "30"), ("watch-namespace", "''")):
+        assert lines[f"--{name}"].endswith(f"[default: {shown}]"), lines[f"--{name}"]
+    update_status = lines["--update-status"]
+    assert all(what in update_status for what in ("status.loadBalancer", "StreamIngress", "Gateway API conditions", "Warning Events")), update_status
 
 
 # -- a start that fails after threads started
