@@ -165,7 +165,8 @@ class LoggingRoot(MultiService):
         if isinstance(parent, Componentized):
             if self.log_format == "json":
                 parent.setComponent(ILogObserver, quiet(json_observer()))
-            elif self.twistd_options is not None and not self.twistd_options.get("logger"):
+            elif self.twistd_options is not None and "logfile" in self.twistd_options and not self.twistd_options.get("logger"):
+                # twistd's options: under twist (whose options have no logfile) twist's observer stays, and no twistd.log is made
                 parent.setComponent(ILogObserver, quiet(twistd_text_observer(self.twistd_options)))
         return super().setServiceParent(parent)
 

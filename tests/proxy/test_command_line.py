@@ -35,9 +35,9 @@ RUNNERS = {
 DEADLINE = 30.0  # seconds to the exit: a start refused takes the imports' time (a few seconds here), a hang never ends
 
 
-def _run(runner: str, *args: str, preexec_fn: Callable[[], None] | None = None) -> subprocess.CompletedProcess[str]:
+def _run(runner: str, *args: str, preexec_fn: Callable[[], None] | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     """The runner's command line with C{args}, to its exit (a process still up at the deadline fails the test)."""
-    return subprocess.run(RUNNERS[runner] + list(args), cwd=ROOT, capture_output=True, text=True, timeout=DEADLINE, preexec_fn=preexec_fn)
+    return subprocess.run(RUNNERS[runner] + list(args), cwd=cwd, capture_output=True, text=True, timeout=DEADLINE, preexec_fn=preexec_fn)
 
 
 def _refused(result: subprocess.CompletedProcess[str], *mentions: str) -> str:
@@ -179,8 +179,11 @@ def test_a_port_in_use_is_one_line_on_stderr_and_exit_1(tmp_path: Path, runner: 
         ports = {name: f"tcp:{free_port()}:interface=127.0.0.1" for name in ("http", "https", "admin")}
         ports[listener] = busy
         started = time.monotonic()
-        result = _run(runner, "--manifests", str(manifests), *[f"--{name}={value}" for name, value in ports.items()], "--workers", workers)
+        workdir = tmp_path / "cwd"
+        workdir.mkdir()
+        result = _run(runner, "--manifests", str(manifests), *[f"--{name}={value}" for name, value in ports.items()], "--workers", workers, cwd=workdir)
         took = time.monotonic() - started
+    assert list(workdir.iterdir()) == [], "a file left where it ran (twist made an empty twistd.log)"
     line = f"twistd ingress: --{listener} {busy}: cannot listen: [Errno 98] Address already in use"
     assert result.returncode == 1, (result.stdout, result.stderr)
     assert result.stderr.splitlines() == [line], result.stderr
