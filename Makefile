@@ -14,54 +14,92 @@ WHEELHOUSE ?= $(HOME)/.cache/twingress/wheelhouse
 export TWINGRESS_WHEELHOUSE := $(WHEELHOUSE)
 HADOLINT_VERSION ?= 2.15.1
 
-.PHONY: run run-migration run-gateway run-streams test test-kube-lane test-rest-lane test-kube test-rest test-workers test-node venv lint system-packages testenv wheelhouse image image-archive lint-docker bench bench-peers bench-mix clean compiled pure gateway-conformance-report h2stack-suites
+.PHONY: run run-build run-migration run-gateway run-streams run-tls test test-kube-lane test-rest-lane test-kube test-rest test-workers test-node venv lint system-packages testenv wheelhouse image image-archive lint-docker bench bench-peers bench-mix clean compiled pure gateway-conformance-report h2stack-suites
 
 # An editable install (pip install -e .) of the tree: setup.cfg's package_dir makes it a plain
 # .pth of the tree, so twistd finds twisted/plugins/ingress_plugin.py there too.
 $(RUN_STAMP): setup.cfg pyproject.toml
-	@echo "make: installing twingress and its dependencies into $(VENV) (the first time takes a minute)"
-	$(PYTHON3) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e .
-	touch $@
+	@echo "make: installing twingress and its dependencies into $(VENV) (about 30 s the first time)"
+	@$(PYTHON3) -m venv $(VENV)
+	@$(PY) -m pip install -q --upgrade pip
+	@$(PY) -m pip install -q -e .
+	@touch $@
 
 # Everything the tests, the linters and the compiled build need besides.
 $(STAMP): $(RUN_STAMP) setup.cfg pyproject.toml
-	@echo "make: installing the test and build tools into $(VENV)"
-	$(PY) -m pip install -q -e '.[test,compile]'
-	touch $@
+	@echo "make: installing the test and build tools into $(VENV) (about 20 s the first time)"
+	@$(PY) -m pip install -q -e '.[test,compile]'
+	@touch $@
 
 venv: $(STAMP)
 
 # The examples run the compiled build, the one the image ships, where this machine can build it (a
-# C compiler and Python's headers; `CAN_COMPILE=` says no): the first time that adds the `compile`
-# extra and a few minutes of mypyc and Cython, later only an edit to a compiled module (setup.py's
-# lists) compiles again. `make run PURE=1` runs the pure build (and removes compiled modules). If
-# compiling fails, the example runs on the pure build, after saying so.
+# C compiler and Python's headers; `CAN_COMPILE=` says no) - but they never wait for it: compiling
+# takes minutes of both cores (mypyc, then Cython for the HTTP/2 stack), and a first `make run` must
+# answer within about two minutes. So an example starts at once on the pure build while the compile
+# runs in the background (niced, in a session of its own: Ctrl-C of the example leaves it running)
+# into $(STAGED), away from the tree and the venv's files, which the running example has imported;
+# the next example's start puts a finished build in place (seconds) and runs it. A source edited
+# since makes a staged or installed compiled build stale: it is dropped, never run. `make run
+# PURE=1` runs the pure build and starts no compile; a failed compile says so in its log and the
+# examples stay pure.
 CAN_COMPILE = $(shell $(PYTHON3) -c 'import os, shutil, sysconfig; cc = (sysconfig.get_config_var("CC") or "cc").split()[0]; print("yes" if shutil.which(cc) and os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else "")' 2>/dev/null)
 COMPILED_STAMP := $(VENV)/.compiled-stamp
-COMPILED_SOURCES = setup.py h2stack.py $(shell grep -o '"ingress/[^"]*\.py"' setup.py | tr -d '"')
-RUN_BUILD = $(if $(PURE),pure,$(if $(CAN_COMPILE),$(COMPILED_STAMP),pure))
+COMPILED_SOURCES = setup.py h2stack.py compile.sh $(shell grep -o '"ingress/[^"]*\.py"' setup.py | tr -d '"')
+# make run's background compile: its build (the mypyc modules under lib/, the HTTP/2 stack in
+# h2stack.py's cache), its log, and its process while it runs.
+STAGED := $(VENV)/compiled
+STAGED_STAMP := $(STAGED)/.complete
+COMPILE_LOG := $(VENV)/compile.log
+COMPILE_PID := $(VENV)/compile.pid
+# "yes" when the file $(1) exists and no compiled source is newer.
+current = $(shell [ -f $(1) ] && [ -z "$$(find $(COMPILED_SOURCES) -newer $(1) 2>/dev/null | head -1)" ] && echo yes)
 
-$(COMPILED_STAMP): $(RUN_STAMP) $(COMPILED_SOURCES)
-	@echo "make: compiling the request path and the HTTP/2 stack, as the image does (minutes the first time; make run PURE=1 skips it)"
-	( $(PY) -m pip install -q -e '.[compile]' && TWINGRESS_COMPILE=1 $(PY) setup.py -q build_ext --inplace && $(PY) h2stack.py inplace && touch $@ ) \
-		|| { echo "make: the compiled build failed (above): the pure build runs instead"; $(REMOVE_COMPILED); }
+# Which build the examples run, decided at each start (so no file target: it must look every time).
+run-build: $(RUN_STAMP)
+ifneq ($(PURE),)
+	@$(REMOVE_COMPILED)
+	@echo "make: the pure build (PURE=1)"
+else ifeq ($(call current,$(COMPILED_STAMP)),yes)
+	@echo "make: the compiled build, as the image ships it"
+else ifeq ($(call current,$(STAGED_STAMP)),yes)
+	@echo "make: putting the compiled build (made in the background by an earlier start) in place"
+	@$(INSTALL_STAGED) || { echo "make: it could not be put in place: the pure build runs"; $(REMOVE_COMPILED); rm -rf $(STAGED); }
+else ifeq ($(CAN_COMPILE),)
+	@$(REMOVE_COMPILED)
+	@echo "make: the pure build (no C compiler or Python headers here for the compiled one the image ships)"
+else
+	@$(REMOVE_COMPILED)
+	@if [ -f $(COMPILE_PID) ] && kill -0 "$$(cat $(COMPILE_PID))" 2>/dev/null; then \
+		echo "make: the pure build for now; the compiled one is still being built in the background (log: $(COMPILE_LOG))"; \
+	else \
+		echo "make: installing the compile extra (mypyc, Cython) into $(VENV) (about 15 s)"; \
+		$(PY) -m pip install -q -e '.[compile]' || exit 1; \
+		echo "make: the pure build for now; compiling the image's build in the background for the next start"; \
+		echo "      (6 to 12 minutes of both cores, niced; it goes on after Ctrl-C; log: $(COMPILE_LOG); make run PURE=1 never compiles)"; \
+		setsid nice -n 19 ./compile.sh $(PY) $(STAGED) >$(COMPILE_LOG) 2>&1 </dev/null & \
+		echo $$! >$(COMPILE_PID); \
+	fi
+endif
 
-run: $(RUN_STAMP) $(RUN_BUILD)
-	examples/quickstart/run.sh
+run: run-build
+	@examples/quickstart/run.sh
 
 # The ingress-nginx migration example (examples/nginx-migration): its Ingresses and ConfigMap as they were.
-run-migration: $(RUN_STAMP) $(RUN_BUILD)
-	examples/nginx-migration/run.sh
+run-migration: run-build
+	@examples/nginx-migration/run.sh
 
 # The Gateway API example (examples/gateway): a shared Gateway and HTTPRoutes of two teams.
-run-gateway: $(RUN_STAMP) $(RUN_BUILD)
-	examples/gateway/run.sh
+run-gateway: run-build
+	@examples/gateway/run.sh
 
 # The stream example (examples/streams): a TCP and a UDP StreamIngress.
-run-streams: $(RUN_STAMP) $(RUN_BUILD)
-	examples/streams/run.sh
+run-streams: run-build
+	@examples/streams/run.sh
+
+# The TLS example (examples/tls): an Ingress with spec.tls and its Secret, generated at start.
+run-tls: run-build
+	@examples/tls/run.sh
 
 system-packages:
 	testenv/system-packages.sh
@@ -185,9 +223,12 @@ PURE_TESTS ?= tests/unit $(addprefix tests/proxy/,test_http_behaviour.py test_ma
 # It also compiles the HTTP/2 stack (h2, hpack, hyperframe as they are) in the venv with Cython (h2stack.py;
 # minutes the first time, then from the cache), and `make pure` makes it pure again.
 compiled: $(STAMP)
-	TWINGRESS_COMPILE=1 $(PY) setup.py -q build_ext --inplace --force
-	$(PY) h2stack.py inplace
-	touch $(COMPILED_STAMP)
+	@./compile.sh $(PY) $(STAGED)
+	@$(INSTALL_STAGED)
+
+# A whole build of compile.sh put in place: mypyc's modules beside their sources (as
+# build_ext --inplace puts them), the HTTP/2 stack from h2stack.py's cache into the venv.
+INSTALL_STAGED = $(REMOVE_COMPILED); cp -R $(STAGED)/lib/. . && $(PY) h2stack.py inplace >/dev/null && touch $(COMPILED_STAMP) && rm -rf $(STAGED)
 
 REMOVE_COMPILED = rm -f $(COMPILED_STAMP); rm -rf build/temp.* build/lib.* twingress_*__mypyc.*.so; \
 	find ingress -name '*.so' -delete; if [ -x $(PY) ]; then $(PY) h2stack.py remove; fi

@@ -14,6 +14,9 @@ installed version is an error, not a silent pure fallback.  Two ways in:
 
   python h2stack.py inplace          compile the installed packages in this
                                      environment's site-packages (C{make compiled})
+  python h2stack.py build            compile them into the cache only, touching no installed
+                                     file (C{make run}'s background compile: the next
+                                     C{inplace} then takes seconds)
   python h2stack.py remove           remove those extension modules again (C{make pure})
   python h2stack.py wheels DIR       put compiled wheels of the three in DIR, in place
                                      of any there, and DIR/constraints.txt pinning them
@@ -232,7 +235,12 @@ def cached_build(root: Path, packages: Sequence[str]) -> Path:
     for old in built.parent.iterdir():
         if old.is_dir() and not old.name.startswith(f"{key}."):
             shutil.rmtree(old, ignore_errors=True)
-    staging.rename(built)
+    try:
+        staging.rename(built)
+    except OSError:  # another build of the same key finished first (make run's background compile beside make compiled)
+        if not (built / "complete").exists():
+            raise
+        shutil.rmtree(staging, ignore_errors=True)
     return built
 
 
@@ -339,12 +347,16 @@ def main(argv: Sequence[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("inplace")
+    commands.add_parser("build")
     commands.add_parser("remove")
     commands.add_parser("wheels").add_argument("directory", type=Path)
     commands.add_parser("suites").add_argument("--print-path", action="store_true", help="where the suites go; fetch nothing")
     args = parser.parse_args(argv)
     if args.command == "inplace":
         inplace()
+    elif args.command == "build":
+        check_installed()
+        print(f"h2stack.py: compiled {', '.join(PACKAGES)} into {cached_build(site_packages(), PACKAGES)}")
     elif args.command == "remove":
         remove(site_packages(), PACKAGES)
     elif args.command == "wheels":

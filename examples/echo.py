@@ -26,7 +26,7 @@ from typing import Any, Optional
 from twisted.internet import reactor as default_reactor
 from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.internet.endpoints import serverFromString
-from twisted.internet.interfaces import IPushProducer
+from twisted.internet.interfaces import IHalfCloseableProtocol, IPushProducer
 from twisted.internet.protocol import DatagramProtocol, Factory, Protocol
 from twisted.python import usage
 from twisted.python.failure import Failure
@@ -201,8 +201,14 @@ def make_site(name: str, reactor: object = default_reactor) -> Site:
     return site
 
 
+@implementer(IHalfCloseableProtocol)
 class _StreamEcho(Protocol):
-    """TCP: every read comes back as C{NAME: data}."""
+    """
+    TCP: every read comes back as C{NAME: data}.  Half-closeable: when the client ends its side
+    (C{echo hello | nc}, socat, a proxy relaying a FIN), the replies already written are sent and
+    then the connection closes.  Without it Twisted closes at once on EOF, dropping a reply still
+    queued when the data and the FIN arrive in one read.
+    """
 
     def __init__(self, name: bytes) -> None:
         self.name = name
@@ -210,6 +216,13 @@ class _StreamEcho(Protocol):
     def dataReceived(self, data: bytes) -> None:
         assert self.transport is not None
         self.transport.write(self.name + b": " + data)
+
+    def readConnectionLost(self) -> None:
+        assert self.transport is not None
+        self.transport.loseConnection()  # after the queued replies
+
+    def writeConnectionLost(self) -> None:
+        pass
 
 
 class _DatagramEcho(DatagramProtocol):

@@ -1,15 +1,21 @@
 # Sourced by each example's run.sh (from the repository's root): the backends, which must all
 # listen before twingress starts; twingress's listeners from HTTP, HTTPS and ADMIN (Twisted
 # endpoint descriptions, as --http/--https/--admin take them; an empty value turns one off);
-# and the URLs they serve. Ctrl-C stops everything.
+# the address of the listeners the manifests open (StreamIngress ports, a Gateway listener on a
+# port of its own) from STREAM_INTERFACE and GATEWAY_INTERFACE (--stream-interface and
+# --gateway-interface: an address, '' for every IPv4 address); and the URLs they serve. Every one
+# is on loopback unless told otherwise. Ctrl-C stops everything.
 py=${PYTHON:-.venv/bin/python}
 http=${HTTP-tcp:8080:interface=127.0.0.1}
 https=${HTTPS-tcp:8443:interface=127.0.0.1}
 admin=${ADMIN-tcp:10254:interface=127.0.0.1}
+stream_interface=${STREAM_INTERFACE-127.0.0.1}
+gateway_interface=${GATEWAY_INTERFACE-127.0.0.1}
 
 pids=()
 ready=$(mktemp -d)
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$ready"; }
+work=$(mktemp -d)          # what an example generates at run time (a certificate, manifests)
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$ready" "$work"; }
 trap cleanup EXIT          # once: a second SIGTERM would make twistd log a double reactor stop
 trap 'exit 130' INT TERM
 
@@ -54,8 +60,32 @@ address() {
             *) [[ -n $port ]] || port=$part ;;
         esac
     done
-    [[ $host == 0.0.0.0 || -z $host ]] && host=127.0.0.1
-    echo "$host:$port"
+    echo "$(reach "$host"):$port"
+}
+
+# port_of DESCRIPTION: the port of a tcp: listener (tcp:8080:interface=127.0.0.1 -> 8080).
+port_of() {
+    local at
+    at=$(address "$1")
+    echo "${at##*:}"
+}
+
+# reach INTERFACE: the address a client on this machine uses for a listener bound on INTERFACE
+# (every address: 127.0.0.1).
+reach() {
+    case $1 in
+        "" | 0.0.0.0 | ::) echo 127.0.0.1 ;;
+        *) echo "$1" ;;
+    esac
+}
+
+# bound INTERFACE: how the banner names a listener's address ('' is every IPv4 address).
+bound() {
+    case $1 in
+        "" | 0.0.0.0) echo "every IPv4 address" ;;
+        ::) echo "every address" ;;
+        *) echo "$1 only" ;;
+    esac
 }
 
 # serving: the URLs of the listeners that are on; $url is the first of HTTP and HTTPS (for the
@@ -73,7 +103,8 @@ serving() {
 # waits for it (and ends when it does).
 twingress() {
     "$py" -c "import sys; from twisted.scripts.twistd import run; sys.exit(run())" \
-        --pidfile= -n ingress --http "$http" --https "$https" --admin "$admin" "$@" &
+        --pidfile= -n ingress --http "$http" --https "$https" --admin "$admin" \
+        --stream-interface "$stream_interface" --gateway-interface "$gateway_interface" "$@" &
     pids+=($!)
     wait "${pids[-1]}"
 }

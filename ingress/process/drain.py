@@ -38,7 +38,7 @@ from twisted.logger import Logger
 
 from ingress.proxy.http2.connection import H2ServerProtocol
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 _POLL_SECONDS = 0.05
 REPORT_SECONDS = 5.0  # between the drain's lines saying what it still waits for

@@ -34,7 +34,7 @@ from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 from twisted.python import usage
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 
 # Where Linux keeps the largest accept queue a listen() may ask for.

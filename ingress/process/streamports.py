@@ -32,11 +32,11 @@ from twisted.logger import Logger
 
 from ingress.observe.metrics import Metrics
 from ingress.process.sockets import address_family, bound_socket
-from ingress.proxy.streams.listeners import Key, show_listen_failures
+from ingress.proxy.streams.listeners import Key, describe, show_listen_failures
 from ingress.routing.streams import TCP, StreamRoute, stream_key
 from ingress.routing.table import RoutingTable
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 
 class WorkerStreams:
@@ -66,8 +66,8 @@ class WorkerStreams:
             if self.probed.get(key) != detail:
                 self.metrics.stream_listener_errors.labels(protocol, str(port)).inc()
                 log.error(
-                    "stream listener {protocol}/{port} for {route} cannot be opened: {detail}; the other listeners keep working",
-                    protocol=protocol, port=port, route=self.routes[key].name, detail=detail,
+                    "{listener} cannot be opened: {detail}; the other listeners keep working",
+                    listener=describe(key, self.routes[key], "for"), protocol=protocol, port=port, route=self.routes[key].name, detail=detail,
                 )
             return detail
         return None

@@ -183,7 +183,7 @@ def test_debug_routes_spells_stream_keys_one_way(manifests: Manifests, twingress
         routes = proxy.routes()
     keys = set(routes["streams"]) | set(routes["streamListeners"]["listening"]) | set(routes["streamListeners"]["failed"])
     assert keys == {f"TCP/{port}", f"TCP/{taken}"}, keys
-    assert any(f"stream listener TCP/{port} (default/pg) open, to default/db:80" in line for line in proxy.log().splitlines()), proxy.log()
+    assert any(f"stream listener TCP/{port} (default/pg) open on 0.0.0.0:{port}, to default/db:80" in line for line in proxy.log().splitlines()), proxy.log()
 
 
 # -- the manifests directory's errors

@@ -38,7 +38,7 @@ from ingress.proxy.streams.udp import DEFAULT_MAX_SESSIONS, UDPStreamListener
 from ingress.routing.streams import TCP, StreamRoute, stream_key
 from ingress.routing.table import RoutingTable
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 Key = tuple[str, int]
 Handler = Union[TCPStreamFactory, UDPStreamListener, GatewayListener]
@@ -118,10 +118,14 @@ class StreamListeners:
         except CannotListenError as error:
             self._failed(key, route, str(error.socketError or error))
             return
+        at = bound_address(self._interface(route), route.port)
         if self.failures.pop(key, None) is not None:
-            log.info("stream listener {protocol}/{port} ({route}) is open now", protocol=key[0], port=key[1], route=route.name)
+            log.info("{listener} is open now on {at}", listener=describe(key, route), protocol=key[0], port=key[1], route=route.name, at=at)
         elif self.announce:
-            log.info("stream listener {protocol}/{port} ({route}) open, to {upstream}", protocol=key[0], port=key[1], route=route.name, upstream=route.upstream.key)
+            log.info(
+                "{listener} open on {at}" + ("" if route.serves else ", to {upstream}"),
+                listener=describe(key, route), protocol=key[0], port=key[1], route=route.name, at=at, upstream=route.upstream.key,
+            )
         self.listeners[key] = _Listener(route, handler, port)
 
     def _listen(self, route: StreamRoute) -> tuple[Handler, Any]:
@@ -186,7 +190,8 @@ class StreamListeners:
         if not self.reuse_port:  # a worker's failure is counted once, by the primary's probe (L{ingress.process.streamports})
             self.metrics.stream_listener_errors.labels(key[0], str(key[1])).inc()
         log.error(
-            "stream listener {protocol}/{port} for {route} cannot be opened: {detail}; the other listeners keep working",
+            "{listener} cannot be opened: {detail}; the other listeners keep working",
+            listener=describe(key, route, "for"),
             protocol=key[0],
             port=key[1],
             route=route.name,
@@ -208,7 +213,7 @@ class StreamListeners:
         draining = _Draining(key, listener, None)
         draining.timer = self.reactor.callLater(self.drain_timeout, self._end_drain, draining)
         self._draining[id(draining)] = draining
-        log.info("stream listener {protocol}/{port} closed ({route} removed)", protocol=key[0], port=key[1], route=listener.route.name)
+        log.info("{listener} closed: the table no longer has it", listener=describe(key, listener.route), protocol=key[0], port=key[1], route=listener.route.name)
 
     def _revive(self, key: Key, route: StreamRoute) -> bool:
         """A UDP port whose route comes back while it drains is still bound: take it back into service."""
@@ -265,8 +270,9 @@ class StreamListeners:
         log.info("stream listener {protocol}/{port} closed, {count} sessions ended (UDP: nothing to wait for)", protocol=key[0], port=key[1], count=count)
 
     def open_count(self) -> int:
-        """TCP connections and UDP sessions open, on every listener, draining ones included."""
-        return sum(self.open_kinds().values())
+        """TCP connections and UDP sessions open, on every listener, draining ones included (polled while a drain waits)."""
+        handlers = [listener.handler for _, listener, _ in self._every_listener()]
+        return sum(len(h.sessions) if isinstance(h, UDPStreamListener) else len(h.relays) for h in handlers)
 
     def open_kinds(self) -> dict[str, int]:
         """What L{open_count} counts, by port (L{ingress.process.drain.Drainable.open_kinds})."""
@@ -326,6 +332,24 @@ class StreamListeners:
             },
             "failed": {stream_key(protocol, port): detail for (protocol, port), detail in sorted(self.failures.items())},
         }
+
+
+def describe(key: Key, route: StreamRoute, joint: str = "") -> str:
+    """
+    How the log names a listener: a stream's by its protocol and port, a Gateway listener on a port
+    of its own (C{serves}) as the HTTP or HTTPS listener it is: C{Gateway HTTP listener on port 8080
+    (infra/shared)}.  C{joint} comes before the route's name instead of parentheses.
+    """
+    owner = f"{joint} {route.name}" if joint else f"({route.name})"
+    if route.serves:
+        return f"Gateway {route.serves.upper()} listener on port {key[1]} {owner}"
+    return f"stream listener {key[0]}/{key[1]} {owner}"
+
+
+def bound_address(interface: str, port: int) -> str:
+    """Where a listener on C{interface} is bound, as C{ss} shows it ('' is every IPv4 address)."""
+    host = interface or "0.0.0.0"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _listening(handler: Union[TCPStreamFactory, GatewayListener]) -> Any:
