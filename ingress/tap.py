@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import sys
 from collections.abc import Callable
 from functools import partial
 from typing import Any, Optional, cast
@@ -28,8 +29,8 @@ from ingress.observe.admin import Admin
 from ingress.observe.logs import LOG_FORMATS, LoggingRoot
 from ingress.observe.metrics import Metrics, created_series
 from ingress.observe.nginx_metrics import NginxMetrics, controller_identity, gauge_total, recorder, served_certificates
-from ingress.observe.startup import announce, listening, summary
-from ingress.options import PARAMETERS, grouped_usage
+from ingress.observe.startup import announce, listening, summary, turned_off
+from ingress.options import PARAMETERS, given_once, grouped_usage
 from ingress.process.builder import TableBuilder
 from ingress.process.cpus import worker_count
 from ingress.process.dataplane import data_plane
@@ -49,6 +50,7 @@ from ingress.routing.incremental import IncrementalBuild
 from ingress.routing.table import RoutingTable
 from ingress.sources.files import ManifestsSource
 from ingress.sources.kube.client import KubeClient, in_cluster_available
+from ingress.sources.kube.kubeconfig import kubeconfig_problem
 from ingress.sources.kube.source import KubeSource
 
 _CHECKED: list[tuple[str, Callable[[str], float]]] = [
@@ -77,6 +79,7 @@ class Options(usage.Options):
         the error.  Used directly (tests, embedding), it raises L{usage.UsageError}.
         """
         try:
+            given_once(self, sys.argv[1:] if options is None else options, ("manifests", "kubeconfig"))
             super().parseOptions(options)
         except usage.UsageError as error:
             if getattr(self, "parent", None) is None:
@@ -110,6 +113,11 @@ class Options(usage.Options):
         for name in ("http", "https", "admin"):
             if self[name]:
                 check_listener(name, self[name], shared=self["worker-count"] > 1 and name != "admin")
+        if not (self["http"] or self["https"] or self["admin"]):
+            raise usage.UsageError(
+                "--http, --https and --admin are all off: nothing would answer, and nothing would say whether the stream ports opened"
+                " (keep --admin for a stream-only node)"
+            )
         for option in ("nginx-annotations", "nginx-metrics", "metrics-created"):
             if self[option] not in ("true", "false"):
                 raise usage.UsageError(f"--{option} must be true or false")
@@ -150,6 +158,9 @@ class Options(usage.Options):
         if self["kubeconfig"]:
             if not os.path.isfile(self["kubeconfig"]):
                 raise usage.UsageError(f"--kubeconfig {self['kubeconfig']!r} is not a file")
+            problem = kubeconfig_problem(self["kubeconfig"])  # loaded now: a bad one fails here, before any listener opens
+            if problem is not None:
+                raise usage.UsageError(f"--kubeconfig {self['kubeconfig']!r} {problem}")
             return "kubeconfig"
         if in_cluster_available():
             return "in-cluster"
@@ -175,14 +186,15 @@ class _BuilderService(Service):
 
 
 class _Announce(Service):
-    """The first line of the log: what is served from where, by how many processes."""
+    """The first lines of the log: what is served from where, by how many processes, and which listeners are off."""
 
-    def __init__(self, line: str) -> None:
-        self.line = line
+    def __init__(self, *lines: str) -> None:
+        self.lines = lines
 
     def privilegedStartService(self) -> None:  # before the listeners' lines: they listen in this phase
         super().privilegedStartService()
-        announce.info("{line}", line=self.line)
+        for line in self.lines:
+            announce.info("{line}", line=line)
 
 
 def _namespaced_name(value: Optional[str], option: str) -> Optional[tuple[str, str]]:
@@ -274,7 +286,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
     metrics.table_routes.set_function(lambda: _route_count(live.table))  # counted when scraped, not per build (3 ms at 10k hosts)
     created_series(options["metrics-created"] == "true")
     top = LoggingRoot(options["log-format"], options.parent)
-    _Announce(summary(options)).setServiceParent(top)
+    _Announce(summary(options), *turned_off(options)).setServiceParent(top)
     access_log = None
     if options["access-log"] != "off" and options["worker-count"] == 1:  # with workers, each writes its own lines
         access_log = AccessLog(reactor, options["access-log"], options["access-log-format"])

@@ -39,7 +39,7 @@ from ingress.observe.metrics import Metrics
 from ingress.observe.startup import listening
 from ingress.process.channel import Channel, ChannelFactory, encoded
 from ingress.process.reactor import IProcessReactor
-from ingress.process.sockets import ListenerSpec, open_listener, parse_listener
+from ingress.process.sockets import ListenerSpec, open_listener, parse_listener, refuse_start
 from ingress.proxy.http.ratelimit import RequestRates
 from ingress.proxy.http.settings import ProxySettings
 from ingress.routing.delta import table_change
@@ -336,6 +336,9 @@ class WorkerPool(Service):
     def open_count(self) -> int:
         return sum(1 for slot in self.slots if slot.alive)
 
+    def open_kinds(self) -> Mapping[str, int]:
+        return {"worker process{es} draining": self.open_count()}
+
     def abort_all(self) -> int:
         alive = [slot for slot in self.slots if slot.process is not None]
         for slot in self.slots:
@@ -371,7 +374,7 @@ def worker_pool(reactor: IProcessReactor, options: Mapping[str, Any], settings: 
             try:
                 shared.append((spec, [open_listener(spec, reuse_port=True) for _ in range(options["worker-count"])]))
             except OSError as error:
-                raise SystemExit(f"twistd ingress: --{name} {options[name]}: cannot listen: {error}") from None
+                refuse_start(f"twistd ingress: --{name} {options[name]}: cannot listen: {error}")
     config = {
         "settings": {**dataclasses.asdict(settings), "server_name": settings.server_name.decode()},
         "listeners": [{"name": spec.name, "family": int(spec.family), "proxy_protocol": spec.proxy_protocol} for spec, _ in shared],
