@@ -76,7 +76,7 @@ else
 		echo "make: installing the compile extra (mypyc, Cython) into $(VENV) (about 15 s)"; \
 		$(PY) -m pip install -q -e '.[compile]' || exit 1; \
 		echo "make: the pure build for now; compiling the image's build in the background for the next start"; \
-		echo "      (6 to 12 minutes of both cores, niced; it goes on after Ctrl-C; log: $(COMPILE_LOG); make run PURE=1 never compiles)"; \
+		echo "      (3 to 12 minutes of both cores by load, niced; it goes on after Ctrl-C; log: $(COMPILE_LOG); make run PURE=1 never compiles)"; \
 		setsid nice -n 19 ./compile.sh $(PY) $(STAGED) >$(COMPILE_LOG) 2>&1 </dev/null & \
 		echo $$! >$(COMPILE_PID); \
 	fi

@@ -16,9 +16,9 @@ step() { echo "compile: $1 ($((SECONDS - started)) s so far)"; }
 trap 'echo "compile: failed (above); nothing was put in place"' ERR
 
 rm -rf "$staged"
-step "the request path with mypyc (2 to 3 minutes on 2 cores)"
+step "the request path with mypyc (1 to 3 minutes on 2 cores, by load)"
 TWINGRESS_COMPILE=1 "$py" setup.py -q build_ext --build-lib "$staged/lib" --build-temp "$staged/temp"
-step "the HTTP/2 stack (h2, hpack, hyperframe) with Cython (4 to 10 minutes on 2 cores, by load; seconds when h2stack.py's cache has it)"
+step "the HTTP/2 stack (h2, hpack, hyperframe) with Cython (3 to 10 minutes on 2 cores, by load; seconds when h2stack.py's cache has it)"
 "$py" h2stack.py build
 rm -rf "$staged/temp"
 touch "$staged/.complete"

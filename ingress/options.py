@@ -14,8 +14,10 @@ spelling of C{--h2c true} (L{ingress.tap.Options.opt_http2_cleartext}).
 
 from __future__ import annotations
 
+import getopt
 import os
 import textwrap
+from collections.abc import Sequence
 from typing import Any, Optional
 
 from twisted.python import usage
@@ -56,7 +58,7 @@ TLS: list[Parameter] = [
     ["default-certificate", None, None, "NAMESPACE/NAME of the TLS Secret served when no host matches. [default: self-signed, made at start]"],
     ["tls-min-version", None, "1.2", "Lowest TLS version accepted: 1.2 or 1.3."],
     ["tls-ciphers", None, MODERN_CIPHERS, "OpenSSL cipher list for TLS 1.2 (TLS 1.3 suites are OpenSSL's)."],
-    ["https-redirect-port", None, None, "Port in the Location of HTTP to HTTPS redirects. [default: the --https listener's port, omitted when 443]"],
+    ["https-redirect-port", None, None, "Port in the Location of HTTP to HTTPS redirects (omitted when 443). [default: the --https listener's port]"],
 ]
 
 WORKERS: list[Parameter] = [
@@ -145,6 +147,35 @@ def _entry(options: usage.Options, name: str) -> dict[str, Any]:
         "short": None,
         "doc": options.docs[name],
         "optType": "parameter" if parameter else "flag",
-        "default": options.defaults.get(name) if parameter else None,
+        "default": shown_default(options.defaults.get(name)) if parameter else None,
     }
 
+
+def shown_default(default: Any) -> Optional[str]:
+    """
+    A default as --help shows it, written as one would give it (as docs/configuration.md
+    writes it): C{1} and C{30}, not C{1.0} and C{30.0}; C{''} for the empty string, which
+    usage.Options showed as nothing at all ("[default: ]").
+    """
+    if default is None:
+        return None
+    if isinstance(default, float):
+        return f"{default:g}"
+    return "''" if default == "" else str(default)
+
+
+def given_once(options: usage.Options, arguments: list[str], names: Sequence[str]) -> None:
+    """
+    Refuse an option of C{names} given twice (the sources: one directory, one cluster).
+    usage.Options keeps the last value, so C{--manifests a --manifests b} served b alone and
+    said nothing of a.  Read with getopt, as usage.Options reads the line: C{--manifests=DIR}
+    and abbreviations count too.
+    """
+    try:
+        given, _ = getopt.getopt(arguments, options.shortOpt, options.longOpt)
+    except getopt.error:
+        return  # usage.Options says what is wrong with the line
+    for name in names:
+        values = [value for option, value in given if option == f"--{name}"]
+        if len(values) > 1:
+            raise usage.UsageError(f"--{name} given {len(values)} times ({', '.join(map(repr, values))}): give one")

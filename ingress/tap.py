@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import sys
 from collections.abc import Callable
 from functools import partial
 from typing import Any, Optional, cast
@@ -28,9 +29,9 @@ from ingress.observe.admin import Admin
 from ingress.observe.logs import LOG_FORMATS, LoggingRoot
 from ingress.observe.metrics import Metrics, created_series
 from ingress.observe.nginx_metrics import NginxMetrics, controller_identity, gauge_total, recorder, served_certificates
-from ingress.observe.startup import announce, listening, summary
-from ingress.options import PARAMETERS, grouped_usage
-from ingress.process.adoption import Handing, handover_key, listener_sockets, serve_after_first_table, take_over
+from ingress.observe.startup import announce, listening, summary, turned_off
+from ingress.options import PARAMETERS, given_once, grouped_usage
+from ingress.process.adoption import Handing, handover_key, opened_sockets, serve_adopted
 from ingress.process.builder import TableBuilder
 from ingress.process.cpus import worker_count
 from ingress.process.dataplane import data_plane
@@ -39,7 +40,7 @@ from ingress.process.heap import FrozenWatch
 from ingress.process.live import LiveTable
 from ingress.process.pool import worker_pool
 from ingress.process.reactor import IProcessReactor
-from ingress.process.sockets import AdoptedListener, check_listener, listen
+from ingress.process.sockets import check_listener, listen
 from ingress.process.streamports import WorkerStreams
 from ingress.proxy.http.settings import ProxySettings
 from ingress.proxy.http.upstream import UpstreamPool
@@ -50,6 +51,7 @@ from ingress.routing.incremental import IncrementalBuild
 from ingress.routing.table import RoutingTable
 from ingress.sources.files import ManifestsSource
 from ingress.sources.kube.client import KubeClient, in_cluster_available
+from ingress.sources.kube.kubeconfig import kubeconfig_problem
 from ingress.sources.kube.source import KubeSource
 
 _CHECKED: list[tuple[str, Callable[[str], float]]] = [
@@ -78,6 +80,7 @@ class Options(usage.Options):
         the error.  Used directly (tests, embedding), it raises L{usage.UsageError}.
         """
         try:
+            given_once(self, sys.argv[1:] if options is None else options, ("manifests", "kubeconfig"))
             super().parseOptions(options)
         except usage.UsageError as error:
             if getattr(self, "parent", None) is None:
@@ -111,6 +114,11 @@ class Options(usage.Options):
         for name in ("http", "https", "admin"):
             if self[name]:
                 check_listener(name, self[name], shared=self["worker-count"] > 1 and name != "admin", handover=bool(self["handover"]) and name != "admin")
+        if not (self["http"] or self["https"] or self["admin"]):
+            raise usage.UsageError(
+                "--http, --https and --admin are all off: nothing would answer, and nothing would say whether the stream ports opened"
+                " (keep --admin for a stream-only node)"
+            )
         self["handover-key"] = handover_key(self["handover"], self["handover-key-file"])
         for option in ("nginx-annotations", "nginx-metrics", "metrics-created"):
             if self[option] not in ("true", "false"):
@@ -152,6 +160,9 @@ class Options(usage.Options):
         if self["kubeconfig"]:
             if not os.path.isfile(self["kubeconfig"]):
                 raise usage.UsageError(f"--kubeconfig {self['kubeconfig']!r} is not a file")
+            problem = kubeconfig_problem(self["kubeconfig"])  # loaded now: a bad one fails here, before any listener opens
+            if problem is not None:
+                raise usage.UsageError(f"--kubeconfig {self['kubeconfig']!r} {problem}")
             return "kubeconfig"
         if in_cluster_available():
             return "in-cluster"
@@ -177,14 +188,15 @@ class _BuilderService(Service):
 
 
 class _Announce(Service):
-    """The first line of the log: what is served from where, by how many processes."""
+    """The first lines of the log: what is served from where, by how many processes, and which listeners are off."""
 
-    def __init__(self, line: str) -> None:
-        self.line = line
+    def __init__(self, *lines: str) -> None:
+        self.lines = lines
 
     def privilegedStartService(self) -> None:  # before the listeners' lines: they listen in this phase
         super().privilegedStartService()
-        announce.info("{line}", line=self.line)
+        for line in self.lines:
+            announce.info("{line}", line=line)
 
 
 def _namespaced_name(value: Optional[str], option: str) -> Optional[tuple[str, str]]:
@@ -276,7 +288,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
     metrics.table_routes.set_function(lambda: _route_count(live.table))  # counted when scraped, not per build (3 ms at 10k hosts)
     created_series(options["metrics-created"] == "true")
     top = LoggingRoot(options["log-format"], options.parent)
-    _Announce(summary(options)).setServiceParent(top)
+    _Announce(summary(options), *turned_off(options)).setServiceParent(top)
     access_log = None
     if options["access-log"] != "off" and options["worker-count"] == 1:  # with workers, each writes its own lines
         access_log = AccessLog(reactor, options["access-log"], options["access-log-format"])
@@ -325,8 +337,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
             manager.setServiceParent(top)
     listeners: list[IService] = []
     drainables: list[Any] = [streams] if isinstance(streams, StreamListeners) else []
-    taken, ports_freeing = take_over(options)  # --handover: the predecessor's sockets (a blocking exchange, bounded)
-    shared = listener_sockets(options, options["worker-count"], taken, ports_freeing) if options["handover"] or isinstance(streams, WorkerStreams) else []
+    taken, shared = opened_sockets(options, pooled=isinstance(streams, WorkerStreams))  # --handover: a blocking exchange, bounded
     if isinstance(streams, WorkerStreams):
         workers = worker_pool(reactor, options, settings, metrics, shared)
         streams.reported = workers.stream_failures
@@ -352,10 +363,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
     builder.preparers.append(plane.prepare)  # TLS contexts are built on the build thread
     if plane.store is not None:
         admin.route_views.append(plane.store.show)
-    for spec, sockets in shared:  # --handover: every socket opened (or received) beforehand, adopted
-        for index, sock in enumerate(sockets):
-            listeners.append(AdoptedListener(reactor, spec, sock, plane.http if spec.name == "http" else plane.https, partial(listening, spec.name, options), index))
-    serve_after_first_table(live, top, listeners)
+    listeners.extend(serve_adopted(reactor, shared, {"http": plane.http, "https": plane.https}, lambda name: partial(listening, name, options), live, top))
     if plane.http is not None and not shared:
         listeners.append(listen(reactor, options["http"], plane.http, top, "http", partial(listening, "http", options)))
     if plane.https is not None and not shared:

@@ -3,7 +3,8 @@
 # main.go) into ${TWINGRESS_CACHE:-$HOME/.cache/twingress}/testenv/promql-<hash>/promql-eval and
 # print that path.  Idempotent: when the binary was built from the current go.mod, go.sum and
 # main.go it does nothing (no Go needed).  The tests of --nginx-metrics run it (tests/proxy/
-# test_nginx_metrics.py), which is why it is built here, by a script, and cached.
+# test_nginx_metrics.py), and "promql-eval parse" reads every /metrics with Prometheus's own text
+# parsers (tests/proxy/test_exposition.py), which is why it is built here, by a script, and cached.
 #
 # Why this and not Prometheus itself: one package tree (promql + tsdb) builds in about a minute on
 # 2 cores and evaluates each dashboard expression directly, with Prometheus's own engine; a whole

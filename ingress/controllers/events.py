@@ -19,7 +19,7 @@ from ingress.controllers.leader import micro_time
 from ingress.controllers.writer import LeaderWriter
 from ingress.model import CONTROLLER_NAME, ObjectMeta
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 NORMAL, WARNING = "Normal", "Warning"
 REPEAT_AFTER = 600.0  # seconds before the same event about the same object is recorded again

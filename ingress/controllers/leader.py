@@ -34,7 +34,7 @@ from twisted.logger import Logger
 
 from ingress.sources.kube.client import APIError, KubeClient
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
@@ -101,6 +101,7 @@ class LeaderElector:
         self._renewed_at = 0.0
         self._observed: Optional[tuple[str, str]] = None  # (holder, renewTime) last seen
         self._observed_at = 0.0
+        self._failures = 0  # rounds in a row that got no answer
         self._stopped = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="leader-election", daemon=True)
@@ -142,8 +143,10 @@ class LeaderElector:
         try:
             won = self._try_acquire_or_renew()
         except Exception as error:  # noqa: BLE001 - the election must go on through any error
-            log.warn("leader election: {lease} not renewed: {error}", lease=self.config.name, error=str(error)[:200])
+            self._failed(error)
             won = False
+        else:
+            self._answered()
         now = self.clock()
         if won:
             with self._lock:
@@ -156,6 +159,22 @@ class LeaderElector:
                 self.on_started()
         elif self._leading and now - self._renewed_at >= self.config.renew_deadline:
             self._lose("renew deadline passed")
+
+    def _failed(self, error: Exception) -> None:
+        """Logged when a run of failed rounds starts, not every retry period while the apiserver is away."""
+        self._failures += 1
+        if self._failures == 1:
+            log.warn(
+                "leader election: {lease} not renewed: {error}; trying again every {period:g} s, logged again when it answers",
+                lease=self.config.name,
+                error=str(error)[:200],
+                period=self.config.retry_period,
+            )
+
+    def _answered(self) -> None:
+        if self._failures:
+            log.info("leader election: {lease} answers again after {failures} failed rounds", lease=self.config.name, failures=self._failures)
+            self._failures = 0
 
     def _lose(self, why: str) -> None:
         with self._lock:

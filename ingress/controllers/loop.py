@@ -20,7 +20,7 @@ from ingress.controllers.leader import NotLeader
 from ingress.controllers.metrics import ControllerMetrics
 from ingress.controllers.workqueue import ShutDown, WorkQueue
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 MAX_RETRIES = 10
 

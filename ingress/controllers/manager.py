@@ -44,7 +44,7 @@ from ingress.sources.kube.client import KubeClient
 from ingress.sources.kube.reflector import Reflector, Resource
 from ingress.sources.kube.source import KubeSource
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 GENERATOR, STATUS, STREAM_STATUS, PROBLEM_EVENTS, GATEWAY_STATUS = "servicegen", "status", "streamstatus", "problemevents", "gatewaystatus"
 GATEWAY_STATUS_KINDS = ("GatewayClass", "Gateway", "HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute", "UDPRoute")

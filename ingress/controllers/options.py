@@ -17,7 +17,10 @@ from ingress.controllers.manager import ControllerOptions
 CONTROLLER_PARAMETERS: list[list[Any]] = [
     ["generate-ingresses", None, "true", "Generate Ingresses for Services annotated ingress/http: 'true' (true|false)."],
     ["generated-host-template", None, DEFAULT_HOST_TEMPLATE, "Host of a generated Ingress without ingress/host ({name}, {namespace})."],
-    ["update-status", None, "true", "Write status.loadBalancer of the Ingresses we serve (true|false)."],
+    ["update-status", None, "true", (
+        "Write the status of what we serve: the Ingresses' status.loadBalancer, StreamIngress and Gateway API conditions,"
+        " and Warning Events of Ingress problems (true|false)."
+    )],
     ["publish-status-address", None, None, "Comma-separated IPs/hostnames for Ingress status. [default: the nodes of our ready pods]"],
     ["status-pod-selector", None, "app.kubernetes.io/name=twingress", "Label selector of our pods (in the election namespace), whose nodes' addresses are published."],
     ["leader-election-namespace", None, None, "Namespace of the leader Lease. [default: the pod's namespace, else 'default']"],

@@ -42,7 +42,7 @@ from ingress.model import Ingress, Service
 from ingress.sources.kube.client import MERGE_PATCH, APIError
 from ingress.sources.kube.reflector import Store
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 
 

@@ -243,11 +243,16 @@ class ClusterState:
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """Why an object (or part of one) was skipped: logged, counted, and shown in status where it can be."""
+    """
+    Why an object (or part of one) is not served as written: logged, counted, and shown in status
+    where it can be.  C{left_out}: nothing of the object is served (a new object or file that does
+    not parse); otherwise the message says which part is not, and the rest of the object applies.
+    """
 
     ref: ObjectRef
     reason: str
     message: str
+    left_out: bool = False
 
     def __str__(self) -> str:
         return f"{self.ref}: {self.reason}: {self.message}"

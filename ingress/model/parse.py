@@ -243,7 +243,7 @@ def parse_objects(
         try:
             value = parse_object(obj)
         except ParseError as error:
-            value = Problem(ref, error.reason, error.message)
+            value = Problem(ref, error.reason, error.message, left_out=True)
         latest[(ref.kind, ref.namespace, ref.name)] = (handler, value)
     outcomes: list[tuple[Kind, Any]] = []
     good: dict[ObjectKey, tuple[Kind, Any]] = {}
@@ -253,7 +253,7 @@ def parse_objects(
         elif key in last_good:
             good[key] = last_good[key]
             outcomes.append(last_good[key])
-            value = dataclasses.replace(value, message=f"{value.message}; its last good version stays in use")
+            value = dataclasses.replace(value, message=f"{value.message}; its last good version stays in use", left_out=False)
         outcomes.append((handler, value))
     return outcomes, good
 

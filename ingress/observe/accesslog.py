@@ -37,7 +37,7 @@ from ingress.observe.logformat import compile_format
 from ingress.proxy.http.h1 import Head
 from ingress.routing.logformat import parse
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 _FLUSH_BYTES: Final = 1 << 16
 _FLUSH_SECONDS: Final = 0.5

@@ -12,13 +12,14 @@ import json
 from collections.abc import Callable
 from typing import Any, Optional
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import Metric
 from twisted.internet.defer import Deferred
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
 
-from ingress.observe.merge import Merged, merge
+from ingress.observe.exposition import exposition
+from ingress.observe.merge import merge
 from ingress.observe.metrics import Metrics
 from ingress.process.live import LiveTable
 
@@ -27,7 +28,7 @@ ReadinessCheck = Callable[[], tuple[bool, dict[str, object]]]
 ENDPOINTS = (
     ("/healthz", "200 while the process runs (liveness)"),
     ("/readyz", "200 once the first routing table is live and the sources have synced, 503 while draining (readiness); JSON detail"),
-    ("/metrics", "Prometheus metrics (twingress_*; with --workers, summed over the workers)"),
+    ("/metrics", "Prometheus metrics (twingress_* and process_*; with --workers, summed over the workers)"),
     ("/debug/routes", "the live routing table, listeners and problems, as JSON"),
 )
 
@@ -94,10 +95,10 @@ class Admin:
     def _metrics(self, request: Request) -> bytes | int:
         request.setHeader(b"content-type", CONTENT_TYPE_LATEST.encode())
         if self.worker_metrics is None:
-            return generate_latest(self.metrics.registry)
+            return exposition(self.metrics.registry.collect())
 
         def write(sources: list[list[Metric]]) -> None:
-            request.write(generate_latest(Merged(merge([self.metrics.registry.collect(), *sources]))))
+            request.write(exposition(merge([self.metrics.registry.collect(), *sources])))
             request.finish()
 
         self.worker_metrics().addCallback(write)

@@ -16,6 +16,7 @@ side of the command line.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
@@ -124,18 +125,48 @@ class LoggingRoot(MultiService):
     it hands the Application the log observer of C{--log-format}, without
     Twisted's lines about each port (L{quiet}).  For "text" that is twistd's own
     observer, made from C{twistd_options} (twistd's command line) as twistd makes it.
+
+    It also starts the same way under both runners: twistd runs every service's
+    privileged phase (the listeners open there) before any C{startService}, while
+    C{twist} calls only C{startService}, so a listener that could not listen stopped
+    the start after the table-build thread had started, and that thread kept the
+    process up, printing its one line and never exiting.
     """
 
     def __init__(self, log_format: str = "text", twistd_options: Optional[Mapping[str, Any]] = None) -> None:
         super().__init__()
         self.log_format = log_format
         self.twistd_options = twistd_options
+        self._privileged = False
+
+    def privilegedStartService(self) -> None:
+        self._privileged = True
+        super().privilegedStartService()
+
+    def startService(self) -> None:
+        """
+        Start the children; one that raises stops those already started before the error goes
+        on: a started table-build thread (not a daemon) would otherwise keep a process whose
+        start failed alive, its listeners open and nothing served.
+        """
+        if not self._privileged:  # twist: the listeners first, as twistd does
+            self.privilegedStartService()
+        try:
+            super().startService()
+        except BaseException:
+            for service in reversed(list(self)):
+                if service.running:
+                    with contextlib.suppress(Exception):  # the start's error is the one to report
+                        service.stopService()
+            self.running = False
+            raise
 
     def setServiceParent(self, parent: Any) -> Any:
         if isinstance(parent, Componentized):
             if self.log_format == "json":
                 parent.setComponent(ILogObserver, quiet(json_observer()))
-            elif self.twistd_options is not None and not self.twistd_options.get("logger"):
+            elif self.twistd_options is not None and "logfile" in self.twistd_options and not self.twistd_options.get("logger"):
+                # twistd's options: under twist (whose options have no logfile) twist's observer stays, and no twistd.log is made
                 parent.setComponent(ILogObserver, quiet(twistd_text_observer(self.twistd_options)))
         return super().setServiceParent(parent)
 

@@ -1,5 +1,5 @@
 """
-Prometheus metrics, all named C{twingress_*}.
+Prometheus metrics, all named C{twingress_*} (beside the process's own C{process_*}, L{ingress.observe.process_metrics}).
 
 Labels stay bounded: a route is "namespace/ingress" (never a raw path or
 host), a status is the numeric code.  The per-request metrics live in
@@ -13,6 +13,7 @@ from typing import Optional
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, enable_created_metrics
 
 from ingress.observe.collector import CollectorMetrics
+from ingress.observe.process_metrics import ProcessMetrics, register_build_info
 from ingress.observe.request_metrics import RequestMetrics
 
 NO_ROUTE = "-"
@@ -32,11 +33,13 @@ def created_series(wanted: bool) -> None:
 
 
 class Metrics:
-    """One registry's worth of twingress metrics (tests make their own registry)."""
+    """One registry's worth of twingress metrics (tests make their own registry); C{worker}: a worker process's index."""
 
-    def __init__(self, registry: Optional[CollectorRegistry] = None) -> None:
+    def __init__(self, registry: Optional[CollectorRegistry] = None, worker: Optional[int] = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
+        r.register(ProcessMetrics(worker))  # process_*: the primary's unlabelled, each worker's with worker="N"
+        self.build_info = register_build_info(r)
         self.per_request = RequestMetrics()
         r.register(self.per_request)
         self.request_done = self.per_request.request_done
@@ -62,7 +65,7 @@ class Metrics:
         self.table_generation = Gauge("twingress_table_generation", "Generation of the live routing table", registry=r)
         self.table_routes = Gauge("twingress_table_routes", "Routes in the live routing table", registry=r)
         self.problems = Gauge(
-            "twingress_object_problems", "Objects (or parts) skipped in the live table, by reason", ["reason"], registry=r
+            "twingress_object_problems", "Objects (or parts of one) not served as written in the live table, by reason", ["reason"], registry=r
         )
         self.source_errors = Counter(
             "twingress_source_errors", "Errors reading a configuration source, by source", ["source"], registry=r

@@ -17,7 +17,12 @@ This module is a second request recorder beside the access log: it is installed 
 option is on, so a proxy without it pays nothing.  Like L{ingress.observe.request_metrics} it keeps
 plain dicts on the reactor thread and builds families only when scraped.  Families are typed as the
 Go client types them (a counter named C{requests}, not C{requests_total}), and sum over worker
-processes in L{ingress.observe.merge} like every other counter and histogram.
+processes in L{ingress.observe.merge} like every other counter and histogram.  The families of
+counters whose names end in C{_total} (C{nginx_process_requests_total}, C{nginx_process_cpu_seconds_total})
+are named without it, as prometheus_client names every counter; the others (C{requests}, C{success},
+C{errors}) carry their samples' name and L{ingress.observe.exposition} writes them as client_golang
+does.  Like a Go C{CounterVec} without children, the per-request families are left out until a
+request was counted.
 """
 
 from __future__ import annotations
@@ -141,6 +146,8 @@ class NginxMetrics(Collector):
         yield from self._process_families(const)
 
     def _request_families(self, const: dict[str, str]) -> Iterator[Metric]:
+        if not self.requests:
+            return
         requests = Metric(PREFIX + "requests", "The total number of client requests", "counter")
         for key, count in sorted(self.requests.items()):
             requests.add_sample(PREFIX + "requests", {**const, **dict(zip(REQUEST_LABELS, key, strict=True))}, count)
@@ -192,7 +199,7 @@ class NginxMetrics(Collector):
         active = self._connections() if self._connections is not None else 0.0
         connections.add_sample(PREFIX + "nginx_process_connections", {**const, "state": "active"}, active)
         yield connections
-        total = Metric(PREFIX + "nginx_process_requests_total", "total number of client requests", "counter")
+        total = Metric(PREFIX + "nginx_process_requests", "total number of client requests", "counter")
         total.add_sample(PREFIX + "nginx_process_requests_total", const, float(sum(self.requests.values())))
         yield total
         usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -203,7 +210,7 @@ class NginxMetrics(Collector):
             ("nginx_process_resident_memory_bytes", "gauge", "number of bytes of memory in use", rss),
             ("nginx_process_virtual_memory_bytes", "gauge", "number of bytes of memory in use", virtual),
         ):
-            family = Metric(PREFIX + name, documentation, kind)
+            family = Metric(PREFIX + name.removesuffix("_total") if kind == "counter" else PREFIX + name, documentation, kind)
             family.add_sample(PREFIX + name, const, value)
             yield family
 

@@ -78,3 +78,16 @@ def summary(options: Mapping[str, Any]) -> str:
     count = options["worker-count"]
     processes = "one process" if count == 1 else f"a primary process and {count} worker processes"
     return f"twingress {__version__}: {source} (IngressClass {options['ingress-class']}), {processes}"
+
+
+def turned_off(options: Mapping[str, Any]) -> list[str]:
+    """
+    Lines for the listeners turned off (C{--http ''}): a process that serves less than the
+    defaults says so, next to the lines of those that listen.
+    """
+    lines = []
+    if not options["http"] and not options["https"]:
+        lines.append("no HTTP or HTTPS listener (--http '' --https ''): only the table's stream and Gateway listeners serve")
+    if not options["admin"]:
+        lines.append("no admin listener (--admin ''): no /healthz, /readyz, /metrics or /debug/routes")
+    return lines

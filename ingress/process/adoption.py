@@ -31,7 +31,7 @@ from ingress.process.drain import GracefulShutdown
 from ingress.process.handover import HandoverListener
 from ingress.process.handoverwire import EXCHANGE_SECONDS, HandoverRefused, read_key
 from ingress.process.live import LiveTable
-from ingress.process.sockets import ListenerSpec, open_listener, parse_listener
+from ingress.process.sockets import AdoptedListener, ListenerSpec, open_listener, parse_listener, refuse_start
 from ingress.process.takeover import HandoverFailed, Taken, take_listeners
 
 log = Logger()
@@ -65,7 +65,7 @@ def take_over(options: Mapping[str, Any]) -> tuple[Optional[Taken], bool]:
     try:
         taken = take_listeners(path, options["handover-key"])
     except HandoverRefused as error:
-        raise SystemExit(f"twistd ingress: --handover {path}: refused the process there: {error}") from None
+        refuse_start(f"twistd ingress: --handover {path}: refused the process there: {error}")
     except HandoverFailed as error:
         log.warn("handover: no sockets from the predecessor at {path} ({why}): binding fresh", path=path, why=str(error))
         return None, True
@@ -74,6 +74,18 @@ def take_over(options: Mapping[str, Any]) -> tuple[Optional[Taken], bool]:
     else:
         log.info("handover: received {count} listening sockets from the predecessor at {path}", count=len(taken.sockets), path=path)
     return taken, False
+
+
+def opened_sockets(options: Mapping[str, Any], pooled: bool) -> tuple[Optional[Taken], Shared]:
+    """
+    What the primary listens with, opened before the services are built: with --handover, the predecessor's
+    sockets and fresh ones for the rest; with worker processes, fresh ones; else none (each listener binds its
+    own endpoint, as it starts).
+    """
+    taken, ports_freeing = take_over(options)
+    if not (options["handover"] or pooled):
+        return None, []
+    return taken, listener_sockets(options, options["worker-count"], taken, ports_freeing)
 
 
 def bound_as(sock: socket.socket, spec: ListenerSpec) -> bool:
@@ -104,7 +116,7 @@ def listener_sockets(options: Mapping[str, Any], count: int, taken: Optional[Tak
         try:
             fresh = [_bind(spec, ports_freeing) for _ in range(count - len(adopted))]
         except OSError as error:
-            raise SystemExit(f"twistd ingress: --{name} {options[name]}: cannot listen: {error}") from None
+            refuse_start(f"twistd ingress: --{name} {options[name]}: cannot listen: {error}")
         shared.append((spec, adopted + fresh))
     for listener, sock in received:
         if listener not in [spec.name for spec, _ in shared]:
@@ -127,6 +139,19 @@ def _fits(sock: socket.socket, spec: ListenerSpec) -> bool:
 def _bind(spec: ListenerSpec, ports_freeing: bool) -> socket.socket:
     bind = partial(open_listener, spec, reuse_port=True)
     return bind_retrying(bind, EXCHANGE_SECONDS) if ports_freeing else bind()
+
+
+def serve_adopted(
+    reactor: Any, shared: Shared, factories: Mapping[str, Any], announce: Callable[[str], Callable[[Any], None]], live: LiveTable, top: MultiService
+) -> list[IService]:
+    """A single process's listeners with --handover: one per socket opened (or received) beforehand, each adopted."""
+    listeners: list[IService] = [
+        AdoptedListener(reactor, spec, sock, factories[spec.name], announce(spec.name), index)
+        for spec, sockets in shared
+        for index, sock in enumerate(sockets)
+    ]
+    serve_after_first_table(live, top, listeners)
+    return listeners
 
 
 def serve_after_first_table(live: LiveTable, top: MultiService, listeners: Sequence[IService]) -> None:

@@ -42,14 +42,14 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
-from ingress.model import ClusterState
+from ingress.model import ClusterState, Problem
 from ingress.observe.metrics import Metrics
 from ingress.process.heap import frozen_after
 from ingress.process.live import LiveTable
 from ingress.process.reactor import IProcessReactor
 from ingress.routing.table import RoutingTable
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 Snapshot = Callable[[], ClusterState]
 BuildFunction = Callable[[ClusterState, int], RoutingTable]
@@ -146,7 +146,7 @@ class TableBuilder:
         previous = set(self.live.table.problems)
         for problem in table.problems:
             if problem not in previous:  # each problem is logged once, when it appears
-                log.warn("skipped {problem}", problem=str(problem))
+                log.warn("{problem}", problem=problem_line(problem))
         self.live.swap(table)
         self._cost = seconds + time.perf_counter() - swap_started
         log.info(
@@ -223,3 +223,17 @@ class TableBuilder:
             return min(self.debounce, window)
         cap = self.stream_window if stream_age >= self.long_stream else self.burst_window
         return float(min(cap, window * 2 ** min(streak, 10)))
+
+
+def problem_line(problem: Problem) -> str:
+    """
+    A problem's log line, worded by what it does to its object: "skipped" only for an object left
+    out whole (new and unparsable).  Any other problem's message says what of the object is not
+    served, or served otherwise; the rest of the object is.  A ConfigMap's other keys always apply.
+    """
+    if problem.left_out:
+        return f"skipped {problem}"
+    if problem.ref.kind == "ConfigMap":
+        return f"{problem} (the rest of it applies)"
+    return str(problem)
+

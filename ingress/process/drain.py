@@ -8,9 +8,11 @@ The order is the one a load balancer in front of a DaemonSet needs:
     still accept, so traffic arriving before the balancer notices is served;
  2. after C{shutdown_delay}, the listeners stop listening, idle keep-alive
     connections are closed, and busy ones answer their current request with
-    C{Connection: close} and close after it; streams go on;
+    C{Connection: close} and close after it; TCP streams go on, UDP ports close
+    with their sessions (nothing there to finish);
  3. when nothing is open any more, or C{drain_timeout} after step 2 (the
-    rest is then aborted and counted in the log), C{reactor.stop()}: the
+    rest is then aborted and counted in the log; meanwhile the log says what
+    is open, every L{REPORT_SECONDS}), C{reactor.stop()}: the
     services stop as usual (the controllers release their Lease) and twistd
     exits 0.
 
@@ -25,7 +27,8 @@ ends it at once (still exit 0).
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional, Protocol
 
 from twisted.application.service import IService, Service
@@ -33,9 +36,12 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
-log = Logger()
+from ingress.proxy.http2.connection import H2ServerProtocol
+
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 _POLL_SECONDS = 0.05
+REPORT_SECONDS = 5.0  # between the drain's lines saying what it still waits for
 ACCEPT_QUEUE_SECONDS = 0.25  # between refusing new connections and closing: the reactor accepts what is queued
 
 
@@ -47,6 +53,12 @@ class Drainable(Protocol):
 
     def open_count(self) -> int:
         """Connections (or sessions) still open."""
+
+    def open_kinds(self) -> Mapping[str, int]:
+        """
+        What is open, for the log: a count for each kind, the kind a phrase with "{s}" (or "{es}")
+        where its plural takes one ("HTTP/1.1 connection{s} on http", "worker process{es}").
+        """
 
     def abort_all(self) -> int:
         """Cut everything still open; returns how many."""
@@ -66,6 +78,13 @@ class HTTPConnections:
     def open_count(self) -> int:
         return len(self.factory.connections)
 
+    def open_kinds(self) -> Mapping[str, int]:
+        listener = self.factory.listener
+        return Counter(
+            f"{'HTTP/2' if isinstance(connection, H2ServerProtocol) else 'HTTP/1.1'} connection{{s}} on {listener}"
+            for connection in self.factory.connections
+        )
+
     def abort_all(self) -> int:
         connections = list(self.factory.connections)
         for connection in connections:
@@ -84,6 +103,9 @@ class PassthroughConnections:
 
     def open_count(self) -> int:
         return len(self.factory.relays)
+
+    def open_kinds(self) -> Mapping[str, int]:
+        return {"TLS passthrough connection{s}": len(self.factory.relays)}
 
     def abort_all(self) -> int:
         return int(self.factory.abort_all())
@@ -117,6 +139,7 @@ class GracefulShutdown(Service):
         self._delay: Optional[IDelayedCall] = None
         self._timeout: Optional[IDelayedCall] = None
         self._poll: Optional[LoopingCall] = None
+        self._waited_since = self._reported = 0.0  # when the listeners closed, when the log last said what is open
 
     def readiness(self) -> tuple[bool, dict[str, object]]:
         """An admin readiness check: not ready from the first moment of a drain."""
@@ -185,7 +208,8 @@ class GracefulShutdown(Service):
                 _stop_for_good(service, accept_queued=not self.shared)
         for drainable in self.drainables:
             drainable.drain()
-        log.info("listeners closed; waiting for {count} open connections", count=self._open_count())
+        log.info("listeners closed; {waiting}", waiting=self._waiting_for())
+        self._waited_since = self._reported = self.reactor.seconds()
         self._timeout = self.reactor.callLater(self.drain_timeout, self._end, "timeout")
         self._poll = LoopingCall(self._check)
         self._poll.clock = self.reactor
@@ -194,9 +218,24 @@ class GracefulShutdown(Service):
     def _open_count(self) -> int:
         return sum(d.open_count() for d in self.drainables)
 
+    def _waiting_for(self) -> str:
+        """C{waiting for 1 HTTP/1.1 connection on http, 2 TCP streams on :9700}, or C{nothing open}."""
+        kinds: Counter[str] = Counter()
+        for drainable in self.drainables:
+            kinds.update(drainable.open_kinds())
+        counted = [_counted(count, kind) for kind, count in sorted(kinds.items()) if count]
+        return "waiting for " + ", ".join(counted) if counted else "nothing open"
+
     def _check(self) -> None:
         if self._open_count() == 0:
             self._end("drained")
+            return
+        now = self.reactor.seconds()
+        if now - self._reported >= REPORT_SECONDS:
+            self._reported = now
+            log.info(
+                "drain: {waited:.0f}s of {timeout:g}s, {waiting}", waited=now - self._waited_since, timeout=self.drain_timeout, waiting=self._waiting_for()
+            )
 
     def _end(self, why: str) -> None:
         if self.finished:
@@ -221,6 +260,12 @@ class GracefulShutdown(Service):
                 call.cancel()
         if self._poll is not None and self._poll.running:
             self._poll.stop()
+
+
+def _counted(count: int, kind: str) -> str:
+    """C{1 TCP stream on :9700}, C{2 TCP streams on :9700}: C{kind} with its "{s}" and "{es}" filled for C{count}."""
+    plural = count != 1
+    return f"{count} " + kind.format(s="s" if plural else "", es="es" if plural else "")
 
 
 def _refuse_new_connections(service: IService) -> bool:

@@ -45,6 +45,7 @@ from ingress.process.handoverwire import (
     nonce_of,
     proof,
 )
+from ingress.process.sockets import refuse_start
 from ingress.process.takeover import Taken
 
 log = Logger()
@@ -206,7 +207,7 @@ class HandoverListener(Service):
             self.port = self.reactor.listenUNIX(self.path, _Factory(lambda: _PredecessorSide(self)), mode=0o600)
         except CannotListenError as error:
             if at_start:
-                raise SystemExit(f"twistd ingress: --handover {self.path}: cannot listen: {error.socketError}") from None
+                refuse_start(f"twistd ingress: --handover {self.path}: cannot listen: {error.socketError}")
             log.error("handover: cannot offer the sockets at {path} ({why}); serving on", path=self.path, why=str(error.socketError))
             return
         log.info("handover: a successor may take the listening sockets at {path}", path=self.path)

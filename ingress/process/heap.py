@@ -39,7 +39,7 @@ from twisted.logger import Logger
 
 from ingress.observe.collector import CollectorMetrics
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 _T = TypeVar("_T")
 

@@ -15,7 +15,7 @@ from twisted.logger import Logger
 
 from ingress.routing.table import EMPTY_TABLE, RoutingTable
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 TableListener = Callable[[RoutingTable], None]
 

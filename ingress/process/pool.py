@@ -45,7 +45,7 @@ from ingress.proxy.http.settings import ProxySettings
 from ingress.routing.delta import table_change
 from ingress.routing.table import RoutingTable
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 FIRST_BACKOFF, MAX_BACKOFF = 0.5, 10.0
 STABLE_SECONDS = 30.0  # a worker that lived this long restarts without waiting
@@ -169,8 +169,8 @@ class WorkerPool(Service):
         slot.process, slot.channel, slot.streams, slot.stream_failures = None, None, [], {}
         self._release_holds(slot)
         self.up.labels(str(slot.index)).set(0)
-        if slot.families:
-            slot.retired.append(slot.families)
+        if slot.families:  # a dead process's counts still count (counters never go back); its gauges describe nothing now
+            slot.retired.append([family for family in slot.families if family.type != "gauge"])
             slot.families = []
         if self.stopping:
             log.info("worker {index} (pid {pid}) exited: {why}", index=slot.index, pid=slot.pid, why=reason.getErrorMessage())
@@ -343,6 +343,9 @@ class WorkerPool(Service):
 
     def open_count(self) -> int:
         return sum(1 for slot in self.slots if slot.alive)
+
+    def open_kinds(self) -> Mapping[str, int]:
+        return {"worker process{es} draining": self.open_count()}
 
     def abort_all(self) -> int:
         alive = [slot for slot in self.slots if slot.process is not None]

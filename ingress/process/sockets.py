@@ -23,9 +23,10 @@ import os
 import re
 import socket
 import struct
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, NoReturn, Optional
 
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import IService, MultiService
@@ -35,7 +36,7 @@ from twisted.logger import Logger
 from twisted.protocols.haproxy import proxyEndpoint
 from twisted.python import usage
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 
 # Where Linux keeps the largest accept queue a listen() may ask for.
@@ -276,7 +277,21 @@ class EndpointListener(DrainableListener):
         try:
             super().privilegedStartService()
         except CannotListenError as error:
-            raise SystemExit(f"twistd ingress: --{self.name} {self.description}: cannot listen: {error.socketError}") from None
+            refuse_start(f"twistd ingress: --{self.name} {self.description}: cannot listen: {error.socketError}")
+
+
+def refuse_start(message: str) -> NoReturn:
+    """
+    Stop the start: C{message} as one line on the process's own stderr, and exit status 1.
+
+    Not C{SystemExit(message)}: by the time the listeners open, twistd has sent C{sys.stderr}
+    into the log, so the message became a C{[stderr#error]} log line on stdout.
+    """
+    stream = sys.__stderr__
+    if stream is not None:
+        stream.write(message + "\n")
+        stream.flush()
+    raise SystemExit(1)
 
 
 class AdoptedListener(DrainableListener):

@@ -36,7 +36,7 @@ from ingress.proxy.streams.listeners import Key, describe, show_listen_failures
 from ingress.routing.streams import TCP, StreamRoute, stream_key
 from ingress.routing.table import RoutingTable
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 
 class WorkerStreams:

@@ -174,7 +174,7 @@ def main(argv: list[str]) -> None:
     globalLogBeginner.beginLoggingTo([in_worker(observer, index, config["log_format"])], redirectStandardIO=False)
     created_series(config["metrics_created"])
     settings = ProxySettings(**{**config["settings"], "server_name": config["settings"]["server_name"].encode()})
-    metrics, live = Metrics(), LiveTable()
+    metrics, live = Metrics(worker=index), LiveTable()
     top = MultiService()
     access_log = None
     if config["access_log"] != "off":

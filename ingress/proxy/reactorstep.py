@@ -34,7 +34,7 @@ from twisted.internet import tcp
 from twisted.logger import Logger
 from twisted.python import log as legacy_log
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 _DIRECT = frozenset({tcp.Server, tcp.Client})  # connections: _doReadOrWrite catches and logs for them
 

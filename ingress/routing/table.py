@@ -30,6 +30,8 @@ if TYPE_CHECKING:  # routing.gateway builds on this module
 
 __all__ = ["EMPTY_TABLE", "HostRoutes", "Route", "RoutingTable", "Upstream", "normalize_host"]
 
+SKIPPED_NAMES = 100  # Ingresses named per reason in /debug/routes' skippedIngresses (all are counted)
+
 
 @dataclass(frozen=True, slots=True)
 class HostRoutes:
@@ -109,6 +111,21 @@ class RoutingTable:
         for why in self.class_skipped.values():
             counts[why] = counts.get(why, 0) + 1
         return counts
+
+    def _skipped_json(self) -> dict[str, Any]:
+        """
+        Each (reason, message) with its Ingresses, "namespace/name" sorted: at most L{SKIPPED_NAMES} of
+        them (a cluster may hold thousands of another controller's), C{ingresses} counts them all.
+        """
+        names: dict[tuple[str, str], list[str]] = {}
+        for ref, why in self.class_skipped.items():
+            names.setdefault(why, []).append(f"{ref.namespace}/{ref.name}")
+        reasons = []
+        for (reason, message), found in sorted(names.items()):
+            found.sort()
+            shown = {"names": found[:SKIPPED_NAMES], **({"namesLeftOut": len(found) - SKIPPED_NAMES} if len(found) > SKIPPED_NAMES else {})}
+            reasons.append({"reason": reason, "message": message, "ingresses": len(found), **shown})
+        return {"count": len(self.class_skipped), "reasons": reasons}
 
     def passthrough_for(self, host: str) -> Optional[Upstream]:
         """
@@ -204,10 +221,7 @@ class RoutingTable:
             **streams_json(self.streams, self.stream_conditions),
             "problems": [problem_json(p) for p in self.problems],
             **({"globalBlock": self.blocked.to_json()} if self.blocked is not None else {}),
-            "skippedIngresses": {
-                "count": len(self.class_skipped),
-                "reasons": [{"reason": r, "message": m, "ingresses": n} for (r, m), n in sorted(self.skipped_summary().items())],
-            },
+            "skippedIngresses": self._skipped_json(),
             **({"gatewayAPI": self.gateway_status.to_json()} if self.gateway_status is not None else {}),
             **({"httpsListeners": self.https_listeners.to_json()} if self.https_listeners is not None else {}),
             **({"gatewayPorts": {str(port): _port_json(table.to_json()) for port, table in sorted(self.gateway_ports.items())}} if self.gateway_ports else {}),

@@ -29,7 +29,7 @@ from ingress.observe.metrics import Metrics
 from ingress.process.builder import TableBuilder
 from ingress.process.reactor import IProcessReactor
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 SUFFIXES = (".yaml", ".yml", ".json")
 Fingerprint = tuple[tuple[str, int, int, int, int], ...]
@@ -151,8 +151,8 @@ class ManifestsSource(Service):
                 if self._invalid.get(name) != str(error):  # once per change, not on every snapshot
                     self.reactor.callFromThread(self.metrics.source_errors.labels("manifests").inc)
                 kept = "; its last good content stays in use" if name in self._good else ""
-                # Logged once, by the builder, when the problem appears ("skipped File/NAME: InvalidManifest: ...").
-                problems.append(Problem(ObjectRef("File", "", name), "InvalidManifest", _naming(error, self.directory, name) + kept))
+                # Logged once, by the builder, when the problem appears ("skipped File/NAME: InvalidManifest: ..." when nothing of it is kept).
+                problems.append(Problem(ObjectRef("File", "", name), "InvalidManifest", _naming(error, self.directory, name) + kept, left_out=not kept))
                 if name in self._good:
                     good[name] = self._good[name]
             objects.extend(good.get(name, ()))

@@ -33,7 +33,7 @@ def test_the_charts_class_is_skipped_with_why_and_taken_over_either_way(kube, na
 
     why = f"IngressClass {nginx_class} is claimed by controller {NGINX_CONTROLLER}; twingress is twingress.io/ingress-controller (--controller-name)"
     skipped = wait_until(lambda: proxy.routes()["skippedIngresses"] if proxy.routes()["skippedIngresses"]["count"] == 1 else None, what="the skipped Ingress counted")
-    assert skipped["reasons"] == [{"reason": "ClassOfAnotherController", "message": why, "ingresses": 1}]
+    assert skipped["reasons"] == [{"reason": "ClassOfAnotherController", "message": why, "ingresses": 1, "names": [f"{namespace}/chart"]}]
     assert proxy.get(chart_host).status == 404
     assert proxy.metric("twingress_ingresses_skipped", reason="ClassOfAnotherController") == 1
     wait_until(lambda: f"1 Ingresses skipped, not served by twingress: 1: {why}" in proxy.log(), what="the skipped Ingresses in the log")

@@ -304,11 +304,13 @@ def test_watch_connections_cut_mid_stream_are_reestablished(kube, namespace, ech
 def test_a_change_right_after_an_apiserver_restart_is_live_within_seconds(kube, namespace, echo, twingress, apiserver_restored):
     """
     Issue 30: after an apiserver restart a change went live after 0.0, 22.1 and 32.1 s, because
-    the informers' backoff had grown to 30 s while the apiserver was away. Now an outage's first
-    minute is retried about once a second (L{ingress.sources.kube.reflector.retry_delay}), so a
-    change written as soon as the apiserver is back is live within seconds. The outage here
-    (18 s, then the apiserver's own start) falls between the old schedule's retries at ~15.5 and
-    ~31.5 s after the first failure (0.5, 1, 2, 4, 8, 16 s apart), so it waited ~10 s more.
+    the informers' backoff had grown to 30 s while the apiserver was away. The informers still
+    back off (L{ingress.sources.kube.backoff.Backoff}: 0.8 s doubling to 30 s, jittered), but the
+    first of them to reach the apiserver again wakes all the others
+    (L{ingress.sources.kube.reflector.Reflector.wake}), and with a score of informers on
+    independently jittered schedules one of them tries soon after the apiserver is back. The
+    outage here (18 s, then the apiserver's own start) is one that falls between two retries of a
+    single schedule (at ~15.5 and ~31.5 s after the first failure without jitter).
     """
     kube_cluster = apiserver_restored
     proxy = twingress()
@@ -319,11 +321,15 @@ def test_a_change_right_after_an_apiserver_restart_is_live_within_seconds(kube, 
     proxy.wait_status(before, 200, backend="pod-a")
     kube_cluster.stop_apiserver(graceful=True)
     wait_until(lambda: _ready_and_disconnected(proxy), CONVERGE_TIMEOUT, "every informer reported disconnected in /readyz")
-    time.sleep(18)
+    time.sleep(18)  # the outage's length is what this test is about
     kube_cluster.start_apiserver()
     written = time.monotonic()
     kube.create_ingress(namespace, "after", after, "web")
-    proxy.wait_status(after, 200, backend="pod-a", timeout=RECONNECT_TIMEOUT)
-    live_after = time.monotonic() - written
-    print(f"a change written right after the apiserver restart was live after {live_after:.1f}s")
-    assert live_after < 5.0, f"live only {live_after:.1f}s after the write: the informers backed off past the restart"
+    try:
+        proxy.wait_status(after, 200, backend="pod-a", timeout=LIVE_DEADLINE)
+    finally:
+        print(f"a change written right after the apiserver restart was live after {time.monotonic() - written:.1f}s")
+
+
+LIVE_DEADLINE = 10.0
+"""A change written right after an apiserver restart, until it is live."""

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.proxy.promql import promql_binary
 from tests.support import EchoBackend, Manifests, Twingress
 
 
@@ -48,3 +49,9 @@ def twingress(manifests: Manifests) -> Iterator[Callable[..., Twingress]]:
     yield start
     for process in started:
         process.stop()
+
+
+@pytest.fixture(scope="session")
+def promql_eval() -> str:
+    """testenv/promql.sh's tool (Prometheus's PromQL engine and text parsers), built once if it is not current."""
+    return promql_binary()

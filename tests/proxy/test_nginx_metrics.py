@@ -6,7 +6,8 @@ the dashboard deploy/grafana/dashboards/nginx.json it installs) and the collecto
 names and labels (internal/ingress/metric/collectors/socket.go, controller.go, nginx_status.go,
 process.go).  The dashboard is vendored in tests/data/ingress-nginx/ (SOURCE.md names its commit).
 Every expression is evaluated by Prometheus's own PromQL engine (testenv/promql.sh builds it)
-over three scrapes of a real twistd with two worker processes, after real traffic.
+over three scrapes (read by Prometheus's scraper parser) of a real twistd with two worker
+processes, after real traffic.
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.proxy.certs import CertificateAuthority, tls_secret
-from tests.support import ROOT, EchoBackend, Manifests, Twingress, free_port, http_status, refusing_address
+from tests.proxy.promql import parse
+from tests.support import EchoBackend, Manifests, Twingress, free_port, http_status, refusing_address
 
 DASHBOARD = Path(__file__).parent.parent / "data" / "ingress-nginx" / "nginx.json"
 # charts/ingress-nginx/values.yaml, controller.metrics.prometheusRule.rules (commit in SOURCE.md):
@@ -39,14 +40,6 @@ ALERTS = (
 # kubernetes_pod_name is what its certificate panel filters on).
 TARGET = {"job": "ingress-nginx", "instance": "10.244.0.9:10254", "namespace": "ingress-nginx", "pod": "twingress-abcde", "kubernetes_pod_name": "twingress-abcde"}
 SCRAPE_INTERVAL_MS = 15_000
-
-
-@pytest.fixture(scope="module")
-def promql_eval() -> str:
-    """The evaluator binary, built (or found current) by the project's script."""
-    result = subprocess.run([str(ROOT / "testenv" / "promql.sh")], capture_output=True, text=True, timeout=1800)
-    assert result.returncode == 0, result.stderr
-    return result.stdout.strip().splitlines()[-1]
 
 
 @pytest.fixture
@@ -77,15 +70,18 @@ def dashboard_queries() -> list[str]:
     return [re.sub(r"\$(\w+)", ".*", expr) for expr in found]
 
 
-def scrape(process: Twingress, at_ms: int) -> list[dict]:
-    """/metrics as Prometheus stores it: target labels added, clashing exported ones renamed exported_<name> (honor_labels: false)."""
+def scrape(process: Twingress, binary: str, at_ms: int) -> list[dict]:
+    """
+    /metrics as Prometheus stores it (read by its scraper's parser, tests/proxy/promql.py): target
+    labels added, clashing exported ones renamed exported_<name> (honor_labels: false).
+    """
     status, body = process.admin("/metrics")
     assert status == 200
     samples = []
-    for family in text_string_to_metric_families(body.decode()):
-        for sample in family.samples:
-            labels = {("exported_" + k if k in TARGET else k): v for k, v in sample.labels.items()}
-            samples.append({"labels": {**labels, **TARGET, "__name__": sample.name}, "t": at_ms, "v": sample.value})
+    for series in parse(binary, body)["series"]:
+        name = series["labels"].pop("__name__")
+        labels = {("exported_" + k if k in TARGET else k): v for k, v in series["labels"].items()}
+        samples.append({"labels": {**labels, **TARGET, "__name__": name}, "t": at_ms, "v": series["v"]})
     return samples
 
 
@@ -136,7 +132,7 @@ def test_official_dashboard_and_alerts_find_series(
     for step in range(3):
         traffic(process.http_port, https_port)
         time.sleep(0.3)
-        samples += scrape(process, now_ms + step * SCRAPE_INTERVAL_MS)
+        samples += scrape(process, promql_eval, now_ms + step * SCRAPE_INTERVAL_MS)
     at_ms = now_ms + 2 * SCRAPE_INTERVAL_MS
     queries = dashboard_queries() + list(ALERTS)
     assert len(queries) >= 25, queries
@@ -148,7 +144,7 @@ def test_official_dashboard_and_alerts_find_series(
     assert all(a["series"] and not a.get("error") for a in recheck), recheck
 
 
-def test_labels_are_ingress_nginx_s(manifests: Manifests, echo: EchoBackend, twingress: Callable[..., Twingress]) -> None:
+def test_labels_are_ingress_nginx_s(manifests: Manifests, echo: EchoBackend, twingress: Callable[..., Twingress], promql_eval: str) -> None:
     """
     The request counter's label set is socket.go's requestTags plus host (--metrics-per-host, on by
     default) and the controller's constant labels; the Ingress's namespace, name, Service and path.
@@ -163,7 +159,7 @@ def test_labels_are_ingress_nginx_s(manifests: Manifests, echo: EchoBackend, twi
     )
     assert h2.stdout == "2 200", h2.stderr  # an HTTP/2 stream is counted the same way
     time.sleep(0.2)
-    samples = [s for s in scrape(process, 0) if s["labels"]["__name__"] == "nginx_ingress_controller_requests"]
+    samples = [s for s in scrape(process, promql_eval, 0) if s["labels"]["__name__"] == "nginx_ingress_controller_requests"]
     assert len(samples) == 1
     labels = {k: v for k, v in samples[0]["labels"].items() if k not in TARGET and k != "__name__"}
     assert labels.pop("controller_pod")

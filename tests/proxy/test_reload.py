@@ -211,7 +211,8 @@ def test_invalid_file_keeps_last_good_table_then_fix_applies(
     assert [p["reason"] for p in problems] == ["InvalidManifest"], routes["problems"]
     assert metric(reloadable, "twingress_source_errors_total", 'source="manifests"') >= errors_before + 1
     logged = [line for line in reloadable.log().splitlines() if "echo.yaml" in line]  # once, with the last good content kept
-    assert len(logged) == 1 and "skipped File/echo.yaml: InvalidManifest: " in logged[0] and "last good content stays in use" in logged[0], logged
+    assert len(logged) == 1 and "] File/echo.yaml: InvalidManifest: " in logged[0] and "last good content stays in use" in logged[0], logged
+    assert "skipped" not in logged[0]  # its last good content is served: not skipped
 
     # fixing it applies, and the problem goes away
     manifests.route("echo", "echo.test", [pod_b.address])

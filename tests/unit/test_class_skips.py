@@ -34,6 +34,7 @@ def test_each_skipped_ingress_has_its_reason() -> None:
     }
     shown = routes.to_json()["skippedIngresses"]
     assert shown["count"] == 5 and {r["reason"]: r["ingresses"] for r in shown["reasons"]}[CLAIMED] == 2
+    assert {r["reason"]: r["names"] for r in shown["reasons"]}[CLAIMED] == ["default/chart", "default/chart2"]
 
 
 def test_taking_over_the_class_by_controller_name_serves_them() -> None:

@@ -88,6 +88,41 @@ def test_every_documented_default_is_the_code_s() -> None:
     assert wrong == []
 
 
+def _help_defaults() -> dict[str, str | None]:
+    """What --help shows at the end of each option's text, "[default: ...]", by option (None: no default shown)."""
+    shown: dict[str, str | None] = {}
+    for line in Options().getUsage(width=10_000).splitlines():  # what twistd ingress --help prints, one line per option
+        match = re.match(r"\s+--([a-z0-9-]+)=?\s+(.*)$", line)
+        if match:
+            default = re.search(r"\[default: (.*)\]$", match.group(2))
+            shown[match.group(1)] = default.group(1) if default else None
+    return shown
+
+
+def _words(text: str) -> str:
+    """Prose without the quoting that differs between --help and Markdown (`--https`, 'default')."""
+    return text.replace("`", "").replace("'", "")
+
+
+def test_help_shows_every_default_as_the_docs_do() -> None:
+    """
+    --help and the option tables agree on every default: the same value where the docs give one
+    (`1`, not 1.0; `''`, not nothing), and the docs' words where a default is described.
+    """
+    shown = _help_defaults()
+    assert sorted(_long_options(Options()) - set(shown)) == [], "options --help does not show"
+    wrong = []
+    for row in _option_rows():
+        name = spans(row[0])[0][2:]
+        value = re.fullmatch(r"`([^`]*)`", row[1])
+        if value is not None:
+            if shown[name] != value.group(1):
+                wrong.append((name, row[1], shown[name]))
+        elif shown[name] is not None and _words(shown[name]) not in _words(row[1]):
+            wrong.append((name, row[1], shown[name]))
+    assert wrong == []
+
+
 def _named_options() -> Iterable[tuple[str, str]]:
     """(page, option) of every option the docs use: code spans that start with one, and twistd ingress command lines."""
     for path in doc_files():

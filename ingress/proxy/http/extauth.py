@@ -41,7 +41,7 @@ from ingress.proxy.http.variables import expand
 from ingress.routing.policies.backend import BackendTLS
 from ingress.routing.policies.extauth import ExternalAuth
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 _REMEMBERED = 10_000  # cached answers kept (auth-cache-key)
 _BODY_LIMIT = 1 << 20  # an answer's body is read (so the connection can be reused) up to this much

@@ -28,7 +28,7 @@ from ingress.proxy.http.upstream import Address, UpstreamConnection
 from ingress.proxy.idle import Deadline
 from ingress.routing.table import Route
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 
 class Attempted(Protocol):

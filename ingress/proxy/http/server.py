@@ -37,7 +37,7 @@ from ingress.proxy.http2.connection import PREFACE, take_over
 from ingress.proxy.idle import Deadline
 from ingress.proxy.nativeprotocol import NativeProtocol
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 _IN_FLIGHT: Final = frozenset({BODY, AWAIT, AUTH})  # a request read (or being read) and not yet answered in full
 FIRST_REQUEST_GRACE: Final = 1.0  # seconds a connection drained before its first request is given for it

@@ -31,7 +31,7 @@ from ingress.proxy.http.upstream import Address
 from ingress.proxy.http2.fields import Headers, upstream_request_headers
 from ingress.proxy.http2.upstream import H2UpstreamConnection
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 GRPC_UNAVAILABLE: Final = b"14"
 _CONNECTION_SPECIFIC: Final = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade", b"server"})

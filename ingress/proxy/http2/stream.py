@@ -36,7 +36,7 @@ from ingress.proxy.http2.fields import Headers
 from ingress.proxy.http2.response import StreamConnection, StreamOutput
 from ingress.proxy.idle import Deadline, GroupDeadline
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 HIGH_WATER: Final = 1 << 16  # response bytes a stream holds for a client that gives no window, before its upstream is paused
 

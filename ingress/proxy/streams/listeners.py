@@ -38,7 +38,7 @@ from ingress.proxy.streams.udp import DEFAULT_MAX_SESSIONS, UDPStreamListener
 from ingress.routing.streams import TCP, StreamRoute, stream_key
 from ingress.routing.table import RoutingTable
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 Key = tuple[str, int]
 Handler = Union[TCPStreamFactory, UDPStreamListener, GatewayListener]
@@ -240,20 +240,58 @@ class StreamListeners:
             log.info("stream {protocol}/{port}: drain over, closed {count} connections", protocol=key[0], port=key[1], count=count)
 
     def drain(self) -> None:
-        """Shutdown drain (L{ingress.process.drain}): take no new connections or sessions; open ones go on."""
+        """
+        Shutdown drain (L{ingress.process.drain}): take no new connections; open TCP streams go on.
+
+        A UDP port closes now, with its sessions: a session is no connection to finish, only
+        a client address and an upstream socket, and it ended only by going idle, so one
+        datagram held every stop for the whole drain timeout, which then counted it as a
+        connection aborted, with the port still bound after "listeners closed".
+        """
         self._shutting_down = True
-        for listener in self.listeners.values():
+        for key, listener in list(self.listeners.items()):
             if isinstance(listener.handler, UDPStreamListener):
-                listener.handler.accepting = False  # replies still leave through the bound socket
+                del self.listeners[key]
+                self._close_udp(key, listener, listener.handler)
             else:
                 listener.port.stopListening()
                 if isinstance(listener.handler, GatewayListener):
                     listener.handler.drain()
+        for ident, draining in list(self._draining.items()):  # removed from the table, still bound for its sessions' replies
+            if isinstance(draining.listener.handler, UDPStreamListener):
+                del self._draining[ident]
+                draining.timer.cancel()
+                self._close_udp(draining.key, draining.listener, draining.listener.handler)
+
+    def _close_udp(self, key: Key, listener: _Listener, handler: UDPStreamListener) -> None:
+        """End a UDP port's sessions and close this process's socket of it."""
+        count = handler.close_sessions()
+        listener.port.stopListening()
+        log.info("stream listener {protocol}/{port} closed, {count} sessions ended (UDP: nothing to wait for)", protocol=key[0], port=key[1], count=count)
 
     def open_count(self) -> int:
-        """TCP connections and UDP sessions open, on every listener, draining ones included."""
-        handlers = [listener.handler for listener in self.listeners.values()] + [d.listener.handler for d in self._draining.values()]
+        """TCP connections and UDP sessions open, on every listener, draining ones included (polled while a drain waits)."""
+        handlers = [listener.handler for _, listener, _ in self._every_listener()]
         return sum(len(h.sessions) if isinstance(h, UDPStreamListener) else len(h.relays) for h in handlers)
+
+    def open_kinds(self) -> dict[str, int]:
+        """What L{open_count} counts, by port (L{ingress.process.drain.Drainable.open_kinds})."""
+        kinds: dict[str, int] = {}
+        for key, listener, removed in self._every_listener():
+            handler = listener.handler
+            if isinstance(handler, UDPStreamListener):
+                kind, count = f"UDP session{{s}} on :{key[1]}", len(handler.sessions)
+            elif isinstance(handler, GatewayListener):
+                kind, count = f"{listener.route.serves.upper()} connection{{s}} on Gateway port :{key[1]}", len(handler.relays)
+            else:
+                kind, count = f"TCP stream{{s}} on :{key[1]}", len(handler.relays)
+            kind += " (removed)" if removed else ""
+            kinds[kind] = kinds.get(kind, 0) + count
+        return kinds
+
+    def _every_listener(self) -> list[tuple[Key, _Listener, bool]]:
+        """The open listeners and the removed ones still draining (C{True})."""
+        return [(key, listener, False) for key, listener in self.listeners.items()] + [(d.key, d.listener, True) for d in self._draining.values()]
 
     def abort_all(self) -> int:
         """End of the shutdown drain: close everything; returns how many connections and sessions were open."""

@@ -38,7 +38,7 @@ from ingress.proxy.streams import proxyproto
 from ingress.proxy.transport import hand_over
 from ingress.routing.streams import TCP, StreamRoute
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 READ_SIZE = 1 << 18  # bytes per recv(); also how much a transport buffers before it pauses its producer
 

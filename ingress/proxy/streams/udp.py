@@ -36,7 +36,7 @@ from ingress.proxy.http.upstream import Address, UpstreamPool
 from ingress.proxy.idle import IdleTimer
 from ingress.routing.streams import UDP, StreamRoute
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 MAX_DATAGRAM = 65535  # Twisted's default of 8192 would truncate larger datagrams
 DEFAULT_MAX_SESSIONS = 10000

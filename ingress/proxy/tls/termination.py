@@ -35,7 +35,7 @@ from ingress.routing.certs import CertificateTable, SecretKey
 from ingress.routing.policies.clientauth import ClientAuth
 from ingress.routing.table import RoutingTable, problem_json
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 # TLS 1.2 suites: ECDHE with AEAD only (TLS 1.3 suites are all AEAD and OpenSSL's defaults).
 MODERN_CIPHERS = (

@@ -6,10 +6,14 @@ resourceVersion, on a dedicated daemon thread.
 The protocol (as client-go's Reflector): list with pagination, replace the
 store atomically, watch with bookmarks and a server-side timeout, follow the
 resourceVersion through events and bookmarks, relist on 410 Gone, rebuild the
-client on 401, back off exponentially with jitter on any other error.  A
-client read timeout longer than the bookmark interval notices dead
-connections.  Nothing here touches the reactor: changes are reported through
-C{on_change}, which the source hands over with C{callFromThread}.
+client on 401, back off exponentially with jitter on any other error (from
+the first failure, as client-go: L{Backoff}).  A client read timeout longer
+than the bookmark interval notices dead connections.  Nothing here touches the
+reactor nor logs each failure: changes are reported through C{on_change} and
+C{on_status}, which the source hands over with C{callFromThread}; the source
+logs the state changes and one summary while an outage lasts
+(L{ingress.sources.kube.outage}), and L{Reflector.wake}s the others as soon as
+one informer reaches the apiserver again.
 """
 
 from __future__ import annotations
@@ -22,20 +26,17 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from twisted.logger import Logger
-from urllib3.exceptions import ReadTimeoutError
 
 from ingress.model import Problem
 from ingress.model.parse import ParseError, object_ref, parse_object
+from ingress.sources.kube.backoff import BACKOFF_CAP, Backoff, read_timed_out
 from ingress.sources.kube.client import APIError, KubeClient
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 LIST_PAGE = 500
 WATCH_SECONDS = 300  # server-side; jittered so watches don't all end together
 READ_TIMEOUT = 90.0  # > the ~60 s bookmark interval of a watch that has news; a quiet one is watched again
-BACKOFF_START, BACKOFF_CAP = 0.5, 30.0
-FAST_RETRY_WINDOW = 60.0  # an apiserver outage this young is retried about once a second
-FAST_RETRY_SECONDS = (0.5, 1.5)  # jittered, so the informers of many nodes do not come back in step
 
 
 class Gone(Exception):
@@ -144,35 +145,6 @@ class Store:
         return len(self._items)
 
 
-def retry_delay(error: Exception, backoff: float, failing_for: float) -> float:
-    """
-    How long to wait before the next list or watch after C{error}, the current run of failures
-    having lasted C{failing_for} seconds: about a second while the apiserver itself is away
-    (no answer, 5xx, 429: a restart or a failover) and the outage is young; otherwise the
-    exponential C{backoff} with jitter (a refusal such as 403 or 404 is not fixed by asking
-    again soon, and an outage that lasts is not helped by every node asking every second).
-    """
-    if _apiserver_away(error) and failing_for < FAST_RETRY_WINDOW:
-        return random.uniform(*FAST_RETRY_SECONDS)
-    return backoff * random.uniform(0.8, 1.2)
-
-
-def _apiserver_away(error: Exception) -> bool:
-    if isinstance(error, APIError):
-        return error.status == 429 or error.status >= 500
-    return True  # no HTTP answer at all: refused, reset, timed out
-
-
-def _read_timed_out(error: BaseException) -> bool:
-    """Whether C{error} (or what caused it) is a socket read timing out: urllib3 says so with its own class."""
-    found: Optional[BaseException] = error
-    while found is not None:
-        if isinstance(found, (TimeoutError, ReadTimeoutError)):
-            return True
-        found = found.__cause__ or found.__context__
-    return False
-
-
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
     meta = obj.get("metadata") or {}
     return (str(meta.get("namespace", "")), str(meta.get("name", "")))
@@ -183,7 +155,7 @@ def parse_item(obj: Mapping[str, Any]) -> Any:
     try:
         return parse_object(obj)
     except ParseError as error:
-        return Problem(object_ref(obj), error.reason, error.message)
+        return Problem(object_ref(obj), error.reason, error.message, left_out=True)  # the Store holds it instead of the object
 
 
 class Reflector:
@@ -197,6 +169,7 @@ class Reflector:
         on_status: Callable[[Reflector], None],
         namespace: str = "",
         read_timeout: float = READ_TIMEOUT,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client_factory = client_factory
         self.read_timeout = read_timeout
@@ -206,22 +179,48 @@ class Reflector:
         self.store = Store()
         self.on_change = on_change
         self.on_status = on_status
+        self.clock = clock
         self.key_listeners: list[Callable[[tuple[str, str]], None]] = []  # called on this thread, per changed key
         self.synced = False
         self.connected = False
         self.relists = 0
         self.watch_restarts = 0
         self.last_error = ""
+        self.failing_since: Optional[float] = None  # C{clock} time of the current run of failures' first; None: none
+        self.failures = 0  # tries that failed in the current run
         self._version = ""  # the last resourceVersion seen; empty means "list first"
         self._watching = False  # a watch was established since the last failure: the next one's backoff starts afresh
         self._stopped = threading.Event()
+        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"reflector-{resource.kind}", daemon=True)
+
+    @property
+    def name(self) -> str:
+        """The kind, or "ConfigMap namespace/name" for a single named object: log lines, metrics label, /readyz key."""
+        selector = self.resource.field_selector
+        if selector == "type=Opaque":
+            return f"{self.resource.kind} (Opaque)"
+        if selector.startswith("metadata.name="):
+            return f"{self.resource.kind} {self.namespace}/{selector.partition('=')[2]}"
+        return self.resource.kind
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
         self._stopped.set()
+        self._wake.set()
+
+    def wake(self) -> None:
+        """
+        Try again now if waiting out a backoff, and start the backoff afresh (thread-safe):
+        another informer has just reached the apiserver, so this one need not sleep out the rest
+        of its delay.  After a refusal too: a 401, 403 or 404 right after the apiserver is back
+        may be its start (an authorizer or an API group not ready yet), and a backoff grown over
+        the outage would keep that informer away for up to 30 s after it is over.  A kind that is
+        really not installed costs a few more requests per outage.
+        """
+        self._wake.set()
 
     def _run(self) -> None:
         """
@@ -230,48 +229,79 @@ class Reflector:
         failed list - starts over with a list, as client-go does: a reset
         connection must not cost a relist of 10k objects.
         """
-        backoff = BACKOFF_START
-        failing_since: Optional[float] = None  # when the current run of failures began
+        backoff = Backoff()
         while not self._stopped.is_set():
+            self._wake.clear()
             try:
                 if not self._version:
                     self._version = self._list()
-                    backoff, failing_since = BACKOFF_START, None
+                    backoff.reset()
                 self._watching = False
                 self._watch()
             except Gone:
-                log.info("{kind}: resourceVersion too old, relisting", kind=self.resource.kind)
+                log.info("{kind}: resourceVersion too old, relisting", kind=self.name)
                 self._version = ""
                 continue
             except Exception as error:  # noqa: BLE001 - an informer must never die
                 if isinstance(error, APIError) and error.status == 410:  # on the watch request itself
-                    log.info("{kind}: resourceVersion too old, relisting", kind=self.resource.kind)
+                    log.info("{kind}: resourceVersion too old, relisting", kind=self.name)
                     self._version = ""
                     continue
+                if self._watching:  # it worked until now: this failure is the first of a run
+                    backoff.reset()
                 self._failed(error)
-                if self._watching or failing_since is None:  # it worked until now: a failure after a working watch is a first failure
-                    backoff, failing_since = BACKOFF_START, time.monotonic()
-                if self._stopped.wait(retry_delay(error, backoff, time.monotonic() - failing_since)):
+                if self._pause(backoff.next()):
+                    backoff.reset()  # another informer is back: what follows is the apiserver's start, a new run
+                if self._stopped.is_set():
                     return
-                backoff = min(backoff * 2, BACKOFF_CAP)
                 if self._version:
                     self.watch_restarts += 1
                     self.on_status(self)
 
+    def _pause(self, delay: float) -> bool:
+        """Wait C{delay} seconds, less if L{wake}d (or stopped); whether woken."""
+        return not self._stopped.is_set() and self._wake.wait(delay)
+
     def _failed(self, error: Exception) -> None:
+        """
+        Record the failure; log it only when it starts a run of failures (the source logs one
+        summary while an outage lasts, and L{_works} says when it is over), or for a 401.
+        """
         self.last_error = str(error)[:300]
         self.connected = False
+        self.failures += 1
+        if self.failing_since is None:
+            self.failing_since = self.clock()
+            if not (isinstance(error, APIError) and error.status == 401):
+                log.warn(
+                    "{kind}: list/watch failed: {error}; retrying with backoff (up to {cap:.0f} s), without a line per try",
+                    kind=self.name,
+                    error=self.last_error,
+                    cap=BACKOFF_CAP,
+                )
         self.on_status(self)  # every failure, also those before a first list (a kind that is not installed)
         if isinstance(error, APIError) and error.status == 401:
-            log.warn("{kind}: unauthorized, reloading credentials", kind=self.resource.kind)
+            log.warn("{kind}: unauthorized, reloading credentials", kind=self.name)
             try:
                 self.client = self.client_factory()
             except Exception as reload_error:  # noqa: BLE001
-                log.error("{kind}: cannot reload credentials: {e}", kind=self.resource.kind, e=str(reload_error))
-        else:
-            log.warn("{kind}: list/watch failed: {error}", kind=self.resource.kind, error=self.last_error)
+                log.error("{kind}: cannot reload credentials: {e}", kind=self.name, e=str(reload_error))
+
+    def _works(self) -> None:
+        """A list or a watch worked: a run of failures is over, with one line saying how long it lasted."""
+        if self.failing_since is not None:
+            log.info(
+                "{kind}: list/watch works again after {seconds:.1f} s ({failures} failed tries, the last: {error})",
+                kind=self.name,
+                seconds=self.clock() - self.failing_since,
+                failures=self.failures,
+                error=self.last_error,
+            )
+            self.failing_since, self.failures = None, 0
 
     def _set_connected(self, connected: bool) -> None:
+        if connected:
+            self._works()
         if connected != self.connected:
             self.connected = connected
             self.on_status(self)
@@ -296,6 +326,7 @@ class Reflector:
         self._notify(self.store.replace(items))
         self.relists += 1
         self.synced = True
+        self._works()
         self.connected = True
         self.on_status(self)
         self.on_change()
@@ -326,7 +357,7 @@ class Reflector:
                         return
                     self._version = self._apply(event, self._version)
             except Exception as error:  # noqa: BLE001 - only a read timeout is a quiet watch; the rest goes on up
-                if not _read_timed_out(error):
+                if not read_timed_out(error):
                     raise
             self.watch_restarts += 1
             self.on_status(self)

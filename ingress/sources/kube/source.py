@@ -10,8 +10,12 @@ kinds (L{OPTIONAL_KINDS}: StreamIngress and the Gateway API kinds, whose CRDs ma
 not be installed, the Namespaces, and the stream ConfigMaps): one of those whose list is refused (404, 403) is
 logged, reported in /readyz and retried with backoff, and holds up neither
 the first table nor readiness; its streams come with its first good list.
+Once every informer has listed (or been refused), that holds for good (L{synced}).
 When the apiserver goes away the informers keep their stores and the proxy
-keeps its last table (static stability); /readyz detail and metrics report it.
+keeps its last table (static stability); /readyz detail and metrics report it,
+and the log says it once per informer and in one summary while it lasts
+(L{Outage}).  The first informer that reaches the apiserver again wakes the
+others out of their backoff, so that every watch is back within a second of it.
 """
 
 from __future__ import annotations
@@ -27,10 +31,11 @@ from ingress.model.parse import KINDS
 from ingress.observe.metrics import Metrics
 from ingress.process.builder import TableBuilder
 from ingress.sources.kube.client import KubeClient
+from ingress.sources.kube.outage import Outage
 from ingress.sources.kube.parts import Snapshots
 from ingress.sources.kube.reflector import Reflector, Resource, Store
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 RESOURCES = (
     Resource("Ingress", "networking.k8s.io/v1", "ingresses"),
@@ -64,12 +69,7 @@ def config_map_resource(name: str) -> Resource:
 
 def informer_name(reflector: Reflector) -> str:
     """The kind, or "ConfigMap namespace/name" for a single named object: metrics label and /readyz key."""
-    selector = reflector.resource.field_selector
-    if selector == "type=Opaque":
-        return "Secret (Opaque)"
-    if selector.startswith("metadata.name="):
-        return f"{reflector.resource.kind} {reflector.namespace}/{selector.partition('=')[2]}"
-    return reflector.resource.kind
+    return reflector.name
 
 
 class KubeSource(Service):
@@ -101,6 +101,8 @@ class KubeSource(Service):
         self._seen: dict[str, tuple[int, int]] = {}
         self._trigger: Optional[object] = None
         self._snapshots = Snapshots()  # each informer's part of the snapshot, following its store
+        self._outage: Optional[Outage] = None
+        self._synced = False
 
     def startService(self) -> None:
         super().startService()
@@ -118,6 +120,8 @@ class KubeSource(Service):
             self.reflectors.append(reflector)
             self.metrics.kube_connected.labels(informer_name(reflector)).set(0)
             reflector.start()
+        # Their first on_status calls wait for the reactor, which runs them after this returns.
+        self._outage = Outage(self.reactor, self.reflectors[0].client.server if self.reflectors else "")
         self._trigger = self.reactor.addSystemEventTrigger("before", "shutdown", self._stop_reflectors)
         log.info(
             "watching {kinds} in {scope}",
@@ -130,6 +134,8 @@ class KubeSource(Service):
         return super().stopService()
 
     def _stop_reflectors(self) -> None:
+        if self._outage is not None:
+            self._outage.stop()
         for reflector in self.reflectors:
             reflector.stop()
 
@@ -152,8 +158,17 @@ class KubeSource(Service):
 
     @property
     def synced(self) -> bool:
-        """Every informer listed once; an optional one may have been refused instead (module docstring)."""
-        return bool(self.reflectors) and all(r.synced or _refused(r) for r in self.reflectors)
+        """
+        Every informer listed once; an optional one may have been refused instead (module
+        docstring).  Once true, true for good: an optional kind that is not installed fails with a
+        connection error, not a 404, while the apiserver is away, and that must neither stop the
+        builds (a change that came meanwhile was dropped, and stayed unserved until some other
+        change came: an Ingress written right after an apiserver restart, not live after 150 s) nor
+        fail readiness (every node of a cluster without the Gateway API CRDs unready at once).
+        """
+        if not self._synced:
+            self._synced = bool(self.reflectors) and all(r.synced or _refused(r) for r in self.reflectors)
+        return self._synced
 
     def _changed(self) -> None:
         if self.synced:
@@ -175,6 +190,7 @@ class KubeSource(Service):
             )
             self._changed()  # it may have been the last informer the first table waited for
         self.metrics.kube_connected.labels(kind).set(1 if reflector.connected else 0)
+        self._follow_outage(reflector, kind)
         relists, restarts = self._seen.get(kind, (0, 0))
         if reflector.relists > relists:
             self.metrics.kube_relists.labels(kind).inc(reflector.relists - relists)
@@ -183,6 +199,15 @@ class KubeSource(Service):
         self._seen[kind] = (reflector.relists, reflector.watch_restarts)
         if not reflector.connected and reflector.last_error:
             self.metrics.source_errors.labels("kube").inc()
+
+    def _follow_outage(self, reflector: Reflector, kind: str) -> None:
+        """Count C{reflector} in or out of the outage; the first back wakes the others out of their backoff."""
+        if self._outage is None:
+            return
+        failing = not reflector.connected and bool(reflector.last_error) and not _refused(reflector)
+        if self._outage.update(kind, failing, reflector.last_error, len(self.reflectors)):
+            for other in self.reflectors:
+                other.wake()
 
     def snapshot(self) -> ClusterState:
         """
