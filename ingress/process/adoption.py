@@ -34,7 +34,7 @@ from ingress.process.live import LiveTable
 from ingress.process.sockets import AdoptedListener, ListenerSpec, open_listener, parse_listener, refuse_start
 from ingress.process.takeover import HandoverFailed, Taken, take_listeners
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 Shared = list[tuple[ListenerSpec, list[socket.socket]]]
 

@@ -48,7 +48,7 @@ from ingress.process.handoverwire import (
 from ingress.process.sockets import refuse_start
 from ingress.process.takeover import Taken
 
-log = Logger()
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 READY_SECONDS = 120.0  # how long a predecessor holds a successor's connection before it says ready
 _READY_POLL = 0.05
