@@ -51,7 +51,7 @@ from ingress.routing.incremental import IncrementalBuild
 from ingress.routing.table import RoutingTable
 from ingress.sources.files import ManifestsSource
 from ingress.sources.kube.client import KubeClient, in_cluster_available
-from ingress.sources.kube.kubeconfig import kubeconfig_problem
+from ingress.sources.kube.kubeconfig import in_cluster_problem, kubeconfig_problem
 from ingress.sources.kube.source import KubeSource
 
 _CHECKED: list[tuple[str, Callable[[str], float]]] = [
@@ -158,13 +158,12 @@ class Options(usage.Options):
                 raise usage.UsageError(f"--manifests {self['manifests']!r} is not a directory")
             return "manifests"
         if self["kubeconfig"]:
-            if not os.path.isfile(self["kubeconfig"]):
-                raise usage.UsageError(f"--kubeconfig {self['kubeconfig']!r} is not a file")
-            problem = kubeconfig_problem(self["kubeconfig"])  # loaded now: a bad one fails here, before any listener opens
-            if problem is not None:
+            if (problem := kubeconfig_problem(self["kubeconfig"])) is not None:  # loaded now: a bad one fails here, before any listener opens
                 raise usage.UsageError(f"--kubeconfig {self['kubeconfig']!r} {problem}")
             return "kubeconfig"
         if in_cluster_available():
+            if (problem := in_cluster_problem()) is not None:  # loaded now, as a kubeconfig is
+                raise usage.UsageError(problem)
             return "in-cluster"
         raise usage.UsageError(
             "no configuration source: give --manifests DIR (a directory of manifests) or "

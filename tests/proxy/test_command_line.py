@@ -26,7 +26,7 @@ from twisted.python.threadpool import ThreadPool
 from ingress.observe.logs import LoggingRoot
 from tests.kube.twingress import wait_until
 from tests.proxy.certs import CertificateAuthority
-from tests.support import ROOT, TWISTD, Twingress, free_port
+from tests.support import ROOT, TWISTD, Twingress, free_port, unavailable
 
 RUNNERS = {
     "twistd": TWISTD + ["--pidfile=", "--logfile=-", "-n", "ingress"],
@@ -154,6 +154,57 @@ def unreadable(tmp_path: Path) -> Iterator[tuple[Path, Callable[[], None] | None
 def test_an_unreadable_kubeconfig_is_one_line_and_exit_1(unreadable: tuple[Path, Callable[[], None] | None], runner: str) -> None:
     path, drop = unreadable
     _refused(_run(runner, "--kubeconfig", str(path), *_loopback(), preexec_fn=drop), f"--kubeconfig {str(path)!r}", "cannot be read: Permission denied")
+
+
+# -- a pod's in-cluster configuration that cannot be used
+
+SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def _in_a_pod(files: dict[str, bytes], command: list[str]) -> list[str]:
+    """
+    C{command} as a pod would run it, its service-account directory holding C{files}: in a mount
+    namespace of its own, with a tmpfs over /run (/var/run's target), so that no file of this
+    machine is written or hidden from anything else.
+    """
+    if os.geteuid() != 0:
+        unavailable("an in-cluster configuration needs a mount namespace of its own: run as root (as make test does)")
+    writes = " && ".join(f"printf %s {base64.b64encode(data).decode()} | base64 -d > {SERVICE_ACCOUNT}/{name}" for name, data in files.items())
+    script = f"mount -t tmpfs tmpfs /run && mkdir -p {SERVICE_ACCOUNT}" + (f" && {writes}" if writes else "") + ' && exec "$@"'
+    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh", *command]
+
+
+IN_CLUSTER_ENV = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+BAD_IN_CLUSTER = {
+    # name: (the service account's files, what the line says: the kubernetes loader's words, or ours)
+    "empty-token": ({"token": b"", "ca.crt": b"x"}, "Token file exists but empty"),
+    "no-ca": ({"token": b"abc"}, "Service certification file does not exist"),
+    "empty-ca": ({"token": b"abc", "ca.crt": b""}, "Cert file exists but empty"),
+    "ca-not-a-certificate": ({"token": b"abc", "ca.crt": b"junk"}, "its certificate authority cannot be loaded"),
+}
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("kind", BAD_IN_CLUSTER)
+def test_an_in_cluster_configuration_that_cannot_be_used_is_one_line_and_exit_1(runner: str, kind: str) -> None:
+    """
+    The same as for a kubeconfig, in a pod (no --manifests, no --kubeconfig): the service
+    account's token and CA bundle are loaded when the command line is checked, not when the
+    first informer starts, which printed a traceback from inside the start.
+    """
+    files, problem = BAD_IN_CLUSTER[kind]
+    command = _in_a_pod(files, RUNNERS[runner] + _loopback())
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=DEADLINE, env=os.environ | IN_CLUSTER_ENV)
+    print(_refused(result, f"the in-cluster configuration ({SERVICE_ACCOUNT}) cannot be used", problem))
+
+
+def test_a_usable_in_cluster_configuration_passes_the_check() -> None:
+    ca = CertificateAuthority("in-cluster-test-ca")
+    check = [sys.executable, "-c", "from ingress.sources.kube.kubeconfig import in_cluster_problem; print(in_cluster_problem())"]
+    result = subprocess.run(
+        _in_a_pod({"token": b"abc", "ca.crt": ca.pem()}, check), cwd=ROOT, capture_output=True, text=True, timeout=DEADLINE, env=os.environ | IN_CLUSTER_ENV
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (0, "None\n", ""), result
 
 
 # -- a listener whose port is taken

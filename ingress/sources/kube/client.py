@@ -19,7 +19,8 @@ from urllib.parse import urlencode
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+SERVICE_ACCOUNT_DIRECTORY = "/var/run/secrets/kubernetes.io/serviceaccount"
+SERVICE_ACCOUNT_TOKEN = SERVICE_ACCOUNT_DIRECTORY + "/token"
 MERGE_PATCH = "application/merge-patch+json"  # RFC 7386: send only the fields we own
 FIELD_MANAGER = "twingress"  # how our writes appear in managedFields
 

@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.proxy.test_command_line -*-
 """
-A kubeconfig checked once, when the command line is: what the client will load later
+A kubeconfig (or a pod's in-cluster configuration) checked once, when the command line is: what the client will load later
 (L{ingress.sources.kube.client.KubeClient}), loaded now by the same C{kubernetes}
 config loader, so that a file it cannot use is one line and exit status 1 before any
 listener opens.
@@ -13,12 +13,15 @@ keeping the interpreter alive.
 
 from __future__ import annotations
 
+import os
 import ssl
 from typing import Optional
 
 import yaml
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
+
+from ingress.sources.kube.client import SERVICE_ACCOUNT_DIRECTORY
 
 _LOADER_PREFIX = "Invalid kube-config file. "  # what the loader puts before most of its messages
 
@@ -27,10 +30,12 @@ def kubeconfig_problem(path: str) -> Optional[str]:
     """
     Why the kubeconfig at C{path} cannot be used, in one line; None when it can.
 
-    Checked in the order a reader would: the file can be read, it is YAML, it is a mapping, the
+    Checked in the order a reader would: it is a file that can be read, it is YAML, it is a mapping, the
     loader takes it (current context, its cluster and user, the files they name), it names a
     server, and the certificates and key it names are ones TLS can load.
     """
+    if not os.path.isfile(path):
+        return "is not a file"
     try:
         with open(path, encoding="utf-8") as file:
             text = file.read()
@@ -54,6 +59,23 @@ def kubeconfig_problem(path: str) -> Optional[str]:
     if not configuration.host:
         return "cannot be used: its current context's cluster names no server"
     return _tls_problem(configuration)
+
+
+def in_cluster_problem() -> Optional[str]:
+    """
+    Why the pod's in-cluster configuration (the service account's token and CA bundle, the
+    KUBERNETES_SERVICE_HOST/PORT variables) cannot be used, in one line; None when it can.  Loaded
+    now by the same loader the client uses later, for the same reason as a kubeconfig: an empty
+    token or a CA bundle that is not one raised from inside the application's start.
+    """
+    configuration = k8s_client.Configuration()
+    try:
+        k8s_config.load_incluster_config(client_configuration=configuration)
+    except Exception as error:  # ConfigException and whatever else the loader raised: the pod's configuration to fix
+        problem: Optional[str] = f"cannot be used: {_one_line(str(error))}"
+    else:
+        problem = _tls_problem(configuration)
+    return None if problem is None else f"the in-cluster configuration ({SERVICE_ACCOUNT_DIRECTORY}) {problem}"
 
 
 def _tls_problem(configuration: k8s_client.Configuration) -> Optional[str]:
