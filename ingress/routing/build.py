@@ -46,10 +46,11 @@ from ingress.routing.gateway.status import with_addresses
 from ingress.routing.hostpaths import HostPaths, RegexRoutes, freeze_hosts
 from ingress.routing.nginx_config import TWINGRESS_DEFAULTS, NginxConfig, read_nginx_config
 from ingress.routing.paths import prefix_key
-from ingress.routing.policies import Canary, Policies, Redirect
+from ingress.routing.policies import Redirect
 from ingress.routing.policies.affinity import upstream_tag
 from ingress.routing.policies.clientauth import ClientAuth
 from ingress.routing.resolutions import IngressResolutions
+from ingress.routing.route import Canary, Policies
 from ingress.routing.selection import select_and_skip
 from ingress.routing.streams import build_streams
 from ingress.routing.table import Route, RoutingTable, Upstream

@@ -17,9 +17,9 @@ from typing import Union
 from ingress.model import ClusterState, Ingress, ObjectRef, Problem
 from ingress.routing.annotations import IngressAnnotations
 from ingress.routing.annotations.clientauth import ClientAuthProblem, client_auth
-from ingress.routing.policies import Deny, Policies
+from ingress.routing.policies import Deny
 from ingress.routing.policies.clientauth import ClientAuth
-from ingress.routing.route import Route
+from ingress.routing.route import Policies, Route
 from ingress.routing.table import HostRoutes
 
 HostAuth = Union[ClientAuth, Deny]

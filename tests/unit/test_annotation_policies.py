@@ -15,8 +15,8 @@ import pytest
 
 from ingress.model import Problem
 from ingress.routing import RoutingTable
-from ingress.routing.policies import Policies
 from ingress.routing.policies.limits import UNLIMITED
+from ingress.routing.route import Policies
 from tests.unit.objects import T0, T1, ingress, path, rule, table
 
 NGINX = "nginx.ingress.kubernetes.io/"

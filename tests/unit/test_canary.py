@@ -1,5 +1,5 @@
 """
-Tests for canary Ingresses (L{ingress.routing.policies.canary} and their building).
+Tests for canary Ingresses (L{ingress.routing.route.Canary} and their building).
 
 The semantics checked are ingress-nginx's annotations page, section "Canary"
 (docs/user-guide/nginx-configuration/annotations.md): the annotations, the
@@ -17,8 +17,7 @@ import pytest
 
 from ingress.model import ObjectRef
 from ingress.routing import RoutingTable
-from ingress.routing.policies import Canary
-from ingress.routing.route import Route
+from ingress.routing.route import Canary, Route
 from ingress.routing.upstream import Upstream
 from tests.unit.objects import T0, T1, T2, ingress, path, rule, table
 

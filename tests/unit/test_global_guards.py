@@ -17,7 +17,7 @@ from typing import Any, Optional
 import pytest
 
 from ingress.routing import RoutingTable
-from ingress.routing.policies import Policies
+from ingress.routing.route import Policies
 from tests.unit.objects import T0, ingress, path, rule, table
 
 NGINX = "nginx.ingress.kubernetes.io/"

@@ -12,8 +12,8 @@ import pytest
 
 from ingress.proxy.http import h1, requestid
 from ingress.routing import RoutingTable
-from ingress.routing.policies import Policies
 from ingress.routing.policies.headers import header_changes, merged
+from ingress.routing.route import Policies
 from tests.unit.objects import ingress, path, rule, table
 
 NGINX = "nginx.ingress.kubernetes.io/"

@@ -15,9 +15,8 @@ import pytest
 
 from ingress.routing import RoutingTable
 from ingress.routing.nginx_config import ListenerSettings
-from ingress.routing.policies import Policies
 from ingress.routing.policies.limits import UNLIMITED, Limits
-from ingress.routing.route import Route
+from ingress.routing.route import Policies, Route
 from tests.unit.objects import T0, ingress, path, rule, table
 
 NGINX = "nginx.ingress.kubernetes.io/"

@@ -35,7 +35,8 @@ from ingress.proxy.http.sink import ResponseSink
 from ingress.proxy.http.states import AUTH, AWAIT, BODY, CLOSED, HEAD, TUNNEL
 from ingress.proxy.http.steps import ResponseFields
 from ingress.proxy.http.upstream import Address, UpstreamConnection
-from ingress.routing.policies import EWMA, Policies
+from ingress.routing.policies import EWMA
+from ingress.routing.route import Policies
 from ingress.routing.table import Route
 
 _PENDING_LIMIT: Final = 1 << 20  # request bytes held while the upstream connection is being opened

@@ -28,7 +28,7 @@ from ingress.proxy.http import h1
 from ingress.proxy.http.auth import PasswordChecker
 from ingress.proxy.http.extauth import ExternalAuthChecker, Verdict
 from ingress.proxy.http.ratelimit import Rates, RequestRates
-from ingress.routing.policies import Policies
+from ingress.routing.route import Policies
 
 PASSED = Verdict()
 Outcome = Union[Verdict, Deferred[Verdict]]

@@ -18,10 +18,10 @@ from ingress.proxy.http.forwarding import ForwardedFor, request_head_bytes
 from ingress.proxy.http.target import origin_form
 from ingress.proxy.http.upstream import Address, UpstreamPool
 from ingress.proxy.http.variables import expand
-from ingress.routing.policies import EWMA, Affinity, Canary, Policies
+from ingress.routing.policies import EWMA, Affinity
 from ingress.routing.policies.affinity import rendezvous, rendezvous_top, upstream_tag
 from ingress.routing.policies.hashing import HashBy
-from ingress.routing.route import Route
+from ingress.routing.route import Canary, Policies, Route
 from ingress.routing.upstream import Upstream
 
 

@@ -20,7 +20,7 @@ from ingress.routing.annotations.values import HTTP2_BACKENDS
 from ingress.routing.config_keys import EVERY_ROUTE, GLOBAL_AUTH
 from ingress.routing.global_guards import GlobalGuards
 from ingress.routing.nginx_config import TWINGRESS_DEFAULTS, NginxConfig
-from ingress.routing.policies import EWMA, Affinity, BackendTLS, Deny, HashBy, Limits, Policies, Redirect, Retry, Rewrite, SourceRanges, cors
+from ingress.routing.policies import EWMA, Affinity, BackendTLS, Deny, HashBy, Limits, Redirect, Retry, Rewrite, SourceRanges, cors
 from ingress.routing.policies.auth import BasicAuth
 from ingress.routing.policies.cors import Cors
 from ingress.routing.policies.errorpages import ErrorPages
@@ -29,6 +29,7 @@ from ingress.routing.policies.headers import HeaderChanges, merged
 from ingress.routing.policies.limits import UNLIMITED
 from ingress.routing.policies.mirror import Mirror, URLMirror
 from ingress.routing.policies.ratelimit import DEFAULT_BURST_MULTIPLIER, RateLimit, rate_limit
+from ingress.routing.route import Policies
 
 _NO_LIMITS = Limits()
 

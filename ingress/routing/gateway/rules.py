@@ -33,7 +33,6 @@ from ingress.model import ClusterState, IngressBackend, Problem, ServiceBackendP
 from ingress.model.gateway import GATEWAY_GROUP, PATH_MATCH_PREFIX, BackendRef, CorsFilter, HeaderModifier, HTTPRoute, L4Route, RouteRule
 from ingress.routing.backends import Backends
 from ingress.routing.gateway.grpc import GRPC_ROUTE
-from ingress.routing.policies import Policies
 from ingress.routing.policies.cors import Cors
 from ingress.routing.policies.headers import HeaderChanges, header_changes, merged, valid_field
 from ingress.routing.policies.limits import Deadlines, Limits
@@ -41,8 +40,7 @@ from ingress.routing.policies.mirror import Mirror, MirrorTarget
 from ingress.routing.policies.pathreplace import REPLACE_PREFIX_MATCH, PathReplace
 from ingress.routing.policies.redirect import Deny, GatewayRedirect
 from ingress.routing.policies.retry import Retry
-from ingress.routing.policies.weighted import WeightedBackends
-from ingress.routing.route import Route
+from ingress.routing.route import Policies, Route, WeightedBackends
 from ingress.routing.upstream import Upstream
 
 UNSUPPORTED_FILTER = "UnsupportedFilter"
