@@ -135,6 +135,7 @@ class GracefulShutdown(Service):
         drain_timeout: float = 30.0,
         stop: Optional[Callable[[], None]] = None,
         handover_wait: float = 0.0,
+        interrupt: bool = True,
     ) -> None:
         self.reactor = reactor
         self.listeners = list(listeners)
@@ -143,6 +144,7 @@ class GracefulShutdown(Service):
         self.drain_timeout = drain_timeout
         self._stop = stop if stop is not None else reactor.stop
         self.handover_wait = handover_wait
+        self.interrupt = interrupt  # SIGINT drains too; a worker ignores it (a terminal's Ctrl-C reaches the whole process group)
         self.draining = False
         self.waiting = False  # from a SIGTERM to a successor's taking the sockets, or the end of handover_wait
         self.finished = False
@@ -175,7 +177,7 @@ class GracefulShutdown(Service):
 
     def _take_signals(self) -> None:
         for number in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(number, self._on_signal)
+            signal.signal(number, self._on_signal if self.interrupt or number != signal.SIGINT else signal.SIG_IGN)
 
     def _on_signal(self, number: int, frame: Any) -> None:
         self.reactor.callFromThread(self.begin, signal.Signals(number).name)

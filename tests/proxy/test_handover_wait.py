@@ -6,6 +6,9 @@ comes meanwhile, and drains as without the option if none does.  Real twistd pro
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -102,6 +105,23 @@ def test_a_second_sigterm_ends_the_wait(site: Manifests, nodes: list[Node], tmp_
     old.process.terminate()
     assert old.wait_exit(30) == 0, old.log()[-3000:]
     assert "SIGTERM during the wait for a successor: draining now" in old.log()
+
+
+@pytest.mark.skipif(shutil.which("setsid") is None, reason="setsid (util-linux) is not installed")
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_ctrl_c_twice_in_a_terminal(site: Manifests, nodes: list[Node], tmp_path: Path, workers: str) -> None:
+    """
+    SIGINT to the whole process group, as a terminal's Ctrl-C sends it (workers included): the wait serves on
+    (the workers leave their drain to the primary), and a second Ctrl-C drains at once.
+    """
+    old = _start(nodes, site, free_port(), *_handover(tmp_path), "--handover-wait", "600", "--workers", workers, prefix=("setsid",))
+    assert os.getpgid(old.process.pid) == old.process.pid  # its own group: the SIGINT below reaches it alone
+    os.killpg(old.process.pid, signal.SIGINT)
+    old.wait_log(WAITING)
+    assert http_status(old.http_port, "w.test") == 200 and old.process.poll() is None
+    os.killpg(old.process.pid, signal.SIGINT)
+    assert old.wait_exit(30) == 0, old.log()[-3000:]
+    assert "SIGINT during the wait for a successor: draining now" in old.log()
 
 
 @pytest.mark.parametrize(
