@@ -72,6 +72,11 @@ WORKERS: list[Parameter] = [
         " there to the next one ('' = off: bind, and close at exit, as usual).",
     ],
     ["handover-key-file", None, None, "File holding the key (16 bytes or more) both processes of a hand-over must prove they hold; needed with --handover."],
+    [
+        "handover-wait", None, None,
+        "Seconds a SIGTERM'd twingress with --handover serves on, waiting for a successor to take its sockets, before it drains"
+        " (0: drain at once; a second SIGTERM ends the wait). [default: 30 with --handover]",
+    ],
 ]
 
 MIGRATION: list[Parameter] = [

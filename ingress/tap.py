@@ -31,7 +31,7 @@ from ingress.observe.metrics import Metrics, created_series
 from ingress.observe.nginx_metrics import NginxMetrics, controller_identity, gauge_total, recorder, served_certificates
 from ingress.observe.startup import announce, listening, summary, turned_off
 from ingress.options import PARAMETERS, given_once, grouped_usage
-from ingress.process.adoption import Handing, handover_key, opened_sockets, serve_adopted
+from ingress.process.adoption import Handing, handover_key, handover_wait, opened_sockets, serve_adopted
 from ingress.process.builder import TableBuilder
 from ingress.process.cpus import worker_count
 from ingress.process.dataplane import data_plane
@@ -119,7 +119,7 @@ class Options(usage.Options):
                 "--http, --https and --admin are all off: nothing would answer, and nothing would say whether the stream ports opened"
                 " (keep --admin for a stream-only node)"
             )
-        self["handover-key"] = handover_key(self["handover"], self["handover-key-file"])
+        self["handover-key"], self["handover-wait"] = handover_key(self["handover"], self["handover-key-file"]), handover_wait(self["handover"], self["handover-wait"])
         for option in ("nginx-annotations", "nginx-metrics", "metrics-created"):
             if self[option] not in ("true", "false"):
                 raise usage.UsageError(f"--{option} must be true or false")
@@ -373,7 +373,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
 
 def _finish(reactor: IProcessReactor, options: Options, top: MultiService, admin: Admin, listeners: list[IService], drainables: list[Any], handing: Handing) -> MultiService:
     """The drain, the hand-over's rendezvous (--handover) and the admin listener, last: the same with and without worker processes."""
-    shutdown = GracefulShutdown(reactor, listeners, drainables, options["shutdown-delay"], options["drain-timeout"])
+    shutdown = GracefulShutdown(reactor, listeners, drainables, options["shutdown-delay"], options["drain-timeout"], handover_wait=options["handover-wait"])
     shutdown.setServiceParent(top)
     admin.add_check(shutdown.readiness)
     if options["handover"]:

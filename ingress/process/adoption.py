@@ -33,6 +33,7 @@ from ingress.process.handoverwire import EXCHANGE_SECONDS, HandoverRefused, read
 from ingress.process.live import LiveTable
 from ingress.process.sockets import AdoptedListener, ListenerSpec, open_listener, parse_listener, refuse_start
 from ingress.process.takeover import HandoverFailed, Taken, take_listeners
+from ingress.proxy.options import seconds
 
 log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
@@ -51,6 +52,24 @@ def handover_key(path: str, key_file: Optional[str]) -> Optional[bytes]:
         return read_key(key_file)
     except ValueError as error:
         raise usage.UsageError(f"--handover-key-file {error}") from None
+
+
+HANDOVER_WAIT = 30.0  # a surge pod's start on a node whose image is pulled: scheduled, its container started, its first table live
+
+
+def handover_wait(path: str, given: Optional[str]) -> float:
+    """
+    --handover-wait in seconds: C{HANDOVER_WAIT} by default with --handover, 0 without it (nothing to wait for);
+    given without --handover it would be silently ignored, so it is an error.
+    """
+    if given is None:
+        return HANDOVER_WAIT if path else 0.0
+    if not path:
+        raise usage.UsageError("--handover-wait needs --handover (a successor can take the sockets only there)")
+    try:
+        return seconds(str(given))
+    except ValueError as error:
+        raise usage.UsageError(f"--handover-wait: {error}") from None
 
 
 def take_over(options: Mapping[str, Any]) -> tuple[Optional[Taken], bool]:
@@ -202,7 +221,7 @@ class Handing:
         return HandoverListener(
             reactor, path, key,
             sockets=lambda: [(spec.name, sock) for spec, sockets in self.shared for sock in sockets],
-            ready=lambda: self.ready() and not shutdown.draining,
+            ready=lambda: self.ready() and shutdown.offers_sockets(),
             handed=shutdown.hand_over,
             sharing=share,
             taken=self.taken,

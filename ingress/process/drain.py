@@ -22,6 +22,14 @@ drain.  twistd starts the application before C{reactor.run()}, which
 installs the reactor's handlers; ours are installed after that
 (C{callWhenRunning}) and replace them.  A second signal during the drain
 ends it at once (still exit 0).
+
+With C{handover_wait} (C{--handover} and C{--handover-wait}), step 1 lasts
+that long (or C{shutdown_delay}, the longer of the two) and a successor may
+take the listening sockets meanwhile (L{ingress.process.handover}): a pod
+deleted before its successor exists holds the node's queues instead of
+closing them.  A successor that comes makes it a hand-over (L{hand_over});
+none, and step 2 follows as above.  A second signal during the wait ends it:
+step 2 at once (a third ends the drain).
 """
 
 from __future__ import annotations
@@ -126,6 +134,8 @@ class GracefulShutdown(Service):
         shutdown_delay: float = 5.0,
         drain_timeout: float = 30.0,
         stop: Optional[Callable[[], None]] = None,
+        handover_wait: float = 0.0,
+        interrupt: bool = True,
     ) -> None:
         self.reactor = reactor
         self.listeners = list(listeners)
@@ -133,7 +143,10 @@ class GracefulShutdown(Service):
         self.shutdown_delay = shutdown_delay
         self.drain_timeout = drain_timeout
         self._stop = stop if stop is not None else reactor.stop
+        self.handover_wait = handover_wait
+        self.interrupt = interrupt  # SIGINT drains too; a worker ignores it (a terminal's Ctrl-C reaches the whole process group)
         self.draining = False
+        self.waiting = False  # from a SIGTERM to a successor's taking the sockets, or the end of handover_wait
         self.finished = False
         self.shared = False  # the listening sockets are shared with a successor: the drain leaves them as they are
         self._delay: Optional[IDelayedCall] = None
@@ -142,8 +155,21 @@ class GracefulShutdown(Service):
         self._waited_since = self._reported = 0.0  # when the listeners closed, when the log last said what is open
 
     def readiness(self) -> tuple[bool, dict[str, object]]:
-        """An admin readiness check: not ready from the first moment of a drain."""
-        return not self.draining, {"draining": self.draining}
+        """
+        An admin readiness check: not ready from the first moment of a drain, the wait for a successor included
+        (C{"handover_wait": true} says it still serves meanwhile).  Not ready while waiting: a 200 from a process
+        going away could pass for its successor's readiness on a shared admin address, a balancer in front of the
+        node should hear early that this process stops, and in Kubernetes a terminating pod is out of the
+        endpoints whatever it answers; the successor's own /readyz turns 200 once it serves.
+        """
+        details: dict[str, object] = {"draining": self.draining}
+        if self.waiting:
+            details["handover_wait"] = True
+        return not self.draining, details
+
+    def offers_sockets(self) -> bool:
+        """Whether a successor may take the listening sockets now: while serving, and during the wait after a SIGTERM."""
+        return not self.draining or self.waiting
 
     def startService(self) -> None:
         super().startService()
@@ -151,7 +177,7 @@ class GracefulShutdown(Service):
 
     def _take_signals(self) -> None:
         for number in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(number, self._on_signal)
+            signal.signal(number, self._on_signal if self.interrupt or number != signal.SIGINT else signal.SIG_IGN)
 
     def _on_signal(self, number: int, frame: Any) -> None:
         self.reactor.callFromThread(self.begin, signal.Signals(number).name)
@@ -160,11 +186,17 @@ class GracefulShutdown(Service):
         """Start the drain (a second call ends it now)."""
         if self.finished:
             return
+        if self.waiting:
+            self._end_wait(f"{reason} during the wait for a successor: draining now")
+            return
         if self.draining:
             log.warn("{reason} during the drain: stopping now", reason=reason)
             self._end("interrupted")
             return
         self.draining = True
+        if self.handover_wait > 0:
+            self._wait_for_successor(reason)
+            return
         log.info(
             "{reason}: draining; not ready now, listeners close in {delay}s, open requests then get {timeout}s",
             reason=reason,
@@ -172,6 +204,24 @@ class GracefulShutdown(Service):
             timeout=self.drain_timeout,
         )
         self._delay = self.reactor.callLater(self.shutdown_delay, self._close_listeners)
+
+    def _wait_for_successor(self, reason: str) -> None:
+        self.waiting = True
+        wait = max(self.handover_wait, self.shutdown_delay)
+        log.info(
+            "{reason}: not ready now; serving on for up to {wait:g}s while a successor may take the listening sockets, then draining"
+            " (open requests then get {timeout:g}s)",
+            reason=reason, wait=wait, timeout=self.drain_timeout,
+        )
+        self._delay = self.reactor.callLater(wait, self._end_wait, "no successor took the listening sockets in time: draining")
+
+    def _end_wait(self, why: str) -> None:
+        """The wait is over (its time, or a second signal): the listeners close now (their queues are no successor's)."""
+        if self._delay is not None and self._delay.active():
+            self._delay.cancel()
+        self.waiting = False
+        log.info("{why}", why=why)
+        self._close_listeners()
 
     def hand_over(self) -> None:
         """
@@ -185,6 +235,7 @@ class GracefulShutdown(Service):
         if self._delay is not None and self._delay.active():
             self._delay.cancel()
         self.draining = self.shared = True
+        self.waiting = False
         log.info("handed over: no new connections here; open requests get {timeout}s", timeout=self.drain_timeout)
         self._stop_listeners()
 

@@ -143,7 +143,8 @@ class _PredecessorSide(Protocol):
 class HandoverListener(Service):
     """
     The rendezvous of a twingress that owns its listeners: hands them to an authenticated successor, then
-    calls C{handed} (stop accepting, drain, exit); only while C{ready()} (serving, not draining).  C{taken} is our own predecessor's connection when we
+    calls C{handed} (stop accepting, drain, exit); only while C{ready()} (serving, and not draining,
+    or waiting for a successor after a SIGTERM: C{--handover-wait}).  C{taken} is our own predecessor's connection when we
     received ours: we tell it "ready" once C{ready()} holds, and listen on C{path} after it has let go.
     """
 

@@ -21,7 +21,10 @@ the ones that did not bind with every table it serves.
 
 A worker drains on SIGTERM exactly as a single process does (the primary
 sends it after its own shutdown delay), and exits at once when the channel
-closes: a primary that died leaves no worker holding its ports.
+closes: a primary that died leaves no worker holding its ports.  It ignores
+SIGINT: a terminal's Ctrl-C reaches the whole process group, and the primary
+decides when its workers drain (after its shutdown delay, or its wait for a
+successor with C{--handover}).
 """
 
 from __future__ import annotations
@@ -212,7 +215,7 @@ def main(argv: list[str]) -> None:
             service = DrainableListener(endpoint, plane.http if spec["name"] == "http" else plane.https)
             service.setServiceParent(listening)
             listeners.append(service)
-    shutdown = GracefulShutdown(reactor, listeners, [streams, *plane.drainables], 0.0, config["drain_timeout"])
+    shutdown = GracefulShutdown(reactor, listeners, [streams, *plane.drainables], 0.0, config["drain_timeout"], interrupt=False)  # the primary says when
     shutdown.setServiceParent(top)
     FrozenWatch(reactor, metrics.collector).setServiceParent(top)
     worker = Worker(reactor, live, plane, streams, metrics, access_log, rates, listening, top)

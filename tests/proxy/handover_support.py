@@ -74,9 +74,23 @@ class Node:
         except subprocess.TimeoutExpired:
             raise AssertionError(f"still running after {timeout}s:\n{self.log()[-3000:]}") from None
 
+    def readyz(self) -> bytes:
+        """The admin /readyz answer: status line, headers and body."""
+        with socket.create_connection(("127.0.0.1", self.admin_port), timeout=5) as s:
+            s.sendall(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+        return data
+
     def stop(self) -> None:
+        """SIGTERM; a second one if it still runs a moment later (it ends a --handover-wait, or the drain)."""
         if self.process.poll() is None:
             self.process.terminate()
+            try:
+                self.process.wait(1)
+            except subprocess.TimeoutExpired:
+                self.process.terminate()
             try:
                 self.process.wait(15)
             except subprocess.TimeoutExpired:
@@ -212,6 +226,20 @@ class Traffic:
                     connection.close()
                 break
         connection.close()
+
+
+def print_counts(what: str, counts: Counts) -> None:
+    print(
+        f"\n{what}: sent {counts.sent}, answered {counts.answered}, refused {counts.refused}, reset {counts.reset},"
+        f" other {len(counts.other)}; keep-alive answered {counts.keepalive_answered}, reconnects {counts.keepalive_reconnects},"
+        f" failed {len(counts.keepalive_failed)}; other: {counts.other[:3]}"
+    )
+
+
+def assert_nothing_lost(counts: Counts) -> None:
+    assert counts.refused == 0 and counts.reset == 0 and not counts.other, counts
+    assert counts.answered == counts.sent and counts.sent > 0
+    assert not counts.keepalive_failed and counts.keepalive_answered > 0, counts
 
 
 def key_file(directory: Path, name: str = "key", key: bytes = b"0123456789abcdef0123456789abcdef") -> Path:

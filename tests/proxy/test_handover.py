@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from ingress.process.handoverwire import FrameReader, frame, new_nonce
-from tests.proxy.handover_support import Counts, Node, Traffic, key_file, listening_inodes, wait_for
+from tests.proxy.handover_support import Node, Traffic, assert_nothing_lost, key_file, listening_inodes, print_counts, wait_for
 from tests.support import ROOT, EchoBackend, Manifests, free_port, http_status
 
 
@@ -57,20 +57,6 @@ def _start(nodes: list[Node], site: Manifests, port: int, *args: str, **kw: obje
     return nodes[-1]
 
 
-def _print(what: str, counts: Counts) -> None:
-    print(
-        f"\n{what}: sent {counts.sent}, answered {counts.answered}, refused {counts.refused}, reset {counts.reset},"
-        f" other {len(counts.other)}; keep-alive answered {counts.keepalive_answered}, reconnects {counts.keepalive_reconnects},"
-        f" failed {len(counts.keepalive_failed)}; other: {counts.other[:3]}"
-    )
-
-
-def _assert_nothing_lost(counts: Counts) -> None:
-    assert counts.refused == 0 and counts.reset == 0 and not counts.other, counts
-    assert counts.answered == counts.sent and counts.sent > 0
-    assert not counts.keepalive_failed and counts.keepalive_answered > 0, counts
-
-
 def _upgrade(site: Manifests, nodes: list[Node], tmp: Path, old_args: tuple[str, ...], new_args: tuple[str, ...], prefix: tuple[str, ...] = ()) -> None:
     port, tls_port = free_port(), free_port()
     handover = ("--handover", str(tmp / "handover.sock"), "--handover-key-file", str(key_file(tmp)), "--https", f"tcp:{tls_port}:interface=127.0.0.1")
@@ -83,8 +69,8 @@ def _upgrade(site: Manifests, nodes: list[Node], tmp: Path, old_args: tuple[str,
         assert old.wait_exit() == 0, old.log()[-3000:]
         traffic.wait_answered(50)
         counts = traffic.stop()
-    _print(f"hand-over {' '.join(old_args) or '--workers 1'} -> {' '.join(new_args) or '--workers 1'}", counts)
-    _assert_nothing_lost(counts)
+    print_counts(f"hand-over {' '.join(old_args) or '--workers 1'} -> {' '.join(new_args) or '--workers 1'}", counts)
+    assert_nothing_lost(counts)
     assert listening_inodes(port) == before and listening_inodes(tls_port) == tls_before
     assert _tls_handshake(tls_port)
     assert "handover: received" in new.log() and "handed over: no new connections here" in old.log()
@@ -126,8 +112,8 @@ def test_handover_from_one_process_to_two_workers(site: Manifests, nodes: list[N
         assert old.wait_exit() == 0
         traffic.wait_answered(50)
         counts = traffic.stop()
-    _print("hand-over --workers 1 -> --workers 2", counts)
-    _assert_nothing_lost(counts)
+    print_counts("hand-over --workers 1 -> --workers 2", counts)
+    assert_nothing_lost(counts)
     after = listening_inodes(port)
     assert before < after and len(after) == 2  # the old socket kept, one more bound into its group
 
@@ -175,7 +161,7 @@ def test_stop_then_start_loses_connections(site: Manifests, nodes: list[Node]) -
         _start(nodes, site, port)
         traffic.wait_answered(50)
         counts = traffic.stop()
-    _print("stop, then start (no hand-over)", counts)
+    print_counts("stop, then start (no hand-over)", counts)
     assert counts.sent > 0
 
 
@@ -278,7 +264,7 @@ def test_a_successor_that_dies_before_ready_leaves_the_old_one_serving(site: Man
         old.wait_log("the successor went away before it was ready; serving on")
         traffic.wait_answered(50)
         counts = traffic.stop()
-    _assert_nothing_lost(counts)
+    assert_nothing_lost(counts)
     _still_serving(old)
     assert "handed over:" not in old.log()
     _start(nodes, site, old.http_port, *handover)  # the next one takes them
@@ -335,7 +321,7 @@ def test_a_drain_while_a_successor_holds_the_sockets_leaves_them_as_they_are(sit
     not attach the filter that drops connection attempts (it is the socket's, so the successor's too).
     """
     handover = ("--handover", str(tmp_path / "handover.sock"), "--handover-key-file", str(key_file(tmp_path)))
-    old = _start(nodes, site, free_port(), *handover, "--workers", workers)
+    old = _start(nodes, site, free_port(), *handover, "--workers", workers, "--handover-wait", "0")  # the SIGTERM drains at once
     holder = subprocess.Popen(
         [sys.executable, "-c", _HOLDING_SUCCESSOR, str(tmp_path / "handover.sock"), str(tmp_path / "key")],
         cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
