@@ -73,6 +73,7 @@ else
 	@if [ -f $(COMPILE_PID) ] && kill -0 "$$(cat $(COMPILE_PID))" 2>/dev/null; then \
 		echo "make: the pure build for now; the compiled one is still being built in the background (log: $(COMPILE_LOG))"; \
 	else \
+		if grep -q '^compile: failed' $(COMPILE_LOG) 2>/dev/null; then echo "make: the last background compile failed (its log: $(COMPILE_LOG)); trying again"; fi; \
 		echo "make: installing the compile extra (mypyc, Cython) into $(VENV) (about 15 s)"; \
 		$(PY) -m pip install -q -e '.[compile]' || exit 1; \
 		echo "make: the pure build for now; compiling the image's build in the background for the next start"; \
