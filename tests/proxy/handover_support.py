@@ -1,7 +1,8 @@
 """
 What the hand-over tests (test_handover.py) run: twingress processes sharing one HTTP port and one
 rendezvous, clients that count what an upgrade costs them, and the listening sockets' inodes as ss
-shows them.
+shows them; the fixtures both hand-over test modules import (an echo backend, a site routed to it,
+the twingress processes a test starts, stopped after it).
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from tests.support import ROOT, TWISTD, free_port
+import pytest
+
+from tests.support import ROOT, TWISTD, EchoBackend, Manifests, free_port
 
 REQUEST = b"GET / HTTP/1.1\r\nHost: w.test\r\nConnection: close\r\n\r\n"
 
@@ -247,3 +250,33 @@ def key_file(directory: Path, name: str = "key", key: bytes = b"0123456789abcdef
     path.write_bytes(key)
     os.chmod(path, 0o600)
     return path
+
+
+@pytest.fixture(scope="module")
+def echo() -> Iterator[EchoBackend]:
+    """The one backend of a test module's site."""
+    backend = EchoBackend("pod-handover", "127.0.0.1")
+    yield backend
+    backend.stop()
+
+
+@pytest.fixture
+def site(manifests: Manifests, echo: EchoBackend) -> Manifests:
+    """A manifests directory routing w.test to the echo backend."""
+    manifests.route("web", "w.test", [echo.address])
+    return manifests
+
+
+@pytest.fixture
+def nodes() -> Iterator[list[Node]]:
+    """The twingress processes a test starts (L{start_node}), stopped after it."""
+    started: list[Node] = []
+    yield started
+    for node in started:
+        node.stop()
+
+
+def start_node(nodes: list[Node], site: Manifests, port: int, *args: str, **kw: object) -> Node:
+    """A twingress on C{site} and HTTP C{port}, kept in C{nodes} so that the fixture stops it."""
+    nodes.append(Node(site.path, port, *args, **kw))  # type: ignore[arg-type]
+    return nodes[-1]

@@ -21,51 +21,28 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from ingress.process.handoverwire import FrameReader, frame, new_nonce
-from tests.proxy.handover_support import Node, Traffic, assert_nothing_lost, key_file, listening_inodes, print_counts, wait_for
+from tests.proxy import handover_support
+from tests.proxy.handover_support import Node, Traffic, assert_nothing_lost, key_file, listening_inodes, print_counts, start_node, wait_for
 from tests.support import ROOT, EchoBackend, Manifests, free_port, http_status
 
-
-@pytest.fixture(scope="module")
-def echo() -> Iterator[EchoBackend]:
-    backend = EchoBackend("pod-h1", "127.0.0.1")
-    yield backend
-    backend.stop()
-
-
-@pytest.fixture
-def site(manifests: Manifests, echo: EchoBackend) -> Manifests:
-    manifests.route("web", "w.test", [echo.address])
-    return manifests
-
-
-@pytest.fixture
-def nodes() -> Iterator[list[Node]]:
-    started: list[Node] = []
-    yield started
-    for node in started:
-        node.stop()
-
-
-def _start(nodes: list[Node], site: Manifests, port: int, *args: str, **kw: object) -> Node:
-    nodes.append(Node(site.path, port, *args, **kw))  # type: ignore[arg-type]
-    return nodes[-1]
+# The shared fixtures (tests/proxy/handover_support.py), under the names the tests take.
+echo, site, nodes = handover_support.echo, handover_support.site, handover_support.nodes
 
 
 def _upgrade(site: Manifests, nodes: list[Node], tmp: Path, old_args: tuple[str, ...], new_args: tuple[str, ...], prefix: tuple[str, ...] = ()) -> None:
     port, tls_port = free_port(), free_port()
     handover = ("--handover", str(tmp / "handover.sock"), "--handover-key-file", str(key_file(tmp)), "--https", f"tcp:{tls_port}:interface=127.0.0.1")
-    old = _start(nodes, site, port, *handover, *old_args, prefix=prefix)
+    old = start_node(nodes, site, port, *handover, *old_args, prefix=prefix)
     before, tls_before = listening_inodes(port), listening_inodes(tls_port)
     assert before and tls_before
     with Traffic(port) as traffic:
         traffic.wait_answered(50)
-        new = _start(nodes, site, port, *handover, *new_args, prefix=prefix)
+        new = start_node(nodes, site, port, *handover, *new_args, prefix=prefix)
         assert old.wait_exit() == 0, old.log()[-3000:]
         traffic.wait_answered(50)
         counts = traffic.stop()
@@ -75,7 +52,7 @@ def _upgrade(site: Manifests, nodes: list[Node], tmp: Path, old_args: tuple[str,
     assert _tls_handshake(tls_port)
     assert "handover: received" in new.log() and "handed over: no new connections here" in old.log()
     # the new one offers them in turn: a third takes them from it
-    third = _start(nodes, site, port, *handover, prefix=prefix)
+    third = start_node(nodes, site, port, *handover, prefix=prefix)
     assert new.wait_exit() == 0
     assert http_status(port, "w.test") == 200 and listening_inodes(port) == before
     assert third.process.poll() is None
@@ -104,11 +81,11 @@ def test_handover_from_two_workers_to_one(site: Manifests, nodes: list[Node], tm
 def test_handover_from_one_process_to_two_workers(site: Manifests, nodes: list[Node], tmp_path: Path) -> None:
     port = free_port()
     handover = ("--handover", str(tmp_path / "handover.sock"), "--handover-key-file", str(key_file(tmp_path)))
-    old = _start(nodes, site, port, *handover)
+    old = start_node(nodes, site, port, *handover)
     before = listening_inodes(port)
     with Traffic(port) as traffic:
         traffic.wait_answered(50)
-        _start(nodes, site, port, *handover, "--workers", "2")
+        start_node(nodes, site, port, *handover, "--workers", "2")
         assert old.wait_exit() == 0
         traffic.wait_answered(50)
         counts = traffic.stop()
@@ -153,12 +130,12 @@ def test_handover_without_capabilities(site: Manifests, nodes: list[Node], echo:
 def test_stop_then_start_loses_connections(site: Manifests, nodes: list[Node]) -> None:
     """Without the hand-over: the old process stops, then the new one starts. Counted and printed, not asserted."""
     port = free_port()
-    old = _start(nodes, site, port)
+    old = start_node(nodes, site, port)
     with Traffic(port) as traffic:
         traffic.wait_answered(50)
         old.process.terminate()
         assert old.wait_exit() == 0
-        _start(nodes, site, port)
+        start_node(nodes, site, port)
         traffic.wait_answered(50)
         counts = traffic.stop()
     print_counts("stop, then start (no hand-over)", counts)
@@ -168,7 +145,7 @@ def test_stop_then_start_loses_connections(site: Manifests, nodes: list[Node]) -
 def test_a_socket_bound_elsewhere_is_not_adopted(site: Manifests, nodes: list[Node], tmp_path: Path) -> None:
     """The new version listens on another port: the old socket is refused (logged), the new port bound fresh, the old one drains."""
     old, handover = _serving(site, nodes, tmp_path)
-    new = _start(nodes, site, free_port(), *handover)
+    new = start_node(nodes, site, free_port(), *handover)
     assert old.wait_exit() == 0
     assert f"the predecessor's http socket is bound to ('127.0.0.1', {old.http_port}), not where --http" in new.log()
     assert http_status(new.http_port, "w.test") == 200
@@ -197,7 +174,7 @@ def _answer(peer: socket.socket) -> tuple[list[dict], int]:
 
 def _serving(site: Manifests, nodes: list[Node], tmp: Path) -> tuple[Node, tuple[str, ...]]:
     handover = ("--handover", str(tmp / "handover.sock"), "--handover-key-file", str(key_file(tmp)))
-    return _start(nodes, site, free_port(), *handover), handover
+    return start_node(nodes, site, free_port(), *handover), handover
 
 
 def _still_serving(node: Node) -> None:
@@ -208,7 +185,7 @@ def _still_serving(node: Node) -> None:
 def test_a_wrong_key_is_refused(site: Manifests, nodes: list[Node], tmp_path: Path) -> None:
     old, handover = _serving(site, nodes, tmp_path)
     other = key_file(tmp_path, "other", b"another key, not the predecessor's")
-    new = _start(nodes, site, old.http_port, *handover[:3], str(other), wait=False)
+    new = start_node(nodes, site, old.http_port, *handover[:3], str(other), wait=False)
     assert new.wait_exit() == 1
     lines = [line for line in new.log().splitlines() if "twistd ingress:" in line]
     assert len(lines) == 1 and "--handover" in lines[0] and "wrong proof" in lines[0], new.log()
@@ -237,7 +214,7 @@ def test_a_garbled_or_hostile_peer_is_refused(site: Manifests, nodes: list[Node]
     old.wait_log("refused a peer on")
     _still_serving(old)
     # and a real successor still takes the sockets from it afterwards
-    _start(nodes, site, old.http_port, "--handover", str(tmp_path / "handover.sock"), "--handover-key-file", str(tmp_path / "key"))
+    start_node(nodes, site, old.http_port, "--handover", str(tmp_path / "handover.sock"), "--handover-key-file", str(tmp_path / "key"))
     assert old.wait_exit() == 0
 
 
@@ -267,7 +244,7 @@ def test_a_successor_that_dies_before_ready_leaves_the_old_one_serving(site: Man
     assert_nothing_lost(counts)
     _still_serving(old)
     assert "handed over:" not in old.log()
-    _start(nodes, site, old.http_port, *handover)  # the next one takes them
+    start_node(nodes, site, old.http_port, *handover)  # the next one takes them
     assert old.wait_exit() == 0
 
 
@@ -290,7 +267,7 @@ def test_a_second_successor_during_a_hand_over_is_refused(site: Manifests, nodes
     )
     try:
         assert first.stdout is not None and first.stdout.readline().strip() == "received 1"
-        second = _start(nodes, site, old.http_port, *handover, wait=False)
+        second = start_node(nodes, site, old.http_port, *handover, wait=False)
         assert second.wait_exit() == 1
         lines = [line for line in second.log().splitlines() if "twistd ingress:" in line]
         assert len(lines) == 1 and "a hand-over to another process is in progress" in lines[0], second.log()
@@ -305,6 +282,7 @@ _HOLDING_SUCCESSOR = """
 import select, sys
 from ingress.process.takeover import take_listeners
 from ingress.process.handoverwire import read_key
+
 taken = take_listeners(sys.argv[1], read_key(sys.argv[2]))
 print("received", len(taken.sockets), flush=True)
 sys.stdin.readline()
@@ -321,7 +299,7 @@ def test_a_drain_while_a_successor_holds_the_sockets_leaves_them_as_they_are(sit
     not attach the filter that drops connection attempts (it is the socket's, so the successor's too).
     """
     handover = ("--handover", str(tmp_path / "handover.sock"), "--handover-key-file", str(key_file(tmp_path)))
-    old = _start(nodes, site, free_port(), *handover, "--workers", workers, "--handover-wait", "0")  # the SIGTERM drains at once
+    old = start_node(nodes, site, free_port(), *handover, "--workers", workers, "--handover-wait", "0")  # the SIGTERM drains at once
     holder = subprocess.Popen(
         [sys.executable, "-c", _HOLDING_SUCCESSOR, str(tmp_path / "handover.sock"), str(tmp_path / "key")],
         cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -348,7 +326,7 @@ def test_a_predecessor_that_dies_mid_handover_means_binding_fresh(site: Manifest
     dying.bind(str(path))
     dying.listen(1)
     port = free_port()
-    new = _start(nodes, site, port, "--handover", str(path), "--handover-key-file", str(key_file(tmp_path)), wait=False)
+    new = start_node(nodes, site, port, "--handover", str(path), "--handover-key-file", str(key_file(tmp_path)), wait=False)
     connection, _ = dying.accept()
     connection.settimeout(10)
     assert FrameReader().feed(connection.recv(65536))[0]["type"] == "hello"
@@ -365,7 +343,7 @@ def test_a_stranger_on_the_port_is_still_an_error(site: Manifests, nodes: list[N
         stranger.bind(("127.0.0.1", 0))
         stranger.listen(1)
         port = stranger.getsockname()[1]
-        new = _start(nodes, site, port, "--handover", str(tmp_path / "handover.sock"), "--handover-key-file", str(key_file(tmp_path)), wait=False)
+        new = start_node(nodes, site, port, "--handover", str(tmp_path / "handover.sock"), "--handover-key-file", str(key_file(tmp_path)), wait=False)
         assert new.wait_exit() == 1
     lines = [line for line in new.log().splitlines() if "twistd ingress:" in line]
     assert len(lines) == 1 and f"--http tcp:{port}:interface=127.0.0.1: cannot listen" in lines[0], new.log()
@@ -406,7 +384,7 @@ def test_a_request_in_flight_at_the_hand_over_is_answered_by_the_old_process(sit
     slow = threading.Thread(target=lambda: answers.append(http_status(old.http_port, "w.test", "/?delay=2")), daemon=True)
     slow.start()
     wait_for(lambda: old.metric_open() > 0, 10, "the slow request open in the old process", old)
-    _start(nodes, site, old.http_port, *handover)
+    start_node(nodes, site, old.http_port, *handover)
     assert old.wait_exit() == 0
     slow.join(10)
     assert answers == [200]

@@ -9,45 +9,22 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.proxy.handover_support import Node, Traffic, assert_nothing_lost, key_file, listening_inodes, print_counts
-from tests.support import EchoBackend, Manifests, free_port, http_status
+from tests.proxy import handover_support
+from tests.proxy.handover_support import Node, Traffic, assert_nothing_lost, key_file, listening_inodes, print_counts, start_node
+from tests.support import Manifests, free_port, http_status
+
+# The shared fixtures (tests/proxy/handover_support.py), under the names the tests take.
+echo, site, nodes = handover_support.echo, handover_support.site, handover_support.nodes
 
 WAITING = "while a successor may take the listening sockets"
 
 
-@pytest.fixture(scope="module")
-def echo() -> Iterator[EchoBackend]:
-    backend = EchoBackend("pod-hw", "127.0.0.1")
-    yield backend
-    backend.stop()
-
-
-@pytest.fixture
-def site(manifests: Manifests, echo: EchoBackend) -> Manifests:
-    manifests.route("web", "w.test", [echo.address])
-    return manifests
-
-
-@pytest.fixture
-def nodes() -> Iterator[list[Node]]:
-    started: list[Node] = []
-    yield started
-    for node in started:
-        node.stop()
-
-
 def _handover(tmp: Path) -> tuple[str, ...]:
     return ("--handover", str(tmp / "handover.sock"), "--handover-key-file", str(key_file(tmp)))
-
-
-def _start(nodes: list[Node], site: Manifests, port: int, *args: str, **kw: object) -> Node:
-    nodes.append(Node(site.path, port, *args, **kw))  # type: ignore[arg-type]
-    return nodes[-1]
 
 
 def _terminated(node: Node) -> None:
@@ -66,14 +43,14 @@ def test_a_successor_after_the_sigterm_takes_the_sockets_and_loses_nothing(site:
     test's deadline for the old process's exit: it exits because it handed over.
     """
     port = free_port()
-    old = _start(nodes, site, port, *_handover(tmp_path), "--handover-wait", "600", "--workers", workers)
+    old = start_node(nodes, site, port, *_handover(tmp_path), "--handover-wait", "600", "--workers", workers)
     before = listening_inodes(port)
     assert before
     with Traffic(port) as traffic:
         traffic.wait_answered(50)
         _terminated(old)
         traffic.wait_answered(50)  # served during the wait
-        new = _start(nodes, site, port, *_handover(tmp_path), "--workers", workers)
+        new = start_node(nodes, site, port, *_handover(tmp_path), "--workers", workers)
         assert old.wait_exit(30) == 0, old.log()[-3000:]
         traffic.wait_answered(50)
         counts = traffic.stop()
@@ -87,7 +64,7 @@ def test_a_successor_after_the_sigterm_takes_the_sockets_and_loses_nothing(site:
 
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_no_successor_means_serving_through_the_wait_then_draining(site: Manifests, nodes: list[Node], tmp_path: Path, workers: str) -> None:
-    old = _start(nodes, site, free_port(), *_handover(tmp_path), "--handover-wait", "5", "--workers", workers)
+    old = start_node(nodes, site, free_port(), *_handover(tmp_path), "--handover-wait", "5", "--workers", workers)
     _terminated(old)
     assert http_status(old.http_port, "w.test") == 200
     assert "no successor took" not in old.log()  # that answer came during the wait
@@ -100,7 +77,7 @@ def test_no_successor_means_serving_through_the_wait_then_draining(site: Manifes
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_a_second_sigterm_ends_the_wait(site: Manifests, nodes: list[Node], tmp_path: Path, workers: str) -> None:
     """An operator's second Ctrl-C: the drain starts at once; a 600 s wait would miss the exit's deadline."""
-    old = _start(nodes, site, free_port(), *_handover(tmp_path), "--handover-wait", "600", "--workers", workers)
+    old = start_node(nodes, site, free_port(), *_handover(tmp_path), "--handover-wait", "600", "--workers", workers)
     _terminated(old)
     old.process.terminate()
     assert old.wait_exit(30) == 0, old.log()[-3000:]
@@ -114,7 +91,7 @@ def test_ctrl_c_twice_in_a_terminal(site: Manifests, nodes: list[Node], tmp_path
     SIGINT to the whole process group, as a terminal's Ctrl-C sends it (workers included): the wait serves on
     (the workers leave their drain to the primary), and a second Ctrl-C drains at once.
     """
-    old = _start(nodes, site, free_port(), *_handover(tmp_path), "--handover-wait", "600", "--workers", workers, prefix=("setsid",))
+    old = start_node(nodes, site, free_port(), *_handover(tmp_path), "--handover-wait", "600", "--workers", workers, prefix=("setsid",))
     assert os.getpgid(old.process.pid) == old.process.pid  # its own group: the SIGINT below reaches it alone
     os.killpg(old.process.pid, signal.SIGINT)
     old.wait_log(WAITING)
