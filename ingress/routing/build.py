@@ -345,7 +345,7 @@ class _RouteBuilder:
     def route(self, ingress: Ingress, backend: IngressBackend, path: str, path_type: str, regex: bool = False) -> Route:
         """A route to C{backend}, resolved in the Ingress's own namespace."""
         read = self.annotations[ingress.ref]
-        if read.flag("service-upstream"):
+        if read.flag("service-upstream", self.config.service_upstream):  # the ConfigMap's key is the default
             upstream, issue = self.backends.service_upstream(ingress.meta.namespace, backend)
         else:
             upstream, issue = self.backends.upstream(ingress.meta.namespace, backend)
