@@ -54,6 +54,7 @@ from ingress.routing.route import Canary, Policies
 from ingress.routing.selection import select_and_skip
 from ingress.routing.streams import build_streams
 from ingress.routing.table import Route, RoutingTable, Upstream
+from ingress.routing.trailing_slash import add_slash_redirects, ingress_nginx_class
 
 
 def build(
@@ -100,6 +101,8 @@ def build(
         if annotations[ingress.ref].canary:
             routes.add_canary(ingress)
     routes.add_host_aliases(served)
+    if ingress_nginx_class(class_name, controller_name):  # nginx's 301 from /p to /p/, for ingress-nginx's class only
+        add_slash_redirects((*routes.hosts.values(), *routes.wildcards.values(), routes.any_host))
     default_route = routes.default_route(served)
     certificates, tls_problems = build_certificates(state, served, default_certificate)
     client_hosts, client_problems = client_auth_hosts(served, annotations, state)
