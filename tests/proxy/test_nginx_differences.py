@@ -94,3 +94,23 @@ def test_use_http2_false_takes_h2_out_of_alpn_live(manifests: Manifests, twingre
     manifests.write("config.yaml", Manifests.controller_config_map({}))
     proxy.wait_generation_above(generation)
     assert _alpn(https_port, "h2.test") == "h2"
+
+
+def test_configmap_proxy_next_upstream_is_every_routes_default(manifests: Manifests, twingress) -> None:
+    """
+    @ING internal/ingress/defaults/main.go ProxyNextUpstream (json "proxy-next-upstream") is the default the
+    proxy annotation parser (internal/ingress/annotations/proxy/main.go) falls back to: an Ingress without the
+    annotation passes a 503 on to the next endpoint, one whose annotation leaves http_503 out does not.
+    """
+    pods = [EchoBackend("bad-pod"), EchoBackend("good-pod")]
+    try:
+        own = Manifests.nginx_ingress("own", "own.test", "web", {"proxy-next-upstream": "error timeout"})
+        manifests.write("all.yaml", *manifests.service("web", [pod.address for pod in pods]), Manifests.ingress("plain", "plain.test", "web"), own)
+        manifests.write("config.yaml", Manifests.controller_config_map({"proxy-next-upstream": "error timeout http_503", "ssl-redirect": "false"}))
+        proxy = twingress("--nginx-configmap", Manifests.NGINX_CONFIGMAP)
+        plain = {_get(proxy.http_port, "plain.test", "/?on=bad-pod&status=503")[0] for _ in range(6)}
+        annotated = {_get(proxy.http_port, "own.test", "/?on=bad-pod&status=503")[0] for _ in range(6)}
+        assert plain == {200} and annotated == {200, 503}
+    finally:
+        for pod in pods:
+            pod.stop()
