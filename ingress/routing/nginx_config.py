@@ -11,7 +11,8 @@ Its guards (source ranges, block-cidrs, global auth) are L{ingress.routing.globa
 what happens to each key is the table of L{ingress.routing.config_keys}: a guard twingress
 cannot enforce closes the routes it covers (C{UnenforcedGuard}), every other key it does not
 implement is reported once (log, C{twingress_object_problems}): C{UnsupportedConfigKey} for
-ingress-nginx keys, C{UnknownConfigKey} for the rest; C{allow-snippet-annotations} is always false.
+ingress-nginx keys (and those of its config.go the page omits, L{ingress.routing.config_notes}),
+C{UnknownConfigKey} for the rest; C{allow-snippet-annotations} is always false.
 Source: docs/user-guide/nginx-configuration/configmap.md.
 """
 
