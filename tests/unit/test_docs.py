@@ -22,7 +22,7 @@ from twisted.scripts.twistd import ServerOptions
 from ingress.controllers import generated
 from ingress.model import CONTROLLER_NAME
 from ingress.model.gateway import GATEWAY_CONTROLLER_NAME
-from ingress.routing import config_keys, nginx_config
+from ingress.routing import config_keys, config_notes, nginx_config
 from ingress.routing.annotations import keys
 from ingress.tap import Options
 from tests.docs_tables import DOCS, doc_files, prose_and_code, spans, table_rows
@@ -202,6 +202,7 @@ def test_every_annotation_the_docs_name_exists() -> None:
 
 CLASSES = {
     "read": set(nginx_config._READERS),
+    "applied or reported": set(config_notes.NOTES),
     "command line": set(nginx_config._ON_THE_COMMAND_LINE),
     "enforced": set(config_keys.ENFORCED_GUARDS),
     "refused-and-denied": set(config_keys.REFUSED_GUARDS),
@@ -212,7 +213,7 @@ CLASSES = {
 
 def test_every_configmap_key_is_documented_once_in_its_class() -> None:
     every = _check_classes(table_rows(MIGRATION, "| ConfigMap key | class |"), CLASSES)
-    assert sorted(nginx_config.INGRESS_NGINX_KEYS - set(every)) == []
+    assert sorted((nginx_config.INGRESS_NGINX_KEYS | config_keys.CONFIG_GO_KEYS) - set(every)) == []
 
 
 # -- metrics (the tables against /metrics: tests/proxy/test_docs_metrics.py)
