@@ -104,12 +104,11 @@ INGRESS_NGINX_LISTENER = ListenerSettings(75.0, 1000, 320, 60.0, "1.2", "", "")
 """ingress-nginx's defaults for these keys (ssl-ciphers: its list is left to --tls-ciphers, which is as strict)."""
 
 
-TWINGRESS_DEFAULTS = NginxConfig(ssl_redirect=True, force_ssl_redirect=False, redirect_code=308, hsts="", limits=Limits(), guards=NO_GUARDS, allowed_response_headers=None,
-    no_tls_redirect_locations=(),
-)
+TWINGRESS_DEFAULTS = NginxConfig(ssl_redirect=True, force_ssl_redirect=False, redirect_code=308, hsts="", limits=Limits(), guards=NO_GUARDS, allowed_response_headers=None)
 """
 Without --nginx-configmap: twingress's own defaults (no HSTS, the listener's limits, X-Request-ID
-generated, and custom-headers not limited to a list of names).
+generated, custom-headers not limited to a list of names, and the ACME HTTP-01 path exempt from
+the HTTPS redirect, as ingress-nginx's no-tls-redirect-locations default).
 """
 
 def _log_format(value: str) -> str:

@@ -200,7 +200,7 @@ def test_no_tls_redirect_locations_default_exempts_the_acme_challenge() -> None:
     assert _route(routes, "app.test", "/").redirect_https
     assert not _route(routes, "app.test", "/.well-known/acme-challenge/token").redirect_https
     without = table(ingress("app", rule("app.test", path("/.well-known/acme-challenge/token")), tls=((("app.test",), "tls"),)), tls_secret("tls"))
-    assert _route(without, "app.test", "/.well-known/acme-challenge/token").redirect_https  # no ConfigMap: twingress's own rule
+    assert not _route(without, "app.test", "/.well-known/acme-challenge/token").redirect_https  # no ConfigMap: the same default
 
 
 def test_no_tls_redirect_locations_custom_list() -> None:
