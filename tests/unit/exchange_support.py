@@ -36,6 +36,13 @@ class Live:
         self.table = routes
 
 
+class Reactor(MemoryReactorClock):
+    """A memory reactor with a loop step: what the proxy runs before the next poll (its HTTP/2 writes) runs at each C{doIteration}."""
+
+    def doIteration(self, delay: float | None) -> None:
+        pass
+
+
 class Transport(StringTransport):
     """A StringTransport with what a TCP connection also offers the proxy."""
 
@@ -56,9 +63,9 @@ def routes(*extra: dict[str, Any], annotations: dict[str, str] | None = None, ad
     )
 
 
-def shared(routes: RoutingTable, settings: ProxySettings | None = None) -> tuple[HTTPProxyFactory, MemoryReactorClock]:
+def shared(routes: RoutingTable, settings: ProxySettings | None = None) -> tuple[HTTPProxyFactory, Reactor]:
     """A listener's shared state over C{routes}, on a memory reactor (its rate limits on the reactor's clock)."""
-    reactor = MemoryReactorClock()
+    reactor = Reactor()
     settings = settings or ProxySettings()
     pool = UpstreamPool(reactor, settings)  # type: ignore[arg-type]  # a memory reactor does what the process reactor does here
     guards = Guards(reactor, RequestRates(reactor.seconds))
