@@ -10,7 +10,8 @@ the request body arrives in DATA frames and is acknowledged (WINDOW_UPDATE) only
 the upstream takes it; the response goes out through its L{StreamOutput} as the client's
 window allows, and a stream holding more than L{HIGH_WATER} bytes its client has made no
 room for pauses its own upstream connection's reads, and no other stream's.  A route whose
-endpoints speak HTTP/2 (gRPC, h2c) hands the stream to an L{H2Exchange} instead.
+endpoints speak HTTP/2 (gRPC, h2c) has the exchange hand the stream to an L{H2Exchange} instead
+(L{H2Stream.relay_http2}).
 """
 
 from __future__ import annotations
