@@ -15,6 +15,7 @@ from ingress.proxy.http import h1
 from ingress.proxy.http.exchange import Exchange
 from ingress.proxy.http.forwarding import ForwardedFor
 from ingress.proxy.http.shared import Shared
+from ingress.proxy.http.states import BODY
 from ingress.proxy.idle import Deadline
 from ingress.routing import RoutingTable
 from tests.unit.exchange_support import NGINX, OK, Endpoints, request, routes, shared
@@ -36,7 +37,7 @@ class ToyClient:
 
     def send(self, head: h1.Head, body: bytes = b"") -> None:
         self.exchange.run(head, bool(body))
-        if body and self.exchange.state == 1:  # BODY: the exchange takes it
+        if body and self.exchange.state == BODY:  # admitted: the exchange takes the body
             self.exchange.send_upstream(body)
             self.exchange.body_done()
 
