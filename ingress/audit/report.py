@@ -33,8 +33,10 @@ def audit(state: ClusterState, arguments: Mapping[str, Any], source: Mapping[str
     routes = routes_by_ingress(table)
     ingresses = [
         _ingress(ingress, table, problems.pop(ingress.ref, []), routes.get(ingress.ref, []), arguments["nginx_annotations"])
-        for ingress in sorted(state.ingresses, key=lambda i: (i.meta.namespace, i.meta.name))
+        for ingress in state.ingresses
     ]
+    ingresses += [_unreadable(ref, problems.pop(ref)) for ref in list(problems) if ref.kind == "Ingress" and any(p.left_out for p in problems[ref])]
+    ingresses.sort(key=lambda i: tuple(i["object"].split("/")))
     gateway_routes = _gateway_routes(state, table)
     config_map = _config_map(state, arguments.get("nginx_configmap"), problems)
     report: dict[str, Any] = {
@@ -86,6 +88,15 @@ def _ingress(ingress: Ingress, table: RoutingTable, problems: list[Problem], rou
         "routes": [r.to_json() for r in routes],
         "annotations": [f.to_json() for f in fates],
         "problems": [problem_json(p) for p in left],
+    }
+
+
+def _unreadable(ref: ObjectRef, problems: list[Problem]) -> dict[str, Any]:
+    """An Ingress that does not parse (the apiserver would refuse it too): nothing of it is served, nothing of it is read."""
+    why = "; ".join(f"{p.reason}: {p.message}" for p in problems)
+    return {
+        "object": f"{ref.namespace}/{ref.name}", "class": None, "served": False, "skippedBy": None, "reason": f"not served: {why}",
+        "routes": [], "annotations": [], "problems": [problem_json(p) for p in problems],
     }
 
 
