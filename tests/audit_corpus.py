@@ -43,7 +43,7 @@ def every_key_config_map() -> dict[str, Any]:
 
 
 # The examples' placeholders for the reader's own host names, filled in (the apiserver refuses them as written)
-PLACEHOLDERS = {"__INGRESS_HOST__": "auth.example.com", "registry.<your domain>": "registry.example.com"}
+PLACEHOLDERS = {"__INGRESS_HOST__": "auth.example.com", "__INGRESS_SECRET__": "auth-tls", "registry.<your domain>": "registry.example.com"}
 
 
 def manifests(directory: Path) -> list[dict[str, Any]]:
@@ -60,13 +60,15 @@ def manifests(directory: Path) -> list[dict[str, Any]]:
 def corpus() -> list[dict[str, Any]]:
     """
     The docs/examples objects and the migration example, with the every-key ConfigMap as the controller's
-    (the examples' own ingress-nginx-controller ConfigMaps, four versions of one name, give way to it).
+    (the examples' own ingress-nginx-controller ConfigMaps, four versions of one name, give way to it);
+    of two objects of one kind and name (nginx-test is in two examples) the later one, as the manifests source keeps it.
     """
     objects = [
         o for o in manifests(EXAMPLES) + manifests(MIGRATION)
         if (o["metadata"].get("namespace", "default"), o["metadata"]["name"]) != CONTROLLER_CONFIGMAP or o["kind"] != "ConfigMap"
     ]
-    return objects + [every_key_config_map()]
+    latest = {(o["kind"], o["metadata"].get("namespace", "default"), o["metadata"]["name"]): o for o in objects}  # a later one replaces an earlier one, as in a store
+    return [*latest.values(), every_key_config_map()]
 
 
 def write_corpus(directory: Path) -> Path:
