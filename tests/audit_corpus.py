@@ -22,13 +22,17 @@ CONTROLLER_CONFIGMAP = ("ingress-nginx", "ingress-nginx-controller")
 
 
 def documented_keys() -> list[tuple[str, str]]:
-    """Each key of configmap.md's table, with its default as the table writes it ("" for "", empty, none given)."""
+    """
+    Each key of configmap.md's table with its default as a ConfigMap would write it: "" for "", empty and
+    Go's empty lists (C{[]string{}}), without the quotes or backticks around the others.
+    """
     found = []
     for line in CONFIGMAP_DOC.read_text().splitlines():
         row = re.match(r"^\|\s*\[([a-z0-9-]+)\]\(#[^)]*\)\s*\|([^|]*)\|([^|]*)\|", line)
         if row:
             default = row.group(3).strip()
-            found.append((row.group(1), "" if default in ('""', "empty", "''") else default.strip('"')))
+            empty = default in ('""', "empty", "''") or re.fullmatch(r"\[\]\w+\{\}", default)
+            found.append((row.group(1), "" if empty else default.strip('"`')))
     return found
 
 

@@ -116,6 +116,27 @@ def test_snippets_show_what_they_held_and_why_refused(tmp_path: Path) -> None:
     assert validate(report) == [] and validate(ignored) == []
 
 
+def test_a_trailing_slash_path_is_a_difference_and_secrets_stay_unprinted(tmp_path: Path) -> None:
+    """
+    A Prefix path /docs/: ingress-nginx answers /docs with a 301 to /docs/ (its location block for the
+    path without the slash); shown under differences.  An auth-secret is read, its data never printed.
+    """
+    secret = {
+        "apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": {"name": "users", "namespace": "default"},
+        "stringData": {"auth": "alice:$apr1$Zm9v$SECRETHASHSECRETHASH"},
+    }
+    docs = _ingress("docs", "docs.example", {"nginx.ingress.kubernetes.io/auth-type": "basic", "nginx.ingress.kubernetes.io/auth-secret": "users"})
+    docs["spec"]["rules"][0]["http"]["paths"][0]["path"] = "/docs/"
+    (tmp_path / "objects.yaml").write_text(yaml.safe_dump_all([_service("web"), secret, docs]))
+    report = report_of("--manifests", str(tmp_path))
+    assert report["differences"] == [
+        {"object": "default/docs", "behaviour": "trailing-slash-redirect", "message": "docs.example /docs: ingress-nginx answers 301 to /docs/; twingress: matched by the Prefix rule"}
+    ]
+    assert {a["fate"] for a in report["ingresses"][0]["annotations"]} == {"applied"}
+    for render in FORMATS.values():
+        assert "SECRETHASH" not in render(report)
+
+
 def test_the_migration_example_in_every_format() -> None:
     """Markdown and HTML are produced and parse: every object named, no script."""
     report = report_of(*MIGRATION_LINE)
@@ -137,6 +158,12 @@ def test_docs_migration_shows_the_report_as_the_command_makes_it() -> None:
     text = (ROOT / "docs" / "migration.md").read_text()
     produced = FORMATS["text"](report_of(*MIGRATION_LINE))
     assert produced in text, "regenerate docs/migration.md's report: " + " ".join(["twingress", "audit", *MIGRATION_LINE])
+
+
+def test_docs_migration_shows_the_corpus_counts(corpus_report: dict[str, Any]) -> None:
+    """docs/migration.md's audit of the docs/examples corpus: the report's first lines, as produced."""
+    head = "\n".join(FORMATS["text"](corpus_report).splitlines()[:6]) + "\n"
+    assert head in (ROOT / "docs" / "migration.md").read_text(), "update docs/migration.md's corpus counts:\n" + head
 
 
 def test_a_schema_break_is_found() -> None:
