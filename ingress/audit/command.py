@@ -27,7 +27,7 @@ NAME = "twingress audit"
 class AuditOptions(usage.Options):
     """The command line of C{twingress audit}: C{twistd ingress}'s options that change the table, shared with it, and --format."""
 
-    synopsis = "[options]"
+    synopsis = "Usage: twingress audit [options]"
     longdesc = (
         "What twingress would do with a cluster's Ingresses, Gateway API routes, annotations and ingress-nginx ConfigMap,"
         " before it serves them: the table is built by the code that serves traffic, from one read of the cluster"
