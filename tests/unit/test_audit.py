@@ -166,6 +166,26 @@ def test_docs_migration_shows_the_corpus_counts(corpus_report: dict[str, Any]) -
     assert head in (ROOT / "docs" / "migration.md").read_text(), "update docs/migration.md's corpus counts:\n" + head
 
 
+def test_gateway_api_routes_have_their_fates(tmp_path: Path) -> None:
+    """examples/gateway: each HTTPRoute accepted by the Gateway of ours is served; one whose parent is no Gateway is not."""
+    for path in (ROOT / "examples" / "gateway").glob("*.yaml"):
+        (tmp_path / path.name).write_text(path.read_text())
+    orphan = {
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "metadata": {"name": "orphan", "namespace": "site"},
+        "spec": {"parentRefs": [{"name": "nowhere", "namespace": "infra"}], "rules": [{"backendRefs": [{"name": "web", "port": 80}]}]},
+    }
+    (tmp_path / "orphan.yaml").write_text(yaml.safe_dump(orphan))
+    report = report_of("--manifests", str(tmp_path))
+    assert [(r["kind"], r["object"], r["served"]) for r in report["gatewayRoutes"]] == [
+        ("HTTPRoute", "site/old-name", True), ("HTTPRoute", "site/orphan", False), ("HTTPRoute", "site/site", True), ("HTTPRoute", "store/store", True),
+    ]
+    assert all(r["reason"] == "served: accepted by infra/shared" for r in report["gatewayRoutes"] if r["served"])
+    (orphan_shown,) = [r for r in report["gatewayRoutes"] if not r["served"]]
+    assert orphan_shown["reason"].startswith("not served: ")
+    print("an HTTPRoute without a Gateway:", orphan_shown["reason"])
+    assert validate(report) == []
+
+
 def test_a_schema_break_is_found() -> None:
     """The validator itself: a report missing a field, or with an unknown fate, fails."""
     report = report_of(*MIGRATION_LINE)
