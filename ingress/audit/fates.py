@@ -120,6 +120,8 @@ def annotation_fates(
             fates.append(Fate(key, DENIED, _message(mine) or f"{key} is not enforced: the Ingress's routes answer 503", snippet))
         elif mine:
             fates.append(Fate(key, DENIED if denied and _closes(mine) else REPORTED, _message(mine), snippet))
+        elif name in read.values and not routes:  # read, but nothing of the Ingress is served (its other problems say why)
+            fates.append(Fate(key, REPORTED, f"read: {_short(value)!r}, but not in force: the Ingress serves no route"))
         elif name in read.values:
             fates.append(Fate(key, APPLIED, f"read: {_short(value)!r}"))
         else:  # read nowhere and reported nowhere: should not happen (the reader reports every key); never hidden
