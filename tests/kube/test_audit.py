@@ -180,3 +180,64 @@ def _token_kubeconfig(admin: Path, token: str, path: Path) -> Path:
     config["users"] = [{"name": user["name"], "user": {"token": token}} for user in config["users"]]
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def test_the_take_over_preset_serves_the_charts_class_with_its_configmap(kube_cluster, kube, namespace, echo, twingress, ingress_classes) -> None:
+    """
+    --take-over-ingress-nginx true, and nothing else: the chart's IngressClass nginx (controller
+    k8s.io/ingress-nginx) is served, and ingress-nginx's ConfigMap is read where the chart puts it
+    (ingress-nginx/ingress-nginx-controller: add-headers names a map there); the audit with the same
+    line says the same.
+    """
+    ingress_classes("nginx", "k8s.io/ingress-nginx")
+    created = _ensure_namespace(kube, "ingress-nginx")
+    headers = f"audit-headers-{namespace}"[:63]
+    try:
+        kube.core.create_namespaced_config_map("ingress-nginx", {"metadata": {"name": "ingress-nginx-controller"}, "data": {"add-headers": f"ingress-nginx/{headers}"}})
+        kube.core.create_namespaced_config_map("ingress-nginx", {"metadata": {"name": headers}, "data": {"X-Taken-Over": "yes"}})
+        pod = echo("pod-a")
+        kube.backend(namespace, "web", [pod])
+        host = f"web.{namespace}.example"
+        kube.create_ingress(namespace, "web", host, "web", class_name="nginx")
+
+        proxy = twingress("--watch-namespace", namespace, "--take-over-ingress-nginx", "true")
+        response = proxy.wait_status(host, 200, backend="pod-a")
+        assert response.headers["x-taken-over"] == "yes"
+
+        result = _audit_line(kube_cluster.kubeconfig, "--watch-namespace", namespace, "--take-over-ingress-nginx", "true", "--format", "json")
+        report = json.loads(result.stdout)
+        assert report["options"] == {"ingressClass": "nginx", "controllerName": "k8s.io/ingress-nginx", "nginxConfigmap": "ingress-nginx/ingress-nginx-controller", "nginxAnnotations": True}
+        (ingress,) = report["ingresses"]
+        assert (ingress["object"], ingress["served"], ingress["routes"]) == (f"{namespace}/web", True, [{"host": host, "path": "/", "pathType": "Prefix"}])
+        assert report["configmap"]["keys"] == [{"key": "add-headers", "fate": "applied", "message": f"read: 'ingress-nginx/{headers}'"}]
+    finally:
+        if created:
+            kube.delete_namespace("ingress-nginx")
+        else:
+            for name in ("ingress-nginx-controller", headers):
+                _ignore_missing(lambda n=name: kube.core.delete_namespaced_config_map(n, "ingress-nginx"))
+
+
+def _audit_line(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([*AUDIT, "--kubeconfig", str(kubeconfig), *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert (result.returncode, result.stderr) == (0, ""), result.stderr
+    return result
+
+
+def _ensure_namespace(kube, name: str) -> bool:
+    """Create the namespace unless it is there; whether this made it."""
+    try:
+        kube.create_namespace(name)
+    except client.ApiException as error:
+        if error.status != 409:
+            raise
+        return False
+    return True
+
+
+def _ignore_missing(call) -> None:
+    try:
+        call()
+    except client.ApiException as error:
+        if error.status != 404:
+            raise
