@@ -52,7 +52,7 @@ def audit(state: ClusterState, arguments: Mapping[str, Any], source: Mapping[str
         "ingresses": ingresses,
         "gatewayRoutes": gateway_routes,
         "configmap": config_map,
-        "differences": differences(state, table),
+        "differences": differences(state, table, arguments),
         "problems": [problem_json(p) for found in problems.values() for p in found if p.ref.kind not in ("HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute", "UDPRoute")],
     }
     report["summary"] = _summary(report)
