@@ -24,6 +24,7 @@ from kubernetes import client
 
 from tests.audit_corpus import CONTROLLER_CONFIGMAP, corpus, documented_keys, our_annotations
 from tests.audit_schema import validate
+from tests.kube.controller_support import create_annotated_service, load_balancer, read_ingress, start_controller, wait_ingress, writes
 from tests.kube.twingress import wait_until
 from tests.support import ROOT
 
@@ -242,3 +243,24 @@ def _ignore_missing(call) -> None:
     except client.ApiException as error:
         if error.status != 404:
             raise
+
+
+def test_the_take_over_preset_writes_no_status_while_ingress_nginx_runs(kube, namespace, echo, twingress, ingress_classes) -> None:
+    """
+    The preset's --update-status false: the leader's controllers run (the annotated Service's Ingress
+    is created: it leads), but neither that Ingress nor ingress-nginx's own gets a status from twingress
+    while ingress-nginx still writes it (two controllers would overwrite each other's addresses).
+    """
+    ingress_classes("nginx", "k8s.io/ingress-nginx")
+    pod = echo("pod-a")
+    kube.backend(namespace, "web", [pod])
+    host = f"web.{namespace}.example"
+    kube.create_ingress(namespace, "web", host, "web", class_name="nginx")
+    proxy = start_controller(twingress, namespace, "--take-over-ingress-nginx", "true", "--publish-status-address", "192.0.2.20")
+    proxy.wait_status(host, 200, backend="pod-a")
+    create_annotated_service(kube, namespace, "generated")
+    wait_ingress(kube, namespace, "generated", what="the leader's generated Ingress (its controllers run)")
+    assert writes(proxy, kind="Ingress", verb="create") == 1
+    proxy.wait_status(f"generated.{namespace}.example.com", 503)  # the generated route is in the table (no endpoints): the status loop had a table
+    assert writes(proxy, kind="Ingress", verb="patch-status") == 0
+    assert [load_balancer(read_ingress(kube, namespace, name) or {}) for name in ("web", "generated")] == [[], []]
