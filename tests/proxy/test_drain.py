@@ -34,7 +34,7 @@ from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.streams.listeners import StreamListeners
 from ingress.routing.table import RoutingTable
 from tests.kube.twingress import wait_until
-from tests.proxy.clients import ScriptedBackend, read_request_head
+from tests.proxy.clients import HeldBackend
 from tests.proxy.streams_support import external_stream, recv_exactly, stream_route, tcp_echo, until
 from tests.proxy.test_tls_passthrough import UntilEOFBackend, client_hello
 from tests.support import EchoBackend, Manifests, Twingress, free_port, refused, wait_for_port
@@ -101,40 +101,11 @@ class _InFlight:
         assert not self._thread.is_alive(), "the in-flight request got no answer and no close"
 
 
-class _HeldBackend:
-    """
-    A backend that reads each request and answers only once the test releases it: the test sees
-    the request arrive (the event a drain test must wait for before it signals) and decides
-    when it is over, instead of guessing both with sleeps.
-    """
-
-    def __init__(self) -> None:
-        self.released = threading.Event()
-        self.server = ScriptedBackend(self._handle)
-
-    def _handle(self, sock: socket.socket, server: ScriptedBackend) -> None:
-        server.record(read_request_head(sock))
-        if self.released.wait(60):
-            sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-        sock.settimeout(60)
-        while sock.recv(65536):  # until the proxy closes its side (cut, or done with the connection)
-            pass
-
-    def arrived(self) -> bool:
-        """Whether a request has reached this backend (through the proxy)."""
-        with self.server.lock:
-            return bool(self.server.received)
-
-    def stop(self) -> None:
-        self.released.set()
-        self.server.stop()
-
-
 @pytest.fixture
-def held(manifests: Manifests) -> Iterator[_HeldBackend]:
-    """held.test routed to a L{_HeldBackend}; write it before start() so the first table has it."""
-    backend = _HeldBackend()
-    manifests.route("held", "held.test", [backend.server.address])
+def held(manifests: Manifests) -> Iterator[HeldBackend]:
+    """held.test routed to a L{HeldBackend}; write it before start() so the first table has it."""
+    backend = HeldBackend()
+    manifests.route("held", "held.test", [backend.address])
     yield backend
     backend.stop()
 
@@ -149,7 +120,7 @@ def _idle_keepalive(port: int) -> http.client.HTTPConnection:
     return connection
 
 
-def test_sigterm_drains_then_exits_zero(held: _HeldBackend, start: Callable[..., Twingress]) -> None:
+def test_sigterm_drains_then_exits_zero(held: HeldBackend, start: Callable[..., Twingress]) -> None:
     process = start("--shutdown-delay", str(SHUTDOWN_DELAY), "--drain-timeout", str(DRAIN_TIMEOUT))
     idle = _idle_keepalive(process.http_port)
     slow = _InFlight(process.http_port, "/slow", host="held.test")
@@ -233,7 +204,7 @@ def test_connections_arriving_as_the_listeners_close_are_answered_or_refused(sta
     assert outcomes["failed"] == 0, outcomes
 
 
-def test_request_still_running_at_the_drain_timeout_is_cut(held: _HeldBackend, start: Callable[..., Twingress]) -> None:
+def test_request_still_running_at_the_drain_timeout_is_cut(held: HeldBackend, start: Callable[..., Twingress]) -> None:
     process = start("--shutdown-delay", "0.2", "--drain-timeout", "1")
     slow = _InFlight(process.http_port, "/stuck", host="held.test")  # never released: still running at the drain timeout
     eventually(held.arrived, "the request to reach the backend before the signal")
