@@ -11,7 +11,7 @@ value or exception seen, so a failure explains itself.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Optional, TypeVar
 
 from twisted.internet import defer, task
@@ -92,6 +92,21 @@ def eventually(
         if clock() >= deadline:
             raise poll.failure()
         sleep(interval)
+
+
+def at_least(items: Callable[[], Sequence[T]], count: int, what: str, *, timeout: float = TIMEOUT, interval: float = INTERVAL) -> list[T]:
+    """
+    What C{items()} returns (log lines, copies a backend recorded), once it has at least C{count}
+    entries; zero entries do for a C{count} of 0. On timeout L{WaitTimeout} says how many there were.
+    """
+    found: list[T] = []
+
+    def enough() -> bool:
+        found[:] = items()
+        return len(found) >= count
+
+    eventually(enough, f"{count} {what}", timeout=timeout, interval=interval, context=lambda: f"had {len(found)}, the last: {found[-3:]!r}")
+    return found
 
 
 def eventually_d(

@@ -214,7 +214,7 @@ def test_access_log_file_is_reopened_on_sigusr1(start: Callable[..., Twingress],
 def test_access_log_off(start: Callable[..., Twingress]) -> None:
     process = start("--access-log", "off")
     assert _get(process.http_port, "echo.test", "/quiet")[0] == 200
-    time.sleep(1.0)  # longer than the access log's flush interval
+    time.sleep(1.0)  # not a wait: longer than the access log's flush interval, in which nothing must be written
     assert "/quiet" not in process.log()
 
 

@@ -10,12 +10,12 @@ count kept is the same.
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from tests.support import EchoBackend, Manifests, Twingress, http_status
+from tests.waiting import eventually
 
 OPENED = "twingress_upstream_connections_opened_total"
 IDLE = "twingress_upstream_idle_connections"
@@ -23,11 +23,9 @@ POOL_FULL = "twingress_upstream_idle_pool_full_total"
 
 
 def _settled(proxy: Twingress, name: str, expected: float, **labels: str) -> float:
-    """C{name}'s value once it reads C{expected}, or what it reads after 5 s (a connection is parked just after its response)."""
-    deadline = time.monotonic() + 5
-    while (found := proxy.metric(name, **labels)) != expected and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return found
+    """C{name}'s value once it reads C{expected} (a connection is parked just after its response); fails after 5 s."""
+    eventually(lambda: proxy.metric(name, **labels) == expected, f"{name} to read {expected}", timeout=5, interval=0.02, context=lambda: f"it reads {proxy.metric(name, **labels)}")
+    return expected
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])

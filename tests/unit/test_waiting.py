@@ -8,7 +8,7 @@ from typing import Any, Optional
 import pytest
 from twisted.internet.task import Clock
 
-from tests.waiting import WaitTimeout, eventually, eventually_d
+from tests.waiting import WaitTimeout, at_least, eventually, eventually_d
 
 
 class FakeTime:
@@ -95,6 +95,16 @@ def test_a_real_timeout_with_the_real_clock() -> None:
     """No fakes: a condition that never holds fails after its (tiny) deadline."""
     with pytest.raises(WaitTimeout, match="waiting for never; last: False"):
         eventually(lambda: False, "never", timeout=0.05, interval=0.01)
+
+
+def test_at_least_returns_the_items_once_there_are_enough() -> None:
+    assert at_least(_outcomes([], ["a"], ["a", "b"], ["a", "b", "c"]), 2, "lines", interval=0.001) == ["a", "b"]
+    assert at_least(lambda: [], 0, "lines") == []  # none will do for none
+
+
+def test_at_least_says_how_many_there_were() -> None:
+    with pytest.raises(WaitTimeout, match=r"waiting for 3 copies; last: False\nhad 1, the last: \['x'\]"):
+        at_least(lambda: ["x"], 3, "copies", timeout=0.05, interval=0.01)
 
 
 class Outcome:
