@@ -79,9 +79,10 @@ def eventually(
 
     An exception from the condition counts as "not yet" (so a condition may C{assert}), except
     the C{fatal} ones, which end the wait at once (a process that exited will not come back).
-    The condition is tried once more after the deadline, so a slow poll still gets its last
-    look. On timeout a L{WaitTimeout} (an AssertionError) names C{what} and the last value or
-    exception seen, followed by what C{context()} says then (a log's tail, say). C{clock} and C{sleep} are parameters for the tests of this module.
+    The last try is at or after the deadline, so a slow poll still gets its last look. On
+    timeout a L{WaitTimeout} (an AssertionError) names C{what} and the last value or exception
+    seen, followed by what C{context()} says then (a log's tail, say). C{clock} and C{sleep} are
+    parameters for the tests of this module.
     """
     poll = _Poll(condition, what, timeout, fatal, context)
     deadline = clock() + timeout
