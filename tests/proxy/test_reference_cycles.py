@@ -39,6 +39,7 @@ from tests.proxy.grpc_support import SERVICE, Backend
 from tests.proxy.h2client import H2Client
 from tests.proxy.test_external_auth import Service as AuthService
 from tests.support import ROOT, EchoBackend, Manifests, Twingress, free_port
+from tests.waiting import eventually
 
 PROBE = ROOT / "tests" / "proxy" / "cycleprobe"
 ROUNDS = 40  # requests of each kind per round
@@ -57,19 +58,16 @@ class Proxy:
         self._wait_for_no_connections()
         lines = self.census_path.read_text().splitlines() if self.census_path.exists() else []
         self.twingress.process.send_signal(signal.SIGUSR2)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+
+        def written() -> list[str]:
             now = self.census_path.read_text().splitlines() if self.census_path.exists() else []
-            if len(now) > len(lines):
-                return json.loads(now[-1])  # type: ignore[no-any-return]
-            time.sleep(0.05)
-        raise AssertionError(f"no census written:\n{self.twingress.log()[-3000:]}")
+            return now if len(now) > len(lines) else []
+
+        now = eventually(written, "a census line after SIGUSR2", context=lambda: self.twingress.log()[-3000:])
+        return json.loads(now[-1])  # type: ignore[no-any-return]
 
     def _wait_for_no_connections(self) -> None:
-        deadline = time.monotonic() + 10
-        while self.twingress.metric("twingress_open_connections") > 0:
-            assert time.monotonic() < deadline, "client connections still open"
-            time.sleep(0.05)
+        eventually(lambda: self.twingress.metric("twingress_open_connections") == 0, "no client connections open")
         time.sleep(0.2)  # the upstream side of the last ones
 
 
