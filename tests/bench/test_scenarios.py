@@ -1,0 +1,129 @@
+"""
+Every scenario of C{python -m bench}, run the way an operator runs it (the command line, real
+processes, real load) with its smallest settings, so that a scenario cannot rot unnoticed: its
+results file is written and well formed, and C{python -m bench report} prints it.  Not timed:
+nothing here asserts on a figure's size, only that each figure is there and is a number.
+
+A scenario whose tool or peer is not built skips here, and fails under TWINGRESS_REQUIRE_KUBE=1
+(CI), where everything bench/setup.sh, testenv/system-packages.sh and bench/peers.sh provide must be.
+About 40 s in all on a 2-core machine (the peers' rows: 10 s more each, where they are built).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import unavailable
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def bench(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """C{python -m bench ARGV} from the tree's root, as bench/README.md says to run it."""
+    return subprocess.run([sys.executable, "-m", "bench", *argv], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def need(*tools: str) -> None:
+    missing = [tool for tool in tools if not (shutil.which(tool) or os.access(f"/usr/sbin/{tool}", os.X_OK))]
+    if missing:
+        unavailable(f"not installed: {', '.join(missing)} (bench/setup.sh, testenv/system-packages.sh)")
+
+
+def need_peer(name: str) -> None:
+    done = subprocess.run(["bash", str(REPO / "bench" / "peers.sh"), "--print-path"], capture_output=True, text=True, check=True)
+    path = dict(line.split(" ", 1) for line in done.stdout.splitlines())[name]
+    if not os.access(path, os.X_OK):
+        unavailable(f"{name} is not built ({path}): bench/peers.sh")
+
+
+def results_of(done: subprocess.CompletedProcess[str], out: Path) -> dict[str, Any]:
+    """The run's results file, checked to be what python -m bench report reads, the run having succeeded."""
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    document = json.loads(out.read_text())
+    assert document["failures"] == []
+    environment = document["environment"]
+    assert {"machine", "cpus", "kernel", "commit", "dirty", "python"} <= environment.keys()
+    assert isinstance(environment["dirty"], bool) and environment["cpus"] >= 1
+    assert document["command"].startswith("python -m bench ")
+    assert document["figures"], document
+    report = bench("report", str(out))
+    assert report.returncode == 0, report.stderr
+    assert document["scenario"] in report.stdout
+    return document
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+@pytest.mark.parametrize("against", ["twingress", "nginx", "traefik", "caddy"])
+def test_pairs_against(tmp_path: Path, against: str) -> None:
+    """pairs --against: both sides' CPU per request, the ratios, one figure per kind asked."""
+    need("nginx", "h2load", "taskset", "go")
+    if against in ("traefik", "caddy"):
+        need_peer(against)
+    out = tmp_path / "pairs.json"
+    kinds = "all" if against == "twingress" else "http/1.1,h2"
+    document = results_of(bench("pairs", "--against", against, "--kinds", kinds, "--pairs", "1", "--seconds", "1", "--out", str(out)), out)
+    expected = ["http/1.1", "https/1.1", "h2", "grpc"] if kinds == "all" else ["http/1.1", "h2"]
+    assert [f["kind"] for f in document["figures"]] == expected
+    for f in document["figures"]:
+        assert is_number(f["first_us"]) and is_number(f["second_us"]) and len(f["ratios"]) == f["pairs"] == 1
+        assert f["interval"] is None  # one pair: too few for an interval, and the file says so rather than inventing one
+
+
+def test_pairs_baseline(tmp_path: Path) -> None:
+    """pairs --baseline: another checkout's build against this one (here a worktree of this commit with this .venv linked in)."""
+    need("nginx", "h2load", "taskset", "go", "git")
+    baseline = tmp_path / "baseline"
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(baseline), "HEAD"], check=True, capture_output=True)
+    try:
+        (baseline / ".venv").symlink_to(Path(sys.prefix))
+        out = tmp_path / "pairs.json"
+        document = results_of(bench("pairs", "--baseline", str(baseline), "--kinds", "h2", "--pairs", "1", "--seconds", "1", "--out", str(out)), out)
+        assert document["config"]["baseline"]["path"] == str(baseline.resolve())
+        (figure,) = document["figures"]
+        assert figure["second"] == "baseline" and is_number(figure["ratio"])
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(baseline)], capture_output=True)
+
+
+def test_pairs_bad_baseline(tmp_path: Path) -> None:
+    """A baseline that is no checkout: one line on stderr, a results file saying so, exit 1; never a traceback."""
+    need("nginx", "h2load", "taskset", "go")
+    out = tmp_path / "pairs.json"
+    done = bench("pairs", "--baseline", str(tmp_path), "--pairs", "1", "--seconds", "1", "--out", str(out))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "not a twingress checkout" in done.stderr
+    assert "not a twingress checkout" in json.loads(out.read_text())["failures"][0]
+
+
+@pytest.mark.parametrize("argv", [["pairs"], ["pairs", "--against", "apache"], ["pairs", "--against", "nginx", "--cpus", "x"], ["node", "--kinds", "h3"]])
+def test_bad_options(argv: list[str]) -> None:
+    done = bench(*argv)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr, done.stderr
+
+
+def test_node(tmp_path: Path) -> None:
+    """node --workers 2 --against nginx: a row per contender, layout and kind, each a rate and a CPU per request."""
+    need("nginx", "h2load", "taskset", "go")
+    out = tmp_path / "node.json"
+    document = results_of(bench("node", "--workers", "2", "--against", "nginx", "--kinds", "http/1.1", "--seconds", "1", "--warmup", "0",
+                                "--out", str(out)), out)
+    assert [(f["contender"], f["workers"]) for f in document["figures"]] == [("twingress", 1), ("twingress", 2), ("nginx", 1), ("nginx", 2)]
+    assert all(is_number(f["rps"]) and is_number(f["cpu_us"]) for f in document["figures"])
+
+
+def test_report_refuses_what_is_no_results_file(tmp_path: Path) -> None:
+    other = tmp_path / "other.json"
+    other.write_text('{"benchmark": "http"}')
+    done = bench("report", str(other))
+    assert done.returncode == 1 and "not a bench results file" in done.stderr and "Traceback" not in done.stderr
