@@ -30,6 +30,12 @@ class Run:
 
 
 def scenarios() -> dict[str, ModuleType]:
-    """Every scenario by name (imported here, late: a scenario's imports are its own business)."""
-    from bench.scenarios import pairs
-    return {module.NAME: module for module in (pairs,)}
+    """The scenarios on bench/lib, by name (imported here, late: a scenario's imports are its own business)."""
+    from bench.scenarios import node, pairs
+    return {module.NAME: module for module in (pairs, node)}
+
+
+def legacy() -> dict[str, Any]:
+    """The scenarios still run by a script of bench/legacy/, by name (L{bench.scenarios.legacy})."""
+    from bench.scenarios.legacy import SCENARIOS
+    return {scenario.NAME: scenario for scenario in SCENARIOS}

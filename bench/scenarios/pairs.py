@@ -5,7 +5,8 @@ slices (L{bench.lib.pairs}), over HTTP/1.1 in clear, HTTPS/1.1, h2 and gRPC.
 The other contender is another checkout's build (C{--baseline PATH}: a git worktree with its own
 .venv, compiled or not; the ratio is this tree's CPU over the baseline's: below 1, this tree is
 cheaper), or each of C{--against} in turn (nginx, traefik, caddy; twingress: a second process of
-this tree, the method's own check, whose interval should hold 1).
+this tree, the method's own check, whose interval should hold 1; workers1: this tree with --workers 1,
+so that with C{--workers N} the ratio is what N workers cost per request over one, on the same CPUs).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from bench.scenarios import Run
 
 NAME = "pairs"
 QUESTION = "Does this tree cost more or less CPU per request than a baseline checkout or a peer, over HTTP/1.1, HTTPS, h2 and gRPC?"
-AGAINST = ("twingress", "nginx", *peers.PEERS)
+AGAINST = ("twingress", "workers1", "nginx", *peers.PEERS)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -84,6 +85,8 @@ def start_second(run: Run, name: str, backends: site.Backends) -> site.Listening
         return site.twingress(run.children, "baseline", site.Checkout(run.args.baseline.resolve()), backends, run.proxy_cpus, run.args.workers)
     if name == "twingress":
         return site.twingress(run.children, "twingress-2", site.Checkout(site.REPO), backends, run.proxy_cpus, run.args.workers)
+    if name == "workers1":
+        return site.twingress(run.children, "workers1", site.Checkout(site.REPO), backends, run.proxy_cpus, 1)
     if name == "nginx":
         return site.nginx(run.children, "nginx", backends, run.proxy_cpus, run.args.workers)
     return peers.start(run.children, name, backends, run.proxy_cpus, run.args.workers)

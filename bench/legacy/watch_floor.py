@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Optional
 
 BENCH = Path(__file__).resolve().parent
-REPO = BENCH.parent
+REPO = BENCH.parents[1]
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(REPO))
 

@@ -36,7 +36,7 @@ from typing import Any, Optional
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-sys.path.insert(0, str(BENCH.parent))
+sys.path.insert(0, str(BENCH.parents[1]))
 
 from convergence import Api, Http, endpoint_slice, ingress, log, service  # noqa: E402
 from cryptography.hazmat.primitives.serialization import Encoding  # noqa: E402

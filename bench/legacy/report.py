@@ -16,7 +16,7 @@ from typing import Any, Optional
 import targets
 import wrk
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DIRECT, NGINX, TWINGRESS = "direct", "nginx-proxy", "twingress"
 IDLE_LIMIT = 10.0  # percent busy before we start, or in the direct run on the proxy CPU
 

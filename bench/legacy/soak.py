@@ -48,7 +48,7 @@ from typing import Any, Optional
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-sys.path.insert(0, str(BENCH.parent))
+sys.path.insert(0, str(BENCH.parents[1]))
 
 import procs  # noqa: E402
 import soak_churn as churn  # noqa: E402

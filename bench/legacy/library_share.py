@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[2]))
 
 import cpuload  # noqa: E402
 import h2_bench  # noqa: E402
@@ -53,7 +53,7 @@ import wrk  # noqa: E402
 from harness import Harness, install_signal_handlers, run_in_workdir, twingress_env  # noqa: E402
 from report import REPO, environment, write_and_exit_status  # noqa: E402
 
-LIBTIMES = Path(__file__).resolve().parent / "libtimes"
+LIBTIMES = Path(__file__).resolve().parents[1] / "libtimes"
 TWINGRESS_CMD = (
     "{venv_bin}/twistd --pidfile= -n ingress --manifests {manifests} --http tcp:{http_port}:interface=127.0.0.1"
     " --https tcp:{port}:interface=127.0.0.1 --admin tcp:{admin_port}:interface=127.0.0.1"
@@ -206,7 +206,7 @@ class Bench(Harness):
         rows = []
         for kind, options in runs:
             port = procs.free_port()
-            argv = [sys.executable, str(REPO / "bench" / "splice_floor.py"), str(port), str(backend_port), "--batched", *options]
+            argv = [sys.executable, str(REPO / "bench" / "legacy" / "splice_floor.py"), str(port), str(backend_port), "--batched", *options]
             timed = self.start(f"floor-{kind.replace('/', '')}", argv, port)
             try:
                 scheme = "https" if options else "http"
@@ -218,7 +218,7 @@ class Bench(Harness):
     def h2_floor_row(self, backend_port: int, cert_and_key: list[str]) -> Row:
         """h2_proxy_floor.py under twingress's h2 row's load: what any h2-to-HTTP/1.1 proxy on these libraries pays."""
         port = procs.free_port()
-        argv = [sys.executable, str(REPO / "bench" / "h2_proxy_floor.py"), str(port), str(backend_port), *cert_and_key]
+        argv = [sys.executable, str(REPO / "bench" / "legacy" / "h2_proxy_floor.py"), str(port), str(backend_port), *cert_and_key]
         timed = self.start("floor-h2", argv, port)
         try:
             return self.h2load_row(timed, "h2 floor", "h2", f"https://{tls_bench.WRK_SNI}:{port}/", targets.HOST, grpc=False)

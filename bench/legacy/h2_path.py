@@ -62,7 +62,7 @@ from twisted.internet.protocol import Protocol
 from twisted.internet.testing import StringTransport
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import targets  # noqa: E402
 from report import interpreter  # noqa: E402

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # ingress, for its cipher list
+sys.path.insert(1, str(Path(__file__).resolve().parents[2]))  # ingress, for its cipher list
 
 import cpuload  # noqa: E402
 import procs  # noqa: E402
