@@ -243,18 +243,22 @@ gateway-conformance-report: $(STAMP) system-packages testenv
 	TWINGRESS_REQUIRE_KUBE=1 TWINGRESS_CONFORMANCE_REPORT=$(CURDIR)/docs/gateway-conformance/report.yaml \
 		testenv/netns-run $(PY) -m pytest -q tests/kube/test_gateway_conformance.py
 
+# The benchmarks are scenarios of python -m bench (bench/README.md); these run the usual ones.
+# twingress beside nginx over HTTP/1.1 (req/s, the latency it adds).
 bench: $(STAMP) system-packages
-	$(PY) bench/http_bench.py
+	$(PY) -m bench latency
 
 # twingress next to Traefik and Caddy (built from their Go modules by bench/peers.sh: minutes,
-# both CPUs, once) and nginx, over HTTP/1.1, HTTPS/1.1 and h2 (issue 32, target 4).
+# both CPUs, once) and nginx: CPU per request over HTTP/1.1, HTTPS/1.1, h2 and gRPC, then each
+# Go peer's CPU ratio by interleaved pairs.
 bench-peers: $(STAMP) system-packages
 	bench/peers.sh
-	$(PY) bench/peers_bench.py
+	$(PY) -m bench node --kinds http/1.1,https/1.1,h2,grpc --against nginx,traefik,caddy
+	$(PY) -m bench pairs --kinds h2,https/1.1 --against traefik,caddy
 
 bench-mix: $(STAMP) system-packages
 	bench/peers.sh
-	$(PY) bench/mix_bench.py
+	$(PY) -m bench mix
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache twingress_*__mypyc.*.so

@@ -2,7 +2,7 @@
 
 Run inside the private network namespace of the kube tests (pod-like addresses on lo):
 
-    testenv/netns-run .venv/bin/python bench/convergence.py [--changes 200] [--scale 1000,10000] [--json PATH]
+    testenv/netns-run .venv/bin/python -m bench convergence [--changes 200] [--scale 1000,10000] [--json PATH]
 
 What it does (everything started here is stopped here, in finally blocks):
 
@@ -863,7 +863,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
     scales = sorted(int(s) for s in args.scale.split(",") if s.strip())
     if not cluster.address_exists(SCALE_BACKENDS[-1]):
-        print("run inside the test network namespace: testenv/netns-run .venv/bin/python bench/convergence.py", file=sys.stderr)
+        print("run inside the test network namespace: testenv/netns-run .venv/bin/python -m bench convergence", file=sys.stderr)
         return 2
     started = time.monotonic()
     result: dict[str, Any] = {

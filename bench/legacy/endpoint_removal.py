@@ -2,7 +2,7 @@
 
 Run inside the private network namespace of the kube tests (pod-like addresses on lo):
 
-    testenv/netns-run .venv/bin/python bench/endpoint_removal.py [--scale 10000] [--trials 100]
+    testenv/netns-run .venv/bin/python -m bench endpoint-removal [--scale 10000] [--trials 100]
 
 What it does (with the helpers of bench/convergence.py; everything started here is stopped here):
 
@@ -421,7 +421,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.bare_watch:
         return bare_watch_main(args.bare_watch)
     if not cluster.address_exists(REMOVED):
-        print("run inside the test network namespace: testenv/netns-run .venv/bin/python bench/endpoint_removal.py", file=sys.stderr)
+        print("run inside the test network namespace: testenv/netns-run .venv/bin/python -m bench endpoint-removal", file=sys.stderr)
         return 2
     work = Path(tempfile.mkdtemp(prefix="twingress-endpoint-removal-"))
     (work / "logs").mkdir()

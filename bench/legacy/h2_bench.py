@@ -17,7 +17,7 @@ The same certificate (ECDSA P-256) on both proxies.  See bench/README.md.
 
 Run with the project venv::
 
-    .venv/bin/python bench/h2_bench.py [--duration 10] [--json PATH]
+    .venv/bin/python bench/legacy/h2_bench.py [--duration 10] [--json PATH]
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ what an HTTP/2 request costs in C{h2}, C{hpack} and C{hyperframe} before a
 proxy does anything with it, for comparing against the CPU per request that
 C{h2_bench.py} measures:
 
-  .venv/bin/python bench/h2_floor.py [--requests 200000] [--streams 10]
+  .venv/bin/python -m bench floor-h2 [--requests 200000] [--streams 10]
 """
 
 from __future__ import annotations

@@ -28,16 +28,16 @@ is below the h2 row's, by those.  Before the timed rounds a short run is checked
 (status 200, the backend's body, the stream ended; read back with hyperframe and hpack, or with
 twingress's response parser for HTTP/1.1) and every upstream request's head.
 
-  taskset -c 0 .venv/bin/python bench/h2_path.py [--requests 100000] [--streams 10] [--rounds 3] [--http1]
-  .venv/bin/python bench/h2_path.py --instructions [--requests 3000] [--http1]   # instructions per request, under valgrind
-  .venv/bin/python bench/h2_path.py --instructions --distinct-heads   # every backend head new: no remembered section
-  .venv/bin/python bench/h2_path.py --instructions --distinct-requests   # every h2 request's fields new (a traceparent each)
+  taskset -c 0 .venv/bin/python -m bench h2-path [--requests 100000] [--streams 10] [--rounds 3] [--http1]
+  .venv/bin/python -m bench h2-path --instructions [--requests 3000] [--http1]   # instructions per request, under valgrind
+  .venv/bin/python -m bench h2-path --instructions --distinct-heads   # every backend head new: no remembered section
+  .venv/bin/python -m bench h2-path --instructions --distinct-requests   # every h2 request's fields new (a traceparent each)
 
 With C{--http1} the same for the HTTP/1.1 path: twingress's HTTP/1.1 protocol on the plain listener's
 factory, reading wrk's keep-alive C{GET /} one request a read, its responses checked by twingress's
 own response parser.  The two counts side by side are issue 32's target 2 without the noise: what
 an h2 request costs beyond the libraries' part, against what an HTTP/1.1 request costs.
-  .venv/bin/python bench/h2_path.py --profile 20 [--requests 20000]   # cProfile, top 20 (pure build)
+  .venv/bin/python -m bench h2-path --profile 20 [--requests 20000]   # cProfile, top 20 (pure build)
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ bookkeeping beyond h2's own, no error handling beyond closing: no real proxy doe
 For a load such as ``h2load -c32 -m10 https://localhost:PORT/`` (bench/library_share.py runs it
 under the same load as twingress's h2 row).
 
-  .venv/bin/python bench/h2_proxy_floor.py PORT BACKEND_PORT CERT KEY
+  .venv/bin/python bench/legacy/h2_proxy_floor.py PORT BACKEND_PORT CERT KEY
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ test is pinned to one CPU, the backend and wrk to the other.  See bench/README.m
 
 Run with the project venv::
 
-    .venv/bin/python bench/http_bench.py [--duration 10] [--json out.json] [--skip-twingress]
+    .venv/bin/python -m bench latency [--duration 10] [--json out.json] [--skip-twingress]
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ C{--proxy-cpu}, the backends and the load on C{--load-cpu}; rows one at a time. 
 timing wrappers add a Python call per library call to every row (not counted in the
 libraries' share): compare CPU per request with h2_bench.py's, not with this bench's.
 
-    .venv/bin/python bench/library_share.py [--duration 8] [--json PATH]     # ~2 min
+    .venv/bin/python -m bench floor-library [--duration 8] [--json PATH]     # ~2 min
 """
 
 from __future__ import annotations

@@ -29,11 +29,11 @@ With ``--cache-sim`` the count also simulates the L1 caches (callgrind ``--cache
 reports the instruction and data misses per request: what makes a count of instructions and a
 time differ between two proxies (a larger body of code misses the instruction cache more).
 
-  .venv/bin/python bench/live_instructions.py [--proxies twingress,floor,traefik,caddy]
+  .venv/bin/python -m bench instructions [--proxies twingress,floor,traefik,caddy]
       [--kinds h2,https/1.1] [--requests 5000] [--cpu 8]      # ~1.5 min a proxy under valgrind; +~15 s a proxy with --cpu
-  .venv/bin/python bench/live_instructions.py --no-count --cpu 8 --rounds 4   # the timed runs alone, medians
-  .venv/bin/python bench/live_instructions.py --proxies twingress,floor --cache-sim   # with L1 misses per request
-  .venv/bin/python bench/live_instructions.py --proxies twingress,floor --keep-profiles DIR   # and each count's callgrind file
+  .venv/bin/python -m bench instructions --no-count --cpu 8 --rounds 4   # the timed runs alone, medians
+  .venv/bin/python -m bench instructions --proxies twingress,floor --cache-sim   # with L1 misses per request
+  .venv/bin/python -m bench instructions --proxies twingress,floor --keep-profiles DIR   # and each count's callgrind file
       callgrind_annotate --inclusive=yes DIR/h2-twingress-1.callgrind   # where the instructions went, by function
 """
 
@@ -115,7 +115,7 @@ class Bench(Harness):
         self.backend_port = procs.free_port()
 
     def start_backend(self) -> None:
-        """The benches' nginx backend on the load CPU, which every proxy forwards to (interleaved.py's too)."""
+        """The benches' nginx backend on the load CPU, which every proxy forwards to (python -m bench pairs has its own, bench/lib/site.py)."""
         self.nginx("backend", targets.backend_conf(self.workdir, self.backend_port), self.backend_port, self.args.load_cpu)
 
     def run_all(self) -> list[Row]:

@@ -17,7 +17,7 @@ load and the backend on the other; a warm-up run, then the measured run.  See be
 Run with the project venv::
 
     bench/peers.sh
-    .venv/bin/python bench/mix_bench.py [--duration 10] [--proxies twingress,nginx,traefik,caddy] [--json PATH]
+    .venv/bin/python -m bench mix [--duration 10] [--proxies twingress,nginx,traefik,caddy] [--json PATH]
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ orders, and the medians over the rounds compare the proxies.
 Run with the project venv::
 
     bench/peers.sh
-    .venv/bin/python bench/peers_bench.py [--duration 10] [--rounds 1] [--proxies twingress,traefik,caddy,nginx] [--json PATH]
+    .venv/bin/python bench/legacy/peers_bench.py [--duration 10] [--rounds 1] [--proxies twingress,traefik,caddy,nginx] [--json PATH]
 """
 
 from __future__ import annotations

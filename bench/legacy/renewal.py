@@ -3,7 +3,7 @@ served, and whether any TLS handshake fails meanwhile (issue 16, "Large clusters
 
 Run inside the private network namespace of the kube tests (pod-like addresses on lo):
 
-    testenv/netns-run .venv/bin/python bench/renewal.py [--secrets 1000] [--json PATH]
+    testenv/netns-run .venv/bin/python -m bench renewal [--secrets 1000] [--json PATH]
 
 Certificates issued together are renewed together: cert-manager rewrites hundreds of Secrets
 within seconds. twingress hears each write as a watch event, builds the changed Secrets' contexts
@@ -341,7 +341,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
 def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
     if not cluster.address_exists(ECHO_ADDRESS):
-        print("run inside the test network namespace: testenv/netns-run .venv/bin/python bench/renewal.py", file=sys.stderr)
+        print("run inside the test network namespace: testenv/netns-run .venv/bin/python -m bench renewal", file=sys.stderr)
         return 2
     setup: dict[str, Any] = {"loadavg_start": loadavg()}
     work = Path(tempfile.mkdtemp(prefix="twingress-renewal-"))

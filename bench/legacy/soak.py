@@ -2,7 +2,7 @@
 
 Run inside the private network namespace of the kube tests (pod-like addresses on lo):
 
-    testenv/netns-run .venv/bin/python bench/soak.py [--duration 600] [--ingresses 200] [--json PATH]
+    testenv/netns-run .venv/bin/python -m bench soak [--duration 600] [--ingresses 200] [--json PATH]
 
 Short benchmarks cannot see what goes wrong only after hours in production: memory or file
 descriptors that leak a little per request, per table swap or per certificate; a change that
@@ -339,7 +339,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
 def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
     if not cluster.address_exists(churn.BACKENDS[churn.NAMES[-1]]):
-        print("run inside the test network namespace: testenv/netns-run .venv/bin/python bench/soak.py", file=sys.stderr)
+        print("run inside the test network namespace: testenv/netns-run .venv/bin/python -m bench soak", file=sys.stderr)
         return 2
     result: dict[str, Any] = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}, "loadavg_start": loadavg()}
     work = Path(tempfile.mkdtemp(prefix="twingress-soak-"))

@@ -7,10 +7,10 @@ measures what Twisted's reactor, its transports and the kernel cost per request
 with no HTTP work at all.  No proxy built on Twisted can do a request for less
 CPU than this; ``http_bench.py --twingress-cmd`` runs it in twingress's place:
 
-  .venv/bin/python bench/http_bench.py --twingress-cmd \\
-      '{venv_bin}/python bench/splice_floor.py {port} {backend_port}'
-  .venv/bin/python bench/http_bench.py --twingress-cmd \\
-      '{venv_bin}/python bench/splice_floor.py {port} {backend_port} --batched'
+  .venv/bin/python -m bench latency --twingress-cmd \\
+      '{venv_bin}/python bench/legacy/splice_floor.py {port} {backend_port}'
+  .venv/bin/python -m bench latency --twingress-cmd \\
+      '{venv_bin}/python bench/legacy/splice_floor.py {port} {backend_port} --batched'
 
 ``--batched`` writes through twingress's send batch (ingress.proxy.http.fastwrite)
 instead of Twisted's write queue, as twingress does.  ``--tls CERT KEY`` terminates

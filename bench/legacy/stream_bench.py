@@ -11,7 +11,7 @@ Targets run one after the other, each proxy alone on the proxy CPU.
 
 Run with the project venv::
 
-    .venv/bin/python bench/stream_bench.py [--duration 10] [--json PATH]
+    .venv/bin/python -m bench streams [--duration 10] [--json PATH]
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ See bench/README.md.
 
 Run with the project venv::
 
-    .venv/bin/python bench/tls_bench.py [--duration 10] [--json PATH]
+    .venv/bin/python -m bench tls [--duration 10] [--json PATH]
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ The client's records are made before the clock runs (each can be read once: a
 record's sequence number is in its tag), so only the server's four calls are
 timed, in µs per request:
 
-  .venv/bin/python bench/tls_calls.py [--requests 50000] [--rounds 3]
+  .venv/bin/python -m bench tls-calls [--requests 50000] [--rounds 3]
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ leave no TIME_WAIT sockets to exhaust the ephemeral ports.
 
 Run (normally by tls_bench.py, pinned with taskset)::
 
-    python bench/tls_handshakes.py --port 8443 --sni bench.local --seconds 10 --clients 4
+    python bench/legacy/tls_handshakes.py --port 8443 --sni bench.local --seconds 10 --clients 4
 
 It prints one JSON object: handshakes, seconds, rate, errors (with samples), and what
 the first handshake of the first client negotiated (version, cipher, peer certificate

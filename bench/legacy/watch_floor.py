@@ -2,7 +2,7 @@
 
 Run inside the kube tests' network namespace:
 
-    testenv/netns-run .venv/bin/python bench/watch_floor.py [--routes 50000]    # ~8 min
+    testenv/netns-run .venv/bin/python -m bench watch-floor [--routes 50000]    # ~8 min
 
 Twice, each in a fresh control plane (tests/kube/cluster.py): ROUTES headless Services,
 EndpointSlices and Ingresses created as ``convergence.py --headless-services`` creates them, once

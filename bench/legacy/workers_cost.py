@@ -32,9 +32,9 @@ listening socket).  If it costs what ``--workers N`` costs, the pool adds nothin
 alternate over ``--rounds``, the order reversed every other round; each N row is compared with the
 same round's one-worker row.
 
-  .venv/bin/python bench/workers_cost.py [--workers 2] [--rounds 4] [--seconds 8] [--count-requests 20000]
+  .venv/bin/python -m bench workers-cost [--workers 2] [--rounds 4] [--seconds 8] [--count-requests 20000]
       # ~5 min a twingress row with the count (CPython under valgrind), ~20 s without
-  .venv/bin/python bench/workers_cost.py --no-count [--proxies twingress,nginx,twingress-apart]   # the timed and kernel-counted rows alone
+  .venv/bin/python -m bench workers-cost --no-count [--proxies twingress,nginx,twingress-apart]   # the timed and kernel-counted rows alone
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ class Bench(Harness):
         self.manifests = workdir / "manifests"
 
     def start_backend(self) -> None:
-        """The benches' nginx backend on the load CPU, and twingress's manifests routing to it (interleaved.py's too)."""
+        """The benches' nginx backend on the load CPU, and twingress's manifests routing to it (python -m bench pairs has its own, bench/lib/site.py)."""
         self.nginx("backend", targets.backend_conf(self.workdir, self.backend_port), self.backend_port, self.args.load_cpu)
         targets.write_manifests(self.manifests, self.backend_port)
 
