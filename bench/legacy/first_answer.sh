@@ -4,8 +4,9 @@
 # the quickstart, the background compile's duration, and the second start's first answer on the
 # compiled build. It stops each example as a terminal's Ctrl-C does (SIGINT to its process group).
 # The listeners are moved off the defaults (18080, 18443, 20254); the echo backends keep theirs.
-# Usage: bench/first_answer.sh CLONE [make variables, e.g. CAN_COMPILE= for a machine without a compiler]
+# Usage: python -m bench first-answer CLONE [make variables, e.g. CAN_COMPILE= for a machine without a compiler]
 set -u
+[ $# -ge 1 ] || { echo "usage: python -m bench first-answer CLONE [make variables, e.g. CAN_COMPILE=]" >&2; exit 2; }
 clone=$1; shift
 rm -rf "$clone" ~/.cache/pip ~/.cache/twingress/h2stack
 git clone -q "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)" "$clone" && cd "$clone"

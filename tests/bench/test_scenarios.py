@@ -44,6 +44,19 @@ def need_peer(name: str) -> None:
         unavailable(f"{name} is not built ({path}): bench/peers.sh")
 
 
+def need_cluster() -> None:
+    """The kube binaries of testenv/ and the test network namespace, as the cluster scenarios need them."""
+    from tests.kube import cluster
+    try:
+        missing = cluster.missing_binaries(cluster.bin_dir())
+    except (OSError, subprocess.CalledProcessError) as e:
+        unavailable(f"cannot locate the kube test binaries with testenv/build.sh: {e}")
+    if missing:
+        unavailable(f"kube test binaries missing: {', '.join(missing)} (make testenv)")
+    if not cluster.address_exists("10.244.0.10"):
+        unavailable("not in the test network namespace: run under testenv/netns-run")
+
+
 def results_of(done: subprocess.CompletedProcess[str], out: Path) -> dict[str, Any]:
     """The run's results file, checked to be what python -m bench report reads, the run having succeeded."""
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -120,6 +133,51 @@ def test_node(tmp_path: Path) -> None:
                                 "--out", str(out)), out)
     assert [(f["contender"], f["workers"]) for f in document["figures"]] == [("twingress", 1), ("twingress", 2), ("nginx", 1), ("nginx", 2)]
     assert all(is_number(f["rps"]) and is_number(f["cpu_us"]) for f in document["figures"])
+
+
+# Each older script's scenario at its smallest: (its options, the tools it needs, whether it needs the cluster).
+LEGACY = {
+    "latency": (["--duration", "1", "--warmup", "1"], ["nginx", "wrk", "taskset"], False),
+    "tls": (["--duration", "1", "--warmup", "1", "--sni-certs", "0"], ["nginx", "wrk", "taskset"], False),
+    "mix": (["--duration", "1", "--warmup", "1", "--proxies", "twingress,nginx"], ["nginx", "h2load", "taskset", "go"], False),
+    "streams": (["--duration", "1", "--streams", "2", "--udp-clients", "1"], ["haproxy", "socat", "iperf3", "taskset", "go"], False),
+    "floor-h2": (["--requests", "2000", "--rounds", "1"], [], False),
+    "floor-library": (["--duration", "3", "--warmup", "1"], ["nginx", "h2load", "taskset", "go"], False),
+    "instructions": (["--proxies", "twingress", "--requests", "200", "--warmup", "100"], ["nginx", "h2load", "taskset", "valgrind", "callgrind_control"], False),
+    "h2-path": (["--requests", "2000", "--rounds", "1"], [], False),
+    "tls-calls": (["--requests", "2000", "--rounds", "1"], [], False),
+    "workers-cost": (["--rounds", "1", "--seconds", "1", "--no-count", "--proxies", "twingress"], ["nginx", "h2load", "taskset", "perf"], False),
+    "convergence": (["--scale", "20", "--changes", "5", "--rebuilds", "1", "--scale-changes", "2"], [], True),
+    "endpoint-removal": (["--scale", "20", "--trials", "3", "--run", "1"], [], True),
+    "watch-floor": (["--routes", "50"], [], True),
+    "renewal": (["--secrets", "10", "--sample", "5", "--before", "1", "--after", "1"], [], True),
+    "soak": (["--duration", "20", "--warmup", "5", "--ingresses", "10", "--connections", "16", "--kill-interval", "10"], [], True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LEGACY))
+def test_legacy_scenario(tmp_path: Path, name: str) -> None:
+    """A scenario of bench/legacy/ at its smallest: its results file holds the script's figures, and report prints them."""
+    argv, tools, kube = LEGACY[name]
+    need(*tools)
+    if kube:
+        need_cluster()
+    out = tmp_path / f"{name}.json"
+    document = results_of(bench(name, *argv, "--out", str(out), timeout=600), out)
+    assert document["config"]["argv"] == argv
+    assert all(isinstance(figure, dict) and figure for figure in document["figures"])
+
+
+def test_every_scenario_is_tested() -> None:
+    """A scenario added to python -m bench without a run here fails this (first-answer: below, it clones and compiles)."""
+    listed = {line.split()[0] for line in bench("list").stdout.splitlines()}
+    assert listed == {"pairs", "node", "first-answer", *LEGACY}
+
+
+def test_first_answer_usage() -> None:
+    """first-answer clones and compiles (minutes, and it empties pip's cache): here only its usage error, one line, no results file."""
+    done = bench("first-answer")
+    assert done.returncode == 2 and "usage: python -m bench first-answer CLONE" in done.stdout and "Traceback" not in done.stdout + done.stderr
 
 
 def test_report_refuses_what_is_no_results_file(tmp_path: Path) -> None:
