@@ -6,7 +6,8 @@ nothing here asserts on a figure's size, only that each figure is there and is a
 
 A scenario whose tool or peer is not built skips here, and fails under TWINGRESS_REQUIRE_KUBE=1
 (CI), where everything bench/setup.sh, testenv/system-packages.sh and bench/peers.sh provide must be.
-About 40 s in all on a 2-core machine (the peers' rows: 10 s more each, where they are built).
+About 10 minutes in all on a 2-core machine busy with other work: the cluster scenarios take about a
+minute each (a control plane started and stopped), the others 5 to 50 s.
 """
 
 from __future__ import annotations
