@@ -14,7 +14,7 @@ WHEELHOUSE ?= $(HOME)/.cache/twingress/wheelhouse
 export TWINGRESS_WHEELHOUSE := $(WHEELHOUSE)
 HADOLINT_VERSION ?= 2.15.1
 
-.PHONY: run run-build run-migration run-gateway run-streams run-tls test test-kube-lane test-rest-lane test-kube test-rest test-workers test-node venv lint system-packages testenv wheelhouse image image-archive lint-docker bench bench-peers bench-mix clean compiled pure gateway-conformance-report h2stack-suites
+.PHONY: run run-build run-migration run-gateway run-streams run-tls test test-kube-lane test-rest-lane test-kube test-rest test-workers test-node venv lint system-packages testenv wheelhouse image image-archive lint-docker bench bench-peers bench-peers-built bench-mix clean compiled pure gateway-conformance-report h2stack-suites
 
 # An editable install (pip install -e .) of the tree: setup.cfg's package_dir makes it a plain
 # .pth of the tree, so twistd finds twisted/plugins/ingress_plugin.py there too.
@@ -165,11 +165,11 @@ test: $(STAMP) lint system-packages wheelhouse lint-docker h2stack-suites
 	# it takes what the Go build leaves, and much of its time is downloads and one-core compiles) and
 	# the compiled build. On a fresh 2-core machine, the first two one after the other took 21 of a
 	# 45.5-minute run (12 and 8.5 minutes); at once, 20.8 of 42 (both are CPU-bound: the overlap
-	# gains little). Then two lanes of pytest runs, each run in a network namespace of its own
+	# gains little); with them, the Go peers of tests/bench (bench/peers.sh: nothing once built). Then two lanes of pytest runs, each run in a network namespace of its own
 	# (pytest's numbered temporary directories are safe for runs at once), each lane's output printed
 	# whole when it ends (--output-sync). Most of these runs keep one core busy at most, waiting on an
 	# apiserver, a kubelet or a proxy, and CI machines have two.
-	$(MAKE) --no-print-directory -j3 --output-sync=target testenv image-archive compiled || { $(MAKE) pure; exit 1; }
+	$(MAKE) --no-print-directory -j3 --output-sync=target testenv image-archive compiled bench-peers-built || { $(MAKE) pure; exit 1; }
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-kube-lane test-rest-lane || { $(MAKE) pure; exit 1; }
 	$(MAKE) pure
 	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) $(PURE_TESTS)
@@ -243,18 +243,27 @@ gateway-conformance-report: $(STAMP) system-packages testenv
 	TWINGRESS_REQUIRE_KUBE=1 TWINGRESS_CONFORMANCE_REPORT=$(CURDIR)/docs/gateway-conformance/report.yaml \
 		testenv/netns-run $(PY) -m pytest -q tests/kube/test_gateway_conformance.py
 
+# Traefik and Caddy for tests/bench (every scenario of python -m bench runs once in make test, the
+# peers' too): built from their Go modules by bench/peers.sh, minutes once, nothing when up to date.
+bench-peers-built:
+	bench/peers.sh
+
+# The benchmarks are scenarios of python -m bench (bench/README.md); these run the usual ones.
+# twingress beside nginx over HTTP/1.1 (req/s, the latency it adds).
 bench: $(STAMP) system-packages
-	$(PY) bench/http_bench.py
+	$(PY) -m bench latency
 
 # twingress next to Traefik and Caddy (built from their Go modules by bench/peers.sh: minutes,
-# both CPUs, once) and nginx, over HTTP/1.1, HTTPS/1.1 and h2 (issue 32, target 4).
+# both CPUs, once) and nginx: CPU per request over HTTP/1.1, HTTPS/1.1, h2 and gRPC, then each
+# Go peer's CPU ratio by interleaved pairs.
 bench-peers: $(STAMP) system-packages
 	bench/peers.sh
-	$(PY) bench/peers_bench.py
+	$(PY) -m bench node --kinds http/1.1,https/1.1,h2,grpc --against nginx,traefik,caddy
+	$(PY) -m bench pairs --kinds h2,https/1.1 --against traefik,caddy
 
 bench-mix: $(STAMP) system-packages
 	bench/peers.sh
-	$(PY) bench/mix_bench.py
+	$(PY) -m bench mix
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache twingress_*__mypyc.*.so
