@@ -165,11 +165,11 @@ test: $(STAMP) lint system-packages wheelhouse lint-docker h2stack-suites
 	# it takes what the Go build leaves, and much of its time is downloads and one-core compiles) and
 	# the compiled build. On a fresh 2-core machine, the first two one after the other took 21 of a
 	# 45.5-minute run (12 and 8.5 minutes); at once, 20.8 of 42 (both are CPU-bound: the overlap
-	# gains little); with them, the Go peers of tests/bench (bench/peers.sh: nothing once built). Then two lanes of pytest runs, each run in a network namespace of its own
+	# gains little). Then two lanes of pytest runs, each run in a network namespace of its own
 	# (pytest's numbered temporary directories are safe for runs at once), each lane's output printed
 	# whole when it ends (--output-sync). Most of these runs keep one core busy at most, waiting on an
 	# apiserver, a kubelet or a proxy, and CI machines have two.
-	$(MAKE) --no-print-directory -j3 --output-sync=target testenv image-archive compiled bench-peers-built || { $(MAKE) pure; exit 1; }
+	$(MAKE) --no-print-directory -j3 --output-sync=target testenv image-archive compiled || { $(MAKE) pure; exit 1; }
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-kube-lane test-rest-lane || { $(MAKE) pure; exit 1; }
 	$(MAKE) pure
 	testenv/netns-run $(PY) -m pytest $(PYTEST_ARGS) $(PURE_TESTS)
@@ -243,8 +243,10 @@ gateway-conformance-report: $(STAMP) system-packages testenv
 	TWINGRESS_REQUIRE_KUBE=1 TWINGRESS_CONFORMANCE_REPORT=$(CURDIR)/docs/gateway-conformance/report.yaml \
 		testenv/netns-run $(PY) -m pytest -q tests/kube/test_gateway_conformance.py
 
-# Traefik and Caddy for tests/bench (every scenario of python -m bench runs once in make test, the
-# peers' too): built from their Go modules by bench/peers.sh, minutes once, nothing when up to date.
+# Traefik and Caddy for python -m bench --against traefik,caddy: built from their Go modules by
+# bench/peers.sh, minutes once, nothing when up to date. Not a preparation of make test: on a fresh
+# 2-core machine their build would add about ten minutes to CI; tests/bench runs every scenario
+# against twingress, a baseline checkout and nginx, the peers only where a bench is run.
 bench-peers-built:
 	bench/peers.sh
 

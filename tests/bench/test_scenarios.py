@@ -38,13 +38,6 @@ def need(*tools: str) -> None:
         unavailable(f"not installed: {', '.join(missing)} (bench/setup.sh, testenv/system-packages.sh)")
 
 
-def need_peer(name: str) -> None:
-    done = subprocess.run(["bash", str(REPO / "bench" / "peers.sh"), "--print-path"], capture_output=True, text=True, check=True)
-    path = dict(line.split(" ", 1) for line in done.stdout.splitlines())[name]
-    if not os.access(path, os.X_OK):
-        unavailable(f"{name} is not built ({path}): bench/peers.sh")
-
-
 def need_cluster() -> None:
     """The kube binaries of testenv/ and the test network namespace, as the cluster scenarios need them."""
     from tests.kube import cluster
@@ -78,12 +71,10 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
-@pytest.mark.parametrize("against", ["twingress", "nginx", "traefik", "caddy"])
+@pytest.mark.parametrize("against", ["twingress", "nginx"])  # Traefik and Caddy: not built for CI (Makefile, bench-peers-built)
 def test_pairs_against(tmp_path: Path, against: str) -> None:
     """pairs --against: both sides' CPU per request, the ratios, one figure per kind asked."""
     need("nginx", "h2load", "taskset", "go")
-    if against in ("traefik", "caddy"):
-        need_peer(against)
     out = tmp_path / "pairs.json"
     kinds = "all" if against == "twingress" else "http/1.1,h2"
     document = results_of(bench("pairs", "--against", against, "--kinds", kinds, "--pairs", "1", "--seconds", "1", "--out", str(out)), out)
