@@ -25,7 +25,7 @@ from tests.proxy.clients import HeldBackend
 from tests.support import EchoBackend, Manifests, Twingress
 from tests.waiting import eventually
 
-CONVERGENCE_BOUND = 2.0
+CONVERGENCE_BOUND = 2.0  # the deadline the new table is waited on (a bound on an event, not a speed measured)
 
 
 @pytest.fixture
@@ -84,10 +84,9 @@ def test_changed_backend_is_followed_within_2s(reloadable: Twingress, manifests:
     generation = reloadable.generation()
 
     manifests.route("echo", "echo.test", [pod_b.address])
-    elapsed, seen = wait_for(reloadable.http_port, "echo.test", (200, "pod-b"))
+    elapsed, seen = wait_for(reloadable.http_port, "echo.test", (200, "pod-b"), timeout=CONVERGENCE_BOUND)
     print(f"\nreload convergence (changed backend): {elapsed * 1000:.0f} ms over {len(seen)} requests")
 
-    assert elapsed < CONVERGENCE_BOUND, f"new table followed after {elapsed:.3f}s"
     assert all(status == 200 for status, _ in seen), f"a request failed during the reload: {seen}"
     assert reloadable.generation() > generation
     # and it stays on the new table
@@ -99,10 +98,9 @@ def test_added_host_is_routed_within_2s(reloadable: Twingress, manifests: Manife
     assert ask(reloadable.http_port, "new.test")[0] == 404
 
     manifests.route("new", "new.test", [pod_b.address])
-    elapsed, seen = wait_for(reloadable.http_port, "new.test", (200, "pod-b"))
+    elapsed, seen = wait_for(reloadable.http_port, "new.test", (200, "pod-b"), timeout=CONVERGENCE_BOUND)
     print(f"\nreload convergence (added host): {elapsed * 1000:.0f} ms over {len(seen)} requests")
 
-    assert elapsed < CONVERGENCE_BOUND, f"new host routed after {elapsed:.3f}s"
     assert all(status in (200, 404) for status, _ in seen), seen
     assert ask(reloadable.http_port, "echo.test") == (200, "pod-a")  # the other file is untouched
     assert "new.test" in reloadable.routes()["hosts"]
