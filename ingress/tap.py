@@ -19,6 +19,7 @@ from twisted.application.service import IService, MultiService, Service
 from twisted.python import usage
 
 from ingress import __version__
+from ingress.acme.wiring import acme_settings, manifests_source
 from ingress.controllers.manager import ControllerManager, ControllerOptions
 from ingress.controllers.metrics import ControllerMetrics
 from ingress.controllers.options import controller_options
@@ -49,7 +50,6 @@ from ingress.proxy.streams.listeners import StreamListeners
 from ingress.routing import build
 from ingress.routing.incremental import IncrementalBuild
 from ingress.routing.table import RoutingTable
-from ingress.sources.files import ManifestsSource
 from ingress.sources.kube.client import KubeClient, in_cluster_available
 from ingress.sources.kube.kubeconfig import in_cluster_problem, kubeconfig_problem
 from ingress.sources.kube.source import KubeSource
@@ -136,6 +136,7 @@ class Options(usage.Options):
             port: name for name in ("http", "https", "admin") if (port := listener_port(self[name] or "")) is not None
         }
         self["gateway-address-pool"] = _addresses(self["gateway-addresses"])
+        self["acme"] = acme_settings(self, self["source"])
         self["settings"] = proxy_settings(self, self._https_redirect_port())
         self["controllers"] = controller_options(self, self["ingress-class"], self["controller-name"])
         self["http2-settings"] = http2_settings(self)
@@ -274,13 +275,12 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
             controller_name=controller,
             generation=generation,
             default_certificate=default_certificate,
-            tcp_services=options["tcp-services-configmap-key"],
-            udp_services=options["udp-services-configmap-key"],
-            reserved_ports=options["reserved-ports"],
-            nginx_annotations=options["nginx-annotations"] == "true",
+            tcp_services=options["tcp-services-configmap-key"], udp_services=options["udp-services-configmap-key"],
+            reserved_ports=options["reserved-ports"], nginx_annotations=options["nginx-annotations"] == "true",
             nginx_configmap=options["nginx-configmap-key"],
             cleartext_http2=options["h2c"] == "true",
             gateway_addresses=options["gateway-address-pool"],
+            acme_challenges=options["acme"] is not None,
         )
 
     builder = TableBuilder(reactor, live, metrics, IncrementalBuild(build_table))  # EndpointSlice-only changes skip the build
@@ -312,7 +312,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
     admin.route_sections["streamListeners"] = streams.to_json
     admin.route_views.append(streams.show)
     if options["source"] == "manifests":
-        ManifestsSource(options["manifests"], builder, metrics, reactor, options["poll-interval"]).setServiceParent(top)
+        manifests_source(options, builder, metrics, reactor).setServiceParent(top)
     else:
         kubeconfig = options["kubeconfig"]
         watched_maps = [k for k in (options["tcp-services-configmap-key"], options["udp-services-configmap-key"], options["nginx-configmap-key"]) if k]
