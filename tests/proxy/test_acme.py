@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import socket
 import ssl
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,7 +24,8 @@ from cryptography import x509
 
 from tests.acme_support import Pebble
 from tests.kube.twingress import wait_until
-from tests.support import EchoBackend, Manifests, Twingress, free_port
+from tests.proxy.certs import CertificateAuthority
+from tests.support import TWISTD, EchoBackend, Manifests, Twingress, free_port, http_status, refusing_address
 
 ISSUED = re.compile(r"acme: certificate for (.+?) issued into Secret (\S+) in ([\d.]+)s, (\d+) requests to the ACME server")
 
@@ -101,3 +103,72 @@ def test_an_annotated_ingress_gets_its_certificate_by_http01_and_serves_it_by_sn
     assert again.log().count("ordering a certificate") == 1, again.log()
     print(f"after a restart: {second.group(3)}s, {second.group(4)} requests to Pebble (the account found again by its key)")
 
+
+
+@pytest.mark.parametrize(
+    ("case", "mentions"),
+    [
+        ("garbage-ca-file", ["--acme-ca-file", "holds no PEM certificate"]),
+        ("missing-ca-file", ["--acme-ca-file", "No such file"]),
+        ("no-terms", ["--acme-agree-tos true"]),
+        ("tls-alpn-01", ["--acme-challenge", "only http-01"]),
+        ("no-storage", ["--acme-storage"]),
+        ("not-a-url", ["--acme-directory", "not an http(s) URL"]),
+        ("no-http", ["needs the --http listener"]),
+    ],
+)
+def test_a_bad_acme_option_is_one_line_and_exit_1(tmp_path: Path, case: str, mentions: list[str]) -> None:
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    args = ["--acme-directory", "https://127.0.0.1:1/dir", "--acme-agree-tos", "true", "--acme-storage", str(tmp_path / "acme")]
+    extra = {
+        "garbage-ca-file": ["--acme-ca-file", str(garbage)],
+        "missing-ca-file": ["--acme-ca-file", str(tmp_path / "missing.pem")],
+        "no-terms": ["--acme-agree-tos", "false"],
+        "tls-alpn-01": ["--acme-challenge", "tls-alpn-01"],
+        "no-storage": ["--acme-storage", ""],
+        "not-a-url": ["--acme-directory", "acme.example.com"],
+        "no-http": ["--http", ""],
+    }[case]
+    command = TWISTD + ["--pidfile=", "--logfile=-", "-n", "ingress", "--manifests", str(manifests), "--admin", "", "--https", f"tcp:{free_port()}", *args, *extra]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stdout + result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("twistd ingress: "), result.stderr
+    assert all(mention in lines[0] for mention in mentions), (lines[0], mentions)
+
+
+def test_what_cannot_be_ordered_is_one_line_each_and_the_rest_of_the_table_serves(
+    tmp_path: Path, manifests: Manifests, twingress: Callable[..., Twingress], echo_pair: tuple[EchoBackend, EchoBackend],
+) -> None:
+    host, port = refusing_address()
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(CertificateAuthority("unused").pem())
+    proxy = twingress(*_acme_args(f"https://{host}:{port}/dir", ca, tmp_path / "acme"))
+    manifests.write(
+        "all.yaml",
+        *manifests.service("app", [echo_pair[0].address]),
+        Manifests.ingress("plain", "plain.example.com", "app"),
+        _acme_ingress("no-tls", ["no-tls.example.com"], "app", tls=False),
+        _acme_ingress("wildcard", ["*.wild.example.com"], "app"),
+        _acme_ingress("unreachable", ["down.example.com"], "app"),
+    )
+    wait_until(lambda: "ordering a certificate for down.example.com failed" in proxy.log(), timeout=30, what="the failed order")
+    assert http_status(proxy.http_port, "plain.example.com") == 200
+    log = proxy.log()
+    expected = [
+        "Ingress default/no-tls: twingress.io/acme needs spec.tls",
+        "Ingress default/wildcard: *.wild.example.com: a wildcard needs the DNS-01 challenge",
+        "acme: ordering a certificate for down.example.com failed: ",
+    ]
+    for line in expected:
+        assert log.count(line) == 1, (line, log[-3000:])
+    assert "Traceback" not in log
+    failed = next(line for line in log.splitlines() if "down.example.com failed" in line)
+    assert "trying again in 30s" in failed and "Connection refused" in failed, failed
+    manifests.write("later.yaml", Manifests.ingress("later", "later.example.com", "app"))  # a new state: the reports stay once, the failure waits its backoff
+    wait_until(lambda: http_status(proxy.http_port, "later.example.com") == 200, timeout=10, what="the next table")
+    assert all(proxy.log().count(line) == 1 for line in expected), proxy.log()[-3000:]
