@@ -28,13 +28,15 @@ from twisted.web.server import Request, Site
 
 from ingress.acme.client import Issued, fetch_token, order_certificate
 from ingress.acme.options import AcmeSettings
-from ingress.acme.storage import stored_hosts, write_certificate, write_challenges
+from ingress.acme.storage import MANAGED_BY, stored_hosts, write_certificate, write_challenges
 from ingress.model import ClusterState, Ingress
 from ingress.process.reactor import IProcessReactor
 from ingress.routing.acme_challenges import CHALLENGE_PATH
+from ingress.routing.selection import select_ingresses
 
 log = Logger(namespace=__name__)
 ANNOTATION = "twingress.io/acme"
+CERT_MANAGER = ("cert-manager.io/issuer", "cert-manager.io/cluster-issuer")
 FIRST_BACKOFF, LAST_BACKOFF = 30.0, 3600.0
 Entry = tuple[str, str, tuple[str, ...]]  # namespace, secretName, hosts
 
@@ -61,8 +63,9 @@ class _Responder(Resource):
 class AcmeIssuer(Service):
     """Orders the certificates the manifests ask for (L{consider}: each new state), one at a time."""
 
-    def __init__(self, settings: AcmeSettings, reactor: IProcessReactor, http_port: int) -> None:
+    def __init__(self, settings: AcmeSettings, reactor: IProcessReactor, http_port: int, class_name: str, controller_name: str) -> None:
         self.settings = settings
+        self.serves = (class_name, controller_name)  # only the Ingresses of this controller's class are ordered for
         self.reactor = reactor
         self.http_port = http_port
         self.responder = _Responder()
@@ -102,12 +105,25 @@ class AcmeIssuer(Service):
 
     def _wanted(self, state: ClusterState) -> list[Entry]:
         """The spec.tls entries of the annotated Ingresses that can be ordered by HTTP-01; the others reported once."""
-        wanted = []
-        for ingress in state.ingresses:
+        wanted: list[Entry] = []
+        for ingress in select_ingresses(state, class_name=self.serves[0], controller_name=self.serves[1]):
             if ingress.meta.annotations.get(ANNOTATION) != "true":
                 continue
-            wanted.extend(self._entries(ingress))
+            if any(key in ingress.meta.annotations for key in CERT_MANAGER):
+                carried = " and ".join(key for key in CERT_MANAGER if key in ingress.meta.annotations)
+                self._report(f"Ingress {ingress.meta.namespace}/{ingress.meta.name}: it carries {carried}: cert-manager's, not ordered here")
+                continue
+            wanted.extend(entry for entry in self._entries(ingress) if self._ours_or_free(ingress, entry, state))
         return wanted
+
+    def _ours_or_free(self, ingress: Ingress, entry: Entry, state: ClusterState) -> bool:
+        """Whether the entry's Secret is free or twingress's: a Secret someone else wrote is never overwritten."""
+        found = state.secrets.get((entry[0], entry[1])) or state.opaque_secrets.get((entry[0], entry[1]))
+        if found is None or all(found.meta.labels.get(key) == value for key, value in MANAGED_BY.items()):
+            return True
+        label = ", ".join(f"{key}={value}" for key, value in MANAGED_BY.items())
+        self._report(f"Ingress {ingress.meta.namespace}/{ingress.meta.name}: Secret {entry[0]}/{entry[1]} exists and is not twingress's (no {label} label); not overwritten, nothing ordered")
+        return False
 
     def _entries(self, ingress: Ingress) -> list[Entry]:
         name = f"{ingress.meta.namespace}/{ingress.meta.name}"

@@ -25,7 +25,7 @@ def manifests_source(options: Any, builder: TableBuilder, metrics: Metrics, reac
         return ManifestsSource(options["manifests"], builder, metrics, reactor, options["poll-interval"])
     both = MultiService()
     http_port = next(port for port, name in options["reserved-ports"].items() if name == "http")
-    issuer = AcmeIssuer(settings, reactor, http_port)
+    issuer = AcmeIssuer(settings, reactor, http_port, options["ingress-class"], options["controller-name"])
     issuer.setServiceParent(both)
     also = manifests_dir(settings.storage)
     ManifestsSource(options["manifests"], builder, metrics, reactor, options["poll-interval"], also=also, observe=issuer.consider).setServiceParent(both)

@@ -155,6 +155,12 @@ def test_what_cannot_be_ordered_is_one_line_each_and_the_rest_of_the_table_serve
         _acme_ingress("no-tls", ["no-tls.example.com"], "app", tls=False),
         _acme_ingress("wildcard", ["*.wild.example.com"], "app"),
         _acme_ingress("unreachable", ["down.example.com"], "app"),
+        _acme_ingress("taken", ["taken.example.com"], "app"),
+        {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "metadata": {"namespace": "default", "name": "taken-tls"},
+         "stringData": {"tls.crt": "someone else's", "tls.key": "someone else's"}},
+        {**_acme_ingress("cert-manager", ["cm.example.com"], "app"), "metadata": {
+            "namespace": "default", "name": "cert-manager", "annotations": {"twingress.io/acme": "true", "cert-manager.io/cluster-issuer": "letsencrypt"}}},
+        {**_acme_ingress("other-class", ["nginx.example.com"], "app"), "spec": {**_acme_ingress("x", ["nginx.example.com"], "app")["spec"], "ingressClassName": "nginx"}},
     )
     wait_until(lambda: "ordering a certificate for down.example.com failed" in proxy.log(), timeout=30, what="the failed order")
     assert http_status(proxy.http_port, "plain.example.com") == 200
@@ -163,10 +169,14 @@ def test_what_cannot_be_ordered_is_one_line_each_and_the_rest_of_the_table_serve
         "Ingress default/no-tls: twingress.io/acme needs spec.tls",
         "Ingress default/wildcard: *.wild.example.com: a wildcard needs the DNS-01 challenge",
         "acme: ordering a certificate for down.example.com failed: ",
+        "Ingress default/taken: Secret default/taken-tls exists and is not twingress's (no app.kubernetes.io/managed-by=twingress label); not overwritten",
+        "Ingress default/cert-manager: it carries cert-manager.io/cluster-issuer: cert-manager's, not ordered here",
     ]
     for line in expected:
         assert log.count(line) == 1, (line, log[-3000:])
     assert "Traceback" not in log
+    assert "ordering a certificate for" in log and all(f"ordering a certificate for {host}" not in log for host in ("taken.", "cm.", "nginx.")), log[-3000:]
+    assert not (tmp_path / "acme" / "manifests" / "secret-default.taken-tls.yaml").exists()
     failed = next(line for line in log.splitlines() if "down.example.com failed" in line)
     assert "trying again in 30s" in failed and "Connection refused" in failed, failed
     manifests.write("later.yaml", Manifests.ingress("later", "later.example.com", "app"))  # a new state: the reports stay once, the failure waits its backoff
