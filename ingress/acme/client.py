@@ -30,13 +30,14 @@ USER_AGENT = "twingress"
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # our own listener: never through an http_proxy
 SELF_CHECK_SECONDS = 30.0
 ORDER_SECONDS = 90.0
+NETWORK_SECONDS = 15  # per request (certbot's is 45): a stop waits for the order's thread, at most one request's time
 
 
 class CountingNetwork(client.ClientNetwork):
     """certbot's network layer, counting the requests it sends and trusting --acme-ca-file."""
 
     def __init__(self, key: JWK, ca_file: str) -> None:
-        super().__init__(key, user_agent=USER_AGENT)
+        super().__init__(key, user_agent=USER_AGENT, timeout=NETWORK_SECONDS)
         if ca_file:
             self.verify_ssl = ca_file  # type: ignore[assignment]  # requests takes a CA bundle's path as verify
         self.requests = 0

@@ -78,6 +78,7 @@ class AcmeIssuer(Service):
 
     def startService(self) -> None:
         super().startService()
+        write_challenges(self.settings.storage, {}, "")  # tokens a killed process left are stale: their responder is gone
         site = Site(self.responder)
         self._port = self.reactor.listenTCP(0, site, interface="127.0.0.1")  # type: ignore[arg-type]  # Site is a ServerFactory; its stubs say HTTPChannel
         self._pool.start()
@@ -164,6 +165,8 @@ class AcmeIssuer(Service):
         write_challenges(self.settings.storage, {token: host for token, (host, _) in tokens.items()}, f"{address.host}:{address.port}")  # type: ignore[attr-defined]
 
     def _self_check(self, host: str, token: str, answer: str) -> bool:
+        if not self.running:  # stopping: end the order here rather than hold the shutdown up for the check's deadline
+            raise ValueError("twingress is stopping")
         return fetch_token(self.http_port, host, token, answer)
 
     def _issued(self, issued: Issued, entry: Entry) -> None:

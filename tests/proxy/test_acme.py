@@ -92,10 +92,13 @@ def test_an_annotated_ingress_gets_its_certificate_by_http01_and_serves_it_by_sn
     key = accounts[0].read_bytes()
 
     proxy.stop()  # a restart keeps the account and the certificate: a second host orders with the same key
+    stale = storage / "manifests" / "acme-challenges.yaml"  # as a killed process leaves it, mid-order
+    stale.write_text("kind: ConfigMap\napiVersion: v1\nmetadata: {namespace: twingress-acme, name: acme-challenges}\ndata: {responder: '127.0.0.1:9', stale: app.example.com}\n")
     again = twingress(  # the same --http port: it is Pebble's httpPort
         *_acme_args(pebble.directory, pebble.ca_file, storage), "--https", f"tcp:{https_port}:interface=127.0.0.1", "--http", f"tcp:{proxy.http_port}:interface=127.0.0.1"
     )
     assert _served_certificate(https_port, "app.example.com", root).serial_number == certificate.serial_number  # from storage, nothing ordered
+    assert not stale.exists(), "the stale tokens are removed at start"
     manifests.write("other-ingress.yaml", _acme_ingress("other", ["other.example.com"], "app"))
     second = _issued(again, pebble)
     assert second.group(1) == "other.example.com"
