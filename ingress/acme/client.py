@@ -120,9 +120,10 @@ def _wait_served(self_check: Callable[[str, str, str], bool], host: str, token: 
         time.sleep(0.2)
 
 
-def fetch_token(http_port: int, host: str, token: str, answer: str) -> bool:
+def fetch_token(address: str, http_port: int, host: str, token: str, answer: str) -> bool:
     """Whether C{GET /.well-known/acme-challenge/TOKEN} with C{Host: host} on the --http listener answers C{answer}."""
-    request = urllib.request.Request(f"http://127.0.0.1:{http_port}/.well-known/acme-challenge/{token}", headers={"Host": host})
+    literal = f"[{address}]" if ":" in address else address
+    request = urllib.request.Request(f"http://{literal}:{http_port}/.well-known/acme-challenge/{token}", headers={"Host": host})
     try:
         with _DIRECT.open(request, timeout=5) as response:
             return bool(response.status == 200 and response.read().decode(errors="replace").strip() == answer)

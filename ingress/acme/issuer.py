@@ -167,7 +167,7 @@ class AcmeIssuer(Service):
     def _self_check(self, host: str, token: str, answer: str) -> bool:
         if not self.running:  # stopping: end the order here rather than hold the shutdown up for the check's deadline
             raise ValueError("twingress is stopping")
-        return fetch_token(self.http_port, host, token, answer)
+        return fetch_token(self.settings.self_check_host, self.http_port, host, token, answer)
 
     def _issued(self, issued: Issued, entry: Entry) -> None:
         self._busy = None

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Optional
 from urllib.parse import urlsplit
@@ -30,6 +31,7 @@ class AcmeSettings:
     ca_file: str
     storage: str
     challenge: str = "http-01"
+    self_check_host: str = "127.0.0.1"  # where the self check reaches the --http listener (its interface, or loopback)
 
 
 def acme_settings(options: Any, source: str) -> Optional[AcmeSettings]:
@@ -52,12 +54,24 @@ def acme_settings(options: Any, source: str) -> Optional[AcmeSettings]:
         raise usage.UsageError("--acme-directory works with --manifests for now (the cluster mode is not implemented yet)")
     if not any(name == "http" for name in options["reserved-ports"].values()):
         raise usage.UsageError("--acme-challenge http-01 needs the --http listener on a port of its own (the validation requests come to it)")
+    if options["http"].startswith("haproxy:"):
+        raise usage.UsageError("--acme-challenge http-01 with a PROXY-protocol --http listener is not supported yet (the self check fetches the token without the PROXY header)")
     if not options["acme-storage"]:
         raise usage.UsageError("--acme-directory with --manifests needs --acme-storage DIR (the account key and the certificates are kept there)")
     _check_storage(options["acme-storage"])
     if options["acme-ca-file"]:
         _check_ca_file(options["acme-ca-file"])
-    return AcmeSettings(directory, options["acme-email"], options["acme-ca-file"], options["acme-storage"])
+    return AcmeSettings(directory, options["acme-email"], options["acme-ca-file"], options["acme-storage"], self_check_host=_local_address(options["http"]))
+
+
+def _local_address(description: str) -> str:
+    """The address this process reaches its --http listener at: the interface it binds, loopback for every address."""
+    for argument in re.split(r"(?<!\\):", description)[1:]:  # an escaped colon is part of a value
+        key, equals, value = argument.partition("=")
+        value = value.replace("\\", "")  # an IPv6 interface is written with escaped colons (interface=\\:\\:1)
+        if equals and key == "interface" and value not in ("", "0.0.0.0"):
+            return "::1" if value == "::" else value
+    return "::1" if description.startswith("tcp6:") else "127.0.0.1"
 
 
 def _check_storage(path: str) -> None:

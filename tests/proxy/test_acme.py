@@ -118,6 +118,7 @@ def test_an_annotated_ingress_gets_its_certificate_by_http01_and_serves_it_by_sn
         ("no-storage", ["--acme-storage"]),
         ("not-a-url", ["--acme-directory", "not an http(s) URL"]),
         ("no-http", ["needs the --http listener"]),
+        ("proxy-protocol", ["PROXY-protocol --http listener"]),
     ],
 )
 def test_a_bad_acme_option_is_one_line_and_exit_1(tmp_path: Path, case: str, mentions: list[str]) -> None:
@@ -134,6 +135,7 @@ def test_a_bad_acme_option_is_one_line_and_exit_1(tmp_path: Path, case: str, men
         "no-storage": ["--acme-storage", ""],
         "not-a-url": ["--acme-directory", "acme.example.com"],
         "no-http": ["--http", ""],
+        "proxy-protocol": ["--http", f"haproxy:tcp:{free_port()}:interface=127.0.0.1"],
     }[case]
     command = TWISTD + ["--pidfile=", "--logfile=-", "-n", "ingress", "--manifests", str(manifests), "--admin", "", "--https", f"tcp:{free_port()}", *args, *extra]
     result = subprocess.run(command, capture_output=True, text=True, timeout=30)
