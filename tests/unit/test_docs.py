@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from twisted.python import usage
 from twisted.scripts.twistd import ServerOptions
 
+from ingress.audit.command import AuditOptions
 from ingress.controllers import generated
 from ingress.model import CONTROLLER_NAME
 from ingress.model.gateway import GATEWAY_CONTROLLER_NAME
@@ -138,8 +139,8 @@ def _named_options() -> Iterable[tuple[str, str]]:
 
 
 def test_every_option_the_docs_name_exists() -> None:
-    """A span like `--workers auto` names an option of twistd ingress (or of twistd itself: --pidfile, --logfile)."""
-    known = _long_options(Options()) | _long_options(ServerOptions())
+    """A span like `--workers auto` names an option of twistd ingress (or of twistd itself: --pidfile, --logfile; or of twingress audit: --format)."""
+    known = _long_options(Options()) | _long_options(ServerOptions()) | _long_options(AuditOptions())
     unknown = sorted({(page, name) for page, name in _named_options() if name not in known})
     assert unknown == []
 
