@@ -107,7 +107,7 @@ system-packages:
 
 # The control plane and node binaries, the Gateway API CRDs, and the test node's containerd and
 # images (testenv/node.sh builds the images with podman: system-packages first); the upstream
-# suites and tools the tests run (Gateway API conformance, a PromQL evaluator, h2spec).
+# suites and tools the tests run (Gateway API conformance, a PromQL evaluator, h2spec, Pebble).
 testenv: system-packages
 	testenv/build.sh
 	testenv/gateway-api.sh
@@ -115,6 +115,7 @@ testenv: system-packages
 	testenv/gateway-conformance.sh
 	testenv/promql.sh
 	testenv/h2spec.sh
+	testenv/pebble.sh
 
 # The pinned h2, hpack and hyperframe's own test suites, from their source distributions (by hash),
 # which tests/unit/test_h2stack_suites.py runs against the compiled build: a no-op once fetched.

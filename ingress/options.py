@@ -23,6 +23,7 @@ from typing import Any, Optional
 
 from twisted.python import usage
 
+from ingress.acme.options import ACME_PARAMETERS
 from ingress.controllers.options import CONTROLLER_PARAMETERS
 from ingress.model import CONTROLLER_NAME, DEFAULT_CLASS_NAME
 from ingress.proxy.options import HTTP2_PARAMETERS, LIMIT_PARAMETERS
@@ -109,6 +110,7 @@ GROUPS: list[tuple[str, list[Parameter]]] = [
     ("Cluster controllers (the replica holding the leader Lease)", CONTROLLER_PARAMETERS),
     ("Limits and timeouts", LIMIT_PARAMETERS),
     ("TLS", TLS),
+    ("Automatic certificates (ACME, RFC 8555)", ACME_PARAMETERS),
     ("HTTP/2", HTTP2_PARAMETERS),
     ("Workers and shutdown", WORKERS),
     ("Migration from ingress-nginx", MIGRATION),

@@ -18,6 +18,7 @@ from twisted.application.service import IService, MultiService, Service
 from twisted.python import usage
 
 from ingress import __version__
+from ingress.acme.wiring import acme_settings, manifests_source
 from ingress.controllers.manager import ControllerManager, ControllerOptions
 from ingress.controllers.metrics import ControllerMetrics
 from ingress.controllers.options import controller_options
@@ -48,7 +49,6 @@ from ingress.proxy.streams.listeners import StreamListeners
 from ingress.routing import build
 from ingress.routing.incremental import IncrementalBuild
 from ingress.routing.table import RoutingTable
-from ingress.sources.files import ManifestsSource
 from ingress.sources.kube.client import KubeClient
 from ingress.sources.kube.source import KubeSource
 
@@ -109,6 +109,7 @@ class Options(usage.Options):
             except ValueError as error:  # named here: twistd's own coercion error does not say which option
                 raise usage.UsageError(f"--{option}: {error}") from None
         table_options(self)  # shared with twingress audit (L{ingress.options.table_options})
+        self["acme"] = acme_settings(self, self["source"])
         try:
             self["worker-count"] = worker_count(self["workers"])
         except ValueError as error:
@@ -191,7 +192,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
     settings: ProxySettings = options["settings"]
     metrics = Metrics()
     live = LiveTable()
-    arguments = build_arguments(options)  # the audit builds with the same (L{ingress.audit})
+    arguments = {**build_arguments(options), "acme_challenges": options["acme"] is not None}  # the audit builds with the same (L{ingress.audit}), less ACME
 
     def build_table(state: ClusterState, generation: int) -> RoutingTable:
         return build(state, generation=generation, **arguments)
@@ -225,7 +226,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
     admin.route_sections["streamListeners"] = streams.to_json
     admin.route_views.append(streams.show)
     if options["source"] == "manifests":
-        ManifestsSource(options["manifests"], builder, metrics, reactor, options["poll-interval"]).setServiceParent(top)
+        manifests_source(options, builder, metrics, reactor).setServiceParent(top)
     else:
         kubeconfig = options["kubeconfig"]
         watched_maps = [k for k in (options["tcp-services-configmap-key"], options["udp-services-configmap-key"], options["nginx-configmap-key"]) if k]
