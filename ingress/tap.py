@@ -31,7 +31,7 @@ from ingress.observe.metrics import Metrics, created_series
 from ingress.observe.nginx_metrics import NginxMetrics, controller_identity, gauge_total, recorder, served_certificates
 from ingress.observe.startup import announce, listening, summary, turned_off
 from ingress.options import PARAMETERS, given_once, grouped_usage
-from ingress.process.adoption import Handing, handover_key, handover_wait, opened_sockets, serve_adopted
+from ingress.process.adoption import Handing, handover_options, opened_sockets, serve_adopted
 from ingress.process.builder import TableBuilder
 from ingress.process.cpus import worker_count
 from ingress.process.dataplane import data_plane
@@ -51,6 +51,7 @@ from ingress.routing.incremental import IncrementalBuild
 from ingress.routing.table import RoutingTable
 from ingress.sources.files import ManifestsSource
 from ingress.sources.kube.client import KubeClient, in_cluster_available
+from ingress.sources.kube.handoverkey import fetch_handover_key
 from ingress.sources.kube.kubeconfig import in_cluster_problem, kubeconfig_problem
 from ingress.sources.kube.source import KubeSource
 
@@ -119,7 +120,7 @@ class Options(usage.Options):
                 "--http, --https and --admin are all off: nothing would answer, and nothing would say whether the stream ports opened"
                 " (keep --admin for a stream-only node)"
             )
-        self["handover-key"], self["handover-wait"] = handover_key(self["handover"], self["handover-key-file"]), handover_wait(self["handover"], self["handover-wait"])
+        handover_options(self)
         for option in ("nginx-annotations", "nginx-metrics", "metrics-created"):
             if self[option] not in ("true", "false"):
                 raise usage.UsageError(f"--{option} must be true or false")
@@ -204,9 +205,7 @@ def _namespaced_name(value: Optional[str], option: str) -> Optional[tuple[str, s
         return None
     if value.count("/") != 1 or not all(value.split("/")):
         raise usage.UsageError(f"--{option} takes NAMESPACE/NAME")
-    namespace, name = value.split("/")
-    return (namespace, name)
-
+    return value.split("/")[0], value.split("/")[1]
 
 
 def _addresses(value: str) -> tuple[str, ...]:
@@ -315,6 +314,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
         ManifestsSource(options["manifests"], builder, metrics, reactor, options["poll-interval"]).setServiceParent(top)
     else:
         kubeconfig = options["kubeconfig"]
+        fetch_handover_key(options, lambda: KubeClient(kubeconfig))  # --handover-key-secret: before the hand-over below
         watched_maps = [k for k in (options["tcp-services-configmap-key"], options["udp-services-configmap-key"], options["nginx-configmap-key"]) if k]
         source = KubeSource(
             lambda: KubeClient(kubeconfig),
@@ -373,7 +373,8 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
 
 def _finish(reactor: IProcessReactor, options: Options, top: MultiService, admin: Admin, listeners: list[IService], drainables: list[Any], handing: Handing) -> MultiService:
     """The drain, the hand-over's rendezvous (--handover) and the admin listener, last: the same with and without worker processes."""
-    shutdown = GracefulShutdown(reactor, listeners, drainables, options["shutdown-delay"], options["drain-timeout"], handover_wait=options["handover-wait"])
+    after, wait = options["after-handover"], options["handover-wait"]
+    shutdown = GracefulShutdown(reactor, listeners, drainables, options["shutdown-delay"], options["drain-timeout"], handover_wait=wait, after_handover=after)
     shutdown.setServiceParent(top)
     admin.add_check(shutdown.readiness)
     if options["handover"]:
