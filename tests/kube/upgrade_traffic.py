@@ -8,7 +8,7 @@ node carries, all at once, each counting how its requests ended.
   (C{Connection: close} in a drain) the next request goes on a new one, and a request that meets a
   connection the server closed while idle is sent again on a new one (RFC 9112 9.3.1 lets a client do so
   for an idempotent request): a C{reconnect}, not a loss;
-- C{h2}: one HTTP/2 connection (TLS, ALPN h2, the h2 library), a request at a time; a GOAWAY that does not
+- C{h2}: one HTTP/2 connection (TLS, ALPN h2, the h2 library as twingress's upstreams use it), a request at a time; a GOAWAY that does not
   cover a request sent means the server did not process it (RFC 9113 6.8): sent again on a new connection,
   a C{reconnect}.
 
@@ -29,9 +29,10 @@ from contextlib import contextmanager
 from typing import Optional
 
 import h2.config
-import h2.connection
 import h2.events
 import h2.exceptions
+
+from ingress.proxy.http2.goaway import GoawayTolerant
 
 TIMEOUT = 10.0
 KINDS = ("ok", "refused", "reset", "5xx", "timeout", "other")
@@ -206,7 +207,9 @@ class _H2:
             self.sock.close()
             raise OSError(f"ALPN chose {self.sock.selected_alpn_protocol()!r}, not h2")
         self.host = host
-        self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+        # h2's own connection closes its state machine on any GOAWAY; twingress's tolerant one reads on (a
+        # graceful GOAWAY lets the streams it names finish), as nghttp2 and browsers do
+        self.h2 = GoawayTolerant(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
         self.h2.initiate_connection()
         self.sock.sendall(self.h2.data_to_send())
         self.gone_after: Optional[int] = None  # the GOAWAY's last stream id, once one came
