@@ -114,10 +114,15 @@ class StreamSockets:
     # -- tables
 
     def commit(self, table: RoutingTable) -> Callable[[], None]:
-        """The builder's preparer: the table's groups bound (reactor thread, first of the commits) before the workers get it."""
-        return lambda: self.apply(table)
+        """The builder's preparer: the table's groups bound (reactor thread, before the swap) before the workers get it."""
+        return lambda: self.update(table)
 
     def apply(self, table: RoutingTable) -> None:
+        """A table is live (a L{LiveTable} listener): its ports bound, and the predecessor's sockets it has no port for closed."""
+        self.update(table)
+        self._close_unclaimed()
+
+    def update(self, table: RoutingTable) -> None:
         """Bind the new ports of C{table}, retire the dropped ones (idempotent: the commit and the swap both call it)."""
         if table.generation < self.generation:
             return
@@ -133,7 +138,6 @@ class StreamSockets:
             if group is not None:
                 self._retire(key, self.groups.pop(key))
             self._open(key, route, where)
-        self._close_unclaimed()
 
     def _where(self, route: StreamRoute) -> Where:
         interface = self.gateway_interface if route.serves else self.interface
