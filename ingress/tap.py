@@ -38,10 +38,11 @@ from ingress.process.dataplane import data_plane
 from ingress.process.drain import GracefulShutdown
 from ingress.process.heap import FrozenWatch
 from ingress.process.live import LiveTable
-from ingress.process.pool import worker_pool
 from ingress.process.reactor import IProcessReactor
 from ingress.process.sockets import check_listener, listen
-from ingress.process.streamports import WorkerStreams
+from ingress.process.streamports import WorkerStreams, primary_streams
+from ingress.process.streamsockets import ClosedAtDrain, inherited_streams
+from ingress.process.workerconfig import worker_pool
 from ingress.proxy.http.settings import ProxySettings
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.options import http2_settings, positive_float, proxy_settings, seconds
@@ -300,14 +301,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
     admin = Admin(live, metrics)
     pool = UpstreamPool(reactor, settings)
     # Subscribed before the controllers, so a table's bind failures are known when status is written.
-    streams: StreamListeners | WorkerStreams
-    if options["worker-count"] > 1:  # the workers listen; the primary probes new ports and merges their failures
-        streams = WorkerStreams(metrics, options["stream-interface"], options["gateway-interface"])
-    else:
-        streams = StreamListeners(
-            reactor, pool, metrics, options["stream-interface"], options["stream-drain-timeout"], gateway_interface=options["gateway-interface"]
-        )
-    live.subscribe(streams.apply)
+    stream_sockets, streams = primary_streams(reactor, options, metrics, pool, live, builder.preparers)  # bound by the primary, served by whom
     admin.route_sections["streamListeners"] = streams.to_json
     admin.route_views.append(streams.show)
     if options["source"] == "manifests":
@@ -335,10 +329,11 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
             )
             manager.setServiceParent(top)
     listeners: list[IService] = []
-    drainables: list[Any] = [streams] if isinstance(streams, StreamListeners) else []
+    drainables: list[Any] = [streams, ClosedAtDrain(stream_sockets)] if isinstance(streams, StreamListeners) else []
     taken, shared = opened_sockets(options, pooled=isinstance(streams, WorkerStreams))  # --handover: a blocking exchange, bounded
+    stream_sockets.inherited = inherited_streams(taken)
     if isinstance(streams, WorkerStreams):
-        workers = worker_pool(reactor, options, settings, metrics, shared)
+        workers = worker_pool(reactor, options, settings, metrics, shared, stream_sockets)
         streams.reported = workers.stream_failures
         workers.setServiceParent(top)
         live.subscribe(workers.publish)
@@ -347,7 +342,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
         admin.route_sections["workers"] = workers.to_json
         admin.worker_metrics = workers.collect
         drainables.append(workers)
-        handing = Handing(shared, taken, lambda: all(slot.served for slot in workers.slots), partial(setattr, workers, "shared"))
+        handing = Handing(shared, taken, lambda: all(slot.served for slot in workers.slots), partial(setattr, workers, "shared"), stream_sockets.listed)
         return _finish(reactor, options, top, admin, listeners, drainables, handing)
     plane = data_plane(
         reactor, live, pool, settings, metrics, recorder(access_log, nginx),
@@ -367,7 +362,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
         listeners.append(listen(reactor, options["http"], plane.http, top, "http", partial(listening, "http", options)))
     if plane.https is not None and not shared:
         listeners.append(listen(reactor, options["https"], plane.https, top, "https", partial(listening, "https", options)))
-    handing = Handing(shared, taken, lambda: live.ready and all(getattr(each, "port", None) is not None for each in listeners))
+    handing = Handing(shared, taken, lambda: live.ready and all(getattr(each, "port", None) is not None for each in listeners), more=stream_sockets.listed)
     return _finish(reactor, options, top, admin, listeners, drainables, handing)
 
 

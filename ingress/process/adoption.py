@@ -18,7 +18,7 @@ import ipaddress
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Optional
@@ -38,6 +38,7 @@ from ingress.proxy.options import seconds
 log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 Shared = list[tuple[ListenerSpec, list[socket.socket]]]
+LISTENERS = ("http", "https")  # the listeners of options; stream and Gateway ports' sockets are the stream sockets' (L{ingress.process.streamsockets})
 
 
 def handover_key(path: str, key_file: Optional[str], key_secret: Optional[str] = None) -> Optional[bytes]:
@@ -154,9 +155,9 @@ def listener_sockets(options: Mapping[str, Any], count: int, taken: Optional[Tak
     up to C{count} (one per worker, a SO_REUSEPORT group). A port another process holds ends the start
     with one line naming it.
     """
-    received = [(entry.listener, sock) for entry, sock in taken.sockets] if taken is not None else []
+    received = [(entry.listener, sock) for entry, sock in taken.sockets if entry.listener in LISTENERS] if taken is not None else []
     shared: Shared = []
-    for name in ("http", "https"):
+    for name in LISTENERS:
         if not options[name]:
             continue
         spec = parse_listener(name, options[name])
@@ -241,6 +242,7 @@ class Handing:
     taken: Optional[Taken]
     ready: Callable[[], bool]
     sharing: Callable[[bool], None] = lambda _: None
+    more: Callable[[], Iterable[tuple[str, socket.socket]]] = lambda: ()  # the stream and Gateway ports' sockets, named
 
     def listener(self, reactor: Any, path: str, key: bytes, shutdown: GracefulShutdown) -> HandoverListener:
         def share(shared: bool) -> None:
@@ -249,7 +251,7 @@ class Handing:
 
         return HandoverListener(
             reactor, path, key,
-            sockets=lambda: [(spec.name, sock) for spec, sockets in self.shared for sock in sockets],
+            sockets=lambda: [*((spec.name, sock) for spec, sockets in self.shared for sock in sockets), *self.more()],
             ready=lambda: self.ready() and shutdown.offers_sockets(),
             handed=shutdown.hand_over,
             sharing=share,
