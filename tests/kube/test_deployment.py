@@ -50,6 +50,7 @@ APP_NAMESPACE = "deploy-test"
 APP = "deploy-echo"
 HOST = "echo.deploy.test"
 TLS_HOST = "secure.deploy.test"
+STREAM_PORT = 9700  # a StreamIngress to the echo pods
 ROLLOUT_WAIT = "240s"
 IN_THE_IMAGE = "/opt/twingress/"  # the image's venv: tells the pod's processes from the test run's own twistd
 CLEAN_LOG_OFFENCES = ("#error]", "#critical]", "[stderr#", "Unhandled error", "Traceback", "primary process is gone")
@@ -113,7 +114,13 @@ def _app_objects(image: str) -> list[dict]:
         "metadata": {"name": APP, "namespace": APP_NAMESPACE},
         "spec": {"ingressClassName": "twingress", "tls": [{"hosts": [TLS_HOST], "secretName": "deploy-tls"}], "rules": rules},
     }
-    return [echo_deployment(APP, APP_NAMESPACE, image, 2), service, ingress]
+    stream = {
+        "apiVersion": "twingress.io/v1alpha1",
+        "kind": "StreamIngress",
+        "metadata": {"name": APP, "namespace": APP_NAMESPACE},
+        "spec": {"listen": STREAM_PORT, "upstream": {"service": APP, "port": 80}},
+    }
+    return [echo_deployment(APP, APP_NAMESPACE, image, 2), service, ingress, stream]
 
 
 @pytest.fixture(scope="module")
@@ -133,6 +140,7 @@ def deployed(kube_node: KubeNode, tmp_path_factory) -> Iterator[Deployed]:
     kube_node.apply(yaml.safe_dump_all(_app_objects(kube_node.echo_image)))
     state.kubectl("-n", APP_NAMESPACE, "rollout", "status", f"deployment/{APP}", f"--timeout={ROLLOUT_WAIT}", timeout=300)
     wait_until(lambda: Traffic(state.address, 80, HOST).one().kind == "ok", 90, f"http://{HOST} answered through the node")
+    wait_until(lambda: Traffic(state.address, STREAM_PORT, HOST).one().kind == "ok", 90, f"the stream port {STREAM_PORT} relaying to the echo pods")
     try:
         yield state
     finally:
@@ -191,7 +199,7 @@ def test_the_base_exposes_nothing_but_80_and_443(deployed: Deployed) -> None:
         assert _connect(address, 10254) == "refused", address
     pid = process_ids(IN_THE_IMAGE, "twistd --pidfile= -n ingress")[0]
     ports = {int(port) for port in re.findall(r":(\d+)\s", _ss("-ltnpH", pid))}
-    assert ports == {80, 443}, ports
+    assert ports == {80, 443, STREAM_PORT}, ports  # and the stream port the StreamIngress asks for
 
 
 def _connect(address: str, port: int) -> str:
@@ -263,17 +271,17 @@ class Measured:
     def line(self, name: str) -> str:
         before, after = self.counters
         counters = ", ".join(f"{name} {before[name]}->{after[name]}" for name in NSTAT)
-        inodes = "; ".join(f":{port} {sorted(self.inodes[0][port])}->{sorted(self.inodes[1][port])}" for port in (80, 443))
+        inodes = "; ".join(f":{port} {sorted(self.inodes[0][port])}->{sorted(self.inodes[1][port])}" for port in (80, 443, STREAM_PORT))
         return f"lifecycle, {name}: {self.mix.summary()}; overlap {self.overlap.seconds:.1f}s ({self.overlap.most} pods at most); nstat {counters}; listening inodes {inodes}"
 
 
 def _inodes() -> dict[int, set[int]]:
-    return {port: listening_inodes(port) for port in (80, 443)}
+    return {port: listening_inodes(port) for port in (80, 443, STREAM_PORT)}
 
 
 def _run_case(deployed: Deployed, name: str, event: Callable[[], None], settle: Callable[[], None], report: Callable[[str], None]) -> Measured:
     """The clients running from before C{event} until after C{settle} (and a few hundred answers more); printed and reported."""
-    mix = Mix(deployed.address, HOST, TLS_HOST)
+    mix = Mix(deployed.address, HOST, TLS_HOST, STREAM_PORT)
     inodes, counters = _inodes(), _nstat()
     with _Overlap() as overlap, mix.running():
         mix.wait_answered(200)
@@ -291,7 +299,7 @@ def _assert_lost_nothing(measured: Measured, same_sockets: bool = True) -> None:
     """0 refused, 0 reset, 0 5xx, 0 timeouts, for every client; the listening sockets kept (or more of them, bound into their group)."""
     assert measured.mix.lost() == {}, measured.mix.summary()
     before, after = measured.inodes
-    for port in (80, 443):
+    for port in (80, 443, STREAM_PORT):
         assert before[port] and (before[port] == after[port] if same_sockets else before[port] <= after[port]), (port, before, after)
 
 
@@ -437,3 +445,44 @@ def test_lifecycle_e_delete_with_no_replacement(deployed: Deployed, report: Call
         deployed.kubectl("label", "node", deployed.node.name, f"{label}=true", "--overwrite")
         wait_until(lambda: len(deployed.pods()) == 1 and _ready(deployed.pod()), 180, "the pod back")
     assert measured.mix.counts["http"]["refused"] > 0  # nothing listened at the end
+
+
+def _get(address: str, port: int, path: str) -> int:
+    with socket.create_connection((address, port), timeout=5) as connection:
+        connection.sendall(f"GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n".encode())
+        return int(connection.recv(64).split(b" ", 2)[1])
+
+
+def test_the_metrics_component_answers_metrics_alone_on_the_node_ip(deployed: Deployed, tmp_path: Path) -> None:
+    """
+    k8s/components/metrics: /metrics on the node's IP, port 10254, and nothing else there (no /debug/routes, no
+    probes), nothing on the node's other addresses. Until --metrics exists (helper A's option, issue 63), the
+    new pod exits at its command line and this fails for that reason alone.
+    """
+    overlay = tmp_path / "metrics-overlay"
+    overlay.mkdir()
+    relative = os.path.relpath(ROOT / "k8s", overlay)
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [f"{relative}/base"], "components": [f"{relative}/components/metrics"],
+    }))
+    old = deployed.pod()["metadata"]["name"]
+    deployed.kubectl("apply", "-k", str(overlay))
+    try:
+        def settled() -> bool:
+            for pod in deployed.pods():
+                for status in pod.get("status", {}).get("containerStatuses", []):
+                    if status.get("restartCount", 0) or "terminated" in status.get("state", {}):
+                        logs = deployed.kubectl("-n", NAMESPACE, "logs", pod["metadata"]["name"], "--tail=5", check=False)
+                        raise AssertionError(f"the pod with --metrics exited: {(logs.stdout + logs.stderr)[-1500:]}")
+            return len(deployed.pods()) == 1 and deployed.pod()["metadata"]["name"] != old and _ready(deployed.pod())
+
+        wait_until(settled, 180, "the pod with --metrics ready, alone")
+        assert _get(deployed.address, 10254, "/metrics") == 200
+        assert _get(deployed.address, 10254, "/debug/routes") == 404 and _get(deployed.address, 10254, "/readyz") == 404
+        other = next(address for address in os.environ.get("TWINGRESS_POD_IPS", "127.0.0.2").split() if address != deployed.address)
+        assert _connect("127.0.0.1", 10254) == "refused" and _connect(other, 10254) == "refused"
+    finally:
+        deployed.kubectl("-n", NAMESPACE, "delete", "service", "twingress-metrics", "--ignore-not-found")
+        deployed.kubectl("apply", "-k", str(ROOT / "k8s"))
+        deployed.rolled_out()

@@ -8,6 +8,8 @@ node carries, all at once, each counting how its requests ended.
   (C{Connection: close} in a drain) the next request goes on a new one, and a request that meets a
   connection the server closed while idle is sent again on a new one (RFC 9112 9.3.1 lets a client do so
   for an idempotent request): a C{reconnect}, not a loss;
+- C{stream}: a new TCP connection per request through a stream port (a StreamIngress to the same echo
+  pods: the request is relayed as bytes, not routed);
 - C{h2}: one HTTP/2 connection (TLS, ALPN h2, the h2 library as twingress's upstreams use it), a request at a time; a GOAWAY that does not
   cover a request sent means the server did not process it (RFC 9113 6.8): sent again on a new connection,
   a C{reconnect}.
@@ -67,14 +69,14 @@ def _status_kind(status: int) -> str:
 class Mix:
     """The clients, from C{start} to C{stop}; C{counts[client][kind]}, C{reconnects[client]}, C{details} of what was not ok."""
 
-    def __init__(self, address: str, http_host: str, tls_host: str, openers: int = 2) -> None:
-        self.address, self.http_host, self.tls_host = address, http_host, tls_host
-        self.counts: dict[str, Counter[str]] = {name: Counter() for name in ("http", "tls", "keep-alive", "h2")}
+    def __init__(self, address: str, http_host: str, tls_host: str, stream_port: int, openers: int = 2) -> None:
+        self.address, self.http_host, self.tls_host, self.stream_port = address, http_host, tls_host, stream_port
+        self.counts: dict[str, Counter[str]] = {name: Counter() for name in ("http", "tls", "keep-alive", "h2", "stream")}
         self.reconnects: Counter[str] = Counter()
         self.details: list[str] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        loops: list[Callable[[], None]] = [self._http] * openers + [self._tls, self._keep_alive, self._h2]
+        loops: list[Callable[[], None]] = [self._http] * openers + [self._tls, self._keep_alive, self._h2, self._stream]
         self._threads = [threading.Thread(target=loop, daemon=True) for loop in loops]
 
     @contextmanager
@@ -100,10 +102,12 @@ class Mix:
             time.sleep(0.1)
         raise AssertionError(f"no {more} more answers within {timeout}s: {self.summary()}")
 
-    def lost(self) -> dict[str, int]:
-        """Every client's requests that did not end in a 200, by kind."""
+    def lost(self, clients: tuple[str, ...] = ()) -> dict[str, int]:
+        """The requests of C{clients} (every client's by default) that did not end in a 200, by kind."""
         total: Counter[str] = Counter()
-        for counts in self.counts.values():
+        for name, counts in self.counts.items():
+            if clients and name not in clients:
+                continue
             total.update({kind: count for kind, count in counts.items() if kind != "ok"})
         return dict(total)
 
@@ -125,6 +129,9 @@ class Mix:
 
     def _tls(self) -> None:
         self._each_new("tls", 443, _context())
+
+    def _stream(self) -> None:
+        self._each_new("stream", self.stream_port, None)
 
     def _each_new(self, client: str, port: int, context: Optional[ssl.SSLContext]) -> None:
         host = self.tls_host if context else self.http_host
