@@ -321,9 +321,11 @@ def listen(reactor: Any, description: str, factory: Any, parent: MultiService, n
 
 def remove_stale_unix_socket(description: str) -> None:
     """
-    For a C{unix:PATH} listener, remove a socket file at PATH that nothing answers on: a container restarted in
-    the same pod finds its predecessor's in the pod's emptyDir, and its bind would fail.  One that answers is
-    left alone (another process listens there: the bind fails, with one line).
+    For a C{unix:PATH} listener, remove a socket file at PATH that nothing answers on, and its lock (Twisted's
+    C{PATH.lock}, a link to the pid that held it): a container restarted in the same pod finds its predecessor's
+    in the pod's emptyDir, and its bind would fail; the lock names pid 1, which is the restarted container's own
+    twistd again, so Twisted takes it for held.  One that answers is left alone (another process listens there:
+    the bind fails, with one line).
     """
     kind, _, rest = description.partition(":")
     if kind != "unix" or not rest:
@@ -334,6 +336,8 @@ def remove_stale_unix_socket(description: str) -> None:
         if not stat.S_ISSOCK(os.lstat(path).st_mode):
             return
     except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(path + ".lock")  # no socket: a lock left without one holds nothing
         return
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         probe.settimeout(1.0)
@@ -342,5 +346,6 @@ def remove_stale_unix_socket(description: str) -> None:
             return
         except OSError:
             pass
-    with contextlib.suppress(OSError):
-        os.unlink(path)
+    for stale in (path, path + ".lock"):
+        with contextlib.suppress(OSError):
+            os.unlink(stale)

@@ -135,10 +135,12 @@ def test_the_probe_says_why_in_one_line(tmp_path: Path) -> None:
 
 
 def test_a_stale_admin_socket_is_replaced(nodes: list[Node], shared: Path) -> None:
-    """A container restarted in the same pod finds its predecessor's admin socket file in the emptyDir: it listens there anyway."""
+    """A container restarted in the same pod finds its predecessor's admin socket file and lock in the emptyDir: it listens there anyway."""
     admin = shared / "admin.sock"
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as gone:
         gone.bind(str(admin))  # closed unlistened: the file stays, nothing answers
     os.chown(admin, NOBODY, NOBODY)
+    os.symlink("1", f"{admin}.lock")  # Twisted's lock, naming pid 1: alive (the restarted container's own twistd is pid 1 again)
+    os.lchown(f"{admin}.lock", NOBODY, NOBODY)
     node = start_node(nodes, Manifests(shared / "manifests"), free_port(), "--admin", f"unix:{admin}", prefix=_prefix(), wait=False)
     wait_for(lambda: node.process.poll() is None and probe(str(admin), "/healthz")[0], 30, "the admin socket answering", node)
