@@ -8,7 +8,7 @@ Nothing here starts twingress itself: the kubelet does, from the image, with the
 arguments (`--workers=auto`, the hand-over of k8s/), its ServiceAccount's token and the RBAC of
 k8s/ (no admin credentials reach the pod). Each lifecycle case runs clients of every kind at once
 (tests/kube/upgrade_traffic.py: new HTTP and new TLS connections without pause, keep-alive
-HTTP/1.1, HTTP/2) and prints their counts, the time both pods ran (the overlap), the kernel's
+HTTP/1.1, HTTP/2, new TCP connections through a StreamIngress's port) and prints their counts, the time both pods ran (the overlap), the kernel's
 listen-queue and reset counters before and after (nstat) and the listening sockets' inodes (ss).
 The rolling updates and the pod deletion hand the listening sockets over from the old pod to its
 surge successor: nothing is refused, reset, answered 5xx or left to time out (asserted). A
