@@ -474,15 +474,19 @@ def test_the_metrics_component_answers_metrics_alone_on_the_node_ip(deployed: De
     old = deployed.pod()["metadata"]["name"]
     deployed.kubectl("apply", "-k", str(overlay))
     try:
+        exited: list[str] = []
+
         def settled() -> bool:
             for pod in deployed.pods():
                 for status in pod.get("status", {}).get("containerStatuses", []):
                     if status.get("restartCount", 0) or "terminated" in status.get("state", {}):
                         logs = deployed.node.kubectl("-n", NAMESPACE, "logs", pod["metadata"]["name"], "--tail=5", check=False)
-                        raise AssertionError(f"the pod with --metrics exited: {(logs.stdout + logs.stderr)[-1500:]}")
+                        exited.append((logs.stdout + logs.stderr)[-1500:])
+                        return True
             return len(deployed.pods()) == 1 and deployed.pod()["metadata"]["name"] != old and _ready(deployed.pod())
 
         wait_until(settled, 180, "the pod with --metrics ready, alone")
+        assert not exited, f"the pod with --metrics exited: {exited[0]}"
         assert _get(deployed.address, 10254, "/metrics") == 200
         assert _get(deployed.address, 10254, "/debug/routes") == 404 and _get(deployed.address, 10254, "/readyz") == 404
         other = next(address for address in os.environ.get("TWINGRESS_POD_IPS", "127.0.0.2").split() if address != deployed.address)
