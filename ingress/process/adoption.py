@@ -18,7 +18,7 @@ import ipaddress
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Optional
@@ -38,20 +38,50 @@ from ingress.proxy.options import seconds
 log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 Shared = list[tuple[ListenerSpec, list[socket.socket]]]
+LISTENERS = ("http", "https")  # the listeners of options; stream and Gateway ports' sockets are the stream sockets' (L{ingress.process.streamsockets})
 
 
-def handover_key(path: str, key_file: Optional[str]) -> Optional[bytes]:
-    """With --handover, the key of --handover-key-file (both processes of a hand-over prove they hold it); None without."""
+def handover_key(path: str, key_file: Optional[str], key_secret: Optional[str] = None) -> Optional[bytes]:
+    """
+    With --handover, the key of --handover-key-file (both processes of a hand-over prove they hold it); None without,
+    and None with --handover-key-secret (the key is read from the cluster once the client exists).
+    """
+    if key_secret and not path:
+        raise usage.UsageError("--handover-key-secret needs --handover (the key guards its rendezvous)")
     if not path:
         return None
-    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+    if not path.startswith("@") and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
         raise usage.UsageError(f"--handover {path!r}: its directory does not exist")
+    if key_file and key_secret:
+        raise usage.UsageError("give either --handover-key-file or --handover-key-secret, not both")
+    if key_secret:
+        return None
     if not key_file:
-        raise usage.UsageError("--handover needs --handover-key-file (the key both processes prove they hold)")
+        raise usage.UsageError("--handover needs --handover-key-file or --handover-key-secret (the key both processes prove they hold)")
     try:
         return read_key(key_file)
     except ValueError as error:
         raise usage.UsageError(f"--handover-key-file {error}") from None
+
+
+def handover_options(options: Any) -> None:
+    """
+    The hand-over's options, checked (a usage error each): C{handover-key} (None until read from the cluster with
+    --handover-key-secret, whose NAMESPACE/NAME goes to C{handover-key-secret-ref}), C{handover-wait} in seconds,
+    C{after-handover}.
+    """
+    path, secret = options["handover"], options["handover-key-secret"]
+    options["handover-key"] = handover_key(path, options["handover-key-file"], secret)
+    options["handover-wait"] = handover_wait(path, options["handover-wait"])
+    if options["after-handover"] not in ("exit", "wait"):
+        raise usage.UsageError(f"--after-handover must be exit or wait, not {str(options['after-handover'])[:40]!r}")
+    options["handover-key-secret-ref"] = None
+    if secret:
+        if secret.count("/") != 1 or not all(secret.split("/")):
+            raise usage.UsageError("--handover-key-secret takes NAMESPACE/NAME")
+        if options["source"] == "manifests":
+            raise usage.UsageError("--handover-key-secret needs a cluster (--kubeconfig, or in a pod its service account), not --manifests")
+        options["handover-key-secret-ref"] = tuple(secret.split("/"))
 
 
 HANDOVER_WAIT = 30.0  # a surge pod's start on a node whose image is pulled: scheduled, its container started, its first table live
@@ -125,9 +155,9 @@ def listener_sockets(options: Mapping[str, Any], count: int, taken: Optional[Tak
     up to C{count} (one per worker, a SO_REUSEPORT group). A port another process holds ends the start
     with one line naming it.
     """
-    received = [(entry.listener, sock) for entry, sock in taken.sockets] if taken is not None else []
+    received = [(entry.listener, sock) for entry, sock in taken.sockets if entry.listener in LISTENERS] if taken is not None else []
     shared: Shared = []
-    for name in ("http", "https"):
+    for name in LISTENERS:
         if not options[name]:
             continue
         spec = parse_listener(name, options[name])
@@ -212,6 +242,7 @@ class Handing:
     taken: Optional[Taken]
     ready: Callable[[], bool]
     sharing: Callable[[bool], None] = lambda _: None
+    more: Callable[[], Iterable[tuple[str, socket.socket]]] = lambda: ()  # the stream and Gateway ports' sockets, named
 
     def listener(self, reactor: Any, path: str, key: bytes, shutdown: GracefulShutdown) -> HandoverListener:
         def share(shared: bool) -> None:
@@ -220,7 +251,7 @@ class Handing:
 
         return HandoverListener(
             reactor, path, key,
-            sockets=lambda: [(spec.name, sock) for spec, sockets in self.shared for sock in sockets],
+            sockets=lambda: [*((spec.name, sock) for spec, sockets in self.shared for sock in sockets), *self.more()],
             ready=lambda: self.ready() and shutdown.offers_sockets(),
             handed=shutdown.hand_over,
             sharing=share,
