@@ -33,6 +33,10 @@ LISTENERS: list[Parameter] = [
     ["http", None, "tcp:80", "Endpoint of the plain HTTP listener ('' turns it off)."],
     ["https", None, "tcp:443", "Endpoint of the TLS listener, SNI-selected certificates ('' turns it off)."],
     ["admin", None, "tcp:10254:interface=127.0.0.1", "Endpoint of the admin listener: / lists /healthz /readyz /metrics /debug/routes ('' turns it off)."],
+    [
+        "metrics", None, "",
+        "Endpoint of a second listener that serves /metrics alone, as --admin does (every other path 404), for a scraper ('' turns it off).",
+    ],
     ["stream-interface", None, "", "Address the TCP/UDP stream listeners bind ('' = every IPv4 address, :: = IPv6 and IPv4)."],
     [
         "gateway-interface", None, "",

@@ -31,7 +31,7 @@ from ingress.observe.metrics import Metrics, created_series
 from ingress.observe.nginx_metrics import NginxMetrics, controller_identity, gauge_total, recorder, served_certificates
 from ingress.observe.startup import announce, listening, summary, turned_off
 from ingress.options import PARAMETERS, given_once, grouped_usage
-from ingress.process.adoption import Handing, handover_key, handover_wait, opened_sockets, serve_adopted
+from ingress.process.adoption import Handing, handover_key, handover_wait, opened_sockets, serve_adopted, serve_metrics
 from ingress.process.builder import TableBuilder
 from ingress.process.cpus import worker_count
 from ingress.process.dataplane import data_plane
@@ -112,9 +112,9 @@ class Options(usage.Options):
             self["worker-count"] = worker_count(self["workers"])
         except ValueError as error:
             raise usage.UsageError(f"--workers: {error}") from None
-        for name in ("http", "https", "admin"):
+        for name in ("http", "https", "admin", "metrics"):
             if self[name]:
-                check_listener(name, self[name], shared=self["worker-count"] > 1 and name != "admin", handover=bool(self["handover"]) and name != "admin")
+                check_listener(name, self[name], shared=self["worker-count"] > 1 and name in ("http", "https"), handover=bool(self["handover"]) and name != "admin")
         if not (self["http"] or self["https"] or self["admin"]):
             raise usage.UsageError(
                 "--http, --https and --admin are all off: nothing would answer, and nothing would say whether the stream ports opened"
@@ -134,7 +134,7 @@ class Options(usage.Options):
         for option in ("default-certificate", "tcp-services-configmap", "udp-services-configmap", "nginx-configmap"):
             self[f"{option}-key"] = _namespaced_name(self[option], option)
         self["reserved-ports"] = {
-            port: name for name in ("http", "https", "admin") if (port := listener_port(self[name] or "")) is not None
+            port: name for name in ("http", "https", "admin", "metrics") if (port := listener_port(self[name] or "")) is not None
         }
         self["gateway-address-pool"] = _addresses(self["gateway-addresses"])
         self["settings"] = proxy_settings(self, self._https_redirect_port())
@@ -368,6 +368,8 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
 
 def _finish(reactor: IProcessReactor, options: Options, top: MultiService, admin: Admin, listeners: list[IService], drainables: list[Any], handing: Handing) -> MultiService:
     """The drain, the hand-over's rendezvous (--handover) and the admin listener, last: the same with and without worker processes."""
+    metrics = serve_metrics(reactor, options, handing, admin.metrics_site(), top, partial(listening, "metrics", options))
+    listeners.extend(metrics)  # --metrics: owned here, handed over with the others; it stops with them
     shutdown = GracefulShutdown(reactor, listeners, drainables, options["shutdown-delay"], options["drain-timeout"], handover_wait=options["handover-wait"])
     shutdown.setServiceParent(top)
     admin.add_check(shutdown.readiness)

@@ -19,7 +19,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Optional
 
@@ -31,7 +31,7 @@ from ingress.process.drain import GracefulShutdown
 from ingress.process.handover import HandoverListener
 from ingress.process.handoverwire import EXCHANGE_SECONDS, HandoverRefused, read_key
 from ingress.process.live import LiveTable
-from ingress.process.sockets import AdoptedListener, ListenerSpec, open_listener, parse_listener, refuse_start
+from ingress.process.sockets import AdoptedListener, ListenerSpec, listen, open_listener, parse_listener, refuse_start
 from ingress.process.takeover import HandoverFailed, Taken, take_listeners
 from ingress.proxy.options import seconds
 
@@ -194,6 +194,34 @@ def serve_after_first_table(live: LiveTable, top: MultiService, listeners: Seque
         live.subscribe(swapped)
 
 
+def serve_metrics(reactor: Any, options: Mapping[str, Any], handing: Handing, site: Any, top: MultiService, announce: Callable[[Any], None]) -> list[IService]:
+    """
+    The --metrics listener, in the primary: with --handover on a socket of ours (the predecessor's, when it
+    is bound where our option says, else a fresh one) that a successor is handed in turn.
+    """
+    received = [sock for entry, sock in (handing.taken.sockets if handing.taken is not None else []) if entry.listener == "metrics"]
+    if not options["metrics"]:
+        for sock in received:  # ours was its last copy but the predecessor's: it goes with it
+            log.warn("handover: the predecessor's metrics socket is not adopted: --metrics is off here")
+            sock.close()
+        return []
+    if not options["handover"]:
+        return [listen(reactor, options["metrics"], site, top, "metrics", announce)]
+    spec = parse_listener("metrics", options["metrics"], "with --handover")
+    handing.metrics = [sock for sock in received if _fits(sock, spec)]
+    if not handing.metrics:
+        try:
+            handing.metrics = [open_listener(spec, reuse_port=True)]
+        except OSError as error:
+            refuse_start(f"twistd ingress: --metrics {options['metrics']}: cannot listen: {error}")
+    services: list[IService] = []
+    for index, sock in enumerate(handing.metrics):
+        service = AdoptedListener(reactor, spec, sock, site, announce, index)
+        service.setServiceParent(top)
+        services.append(service)
+    return services
+
+
 def slot_sockets(sockets: list[socket.socket], index: int, count: int) -> list[socket.socket]:
     """The sockets of one listener that worker slot C{index} of C{count} serves: every C{count}th, from its own on."""
     return sockets[index::count]
@@ -214,6 +242,7 @@ class Handing:
     ready: Callable[[], bool]
     sharing: Callable[[bool], None] = lambda _: None
     more: Callable[[], Iterable[tuple[str, socket.socket]]] = lambda: ()  # the stream and Gateway ports' sockets, named
+    metrics: list[socket.socket] = field(default_factory=list)  # --metrics's socket (L{serve_metrics})
 
     def listener(self, reactor: Any, path: str, key: bytes, shutdown: GracefulShutdown) -> HandoverListener:
         def share(shared: bool) -> None:
@@ -222,7 +251,7 @@ class Handing:
 
         return HandoverListener(
             reactor, path, key,
-            sockets=lambda: [*((spec.name, sock) for spec, sockets in self.shared for sock in sockets), *self.more()],
+            sockets=lambda: [*((spec.name, sock) for spec, sockets in self.shared for sock in sockets), *self.more(), *(("metrics", sock) for sock in self.metrics)],
             ready=lambda: self.ready() and shutdown.offers_sockets(),
             handed=shutdown.hand_over,
             sharing=share,
