@@ -15,9 +15,10 @@ spelling of C{--h2c true} (L{ingress.tap.Options.opt_http2_cleartext}).
 from __future__ import annotations
 
 import getopt
+import ipaddress
 import os
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 from twisted.python import usage
@@ -26,6 +27,8 @@ from ingress.controllers.options import CONTROLLER_PARAMETERS
 from ingress.model import CONTROLLER_NAME, DEFAULT_CLASS_NAME
 from ingress.proxy.options import HTTP2_PARAMETERS, LIMIT_PARAMETERS
 from ingress.proxy.tls.termination import MODERN_CIPHERS
+from ingress.sources.kube.client import in_cluster_available
+from ingress.sources.kube.kubeconfig import in_cluster_problem, kubeconfig_problem
 
 Parameter = list[Any]  # [long name, short name, default, help], as usage.Options reads optParameters
 
@@ -84,6 +87,12 @@ WORKERS: list[Parameter] = [
 ]
 
 MIGRATION: list[Parameter] = [
+    [
+        "take-over-ingress-nginx", None, "false",
+        "The drop-in for a running ingress-nginx (true|false): true sets --controller-name k8s.io/ingress-nginx, --ingress-class nginx,"
+        " --nginx-configmap ingress-nginx/ingress-nginx-controller and --update-status false (ingress-nginx still writes the status),"
+        " each unless given on the line (then the given one holds).",
+    ],
     ["nginx-configmap", None, None, "NAMESPACE/NAME of an ingress-nginx controller ConfigMap: its keys are every route's defaults (ingress-nginx's for keys it lacks)."],
     ["nginx-annotations", None, "true", "Read nginx.ingress.kubernetes.io/ annotations on Ingresses too (true|false); twingress.io/ ones win."],
     ["nginx-metrics", None, "false", "Also expose ingress-nginx's metric names and labels on /metrics, for its dashboards and alerts (true|false)."],
@@ -111,7 +120,28 @@ GROUPS: list[tuple[str, list[Parameter]]] = [
 ]
 
 # Options that are methods of the Options class (flags without a value), and the group they show in.
-HANDLERS = {"http2-cleartext": "HTTP/2", "version": "General", "help": "General"}
+HANDLERS = {
+    "http2-cleartext": "HTTP/2",
+    "version": "General",
+    "help": "General",
+}
+
+TAKE_OVER = "take-over-ingress-nginx"
+TAKE_OVER_SETS: Mapping[str, str] = {
+    "controller-name": "k8s.io/ingress-nginx",
+    "ingress-class": "nginx",
+    # The controller ConfigMap of ingress-nginx's Helm chart and static manifests (deploy/static/provider/*/deploy.yaml)
+    "nginx-configmap": "ingress-nginx/ingress-nginx-controller",
+    "update-status": "false",
+}
+"""What --take-over-ingress-nginx sets, option by option, unless the option is given too."""
+
+TABLE_OPTIONS = (
+    TAKE_OVER, "manifests", "kubeconfig", "watch-namespace", "ingress-class", "controller-name", "default-certificate",
+    "nginx-configmap", "nginx-annotations", "tcp-services-configmap", "udp-services-configmap",
+    "gateway-addresses", "h2c", "http", "https", "admin", "metrics",
+)
+"""The options of C{twistd ingress} that change the routing table (the listeners: their ports are kept from streams), which C{twingress audit} takes too."""
 
 PARAMETERS: list[Parameter] = [parameter for _, parameters in GROUPS for parameter in parameters]
 
@@ -188,3 +218,125 @@ def given_once(options: usage.Options, arguments: list[str], names: Sequence[str
         values = [value for option, value in given if option == f"--{name}"]
         if len(values) > 1:
             raise usage.UsageError(f"--{name} given {len(values)} times ({', '.join(map(repr, values))}): give one")
+
+
+def given_options(options: usage.Options, arguments: list[str]) -> frozenset[str]:
+    """The long names of the options given on the line (read with getopt, as usage.Options reads it: abbreviations count)."""
+    try:
+        given, _ = getopt.getopt(arguments, options.shortOpt, options.longOpt)
+    except getopt.error:
+        return frozenset()  # usage.Options says what is wrong with the line
+    return frozenset(option[2:] for option, _ in given if option.startswith("--"))
+
+
+def take_over(options: usage.Options, given: frozenset[str]) -> None:
+    """
+    --take-over-ingress-nginx: each option of L{TAKE_OVER_SETS} the line does not give takes the preset's
+    value; one given explicitly wins (C{--take-over-ingress-nginx true --ingress-class internal}: class internal).
+    """
+    if options[TAKE_OVER] not in ("true", "false"):
+        raise usage.UsageError(f"--{TAKE_OVER} must be true or false")
+    if options[TAKE_OVER] == "false":
+        return
+    for name, value in TAKE_OVER_SETS.items():
+        if name in options and name not in given:
+            options[name] = value
+
+
+def table_options(options: usage.Options) -> None:
+    """
+    Check and convert the options that change the table (L{TABLE_OPTIONS}), for C{twistd ingress} and
+    C{twingress audit} alike: the source, the NAMESPACE/NAME options, the ports the listeners keep, the Gateway pool.
+    """
+    options["source"] = source_of(options)
+    for option in ("nginx-annotations", "h2c"):
+        if options[option] not in ("true", "false"):
+            raise usage.UsageError(f"--{option} must be true or false")
+    for option in ("default-certificate", "tcp-services-configmap", "udp-services-configmap", "nginx-configmap"):
+        options[f"{option}-key"] = namespaced_name(options[option], option)
+    options["reserved-ports"] = {port: name for name in ("http", "https", "admin", "metrics") if (port := listener_port(options[name] or "")) is not None}
+    options["gateway-address-pool"] = gateway_addresses(options["gateway-addresses"])
+
+
+def build_arguments(options: Mapping[str, Any]) -> dict[str, Any]:
+    """L{ingress.routing.build}'s keyword arguments from the checked options: the proxy's and the audit's, the same."""
+    return {
+        "class_name": options["ingress-class"],
+        "controller_name": options["controller-name"],
+        "default_certificate": options["default-certificate-key"],
+        "tcp_services": options["tcp-services-configmap-key"],
+        "udp_services": options["udp-services-configmap-key"],
+        "reserved_ports": options["reserved-ports"],
+        "nginx_annotations": options["nginx-annotations"] == "true",
+        "nginx_configmap": options["nginx-configmap-key"],
+        "cleartext_http2": options["h2c"] == "true",
+        "gateway_addresses": options["gateway-address-pool"],
+    }
+
+
+def source_of(options: Mapping[str, Any]) -> str:
+    """Which configuration source: "manifests", "kubeconfig" or "in-cluster"; exactly one."""
+    if options["manifests"] and options["kubeconfig"]:
+        raise usage.UsageError("give either --manifests or --kubeconfig, not both")
+    if options["manifests"]:
+        if not os.path.isdir(options["manifests"]):
+            raise usage.UsageError(f"--manifests {options['manifests']!r} is not a directory")
+        return "manifests"
+    if options["kubeconfig"]:
+        if (problem := kubeconfig_problem(options["kubeconfig"])) is not None:  # loaded now: a bad one fails here, before any listener opens
+            raise usage.UsageError(f"--kubeconfig {options['kubeconfig']!r} {problem}")
+        return "kubeconfig"
+    if in_cluster_available():
+        if (problem := in_cluster_problem()) is not None:  # loaded now, as a kubeconfig is
+            raise usage.UsageError(problem)
+        return "in-cluster"
+    raise usage.UsageError(
+        "no configuration source: give --manifests DIR (a directory of manifests) or "
+        "--kubeconfig PATH, or run in a pod with a service-account token"
+    )
+
+
+def namespaced_name(value: Optional[str], option: str) -> Optional[tuple[str, str]]:
+    """An option's NAMESPACE/NAME as a (namespace, name) key; None when not given."""
+    if not value:
+        return None
+    if value.count("/") != 1 or not all(value.split("/")):
+        raise usage.UsageError(f"--{option} takes NAMESPACE/NAME")
+    namespace, name = value.split("/")
+    return (namespace, name)
+
+
+def gateway_addresses(value: str) -> tuple[str, ...]:
+    """--gateway-addresses: IP addresses, each once."""
+    found: list[str] = []
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        try:
+            address = str(ipaddress.ip_address(item))
+        except ValueError:
+            raise usage.UsageError(f"--gateway-addresses: {item!r} is not an IP address") from None
+        if address not in found:
+            found.append(address)
+    return tuple(found)
+
+
+def listener_port(description: str) -> Optional[int]:
+    """
+    The TCP port of a tcp, tcp6 or ssl endpoint description ("tcp:80", "tcp:port=80:interface=::1"),
+    also behind the PROXY-protocol wrapper ("haproxy:tcp:80").
+
+    Stream listeners must not take our own listeners' ports; other endpoint
+    types (unix sockets, systemd) hold none.
+    """
+    kind, _, rest = description.partition(":")
+    if kind == "haproxy":
+        return listener_port(rest)
+    if kind not in ("tcp", "tcp6", "ssl") or not rest:
+        return None
+    arguments = rest.split(":")
+    for argument in arguments:
+        key, equals, value = argument.partition("=")
+        if equals and key == "port" and value.isdigit():
+            return int(value)
+    return int(arguments[0]) if arguments[0].isdigit() else None

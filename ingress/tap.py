@@ -8,7 +8,6 @@ Listeners are endpoint descriptions (strports); an empty value turns one off.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import sys
 from collections.abc import Callable
@@ -30,7 +29,7 @@ from ingress.observe.logs import LOG_FORMATS, LoggingRoot
 from ingress.observe.metrics import Metrics, created_series
 from ingress.observe.nginx_metrics import NginxMetrics, controller_identity, gauge_total, recorder, served_certificates
 from ingress.observe.startup import announce, listening, summary, turned_off
-from ingress.options import PARAMETERS, given_once, grouped_usage
+from ingress.options import PARAMETERS, build_arguments, given_once, given_options, grouped_usage, listener_port, table_options, take_over
 from ingress.process.adoption import Handing, handover_key, handover_wait, opened_sockets, serve_adopted, serve_metrics
 from ingress.process.builder import TableBuilder
 from ingress.process.cpus import worker_count
@@ -51,8 +50,7 @@ from ingress.routing import build
 from ingress.routing.incremental import IncrementalBuild
 from ingress.routing.table import RoutingTable
 from ingress.sources.files import ManifestsSource
-from ingress.sources.kube.client import KubeClient, in_cluster_available
-from ingress.sources.kube.kubeconfig import in_cluster_problem, kubeconfig_problem
+from ingress.sources.kube.client import KubeClient
 from ingress.sources.kube.source import KubeSource
 
 _CHECKED: list[tuple[str, Callable[[str], float]]] = [
@@ -73,6 +71,7 @@ class Options(usage.Options):
         "Booleans take true or false."
     )
     optParameters: list[list[Any]] = PARAMETERS  # by topic: L{ingress.options}
+    given: frozenset[str] = frozenset()  # the options the line gives: --take-over-ingress-nginx sets the others
 
     def parseOptions(self, options: Optional[list[str]] = None) -> None:
         """
@@ -81,7 +80,9 @@ class Options(usage.Options):
         the error.  Used directly (tests, embedding), it raises L{usage.UsageError}.
         """
         try:
-            given_once(self, sys.argv[1:] if options is None else options, ("manifests", "kubeconfig"))
+            arguments = sys.argv[1:] if options is None else options
+            given_once(self, arguments, ("manifests", "kubeconfig"))
+            self.given = given_options(self, arguments)
             super().parseOptions(options)
         except usage.UsageError as error:
             if getattr(self, "parent", None) is None:
@@ -102,12 +103,13 @@ class Options(usage.Options):
         return grouped_usage(self, width)
 
     def postOptions(self) -> None:
+        take_over(self, self.given)
         for option, convert in _CHECKED:
             try:
                 self[option] = convert(str(self[option]))
             except ValueError as error:  # named here: twistd's own coercion error does not say which option
                 raise usage.UsageError(f"--{option}: {error}") from None
-        self["source"] = self._source()
+        table_options(self)  # shared with twingress audit (L{ingress.options.table_options})
         try:
             self["worker-count"] = worker_count(self["workers"])
         except ValueError as error:
@@ -121,7 +123,7 @@ class Options(usage.Options):
                 " (keep --admin for a stream-only node)"
             )
         self["handover-key"], self["handover-wait"] = handover_key(self["handover"], self["handover-key-file"]), handover_wait(self["handover"], self["handover-wait"])
-        for option in ("nginx-annotations", "nginx-metrics", "metrics-created"):
+        for option in ("nginx-metrics", "metrics-created"):
             if self[option] not in ("true", "false"):
                 raise usage.UsageError(f"--{option} must be true or false")
         if self["tls-min-version"] not in ("1.2", "1.3"):
@@ -131,12 +133,6 @@ class Options(usage.Options):
                 raise usage.UsageError(f"--{option} must be one of: {', '.join(choices)}")
         if self["access-log"] not in ("-", "off"):
             _check_writable(self["access-log"])
-        for option in ("default-certificate", "tcp-services-configmap", "udp-services-configmap", "nginx-configmap"):
-            self[f"{option}-key"] = _namespaced_name(self[option], option)
-        self["reserved-ports"] = {
-            port: name for name in ("http", "https", "admin", "metrics") if (port := listener_port(self[name] or "")) is not None
-        }
-        self["gateway-address-pool"] = _addresses(self["gateway-addresses"])
         self["settings"] = proxy_settings(self, self._https_redirect_port())
         self["controllers"] = controller_options(self, self["ingress-class"], self["controller-name"])
         self["http2-settings"] = http2_settings(self)
@@ -149,27 +145,6 @@ class Options(usage.Options):
         if not value.isdigit() or not 0 < int(value) < 65536:
             raise usage.UsageError(f"--https-redirect-port: {value!r} is not a port number")
         return int(value)
-
-    def _source(self) -> str:
-        """Which configuration source: "manifests", "kubeconfig" or "in-cluster"; exactly one."""
-        if self["manifests"] and self["kubeconfig"]:
-            raise usage.UsageError("give either --manifests or --kubeconfig, not both")
-        if self["manifests"]:
-            if not os.path.isdir(self["manifests"]):
-                raise usage.UsageError(f"--manifests {self['manifests']!r} is not a directory")
-            return "manifests"
-        if self["kubeconfig"]:
-            if (problem := kubeconfig_problem(self["kubeconfig"])) is not None:  # loaded now: a bad one fails here, before any listener opens
-                raise usage.UsageError(f"--kubeconfig {self['kubeconfig']!r} {problem}")
-            return "kubeconfig"
-        if in_cluster_available():
-            if (problem := in_cluster_problem()) is not None:  # loaded now, as a kubeconfig is
-                raise usage.UsageError(problem)
-            return "in-cluster"
-        raise usage.UsageError(
-            "no configuration source: give --manifests DIR (a directory of manifests) or "
-            "--kubeconfig PATH, or run in a pod with a service-account token"
-        )
 
 
 class _BuilderService(Service):
@@ -199,59 +174,12 @@ class _Announce(Service):
             announce.info("{line}", line=line)
 
 
-def _namespaced_name(value: Optional[str], option: str) -> Optional[tuple[str, str]]:
-    """An option's NAMESPACE/NAME as a (namespace, name) key; None when not given."""
-    if not value:
-        return None
-    if value.count("/") != 1 or not all(value.split("/")):
-        raise usage.UsageError(f"--{option} takes NAMESPACE/NAME")
-    namespace, name = value.split("/")
-    return (namespace, name)
-
-
-
-def _addresses(value: str) -> tuple[str, ...]:
-    """--gateway-addresses: IP addresses, each once."""
-    found: list[str] = []
-    for item in (part.strip() for part in value.split(",")):
-        if not item:
-            continue
-        try:
-            address = str(ipaddress.ip_address(item))
-        except ValueError:
-            raise usage.UsageError(f"--gateway-addresses: {item!r} is not an IP address") from None
-        if address not in found:
-            found.append(address)
-    return tuple(found)
-
-
 def _check_writable(path: str) -> None:
     """Refuse an access log path that cannot be opened at the command line, not at first request."""
     try:
         os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
     except OSError as error:
         raise usage.UsageError(f"--access-log {path!r}: {error.strerror} (give -, a writable path or off)") from None
-
-
-def listener_port(description: str) -> Optional[int]:
-    """
-    The TCP port of a tcp, tcp6 or ssl endpoint description ("tcp:80", "tcp:port=80:interface=::1"),
-    also behind the PROXY-protocol wrapper ("haproxy:tcp:80").
-
-    Stream listeners must not take our own listeners' ports; other endpoint
-    types (unix sockets, systemd) hold none.
-    """
-    kind, _, rest = description.partition(":")
-    if kind == "haproxy":
-        return listener_port(rest)
-    if kind not in ("tcp", "tcp6", "ssl") or not rest:
-        return None
-    arguments = rest.split(":")
-    for argument in arguments:
-        key, equals, value = argument.partition("=")
-        if equals and key == "port" and value.isdigit():
-            return int(value)
-    return int(arguments[0]) if arguments[0].isdigit() else None
 
 
 def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> IService:
@@ -264,25 +192,10 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
     settings: ProxySettings = options["settings"]
     metrics = Metrics()
     live = LiveTable()
-    class_name, controller = options["ingress-class"], options["controller-name"]
-
-    default_certificate = options["default-certificate-key"]
+    arguments = build_arguments(options)  # the audit builds with the same (L{ingress.audit})
 
     def build_table(state: ClusterState, generation: int) -> RoutingTable:
-        return build(
-            state,
-            class_name=class_name,
-            controller_name=controller,
-            generation=generation,
-            default_certificate=default_certificate,
-            tcp_services=options["tcp-services-configmap-key"],
-            udp_services=options["udp-services-configmap-key"],
-            reserved_ports=options["reserved-ports"],
-            nginx_annotations=options["nginx-annotations"] == "true",
-            nginx_configmap=options["nginx-configmap-key"],
-            cleartext_http2=options["h2c"] == "true",
-            gateway_addresses=options["gateway-address-pool"],
-        )
+        return build(state, generation=generation, **arguments)
 
     builder = TableBuilder(reactor, live, metrics, IncrementalBuild(build_table))  # EndpointSlice-only changes skip the build
     metrics.table_routes.set_function(lambda: _route_count(live.table))  # counted when scraped, not per build (3 ms at 10k hosts)

@@ -1,6 +1,6 @@
 """
 `pip install .` and `pip install -e .` of the tree, each in a fresh virtual environment, give a
-working `twistd ingress` (issue 33): its --help, and a real start on the quickstart's manifests
+working `twistd ingress` (issue 33) and `twingress audit` (issue 65): its --help, and a real start on the quickstart's manifests
 answering /healthz. An editable install used to hide twisted/plugins/ (setuptools' import hook
 shows packages, and Twisted looks for plugins in each sys.path entry's twisted/plugins/), so
 twistd knew no "ingress" unless the Makefile's own .pth was added by hand.
@@ -59,6 +59,12 @@ def test_a_fresh_venv_runs_twistd_ingress(tmp_path: Path, editable: bool) -> Non
     twistd = str(environment / "bin" / "twistd")
     helped = subprocess.run([twistd, "ingress", "--help"], capture_output=True, text=True, cwd=tmp_path)
     assert helped.returncode == 0 and "--manifests" in helped.stdout, helped.stdout + helped.stderr
+    # the console script installed with the package (issue 65): the audit of the migration example
+    audited = subprocess.run(
+        [str(environment / "bin" / "twingress"), "audit", "--manifests", str(ROOT / "examples" / "nginx-migration"), "--format", "json"],
+        capture_output=True, text=True, cwd=tmp_path,
+    )
+    assert audited.returncode == 0 and '"schemaVersion": 1' in audited.stdout, audited.stdout + audited.stderr
 
     http, admin = free_port(), free_port()
     command = [twistd, "--pidfile=", "--logfile=-", "-n", "ingress", "--manifests", str(ROOT / "examples" / "quickstart"),

@@ -54,6 +54,7 @@ from ingress.routing.route import Canary, Policies
 from ingress.routing.selection import select_and_skip
 from ingress.routing.streams import build_streams
 from ingress.routing.table import Route, RoutingTable, Upstream
+from ingress.routing.trailing_slash import add_slash_redirects, ingress_nginx_class
 
 
 def build(
@@ -100,6 +101,8 @@ def build(
         if annotations[ingress.ref].canary:
             routes.add_canary(ingress)
     routes.add_host_aliases(served)
+    if ingress_nginx_class(class_name, controller_name):  # nginx's 301 from /p to /p/, for ingress-nginx's class only
+        add_slash_redirects((*routes.hosts.values(), *routes.wildcards.values(), routes.any_host))
     default_route = routes.default_route(served)
     certificates, tls_problems = build_certificates(state, served, default_certificate)
     client_hosts, client_problems = client_auth_hosts(served, annotations, state)
@@ -345,7 +348,7 @@ class _RouteBuilder:
     def route(self, ingress: Ingress, backend: IngressBackend, path: str, path_type: str, regex: bool = False) -> Route:
         """A route to C{backend}, resolved in the Ingress's own namespace."""
         read = self.annotations[ingress.ref]
-        if read.flag("service-upstream"):
+        if read.flag("service-upstream", self.config.service_upstream):  # the ConfigMap's key is the default
             upstream, issue = self.backends.service_upstream(ingress.meta.namespace, backend)
         else:
             upstream, issue = self.backends.upstream(ingress.meta.namespace, backend)

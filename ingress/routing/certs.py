@@ -110,10 +110,14 @@ def with_tls_options(route: Route, annotations: IngressAnnotations, host: str, s
     does with C{force-ssl-redirect: "true"} (ingress-nginx "Server-side HTTPS
     enforcement through redirect"); the defaults of both, the redirect's code
     and HSTS on a TLS host come from the ingress-nginx ConfigMap when there is
-    one; C{twingress.io/hsts-max-age} sets HSTS for the Ingress.
+    one; C{twingress.io/hsts-max-age} sets HSTS for the Ingress.  A route whose Ingress path starts
+    with an entry of the ConfigMap's C{no-tls-redirect-locations} (default C{/.well-known/acme-challenge})
+    is never redirected (cert-manager's HTTP-01 solver answers there over plain HTTP).
     """
     tls = bool(host) and host in secured
     redirect = (tls and annotations.flag("ssl-redirect", config.ssl_redirect)) or annotations.flag("force-ssl-redirect", config.force_ssl_redirect)
+    if redirect and any(route.path.startswith(location) for location in config.no_tls_redirect_locations):
+        redirect = False  # no-tls-redirect-locations (ingress-nginx: force_no_ssl_redirect wins over both redirects)
     max_age = annotations.number("hsts-max-age")
     hsts = f"max-age={int(max_age)}" if max_age is not None else (config.hsts if tls else "")
     if not redirect and not hsts:

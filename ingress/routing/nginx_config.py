@@ -11,7 +11,8 @@ Its guards (source ranges, block-cidrs, global auth) are L{ingress.routing.globa
 what happens to each key is the table of L{ingress.routing.config_keys}: a guard twingress
 cannot enforce closes the routes it covers (C{UnenforcedGuard}), every other key it does not
 implement is reported once (log, C{twingress_object_problems}): C{UnsupportedConfigKey} for
-ingress-nginx keys, C{UnknownConfigKey} for the rest; C{allow-snippet-annotations} is always false.
+ingress-nginx keys (and those of its config.go the page omits, L{ingress.routing.config_notes}),
+C{UnknownConfigKey} for the rest; C{allow-snippet-annotations} is always false.
 Source: docs/user-guide/nginx-configuration/configmap.md.
 """
 
@@ -26,8 +27,20 @@ from ingress.model import ConfigMap, ObjectRef, Problem
 from ingress.routing.annotations import values
 from ingress.routing.annotations.values import InvalidValue
 from ingress.routing.compression import Gzip, gzip_settings, level, media_types
-from ingress.routing.config_keys import ENFORCED_GUARDS, EVERY_ROUTE, GLOBAL_AUTH, HARMLESS, REFUSED_GUARDS, SNIPPETS, covered, guard_like
-from ingress.routing.global_guards import IGNORED, NO_GUARDS, GlobalGuards, read_global_guards
+from ingress.routing.config_keys import (
+    CONFIG_GO_KEYS,
+    ENFORCED_GUARDS,
+    EVERY_ROUTE,
+    GLOBAL_AUTH,
+    HARMLESS,
+    INGRESS_NGINX_KEYS,
+    REFUSED_GUARDS,
+    SNIPPETS,
+    covered,
+    guard_like,
+)
+from ingress.routing.config_notes import NOTES, note
+from ingress.routing.global_guards import ACME_CHALLENGE, IGNORED, NO_GUARDS, GlobalGuards, read_global_guards
 from ingress.routing.logformat import parse as parse_log_format
 from ingress.routing.policies.errorpages import ErrorPages
 from ingress.routing.policies.headers import HeaderChanges, header_changes, valid_field
@@ -60,6 +73,9 @@ class NginxConfig:
     generate_request_id: bool = True  # generate-request-id: an X-Request-ID for requests without one
     error_pages: Optional[ErrorPages] = None  # custom-http-errors: every route's, unless its Ingress sets its own
     allowed_response_headers: Optional[frozenset[str]] = frozenset()  # global-allowed-response-headers (lower case); None: any
+    no_tls_redirect_locations: tuple[str, ...] = (ACME_CHALLENGE,)  # routes whose path starts so are never redirected to HTTPS
+    service_upstream: bool = False  # service-upstream: every Ingress's backends are their Services' cluster IPs
+    next_upstream: Optional[tuple[tuple[str, ...], int, float]] = None  # proxy-next-upstream(-tries, -timeout), when set
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +97,7 @@ class ListenerSettings:
     log_format: str = ""  # log-format-upstream (checked by ingress.routing.logformat): "" keeps --access-log-format
     log_escape: str = "default"  # log-format-escape-json / log-format-escape-none: default, json or none
     gzip: Optional[Gzip] = None  # use-gzip and its gzip-* keys (None: off)
+    http2: bool = True  # use-http2: ALPN offers h2 on the HTTPS listener (with --http2 true)
 
 
 INGRESS_NGINX_LISTENER = ListenerSettings(75.0, 1000, 320, 60.0, "1.2", "", "")
@@ -90,7 +107,8 @@ INGRESS_NGINX_LISTENER = ListenerSettings(75.0, 1000, 320, 60.0, "1.2", "", "")
 TWINGRESS_DEFAULTS = NginxConfig(ssl_redirect=True, force_ssl_redirect=False, redirect_code=308, hsts="", limits=Limits(), guards=NO_GUARDS, allowed_response_headers=None)
 """
 Without --nginx-configmap: twingress's own defaults (no HSTS, the listener's limits, X-Request-ID
-generated, and custom-headers not limited to a list of names).
+generated, custom-headers not limited to a list of names, and the ACME HTTP-01 path exempt from
+the HTTPS redirect, as ingress-nginx's no-tls-redirect-locations default).
 """
 
 def _log_format(value: str) -> str:
@@ -138,56 +156,23 @@ _READERS: Mapping[str, Callable[[str], object]] = {
     "gzip-level": level,
     "gzip-min-length": values.whole_number,
     "gzip-types": media_types,
+    "use-http2": values.boolean,
+    "disable-proxy-intercept-errors": values.boolean,
+    "service-upstream": values.boolean,
+    "proxy-next-upstream": values.next_upstream,
+    "proxy-next-upstream-tries": values.whole_number,
+    "proxy-next-upstream-timeout": values.whole_number,
+    "no-tls-redirect-locations": lambda value: tuple(item.strip() for item in value.split(",") if item.strip()),
 }
 
 _ON_THE_COMMAND_LINE = {
     "client-header-timeout": "--header-timeout",
     "client-body-timeout": "--client-body-timeout",
+    "bind-address-ipv4": "--http and --https (interface=ADDRESS)",
+    "bind-address-ipv6": "--http and --https (interface=ADDRESS)",
 }
 
 """Keys whose setting is a twingress command-line option (listener settings are not per table)."""
-
-INGRESS_NGINX_KEYS = frozenset(
-    """access-log-params access-log-path add-headers allow-backend-server-header allow-cross-namespace-resources
-    allow-snippet-annotations annotation-value-word-blocklist annotations-risk-level bind-address block-cidrs
-    block-referers block-user-agents brotli-level brotli-min-length brotli-types client-body-buffer-size
-    client-body-timeout client-header-buffer-size client-header-timeout compute-full-forwarded-for custom-http-errors
-    debug-connections default-type denylist-source-range disable-access-log disable-ipv6 disable-ipv6-dns
-    enable-access-log-for-default-backend enable-aio-write enable-brotli enable-modsecurity enable-multi-accept
-    enable-ocsp enable-opentelemetry enable-owasp-modsecurity-crs enable-real-ip enable-serial-reloads enable-syslog
-    enable-underscores-in-headers error-log-level error-log-path force-ssl-redirect forwarded-for-header
-    forwarded-for-proxy-protocol-header generate-request-id geoip2-autoreload-in-minutes global-allowed-response-headers
-    global-auth-cache-duration global-auth-cache-key global-auth-method global-auth-request-redirect
-    global-auth-response-headers global-auth-signin global-auth-signin-redirect-param global-auth-snippet global-auth-url
-    grpc-buffer-size-kb gzip-disable gzip-level gzip-min-length gzip-types hide-headers hsts hsts-include-subdomains
-    hsts-max-age hsts-preload http-access-log-path http-redirect-code http-snippet http2-max-concurrent-streams
-    http2-max-field-size http2-max-header-size http2-max-requests ignore-invalid-headers jaeger-baggage-header
-    jaeger-collector-host jaeger-collector-port jaeger-debug-header jaeger-endpoint jaeger-propagation-format
-    jaeger-sampler-host jaeger-sampler-param jaeger-sampler-port jaeger-sampler-type jaeger-service-name
-    jaeger-trace-baggage-header-prefix jaeger-trace-context-header-name keep-alive keep-alive-requests
-    large-client-header-buffers limit-conn-status-code limit-conn-zone-variable limit-rate limit-rate-after
-    limit-req-status-code load-balance location-snippet log-format-escape-json log-format-escape-none
-    log-format-stream log-format-upstream lua-shared-dicts main-snippet map-hash-bucket-size max-worker-connections
-    max-worker-open-files modsecurity-snippet nginx-status-ipv4-whitelist nginx-status-ipv6-whitelist
-    no-auth-locations no-tls-redirect-locations opentelemetry-config opentelemetry-operation-name
-    opentelemetry-trust-incoming-span otel-max-export-batch-size otel-max-queuesize otel-sampler
-    otel-sampler-parent-based otel-sampler-ratio otel-schedule-delay-millis otel-service-name otlp-collector-host
-    otlp-collector-port proxy-add-original-uri-header proxy-body-size proxy-buffer-size proxy-buffering
-    proxy-buffers-number proxy-busy-buffers-size proxy-connect-timeout proxy-cookie-domain proxy-cookie-path
-    proxy-headers-hash-bucket-size proxy-headers-hash-max-size proxy-next-upstream proxy-next-upstream-timeout
-    proxy-next-upstream-tries proxy-protocol-header-timeout proxy-read-timeout proxy-real-ip-cidr proxy-redirect-from
-    proxy-request-buffering proxy-send-timeout proxy-set-headers proxy-ssl-location-only proxy-stream-next-upstream
-    proxy-stream-next-upstream-timeout proxy-stream-next-upstream-tries proxy-stream-responses proxy-stream-timeout
-    relative-redirects retry-non-idempotent reuse-port server-name-hash-bucket-size server-name-hash-max-size
-    server-snippet server-tokens service-upstream skip-access-log-urls ssl-buffer-size ssl-ciphers ssl-dh-param
-    ssl-ecdh-curve ssl-protocols ssl-redirect ssl-reject-handshake ssl-session-cache ssl-session-cache-size
-    ssl-session-ticket-key ssl-session-tickets ssl-session-timeout stream-access-log-path stream-snippet
-    strict-validate-path-type syslog-host syslog-port upstream-keepalive-connections upstream-keepalive-requests
-    upstream-keepalive-time upstream-keepalive-timeout use-forwarded-headers use-geoip use-geoip2 use-gzip use-http2
-    use-proxy-protocol variables-hash-bucket-size variables-hash-max-size whitelist-source-range worker-cpu-affinity
-    worker-processes worker-shutdown-timeout""".split()
-)
-"""Every key of ingress-nginx's ConfigMap page, to tell "not implemented" from "not a key at all"."""
 
 
 def read_nginx_config(config_maps: Mapping[tuple[str, str], ConfigMap], named: tuple[str, str]) -> tuple[NginxConfig, list[Problem]]:
@@ -204,6 +189,9 @@ def read_nginx_config(config_maps: Mapping[tuple[str, str], ConfigMap], named: t
     for key, value in config_map.data:
         if key in ENFORCED_GUARDS:
             guard_data[key] = value
+            continue
+        if key in NOTES:
+            problems += _noted(ref, key, value)
             continue
         reader = _READERS.get(key)
         if reader is None:
@@ -251,11 +239,20 @@ def _refusal(key: str, value: str) -> Optional[tuple[str, str]]:
         return (EVERY_ROUTE, f"{key} is never executed, and it may guard access ({directive})") if directive else None
     if key in HARMLESS or key in _ON_THE_COMMAND_LINE:
         return None
-    if key in INGRESS_NGINX_KEYS:
+    if key in INGRESS_NGINX_KEYS or key in CONFIG_GO_KEYS:
         return EVERY_ROUTE, f"{key} is an ingress-nginx key twingress has not classified as harmless"
     if guard_like(key):
         return EVERY_ROUTE, f"{key} is not an ingress-nginx ConfigMap key, and its name looks like a guard's (a typo?)"
     return None
+
+
+def _noted(ref: ObjectRef, key: str, value: str) -> list[Problem]:
+    """A key twingress answers by what it does anyway (L{ingress.routing.config_notes}): reported when the value asks otherwise."""
+    try:
+        message = note(key, value)
+    except InvalidValue as error:
+        return [Problem(ref, INVALID, f"{key}: {value!r} {error}; twingress behaves as ingress-nginx's default")]
+    return [Problem(ref, UNSUPPORTED, f"{key}: {value!r}: {message}")] if message else []
 
 
 def _not_read(ref: ObjectRef, key: str) -> Problem:
@@ -345,6 +342,7 @@ def _config(read: Mapping[str, object], untrusted: bool = False) -> NginxConfig:
         log_format=str(read.get("log-format-upstream", "")),
         log_escape="none" if read.get("log-format-escape-none") else "json" if read.get("log-format-escape-json") else "default",
         gzip=gzip_settings(dict(read)),
+        http2=bool(read.get("use-http2", True)),
     )
     return NginxConfig(
         listener=listener,
@@ -358,9 +356,25 @@ def _config(read: Mapping[str, object], untrusted: bool = False) -> NginxConfig:
         hsts=hsts,
         limits=limits,
         generate_request_id=bool(read.get("generate-request-id", True)),
-        error_pages=_error_pages(read.get("custom-http-errors")),
+        error_pages=None if read.get("disable-proxy-intercept-errors") else _error_pages(read.get("custom-http-errors")),
         allowed_response_headers=_names(read.get("global-allowed-response-headers")),
+        no_tls_redirect_locations=_words(read.get("no-tls-redirect-locations", (ACME_CHALLENGE,))),
+        service_upstream=bool(read.get("service-upstream", False)),
+        next_upstream=_next_upstream(read),
     )
+
+
+def _words(value: object) -> tuple[str, ...]:
+    """A tuple a reader made (no-tls-redirect-locations, proxy-next-upstream), as strings."""
+    return tuple(str(item) for item in value) if isinstance(value, tuple) else ()
+
+
+def _next_upstream(read: Mapping[str, object]) -> Optional[tuple[tuple[str, ...], int, float]]:
+    """proxy-next-upstream and its -tries and -timeout, as the defaults of every route's (ingress-nginx's for those left out)."""
+    if not any(key in read for key in ("proxy-next-upstream", "proxy-next-upstream-tries", "proxy-next-upstream-timeout")):
+        return None
+    conditions = read.get("proxy-next-upstream", ("error", "timeout"))
+    return _words(conditions), int(str(read.get("proxy-next-upstream-tries", 3))), float(str(read.get("proxy-next-upstream-timeout", 0)))
 
 
 def _names(value: object) -> frozenset[str]:

@@ -89,12 +89,26 @@ def terminating(api: client.ApiClient) -> bool:
 def test_every_component_renders_on_the_base_with_kubectl(tmp_path: Path) -> None:
     """Each k8s/components/NAME, alone on the base, renders with kubectl's kustomize; the base's objects stay."""
     names = sorted(path.name for path in COMPONENTS.iterdir() if (path / "kustomization.yaml").exists())
-    assert names == ["metrics", "nginx-configmap", "servicemonitor"]
+    assert names == ["metrics", "nginx-configmap", "servicemonitor", "take-over-ingress-nginx"]
     base = {(o["kind"], o["metadata"]["name"]) for o in install.rendered()}
     for name in names:
         objects = kustomize.render(overlay(tmp_path, name))
         assert base <= {(o["kind"], o["metadata"]["name"]) for o in objects}, name
-        assert all(o["metadata"].get("namespace") in (None, install.NAMESPACE) for o in objects), name
+        # the take-over's Role and RoleBinding are in ingress-nginx's namespace: its ConfigMap is read there
+        elsewhere = ("ingress-nginx",) if name == "take-over-ingress-nginx" else ()
+        assert all(o["metadata"].get("namespace") in (None, install.NAMESPACE, *elsewhere) for o in objects), name
+
+
+def test_the_take_over_component_adds_the_flag_and_a_role_in_ingress_nginx_s_namespace(tmp_path: Path) -> None:
+    """k8s/components/take-over-ingress-nginx: the one-line switch on the DaemonSet, and reading ConfigMaps where ingress-nginx keeps its own."""
+    objects = kustomize.render(overlay(tmp_path, "take-over-ingress-nginx"))
+    (daemonset,) = [o for o in objects if o["kind"] == "DaemonSet"]
+    assert "--take-over-ingress-nginx=true" in daemonset["spec"]["template"]["spec"]["containers"][0]["args"]
+    (role,) = [o for o in objects if o["kind"] == "Role" and o["metadata"]["namespace"] == "ingress-nginx"]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "watch"]}]
+    (binding,) = [o for o in objects if o["kind"] == "RoleBinding" and o["metadata"]["namespace"] == "ingress-nginx"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "twingress", "namespace": install.NAMESPACE}]
 
 
 def test_the_metrics_service_selects_the_pods_admin_port(applied: client.ApiClient) -> None:

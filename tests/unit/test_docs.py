@@ -19,10 +19,11 @@ from collections.abc import Iterable
 from twisted.python import usage
 from twisted.scripts.twistd import ServerOptions
 
+from ingress.audit.command import AuditOptions
 from ingress.controllers import generated
 from ingress.model import CONTROLLER_NAME
 from ingress.model.gateway import GATEWAY_CONTROLLER_NAME
-from ingress.routing import config_keys, nginx_config
+from ingress.routing import config_keys, config_notes, nginx_config
 from ingress.routing.annotations import keys
 from ingress.tap import Options
 from tests.docs_tables import DOCS, doc_files, prose_and_code, spans, table_rows
@@ -138,8 +139,8 @@ def _named_options() -> Iterable[tuple[str, str]]:
 
 
 def test_every_option_the_docs_name_exists() -> None:
-    """A span like `--workers auto` names an option of twistd ingress (or of twistd itself: --pidfile, --logfile)."""
-    known = _long_options(Options()) | _long_options(ServerOptions())
+    """A span like `--workers auto` names an option of twistd ingress (or of twistd itself: --pidfile, --logfile; or of twingress audit: --format)."""
+    known = _long_options(Options()) | _long_options(ServerOptions()) | _long_options(AuditOptions())
     unknown = sorted({(page, name) for page, name in _named_options() if name not in known})
     assert unknown == []
 
@@ -202,6 +203,7 @@ def test_every_annotation_the_docs_name_exists() -> None:
 
 CLASSES = {
     "read": set(nginx_config._READERS),
+    "applied or reported": set(config_notes.NOTES),
     "command line": set(nginx_config._ON_THE_COMMAND_LINE),
     "enforced": set(config_keys.ENFORCED_GUARDS),
     "refused-and-denied": set(config_keys.REFUSED_GUARDS),
@@ -212,7 +214,7 @@ CLASSES = {
 
 def test_every_configmap_key_is_documented_once_in_its_class() -> None:
     every = _check_classes(table_rows(MIGRATION, "| ConfigMap key | class |"), CLASSES)
-    assert sorted(nginx_config.INGRESS_NGINX_KEYS - set(every)) == []
+    assert sorted((nginx_config.INGRESS_NGINX_KEYS | config_keys.CONFIG_GO_KEYS) - set(every)) == []
 
 
 # -- metrics (the tables against /metrics: tests/proxy/test_docs_metrics.py)

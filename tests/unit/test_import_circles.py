@@ -93,11 +93,12 @@ def test_ingress_has_no_import_circle() -> None:
 # logs) and what reads the live table for /debug/routes; proxy/ records into observe/ and routes by
 # routing/'s table; process/ runs the builder and the workers' data planes over proxy/; sources/ feed
 # the builder; controllers/ read the sources and write status; options and tap (the twistd entry) wire
-# them all together.  "ingress" is the package's own __init__ (its version, and the check that no
+# them all together; audit builds the table as tap would, and __main__ runs it (python -m ingress audit).
+# "ingress" is the package's own __init__ (its version, and the check that no
 # compiled module is stale): below them all.
 LAYERS: dict[str, int] = {
     name: rank
-    for rank, name in enumerate(["ingress", "model", "routing", "observe", "proxy", "process", "sources", "controllers", "options", "tap"])
+    for rank, name in enumerate(["ingress", "model", "routing", "observe", "proxy", "process", "sources", "controllers", "options", "tap", "audit", "__main__"])
 }
 
 # The known imports against the layers, each by its two modules, so that any other one fails.

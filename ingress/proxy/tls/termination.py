@@ -165,18 +165,18 @@ class CertificateStore:
     ) -> None:
         self.metrics = metrics
         self.exports_expiry = exports_expiry  # one store per process exports the expiry gauge (a Gateway port's does not)
-        self.http2 = http2  # whether ALPN offers h2
+        self.http2 = http2  # whether ALPN offers h2 (--http2, and the table's use-http2)
         self.default = default
         self.min_version = min_version
         self.ciphers = ciphers
         self.max_version = ""
-        self._command_line = (min_version, ciphers)
+        self._command_line = (min_version, ciphers, http2)
         self._generated = generated  # the default certificate's PEMs, to rebuild it with other TLS options
         self.default_context = self._default_context(default)
         self._exact: dict[str, SSL.Context] = {}
         self._wildcards: dict[str, SSL.Context] = {}
         self._cache: dict[tuple[SecretKey, bytes, bytes], Optional[LoadedCertificate]] = {}
-        self._client_cache: dict[tuple[bytes, bytes, ClientAuth, tuple[str, str, str]], tuple[SSL.Context, Verifier]] = {}  # auth-tls-*
+        self._client_cache: dict[tuple[bytes, bytes, ClientAuth, tuple[str, str, str, bool]], tuple[SSL.Context, Verifier]] = {}  # auth-tls-*
         self._verifiers: dict[SSL.Context, Verifier] = {}
         self._expiry_labels: set[SecretKey] = set()
         self._named_default: Optional[LoadedCertificate] = None
@@ -252,8 +252,8 @@ class CertificateStore:
         Hosts with auth-tls-*: a context of their own that asks for a client certificate, on the
         certificate they get (their Secret, or the default), cached by both.
         """
-        cache: dict[tuple[bytes, bytes, ClientAuth, tuple[str, str, str]], tuple[SSL.Context, Verifier]] = {}
-        options = (self.min_version, self.max_version, self.ciphers)
+        cache: dict[tuple[bytes, bytes, ClientAuth, tuple[str, str, str, bool]], tuple[SSL.Context, Verifier]] = {}
+        options = (self.min_version, self.max_version, self.ciphers, self.http2)
         for host, auth in certificates.client_auth.items():
             suffix = host[2:] if host.startswith("*.") else host
             wildcard = "*." + suffix.split(".", 1)[-1]
@@ -282,20 +282,21 @@ class CertificateStore:
 
     def _tls_options(self, table: RoutingTable) -> Optional[SSL.Context]:
         """
-        The TLS versions and ciphers of the table (the ingress-nginx ConfigMap's ssl-protocols and
-        ssl-ciphers) or of the command line; when they change, every context is built again, and the
-        generated default certificate's new context is returned.
+        The TLS versions, ciphers and ALPN of the table (the ingress-nginx ConfigMap's ssl-protocols,
+        ssl-ciphers and use-http2, which turns h2 off but never on against --http2) or of the command line;
+        when they change, every context is built again, and the generated default certificate's new context is returned.
         """
         listener = table.listener
-        min_version, ciphers = self._command_line
+        min_version, ciphers, http2 = self._command_line
         max_version = ""
         if listener is not None:
             min_version = listener.tls_min_version or min_version
             max_version = listener.tls_max_version
             ciphers = listener.tls_ciphers or ciphers
-        if (min_version, max_version, ciphers) == (self.min_version, self.max_version, self.ciphers):
+            http2 = http2 and listener.http2
+        if (min_version, max_version, ciphers, http2) == (self.min_version, self.max_version, self.ciphers, self.http2):
             return None
-        self.min_version, self.max_version, self.ciphers = min_version, max_version, ciphers
+        self.min_version, self.max_version, self.ciphers, self.http2 = min_version, max_version, ciphers, http2
         self._cache = {}
         self._named_default = None
         if self._generated is None:

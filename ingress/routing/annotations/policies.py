@@ -90,7 +90,7 @@ def route_policies(
         backend_tls=backend_tls,
         backend_http2=annotations.text("backend-protocol") in HTTP2_BACKENDS,
         mirror=route_mirror(annotations),
-        retry=_retry(annotations),
+        retry=_retry(annotations, config.next_upstream),
         error_pages=error_pages if error_pages is not None or annotations.flag("disable-proxy-intercept-errors") else config.error_pages,
         strip_trailing_slash=not annotations.flag("preserve-trailing-slash", True),
     )
@@ -222,17 +222,22 @@ def _affinity(annotations: IngressAnnotations, path: str, regex: bool) -> Option
     )
 
 
-def _retry(annotations: IngressAnnotations) -> Optional[Retry]:
-    """ingress-nginx's defaults for the keys left out: "error timeout", 3 tries, no time limit."""
+def _retry(annotations: IngressAnnotations, defaults: Optional[tuple[tuple[str, ...], int, float]] = None) -> Optional[Retry]:
+    """
+    Each key the annotations leave out has the ConfigMap's value (C{defaults}, when it sets any:
+    ingress-nginx's proxy annotation parser falls back to the ConfigMap's), else ingress-nginx's
+    default: "error timeout", 3 tries, no time limit.
+    """
     keys = ("proxy-next-upstream", "proxy-next-upstream-tries", "proxy-next-upstream-timeout")
-    if not any(key in annotations.values for key in keys):
+    if defaults is None and not any(key in annotations.values for key in keys):
         return None
+    default_conditions, default_tries, default_timeout = defaults or (("error", "timeout"), 3, 0.0)
     conditions = annotations.value("proxy-next-upstream")
     tries, timeout = annotations.number("proxy-next-upstream-tries"), annotations.number("proxy-next-upstream-timeout")
     return Retry.from_conditions(
-        conditions if isinstance(conditions, tuple) else ("error", "timeout"),
-        int(tries) if tries is not None else 3,
-        float(timeout or 0),
+        conditions if isinstance(conditions, tuple) else default_conditions,
+        int(tries) if tries is not None else default_tries,
+        float(timeout) if timeout is not None else default_timeout,
     )
 
 

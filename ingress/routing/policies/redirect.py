@@ -21,13 +21,15 @@ class Redirect:
     code: int
     location: str = ""
     to_host: str = ""  # instead of a location: the same request URI on this host (from-to-www-redirect)
+    keep_query: bool = False  # the request's query follows the location (nginx's "/p" to "/p/" redirect)
 
     def location_for(self, scheme: bytes, host: str, target: bytes = b"/", path: str = "") -> bytes:
         """The Location field's value for a request to C{host} over C{scheme} (C{target}: its origin-form; C{path} unused)."""
         if self.to_host:
             return b"%s://%s%s" % (scheme, self.to_host.encode("latin-1"), target)
         if self.location.startswith("/"):
-            return b"%s://%s%s" % (scheme, host.encode("latin-1"), self.location.encode("latin-1"))
+            query = target.partition(b"?")[1:] if self.keep_query else (b"", b"")
+            return b"%s://%s%s%s%s" % (scheme, host.encode("latin-1"), self.location.encode("latin-1"), *query)
         return self.location.encode("latin-1")
 
     def to_json(self) -> dict[str, object]:
