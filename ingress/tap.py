@@ -30,7 +30,7 @@ from ingress.observe.metrics import Metrics, created_series
 from ingress.observe.nginx_metrics import NginxMetrics, controller_identity, gauge_total, recorder, served_certificates
 from ingress.observe.startup import announce, listening, summary, turned_off
 from ingress.options import PARAMETERS, build_arguments, given_once, given_options, grouped_usage, listener_port, table_options, take_over
-from ingress.process.adoption import Handing, handover_key, handover_wait, opened_sockets, serve_adopted, serve_metrics
+from ingress.process.adoption import Handing, Scrapes, handover_key, handover_wait, opened_sockets, serve_adopted, serve_metrics
 from ingress.process.builder import TableBuilder
 from ingress.process.cpus import worker_count
 from ingress.process.dataplane import data_plane
@@ -281,8 +281,9 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
 
 def _finish(reactor: IProcessReactor, options: Options, top: MultiService, admin: Admin, listeners: list[IService], drainables: list[Any], handing: Handing) -> MultiService:
     """The drain, the hand-over's rendezvous (--handover) and the admin listener, last: the same with and without worker processes."""
-    metrics = serve_metrics(reactor, options, handing, admin.metrics_site(), top, partial(listening, "metrics", options))
-    listeners.extend(metrics)  # --metrics: owned here, handed over with the others; it stops with them
+    scrapes = Scrapes(admin.metrics_site())
+    listeners.extend(serve_metrics(reactor, options, handing, scrapes, top, partial(listening, "metrics", options)))  # --metrics: handed over, stops with the others
+    drainables.append(scrapes)  # its scrapes in progress are answered first
     shutdown = GracefulShutdown(reactor, listeners, drainables, options["shutdown-delay"], options["drain-timeout"], handover_wait=options["handover-wait"])
     shutdown.setServiceParent(top)
     admin.add_check(shutdown.readiness)

@@ -25,6 +25,7 @@ from typing import Any, Optional
 
 from twisted.application.service import IService, MultiService
 from twisted.logger import Logger
+from twisted.protocols.policies import WrappingFactory
 from twisted.python import usage
 
 from ingress.process.drain import GracefulShutdown
@@ -194,7 +195,7 @@ def serve_after_first_table(live: LiveTable, top: MultiService, listeners: Seque
         live.subscribe(swapped)
 
 
-def serve_metrics(reactor: Any, options: Mapping[str, Any], handing: Handing, site: Any, top: MultiService, announce: Callable[[Any], None]) -> list[IService]:
+def serve_metrics(reactor: Any, options: Mapping[str, Any], handing: Handing, factory: Any, top: MultiService, announce: Callable[[Any], None]) -> list[IService]:
     """
     The --metrics listener, in the primary: with --handover on a socket of ours (the predecessor's, when it
     is bound where our option says, else a fresh one) that a successor is handed in turn.
@@ -206,7 +207,7 @@ def serve_metrics(reactor: Any, options: Mapping[str, Any], handing: Handing, si
             sock.close()
         return []
     if not options["handover"]:
-        return [listen(reactor, options["metrics"], site, top, "metrics", announce)]
+        return [listen(reactor, options["metrics"], factory, top, "metrics", announce)]
     spec = parse_listener("metrics", options["metrics"], "with --handover")
     handing.metrics = [sock for sock in received if _fits(sock, spec)]
     if not handing.metrics:
@@ -216,10 +217,43 @@ def serve_metrics(reactor: Any, options: Mapping[str, Any], handing: Handing, si
             refuse_start(f"twistd ingress: --metrics {options['metrics']}: cannot listen: {error}")
     services: list[IService] = []
     for index, sock in enumerate(handing.metrics):
-        service = AdoptedListener(reactor, spec, sock, site, announce, index)
+        service = AdoptedListener(reactor, spec, sock, factory, announce, index)
         service.setServiceParent(top)
         services.append(service)
     return services
+
+
+class Scrapes(WrappingFactory):
+    """
+    The --metrics listener's connections, a L{Drainable}: a scrape in progress when the listener stops (a
+    hand-over, a drain) is answered before the process exits; idle keep-alive connections close at the drain.
+    Without it a scrape accepted just before the hand-over, waiting for the workers' families, met the
+    process's exit and got nothing.
+    """
+
+    noisy = False  # no "Starting factory" line
+
+    def drain(self) -> None:
+        for connection in list(self.protocols):
+            if not _busy(connection):
+                connection.loseConnection()
+
+    def open_count(self) -> int:
+        return sum(1 for connection in self.protocols if _busy(connection))
+
+    def open_kinds(self) -> dict[str, int]:
+        return {"scrape{s} of --metrics": self.open_count()}
+
+    def abort_all(self) -> int:
+        count = self.open_count()
+        for connection in list(self.protocols):
+            connection.transport.abortConnection()
+        return count
+
+
+def _busy(connection: Any) -> bool:
+    """Whether an HTTP connection (a wrapped HTTPChannel) has a request it has not finished answering."""
+    return bool(getattr(connection.wrappedProtocol, "requests", None))
 
 
 def slot_sockets(sockets: list[socket.socket], index: int, count: int) -> list[socket.socket]:
