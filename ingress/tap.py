@@ -18,6 +18,7 @@ from twisted.application.service import IService, MultiService, Service
 from twisted.python import usage
 
 from ingress import __version__
+from ingress.acme.wiring import acme_settings, manifests_source
 from ingress.controllers.manager import ControllerManager, ControllerOptions
 from ingress.controllers.metrics import ControllerMetrics
 from ingress.controllers.options import controller_options
@@ -30,7 +31,7 @@ from ingress.observe.metrics import Metrics, created_series
 from ingress.observe.nginx_metrics import NginxMetrics, controller_identity, gauge_total, recorder, served_certificates
 from ingress.observe.startup import announce, listening, summary, turned_off
 from ingress.options import PARAMETERS, build_arguments, given_once, given_options, grouped_usage, listener_port, table_options, take_over
-from ingress.process.adoption import Handing, Scrapes, handover_key, handover_wait, opened_sockets, serve_adopted, serve_metrics
+from ingress.process.adoption import Handing, Scrapes, handover_options, opened_sockets, serve_adopted, serve_metrics
 from ingress.process.builder import TableBuilder
 from ingress.process.cpus import worker_count
 from ingress.process.dataplane import data_plane
@@ -49,8 +50,8 @@ from ingress.proxy.streams.listeners import StreamListeners
 from ingress.routing import build
 from ingress.routing.incremental import IncrementalBuild
 from ingress.routing.table import RoutingTable
-from ingress.sources.files import ManifestsSource
 from ingress.sources.kube.client import KubeClient
+from ingress.sources.kube.handoverkey import fetch_handover_key
 from ingress.sources.kube.source import KubeSource
 
 _CHECKED: list[tuple[str, Callable[[str], float]]] = [
@@ -110,6 +111,7 @@ class Options(usage.Options):
             except ValueError as error:  # named here: twistd's own coercion error does not say which option
                 raise usage.UsageError(f"--{option}: {error}") from None
         table_options(self)  # shared with twingress audit (L{ingress.options.table_options})
+        self["acme"] = acme_settings(self, self["source"])
         try:
             self["worker-count"] = worker_count(self["workers"])
         except ValueError as error:
@@ -122,7 +124,7 @@ class Options(usage.Options):
                 "--http, --https and --admin are all off: nothing would answer, and nothing would say whether the stream ports opened"
                 " (keep --admin for a stream-only node)"
             )
-        self["handover-key"], self["handover-wait"] = handover_key(self["handover"], self["handover-key-file"]), handover_wait(self["handover"], self["handover-wait"])
+        handover_options(self)
         for option in ("nginx-metrics", "metrics-created"):
             if self[option] not in ("true", "false"):
                 raise usage.UsageError(f"--{option} must be true or false")
@@ -192,7 +194,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
     settings: ProxySettings = options["settings"]
     metrics = Metrics()
     live = LiveTable()
-    arguments = build_arguments(options)  # the audit builds with the same (L{ingress.audit})
+    arguments = {**build_arguments(options), "acme_challenges": options["acme"] is not None}  # the audit builds with the same (L{ingress.audit}), less ACME
 
     def build_table(state: ClusterState, generation: int) -> RoutingTable:
         return build(state, generation=generation, **arguments)
@@ -219,9 +221,10 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
     admin.route_sections["streamListeners"] = streams.to_json
     admin.route_views.append(streams.show)
     if options["source"] == "manifests":
-        ManifestsSource(options["manifests"], builder, metrics, reactor, options["poll-interval"]).setServiceParent(top)
+        manifests_source(options, builder, metrics, reactor).setServiceParent(top)
     else:
         kubeconfig = options["kubeconfig"]
+        fetch_handover_key(options, lambda: KubeClient(kubeconfig))  # --handover-key-secret: before the hand-over below
         watched_maps = [k for k in (options["tcp-services-configmap-key"], options["udp-services-configmap-key"], options["nginx-configmap-key"]) if k]
         source = KubeSource(
             lambda: KubeClient(kubeconfig),
@@ -284,7 +287,8 @@ def _finish(reactor: IProcessReactor, options: Options, top: MultiService, admin
     scrapes = Scrapes(admin.metrics_site())
     listeners.extend(serve_metrics(reactor, options, handing, scrapes, top, partial(listening, "metrics", options)))  # --metrics: handed over, stops with the others
     drainables.append(scrapes)  # its scrapes in progress are answered first
-    shutdown = GracefulShutdown(reactor, listeners, drainables, options["shutdown-delay"], options["drain-timeout"], handover_wait=options["handover-wait"])
+    after, wait = options["after-handover"], options["handover-wait"]
+    shutdown = GracefulShutdown(reactor, listeners, drainables, options["shutdown-delay"], options["drain-timeout"], handover_wait=wait, after_handover=after)
     shutdown.setServiceParent(top)
     admin.add_check(shutdown.readiness)
     if options["handover"]:

@@ -42,18 +42,47 @@ Shared = list[tuple[ListenerSpec, list[socket.socket]]]
 LISTENERS = ("http", "https")  # the listeners of options; stream and Gateway ports' sockets are the stream sockets' (L{ingress.process.streamsockets})
 
 
-def handover_key(path: str, key_file: Optional[str]) -> Optional[bytes]:
-    """With --handover, the key of --handover-key-file (both processes of a hand-over prove they hold it); None without."""
+def handover_key(path: str, key_file: Optional[str], key_secret: Optional[str] = None) -> Optional[bytes]:
+    """
+    With --handover, the key of --handover-key-file (both processes of a hand-over prove they hold it); None without,
+    and None with --handover-key-secret (the key is read from the cluster once the client exists).
+    """
+    if key_secret and not path:
+        raise usage.UsageError("--handover-key-secret needs --handover (the key guards its rendezvous)")
     if not path:
         return None
-    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+    if not path.startswith("@") and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
         raise usage.UsageError(f"--handover {path!r}: its directory does not exist")
+    if key_file and key_secret:
+        raise usage.UsageError("give either --handover-key-file or --handover-key-secret, not both")
+    if key_secret:
+        return None
     if not key_file:
-        raise usage.UsageError("--handover needs --handover-key-file (the key both processes prove they hold)")
+        raise usage.UsageError("--handover needs --handover-key-file or --handover-key-secret (the key both processes prove they hold)")
     try:
         return read_key(key_file)
     except ValueError as error:
         raise usage.UsageError(f"--handover-key-file {error}") from None
+
+
+def handover_options(options: Any) -> None:
+    """
+    The hand-over's options, checked (a usage error each): C{handover-key} (None until read from the cluster with
+    --handover-key-secret, whose NAMESPACE/NAME goes to C{handover-key-secret-ref}), C{handover-wait} in seconds,
+    C{after-handover}.
+    """
+    path, secret = options["handover"], options["handover-key-secret"]
+    options["handover-key"] = handover_key(path, options["handover-key-file"], secret)
+    options["handover-wait"] = handover_wait(path, options["handover-wait"])
+    if options["after-handover"] not in ("exit", "wait"):
+        raise usage.UsageError(f"--after-handover must be exit or wait, not {str(options['after-handover'])[:40]!r}")
+    options["handover-key-secret-ref"] = None
+    if secret:
+        if secret.count("/") != 1 or not all(secret.split("/")):
+            raise usage.UsageError("--handover-key-secret takes NAMESPACE/NAME")
+        if options["source"] == "manifests":
+            raise usage.UsageError("--handover-key-secret needs a cluster (--kubeconfig, or in a pod its service account), not --manifests")
+        options["handover-key-secret-ref"] = tuple(secret.split("/"))
 
 
 HANDOVER_WAIT = 30.0  # a surge pod's start on a node whose image is pulled: scheduled, its container started, its first table live

@@ -170,6 +170,14 @@ def entries_of(message: dict[str, Any]) -> list[SocketEntry]:
     return entries
 
 
+def rendezvous_address(path: str) -> str:
+    """
+    The unix socket address of C{--handover PATH}: C{@NAME} is the Linux abstract name C{NAME} (C{"\\0NAME"}:
+    no file, no volume; one per network namespace, so the hostNetwork pods of a node share it), anything else a path.
+    """
+    return "\0" + path[1:] if path.startswith("@") else path
+
+
 def read_key(path: str) -> bytes:
     """The shared key: the file's bytes, at least 16 of them; raises ValueError with the reason."""
     try:

@@ -29,6 +29,7 @@ from ingress.process.handoverwire import (
     new_nonce,
     nonce_of,
     proof,
+    rendezvous_address,
 )
 
 
@@ -46,7 +47,7 @@ class Taken:
 
 def take_listeners(path: str, key: bytes, timeout: float = EXCHANGE_SECONDS) -> Optional[Taken]:
     """
-    The successor's side: None when nothing listens at C{path} (no predecessor: bind fresh). Raises
+    The successor's side: None when nothing listens at C{path} (a path, or C{@NAME}; no predecessor: bind fresh). Raises
     L{HandoverRefused} when what answers there is not an authenticated twingress of our uid (the start
     fails: it holds our ports, or pretends to), L{HandoverFailed} when the predecessor goes away first.
     """
@@ -54,7 +55,7 @@ def take_listeners(path: str, key: bytes, timeout: float = EXCHANGE_SECONDS) -> 
     deadline = time.monotonic() + timeout
     try:
         connection.settimeout(timeout)
-        connection.connect(path)
+        connection.connect(rendezvous_address(path))  # @NAME: an abstract name, refused when nothing is bound there
     except (FileNotFoundError, ConnectionRefusedError):
         connection.close()
         return None

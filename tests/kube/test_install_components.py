@@ -3,9 +3,10 @@ k8s/components/ and the overlay that uses them, applied as an operator applies t
 C{kubectl apply --server-side -k DIR} (testenv's kubectl, strict field validation) to the real
 apiserver, then read back from it (issue 61 point 10).
 
-- metrics: a headless Service with the prometheus.io/ scrape annotations whose selector is the
-  DaemonSet's pod labels and whose port is the container's admin port (10254, bound on the node's
-  IP: hostNetwork).
+- metrics: C{--metrics} (a /metrics-only listener) appended to the DaemonSet's args on the node's IP
+  and port 10254 (hostNetwork), and a headless Service with the prometheus.io/ scrape annotations
+  whose selector is the DaemonSet's pod labels and whose target port is that one, by number (the
+  pod declares no ports).
 - servicemonitor: the Prometheus Operator's ServiceMonitor, selecting that Service and its port by
   name. The operator's CRD cannot be fetched here (no registry, no GitHub), so a minimal CRD with
   the operator's types for the fields the component uses (tests/data/servicemonitor-crd.yaml) is
@@ -111,7 +112,7 @@ def test_the_take_over_component_adds_the_flag_and_a_role_in_ingress_nginx_s_nam
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "twingress", "namespace": install.NAMESPACE}]
 
 
-def test_the_metrics_service_selects_the_pods_admin_port(applied: client.ApiClient) -> None:
+def test_the_metrics_service_selects_the_pods_metrics_port(applied: client.ApiClient) -> None:
     core, apps = client.CoreV1Api(applied), client.AppsV1Api(applied)
     service = core.read_namespaced_service("twingress-metrics", install.NAMESPACE)
     annotations = service.metadata.annotations
@@ -120,10 +121,10 @@ def test_the_metrics_service_selects_the_pods_admin_port(applied: client.ApiClie
     pod = apps.read_namespaced_daemon_set("twingress", install.NAMESPACE).spec.template
     assert service.spec.selector.items() <= pod.metadata.labels.items()
     (container,) = pod.spec.containers
-    ports = {p.name: p.container_port for p in container.ports}
     (port,) = service.spec.ports
-    assert (port.target_port, port.port) == ("admin", ports["admin"])
-    assert "--admin=tcp:10254:interface=$(HOST_IP)" in container.args  # scraped at the node's IP: hostNetwork
+    assert (port.name, port.target_port, port.port) == ("metrics", 10254, 10254) and container.ports is None
+    assert "--metrics=tcp:10254:interface=$(HOST_IP)" in container.args  # scraped at the node's IP: hostNetwork
+    assert "--admin=unix:/run/twingress/admin.sock" in container.args  # the admin listener stays off the network
 
 
 def test_the_servicemonitor_scrapes_the_metrics_service(applied: client.ApiClient) -> None:
