@@ -37,6 +37,10 @@ LISTENERS: list[Parameter] = [
     ["http", None, "tcp:80", "Endpoint of the plain HTTP listener ('' turns it off)."],
     ["https", None, "tcp:443", "Endpoint of the TLS listener, SNI-selected certificates ('' turns it off)."],
     ["admin", None, "tcp:10254:interface=127.0.0.1", "Endpoint of the admin listener: / lists /healthz /readyz /metrics /debug/routes ('' turns it off)."],
+    [
+        "metrics", None, "",
+        "Endpoint of a second listener that serves /metrics alone, as --admin does (every other path 404), for a scraper ('' turns it off).",
+    ],
     ["stream-interface", None, "", "Address the TCP/UDP stream listeners bind ('' = every IPv4 address, :: = IPv6 and IPv4)."],
     [
         "gateway-interface", None, "",
@@ -147,7 +151,7 @@ TAKE_OVER_SETS: Mapping[str, str] = {
 TABLE_OPTIONS = (
     TAKE_OVER, "manifests", "kubeconfig", "watch-namespace", "ingress-class", "controller-name", "default-certificate",
     "nginx-configmap", "nginx-annotations", "tcp-services-configmap", "udp-services-configmap",
-    "gateway-addresses", "h2c", "http", "https", "admin",
+    "gateway-addresses", "h2c", "http", "https", "admin", "metrics",
 )
 """The options of C{twistd ingress} that change the routing table (the listeners: their ports are kept from streams), which C{twingress audit} takes too."""
 
@@ -262,7 +266,7 @@ def table_options(options: usage.Options) -> None:
             raise usage.UsageError(f"--{option} must be true or false")
     for option in ("default-certificate", "tcp-services-configmap", "udp-services-configmap", "nginx-configmap"):
         options[f"{option}-key"] = namespaced_name(options[option], option)
-    options["reserved-ports"] = {port: name for name in ("http", "https", "admin") if (port := listener_port(options[name] or "")) is not None}
+    options["reserved-ports"] = {port: name for name in ("http", "https", "admin", "metrics") if (port := listener_port(options[name] or "")) is not None}
     options["gateway-address-pool"] = gateway_addresses(options["gateway-addresses"])
 
 

@@ -31,7 +31,7 @@ from ingress.observe.metrics import Metrics, created_series
 from ingress.observe.nginx_metrics import NginxMetrics, controller_identity, gauge_total, recorder, served_certificates
 from ingress.observe.startup import announce, listening, summary, turned_off
 from ingress.options import PARAMETERS, build_arguments, given_once, given_options, grouped_usage, listener_port, table_options, take_over
-from ingress.process.adoption import Handing, handover_options, opened_sockets, serve_adopted
+from ingress.process.adoption import Handing, Scrapes, handover_options, opened_sockets, serve_adopted, serve_metrics
 from ingress.process.builder import TableBuilder
 from ingress.process.cpus import worker_count
 from ingress.process.dataplane import data_plane
@@ -116,9 +116,9 @@ class Options(usage.Options):
             self["worker-count"] = worker_count(self["workers"])
         except ValueError as error:
             raise usage.UsageError(f"--workers: {error}") from None
-        for name in ("http", "https", "admin"):
+        for name in ("http", "https", "admin", "metrics"):
             if self[name]:
-                check_listener(name, self[name], shared=self["worker-count"] > 1 and name != "admin", handover=bool(self["handover"]) and name != "admin")
+                check_listener(name, self[name], shared=self["worker-count"] > 1 and name in ("http", "https"), handover=bool(self["handover"]) and name != "admin")
         if not (self["http"] or self["https"] or self["admin"]):
             raise usage.UsageError(
                 "--http, --https and --admin are all off: nothing would answer, and nothing would say whether the stream ports opened"
@@ -284,6 +284,9 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
 
 def _finish(reactor: IProcessReactor, options: Options, top: MultiService, admin: Admin, listeners: list[IService], drainables: list[Any], handing: Handing) -> MultiService:
     """The drain, the hand-over's rendezvous (--handover) and the admin listener, last: the same with and without worker processes."""
+    scrapes = Scrapes(admin.metrics_site())
+    listeners.extend(serve_metrics(reactor, options, handing, scrapes, top, partial(listening, "metrics", options)))  # --metrics: handed over, stops with the others
+    drainables.append(scrapes)  # its scrapes in progress are answered first
     after, wait = options["after-handover"], options["handover-wait"]
     shutdown = GracefulShutdown(reactor, listeners, drainables, options["shutdown-delay"], options["drain-timeout"], handover_wait=wait, after_handover=after)
     shutdown.setServiceParent(top)

@@ -19,19 +19,20 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Optional
 
 from twisted.application.service import IService, MultiService
 from twisted.logger import Logger
+from twisted.protocols.policies import WrappingFactory
 from twisted.python import usage
 
 from ingress.process.drain import GracefulShutdown
 from ingress.process.handover import HandoverListener
 from ingress.process.handoverwire import EXCHANGE_SECONDS, HandoverRefused, read_key
 from ingress.process.live import LiveTable
-from ingress.process.sockets import AdoptedListener, ListenerSpec, open_listener, parse_listener, refuse_start
+from ingress.process.sockets import AdoptedListener, ListenerSpec, listen, open_listener, parse_listener, refuse_start
 from ingress.process.takeover import HandoverFailed, Taken, take_listeners
 from ingress.proxy.options import seconds
 
@@ -223,6 +224,67 @@ def serve_after_first_table(live: LiveTable, top: MultiService, listeners: Seque
         live.subscribe(swapped)
 
 
+def serve_metrics(reactor: Any, options: Mapping[str, Any], handing: Handing, factory: Any, top: MultiService, announce: Callable[[Any], None]) -> list[IService]:
+    """
+    The --metrics listener, in the primary: with --handover on a socket of ours (the predecessor's, when it
+    is bound where our option says, else a fresh one) that a successor is handed in turn.
+    """
+    received = [sock for entry, sock in (handing.taken.sockets if handing.taken is not None else []) if entry.listener == "metrics"]
+    if not options["metrics"]:
+        for sock in received:  # ours was its last copy but the predecessor's: it goes with it
+            log.warn("handover: the predecessor's metrics socket is not adopted: --metrics is off here")
+            sock.close()
+        return []
+    if not options["handover"]:
+        return [listen(reactor, options["metrics"], factory, top, "metrics", announce)]
+    spec = parse_listener("metrics", options["metrics"], "with --handover")
+    handing.metrics = [sock for sock in received if _fits(sock, spec)]
+    if not handing.metrics:
+        try:
+            handing.metrics = [open_listener(spec, reuse_port=True)]
+        except OSError as error:
+            refuse_start(f"twistd ingress: --metrics {options['metrics']}: cannot listen: {error}")
+    services: list[IService] = []
+    for index, sock in enumerate(handing.metrics):
+        service = AdoptedListener(reactor, spec, sock, factory, announce, index)
+        service.setServiceParent(top)
+        services.append(service)
+    return services
+
+
+class Scrapes(WrappingFactory):
+    """
+    The --metrics listener's connections, a L{Drainable}: a scrape in progress when the listener stops (a
+    hand-over, a drain) is answered before the process exits; idle keep-alive connections close at the drain.
+    Without it a scrape accepted just before the hand-over, waiting for the workers' families, met the
+    process's exit and got nothing.
+    """
+
+    noisy = False  # no "Starting factory" line
+
+    def drain(self) -> None:
+        for connection in list(self.protocols):
+            if not _busy(connection):
+                connection.loseConnection()
+
+    def open_count(self) -> int:
+        return sum(1 for connection in self.protocols if _busy(connection))
+
+    def open_kinds(self) -> dict[str, int]:
+        return {"scrape{s} of --metrics": self.open_count()}
+
+    def abort_all(self) -> int:
+        count = self.open_count()
+        for connection in list(self.protocols):
+            connection.transport.abortConnection()
+        return count
+
+
+def _busy(connection: Any) -> bool:
+    """Whether an HTTP connection (a wrapped HTTPChannel) has a request it has not finished answering."""
+    return bool(getattr(connection.wrappedProtocol, "requests", None))
+
+
 def slot_sockets(sockets: list[socket.socket], index: int, count: int) -> list[socket.socket]:
     """The sockets of one listener that worker slot C{index} of C{count} serves: every C{count}th, from its own on."""
     return sockets[index::count]
@@ -243,6 +305,7 @@ class Handing:
     ready: Callable[[], bool]
     sharing: Callable[[bool], None] = lambda _: None
     more: Callable[[], Iterable[tuple[str, socket.socket]]] = lambda: ()  # the stream and Gateway ports' sockets, named
+    metrics: list[socket.socket] = field(default_factory=list)  # --metrics's socket (L{serve_metrics})
 
     def listener(self, reactor: Any, path: str, key: bytes, shutdown: GracefulShutdown) -> HandoverListener:
         def share(shared: bool) -> None:
@@ -251,7 +314,7 @@ class Handing:
 
         return HandoverListener(
             reactor, path, key,
-            sockets=lambda: [*((spec.name, sock) for spec, sockets in self.shared for sock in sockets), *self.more()],
+            sockets=lambda: [*((spec.name, sock) for spec, sockets in self.shared for sock in sockets), *self.more(), *(("metrics", sock) for sock in self.metrics)],
             ready=lambda: self.ready() and shutdown.offers_sockets(),
             handed=shutdown.hand_over,
             sharing=share,

@@ -252,3 +252,53 @@ def test_a_stream_socket_bound_elsewhere_is_not_adopted(site: Manifests, nodes: 
     with socket.create_connection(("127.0.0.2", tcp_port), timeout=5) as s:
         s.sendall(b"here\n")
         assert s.recv(100) == b"here\n"
+
+
+def _get(port: int, path: str) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    return data
+
+
+def test_the_metrics_listener_serves_metrics_alone_and_is_handed_over(site: Manifests, nodes: list[Node], tmp_path: Path) -> None:
+    """--metrics: /metrics only (the admin's exposition), every other path 404; scraped without pause through a hand-over, nothing refused or reset."""
+    metrics_port = free_port()
+    handover = (*_handover(tmp_path), "--workers", "2", "--metrics", f"tcp:{metrics_port}:interface=127.0.0.1")
+    old = start_node(nodes, site, free_port(), *handover)
+    scrape = _get(metrics_port, "/metrics")
+    assert scrape.startswith(b"HTTP/1.1 200") and b"twingress_workers 2.0" in scrape
+    for path in ("/", "/debug/routes", "/readyz", "/metrics/x"):
+        assert _get(metrics_port, path).startswith(b"HTTP/1.1 404"), path
+    assert f"metrics on 127.0.0.1:{metrics_port} (--metrics tcp:{metrics_port}:interface=127.0.0.1): /metrics only" in old.log()
+    before = inodes(metrics_port)
+    outcomes: list[str] = []
+    stopping = threading.Event()
+
+    def scrapes() -> None:
+        while not stopping.is_set():
+            try:
+                answer = _get(metrics_port, "/metrics")
+                outcomes.append("answered" if answer.startswith(b"HTTP/1.1 200") else f"other: {answer[:300]!r}")
+            except ConnectionRefusedError:
+                outcomes.append("refused")
+            except OSError as error:
+                outcomes.append(f"reset: {error!r}")
+
+    thread = threading.Thread(target=scrapes, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: outcomes.count("answered") >= 20, 20, "scrapes answered")
+        start_node(nodes, site, old.http_port, *handover)
+        assert old.wait_exit() == 0, old.log()[-3000:]
+        answered = outcomes.count("answered")
+        wait_for(lambda: outcomes.count("answered") >= answered + 20, 20, "scrapes answered by the successor")
+    finally:
+        stopping.set()
+        thread.join(30)
+    counts = {outcome: outcomes.count(outcome) for outcome in set(outcomes)}
+    print(f"\nhand-over of the --metrics listener: {counts}")
+    assert set(counts) == {"answered"}, counts
+    assert inodes(metrics_port) == before
