@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 from twisted.application.service import IService, MultiService
 from twisted.logger import Logger
-from twisted.protocols.policies import WrappingFactory
+from twisted.protocols.policies import ProtocolWrapper, WrappingFactory
 from twisted.python import usage
 
 from ingress.process.drain import GracefulShutdown
@@ -252,15 +252,32 @@ def serve_metrics(reactor: Any, options: Mapping[str, Any], handing: Handing, fa
     return services
 
 
+class _ScrapeConnection(ProtocolWrapper):
+    """One --metrics connection, which knows whether it has answered anything yet."""
+
+    answered = False
+
+    def write(self, data: bytes) -> None:
+        self.answered = True
+        super().write(data)
+
+    def writeSequence(self, data: Iterable[bytes]) -> None:
+        self.answered = True
+        super().writeSequence(data)
+
+
 class Scrapes(WrappingFactory):
     """
     The --metrics listener's connections, a L{Drainable}: a scrape in progress when the listener stops (a
     hand-over, a drain) is answered before the process exits; idle keep-alive connections close at the drain.
     Without it a scrape accepted just before the hand-over, waiting for the workers' families, met the
-    process's exit and got nothing.
+    process's exit and got nothing.  A connection that has answered nothing yet counts as a scrape in
+    progress: its request may be on the way (a scraper sends it at once), and closing it would lose it;
+    one that never sends is cut at the drain's timeout, as any open request.
     """
 
     noisy = False  # no "Starting factory" line
+    protocol = _ScrapeConnection
 
     def drain(self) -> None:
         for connection in list(self.protocols):
@@ -281,8 +298,8 @@ class Scrapes(WrappingFactory):
 
 
 def _busy(connection: Any) -> bool:
-    """Whether an HTTP connection (a wrapped HTTPChannel) has a request it has not finished answering."""
-    return bool(getattr(connection.wrappedProtocol, "requests", None))
+    """Whether an HTTP connection (a wrapped HTTPChannel) has a request it has not finished answering, or has answered none yet."""
+    return bool(getattr(connection.wrappedProtocol, "requests", None)) or not connection.answered
 
 
 def slot_sockets(sockets: list[socket.socket], index: int, count: int) -> list[socket.socket]:
