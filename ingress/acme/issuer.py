@@ -17,6 +17,7 @@ import time
 from typing import Optional
 
 from twisted.application.service import Service
+from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IListeningPort
 from twisted.internet.threads import deferToThreadPool
@@ -161,8 +162,9 @@ class AcmeIssuer(Service):
         """(Order thread.) The answers into the responder, the tokens into the challenges manifest, which the table reads."""
         assert self._port is not None
         address = self._port.getHost()
+        assert isinstance(address, (IPv4Address, IPv6Address))  # the responder listens on TCP
         self.responder.answers = {token: answer for token, (_, answer) in tokens.items()}  # replaced whole: the reactor reads it
-        write_challenges(self.settings.storage, {token: host for token, (host, _) in tokens.items()}, f"{address.host}:{address.port}")  # type: ignore[attr-defined]
+        write_challenges(self.settings.storage, {token: host for token, (host, _) in tokens.items()}, f"{address.host}:{address.port}")
 
     def _self_check(self, host: str, token: str, answer: str) -> bool:
         if not self.running:  # stopping: end the order here rather than hold the shutdown up for the check's deadline
