@@ -37,9 +37,6 @@ from ingress.process.cpus import worker_count
 from ingress.process.dataplane import data_plane
 from ingress.process.drain import GracefulShutdown
 from ingress.process.heap import FrozenWatch
-from ingress.process.live import LiveTable
-from ingress.process.reactor import IProcessReactor
-from ingress.process.sockets import check_listener, listen
 from ingress.process.streamports import WorkerStreams, primary_streams
 from ingress.process.streamsockets import ClosedAtDrain, inherited_streams
 from ingress.process.workerconfig import worker_pool
@@ -50,6 +47,9 @@ from ingress.proxy.streams.listeners import StreamListeners
 from ingress.routing import build
 from ingress.routing.incremental import IncrementalBuild
 from ingress.routing.table import RoutingTable
+from ingress.runtime.live import LiveTable
+from ingress.runtime.reactor import IProcessReactor
+from ingress.runtime.sockets import check_listener, listen
 from ingress.sources.kube.client import KubeClient
 from ingress.sources.kube.handoverkey import fetch_handover_key
 from ingress.sources.kube.source import KubeSource

@@ -69,7 +69,6 @@ from report import interpreter  # noqa: E402
 
 from ingress.model.parse import state_from_objects  # noqa: E402
 from ingress.observe.metrics import Metrics  # noqa: E402
-from ingress.process.live import LiveTable  # noqa: E402
 from ingress.proxy.http import h1  # noqa: E402
 from ingress.proxy.http.factory import HTTPProxyFactory  # noqa: E402
 from ingress.proxy.http.settings import HTTP2Settings, ProxySettings  # noqa: E402
@@ -78,6 +77,7 @@ from ingress.proxy.http2.connection import PREFACE, H2ServerProtocol  # noqa: E4
 from ingress.proxy.http2.librarylog import drop_hpack_debug  # noqa: E402
 from ingress.proxy.http2.statehash import hash_states_by_identity  # noqa: E402
 from ingress.routing import build  # noqa: E402
+from ingress.runtime.live import LiveTable  # noqa: E402
 
 BACKEND_PORT = 8080
 # The benches' nginx backend's answer to GET / (bench/targets.py backend_conf), as it sends it.

@@ -31,9 +31,9 @@ from ingress.acme.client import Issued, fetch_token, order_certificate
 from ingress.acme.options import AcmeSettings
 from ingress.acme.storage import MANAGED_BY, stored_hosts, write_certificate, write_challenges
 from ingress.model import ClusterState, Ingress
-from ingress.process.reactor import IProcessReactor
 from ingress.routing.acme_challenges import CHALLENGE_PATH
 from ingress.routing.selection import select_ingresses
+from ingress.runtime.reactor import IProcessReactor
 
 log = Logger(namespace=__name__)
 ANNOTATION = "twingress.io/acme"

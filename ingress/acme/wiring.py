@@ -12,7 +12,7 @@ from ingress.acme.options import AcmeSettings, acme_settings
 from ingress.acme.storage import manifests_dir
 from ingress.observe.metrics import Metrics
 from ingress.process.builder import TableBuilder
-from ingress.process.reactor import IProcessReactor
+from ingress.runtime.reactor import IProcessReactor
 from ingress.sources.files import ManifestsSource
 
 __all__ = ["acme_settings", "manifests_source"]

@@ -38,8 +38,8 @@ from ingress.controllers.streamstatus import StreamStatusSync
 from ingress.controllers.writer import LeaderWriter
 from ingress.model import ObjectRef
 from ingress.model.gateway import GATEWAY_CONTROLLER_NAME
-from ingress.process.live import LiveTable
 from ingress.routing.table import RoutingTable
+from ingress.runtime.live import LiveTable
 from ingress.sources.kube.client import KubeClient
 from ingress.sources.kube.reflector import Reflector, Resource
 from ingress.sources.kube.source import KubeSource

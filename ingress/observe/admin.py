@@ -22,7 +22,7 @@ from twisted.web.server import NOT_DONE_YET, Request, Site
 from ingress.observe.exposition import exposition
 from ingress.observe.merge import merge
 from ingress.observe.metrics import Metrics
-from ingress.process.live import LiveTable
+from ingress.runtime.live import LiveTable
 
 ReadinessCheck = Callable[[], tuple[bool, dict[str, object]]]
 

@@ -31,10 +31,10 @@ from twisted.python import usage
 from ingress.process.drain import GracefulShutdown
 from ingress.process.handover import HandoverListener
 from ingress.process.handoverwire import EXCHANGE_SECONDS, HandoverRefused, read_key
-from ingress.process.live import LiveTable
-from ingress.process.sockets import AdoptedListener, ListenerSpec, listen, open_listener, parse_listener, refuse_start
 from ingress.process.takeover import HandoverFailed, Taken, take_listeners
 from ingress.proxy.options import seconds
+from ingress.runtime.live import LiveTable
+from ingress.runtime.sockets import AdoptedListener, ListenerSpec, listen, open_listener, parse_listener, refuse_start
 
 log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 

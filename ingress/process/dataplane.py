@@ -17,10 +17,7 @@ from twisted.internet.interfaces import IProtocolFactory
 from ingress.observe.metrics import Metrics
 from ingress.observe.nginx_metrics import RequestRecorder
 from ingress.observe.upstream_metrics import UpstreamConnectionMetrics
-from ingress.process.drain import Drainable, HTTPConnections, PassthroughConnections
-from ingress.process.gatewayports import GatewayListener, PortCertificates, PortView
-from ingress.process.live import LiveTable, TableView
-from ingress.process.reactor import IProcessReactor
+from ingress.proxy.drainable import Drainable, HTTPConnections, PassthroughConnections
 from ingress.proxy.http.factory import HTTPProxyFactory
 from ingress.proxy.http.guards import Guards
 from ingress.proxy.http.settings import HTTP2Settings, ProxySettings, with_listener
@@ -29,11 +26,14 @@ from ingress.proxy.http2.librarylog import drop_hpack_debug
 from ingress.proxy.http2.statehash import hash_states_by_identity
 from ingress.proxy.http2.upstream import H2UpstreamPool
 from ingress.proxy.proxy_protocol import ProxyProtocolWhenAsked
+from ingress.proxy.streams.gatewayports import GatewayListener, PortCertificates, PortView
 from ingress.proxy.tls.direct import DirectTLSFactory
 from ingress.proxy.tls.front import TLSFrontFactory
 from ingress.proxy.tls.termination import CertificateStore, SNIConnectionCreator, load_certificate, self_signed_certificate
 from ingress.routing.streams import StreamRoute
 from ingress.routing.table import RoutingTable
+from ingress.runtime.live import LiveTable, TableView
+from ingress.runtime.reactor import IProcessReactor
 
 
 @dataclass

@@ -45,87 +45,21 @@ from __future__ import annotations
 
 import signal
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Optional, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
 
 from twisted.application.service import IService, Service
 from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
-from ingress.proxy.http2.connection import H2ServerProtocol
+from ingress.proxy.drainable import Drainable
 
 log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 _POLL_SECONDS = 0.05
 REPORT_SECONDS = 5.0  # between the drain's lines saying what it still waits for
 ACCEPT_QUEUE_SECONDS = 0.25  # between refusing new connections and closing: the reactor accepts what is queued
-
-
-class Drainable(Protocol):
-    """Something that holds client connections or streams open: an HTTP listener, the stream listeners."""
-
-    def drain(self) -> None:
-        """Take no new work; close what is idle; let the rest finish."""
-
-    def open_count(self) -> int:
-        """Connections (or sessions) still open."""
-
-    def open_kinds(self) -> Mapping[str, int]:
-        """
-        What is open, for the log: a count for each kind, the kind a phrase with "{s}" (or "{es}")
-        where its plural takes one ("HTTP/1.1 connection{s} on http", "worker process{es}").
-        """
-
-    def abort_all(self) -> int:
-        """Cut everything still open; returns how many."""
-
-
-class HTTPConnections:
-    """The L{Drainable} view of one HTTP listener's client connections (an L{HTTPProxyFactory})."""
-
-    def __init__(self, factory: Any) -> None:
-        self.factory = factory
-
-    def drain(self) -> None:
-        self.factory.draining = True
-        for connection in list(self.factory.connections):
-            connection.drain()
-
-    def open_count(self) -> int:
-        return len(self.factory.connections)
-
-    def open_kinds(self) -> Mapping[str, int]:
-        listener = self.factory.listener
-        return Counter(
-            f"{'HTTP/2' if isinstance(connection, H2ServerProtocol) else 'HTTP/1.1'} connection{{s}} on {listener}"
-            for connection in self.factory.connections
-        )
-
-    def abort_all(self) -> int:
-        connections = list(self.factory.connections)
-        for connection in connections:
-            connection.transport.abortConnection()
-        return len(connections)
-
-
-class PassthroughConnections:
-    """The L{Drainable} view of the TLS passthrough relays: they finish on their own, or are cut at the timeout."""
-
-    def __init__(self, factory: Any) -> None:
-        self.factory = factory
-
-    def drain(self) -> None:
-        pass  # raw TLS: nothing to tell the client; the relay ends when either side closes
-
-    def open_count(self) -> int:
-        return len(self.factory.relays)
-
-    def open_kinds(self) -> Mapping[str, int]:
-        return {"TLS passthrough connection{s}": len(self.factory.relays)}
-
-    def abort_all(self) -> int:
-        return int(self.factory.abort_all())
 
 
 class GracefulShutdown(Service):
@@ -349,7 +283,7 @@ def _counted(count: int, kind: str) -> str:
 
 
 def _refuse_new_connections(service: IService) -> bool:
-    """Whether C{service} (a L{ingress.process.sockets.DrainableListener}) now drops new connection attempts."""
+    """Whether C{service} (a L{ingress.runtime.sockets.DrainableListener}) now drops new connection attempts."""
     refuse = getattr(service, "refuse_new_connections", None)
     return bool(refuse()) if refuse is not None else False
 

@@ -50,8 +50,8 @@ from ingress.process.handoverwire import (
     proof,
     rendezvous_address,
 )
-from ingress.process.sockets import refuse_start
 from ingress.process.takeover import Taken
+from ingress.runtime.sockets import refuse_start
 
 log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 

@@ -37,11 +37,11 @@ from twisted.python.failure import Failure
 from ingress.observe.metrics import Metrics
 from ingress.process.adoption import Shared, slot_sockets
 from ingress.process.channel import Channel, ChannelFactory, encoded
-from ingress.process.reactor import IProcessReactor
 from ingress.process.streamsockets import StreamSockets
 from ingress.proxy.http.ratelimit import RequestRates
 from ingress.routing.delta import table_change
 from ingress.routing.table import RoutingTable
+from ingress.runtime.reactor import IProcessReactor
 
 log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 

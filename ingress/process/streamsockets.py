@@ -5,7 +5,7 @@ predecessor) when a table adds a port, closed when a table drops it, given to wh
 
 Each port of the live table's C{streams} (TCP and UDP stream ports, Gateway listeners on ports of
 their own) is a C{SO_REUSEPORT} group of one socket per worker, as the HTTP sockets are
-(L{ingress.process.sockets}): the kernel hashes a UDP client's flow to one socket, so its session and
+(L{ingress.runtime.sockets}): the kernel hashes a UDP client's flow to one socket, so its session and
 its replies stay in one worker.  The primary holds every socket of a group for the port's life, so a
 killed worker's replacement is given the same socket and whatever its queue holds is served (a
 socket a worker bound itself died, and reset its queue, with the worker), and a successor started
@@ -36,11 +36,11 @@ from twisted.logger import Logger
 
 from ingress.observe.metrics import Metrics
 from ingress.process.handoverwire import SocketEntry
-from ingress.process.sockets import address_family, bound_socket, default_backlog
 from ingress.process.takeover import Taken
 from ingress.proxy.streams.listeners import describe
 from ingress.routing.streams import TCP, StreamRoute
 from ingress.routing.table import RoutingTable
+from ingress.runtime.sockets import address_family, bound_socket, default_backlog
 
 log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 

@@ -55,9 +55,6 @@ from ingress.process.channel import Channel, ChannelFactory
 from ingress.process.dataplane import DataPlane, data_plane
 from ingress.process.drain import GracefulShutdown
 from ingress.process.heap import FrozenWatch, freeze_alive
-from ingress.process.live import LiveTable
-from ingress.process.reactor import IProcessReactor
-from ingress.process.sockets import DrainableListener
 from ingress.proxy.http.guards import Guards
 from ingress.proxy.http.ratelimit import RemoteRates
 from ingress.proxy.http.settings import HTTP2Settings, ProxySettings
@@ -66,6 +63,9 @@ from ingress.proxy.streams.listeners import StreamListeners
 from ingress.routing.delta import TableChange, applied
 from ingress.routing.streams import stream_key
 from ingress.routing.table import RoutingTable
+from ingress.runtime.live import LiveTable
+from ingress.runtime.reactor import IProcessReactor
+from ingress.runtime.sockets import DrainableListener
 
 log = Logger(namespace="ingress.process.worker")  # run as __main__ (python -m)
 

@@ -14,9 +14,9 @@ from ingress.observe.metrics import Metrics
 from ingress.observe.startup import listening
 from ingress.process.adoption import Shared
 from ingress.process.pool import WorkerPool
-from ingress.process.reactor import IProcessReactor
 from ingress.process.streamsockets import StreamSockets
 from ingress.proxy.http.settings import ProxySettings
+from ingress.runtime.reactor import IProcessReactor
 
 
 def worker_pool(

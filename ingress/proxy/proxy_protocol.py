@@ -20,7 +20,7 @@ from twisted.internet.protocol import Factory
 from twisted.protocols.haproxy import proxyEndpoint
 from zope.interface import implementer
 
-from ingress.process.live import TableView
+from ingress.runtime.live import TableView
 
 
 @implementer(IStreamServerEndpoint)

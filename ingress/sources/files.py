@@ -27,7 +27,7 @@ from ingress.model import ClusterState, ObjectRef, Problem
 from ingress.model.parse import LastGood, collect, parse_objects
 from ingress.observe.metrics import Metrics
 from ingress.process.builder import TableBuilder
-from ingress.process.reactor import IProcessReactor
+from ingress.runtime.reactor import IProcessReactor
 
 log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 

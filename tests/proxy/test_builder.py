@@ -16,8 +16,8 @@ from twisted.internet.task import deferLater
 from ingress.model import ClusterState
 from ingress.observe.metrics import Metrics
 from ingress.process.builder import TableBuilder
-from ingress.process.live import LiveTable
 from ingress.routing.table import RoutingTable
+from ingress.runtime.live import LiveTable
 from tests.waiting import eventually_d
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from ingress.process.sockets import NGINX_BACKLOG, default_backlog, with_backlog
+from ingress.runtime.sockets import NGINX_BACKLOG, default_backlog, with_backlog
 from tests.kube.twingress import wait_until
 from tests.proxy.streams_support import stream_ingress
 from tests.support import EchoBackend, Manifests, Twingress, free_port

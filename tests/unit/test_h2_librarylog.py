@@ -14,10 +14,10 @@ from twisted.internet.testing import MemoryReactorClock
 
 from ingress.observe.metrics import Metrics
 from ingress.process.dataplane import data_plane
-from ingress.process.live import LiveTable
 from ingress.proxy.http.settings import ProxySettings
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.http2.librarylog import HPACK_LOGGERS, drop_hpack_debug, dropped
+from ingress.runtime.live import LiveTable
 
 
 @pytest.fixture(autouse=True)

@@ -20,10 +20,10 @@ from twisted.internet.testing import MemoryReactorClock
 
 from ingress.observe.metrics import Metrics
 from ingress.process.dataplane import data_plane
-from ingress.process.live import LiveTable
 from ingress.proxy.http.settings import ProxySettings
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.http2.statehash import IDENTITY_HASHED, hash_states_by_identity, hash_tables_again, identity_hashed, transition_tables
+from ingress.runtime.live import LiveTable
 
 ROOT = Path(__file__).resolve().parents[2]
 

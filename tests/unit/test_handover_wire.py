@@ -26,7 +26,7 @@ from ingress.process.handoverwire import (
     nonce_of,
     proof,
 )
-from ingress.process.sockets import open_listener, parse_listener
+from ingress.runtime.sockets import open_listener, parse_listener
 
 KEY = b"k" * 32
 

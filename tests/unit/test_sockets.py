@@ -1,4 +1,4 @@
-"""Tests for L{ingress.process.sockets}: which listeners worker processes can share, and a listener that takes no new connections."""
+"""Tests for L{ingress.runtime.sockets}: which listeners worker processes can share, and a listener that takes no new connections."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import socket
 import pytest
 from twisted.python import usage
 
-from ingress.process.sockets import parse_listener, refuse_new_connections
+from ingress.runtime.sockets import parse_listener, refuse_new_connections
 
 
 @pytest.mark.parametrize(
@@ -77,7 +77,7 @@ def test_a_closing_listener_accepts_what_is_queued_first() -> None:
     from twisted.internet import reactor
     from twisted.internet.protocol import Factory, Protocol
 
-    from ingress.process.sockets import DrainableListener
+    from ingress.runtime.sockets import DrainableListener
 
     built: list[Protocol] = []
 

@@ -14,13 +14,13 @@ from twisted.internet.protocol import Factory
 
 from ingress.observe.metrics import Metrics
 from ingress.observe.nginx_metrics import RequestRecorder
-from ingress.process.live import TableView
 from ingress.proxy.http.guards import Guards
 from ingress.proxy.http.server import HTTPProxyProtocol
 from ingress.proxy.http.settings import HTTP2Settings, ProxySettings
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.http2.connection import H2ServerProtocol
 from ingress.proxy.http2.upstream import H2UpstreamPool
+from ingress.runtime.live import TableView
 
 ClientConnection = Union[HTTPProxyProtocol, H2ServerProtocol]
 

@@ -19,7 +19,6 @@ from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.python.failure import Failure
 from zope.interface import classImplements
 
-from ingress.process.reactor import IProcessReactor
 from ingress.proxy.http import h1, headend
 from ingress.proxy.http.backend_tls import connection_creator
 from ingress.proxy.http.chunked import ChunkedFramer
@@ -31,6 +30,7 @@ from ingress.proxy.nativeprotocol import NativeProtocol
 from ingress.proxy.transport import release_connector
 from ingress.routing.policies.backend import BackendTLS
 from ingress.routing.table import Upstream
+from ingress.runtime.reactor import IProcessReactor
 
 Address = tuple[str, int]
 PoolKey = tuple[Address, str]  # an endpoint, and "" (plain) or the key of a TLS configuration

@@ -19,7 +19,7 @@ of a group is bound to the same address, so a UDP reply leaves from it whichever
 takes).  Stopping a listener closes only those copies.
 
 A Gateway API listener on a port of its own is a stream route too (C{serves}):
-its handler answers HTTP (L{ingress.process.gatewayports}), made by the
+its handler answers HTTP (L{ingress.proxy.streams.gatewayports}), made by the
 C{gateway_listener} the data plane gives; a change of what it serves reopens
 the port.
 """
@@ -36,14 +36,14 @@ from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
 from ingress.observe.metrics import Metrics
-from ingress.process.gatewayports import GatewayListener
-from ingress.process.sockets import default_backlog
 from ingress.proxy.http.upstream import UpstreamPool
+from ingress.proxy.streams.gatewayports import GatewayListener
 from ingress.proxy.streams.given import GivenPorts, close_all, same_sockets
 from ingress.proxy.streams.tcp import TCPStreamFactory
 from ingress.proxy.streams.udp import DEFAULT_MAX_SESSIONS, UDPStreamListener
 from ingress.routing.streams import TCP, StreamRoute, stream_key
 from ingress.routing.table import RoutingTable
+from ingress.runtime.sockets import default_backlog
 
 log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 

@@ -25,7 +25,6 @@ from twisted.python.failure import Failure
 
 from ingress.model import ObjectRef
 from ingress.observe.metrics import Metrics
-from ingress.process.live import TableView
 from ingress.proxy.http.responses import plain_http_on_tls_port
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.streams.tcp import TCPRelay, TCPStreamFactory
@@ -34,6 +33,7 @@ from ingress.proxy.tls.direct import DirectTLSFactory
 from ingress.proxy.transport import IConnectionTransport, hand_over
 from ingress.routing.streams import TCP, StreamRoute
 from ingress.routing.upstream import Upstream
+from ingress.runtime.live import TableView
 
 # An HTTP request line's start: a method token and a space (a TLS record starts with byte 22).
 _PLAIN_HTTP = re.compile(rb"[A-Z]{3,16} ")

@@ -20,13 +20,13 @@ from typing import Any, Optional
 
 from twisted.internet.interfaces import IProtocolFactory
 
-from ingress.process.drain import HTTPConnections
-from ingress.process.live import LiveTable
+from ingress.proxy.drainable import HTTPConnections
 from ingress.proxy.http.factory import HTTPProxyFactory
 from ingress.proxy.streams.tcp import TCPStreamFactory
 from ingress.proxy.tls.termination import CertificateStore
 from ingress.routing.streams import StreamRoute
 from ingress.routing.table import EMPTY_TABLE, RoutingTable
+from ingress.runtime.live import LiveTable
 
 
 class PortView:
