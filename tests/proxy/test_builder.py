@@ -17,6 +17,7 @@ from ingress.model import ClusterState
 from ingress.observe.metrics import Metrics
 from ingress.process.builder import TableBuilder
 from ingress.process.live import LiveTable
+from ingress.routing.report import EMPTY_REPORT, Built
 from ingress.routing.table import RoutingTable
 
 
@@ -31,14 +32,14 @@ def _sleep(seconds: float) -> Deferred[Any]:
     return deferLater(reactor, seconds, lambda: None)
 
 
-def _recording(builds: list[int], cost: float = 0.0) -> Callable[[ClusterState, int], RoutingTable]:
+def _recording(builds: list[int], cost: float = 0.0) -> Callable[[ClusterState, int], Built]:
     """A build function that takes C{cost} seconds of the build thread and notes each generation it builds."""
 
-    def build(state: ClusterState, generation: int) -> RoutingTable:
+    def build(state: ClusterState, generation: int) -> Built:
         if cost:
             time.sleep(cost)
         builds.append(generation)
-        return RoutingTable(generation=generation)
+        return Built(RoutingTable(generation=generation), EMPTY_REPORT)
 
     return build
 
@@ -80,10 +81,10 @@ def test_a_burst_of_100_changes_in_50_ms_makes_one_or_two_builds() -> Any:
 
 @pytest_twisted.inlineCallbacks
 def test_a_failing_build_keeps_the_last_good_table() -> Any:
-    def build(state: ClusterState, generation: int) -> RoutingTable:
+    def build(state: ClusterState, generation: int) -> Built:
         if generation == 2:
             raise ValueError("broken snapshot")
-        return RoutingTable(generation=generation)
+        return Built(RoutingTable(generation=generation), EMPTY_REPORT)
 
     live = LiveTable()
     metrics = Metrics()

@@ -93,7 +93,7 @@ def _until_refused(send: Any, upstream: Endpoints, reactor: Any, answered: Any) 
 
 
 def test_h1_a_guard_refuses_and_the_connection_serves_on() -> None:
-    protocol, client, upstream, reactor = _h1(_limited())
+    protocol, client, upstream, reactor = _h1(_limited().table)
 
     def answered(_: object) -> int:
         status = int(client.value()[9:12])
@@ -212,7 +212,7 @@ def test_h2_no_route_is_404() -> None:
 
 
 def test_h2_a_guard_refuses_with_403() -> None:
-    client = _H2Client(_limited())
+    client = _H2Client(_limited().table)
     statuses, reached = _until_refused(client.request, client.upstream, client.reactor, lambda stream: client.response(stream)[0])
     assert set(statuses[:-1]) == {200} and statuses[-1] == 403, statuses
     assert reached == len(statuses) - 1

@@ -109,7 +109,7 @@ def test_a_guard_refuses_with_403() -> None:
     """A rate limit (a guard: L{ingress.proxy.http.guards.Guards}) over its burst answers the ConfigMap's status."""
     configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "namespace": "default"}, "data": {"limit-req-status-code": "403"}}
     annotations = {NGINX + "limit-rps": "1", NGINX + "limit-burst-multiplier": "1"}
-    listener, reactor = shared(_limited(configmap, annotations))
+    listener, reactor = shared(_limited(configmap, annotations).table)
     upstream = Endpoints(reactor)
     statuses = []
     for _ in range(3):

@@ -78,24 +78,24 @@ def test_every_documented_configmap_key_has_a_class() -> None:
 def test_an_enforced_guard_with_a_bad_value_closes(key: str) -> None:
     data = {"global-auth-url": "http://auth.example/"} if key.startswith("global-auth-") else {}
     data[key] = {"block-user-agents": "~*(", "block-referers": "Bot, ~[z-a]"}.get(key, "$bad value, not/a/cidr")
-    assert _closed(_config_table(data))
+    assert _closed(_config_table(data).table)
 
 
 @pytest.mark.parametrize("key", sorted(REFUSED_GUARDS))
 def test_a_refused_guard_closes(key: str) -> None:
-    assert _closed(_config_table({"global-auth-url": "http://auth.example/", key: "anything"}))
+    assert _closed(_config_table({"global-auth-url": "http://auth.example/", key: "anything"}).table)
 
 
 @pytest.mark.parametrize("key", sorted(HARMLESS))
 def test_a_harmless_key_is_reported_and_closes_nothing(key: str) -> None:
     routes = _config_table({key: "on"})
-    assert not _closed(routes)
-    assert [p.reason for p in routes.problems if p.ref.kind == "ConfigMap"] == ["UnsupportedConfigKey"]
+    assert not _closed(routes.table)
+    assert [p.reason for p in routes.report.problems if p.ref.kind == "ConfigMap"] == ["UnsupportedConfigKey"]
 
 
 def test_an_unknown_key_closes_only_when_it_looks_like_a_guard() -> None:
-    assert _closed(_config_table({"global-auth-urls": "http://auth.example/"}))
-    assert not _closed(_config_table({"use-gzipp": "true"}))
+    assert _closed(_config_table({"global-auth-urls": "http://auth.example/"}).table)
+    assert not _closed(_config_table({"use-gzipp": "true"}).table)
     assert guard_like("deny-source-ranges") and not guard_like("worker-connections")
 
 
@@ -108,7 +108,7 @@ def test_every_documented_annotation_has_a_class() -> None:
 @pytest.mark.parametrize("name", sorted(ACCESS_GUARDS | ENFORCED_ANNOTATIONS))
 def test_a_guard_annotation_that_cannot_be_enforced_closes(name: str) -> None:
     """An enforced guard with an unreadable value, or a guard twingress does not enforce: 503 for the Ingress's routes."""
-    assert _closed(_config_table({}, {NGINX + name: "$bad (value"}))
+    assert _closed(_config_table({}, {NGINX + name: "$bad (value"}).table)
 
 
 @pytest.mark.parametrize(
@@ -129,5 +129,5 @@ def test_snippets_are_harmless_only_when_every_directive_is(snippet: str, guard:
 
 
 def test_a_snippet_annotation_closes_only_when_it_may_guard() -> None:
-    assert _closed(_config_table({}, {NGINX + "configuration-snippet": "deny all;"}))
-    assert not _closed(_config_table({}, {NGINX + "configuration-snippet": "more_set_headers 'X: y';"}))
+    assert _closed(_config_table({}, {NGINX + "configuration-snippet": "deny all;"}).table)
+    assert not _closed(_config_table({}, {NGINX + "configuration-snippet": "more_set_headers 'X: y';"}).table)
