@@ -16,13 +16,14 @@ import pytest
 from ingress.model import Problem
 from ingress.routing import RoutingTable
 from ingress.routing.policies.limits import UNLIMITED
+from ingress.routing.report import Built
 from ingress.routing.route import Policies
 from tests.unit.objects import T0, T1, ingress, path, rule, table
 
 NGINX = "nginx.ingress.kubernetes.io/"
 
 
-def _one(annotations: dict[str, str], *paths: dict[str, Any], host: str = "a.test", **build: Any) -> RoutingTable:
+def _one(annotations: dict[str, str], *paths: dict[str, Any], host: str = "a.test", **build: Any) -> Built:
     return table(ingress("web", rule(host, *(paths or (path("/"),))), annotations=annotations), **build)
 
 
@@ -32,7 +33,7 @@ def _policies(annotations: dict[str, str], request_path: str = "/", **build: Any
     return route.policies
 
 
-def _annotation_problems(routes: RoutingTable) -> list[Problem]:
+def _annotation_problems(routes: Built) -> list[Problem]:
     """The table's problems less ServiceNotFound (these tables have no Services: only routing is checked)."""
     return [p for p in routes.report.problems if p.reason != "ServiceNotFound"]
 

@@ -16,7 +16,7 @@ from typing import Optional
 import pytest
 
 from ingress.model import ObjectRef
-from ingress.routing import RoutingTable
+from ingress.routing.report import Built
 from ingress.routing.route import Canary, Route
 from ingress.routing.upstream import Upstream
 from tests.unit.objects import T0, T1, T2, ingress, path, rule, table
@@ -67,7 +67,7 @@ def test_the_weight_is_the_share_of_rolls(weight: int, total: int) -> None:
     assert sum(canary.chosen(None, None, roll) for roll in range(1, total + 1)) == weight
 
 
-def _tables(*extra: dict, main_annotations: Optional[dict[str, str]] = None) -> RoutingTable:
+def _tables(*extra: dict, main_annotations: Optional[dict[str, str]] = None) -> Built:
     return table(
         ingress("main", rule("a.test", path("/", "stable"), path("/api", "stable-api")), annotations=main_annotations, created=T0),
         *extra,

@@ -17,13 +17,14 @@ from ingress.proxy.http.server import HTTPProxyProtocol
 from ingress.proxy.http.settings import ProxySettings
 from ingress.proxy.http2.connection import H2ServerProtocol
 from ingress.routing import RoutingTable
+from ingress.routing.report import Built
 from tests.unit.exchange_support import NGINX, OK, Endpoints, Transport, routes, shared
 from tests.unit.objects import endpoints, ingress, path, rule, service, table
 
 GET = b"GET /a HTTP/1.1\r\nHost: a.test\r\n\r\n"
 
 
-def _limited() -> RoutingTable:
+def _limited() -> Built:
     """a.test rate-limited to one request (a guard), refused with 403 (the ConfigMap's limit-req-status-code)."""
     configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "namespace": "default"}, "data": {"limit-req-status-code": "403"}}
     annotations = {NGINX + "limit-rps": "1", NGINX + "limit-burst-multiplier": "1"}

@@ -11,8 +11,8 @@ from typing import Optional
 
 import pytest
 
-from ingress.routing import RoutingTable
 from ingress.routing.listener_names import ListenerNames
+from ingress.routing.report import Built
 from tests.unit.objects import PEM_SHAPED
 from tests.unit.test_gateway_routing import backend, gateway, gateway_table, http_route, listener, prefix, serve, services, to
 
@@ -49,7 +49,7 @@ LISTENERS = ("empty-hostname", "wildcard-example-com", "wildcard-foo-example-com
 HOSTNAMES = {"empty-hostname": None, "wildcard-example-com": "*.example.com", "wildcard-foo-example-com": "*.foo.example.com", "abc-foo-example-com": "abc.foo.example.com"}
 
 
-def _isolation_table(route_hostnames: tuple[str, ...]) -> RoutingTable:
+def _isolation_table(route_hostnames: tuple[str, ...]) -> Built:
     return gateway_table(
         gateway("gw", *(listener(name, hostname=hostname) for name, hostname in HOSTNAMES.items()), listener("quiet", hostname="*.quiet.example.com")),
         *services("v1"),

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from ingress.model import ObjectRef
-from ingress.routing import RoutingTable
 from ingress.routing.gateway.status import with_listen_failures
+from ingress.routing.report import Built
 from tests.unit.objects import PEM_SHAPED
 from tests.unit.test_gateway_routing import backend, gateway, gateway_table, http_route, l4_route, listener, parent_conditions, problems_of, serve, services, to
 
@@ -23,7 +23,7 @@ TLS_SECRET = {
 }
 
 
-def listener_conditions(table: RoutingTable, gateway_name: str = "gw") -> list[dict[str, tuple[str, str]]]:
+def listener_conditions(table: Built, gateway_name: str = "gw") -> list[dict[str, tuple[str, str]]]:
     assert table.report.gateway_status is not None
     status = table.report.gateway_status.gateways[ObjectRef("Gateway", "default", gateway_name)]
     return [{c.type: (c.status, c.reason) for c in each.conditions} for each in status.listeners]
@@ -229,6 +229,6 @@ def test_httproute_invalid_parent_ref_section_name_not_matching_port() -> None:
     assert serve(table.table, "a.example", "/") == "404"
 
 
-def _attached(table: RoutingTable, gateway_name: str = "gw") -> list[tuple[str, int]]:
+def _attached(table: Built, gateway_name: str = "gw") -> list[tuple[str, int]]:
     assert table.report.gateway_status is not None
     return [(each.name, each.attached_routes) for each in table.report.gateway_status.gateways[ObjectRef("Gateway", "default", gateway_name)].listeners]

@@ -25,6 +25,7 @@ from ingress.routing.policies.limits import Deadlines, Limits
 from ingress.routing.policies.matching import query_params
 from ingress.routing.policies.pathreplace import PathReplace
 from ingress.routing.policies.redirect import GatewayRedirect
+from ingress.routing.report import Built
 from ingress.routing.route import Route
 from ingress.routing.table import HostRoutes
 from tests.unit.objects import PEM_SHAPED, T0, T1, T2, endpoints, ingress, ingress_class, path, rule, service
@@ -100,7 +101,7 @@ def services(*names: str, namespace: str = "default") -> list[dict[str, Any]]:
     return objects
 
 
-def gateway_table(*objects: dict[str, Any], ports: dict[int, str] = PORTS) -> RoutingTable:
+def gateway_table(*objects: dict[str, Any], ports: dict[int, str] = PORTS) -> Built:
     return build(state_from_objects([gateway_class(), *objects]), BuildOptions(reserved_ports=ports))
 
 
@@ -129,11 +130,11 @@ def serve(table: RoutingTable, host: str, target: str, *, method: bytes = b"GET"
     return route.upstream.key
 
 
-def problems_of(table: RoutingTable, kind: str = "HTTPRoute") -> set[tuple[str, str]]:
+def problems_of(table: Built, kind: str = "HTTPRoute") -> set[tuple[str, str]]:
     return {(p.ref.name, p.reason) for p in table.report.problems if p.ref.kind == kind}
 
 
-def parent_conditions(table: RoutingTable, name: str, namespace: str = "default", kind: str = "HTTPRoute") -> list[dict[str, tuple[str, str]]]:
+def parent_conditions(table: Built, name: str, namespace: str = "default", kind: str = "HTTPRoute") -> list[dict[str, tuple[str, str]]]:
     assert table.report.gateway_status is not None
     return [{c.type: (c.status, c.reason) for c in found} for _, found in table.report.gateway_status.routes.get(ObjectRef(kind, namespace, name), ())]
 
@@ -731,7 +732,7 @@ def passthrough_listener(hostname: Optional[str] = "*.example.com", mode: str = 
     return listener("tls", port=443, protocol="TLS", hostname=hostname, tls={"mode": mode})
 
 
-def listener_conditions(table: RoutingTable, index: int = 0) -> dict[str, tuple[str, str]]:
+def listener_conditions(table: Built, index: int = 0) -> dict[str, tuple[str, str]]:
     assert table.report.gateway_status is not None
     found = table.report.gateway_status.gateways[ObjectRef("Gateway", "default", "gw")].listeners[index]
     return {c.type: (c.status, c.reason) for c in found.conditions}

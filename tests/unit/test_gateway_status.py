@@ -14,8 +14,9 @@ from ingress.controllers.status import PublishedAddresses
 from ingress.controllers.writer import LeaderWriter
 from ingress.model import ObjectRef
 from ingress.model.parse import state_from_objects
-from ingress.routing import RoutingTable, build
+from ingress.routing import build
 from ingress.routing.build_options import BuildOptions
+from ingress.routing.report import Built
 from ingress.sources.kube.reflector import Store
 from tests.unit.objects import PEM_SHAPED
 from tests.unit.test_gateway_routing import (
@@ -37,7 +38,7 @@ INFRA = "gateway-conformance-infra"
 WEB = "gateway-conformance-web-backend"
 
 
-def listener_status(table: RoutingTable, name: str, namespace: str = "default") -> list[tuple[str, tuple[str, ...], int, dict[str, tuple[str, str]]]]:
+def listener_status(table: Built, name: str, namespace: str = "default") -> list[tuple[str, tuple[str, ...], int, dict[str, tuple[str, str]]]]:
     """Each listener's (name, supportedKinds, attachedRoutes, {type: (status, reason)})."""
     assert table.report.gateway_status is not None
     status = table.report.gateway_status.gateways[ObjectRef("Gateway", namespace, name)]

@@ -17,6 +17,7 @@ from typing import Any, Optional
 import pytest
 
 from ingress.routing import RoutingTable
+from ingress.routing.report import Built
 from ingress.routing.route import Policies
 from tests.unit.objects import T0, ingress, path, rule, table
 
@@ -29,7 +30,7 @@ def _config_map(data: dict[str, str]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": KEY[1], "namespace": KEY[0]}, "data": data}
 
 
-def _table(data: dict[str, str], annotations: Optional[dict[str, str]] = None, paths: tuple[str, ...] = ("/",)) -> RoutingTable:
+def _table(data: dict[str, str], annotations: Optional[dict[str, str]] = None, paths: tuple[str, ...] = ("/",)) -> Built:
     guarded = ingress("app", rule("app.test", *(path(p) for p in paths)), annotations={NGINX + k: v for k, v in (annotations or {}).items()}, created=T0)
     return table(guarded, _config_map(data), nginx_configmap=KEY)
 

@@ -21,6 +21,7 @@ from ingress.routing.annotations.keys import SNIPPETS as SNIPPET_ANNOTATIONS
 from ingress.routing.config_keys import CONFIG_GO_KEYS, ENFORCED_GUARDS, HARMLESS, REFUSED_GUARDS, SNIPPETS, guard_like
 from ingress.routing.config_notes import NOTES
 from ingress.routing.nginx_config import _ON_THE_COMMAND_LINE, _READERS, INGRESS_NGINX_KEYS
+from ingress.routing.report import Built
 from ingress.routing.snippets import guarding_directive
 from tests.unit.objects import T0, ingress, path, rule, table
 
@@ -52,7 +53,7 @@ upstream-hash-by-subset upstream-hash-by-subset-size upstream-vhost use-regex wh
 """.split()
 
 
-def _config_table(data: dict[str, str], annotations: dict[str, str] | None = None) -> RoutingTable:
+def _config_table(data: dict[str, str], annotations: dict[str, str] | None = None) -> Built:
     config_map: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": KEY[1], "namespace": KEY[0]}, "data": data}
     app = ingress("app", rule("app.test", path("/")), annotations=annotations or {}, created=T0)
     return table(app, config_map, nginx_configmap=KEY)

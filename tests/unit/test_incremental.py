@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ingress.model import CONTROLLER_NAME
-from ingress.routing import Built, RoutingTable, build
+from ingress.routing import Built, build
 from ingress.routing.build_options import BuildOptions
 from ingress.routing.delta import applied, table_change
 from ingress.routing.endpoint_changes import ServiceUses, SliceIndex
@@ -34,11 +34,11 @@ ADDRESSES = tuple(f"10.0.0.{n}" for n in range(1, 7))
 PORTS = {80: "http"}  # a Gateway's HTTP listener on port 80 is served
 
 
-def _full(state: Any, generation: int) -> RoutingTable:
+def _full(state: Any, generation: int) -> Built:
     return build(state, BuildOptions(reserved_ports=PORTS), generation=generation)
 
 
-def _full_with_options(state: Any, generation: int) -> RoutingTable:
+def _full_with_options(state: Any, generation: int) -> Built:
     """The build with the options that change what a table holds for every host: a default certificate, no nginx keys."""
     return build(state, BuildOptions(default_certificate=("default", "cert"), nginx_annotations=False, reserved_ports=PORTS), generation=generation)
 

@@ -13,6 +13,7 @@ import pytest
 from ingress.proxy.http import h1, requestid
 from ingress.routing import RoutingTable
 from ingress.routing.policies.headers import header_changes, merged
+from ingress.routing.report import Built
 from ingress.routing.route import Policies
 from tests.unit.objects import ingress, path, rule, table
 
@@ -27,7 +28,7 @@ def _config_map(name: str, data: dict[str, str], namespace: str = "ingress-nginx
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}, "data": data}
 
 
-def _table(config: Optional[dict[str, str]], annotations: Optional[dict[str, str]] = None, *extra: dict[str, Any]) -> RoutingTable:
+def _table(config: Optional[dict[str, str]], annotations: Optional[dict[str, str]] = None, *extra: dict[str, Any]) -> Built:
     plain = ingress("plain", rule("plain.test", path("/")), annotations={NGINX + k: v for k, v in (annotations or {}).items()})
     objects = [plain, AUTH_SECRET, *extra] + ([_config_map(KEY[1], config)] if config is not None else [])
     return table(*objects, nginx_configmap=KEY if config is not None else None)

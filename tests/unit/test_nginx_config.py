@@ -16,6 +16,7 @@ import pytest
 from ingress.routing import RoutingTable
 from ingress.routing.nginx_config import ListenerSettings
 from ingress.routing.policies.limits import UNLIMITED, Limits
+from ingress.routing.report import Built
 from ingress.routing.route import Policies, Route
 from tests.unit.objects import T0, ingress, path, rule, table
 
@@ -29,7 +30,7 @@ def _config_map(data: dict[str, str]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": KEY[1], "namespace": KEY[0]}, "data": data}
 
 
-def _table(data: Optional[dict[str, str]], annotations: Optional[dict[str, str]] = None) -> RoutingTable:
+def _table(data: Optional[dict[str, str]], annotations: Optional[dict[str, str]] = None) -> Built:
     secured = ingress("secured", rule("tls.test", path("/")), annotations={NGINX + k: v for k, v in (annotations or {}).items()}, created=T0)
     secured["spec"]["tls"] = [{"hosts": ["tls.test"], "secretName": "tls"}]
     plain = ingress("plain", rule("plain.test", path("/")), annotations={NGINX + k: v for k, v in (annotations or {}).items()}, created=T0)

@@ -14,6 +14,7 @@ import pytest
 from ingress.routing import RoutingTable
 from ingress.routing.config_keys import CONFIG_GO_KEYS
 from ingress.routing.policies import Redirect
+from ingress.routing.report import Built
 from ingress.routing.route import Route
 from tests.unit.objects import T0, T1, endpoints, ingress, ingress_class, path, rule, service, table, tls_secret
 
@@ -31,7 +32,7 @@ def _route(routes: RoutingTable, host: str, request_path: str) -> Route:
     return route
 
 
-def _nginx_class(*objects: dict[str, Any], **options: Any) -> RoutingTable:
+def _nginx_class(*objects: dict[str, Any], **options: Any) -> Built:
     """A table built by a controller that took ingress-nginx's class over (as --take-over-ingress-nginx does)."""
     return table(ingress_class("nginx", "k8s.io/ingress-nginx"), *objects, class_name="nginx", controller_name="k8s.io/ingress-nginx", **options)
 
@@ -185,7 +186,7 @@ def test_service_upstream_is_every_ingresss_default() -> None:
 # 4. no-tls-redirect-locations.
 
 
-def _secured(data: dict[str, str], *paths: str) -> RoutingTable:
+def _secured(data: dict[str, str], *paths: str) -> Built:
     app = ingress("app", rule("app.test", *(path(p) for p in paths)), tls=((("app.test",), "tls"),))
     return table(app, tls_secret("tls"), _config_map(data), nginx_configmap=KEY)
 
