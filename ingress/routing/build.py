@@ -28,6 +28,7 @@ from ingress.model import (
     Problem,
     TLSSecret,
 )
+from ingress.routing.acme_challenges import add_challenge_routes
 from ingress.routing.annotations import CANARY_WITHOUT_MAIN, INVALID_PATH, IngressAnnotations, read_annotations
 from ingress.routing.annotations.backend import MissingSecret, backend_tls
 from ingress.routing.annotations.errorpages import error_pages
@@ -87,6 +88,8 @@ def build(state: ClusterState, options: BuildOptions = DEFAULT_BUILD_OPTIONS, ge
     routes.add_host_aliases(served)
     if ingress_nginx_class(class_name, controller_name):  # nginx's 301 from /p to /p/, for ingress-nginx's class only
         add_slash_redirects((*routes.hosts.values(), *routes.wildcards.values(), routes.any_host))
+    if options.acme_challenges:  # after the slash redirects: a token's exact route wins over anything they add
+        add_challenge_routes(state.config_maps, routes.paths_of)
     default_route = routes.default_route(served)
     certificates, tls_problems = build_certificates(state, served, default_certificate)
     client_hosts, client_problems = client_auth_hosts(served, annotations, state)
@@ -170,7 +173,7 @@ class _RouteBuilder:
         self.problems: list[Problem] = []
         self.resolved = IngressResolutions(backends, opaque_secrets, config_maps, self.problems)
 
-    def _paths_of(self, host: str) -> HostPaths:
+    def paths_of(self, host: str) -> HostPaths:
         if not host:
             return self.any_host
         if host.startswith("*."):
@@ -182,7 +185,7 @@ class _RouteBuilder:
         for rule in ingress.rules:
             if not rule.paths:
                 continue
-            paths = self._paths_of(rule.host)
+            paths = self.paths_of(rule.host)
             regex = rule.host in self.regex_hosts
             for http_path in rule.paths:
                 if regex:
@@ -261,7 +264,7 @@ class _RouteBuilder:
         Ingress serves is not served by the canary alone.
         """
         for rule in ingress.rules:
-            paths = self._paths_of(rule.host)
+            paths = self.paths_of(rule.host)
             for http_path in rule.paths:
                 slots, key = self._slot(paths, rule.host, http_path.path, http_path.path_type)
                 main = slots.get(key)

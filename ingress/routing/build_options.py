@@ -43,6 +43,8 @@ class BuildOptions:
     cleartext_http2: bool = False
     # The address pool Gateways get an address of their own from (a table per address); empty: every Gateway everywhere.
     gateway_addresses: tuple[str, ...] = ()
+    # Whether the ACME issuer's pending HTTP-01 tokens are served (the proxy with --acme; the audit never).
+    acme_challenges: bool = False
 
 
 DEFAULT_BUILD_OPTIONS = BuildOptions()
