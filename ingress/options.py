@@ -28,6 +28,7 @@ from ingress.controllers.options import CONTROLLER_PARAMETERS
 from ingress.model import CONTROLLER_NAME, DEFAULT_CLASS_NAME
 from ingress.proxy.options import HTTP2_PARAMETERS, LIMIT_PARAMETERS
 from ingress.proxy.tls.termination import MODERN_CIPHERS
+from ingress.routing.build_options import BuildOptions
 from ingress.sources.kube.client import in_cluster_available
 from ingress.sources.kube.kubeconfig import in_cluster_problem, kubeconfig_problem
 
@@ -270,20 +271,20 @@ def table_options(options: usage.Options) -> None:
     options["gateway-address-pool"] = gateway_addresses(options["gateway-addresses"])
 
 
-def build_arguments(options: Mapping[str, Any]) -> dict[str, Any]:
-    """L{ingress.routing.build}'s keyword arguments from the checked options: the proxy's and the audit's, the same."""
-    return {
-        "class_name": options["ingress-class"],
-        "controller_name": options["controller-name"],
-        "default_certificate": options["default-certificate-key"],
-        "tcp_services": options["tcp-services-configmap-key"],
-        "udp_services": options["udp-services-configmap-key"],
-        "reserved_ports": options["reserved-ports"],
-        "nginx_annotations": options["nginx-annotations"] == "true",
-        "nginx_configmap": options["nginx-configmap-key"],
-        "cleartext_http2": options["h2c"] == "true",
-        "gateway_addresses": options["gateway-address-pool"],
-    }
+def build_arguments(options: Mapping[str, Any]) -> BuildOptions:
+    """L{ingress.routing.build}'s options from the checked command line: the proxy's and the audit's, the same."""
+    return BuildOptions(
+        class_name=options["ingress-class"],
+        controller_name=options["controller-name"],
+        default_certificate=options["default-certificate-key"],
+        tcp_services=options["tcp-services-configmap-key"],
+        udp_services=options["udp-services-configmap-key"],
+        reserved_ports=options["reserved-ports"],
+        nginx_annotations=options["nginx-annotations"] == "true",
+        nginx_configmap=options["nginx-configmap-key"],
+        cleartext_http2=options["h2c"] == "true",
+        gateway_addresses=options["gateway-address-pool"],
+    )
 
 
 def source_of(options: Mapping[str, Any]) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from typing import Any, Optional, cast
 
@@ -46,6 +47,7 @@ from ingress.proxy.options import http2_settings, positive_float, proxy_settings
 from ingress.proxy.streams.listeners import StreamListeners
 from ingress.routing import build
 from ingress.routing.incremental import IncrementalBuild
+from ingress.routing.report import Built
 from ingress.routing.table import RoutingTable
 from ingress.runtime.live import LiveTable
 from ingress.runtime.reactor import IProcessReactor
@@ -194,10 +196,10 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
     settings: ProxySettings = options["settings"]
     metrics = Metrics()
     live = LiveTable()
-    arguments = {**build_arguments(options), "acme_challenges": options["acme"] is not None}  # the audit builds with the same (L{ingress.audit}), less ACME
+    build_options = replace(build_arguments(options), acme_challenges=options["acme"] is not None)  # the audit builds with the same (L{ingress.audit}), less ACME
 
-    def build_table(state: ClusterState, generation: int) -> RoutingTable:
-        return build(state, generation=generation, **arguments)
+    def build_table(state: ClusterState, generation: int) -> Built:
+        return build(state, build_options, generation)
 
     builder = TableBuilder(reactor, live, metrics, IncrementalBuild(build_table))  # EndpointSlice-only changes skip the build
     metrics.table_routes.set_function(lambda: _route_count(live.table))  # counted when scraped, not per build (3 ms at 10k hosts)

@@ -1,33 +1,34 @@
 # -*- test-case-name: tests.unit.test_audit -*-
 """
 Behaviours where twingress differs from ingress-nginx without any key saying so, shown where an object
-of the cluster triggers them.  Each is a function of the snapshot and the built table (L{DIFFERENCES}):
+of the cluster triggers them.  Each is a function of the snapshot and the build (its table and report, L{DIFFERENCES}):
 a difference the proxy changes is changed here by reading the table, never by a second description.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ingress.model import PATH_EXACT, ClusterState
-from ingress.routing.table import RoutingTable
+from ingress.routing.build_options import BuildOptions
+from ingress.routing.report import Built
 from ingress.routing.trailing_slash import ingress_nginx_class
 
 Difference = dict[str, str]  # {"object": "NAMESPACE/NAME", "behaviour": ..., "message": ...}
 
 
-def trailing_slash(state: ClusterState, table: RoutingTable, arguments: Mapping[str, Any]) -> Iterator[Difference]:
+def trailing_slash(state: ClusterState, built: Built, options: BuildOptions) -> Iterator[Difference]:
     """
     A Prefix or Exact path C{/p/}: ingress-nginx answers C{/p} with a 301 to C{/p/} (its location for C{/p}
     does it); twingress's own class matches C{/p} by the Kubernetes Prefix rule (routing/paths.py), and an
     Exact C{/p/} does not match C{/p} at all.  A twingress serving ingress-nginx's class (the take-over
     preset) answers the same 301 (L{ingress.routing.trailing_slash}): no difference then.
     """
-    if ingress_nginx_class(arguments["class_name"], arguments["controller_name"]):
+    if ingress_nginx_class(options.class_name, options.controller_name):
         return
     for ingress in state.ingresses:
-        if ingress.ref in table.class_skipped:
+        if ingress.ref in built.report.class_skipped:
             continue
         for rule in ingress.rules:
             for path in rule.paths:
@@ -40,11 +41,11 @@ def trailing_slash(state: ClusterState, table: RoutingTable, arguments: Mapping[
                     }
 
 
-DIFFERENCES: list[Callable[[ClusterState, RoutingTable, Mapping[str, Any]], Iterator[Difference]]] = [trailing_slash]
+DIFFERENCES: list[Callable[[ClusterState, Built, BuildOptions], Iterator[Difference]]] = [trailing_slash]
 """Each behaviour that differs without a key; a new one is a function added here."""
 
 
-def differences(state: ClusterState, table: RoutingTable, arguments: Mapping[str, Any]) -> list[Any]:
-    """Every difference the cluster triggers, by object (C{arguments}: the table's build options)."""
-    found = [difference for check in DIFFERENCES for difference in check(state, table, arguments)]
+def differences(state: ClusterState, built: Built, options: BuildOptions) -> list[Any]:
+    """Every difference the cluster triggers, by object (C{options}: the table's build options)."""
+    found = [difference for check in DIFFERENCES for difference in check(state, built, options)]
     return sorted(found, key=lambda d: (d["object"], d["behaviour"], d["message"]))

@@ -16,52 +16,55 @@ from ingress.model import ClusterState, Ingress, ObjectRef, Problem
 from ingress.model.gateway import GRPCRoute, HTTPRoute, L4Route
 from ingress.routing import build
 from ingress.routing.annotations import read_annotations
-from ingress.routing.table import RoutingTable, problem_json
+from ingress.routing.build_options import BuildOptions
+from ingress.routing.report import BuildReport
+from ingress.routing.table import problem_json
 
 SCHEMA_VERSION = 1
 
 
-def audit(state: ClusterState, arguments: Mapping[str, Any], source: Mapping[str, Any]) -> dict[str, Any]:
+def audit(state: ClusterState, options: BuildOptions, source: Mapping[str, Any]) -> dict[str, Any]:
     """
-    The report of C{state} under L{ingress.routing.build}'s C{arguments} (L{ingress.options.build_arguments}):
+    The report of C{state} built with C{options} (L{ingress.options.build_arguments}, as the proxy's):
     C{source} says where the snapshot came from (its kind, where, the kinds it could not list).
     """
-    table = build(state, **arguments)
+    built = build(state, options)
+    table, found = built.table, built.report
     problems: dict[ObjectRef, list[Problem]] = {}
-    for problem in table.problems:
+    for problem in found.problems:
         problems.setdefault(problem.ref, []).append(problem)
     routes = routes_by_ingress(table)
     ingresses = [
-        _ingress(ingress, table, problems.pop(ingress.ref, []), routes.get(ingress.ref, []), arguments["nginx_annotations"])
+        _ingress(ingress, found.class_skipped, problems.pop(ingress.ref, []), routes.get(ingress.ref, []), options.nginx_annotations)
         for ingress in state.ingresses
     ]
     ingresses += [_unreadable(ref, problems.pop(ref)) for ref in list(problems) if ref.kind == "Ingress" and any(p.left_out for p in problems[ref])]
     ingresses.sort(key=lambda i: tuple(i["object"].split("/")))
-    gateway_routes = _gateway_routes(state, table)
-    config_map = _config_map(state, arguments.get("nginx_configmap"), problems)
+    gateway_routes = _gateway_routes(state, found)
+    config_map = _config_map(state, options.nginx_configmap, problems)
     report: dict[str, Any] = {
         "schemaVersion": SCHEMA_VERSION,
         "twingress": __version__,
         "source": dict(source),
         "options": {
-            "ingressClass": arguments["class_name"],
-            "controllerName": arguments["controller_name"],
-            "nginxConfigmap": "/".join(arguments["nginx_configmap"]) if arguments.get("nginx_configmap") else None,
-            "nginxAnnotations": bool(arguments["nginx_annotations"]),
+            "ingressClass": options.class_name,
+            "controllerName": options.controller_name,
+            "nginxConfigmap": "/".join(options.nginx_configmap) if options.nginx_configmap else None,
+            "nginxAnnotations": options.nginx_annotations,
         },
         "ingresses": ingresses,
         "gatewayRoutes": gateway_routes,
         "configmap": config_map,
-        "differences": differences(state, table, arguments),
+        "differences": differences(state, built, options),
         "problems": [problem_json(p) for found in problems.values() for p in found if p.ref.kind not in ("HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute", "UDPRoute")],
     }
     report["summary"] = _summary(report)
     return report
 
 
-def _ingress(ingress: Ingress, table: RoutingTable, problems: list[Problem], routes: list[RouteSeen], nginx: bool) -> dict[str, Any]:
+def _ingress(ingress: Ingress, class_skipped: Mapping[ObjectRef, tuple[str, str]], problems: list[Problem], routes: list[RouteSeen], nginx: bool) -> dict[str, Any]:
     name = f"{ingress.meta.namespace}/{ingress.meta.name}"
-    skipped = table.class_skipped.get(ingress.ref)
+    skipped = class_skipped.get(ingress.ref)
     shown: dict[str, Any] = {"object": name, "class": ingress.ingress_class_name or ingress.meta.annotations.get("kubernetes.io/ingress.class")}
     if skipped is not None:
         reason, message = skipped
@@ -104,10 +107,10 @@ def _routes(count: int) -> str:
     return f"{count} route" + ("s" if count != 1 else "")
 
 
-def _gateway_routes(state: ClusterState, table: RoutingTable) -> list[dict[str, Any]]:
+def _gateway_routes(state: ClusterState, report: BuildReport) -> list[dict[str, Any]]:
     """Each Gateway API route with its parents' conditions as the build judged them (served: Accepted by one of ours)."""
-    status = table.gateway_status.routes if table.gateway_status is not None else {}
-    problems = {p.ref: p for p in table.problems}
+    status = report.gateway_status.routes if report.gateway_status is not None else {}
+    problems = {p.ref: p for p in report.problems}
     found = []
     every: list[HTTPRoute | GRPCRoute | L4Route] = [*state.http_routes, *state.grpc_routes, *state.l4_routes]
     for route in every:

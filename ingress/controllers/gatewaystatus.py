@@ -31,7 +31,7 @@ from ingress.controllers.writer import LeaderWriter
 from ingress.model import Condition, ObjectRef
 from ingress.model.gateway import GATEWAY_GROUP, Gateway, GatewayClass, GRPCRoute, HTTPRoute, L4Route, ParentRef
 from ingress.routing.gateway.status import GatewayAPIStatus, GatewayStatus, with_listen_failures
-from ingress.routing.table import RoutingTable
+from ingress.routing.report import BuildReport
 from ingress.sources.kube.client import MERGE_PATCH
 from ingress.sources.kube.reflector import Store
 
@@ -82,12 +82,12 @@ class GatewayStatusSync:
         self._judged = False  # no table yet: a route missing from the status says nothing until one comes
         self._lock = threading.Lock()
 
-    def table_changed(self, table: RoutingTable, listen_failures: Mapping[tuple[str, int], str] = {}) -> list[ObjectRef]:
+    def table_changed(self, report: BuildReport, listen_failures: Mapping[tuple[str, int], str] = {}) -> list[ObjectRef]:
         """
-        Keep the new table's status, with the ports that could not be bound (reactor thread); returns the
+        Keep the new build's status (its report's), with the ports that could not be bound (reactor thread); returns the
         objects whose status changed.
         """
-        status = with_listen_failures(table.gateway_status or GatewayAPIStatus(), listen_failures)
+        status = with_listen_failures(report.gateway_status or GatewayAPIStatus(), listen_failures)
         with self._lock:
             old, self._status, self._judged = self._status, status, True
         changed = [ObjectRef("GatewayClass", "", name) for name in set(old.classes) | set(status.classes) if old.classes.get(name) != status.classes.get(name)]

@@ -38,7 +38,7 @@ from ingress.controllers.streamstatus import StreamStatusSync
 from ingress.controllers.writer import LeaderWriter
 from ingress.model import ObjectRef
 from ingress.model.gateway import GATEWAY_CONTROLLER_NAME
-from ingress.routing.table import RoutingTable
+from ingress.routing.report import Built
 from ingress.runtime.live import LiveTable
 from ingress.sources.kube.client import KubeClient
 from ingress.sources.kube.reflector import Reflector, Resource
@@ -107,18 +107,18 @@ class ControllerManager(Service):
             if self.live is not None and self.source.watches("StreamIngress"):
                 self._stream_status = StreamStatusSync(self._writer(STREAM_STATUS), self.source.store("StreamIngress"))
                 self._add_loop(STREAM_STATUS, self._stream_status)
-                self.live.subscribe(self._table_changed)
+                self.live.subscribe_report(self._table_changed)
             if self.live is not None and self.source.watches("Gateway"):
                 stores = {kind: self.source.store(kind) for kind in GATEWAY_STATUS_KINDS if self.source.watches(kind)}
                 self._gateway_status = GatewayStatusSync(self._writer(GATEWAY_STATUS), stores, self.options.gateway_controller_name, addresses)
                 self._add_loop(GATEWAY_STATUS, self._gateway_status)
-                self.live.subscribe(self._gateway_table_changed)
+                self.live.subscribe_report(self._gateway_table_changed)
             if self.live is not None:
                 events = EventRecorder(self._writer(PROBLEM_EVENTS), self.options.election.identity)
                 config_maps = self.source.store("ConfigMap") if self.source.watches("ConfigMap") else None
                 self._problem_events = IngressProblemEvents(events, self.source.store("Ingress"), config_maps)
                 self._add_loop(PROBLEM_EVENTS, self._problem_events)
-                self.live.subscribe(self._problems_changed)
+                self.live.subscribe_report(self._problems_changed)
         self._subscribe()
         for loop in self.loops.values():
             loop.start()
@@ -207,22 +207,22 @@ class ControllerManager(Service):
                 if self.source.watches(kind):
                     self.source.on_key(kind, partial(_enqueue_ref, enqueue, kind))
 
-    def _table_changed(self, table: RoutingTable) -> None:
+    def _table_changed(self, built: Built) -> None:
         """A new table (reactor thread): queue the StreamIngresses whose conditions changed."""
         enqueue = self._enqueuer(STREAM_STATUS)
-        for key in self._stream_status.table_changed(table, self.listen_failures()):
+        for key in self._stream_status.table_changed(built, self.listen_failures()):
             enqueue(key)
 
-    def _gateway_table_changed(self, table: RoutingTable) -> None:
+    def _gateway_table_changed(self, built: Built) -> None:
         """A new table (reactor thread): queue the Gateway API objects whose status changed."""
         enqueue = self._enqueuer(GATEWAY_STATUS)
-        for ref in self._gateway_status.table_changed(table, self.listen_failures()):
+        for ref in self._gateway_status.table_changed(built.report, self.listen_failures()):
             enqueue(ref)
 
-    def _problems_changed(self, table: RoutingTable) -> None:
+    def _problems_changed(self, built: Built) -> None:
         """A new table (reactor thread): queue the Ingresses whose annotation problems changed."""
         enqueue = self._enqueuer(PROBLEM_EVENTS)
-        for key in self._problem_events.table_changed(table):
+        for key in self._problem_events.table_changed(built.report):
             enqueue(key)
 
     def _enqueuer(self, loop: str) -> Callable[[Hashable], None]:

@@ -6,7 +6,7 @@ C{kubectl describe ingress}, and not only in our log and C{/debug/routes}.  The 
 ingress-nginx controller ConfigMap (--nginx-configmap): a guard it cannot enforce, a key it does not
 read, a value it cannot read are Warnings on that ConfigMap (C{kubectl describe configmap}).
 
-The routing table already holds these problems; each table that changes an
+The build report already holds these problems; each build that changes an
 Ingress's set of them queues that Ingress, and the sync (on a controller
 thread, on the Lease holder only) records one Warning per problem.  The event
 recorder drops repeats of the same Warning for the same object version.
@@ -22,7 +22,7 @@ from ingress.controllers.events import WARNING, EventRecorder
 from ingress.model import ConfigMap, Ingress, Problem
 from ingress.routing import nginx_config
 from ingress.routing.annotations import CANARY_WITHOUT_MAIN, INVALID, INVALID_PATH, UNKNOWN, UNSUPPORTED
-from ingress.routing.table import RoutingTable
+from ingress.routing.report import BuildReport
 from ingress.sources.kube.reflector import Store
 
 REASONS = frozenset({UNKNOWN, INVALID, UNSUPPORTED, INVALID_PATH, CANARY_WITHOUT_MAIN})
@@ -44,13 +44,13 @@ class IngressProblemEvents:
         self._recorded: dict[Key, set[tuple[str, str]]] = {}  # (reason, message) already told, per Ingress
         self._seen: tuple[Problem, ...] = ()  # the problems of the last table (an incremental update keeps the tuple when they did not change)
 
-    def table_changed(self, table: RoutingTable) -> set[Hashable]:
-        """A new table (reactor thread): the Ingresses whose problems changed."""
-        if table.problems is self._seen:
+    def table_changed(self, report: BuildReport) -> set[Hashable]:
+        """A new build's report (reactor thread): the Ingresses whose problems changed."""
+        if report.problems is self._seen:
             return set()
-        self._seen = table.problems
+        self._seen = report.problems
         current: dict[Key, list[Problem]] = {}
-        for problem in table.problems:
+        for problem in report.problems:
             if problem.ref.kind == "Ingress" and problem.reason in REASONS:
                 current.setdefault((problem.ref.namespace, problem.ref.name), []).append(problem)
             elif problem.ref.kind == "ConfigMap" and problem.reason in CONFIG_REASONS and self.config_maps is not None:

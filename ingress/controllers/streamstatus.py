@@ -23,18 +23,18 @@ from typing import Any
 from ingress.controllers.leader import micro_time
 from ingress.controllers.writer import LeaderWriter
 from ingress.model import Condition, ObjectRef, StreamIngress
+from ingress.routing.report import EMPTY_BUILT, Built
 from ingress.routing.streams import StreamCondition
-from ingress.routing.table import RoutingTable
 from ingress.sources.kube.client import MERGE_PATCH
 from ingress.sources.kube.reflector import Store
 
 
 def desired_conditions(
-    ref: ObjectRef, table: RoutingTable, failures: Mapping[tuple[str, int], str]
+    ref: ObjectRef, built: Built, failures: Mapping[tuple[str, int], str]
 ) -> tuple[StreamCondition, ...]:
-    """The table's conditions for C{ref}, with Accepted turned False where the leader could not bind."""
-    conditions = table.stream_conditions.get(ref, ())
-    failed = [(key, detail) for key, detail in failures.items() if (route := table.streams.get(key)) is not None and route.source == ref]
+    """The build's conditions for C{ref} (its report's), with Accepted turned False where the leader could not bind (its table's streams)."""
+    conditions = built.report.stream_conditions.get(ref, ())
+    failed = [(key, detail) for key, detail in failures.items() if (route := built.table.streams.get(key)) is not None and route.source == ref]
     if not failed:
         return conditions
     (protocol, port), detail = failed[0]
@@ -70,26 +70,23 @@ class StreamStatusSync:
     ) -> None:
         self.writer = writer
         self.streams = streams
-        self._table = RoutingTable()
+        self._built = EMPTY_BUILT
         self._failures: Mapping[tuple[str, int], str] = {}
         self._lock = threading.Lock()
 
-    def table_changed(self, table: RoutingTable, failures: Mapping[tuple[str, int], str]) -> list[tuple[str, str]]:
+    def table_changed(self, built: Built, failures: Mapping[tuple[str, int], str]) -> list[tuple[str, str]]:
         """
         Keep the new table and a copy of the listeners that failed to bind
         (reactor thread); returns the keys whose conditions changed, by the
         build or by a listener that failed or bound again.
         """
         with self._lock:
-            old, self._table = self._table, table
+            old, self._built = self._built, built
             old_failures, self._failures = self._failures, dict(failures)
-        refs = {
-            ref
-            for ref in set(old.stream_conditions) | set(table.stream_conditions)
-            if old.stream_conditions.get(ref) != table.stream_conditions.get(ref)
-        }
+        before, after = old.report.stream_conditions, built.report.stream_conditions
+        refs = {ref for ref in set(before) | set(after) if before.get(ref) != after.get(ref)}
         for key in set(old_failures.items()) ^ set(self._failures.items()):
-            for route in (old.streams.get(key[0]), table.streams.get(key[0])):
+            for route in (old.table.streams.get(key[0]), built.table.streams.get(key[0])):
                 if route is not None:
                     refs.add(route.source)
         return [(ref.namespace, ref.name) for ref in refs if ref.kind == "StreamIngress"]
@@ -99,8 +96,8 @@ class StreamStatusSync:
         if not isinstance(stream, StreamIngress):
             return
         with self._lock:
-            table, failures = self._table, self._failures
-        desired = desired_conditions(stream.ref, table, failures)
+            built, failures = self._built, self._failures
+        desired = desired_conditions(stream.ref, built, failures)
         if not desired or desired[0].observed_generation < stream.meta.generation:
             return  # the table has not caught up with this version yet: its own table will come
         if not differs(stream.status_conditions, desired):

@@ -107,7 +107,7 @@ class Admin:
 
     def _routes(self, request: Request) -> bytes:
         request.setHeader(b"content-type", b"application/json")
-        dump = self.live.table.to_json()
+        dump = {**self.live.table.to_json(), **self.live.report.to_json()}  # the report: the primary's (a worker's is empty)
         for key, section in self.route_sections.items():
             dump[key] = section()
         for view in self.route_views:

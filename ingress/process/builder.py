@@ -45,6 +45,7 @@ from twisted.python.threadpool import ThreadPool
 from ingress.model import ClusterState, Problem
 from ingress.observe.metrics import Metrics
 from ingress.process.heap import frozen_after
+from ingress.routing.report import BuildReport, Built
 from ingress.routing.table import RoutingTable
 from ingress.runtime.live import LiveTable
 from ingress.runtime.reactor import IProcessReactor
@@ -52,9 +53,9 @@ from ingress.runtime.reactor import IProcessReactor
 log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 Snapshot = Callable[[], ClusterState]
-BuildFunction = Callable[[ClusterState, int], RoutingTable]
+BuildFunction = Callable[[ClusterState, int], Built]
 Preparer = Callable[[RoutingTable], Callable[[], None]]
-"""Runs on the build thread with a new table; returns what to do on the reactor thread before the swap."""
+"""Runs on the build thread with a new table (not its report); returns what to do on the reactor thread before the swap."""
 
 
 class TableBuilder:
@@ -117,48 +118,49 @@ class TableBuilder:
         self._running = True
         self.generation += 1
         generation = self.generation
-        d: Deferred[tuple[RoutingTable, float, list[Callable[[], None]]]] = deferToThreadPool(
+        d: Deferred[tuple[Built, float, list[Callable[[], None]]]] = deferToThreadPool(
             self.reactor, self._pool, self._build_timed, snapshot, generation
         )
         d.addCallbacks(self._built, self._failed)
         d.addBoth(self._done)
 
-    def _build_timed(self, snapshot: Snapshot, generation: int) -> tuple[RoutingTable, float, list[Callable[[], None]]]:
+    def _build_timed(self, snapshot: Snapshot, generation: int) -> tuple[Built, float, list[Callable[[], None]]]:
         """
         Build with the cyclic garbage collector paused, then freeze what is alive
         (L{frozen_after}: the new table and its model leave every later scan).
         """
         started = time.perf_counter()
-        table = frozen_after(lambda: self.build(snapshot(), generation))
-        commits = [prepare(table) for prepare in self.preparers]
-        return table, time.perf_counter() - started, commits
+        built = frozen_after(lambda: self.build(snapshot(), generation))
+        commits = [prepare(built.table) for prepare in self.preparers]
+        return built, time.perf_counter() - started, commits
 
-    def _built(self, result: tuple[RoutingTable, float, list[Callable[[], None]]]) -> None:
-        table, seconds, commits = result
+    def _built(self, result: tuple[Built, float, list[Callable[[], None]]]) -> None:
+        built, seconds, commits = result
+        table, report = built.table, built.report
         swap_started = time.perf_counter()
         for commit in commits:
             commit()
         self.metrics.build_seconds.observe(seconds)
         self.metrics.table_generation.set(table.generation)
-        self.metrics.set_problems([p.reason for p in table.problems])
-        if table.class_skipped is not self.live.table.class_skipped:
-            self._report_skipped(self.live.table, table)
-        previous = set(self.live.table.problems)
-        for problem in table.problems:
+        self.metrics.set_problems([p.reason for p in report.problems])
+        if report.class_skipped is not self.live.report.class_skipped:
+            self._report_skipped(self.live.report, report)
+        previous = set(self.live.report.problems)
+        for problem in report.problems:
             if problem not in previous:  # each problem is logged once, when it appears
                 log.warn("{problem}", problem=problem_line(problem))
-        self.live.swap(table)
+        self.live.swap(table, report)
         self._cost = seconds + time.perf_counter() - swap_started
         log.info(
             "routing table {generation} live: {hosts} hosts, {problems} problems, built in {ms:.1f} ms{how}",
             generation=table.generation,
             hosts=len(table.hosts) + len(table.wildcards),
-            problems=len(table.problems),
+            problems=len(report.problems),
             ms=seconds * 1000,
             how=f" ({how})" if (how := getattr(self.build, "last_path", "")) else "",
         )
 
-    def _report_skipped(self, old: RoutingTable, new: RoutingTable) -> None:
+    def _report_skipped(self, old: BuildReport, new: BuildReport) -> None:
         """
         The Ingresses of other classes, counted by why, logged when that changes (and at start): a
         class kept from ingress-nginx's chart must not look like "0 hosts, 0 problems".

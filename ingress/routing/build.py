@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.unit.test_routing -*-
 """
-C{build(state) -> RoutingTable}: networking.k8s.io/v1 Ingress semantics, as a pure function.
+C{build(state, options) -> Built}: networking.k8s.io/v1 Ingress semantics, as a pure function.
 
 Every decision that depends on more than one object (which Ingresses are
 ours, who wins a conflicting path or default backend, which addresses a
@@ -18,8 +18,6 @@ from dataclasses import replace
 from typing import Optional
 
 from ingress.model import (
-    CONTROLLER_NAME,
-    DEFAULT_CLASS_NAME,
     PATH_EXACT,
     ClusterState,
     ConfigMap,
@@ -30,13 +28,13 @@ from ingress.model import (
     Problem,
     TLSSecret,
 )
-from ingress.model.gateway import GATEWAY_CONTROLLER_NAME
 from ingress.routing.acme_challenges import add_challenge_routes
 from ingress.routing.annotations import CANARY_WITHOUT_MAIN, INVALID_PATH, IngressAnnotations, read_annotations
 from ingress.routing.annotations.backend import MissingSecret, backend_tls
 from ingress.routing.annotations.errorpages import error_pages
 from ingress.routing.annotations.policies import BadPath, compile_path, route_policies, route_rate_limit
 from ingress.routing.backends import Backends
+from ingress.routing.build_options import DEFAULT_BUILD_OPTIONS, BuildOptions
 from ingress.routing.certs import build_certificates, passthrough_upstreams, tls_hosts, with_tls_options
 from ingress.routing.clienthosts import client_auth_hosts, with_client_auth
 from ingress.routing.gateway import build_gateway_routes
@@ -50,6 +48,7 @@ from ingress.routing.paths import prefix_key
 from ingress.routing.policies import Redirect
 from ingress.routing.policies.affinity import upstream_tag
 from ingress.routing.policies.clientauth import ClientAuth
+from ingress.routing.report import BuildReport, Built
 from ingress.routing.resolutions import IngressResolutions
 from ingress.routing.route import Canary, Policies
 from ingress.routing.selection import select_and_skip
@@ -58,44 +57,27 @@ from ingress.routing.table import Route, RoutingTable, Upstream
 from ingress.routing.trailing_slash import add_slash_redirects, ingress_nginx_class
 
 
-def build(
-    state: ClusterState,
-    *,
-    class_name: str = DEFAULT_CLASS_NAME,
-    controller_name: str = CONTROLLER_NAME,
-    generation: int = 0,
-    default_certificate: Optional[tuple[str, str]] = None,
-    tcp_services: Optional[tuple[str, str]] = None,
-    udp_services: Optional[tuple[str, str]] = None,
-    reserved_ports: Mapping[int, str] = {},
-    nginx_annotations: bool = True,
-    nginx_configmap: Optional[tuple[str, str]] = None,
-    gateway_controller_name: str = GATEWAY_CONTROLLER_NAME,
-    cleartext_http2: bool = False,
-    gateway_addresses: tuple[str, ...] = (),
-    acme_challenges: bool = False,
-) -> RoutingTable:
+def build(state: ClusterState, options: BuildOptions = DEFAULT_BUILD_OPTIONS, generation: int = 0) -> Built:
     """
-    The routing table for C{state}: our Ingresses' rules, merged across Ingresses, and the streams.
+    The routing table for C{state} (our Ingresses' rules, merged across Ingresses, and the streams),
+    with the build's report beside it (L{Built}: the table goes to the workers, the report does not).
 
     Nothing in C{state} makes this raise: a missing Service or a conflicting
-    path is reported in C{problems} and the rest of the table is built.
-    C{tcp_services}/C{udp_services} and C{reserved_ports} are for
-    L{ingress.routing.streams.build_streams}; C{nginx_annotations} reads
-    the C{nginx.ingress.kubernetes.io/} annotations besides C{twingress.io/};
-    C{nginx_configmap} names the ingress-nginx ConfigMap whose keys are the routes' defaults;
-    C{cleartext_http2} says HTTP/2 with prior knowledge is served on the HTTP listener (GRPCRoutes may attach there);
-    C{gateway_addresses} is the pool each Gateway gets an address of its own from (L{address_tables});
-    C{acme_challenges} serves the ACME issuer's pending HTTP-01 tokens (L{add_challenge_routes}).
+    path is reported in the report's C{problems} and the rest of the table is built.
+    C{options} (L{BuildOptions}) are the command line's: which class is ours, the
+    ConfigMaps read, the ports the listeners hold, the Gateway address pool.
+    C{generation} numbers the table (the builder's count of builds).
     """
+    class_name, controller_name, reserved_ports = options.class_name, options.controller_name, options.reserved_ports
+    default_certificate, nginx_configmap = options.default_certificate, options.nginx_configmap
     config, config_problems = read_nginx_config(state.config_maps, nginx_configmap) if nginx_configmap else (TWINGRESS_DEFAULTS, [])
     ingresses, skipped = select_and_skip(state, class_name=class_name, controller_name=controller_name)
-    annotations = {ingress.ref: read_annotations(ingress, nginx_annotations) for ingress in ingresses}
+    annotations = {ingress.ref: read_annotations(ingress, options.nginx_annotations) for ingress in ingresses}
     valid = tuple(ingress for ingress in ingresses if not annotations[ingress.ref].invalid)
     served = tuple(ingress for ingress in valid if not annotations[ingress.ref].canary)
     backends = Backends(state)
     streams = build_streams(
-        state, backends.upstream, tcp_services=tcp_services, udp_services=udp_services, reserved_ports=reserved_ports
+        state, backends.upstream, tcp_services=options.tcp_services, udp_services=options.udp_services, reserved_ports=reserved_ports
     )
     routes = _RouteBuilder(backends, annotations, tls_hosts(served), regex_hosts(served, annotations), state.secrets, config, state.opaque_secrets, state.config_maps)
     for ingress in served:
@@ -106,7 +88,7 @@ def build(
     routes.add_host_aliases(served)
     if ingress_nginx_class(class_name, controller_name):  # nginx's 301 from /p to /p/, for ingress-nginx's class only
         add_slash_redirects((*routes.hosts.values(), *routes.wildcards.values(), routes.any_host))
-    if acme_challenges:  # after the slash redirects: a token's exact route wins over anything they add
+    if options.acme_challenges:  # after the slash redirects: a token's exact route wins over anything they add
         add_challenge_routes(state.config_maps, routes.paths_of)
     default_route = routes.default_route(served)
     certificates, tls_problems = build_certificates(state, served, default_certificate)
@@ -115,38 +97,29 @@ def build(
     annotation_problems = [problem for found in annotations.values() for problem in found.problems] + client_problems
     hosts = with_client_auth(freeze_hosts(routes.hosts), client_hosts)
     wildcards = with_client_auth(freeze_hosts(routes.wildcards), {host[2:]: auth for host, auth in client_hosts.items() if host.startswith("*.")})
-    gateway = build_gateway_routes(state, backends, reserved_ports, gateway_controller_name, cleartext_http2)
-    by_address, address_problems = address_tables(
-        state, backends, reserved_ports, gateway_controller_name, cleartext_http2, gateway_addresses, generation, config, default_certificate
-    )
+    gateway = build_gateway_routes(state, backends, reserved_ports, options.gateway_controller_name, options.cleartext_http2)
+    by_address, address_problems = address_tables(state, backends, options, generation, config)
     if by_address:
         gateway.status = with_addresses(gateway.status, {ref: address for ref, (address, _) in by_address.items()})
     any_host = routes.any_host.freeze() if routes.any_host.routes else None
     passthrough = passthrough_upstreams(served, annotations, hosts, wildcards)
     merged = merge_gateway(gateway, hosts, wildcards, any_host, certificates, state.secrets, passthrough, streams.streams)
-    return RoutingTable(
+    problems = set(routes.problems) | set(tls_problems) | set(streams.problems) | set(annotation_problems) | set(config_problems)
+    table = RoutingTable(
         generation=generation,
         hosts=merged.hosts,
         wildcards=wildcards,
         deep_wildcards=merged.deep_wildcards,
-        gateway_status=gateway.status if gateway.status.classes or gateway.status.gateways else None,
         passthrough=merged.passthrough,
         deep_passthrough=merged.deep_passthrough,
         tls_terminated=merged.tls_terminated,
         any_host=merged.any_host,
         default_route=default_route,
-        problems=_sorted_problems(state.problems)
-        + _sorted_problems(
-            set(routes.problems) | set(tls_problems) | set(streams.problems) | set(annotation_problems) | set(config_problems) | set(merged.problems)
-            | set(address_problems)
-        ),
         certificates=merged.certificates,
         streams=merged.streams,
-        stream_conditions=streams.conditions,
         trust=config.trust,
         listener=config.listener,
         blocked=config.guards.block,
-        class_skipped=skipped,
         rejects_unknown_tls_names=gateway.tls_listeners, https_listeners=gateway.https_names,
         gateway_ports={
             port: with_address_views(port_table(routes, generation, state.secrets, config, default_certificate), by_address, port)
@@ -155,6 +128,13 @@ def build(
         addresses={address: table for address, table in by_address.values()},
         request_ids=config.generate_request_id,
     )
+    report = BuildReport(
+        problems=_sorted_problems(state.problems) + _sorted_problems(problems | set(merged.problems) | set(address_problems)),
+        class_skipped=skipped,
+        gateway_status=gateway.status if gateway.status.classes or gateway.status.gateways else None,
+        stream_conditions=streams.conditions,
+    )
+    return Built(table, report)
 
 
 

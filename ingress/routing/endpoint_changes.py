@@ -30,6 +30,7 @@ from ingress.model import ClusterState, EndpointSlice, IngressBackend, ServiceBa
 from ingress.routing.annotations.errorpages import NO_ENDPOINTS
 from ingress.routing.backends import Backends
 from ingress.routing.ingress_index import ServiceKey
+from ingress.routing.report import Built
 from ingress.routing.route import Route
 from ingress.routing.table import HostRoutes, RoutingTable
 from ingress.routing.upstream import Upstream
@@ -51,12 +52,14 @@ class ServiceUses:
     deep_wildcards: Mapping[ServiceKey, frozenset[str]] = field(default_factory=dict)  # Gateway API wildcard suffixes
 
     @classmethod
-    def of(cls, table: RoutingTable) -> ServiceUses:
+    def of(cls, built: Built) -> ServiceUses:
+        """Where C{built}'s table uses each Service; its report's NO_ENDPOINTS problems are shaped by endpoints too."""
+        table = built.table
         hosts: dict[ServiceKey, set[str]] = {}
         wildcards: dict[ServiceKey, set[str]] = {}
         deep: dict[ServiceKey, set[str]] = {}
         # streams, and Gateway address tables (their routes are copies this update does not reach): a full build
-        shaped = bool(table.streams or table.addresses) or any(problem.reason == NO_ENDPOINTS for problem in table.problems)
+        shaped = bool(table.streams or table.addresses) or any(problem.reason == NO_ENDPOINTS for problem in built.report.problems)
         for index, by_host in ((hosts, table.hosts), (wildcards, table.wildcards), (deep, table.deep_wildcards)):
             for host, routes in by_host.items():
                 for route in _routes_of(routes):
@@ -79,7 +82,7 @@ class ServiceUses:
         """One of C{services} that a route outside the hosts uses (the default route, host-less rules, passthrough), or None."""
         return next((service for service in services if _EVERYWHERE in self.hosts.get(service, ())), None)
 
-    def following(self, before: RoutingTable, after: RoutingTable, names: Optional[Collection[str]] = None) -> Optional[ServiceUses]:
+    def following(self, before: RoutingTable, after: Built, names: Optional[Collection[str]] = None) -> Optional[ServiceUses]:
         """
         The uses of C{after}, made from C{before} (whose uses these are) by changing some hosts and
         wildcards (an Ingress-only update): their entries found again, the others kept.  C{names}:
@@ -87,13 +90,14 @@ class ServiceUses:
         known (else every host is compared).  None when more than hosts changed: then they are
         found again from the whole table when needed.
         """
-        if not all(getattr(after, name) is getattr(before, name) for name in ("any_host", "default_route", "passthrough", "deep_passthrough", "tls_terminated", "streams", "deep_wildcards")):
+        problems, table = after.report.problems, after.table
+        if not all(getattr(table, name) is getattr(before, name) for name in ("any_host", "default_route", "passthrough", "deep_passthrough", "tls_terminated", "streams", "deep_wildcards")):
             return None
-        shaped = self.shaped_by_endpoints or any(problem.reason == NO_ENDPOINTS for problem in after.problems)
+        shaped = self.shaped_by_endpoints or any(problem.reason == NO_ENDPOINTS for problem in problems)
         found: list[Mapping[ServiceKey, frozenset[str]]] = []
         exact = None if names is None else {name for name in names if not name.startswith("*.")}
         suffixes = None if names is None else {name[2:] for name in names if name.startswith("*.")}
-        for uses, old, new, candidates in ((self.hosts, before.hosts, after.hosts, exact), (self.wildcards, before.wildcards, after.wildcards, suffixes)):
+        for uses, old, new, candidates in ((self.hosts, before.hosts, table.hosts, exact), (self.wildcards, before.wildcards, table.wildcards, suffixes)):
             if new is old:
                 found.append(uses)
                 continue

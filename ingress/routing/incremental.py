@@ -22,6 +22,7 @@ from ingress.routing.endpoint_changes import FIELDS, ServiceUses, SliceIndex, sa
 from ingress.routing.gateway import has_gateway_api
 from ingress.routing.ingress_changes import Build, with_changed_ingresses
 from ingress.routing.ingress_index import IngressIndex, ServiceKey
+from ingress.routing.report import Built
 from ingress.routing.table import RoutingTable
 
 
@@ -36,7 +37,7 @@ class IncrementalBuild:
         """C{max_share}: the largest part of the Ingresses an Ingress-only change builds again, rather than all of them."""
         self.full = full
         self.max_share = max_share
-        self._last: Optional[tuple[ClusterState, RoutingTable, Optional[ServiceUses]]] = None
+        self._last: Optional[tuple[ClusterState, Built, Optional[ServiceUses]]] = None
         self._index: Optional[IngressIndex] = None  # follows the last state's Ingresses
         self._slices: Optional[SliceIndex] = None  # the last state's EndpointSlices by Service (made by the first endpoint update)
         self._written: Optional[Mapping[str, Mapping[tuple[str, str], object]]] = None  # what the source wrote since the last state (this build's)
@@ -46,14 +47,14 @@ class IncrementalBuild:
         self.ingress_fallback: Optional[str] = None  # why the last Ingress-only change took a full build (None: it did not)
         self.last_path = ""  # how the last table was made, for the build's log line
 
-    def __call__(self, state: ClusterState, generation: int) -> RoutingTable:
+    def __call__(self, state: ClusterState, generation: int) -> Built:
         try:
             return self._build(state, generation)
         except BaseException:
             self._index = None  # it may follow a snapshot whose table was never made: made again from the last one
             raise
 
-    def _build(self, state: ClusterState, generation: int) -> RoutingTable:
+    def _build(self, state: ClusterState, generation: int) -> Built:
         if self._last is None:
             return self._full_build(state, generation)
         old, previous, uses = self._last
@@ -67,30 +68,32 @@ class IncrementalBuild:
         if differ in ([], ["endpoint_slices"]):
             uses = uses if uses is not None else ServiceUses.of(previous)
             slices = self._slice_index(old)
-            table = with_new_endpoints(previous, old, state, generation, uses, slices, self._written_of("endpoint_slices"))
+            table = with_new_endpoints(previous.table, old, state, generation, uses, slices, self._written_of("endpoint_slices"))
             self._slices = slices if slices.slices is state.endpoint_slices else None
             if table is not None:
                 self.endpoint_updates += 1
                 self.last_path = "endpoints only"
-                self._last = (state, table, uses)  # the same hosts use the same Services
-                return table
+                built = Built(table, previous.report)  # what the build found about the objects is what it was
+                self._last = (state, built, uses)  # the same hosts use the same Services
+                return built
         elif _ROUTE_KINDS.issuperset(differ) and not has_gateway_api(state):  # they share hosts: one owner per host, problems on the routes
             found = self._with_changed_routes(old, previous, uses, state, generation, differ)
             if isinstance(found, tuple):
                 self.ingress_updates += 1
                 self.last_path = "Ingresses only" if differ == ["ingresses"] else f"the routes of the changed {', '.join(differ)}"
                 self.ingress_fallback = None
-                table, hosts, uses = found
-                self._last = (state, table, uses.following(previous, table, hosts) if uses is not None else None)
-                return table
+                built, hosts, uses = found
+                self._last = (state, built, uses.following(previous.table, built, hosts) if uses is not None else None)
+                return built
             self.ingress_fallback = found
         elif differ == ["secrets"]:
             renewed = with_renewed_secrets(previous, old, state, generation)
             if renewed is not None:
                 self.secret_updates += 1
                 self.last_path = "Secrets only"
-                self._last = (state, renewed, uses)  # the routes are the same: so are their Services
-                return renewed
+                built = Built(renewed, previous.report)
+                self._last = (state, built, uses)  # the routes are the same: so are their Services
+                return built
         elif "ingresses" in differ and self._index is not None:
             self._index.changed_to(state.ingresses, self._written_of("ingresses"))
         return self._full_build(state, generation)
@@ -106,8 +109,8 @@ class IncrementalBuild:
         return None if self._written is None else self._written.get(name, {})
 
     def _with_changed_routes(
-        self, old: ClusterState, previous: RoutingTable, uses: Optional[ServiceUses], state: ClusterState, generation: int, differ: list[str]
-    ) -> Union[tuple[RoutingTable, frozenset[str], Optional[ServiceUses]], str]:
+        self, old: ClusterState, previous: Built, uses: Optional[ServiceUses], state: ClusterState, generation: int, differ: list[str]
+    ) -> Union[tuple[Built, frozenset[str], Optional[ServiceUses]], str]:
         """
         The table with the Ingresses that changed, and those naming a Service whose object or slices
         changed, built again (L{with_changed_ingresses}), the hosts that may differ and the uses it was checked with; or why
@@ -155,22 +158,22 @@ class IncrementalBuild:
         """
         if self._last is None:
             return
-        state, table, uses = self._last
+        state, built, uses = self._last
         if uses is None:
-            self._last = (state, table, ServiceUses.of(table))
+            self._last = (state, built, ServiceUses.of(built))
         if self._slices is None or self._slices.slices is not state.endpoint_slices:
             self._slices = SliceIndex(state)  # the slices changed along with other kinds (a snapshot keeps an unchanged kind's values)
 
-    def _full_build(self, state: ClusterState, generation: int) -> RoutingTable:
+    def _full_build(self, state: ClusterState, generation: int) -> Built:
         if self._last is None:
             self.last_path = "full build"
-        table = self.full(state, generation)
-        self._last = (state, table, None)
+        built = self.full(state, generation)
+        self._last = (state, built, None)
         if self._index is None or not self._index.consistent:
             # Made now, beside the full build it costs a tenth of, rather than in the first Ingress change;
             # made again after a snapshot with two Ingresses of one name, which this one may no longer have.
             self._index = IngressIndex.of(state.ingresses)
-        return table
+        return built
 
 
 _ROUTE_KINDS = frozenset({"ingresses", "services", "endpoint_slices"})
@@ -190,13 +193,14 @@ def _changed_keys(old: Mapping[ServiceKey, object], new: Mapping[ServiceKey, obj
     return {before[key] for key in before.keys() - after.keys()} | {after[key] for key in after.keys() - before.keys()}
 
 
-def _services_read_elsewhere(previous: RoutingTable, state: ClusterState, uses: ServiceUses, services: set[ServiceKey]) -> Optional[str]:
+def _services_read_elsewhere(previous: Built, state: ClusterState, uses: ServiceUses, services: set[ServiceKey]) -> Optional[str]:
     """
     Why a change of C{services} may reach beyond the routes of the Ingresses that name them, or
     None: streams (StreamIngresses and the tcp/udp-services ConfigMaps name Services too, and a
     stream's conditions count endpoints), routes shaped by endpoints, a Service used outside the hosts.
     """
-    if state.stream_ingresses or previous.streams or previous.stream_conditions or any(problem.ref.kind == "ConfigMap" for problem in previous.problems):
+    table, report = previous.table, previous.report
+    if state.stream_ingresses or table.streams or report.stream_conditions or any(problem.ref.kind == "ConfigMap" for problem in report.problems):
         return "streams name Services"
     if uses.shaped_by_endpoints:
         return "routes shaped by endpoints (a default-backend)"
@@ -207,7 +211,7 @@ def _services_read_elsewhere(previous: RoutingTable, state: ClusterState, uses: 
 _SECRET_CONTENT_KEYS = tuple(f"{prefix}{key}" for prefix in ("twingress.io/", "nginx.ingress.kubernetes.io/") for key in ("proxy-ssl-secret", "auth-tls-secret"))
 
 
-def with_renewed_secrets(previous: RoutingTable, old: ClusterState, new: ClusterState, generation: int) -> Optional[RoutingTable]:
+def with_renewed_secrets(previous: Built, old: ClusterState, new: ClusterState, generation: int) -> Optional[RoutingTable]:
     """
     C{previous} with the certificates of C{new}'s TLS Secrets, when only their contents changed (a
     certificate renewed, as cert-manager does): the same Secrets exist, so every host keeps the Secret
@@ -216,15 +220,16 @@ def with_renewed_secrets(previous: RoutingTable, old: ClusterState, new: Cluster
     Gateway listeners on ports of their own have certificate tables of their own, Gateways are judged:
     a listener's status says whether its Secret holds PEM).
     """
-    if old.secrets.keys() != new.secrets.keys() or _reads_secret_contents(new) or previous.gateway_ports:
+    status, previous_table = previous.report.gateway_status, previous.table
+    if old.secrets.keys() != new.secrets.keys() or _reads_secret_contents(new) or previous_table.gateway_ports:
         return None
-    if previous.gateway_status is not None and previous.gateway_status.gateways:
+    if status is not None and status.gateways:
         return None
-    certificates = previous.certificates
+    certificates = previous_table.certificates
     secrets = {key: new.secrets[key] for key in certificates.secrets}
     if all(secrets[key] is certificates.secrets[key] for key in secrets):
-        return replace(previous, generation=generation)
-    return replace(previous, generation=generation, certificates=replace(certificates, secrets=secrets))
+        return replace(previous_table, generation=generation)
+    return replace(previous_table, generation=generation, certificates=replace(certificates, secrets=secrets))
 
 
 def _reads_secret_contents(state: ClusterState) -> bool:

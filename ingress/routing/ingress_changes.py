@@ -40,9 +40,10 @@ from typing import Optional, TypeVar, Union
 from ingress.model import ClusterState, EndpointSlice, Ingress, IngressTLS, ObjectRef, Problem, TLSSecret
 from ingress.routing.certs import SecretKey
 from ingress.routing.ingress_index import IngressIndex, ServiceKey, annotation_name, names_of, secrets_of
+from ingress.routing.report import Built
 from ingress.routing.table import RoutingTable
 
-Build = Callable[[ClusterState, int], RoutingTable]
+Build = Callable[[ClusterState, int], Built]
 _K = TypeVar("_K")
 _V = TypeVar("_V")
 # Annotation keys (without prefix) whose effect reaches beyond the Ingress's own hosts, or that we
@@ -56,7 +57,7 @@ _PROBED_NAMERS = 16  # Ingresses outside the group tried as stand-ins for one Se
 
 
 def with_changed_ingresses(
-    previous: RoutingTable,
+    previous: Built,
     new: ClusterState,
     index: IngressIndex,
     old_versions: Mapping[ObjectRef, Ingress],
@@ -65,9 +66,9 @@ def with_changed_ingresses(
     generation: int,
     max_share: float,
     slices_of: Optional[Callable[[ServiceKey], Sequence[EndpointSlice]]] = None,
-) -> Union[tuple[RoutingTable, frozenset[str]], str]:
+) -> Union[tuple[Built, frozenset[str]], str]:
     """
-    C{previous} with the Ingresses changed from C{old_versions} to C{new_versions} (C{index} already
+    C{previous} (the table and its report) with the Ingresses changed from C{old_versions} to C{new_versions} (C{index} already
     follows C{new}) and the hosts that may differ (as Ingresses name them: "*.suffix" for a
     wildcard), or why that needs a full build.  C{slices_of}: C{new}'s slices of a Service, when the
     caller has them by Service (else they are picked from every slice).
@@ -75,7 +76,7 @@ def with_changed_ingresses(
     if not index.consistent:
         return "two Ingresses of one name"
     if not old_versions and not new_versions:
-        return replace(previous, generation=generation), frozenset()
+        return Built(replace(previous.table, generation=generation), previous.report), frozenset()
     group = _group(index, old_versions, new_versions, max_share)
     if isinstance(group, str):
         return group
@@ -89,15 +90,21 @@ def with_changed_ingresses(
         return f"host {min(aliased)} may be an alias of another Ingress"
     refs = frozenset(old_versions) | frozenset(ingress.ref for ingress in members)
     sub = build(_sub_state(new, members, slices_of), generation)
-    spliced = _spliced(previous, sub, hosts, refs, len(new.problems), generation)
+    spliced = _spliced(previous.table, sub.table, hosts, generation)
     if spliced is None:
         return "the group's build has entries outside its hosts"
-    secrets = _secrets_kept(previous, sub, new, index, old_versions, members, refs, build)
+    secrets = _secrets_kept(previous.table, sub.table, new, index, old_versions, members, refs, build)
     if secrets is None:
         return "a Secret named outside the group, by no Ingress found served"
-    if secrets is not previous.certificates.secrets:
+    if secrets is not previous.table.certificates.secrets:
         spliced = replace(spliced, certificates=replace(spliced.certificates, secrets=secrets))
-    return spliced, hosts
+    before, found = previous.report, sub.report
+    report = replace(
+        before,
+        problems=_problems(before.problems, found.problems, refs, len(new.problems)),
+        class_skipped=_skipped(before.class_skipped, found.class_skipped, refs),
+    )
+    return Built(spliced, report), hosts
 
 
 def far_reaching(ingress: Ingress) -> Optional[str]:
@@ -151,13 +158,8 @@ def _sub_state(state: ClusterState, members: tuple[Ingress, ...], slices_of: Opt
     return replace(state, ingresses=members, endpoint_slices=slices, stream_ingresses=(), problems=(), changes=None)
 
 
-def _spliced(
-    previous: RoutingTable, sub: RoutingTable, hosts: frozenset[str], refs: frozenset[ObjectRef], source_problems: int, generation: int
-) -> Optional[RoutingTable]:
-    """
-    The previous table with the group's hosts and problems taken from C{sub}; None if C{sub} has entries elsewhere.
-    A table's problems are the snapshot's own (C{source_problems} of them, the source's, unchanged here), then the build's.
-    """
+def _spliced(previous: RoutingTable, sub: RoutingTable, hosts: frozenset[str], generation: int) -> Optional[RoutingTable]:
+    """The previous table with the group's hosts taken from C{sub}; None if C{sub} has entries elsewhere."""
     exact = frozenset(host for host in hosts if not host.startswith("*."))
     wildcards = frozenset(host[2:] for host in hosts if host.startswith("*."))
     certificates = previous.certificates
@@ -184,8 +186,6 @@ def _spliced(
         wildcards=by_suffix,
         passthrough=passthrough,
         certificates=certificates,
-        problems=_problems(previous.problems, sub.problems, refs, source_problems),
-        class_skipped=_skipped(previous.class_skipped, sub.class_skipped, refs),
     )
 
 
@@ -226,7 +226,8 @@ def _problem_key(problem: Problem) -> tuple[ObjectRef, str, str]:
 
 def _problems(previous: tuple[Problem, ...], built: tuple[Problem, ...], refs: frozenset[ObjectRef], start: int) -> tuple[Problem, ...]:
     """
-    The previous problems with those of the group's Ingresses replaced by the group build's: sorted
+    The previous problems with those of the group's Ingresses replaced by the group build's (the
+    first C{start} are the snapshot's own, the source's, unchanged here): sorted
     and unique as the build makes them (merged, not sorted again: a cluster may have thousands), and
     the previous tuple itself when the group's problems did not change (nothing to send).
     """
@@ -300,6 +301,6 @@ def _served_elsewhere(
     probed = list(islice((ref for ref in namers if ref not in refs), _PROBED_NAMERS))
     stand_ins = tuple(replace(index.by_ref[ref], rules=(), default_backend=None, tls=(IngressTLS((), key[1]),)) for ref in probed)
     found = build(replace(state, ingresses=stand_ins, endpoint_slices=(), stream_ingresses=(), problems=()), 0)
-    if key in found.certificates.secrets:
+    if key in found.table.certificates.secrets:
         return True
     return False if len(probed) == _outside(namers, refs) else None

@@ -12,26 +12,20 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Optional, cast
+from typing import Any, ClassVar, Optional, cast
 
 import ingress.routing.lookup as lookup
-from ingress.model import ObjectRef, Problem
+from ingress.model import Problem
 from ingress.routing.certs import EMPTY_CERTIFICATES, CertificateTable
 from ingress.routing.listener_names import ListenerNames
 from ingress.routing.nginx_config import ListenerSettings
 from ingress.routing.policies.block import GlobalBlock
 from ingress.routing.policies.trust import ForwardedTrust
 from ingress.routing.route import Route
-from ingress.routing.streams import StreamCondition, StreamRoute, streams_json
+from ingress.routing.streams import StreamRoute, streams_json
 from ingress.routing.upstream import Upstream
 
-if TYPE_CHECKING:  # routing.gateway builds on this module
-    from ingress.routing.gateway.status import GatewayAPIStatus
-
 __all__ = ["EMPTY_TABLE", "HostRoutes", "Route", "RoutingTable", "Upstream", "normalize_host"]
-
-SKIPPED_NAMES = 100  # Ingresses named per reason in /debug/routes' skippedIngresses (all are counted)
-
 
 @dataclass(frozen=True, slots=True)
 class HostRoutes:
@@ -65,6 +59,10 @@ class RoutingTable:
     """
     One generation of routing: built by L{ingress.routing.build}, swapped whole.
 
+    Only what requests and connections are routed by: it is what the workers receive.  What the
+    build says about the objects (problems, skipped Ingresses, status) is its
+    L{ingress.routing.report.BuildReport}, which stays in the primary.
+
     C{hosts} holds exact host names, C{wildcards} the suffix after "*." of
     wildcard hosts, C{any_host} the rules without a host.
     """
@@ -74,20 +72,15 @@ class RoutingTable:
     wildcards: Mapping[str, HostRoutes] = field(default_factory=dict)
     any_host: Optional[HostRoutes] = None
     default_route: Optional[Route] = None
-    problems: tuple[Problem, ...] = ()
     certificates: CertificateTable = field(default_factory=lambda: EMPTY_CERTIFICATES)
     passthrough: Mapping[str, Upstream] = field(default_factory=dict)
     streams: Mapping[tuple[str, int], StreamRoute] = field(default_factory=dict)  # (protocol, port) → route
-    stream_conditions: Mapping[ObjectRef, tuple[StreamCondition, ...]] = field(default_factory=dict)  # for status
     trust: Optional[ForwardedTrust] = None  # forwarding headers believed (ingress-nginx ConfigMap); None: none
     listener: Optional[ListenerSettings] = None  # connection settings of the ingress-nginx ConfigMap; None: the command line's
     blocked: Optional[GlobalBlock] = None  # the ConfigMap's block-cidrs, -user-agents, -referers: refused (403) before anything else
-    # Ingresses of other classes or controllers: why each is not served (reason, message), for the log, metric and /debug/routes
-    class_skipped: Mapping[ObjectRef, tuple[str, str]] = field(default_factory=dict)
     request_ids: bool = True  # X-Request-ID made for requests without one (ingress-nginx's generate-request-id)
     # Gateway API: wildcard hostnames cover any number of labels (Ingress wildcards: exactly one), longest suffix first.
     deep_wildcards: Mapping[str, HostRoutes] = field(default_factory=dict)
-    gateway_status: Optional[GatewayAPIStatus] = None  # what the Lease holder writes to Gateway API objects
     # Gateway API TLSRoute wildcards passed through: the suffix after "*." → upstream; any number of labels
     deep_passthrough: Mapping[str, Upstream] = field(default_factory=dict)
     # Gateway API TLSRoutes on TLS listeners that terminate: host (or "*.suffix", any number of labels) → TCP upstream
@@ -104,28 +97,6 @@ class RoutingTable:
     # Gateway HTTPS listeners' hostnames: on a TLS connection, a request whose host belongs to another listener than
     # its SNI name's is misdirected (421; L{ingress.routing.listener_names}).  None: no Gateway HTTPS listener here.
     https_listeners: Optional[ListenerNames] = None
-
-    def skipped_summary(self) -> dict[tuple[str, str], int]:
-        """How many Ingresses are skipped for each (reason, message)."""
-        counts: dict[tuple[str, str], int] = {}
-        for why in self.class_skipped.values():
-            counts[why] = counts.get(why, 0) + 1
-        return counts
-
-    def _skipped_json(self) -> dict[str, Any]:
-        """
-        Each (reason, message) with its Ingresses, "namespace/name" sorted: at most L{SKIPPED_NAMES} of
-        them (a cluster may hold thousands of another controller's), C{ingresses} counts them all.
-        """
-        names: dict[tuple[str, str], list[str]] = {}
-        for ref, why in self.class_skipped.items():
-            names.setdefault(why, []).append(f"{ref.namespace}/{ref.name}")
-        reasons = []
-        for (reason, message), found in sorted(names.items()):
-            found.sort()
-            shown = {"names": found[:SKIPPED_NAMES], **({"namesLeftOut": len(found) - SKIPPED_NAMES} if len(found) > SKIPPED_NAMES else {})}
-            reasons.append({"reason": reason, "message": message, "ingresses": len(found), **shown})
-        return {"count": len(self.class_skipped), "reasons": reasons}
 
     def passthrough_for(self, host: str) -> Optional[Upstream]:
         """
@@ -218,11 +189,8 @@ class RoutingTable:
             },
             "passthrough": {h: u.key for h, u in sorted({**{"*." + s: u for s, u in self.deep_passthrough.items()}, **self.passthrough}.items())},
             **({"tlsTerminated": {h: u.key for h, u in sorted(self.tls_terminated.items())}} if self.tls_terminated else {}),
-            **streams_json(self.streams, self.stream_conditions),
-            "problems": [problem_json(p) for p in self.problems],
+            "streams": streams_json(self.streams, {})["streams"],
             **({"globalBlock": self.blocked.to_json()} if self.blocked is not None else {}),
-            "skippedIngresses": self._skipped_json(),
-            **({"gatewayAPI": self.gateway_status.to_json()} if self.gateway_status is not None else {}),
             **({"httpsListeners": self.https_listeners.to_json()} if self.https_listeners is not None else {}),
             **({"gatewayPorts": {str(port): _port_json(table.to_json()) for port, table in sorted(self.gateway_ports.items())}} if self.gateway_ports else {}),
         }

@@ -16,6 +16,7 @@ from twisted.internet.task import deferLater
 from ingress.model import ClusterState
 from ingress.observe.metrics import Metrics
 from ingress.process.builder import TableBuilder
+from ingress.routing.report import EMPTY_REPORT, Built
 from ingress.routing.table import RoutingTable
 from ingress.runtime.live import LiveTable
 from tests.waiting import eventually_d
@@ -32,14 +33,14 @@ def _sleep(seconds: float) -> Deferred[Any]:
     return deferLater(reactor, seconds, lambda: None)
 
 
-def _recording(builds: list[int], cost: float = 0.0) -> Callable[[ClusterState, int], RoutingTable]:
+def _recording(builds: list[int], cost: float = 0.0) -> Callable[[ClusterState, int], Built]:
     """A build function that takes C{cost} seconds of the build thread and notes each generation it builds."""
 
-    def build(state: ClusterState, generation: int) -> RoutingTable:
+    def build(state: ClusterState, generation: int) -> Built:
         if cost:
             time.sleep(cost)
         builds.append(generation)
-        return RoutingTable(generation=generation)
+        return Built(RoutingTable(generation=generation), EMPTY_REPORT)
 
     return build
 
@@ -77,10 +78,10 @@ def test_a_burst_of_100_changes_in_50_ms_makes_one_or_two_builds() -> Any:
 
 @pytest_twisted.inlineCallbacks
 def test_a_failing_build_keeps_the_last_good_table() -> Any:
-    def build(state: ClusterState, generation: int) -> RoutingTable:
+    def build(state: ClusterState, generation: int) -> Built:
         if generation == 2:
             raise ValueError("broken snapshot")
-        return RoutingTable(generation=generation)
+        return Built(RoutingTable(generation=generation), EMPTY_REPORT)
 
     live = LiveTable()
     metrics = Metrics()

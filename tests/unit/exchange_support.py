@@ -60,7 +60,7 @@ def routes(*extra: dict[str, Any], annotations: dict[str, str] | None = None, ad
         service("web"),
         endpoints("web", *addresses),
         *extra,
-    )
+    ).table
 
 
 def shared(routes: RoutingTable, settings: ProxySettings | None = None) -> tuple[HTTPProxyFactory, Reactor]:

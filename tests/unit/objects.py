@@ -12,6 +12,8 @@ from typing import Any, Optional
 from ingress.model import CONTROLLER_NAME, ClusterState, Problem
 from ingress.model.parse import Kind, collect, kind_of, object_ref, parse_object, state_from_objects
 from ingress.routing import RoutingTable, build, normalize_host
+from ingress.routing.build_options import BuildOptions
+from ingress.routing.report import Built
 from ingress.sources.kube.parts import Snapshots
 from ingress.sources.kube.reflector import Store as ReflectorStore
 
@@ -159,8 +161,9 @@ def _store_key(obj: dict[str, Any]) -> tuple[str, str]:
     return (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
 
 
-def table(*objects: dict[str, Any], **kwargs: Any) -> RoutingTable:
-    return build(state_from_objects(objects), **kwargs)
+def table(*objects: dict[str, Any], generation: int = 0, **options: Any) -> Built:
+    """The build of C{objects} (its table and report), with the L{BuildOptions} named by C{options}."""
+    return build(state_from_objects(objects), BuildOptions(**options), generation)
 
 
 def target(routes: RoutingTable, host: str, request_path: str = "/") -> Optional[str]:
@@ -169,5 +172,6 @@ def target(routes: RoutingTable, host: str, request_path: str = "/") -> Optional
     return route.upstream.key if route is not None else None
 
 
-def problems(routes: RoutingTable) -> list[tuple[str, str]]:
-    return [(f"{p.ref.namespace}/{p.ref.name}", p.reason) for p in routes.problems]
+def problems(built: Built) -> list[tuple[str, str]]:
+    """The build's problems (its report's), as ("namespace/name", reason)."""
+    return [(f"{p.ref.namespace}/{p.ref.name}", p.reason) for p in built.report.problems]

@@ -29,7 +29,7 @@ def _guarded_host(**annotations: str) -> list[dict[str, Any]]:
 
 
 def _table(*objects: dict[str, Any], acme: bool = True) -> RoutingTable:
-    return table(*objects, acme_challenges=acme)
+    return table(*objects, acme_challenges=acme).table
 
 
 def test_a_pending_token_is_an_exact_route_to_the_responder_before_the_hosts_redirect_and_auth() -> None:

@@ -52,7 +52,7 @@ def test_persistent_keys_name_their_endpoint_until_it_is_gone() -> None:
 
 def _affinity(annotations: dict[str, str], request_path: str = "/app", kind: str = "Prefix") -> Affinity:
     routes = table(ingress("web", rule("a.test", path(request_path if kind == "Prefix" else "/app(/|$)(.*)", kind=kind)), annotations={NGINX + k: v for k, v in annotations.items()}))
-    route = routes.match("a.test", "/app")
+    route = routes.table.match("a.test", "/app")
     assert route is not None and route.policies is not None and route.policies.affinity is not None
     return route.policies.affinity
 
@@ -100,8 +100,8 @@ def test_expires_is_a_date_that_many_seconds_ahead() -> None:
 @pytest.mark.parametrize(("key", "value"), [("affinity", "ip"), ("affinity-mode", "sticky"), ("session-cookie-samesite", "lax"), ("session-cookie-name", "a b")])
 def test_invalid_affinity_values_leave_the_ingress_out(key: str, value: str) -> None:
     routes = table(ingress("web", rule("a.test", path("/")), annotations={NGINX + "affinity": "cookie", NGINX + key: value}))
-    assert routes.match("a.test", "/") is None
-    assert "InvalidAnnotation" in [p.reason for p in routes.problems]
+    assert routes.table.match("a.test", "/") is None
+    assert "InvalidAnnotation" in [p.reason for p in routes.report.problems]
 
 
 @pytest.mark.parametrize(

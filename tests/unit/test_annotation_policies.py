@@ -16,25 +16,26 @@ import pytest
 from ingress.model import Problem
 from ingress.routing import RoutingTable
 from ingress.routing.policies.limits import UNLIMITED
+from ingress.routing.report import Built
 from ingress.routing.route import Policies
 from tests.unit.objects import T0, T1, ingress, path, rule, table
 
 NGINX = "nginx.ingress.kubernetes.io/"
 
 
-def _one(annotations: dict[str, str], *paths: dict[str, Any], host: str = "a.test", **build: Any) -> RoutingTable:
+def _one(annotations: dict[str, str], *paths: dict[str, Any], host: str = "a.test", **build: Any) -> Built:
     return table(ingress("web", rule(host, *(paths or (path("/"),))), annotations=annotations), **build)
 
 
 def _policies(annotations: dict[str, str], request_path: str = "/", **build: Any) -> Optional[Policies]:
-    route = _one(annotations, **build).match("a.test", request_path)
+    route = _one(annotations, **build).table.match("a.test", request_path)
     assert route is not None
     return route.policies
 
 
-def _annotation_problems(routes: RoutingTable) -> list[Problem]:
+def _annotation_problems(routes: Built) -> list[Problem]:
     """The table's problems less ServiceNotFound (these tables have no Services: only routing is checked)."""
-    return [p for p in routes.problems if p.reason != "ServiceNotFound"]
+    return [p for p in routes.report.problems if p.reason != "ServiceNotFound"]
 
 
 def _reasons(routes: RoutingTable) -> list[str]:
@@ -57,7 +58,7 @@ def test_both_prefixes_are_read_and_twingress_io_wins() -> None:
 
 def test_nginx_annotations_false_ignores_the_nginx_prefix_entirely() -> None:
     routes = _one({NGINX + "permanent-redirect": "https://a.example/", NGINX + "configuration-snippet": "x"}, nginx_annotations=False)
-    route = routes.match("a.test", "/")
+    route = routes.table.match("a.test", "/")
     assert route is not None and route.policies is None and _reasons(routes) == []
 
 
@@ -65,7 +66,7 @@ def test_an_unsupported_nginx_key_is_reported_and_changes_nothing() -> None:
     routes = _one({NGINX + "proxy-buffering": "on"})
     assert _reasons(routes) == ["UnsupportedAnnotation"]
     assert NGINX + "proxy-buffering" in _annotation_problems(routes)[0].message
-    route = routes.match("a.test", "/")
+    route = routes.table.match("a.test", "/")
     assert route is not None and route.policies is None
 
 
@@ -80,7 +81,7 @@ def test_a_snippet_is_never_executed_and_says_so() -> None:
 def test_an_unreadable_access_guard_closes_the_route(key: str, value: str) -> None:
     """Fail closed where it guards access: the route answers 503 rather than serving unguarded."""
     routes = _one({NGINX + key: value})
-    route = routes.match("a.test", "/")
+    route = routes.table.match("a.test", "/")
     assert route is not None and route.policies is not None and route.policies.deny is not None
     assert route.policies.deny.status == 503
     assert _reasons(routes) == ["InvalidAnnotation"] and "503" in _annotation_problems(routes)[0].message
@@ -110,7 +111,7 @@ def test_an_invalid_value_leaves_that_ingress_out_and_the_rest_in(key: str, valu
         ingress("bad", rule("a.test", path("/")), annotations={NGINX + key: value}, created=T0),
         ingress("good", rule("b.test", path("/")), created=T1),
     )
-    assert routes.match("a.test", "/") is None and routes.match("b.test", "/") is not None
+    assert routes.table.match("a.test", "/") is None and routes.table.match("b.test", "/") is not None
     [problem] = _annotation_problems(routes)
     assert problem.reason == "InvalidAnnotation" and problem.ref.name == "bad" and repr(value) in problem.message
 
@@ -118,7 +119,7 @@ def test_an_invalid_value_leaves_that_ingress_out_and_the_rest_in(key: str, valu
 @pytest.mark.parametrize("value", ["true", "True", "TRUE", "t", "1"])
 def test_booleans_read_as_ingress_nginx_reads_them(value: str) -> None:
     assert _policies({NGINX + "force-ssl-redirect": value}) is None  # a TLS option, not a policy...
-    route = _one({NGINX + "force-ssl-redirect": value}).match("a.test", "/")
+    route = _one({NGINX + "force-ssl-redirect": value}).table.match("a.test", "/")
     assert route is not None and route.redirect_https  # ...on the route itself
 
 
@@ -160,10 +161,10 @@ def test_app_root() -> None:
 
 def test_use_regex_paths_are_case_insensitive_prefix_regexes() -> None:
     routes = _one({NGINX + "use-regex": "true"}, path("/foo/.*", "foo", kind="ImplementationSpecific"))
-    assert routes.match("a.test", "/foo/bar") is not None
-    assert routes.match("a.test", "/FOO/bar/baz") is not None  # ~* : case-insensitive
-    assert routes.match("a.test", "/foo") is None  # "^/foo/.*" needs the slash
-    assert routes.match("a.test", "/x/foo/bar") is None  # anchored at the start
+    assert routes.table.match("a.test", "/foo/bar") is not None
+    assert routes.table.match("a.test", "/FOO/bar/baz") is not None  # ~* : case-insensitive
+    assert routes.table.match("a.test", "/foo") is None  # "^/foo/.*" needs the slash
+    assert routes.table.match("a.test", "/x/foo/bar") is None  # anchored at the start
 
 
 def test_regex_on_one_ingress_makes_every_path_of_the_host_a_regex() -> None:
@@ -173,10 +174,10 @@ def test_regex_on_one_ingress_makes_every_path_of_the_host_a_regex() -> None:
         ingress("regex", rule("a.test", path("/v[0-9]+/", "versioned", kind="ImplementationSpecific")), annotations={NGINX + "use-regex": "true"}, created=T1),
         ingress("other-host", rule("b.test", path("/api", "b-api", kind="Exact")), created=T1),
     )
-    api = routes.match("a.test", "/API/users")  # the Exact path became "~* ^/api": a prefix, any case
+    api = routes.table.match("a.test", "/API/users")  # the Exact path became "~* ^/api": a prefix, any case
     assert api is not None and api.upstream.key == "default/api:80"
-    assert routes.match("b.test", "/api/users") is None  # another host keeps the spec's Exact
-    versioned = routes.match("a.test", "/v2/x")
+    assert routes.table.match("b.test", "/api/users") is None  # another host keeps the spec's Exact
+    versioned = routes.table.match("a.test", "/v2/x")
     assert versioned is not None and versioned.upstream.key == "default/versioned:80"
 
 
@@ -193,7 +194,7 @@ def test_regex_paths_are_tried_longest_first() -> None:
     )
     expected = {"/foo/bar/1": "service3", "/foo/bar/": "service2", "/foo/bar": "service1"}
     for request_path, service in expected.items():
-        route = routes.match("test.com", request_path)
+        route = routes.table.match("test.com", request_path)
         assert route is not None and route.upstream.key == f"default/{service}:80", request_path
 
 
@@ -205,13 +206,13 @@ def test_the_first_matching_regex_wins_even_over_a_literal_path() -> None:
         path("/foo/bar/[A-Z0-9]{3}", "pattern", kind="ImplementationSpecific"),
         host="test.com",
     )
-    route = routes.match("test.com", "/foo/bar/bar")
+    route = routes.table.match("test.com", "/foo/bar/bar")
     assert route is not None and route.upstream.key == "default/pattern:80"
 
 
 def test_a_path_that_is_no_regex_is_left_out_with_a_problem() -> None:
     routes = _one({NGINX + "use-regex": "true"}, path("/ok", "ok"), path("/broken(", "broken", kind="ImplementationSpecific"))
-    assert routes.match("a.test", "/ok") is not None
+    assert routes.table.match("a.test", "/ok") is not None
     assert _reasons(routes) == ["InvalidPath"]
 
 
@@ -229,14 +230,14 @@ def test_the_rewrite_example(request_path: str, rewritten: str) -> None:
         path("/something(/|$)(.*)", "http-svc", kind="ImplementationSpecific"),
         host="rewrite.bar.com",
     )
-    route = routes.match("rewrite.bar.com", request_path)
+    route = routes.table.match("rewrite.bar.com", request_path)
     assert route is not None and route.policies is not None and route.policies.rewrite is not None
     assert route.policies.rewrite.path_for(request_path) == rewritten
 
 
 def test_a_rewrite_keeps_the_query_and_escapes_what_a_path_cannot_carry() -> None:
     routes = _one({NGINX + "rewrite-target": "/v2/$1"}, path("/api/(.*)", "api", kind="ImplementationSpecific"))
-    route = routes.match("a.test", "/api/a b")
+    route = routes.table.match("a.test", "/api/a b")
     assert route is not None and route.policies is not None and route.policies.rewrite is not None
     assert route.policies.rewrite.target_for("/api/a b", b"x=1") == b"/v2/a%20b?x=1"
     assert route.policies.rewrite.target_for("/api/c", b"") == b"/v2/c"
@@ -246,14 +247,14 @@ def test_a_rewrite_to_the_path_itself_is_no_rewrite_and_a_missing_group_is_empty
     same = _policies({NGINX + "rewrite-target": "/"})
     assert same is None  # "if the path in the ingress rule is equal to the target: no special rewrite"
     routes = _one({NGINX + "rewrite-target": "/x/$3"}, path("/a/(.*)", kind="ImplementationSpecific"))
-    route = routes.match("a.test", "/a/b")
+    route = routes.table.match("a.test", "/a/b")
     assert route is not None and route.policies is not None and route.policies.rewrite is not None
     assert route.policies.rewrite.path_for("/a/b") == "/x/"
 
 
 def test_x_forwarded_prefix_comes_with_a_rewrite() -> None:
     routes = _one({NGINX + "rewrite-target": "/$1", NGINX + "x-forwarded-prefix": "/api"}, path("/api/(.*)", kind="ImplementationSpecific"))
-    route = routes.match("a.test", "/api/x")
+    route = routes.table.match("a.test", "/api/x")
     assert route is not None and route.policies is not None and route.policies.rewrite is not None
     assert route.policies.rewrite.prefix == "/api"
 
@@ -310,7 +311,7 @@ def test_backend_protocol_http2_values(value: str, http2: bool, tls_alpn: Option
 @pytest.mark.parametrize("value", ["FCGI", "AUTO_HTTP", "h3"])
 def test_backend_protocols_not_served_leave_the_ingress_out(value: str) -> None:
     routes = _one({NGINX + "backend-protocol": value})
-    assert routes.match("a.test", "/") is None
+    assert routes.table.match("a.test", "/") is None
     assert _reasons(routes) == ["InvalidAnnotation"]
 
 
@@ -330,7 +331,7 @@ def test_source_ranges_are_read_under_both_names_and_ipv6() -> None:
 def test_a_source_range_that_cannot_be_read_closes_the_route(value: str) -> None:
     """Fail closed: the route answers 503 (as ingress-nginx denies a location whose annotation fails), never opens."""
     routes = _one({NGINX + "whitelist-source-range": value})
-    route = routes.match("a.test", "/")
+    route = routes.table.match("a.test", "/")
     assert route is not None and route.policies is not None and route.policies.deny is not None
     assert route.policies.deny.status == 503
     assert _reasons(routes) == ["InvalidAnnotation"]

@@ -8,6 +8,7 @@ from ingress.model import CONTROLLER_NAME
 from ingress.model.parse import state_from_objects
 from ingress.routing import build
 from ingress.routing.annotations import INVALID, UNKNOWN
+from ingress.routing.build_options import BuildOptions
 
 CLASS = {"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass", "metadata": {"name": "twingress"}, "spec": {"controller": CONTROLLER_NAME}}
 
@@ -21,11 +22,11 @@ def _table(annotations: dict[str, str]):
             {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": "s", "port": {"number": 80}}}}
         ]}}]},
     }
-    return build(state_from_objects([CLASS, ingress]), class_name="twingress", controller_name=CONTROLLER_NAME, generation=1)
+    return build(state_from_objects([CLASS, ingress]), BuildOptions(class_name="twingress", controller_name=CONTROLLER_NAME), generation=1)
 
 
 def _reported(annotations: dict[str, str]) -> list[tuple[str, str]]:
-    return [(p.reason, p.message) for p in _table(annotations).problems if p.reason in (UNKNOWN, INVALID)]
+    return [(p.reason, p.message) for p in _table(annotations).report.problems if p.reason in (UNKNOWN, INVALID)]
 
 
 @pytest.mark.parametrize("key", ["twingress.io/ssl-redirekt", "twingress.io/hsts", "twingress.io/"])
@@ -64,5 +65,5 @@ def test_valid_and_foreign_annotations_are_not_problems(annotations: dict[str, s
 
 def test_the_route_is_still_served_with_a_problem() -> None:
     table = _table({"twingress.io/ssl-redirekt": "false"})
-    assert table.match("a.test", "/") is not None
+    assert table.table.match("a.test", "/") is not None
 

@@ -12,7 +12,7 @@ import bcrypt
 import pytest
 from passlib.hash import apr_md5_crypt, ldap_sha1, sha512_crypt
 
-from ingress.routing import RoutingTable
+from ingress.routing import Built
 from ingress.routing.policies.auth import HASHES, BasicAuth
 from tests.unit.objects import ingress, path, rule, table
 
@@ -26,13 +26,13 @@ def _secret(data: dict[str, bytes], name: str = "basic-auth") -> list[dict[str, 
     return [{"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": {"name": name, "namespace": "default"}, "data": encoded}]
 
 
-def _table(annotations: dict[str, str], secrets: list[dict[str, Any]]) -> RoutingTable:
+def _table(annotations: dict[str, str], secrets: list[dict[str, Any]]) -> Built:
     return table(ingress("web", rule("a.test", path("/")), annotations=annotations), *secrets)
 
 
-def _auth(annotations: dict[str, str], secrets: list[dict[str, Any]]) -> tuple[Optional[BasicAuth], RoutingTable]:
+def _auth(annotations: dict[str, str], secrets: list[dict[str, Any]]) -> tuple[Optional[BasicAuth], Built]:
     routes = _table(annotations, secrets)
-    route = routes.match("a.test", "/")
+    route = routes.table.match("a.test", "/")
     assert route is not None and route.policies is not None
     return route.policies.basic_auth, routes
 
@@ -54,13 +54,13 @@ def test_an_htpasswd_file_with_each_hash_nginx_reads() -> None:
     for user, password in (("apr", "a-pass"), ("bcrypt", "b-pass"), ("sha", "s-pass"), ("sha512", "x-pass")):
         hashed = auth.hash_for(user)
         assert hashed is not None and HASHES.verify(password, hashed) and not HASHES.verify("wrong", hashed)
-    assert not [p for p in routes.problems if p.reason != "ServiceNotFound"]
+    assert not [p for p in routes.report.problems if p.reason != "ServiceNotFound"]
 
 
 def test_a_bad_line_or_a_plain_text_password_lets_nobody_in_under_it_and_is_reported() -> None:
     auth, routes = _auth(BASIC, _secret({"auth": f"good:{ldap_sha1.hash('p')}\nno-colon-here\nplain:secret\n".encode()}))
     assert auth is not None and [user for user, _ in auth.users] == ["good"]
-    reasons = [p for p in routes.problems if p.reason == "InvalidAuthSecret"]
+    reasons = [p for p in routes.report.problems if p.reason == "InvalidAuthSecret"]
     assert len(reasons) == 2 and "line 2" in reasons[0].message and "plain" in reasons[1].message
 
 
@@ -81,7 +81,7 @@ def test_auth_map_reads_one_key_per_user() -> None:
 )
 def test_what_cannot_guard_closes_the_route(annotations: dict[str, str], secrets: list[dict[str, Any]]) -> None:
     """Fail closed: 503, never an unguarded backend (ingress-nginx denies a location whose auth cannot be read)."""
-    route = _table(annotations, secrets).match("a.test", "/")
+    route = _table(annotations, secrets).table.match("a.test", "/")
     assert route is not None and route.policies is not None and route.policies.deny is not None and route.policies.deny.status == 503
     assert route.policies.basic_auth is None
 

@@ -16,7 +16,7 @@ from typing import Optional
 import pytest
 
 from ingress.model import ObjectRef
-from ingress.routing import RoutingTable
+from ingress.routing.report import Built
 from ingress.routing.route import Canary, Route
 from ingress.routing.upstream import Upstream
 from tests.unit.objects import T0, T1, T2, ingress, path, rule, table
@@ -67,7 +67,7 @@ def test_the_weight_is_the_share_of_rolls(weight: int, total: int) -> None:
     assert sum(canary.chosen(None, None, roll) for roll in range(1, total + 1)) == weight
 
 
-def _tables(*extra: dict, main_annotations: Optional[dict[str, str]] = None) -> RoutingTable:
+def _tables(*extra: dict, main_annotations: Optional[dict[str, str]] = None) -> Built:
     return table(
         ingress("main", rule("a.test", path("/", "stable"), path("/api", "stable-api")), annotations=main_annotations, created=T0),
         *extra,
@@ -80,13 +80,13 @@ def _canary_ingress(name: str, annotations: dict[str, str], *paths: dict, create
 
 def test_a_canary_adds_its_backend_to_the_main_route_of_its_host_and_path() -> None:
     routes = _tables(_canary_ingress("v2", {"canary-weight": "20", "canary-by-header": "X-Canary"}))
-    route = routes.match("a.test", "/")
+    route = routes.table.match("a.test", "/")
     assert route is not None and route.name == "default/main" and route.upstream.key == "default/stable:80"
     assert route.policies is not None and route.policies.canary is not None
     canary = route.policies.canary
     assert (canary.route.name, canary.route.upstream.key) == ("default/v2", "default/v2:80")
     assert (canary.by_header, canary.weight, canary.weight_total) == (b"x-canary", 20, 100)
-    other = routes.match("a.test", "/api/x")  # the canary has no /api path: that route has none
+    other = routes.table.match("a.test", "/api/x")  # the canary has no /api path: that route has none
     assert other is not None and other.policies is None
 
 
@@ -96,7 +96,7 @@ def test_a_canary_inherits_the_main_routes_other_policies() -> None:
         _canary_ingress("v2", {"canary-weight": "50", "proxy-body-size": "1k"}),
         main_annotations={NGINX + "upstream-vhost": "stable.internal"},
     )
-    route = routes.match("a.test", "/")
+    route = routes.table.match("a.test", "/")
     assert route is not None and route.policies is not None and route.policies.canary is not None
     canary_route = route.policies.canary.route
     assert canary_route.policies is not None and canary_route.policies.upstream_host == "stable.internal"
@@ -105,16 +105,16 @@ def test_a_canary_inherits_the_main_routes_other_policies() -> None:
 
 def test_a_canary_without_main_ingress_is_not_served_and_says_why() -> None:
     routes = _tables(_canary_ingress("lonely", {"canary-weight": "100"}, host="b.test"))
-    assert routes.match("b.test", "/") is None
-    assert [(p.ref.name, p.reason) for p in routes.problems if p.reason != "ServiceNotFound"] == [("lonely", "CanaryWithoutMain")]
+    assert routes.table.match("b.test", "/") is None
+    assert [(p.ref.name, p.reason) for p in routes.report.problems if p.reason != "ServiceNotFound"] == [("lonely", "CanaryWithoutMain")]
 
 
 def test_one_canary_per_route_the_oldest() -> None:
     routes = _tables(_canary_ingress("first", {"canary-weight": "10"}, created=T1), _canary_ingress("second", {"canary-weight": "90"}, created=T2))
-    route = routes.match("a.test", "/")
+    route = routes.table.match("a.test", "/")
     assert route is not None and route.policies is not None and route.policies.canary is not None
     assert route.policies.canary.route.name == "default/first"
-    assert [(p.ref.name, p.reason) for p in routes.problems if p.reason == "Conflict"] == [("second", "Conflict")]
+    assert [(p.ref.name, p.reason) for p in routes.report.problems if p.reason == "Conflict"] == [("second", "Conflict")]
 
 
 def test_a_canary_on_a_regex_host_joins_the_same_pattern() -> None:
@@ -122,7 +122,7 @@ def test_a_canary_on_a_regex_host_joins_the_same_pattern() -> None:
         ingress("main", rule("a.test", path("/v[0-9]+/", "stable", kind="ImplementationSpecific")), annotations={NGINX + "use-regex": "true"}, created=T0),
         _canary_ingress("v2", {"canary-by-cookie": "beta"}, path("/v[0-9]+/", "v2", kind="ImplementationSpecific")),
     )
-    route = routes.match("a.test", "/v1/x")
+    route = routes.table.match("a.test", "/v1/x")
     assert route is not None and route.policies is not None and route.policies.canary is not None
     assert route.policies.canary.by_cookie == "beta"
 
@@ -133,14 +133,14 @@ def test_a_canary_on_a_regex_host_joins_the_same_pattern() -> None:
 )
 def test_an_invalid_canary_leaves_the_main_route_alone(annotations: dict[str, str]) -> None:
     routes = _tables(_canary_ingress("bad", annotations))
-    route = routes.match("a.test", "/")
+    route = routes.table.match("a.test", "/")
     assert route is not None and route.policies is None
-    assert [p.reason for p in routes.problems if p.ref.name == "bad"] == ["InvalidAnnotation"]
+    assert [p.reason for p in routes.report.problems if p.ref.name == "bad"] == ["InvalidAnnotation"]
 
 
 def test_the_weight_total_can_be_raised() -> None:
     routes = _tables(_canary_ingress("v2", {"canary-weight": "5", "canary-weight-total": "1000"}))
-    route = routes.match("a.test", "/")
+    route = routes.table.match("a.test", "/")
     assert route is not None and route.policies is not None and route.policies.canary is not None
     assert (route.policies.canary.weight, route.policies.canary.weight_total) == (5, 1000)
 
@@ -151,7 +151,7 @@ def test_the_canary_keeps_its_own_affinity_hashing_and_balancing() -> None:
         _canary_ingress("v2", {"canary-weight": "50", "affinity": "cookie", "session-cookie-name": "V2", "load-balance": "ewma"}),
         main_annotations={NGINX + "affinity": "cookie", NGINX + "upstream-hash-by": "$request_uri"},
     )
-    route = routes.match("a.test", "/")
+    route = routes.table.match("a.test", "/")
     assert route is not None and route.policies is not None and route.policies.canary is not None
     own = route.policies.canary.route.policies
     assert own is not None and own.affinity is not None and own.affinity.cookie == "V2"
@@ -160,7 +160,7 @@ def test_the_canary_keeps_its_own_affinity_hashing_and_balancing() -> None:
 
 def test_legacy_canary_behaviour_ignores_affinity() -> None:
     routes = _tables(_canary_ingress("v2", {"canary-weight": "50", "affinity": "cookie", "affinity-canary-behavior": "legacy"}))
-    route = routes.match("a.test", "/")
+    route = routes.table.match("a.test", "/")
     assert route is not None and route.policies is not None and route.policies.canary is not None
     canary = route.policies.canary
     assert not canary.sticky and canary.route.policies is not None and canary.route.policies.affinity is None

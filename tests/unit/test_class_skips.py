@@ -24,8 +24,8 @@ def test_each_skipped_ingress_has_its_reason() -> None:
         legacy,
         ingress("ours", rule("ours.test", path("/"))),
     )
-    assert set(routes.hosts) == {"ours.test"}
-    summary = routes.skipped_summary()
+    assert set(routes.table.hosts) == {"ours.test"}
+    summary = routes.report.skipped_summary()
     assert summary == {
         (CLAIMED, "IngressClass nginx is claimed by controller k8s.io/ingress-nginx; twingress is twingress.io/ingress-controller (--controller-name)"): 2,
         (NO_SUCH_CLASS, "IngressClass twingres does not exist; twingress serves class twingress (--ingress-class)"): 1,
@@ -45,4 +45,4 @@ def test_taking_over_the_class_by_controller_name_serves_them() -> None:
         controller_name="k8s.io/ingress-nginx",
         class_name="nginx",
     )
-    assert set(routes.hosts) == {"chart.test"} and routes.class_skipped == {}
+    assert set(routes.table.hosts) == {"chart.test"} and routes.report.class_skipped == {}

@@ -58,17 +58,17 @@ def test_the_oldest_ingress_decides_for_every_path_of_the_host() -> None:
         ingress("second", rule("a.test", path("/api")), created=T1, annotations={NGINX + "auth-tls-secret": "default/ca"}),
     )
     for request_path in ("/", "/api"):
-        route = routes.match("a.test", request_path)
+        route = routes.table.match("a.test", request_path)
         assert route is not None and route.policies is not None and route.policies.client_auth is not None
         assert route.policies.client_auth.verify == "optional"
-    assert routes.certificates.client_auth["a.test"].ca_pem == pem
-    assert ("Ingress/default/second", "Conflict") in {(str(p.ref), p.reason) for p in routes.problems}
+    assert routes.table.certificates.client_auth["a.test"].ca_pem == pem
+    assert ("Ingress/default/second", "Conflict") in {(str(p.ref), p.reason) for p in routes.report.problems}
 
 
 @pytest.mark.parametrize("secret", [None, {"other.crt": "x"}, {"ca.crt": "not a certificate"}])
 def test_a_ca_bundle_that_cannot_be_read_closes_the_host_with_403(secret: Any) -> None:
     objects = [] if secret is None else [{"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": {"name": "ca", "namespace": "default"}, "stringData": secret}]
     routes = table(*objects, ingress("web", rule("a.test", path("/")), annotations={NGINX + "auth-tls-secret": "ca"}))
-    route = routes.match("a.test", "/")
+    route = routes.table.match("a.test", "/")
     assert route is not None and route.policies is not None and route.policies.deny is not None and route.policies.deny.status == 403
-    assert "a.test" not in routes.certificates.client_auth
+    assert "a.test" not in routes.table.certificates.client_auth

@@ -61,7 +61,7 @@ def test_credentials_off_and_expose_headers_on() -> None:
 
 
 def _cors(annotations: dict[str, str]) -> Optional[Cors]:
-    route = table(ingress("web", rule("a.test", path("/")), annotations=annotations)).match("a.test", "/")
+    route = table(ingress("web", rule("a.test", path("/")), annotations=annotations)).table.match("a.test", "/")
     assert route is not None
     return route.policies.cors if route.policies is not None else None
 
@@ -78,8 +78,8 @@ def test_annotations_are_read_with_the_documented_defaults() -> None:
 @pytest.mark.parametrize(("key", "value"), [("cors-allow-origin", "origin-site.com"), ("cors-allow-methods", "GET;DROP"), ("cors-max-age", "1h")])
 def test_an_unreadable_cors_value_leaves_the_paths_out(key: str, value: str) -> None:
     routes = table(ingress("web", rule("a.test", path("/")), annotations={NGINX + "enable-cors": "true", NGINX + key: value}))
-    assert routes.match("a.test", "/") is None
-    assert [p.reason for p in routes.problems if p.reason != "ServiceNotFound"] == ["InvalidAnnotation"]
+    assert routes.table.match("a.test", "/") is None
+    assert [p.reason for p in routes.report.problems if p.reason != "ServiceNotFound"] == ["InvalidAnnotation"]
 
 
 # -- the Gateway API's CORS filter (GEP-1767, apis/v1 HTTPCORSFilter; conformance tests/httproute-cors.go)

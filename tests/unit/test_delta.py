@@ -24,24 +24,24 @@ def test_a_certificate_change_sends_only_the_entries_that_changed() -> None:
     objects += [ingress(name, rule(f"{name}.test", path("/", "web")), tls=(((f"{name}.test",), f"{name}-tls"),)) for name in ("a", "b", "c")]
     state = state_from_objects(objects)
     old = build(state, generation=1)
-    certificates = old.certificates
+    certificates = old.table.certificates
     exact = {**certificates.exact, "b.test": ("default", "c-tls")}
     secrets = {key: secret for key, secret in certificates.secrets.items() if key != ("default", "b-tls")}
-    new = replace(old, generation=2, certificates=replace(certificates, exact=exact, secrets=secrets, default=("default", "a-tls")))
-    change = table_change(old, new)
+    new = replace(old.table, generation=2, certificates=replace(certificates, exact=exact, secrets=secrets, default=("default", "a-tls")))
+    change = table_change(old.table, new)
     assert change is not None
     assert change.replaced == {"certificates.default": ("default", "a-tls")}
     assert change.entries == {
         "certificates.exact": ({"b.test": ("default", "c-tls")}, frozenset()),
         "certificates.secrets": ({}, frozenset({("default", "b-tls")})),
     }
-    assert applied(_across(old), _across(change)) == new
+    assert applied(_across(old.table), _across(change)) == new
 
 
 def test_an_unchanged_certificate_table_is_not_sent() -> None:
     old = build(state_from_objects([service("web"), ingress("a", rule("a.test", path("/", "web")))]), generation=1)
-    hosts = {**old.hosts, "b.test": old.hosts["a.test"]}
-    change = table_change(old, replace(old, generation=2, hosts=hosts))
+    hosts = {**old.table.hosts, "b.test": old.table.hosts["a.test"]}
+    change = table_change(old.table, replace(old.table, generation=2, hosts=hosts))
     assert change is not None and change.replaced == {} and set(change.entries) == {"hosts"}
 
 

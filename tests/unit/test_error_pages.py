@@ -19,7 +19,7 @@ NGINX = "nginx.ingress.kubernetes.io/"
 
 def _pages_of(*objects: dict, host: str = "a.test") -> tuple[ErrorPages | None, str]:
     routes = table(*objects)
-    route = routes.match(host, "/")
+    route = routes.table.match(host, "/")
     assert route is not None
     return (route.policies.error_pages if route.policies is not None else None), route.upstream.key
 

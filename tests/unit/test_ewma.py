@@ -53,9 +53,9 @@ def test_a_new_endpoint_starts_at_the_average() -> None:
 
 def test_the_annotation() -> None:
     routes = table(ingress("web", rule("a.test", path("/")), annotations={"nginx.ingress.kubernetes.io/load-balance": "ewma"}))
-    route = routes.match("a.test", "/")
+    route = routes.table.match("a.test", "/")
     assert route is not None and route.policies is not None and route.policies.load_balance == "ewma"
-    plain = table(ingress("web", rule("a.test", path("/")), annotations={"nginx.ingress.kubernetes.io/load-balance": "round_robin"})).match("a.test", "/")
+    plain = table(ingress("web", rule("a.test", path("/")), annotations={"nginx.ingress.kubernetes.io/load-balance": "round_robin"})).table.match("a.test", "/")
     assert plain is not None and plain.policies is None
 
 

@@ -17,13 +17,14 @@ from ingress.proxy.http.server import HTTPProxyProtocol
 from ingress.proxy.http.settings import ProxySettings
 from ingress.proxy.http2.connection import H2ServerProtocol
 from ingress.routing import RoutingTable
+from ingress.routing.report import Built
 from tests.unit.exchange_support import NGINX, OK, Endpoints, Transport, routes, shared
 from tests.unit.objects import endpoints, ingress, path, rule, service, table
 
 GET = b"GET /a HTTP/1.1\r\nHost: a.test\r\n\r\n"
 
 
-def _limited() -> RoutingTable:
+def _limited() -> Built:
     """a.test rate-limited to one request (a guard), refused with 403 (the ConfigMap's limit-req-status-code)."""
     configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "namespace": "default"}, "data": {"limit-req-status-code": "403"}}
     annotations = {NGINX + "limit-rps": "1", NGINX + "limit-burst-multiplier": "1"}
@@ -93,7 +94,7 @@ def _until_refused(send: Any, upstream: Endpoints, reactor: Any, answered: Any) 
 
 
 def test_h1_a_guard_refuses_and_the_connection_serves_on() -> None:
-    protocol, client, upstream, reactor = _h1(_limited())
+    protocol, client, upstream, reactor = _h1(_limited().table)
 
     def answered(_: object) -> int:
         status = int(client.value()[9:12])
@@ -212,7 +213,7 @@ def test_h2_no_route_is_404() -> None:
 
 
 def test_h2_a_guard_refuses_with_403() -> None:
-    client = _H2Client(_limited())
+    client = _H2Client(_limited().table)
     statuses, reached = _until_refused(client.request, client.upstream, client.reactor, lambda stream: client.response(stream)[0])
     assert set(statuses[:-1]) == {200} and statuses[-1] == 403, statuses
     assert reached == len(statuses) - 1

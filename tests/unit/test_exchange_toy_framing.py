@@ -17,7 +17,7 @@ from ingress.proxy.http.forwarding import ForwardedFor
 from ingress.proxy.http.shared import Shared
 from ingress.proxy.http.states import BODY
 from ingress.proxy.idle import Deadline
-from ingress.routing import RoutingTable
+from ingress.routing.report import Built
 from tests.unit.exchange_support import NGINX, OK, Endpoints, request, routes, shared
 from tests.unit.objects import endpoints, ingress, path, rule, service, table
 
@@ -109,7 +109,7 @@ def test_a_guard_refuses_with_403() -> None:
     """A rate limit (a guard: L{ingress.proxy.http.guards.Guards}) over its burst answers the ConfigMap's status."""
     configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "namespace": "default"}, "data": {"limit-req-status-code": "403"}}
     annotations = {NGINX + "limit-rps": "1", NGINX + "limit-burst-multiplier": "1"}
-    listener, reactor = shared(_limited(configmap, annotations))
+    listener, reactor = shared(_limited(configmap, annotations).table)
     upstream = Endpoints(reactor)
     statuses = []
     for _ in range(3):
@@ -123,7 +123,7 @@ def test_a_guard_refuses_with_403() -> None:
     assert len(reactor.tcpClients) == statuses.count(200)  # a refused request never reached an endpoint
 
 
-def _limited(configmap: dict[str, Any], annotations: dict[str, str]) -> RoutingTable:
+def _limited(configmap: dict[str, Any], annotations: dict[str, str]) -> Built:
     return table(
         ingress("web", rule("a.test", path("/")), annotations=annotations), service("web"), endpoints("web", "10.0.0.1"), configmap,
         nginx_configmap=("default", "cfg"),

@@ -13,6 +13,7 @@ from typing import Any
 from ingress.model import ObjectMeta, ObjectRef
 from ingress.model.gateway import Gateway
 from ingress.routing import build
+from ingress.routing.build_options import BuildOptions
 from ingress.routing.gateway.addresses import assign_addresses
 from tests.unit.objects import T0, T1, T2, state_from_objects
 from tests.unit.test_gateway_routing import PORTS, backend, gateway, gateway_class, http_route, listener, serve, services, to
@@ -49,21 +50,21 @@ def _two_gateways(pool: tuple[str, ...]) -> Any:
         http_route("one-only", to(backend("v2")), parents=({"name": "one"},)),
         http_route("two-only", to(backend("v3")), parents=({"name": "two"},)),
     ]
-    return build(state_from_objects(objects), reserved_ports=PORTS, gateway_addresses=pool)
+    return build(state_from_objects(objects), BuildOptions(reserved_ports=PORTS, gateway_addresses=pool))
 
 
 def test_each_gateway_answers_at_its_own_address_with_its_own_routes() -> None:
     table = _two_gateways(POOL[:2])
-    one, two = table.addresses["10.0.9.1"], table.addresses["10.0.9.2"]
+    one, two = table.table.addresses["10.0.9.1"], table.table.addresses["10.0.9.2"]
     assert serve(one, "any.example", "/") == "default/v2:80"
     assert serve(two, "any.example", "/") == "default/v3:80"
     assert serve(one, "any.example", "/shared") == serve(two, "any.example", "/shared") == "default/v1:80"
-    assert table.gateway_status is not None
-    assert table.gateway_status.gateways[ObjectRef("Gateway", "default", "one")].addresses == ("10.0.9.1",)
-    assert table.gateway_status.gateways[ObjectRef("Gateway", "default", "two")].addresses == ("10.0.9.2",)
+    assert table.report.gateway_status is not None
+    assert table.report.gateway_status.gateways[ObjectRef("Gateway", "default", "one")].addresses == ("10.0.9.1",)
+    assert table.report.gateway_status.gateways[ObjectRef("Gateway", "default", "two")].addresses == ("10.0.9.2",)
 
 
 def test_without_a_pool_the_gateways_share_one_table() -> None:
     table = _two_gateways(())
-    assert table.addresses == {}
-    assert serve(table, "any.example", "/shared") == "default/v1:80"
+    assert table.table.addresses == {}
+    assert serve(table.table, "any.example", "/shared") == "default/v1:80"

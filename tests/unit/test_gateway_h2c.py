@@ -27,15 +27,15 @@ def _route(table: Any) -> Route:
 
 
 def test_an_h2c_port_gets_http2_and_another_port_http1() -> None:
-    h2c = _route(gateway_table(*_objects(to(backend("echo", 8081)))))
+    h2c = _route(gateway_table(*_objects(to(backend("echo", 8081)))).table)
     assert h2c.policies is not None and h2c.policies.backend_http2
     assert h2c.upstream.targets == (("10.0.0.1", 3001),)
-    plain = _route(gateway_table(*_objects(to(backend("echo", 8080)))))
+    plain = _route(gateway_table(*_objects(to(backend("echo", 8080)))).table)
     assert plain.policies is None or not plain.policies.backend_http2
 
 
 def test_each_weighted_backend_keeps_its_own_protocol() -> None:
-    split = _route(gateway_table(*_objects(to(backend("echo", 8081, weight=1), backend("echo", 8080, weight=1)))))
+    split = _route(gateway_table(*_objects(to(backend("echo", 8081, weight=1), backend("echo", 8080, weight=1)))).table)
     assert split.policies is not None and split.policies.backends is not None
     chosen = [route for route in split.policies.backends.routes if route is not None]
     assert [bool(r.policies and r.policies.backend_http2) for r in chosen] == [True, False]

@@ -11,8 +11,8 @@ from typing import Optional
 
 import pytest
 
-from ingress.routing import RoutingTable
 from ingress.routing.listener_names import ListenerNames
+from ingress.routing.report import Built
 from tests.unit.objects import PEM_SHAPED
 from tests.unit.test_gateway_routing import backend, gateway, gateway_table, http_route, listener, prefix, serve, services, to
 
@@ -49,7 +49,7 @@ LISTENERS = ("empty-hostname", "wildcard-example-com", "wildcard-foo-example-com
 HOSTNAMES = {"empty-hostname": None, "wildcard-example-com": "*.example.com", "wildcard-foo-example-com": "*.foo.example.com", "abc-foo-example-com": "abc.foo.example.com"}
 
 
-def _isolation_table(route_hostnames: tuple[str, ...]) -> RoutingTable:
+def _isolation_table(route_hostnames: tuple[str, ...]) -> Built:
     return gateway_table(
         gateway("gw", *(listener(name, hostname=hostname) for name, hostname in HOSTNAMES.items()), listener("quiet", hostname="*.quiet.example.com")),
         *services("v1"),
@@ -66,13 +66,13 @@ def test_listener_isolation(route_hostnames: tuple[str, ...], host: str, owner: 
     table = _isolation_table(route_hostnames)
     for name in LISTENERS:
         expected = "default/v1:80" if name == owner else "404"
-        assert serve(table, host, f"/{name}") == expected, name
+        assert serve(table.table, host, f"/{name}") == expected, name
 
 
 def test_a_listener_without_routes_keeps_its_hosts_from_a_less_specific_one() -> None:
     table = _isolation_table(())
-    assert serve(table, "a.quiet.example.com", "/wildcard-example-com") == "404"
-    assert serve(table, "a.other.example.com", "/wildcard-example-com") == "default/v1:80"
+    assert serve(table.table, "a.quiet.example.com", "/wildcard-example-com") == "404"
+    assert serve(table.table, "a.other.example.com", "/wildcard-example-com") == "default/v1:80"
 
 
 def test_an_http_listeners_routes_stay_reachable_under_an_https_listeners_hostname() -> None:
@@ -85,10 +85,10 @@ def test_an_http_listeners_routes_stay_reachable_under_an_https_listeners_hostna
         http_route("secure", to(backend("v2")), parents=({"name": "gw", "sectionName": "https"},)),
         *_certificate("cert"),
     )
-    assert serve(table, "named.test", "/", scheme=b"http") == "default/v1:80"
-    assert serve(table, "named.test", "/", scheme=b"https") == "404"
-    assert serve(table, "other.test", "/", scheme=b"https") == "default/v2:80"
-    assert table.https_listeners is not None and table.https_listeners.to_json() == ["named.test", ""]
+    assert serve(table.table, "named.test", "/", scheme=b"http") == "default/v1:80"
+    assert serve(table.table, "named.test", "/", scheme=b"https") == "404"
+    assert serve(table.table, "other.test", "/", scheme=b"https") == "default/v2:80"
+    assert table.table.https_listeners is not None and table.table.https_listeners.to_json() == ["named.test", ""]
 
 
 def _certificate(name: str) -> list[dict[str, object]]:

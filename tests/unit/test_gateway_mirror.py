@@ -13,6 +13,7 @@ import pytest
 
 from ingress.model.parse import state_from_objects
 from ingress.routing import RoutingTable, build
+from ingress.routing.build_options import BuildOptions
 from ingress.routing.incremental import IncrementalBuild
 from ingress.routing.policies.mirror import Mirror
 from ingress.routing.route import Route
@@ -40,9 +41,9 @@ def mirror_of(table: RoutingTable, host: str = "a.example") -> Mirror:
 
 def test_a_mirror_copies_to_its_backend_and_the_rule_is_served() -> None:
     table = gateway_table(gateway("gw"), http_route("r", mirrored({"backendRef": backend("v2")})), *services("v1", "v2"))
-    route = chosen(table)
+    route = chosen(table.table)
     assert route is not None and route.upstream.key == "default/v1:80"
-    (target,) = mirror_of(table).targets
+    (target,) = mirror_of(table.table).targets
     assert (target.upstream.key, target.upstream.endpoints, target.percent) == ("default/v2:80", (("10.0.0.2", 8080),), 100.0)
     assert parent_conditions(table, "r")[0]["ResolvedRefs"] == ("True", "ResolvedRefs")
 
@@ -55,12 +56,12 @@ def test_percent_and_fraction_give_the_share() -> None:
                                  {"backendRef": backend("v2"), "fraction": {"numerator": 30}})),
         *services("v1", "v2", "v3"),
     )
-    assert [t.percent for t in mirror_of(table).targets] == [25.0, 12.5, 30.0]
+    assert [t.percent for t in mirror_of(table.table).targets] == [25.0, 12.5, 30.0]
 
 
 def test_a_share_of_zero_copies_nothing() -> None:
     table = gateway_table(gateway("gw"), http_route("r", mirrored({"backendRef": backend("v2"), "percent": 0})), *services("v1", "v2"))
-    route = chosen(table)
+    route = chosen(table.table)
     assert route is not None and route.policies is None
 
 
@@ -79,7 +80,7 @@ def test_a_mirror_that_cannot_be_used_is_dropped_and_reported() -> None:
         http_route("r", mirrored({"backendRef": backend("missing")}, {"backendRef": backend("v2", namespace="elsewhere")}, {"backendRef": backend("v2")})),
         *services("v1", "v2"), *services("v2", namespace="elsewhere"),
     )
-    assert [t.upstream.key for t in mirror_of(table).targets] == ["default/v2:80"]
+    assert [t.upstream.key for t in mirror_of(table.table).targets] == ["default/v2:80"]
     assert parent_conditions(table, "r")[0]["ResolvedRefs"] == ("False", "BackendNotFound")
     assert ("r", "BackendNotFound") in problems_of(table) and ("r", "RefNotPermitted") in problems_of(table)
 
@@ -90,7 +91,7 @@ def test_a_mirror_on_a_grpc_route_is_refused() -> None:
     secret = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "metadata": {"name": "cert", "namespace": "default"},
               "stringData": PEM_SHAPED}
     table = gateway_table(gateway("gw", listener), grpc_route("g", mirrored({"backendRef": backend("v2")})), secret, *services("v1", "v2"))
-    route = chosen(table, path="/svc/Method", scheme=b"https")
+    route = chosen(table.table, path="/svc/Method", scheme=b"https")
     assert route is not None and route.policies is not None and route.policies.deny is not None and route.policies.deny.status == 503
     assert ("g", "UnsupportedFilter") in problems_of(table, "GRPCRoute")
 
@@ -100,11 +101,11 @@ def test_an_endpoint_change_of_the_mirror_reaches_it_without_a_build() -> None:
     store = Store()
     for obj in (gateway_class(), gateway("gw"), http_route("r", mirrored({"backendRef": backend("v2")})), *services("v1", "v2")):
         store.put(obj)
-    full = lambda state, generation: build(state, generation=generation, reserved_ports=PORTS)  # noqa: E731
+    full = lambda state, generation: build(state, BuildOptions(reserved_ports=PORTS), generation=generation)  # noqa: E731
     incremental = IncrementalBuild(full)
     incremental(store.state(), 1)
     store.put(endpoints("v2", "10.0.0.9"))
     after = incremental(store.state(), 2)
     assert incremental.endpoint_updates == 1
     assert after == full(store.state(), 2)
-    assert mirror_of(after).targets[0].upstream.endpoints == (("10.0.0.9", 8080),)
+    assert mirror_of(after.table).targets[0].upstream.endpoints == (("10.0.0.9", 8080),)

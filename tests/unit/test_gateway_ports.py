@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from ingress.model import ObjectRef
-from ingress.routing import RoutingTable
 from ingress.routing.gateway.status import with_listen_failures
+from ingress.routing.report import Built
 from tests.unit.objects import PEM_SHAPED
 from tests.unit.test_gateway_routing import backend, gateway, gateway_table, http_route, l4_route, listener, parent_conditions, problems_of, serve, services, to
 
@@ -23,9 +23,9 @@ TLS_SECRET = {
 }
 
 
-def listener_conditions(table: RoutingTable, gateway_name: str = "gw") -> list[dict[str, tuple[str, str]]]:
-    assert table.gateway_status is not None
-    status = table.gateway_status.gateways[ObjectRef("Gateway", "default", gateway_name)]
+def listener_conditions(table: Built, gateway_name: str = "gw") -> list[dict[str, tuple[str, str]]]:
+    assert table.report.gateway_status is not None
+    status = table.report.gateway_status.gateways[ObjectRef("Gateway", "default", gateway_name)]
     return [{c.type: (c.status, c.reason) for c in each.conditions} for each in status.listeners]
 
 
@@ -35,24 +35,24 @@ def test_an_http_listener_on_another_port_is_served_on_a_port_of_its_own() -> No
     assert listener_conditions(table)[0] == {
         "Accepted": ("True", "Accepted"), "Programmed": ("True", "Programmed"), "ResolvedRefs": ("True", "ResolvedRefs"), "Conflicted": ("False", "NoConflicts"),
     }
-    stream = table.streams[("TCP", 8080)]
+    stream = table.table.streams[("TCP", 8080)]
     assert (stream.serves, stream.name, stream.source) == ("http", "default/gw", ObjectRef("Gateway", "default", "gw"))
-    assert serve(table.gateway_ports[8080], "a.example", "/x") == "default/v1:80"
-    assert serve(table, "a.example", "/x") == "404"  # not on the --http listener
-    assert table.problems == ()
+    assert serve(table.table.gateway_ports[8080], "a.example", "/x") == "default/v1:80"
+    assert serve(table.table, "a.example", "/x") == "404"  # not on the --http listener
+    assert table.report.problems == ()
 
 
 def test_a_listener_without_routes_still_opens_its_port() -> None:
     """A Programmed listener answers (404) before any route attaches."""
     table = gateway_table(gateway("gw", listener("alt", port=8080)))
-    assert table.streams[("TCP", 8080)].serves == "http"
-    assert serve(table.gateway_ports[8080], "a.example", "/") == "404"
+    assert table.table.streams[("TCP", 8080)].serves == "http"
+    assert serve(table.table.gateway_ports[8080], "a.example", "/") == "404"
 
 
 def test_a_route_on_two_listeners_is_served_on_both_ports() -> None:
     table = gateway_table(gateway("gw", listener("http"), listener("alt", port=8080)), http_route("r", to(backend("v1"))), *services("v1"))
-    assert serve(table, "a.example", "/") == "default/v1:80"
-    assert serve(table.gateway_ports[8080], "a.example", "/") == "default/v1:80"
+    assert serve(table.table, "a.example", "/") == "default/v1:80"
+    assert serve(table.table.gateway_ports[8080], "a.example", "/") == "default/v1:80"
 
 
 def test_a_section_name_picks_one_port() -> None:
@@ -60,8 +60,8 @@ def test_a_section_name_picks_one_port() -> None:
         gateway("gw", listener("http"), listener("alt", port=8080)),
         http_route("r", to(backend("v1")), parents=({"name": "gw", "sectionName": "alt"},)), *services("v1"),
     )
-    assert serve(table, "a.example", "/") == "404"
-    assert serve(table.gateway_ports[8080], "a.example", "/") == "default/v1:80"
+    assert serve(table.table, "a.example", "/") == "404"
+    assert serve(table.table.gateway_ports[8080], "a.example", "/") == "default/v1:80"
 
 
 def test_an_https_listener_on_another_port_has_its_own_certificates() -> None:
@@ -70,10 +70,10 @@ def test_an_https_listener_on_another_port_has_its_own_certificates() -> None:
         gateway("gw", listener("tls", port=8443, protocol="HTTPS", hostname="secure.example", tls=tls)),
         http_route("r", to(backend("v1"))), TLS_SECRET, *services("v1"),
     )
-    assert table.streams[("TCP", 8443)].serves == "https"
-    port = table.gateway_ports[8443]
+    assert table.table.streams[("TCP", 8443)].serves == "https"
+    port = table.table.gateway_ports[8443]
     assert port.certificates.secret_for("secure.example") == ("default", "cert")
-    assert table.certificates.secret_for("secure.example") is None  # the --https listener does not serve it
+    assert table.table.certificates.secret_for("secure.example") is None  # the --https listener does not serve it
     assert serve(port, "secure.example", "/", scheme=b"https") == "default/v1:80"
 
 
@@ -84,7 +84,7 @@ def test_a_port_twingress_holds_for_another_listener_is_unavailable() -> None:
         TLS_SECRET, ports={80: "http", 443: "https", 9901: "admin"},
     )
     assert [found["Accepted"] for found in listener_conditions(table)] == [("False", "PortUnavailable")] * 3
-    assert not table.streams and not table.gateway_ports
+    assert not table.table.streams and not table.table.gateway_ports
 
 
 def test_tls_listeners_on_a_port_of_their_own_pass_through_and_terminate() -> None:
@@ -97,11 +97,11 @@ def test_tls_listeners_on_a_port_of_their_own_pass_through_and_terminate() -> No
         TLS_SECRET, *services("v1", "v2"),
     )
     assert [found["Accepted"] for found in listener_conditions(table)] == [("True", "Accepted")] * 2
-    assert table.streams[("TCP", 8883)].serves == "https"
-    port = table.gateway_ports[8883]
+    assert table.table.streams[("TCP", 8883)].serves == "https"
+    port = table.table.gateway_ports[8883]
     assert port.passthrough_for("abc.example.com") is not None and port.terminated_for("tls.example.com") is not None
     assert port.certificates.secret_for("tls.example.com") == ("default", "cert")
-    assert table.passthrough_for("abc.example.com") is None and table.terminated_for("tls.example.com") is None
+    assert table.table.passthrough_for("abc.example.com") is None and table.table.terminated_for("tls.example.com") is None
 
 
 def test_protocols_that_want_one_port_conflict_and_the_first_keeps_it() -> None:
@@ -118,7 +118,7 @@ def test_protocols_that_want_one_port_conflict_and_the_first_keeps_it() -> None:
     assert raw["Conflicted"] == ("True", "ProtocolConflict")
     assert raw["Accepted"] == ("False", "PortUnavailable") and raw["Programmed"] == ("False", "Invalid")
     assert dns["Conflicted"] == ("False", "NoConflicts")
-    assert table.streams[("TCP", 8080)].serves == "http"
+    assert table.table.streams[("TCP", 8080)].serves == "http"
 
 
 def test_the_older_gateway_keeps_a_port_across_gateways() -> None:
@@ -129,8 +129,8 @@ def test_the_older_gateway_keeps_a_port_across_gateways() -> None:
     table = gateway_table(newer, older, TLS_SECRET)
     assert listener_conditions(table, "first")[0]["Conflicted"] == ("False", "NoConflicts")
     assert listener_conditions(table, "second")[0]["Conflicted"] == ("True", "ProtocolConflict")
-    assert table.streams[("TCP", 8080)].serves == "http"
-    assert not table.gateway_ports[8080].certificates.secrets
+    assert table.table.streams[("TCP", 8080)].serves == "http"
+    assert not table.table.gateway_ports[8080].certificates.secrets
 
 
 def test_http_listeners_of_two_gateways_on_one_port_share_it() -> None:
@@ -140,8 +140,8 @@ def test_http_listeners_of_two_gateways_on_one_port_share_it() -> None:
         *services("v1", "v2"),
     )
     assert listener_conditions(table, "two")[0]["Conflicted"] == ("False", "NoConflicts")
-    assert serve(table.gateway_ports[8080], "a.example", "/") == "default/v1:80"
-    assert serve(table.gateway_ports[8080], "b.example", "/") == "default/v2:80"
+    assert serve(table.table.gateway_ports[8080], "a.example", "/") == "default/v1:80"
+    assert serve(table.table.gateway_ports[8080], "b.example", "/") == "default/v2:80"
 
 
 def test_a_stream_ingress_keeps_a_port_a_gateway_listener_wants() -> None:
@@ -151,19 +151,19 @@ def test_a_stream_ingress_keeps_a_port_a_gateway_listener_wants() -> None:
         "spec": {"protocol": "TCP", "listen": 8080, "upstream": {"service": "v1", "port": 80}},
     }
     table = gateway_table(gateway("gw", listener("alt", port=8080)), stream_ingress, *services("v1"))
-    assert table.streams[("TCP", 8080)].source.kind == "StreamIngress"
+    assert table.table.streams[("TCP", 8080)].source.kind == "StreamIngress"
     assert ("gw", "PortConflict") in problems_of(table, "Gateway")
 
 
 def test_a_port_that_cannot_be_bound_makes_its_listener_unavailable() -> None:
     """The status the Lease holder writes: a listener whose port failed to bind is neither Accepted (PortUnavailable) nor Programmed."""
     table = gateway_table(gateway("gw", listener("http"), listener("alt", port=8080)))
-    assert table.gateway_status is not None
-    status = with_listen_failures(table.gateway_status, {("TCP", 8080): "Address already in use"})
+    assert table.report.gateway_status is not None
+    status = with_listen_failures(table.report.gateway_status, {("TCP", 8080): "Address already in use"})
     http, alt = ({c.type: (c.status, c.reason) for c in each.conditions} for each in status.gateways[ObjectRef("Gateway", "default", "gw")].listeners)
     assert alt["Accepted"] == ("False", "PortUnavailable") and alt["Programmed"] == ("False", "Invalid")
     assert http["Accepted"] == ("True", "Accepted")
-    assert with_listen_failures(table.gateway_status, {("UDP", 8080): "taken"}) == table.gateway_status
+    assert with_listen_failures(table.report.gateway_status, {("UDP", 8080): "taken"}) == table.report.gateway_status
 
 
 def test_a_redirect_without_scheme_and_port_goes_to_the_own_port_it_came_to() -> None:
@@ -178,9 +178,9 @@ def test_a_redirect_without_scheme_and_port_goes_to_the_own_port_it_came_to() ->
         gateway("gw", listener("http"), listener("alt", port=8080), listener("secure", port=8443, protocol="HTTPS", tls=tls)),
         http_route("r", to(filters=[redirect])), TLS_SECRET,
     )
-    assert serve(table, "a.example", "/x?q") == "302 http://example.org/x?q"
-    assert serve(table.gateway_ports[8080], "a.example", "/x?q") == "302 http://example.org:8080/x?q"
-    assert serve(table.gateway_ports[8443], "a.example", "/x?q", scheme=b"https") == "302 https://example.org:8443/x?q"
+    assert serve(table.table, "a.example", "/x?q") == "302 http://example.org/x?q"
+    assert serve(table.table.gateway_ports[8080], "a.example", "/x?q") == "302 http://example.org:8080/x?q"
+    assert serve(table.table.gateway_ports[8443], "a.example", "/x?q", scheme=b"https") == "302 https://example.org:8443/x?q"
 
 
 def test_httproute_listener_port_matching() -> None:
@@ -204,12 +204,12 @@ def test_httproute_listener_port_matching() -> None:
         http_route("backend-v3", to(backend("v3")), parents=({"name": "gw", "port": 8090, "sectionName": "listener-4"},)),
         *services("v1", "v2", "v3"),
     )
-    assert serve(table, "foo.com", "/") == "default/v1:80"
-    assert serve(table, "bar.com", "/") == "404"
-    assert serve(table.gateway_ports[8080], "foo.com", "/") == "default/v2:80"
-    assert serve(table.gateway_ports[8080], "bar.com", "/") == "default/v2:80"
-    assert serve(table.gateway_ports[8090], "foo.com", "/") == "default/v3:80"
-    assert serve(table.gateway_ports[8090], "bar.com", "/") == "404"
+    assert serve(table.table, "foo.com", "/") == "default/v1:80"
+    assert serve(table.table, "bar.com", "/") == "404"
+    assert serve(table.table.gateway_ports[8080], "foo.com", "/") == "default/v2:80"
+    assert serve(table.table.gateway_ports[8080], "bar.com", "/") == "default/v2:80"
+    assert serve(table.table.gateway_ports[8090], "foo.com", "/") == "default/v3:80"
+    assert serve(table.table.gateway_ports[8090], "bar.com", "/") == "404"
     assert [c["Accepted"] for c in parent_conditions(table, "backend-v3")] == [("True", "Accepted")]
     assert [count for _, count in _attached(table)] == [1, 1, 1, 1, 0]
 
@@ -226,9 +226,9 @@ def test_httproute_invalid_parent_ref_section_name_not_matching_port() -> None:
     )
     assert [c["Accepted"] for c in parent_conditions(table, "r")] == [("False", "NoMatchingParent")]
     assert [count for _, count in _attached(table)] == [0]
-    assert serve(table, "a.example", "/") == "404"
+    assert serve(table.table, "a.example", "/") == "404"
 
 
-def _attached(table: RoutingTable, gateway_name: str = "gw") -> list[tuple[str, int]]:
-    assert table.gateway_status is not None
-    return [(each.name, each.attached_routes) for each in table.gateway_status.gateways[ObjectRef("Gateway", "default", gateway_name)].listeners]
+def _attached(table: Built, gateway_name: str = "gw") -> list[tuple[str, int]]:
+    assert table.report.gateway_status is not None
+    return [(each.name, each.attached_routes) for each in table.report.gateway_status.gateways[ObjectRef("Gateway", "default", gateway_name)].listeners]

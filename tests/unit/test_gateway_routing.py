@@ -18,12 +18,14 @@ import yaml
 from ingress.model import ObjectRef
 from ingress.model.parse import state_from_objects
 from ingress.routing import RoutingTable, build
+from ingress.routing.build_options import BuildOptions
 from ingress.routing.gateway.listeners import covers, intersect_hostnames
 from ingress.routing.gateway.regex import RegexPaths
 from ingress.routing.policies.limits import Deadlines, Limits
 from ingress.routing.policies.matching import query_params
 from ingress.routing.policies.pathreplace import PathReplace
 from ingress.routing.policies.redirect import GatewayRedirect
+from ingress.routing.report import Built
 from ingress.routing.route import Route
 from ingress.routing.table import HostRoutes
 from tests.unit.objects import PEM_SHAPED, T0, T1, T2, endpoints, ingress, ingress_class, path, rule, service
@@ -99,8 +101,8 @@ def services(*names: str, namespace: str = "default") -> list[dict[str, Any]]:
     return objects
 
 
-def gateway_table(*objects: dict[str, Any], ports: dict[int, str] = PORTS) -> RoutingTable:
-    return build(state_from_objects([gateway_class(), *objects]), reserved_ports=ports)
+def gateway_table(*objects: dict[str, Any], ports: dict[int, str] = PORTS) -> Built:
+    return build(state_from_objects([gateway_class(), *objects]), BuildOptions(reserved_ports=ports))
 
 
 def serve(table: RoutingTable, host: str, target: str, *, method: bytes = b"GET", fields: Optional[dict[str, str]] = None,
@@ -128,13 +130,13 @@ def serve(table: RoutingTable, host: str, target: str, *, method: bytes = b"GET"
     return route.upstream.key
 
 
-def problems_of(table: RoutingTable, kind: str = "HTTPRoute") -> set[tuple[str, str]]:
-    return {(p.ref.name, p.reason) for p in table.problems if p.ref.kind == kind}
+def problems_of(table: Built, kind: str = "HTTPRoute") -> set[tuple[str, str]]:
+    return {(p.ref.name, p.reason) for p in table.report.problems if p.ref.kind == kind}
 
 
-def parent_conditions(table: RoutingTable, name: str, namespace: str = "default", kind: str = "HTTPRoute") -> list[dict[str, tuple[str, str]]]:
-    assert table.gateway_status is not None
-    return [{c.type: (c.status, c.reason) for c in found} for _, found in table.gateway_status.routes.get(ObjectRef(kind, namespace, name), ())]
+def parent_conditions(table: Built, name: str, namespace: str = "default", kind: str = "HTTPRoute") -> list[dict[str, tuple[str, str]]]:
+    assert table.report.gateway_status is not None
+    return [{c.type: (c.status, c.reason) for c in found} for _, found in table.report.gateway_status.routes.get(ObjectRef(kind, namespace, name), ())]
 
 
 # -- attachment and hostnames
@@ -143,14 +145,14 @@ def parent_conditions(table: RoutingTable, name: str, namespace: str = "default"
 def test_a_route_on_a_gateway_of_ours_is_served() -> None:
     """HTTPRouteSimpleSameNamespace: a route in the Gateway's namespace gets its backend."""
     table = gateway_table(gateway(), http_route("r", to(backend("v1"))), *services("v1"))
-    assert serve(table, "anything.example", "/") == "default/v1:80"
+    assert serve(table.table, "anything.example", "/") == "default/v1:80"
     assert parent_conditions(table, "r") == [{"Accepted": ("True", "Accepted"), "ResolvedRefs": ("True", "ResolvedRefs")}]
 
 
 def test_another_controllers_gateway_is_not_ours() -> None:
-    table = build(state_from_objects([gateway_class(controller="example.com/other"), gateway(), http_route("r", to(backend("v1"))), *services("v1")]), reserved_ports=PORTS)
-    assert serve(table, "a.example", "/") == "404"
-    assert table.gateway_status is None
+    table = build(state_from_objects([gateway_class(controller="example.com/other"), gateway(), http_route("r", to(backend("v1"))), *services("v1")]), BuildOptions(reserved_ports=PORTS))
+    assert serve(table.table, "a.example", "/") == "404"
+    assert table.report.gateway_status is None
 
 
 @pytest.mark.parametrize(
@@ -189,22 +191,22 @@ def test_listener_hostname_matching() -> None:
         http_route("v3", to(backend("v3")), parents=({"name": "gw", "sectionName": "l3"}, {"name": "gw", "sectionName": "l4"})),
         *services("v1", "v2", "v3"),
     )
-    assert serve(table, "bar.com", "/") == "default/v1:80"
-    assert serve(table, "foo.bar.com", "/") == "default/v2:80"
-    assert serve(table, "baz.bar.com", "/") == "default/v3:80"
-    assert serve(table, "multiple.prefixes.bar.com", "/") == "default/v3:80"
-    assert serve(table, "multiple.prefixes.foo.com", "/") == "default/v3:80"
-    assert serve(table, "foo.com", "/") == "404"
-    assert serve(table, "no.matching.host", "/") == "404"
+    assert serve(table.table, "bar.com", "/") == "default/v1:80"
+    assert serve(table.table, "foo.bar.com", "/") == "default/v2:80"
+    assert serve(table.table, "baz.bar.com", "/") == "default/v3:80"
+    assert serve(table.table, "multiple.prefixes.bar.com", "/") == "default/v3:80"
+    assert serve(table.table, "multiple.prefixes.foo.com", "/") == "default/v3:80"
+    assert serve(table.table, "foo.com", "/") == "404"
+    assert serve(table.table, "no.matching.host", "/") == "404"
 
 
 def test_a_route_whose_hostnames_intersect_no_listener_is_not_accepted() -> None:
     """HTTPRouteHostnameIntersection: Accepted=False NoMatchingListenerHostname, not counted in attachedRoutes."""
     table = gateway_table(gateway("gw", listener(hostname="very.specific.com")), http_route("r", to(backend("v1")), hostnames=("non.matching.com",)), *services("v1"))
     assert parent_conditions(table, "r")[0]["Accepted"] == ("False", "NoMatchingListenerHostname")
-    assert serve(table, "non.matching.com", "/") == "404"
-    assert table.gateway_status is not None
-    assert table.gateway_status.gateways[ObjectRef("Gateway", "default", "gw")].listeners[0].attached_routes == 0
+    assert serve(table.table, "non.matching.com", "/") == "404"
+    assert table.report.gateway_status is not None
+    assert table.report.gateway_status.gateways[ObjectRef("Gateway", "default", "gw")].listeners[0].attached_routes == 0
 
 
 @pytest.mark.parametrize(
@@ -217,7 +219,7 @@ def test_a_route_whose_hostnames_intersect_no_listener_is_not_accepted() -> None
 def test_parent_refs_that_do_not_attach(parent: dict[str, Any], route_namespace: str, reason: str) -> None:
     table = gateway_table(gateway(), http_route("r", to(backend("v1")), parents=(parent,), namespace=route_namespace), *services("v1", namespace=route_namespace))
     assert parent_conditions(table, "r", route_namespace)[0]["Accepted"] == ("False", reason)
-    assert serve(table, "a.example", "/") == "404"
+    assert serve(table.table, "a.example", "/") == "404"
 
 
 def test_allowed_routes_from_all_and_from_a_selector() -> None:
@@ -229,16 +231,16 @@ def test_allowed_routes_from_all_and_from_a_selector() -> None:
         http_route("r", to(backend("v1")), namespace="other", parents=({"name": "gw", "namespace": "default"},)),
         *services("v1", namespace="web"), *services("v1", namespace="other"),
     )
-    assert serve(table, "sel.example", "/") == "web/v1:80"
-    assert serve(table, "all.example", "/") == "other/v1:80"  # same age: "other/r" before "web/r" alphabetically
+    assert serve(table.table, "sel.example", "/") == "web/v1:80"
+    assert serve(table.table, "all.example", "/") == "other/v1:80"  # same age: "other/r" before "web/r" alphabetically
     assert parent_conditions(table, "r", "other")[0]["Accepted"] == ("True", "Accepted")
 
 
 def test_unsupported_protocol_and_route_kinds() -> None:
     """GatewayListenerUnsupportedProtocol and GatewayInvalidRouteKind."""
     table = gateway_table(gateway("gw", listener("bad", protocol="INVALID"), listener("http", allowedRoutes={"kinds": [{"kind": "InvalidRoute"}, {"kind": "HTTPRoute"}]})))
-    assert table.gateway_status is not None
-    status = table.gateway_status.gateways[ObjectRef("Gateway", "default", "gw")]
+    assert table.report.gateway_status is not None
+    status = table.report.gateway_status.gateways[ObjectRef("Gateway", "default", "gw")]
     bad, http = ({c.type: (c.status, c.reason) for c in s.conditions} for s in status.listeners)
     assert bad["Accepted"] == ("False", "UnsupportedProtocol") and status.listeners[0].supported_kinds == ()
     assert http["ResolvedRefs"] == ("False", "InvalidRouteKinds") and status.listeners[1].supported_kinds == ("HTTPRoute",)
@@ -251,15 +253,15 @@ def test_unsupported_protocol_and_route_kinds() -> None:
 def test_exact_path_matching() -> None:
     """HTTPRouteExactPathMatching: Exact /one and /two; /, /one/example, /two/ and /Two are 404."""
     table = gateway_table(gateway(), http_route("r", to(backend("v1"), matches=[exact("/one")]), to(backend("v2"), matches=[exact("/two")])), *services("v1", "v2"))
-    assert serve(table, "h", "/one") == "default/v1:80" and serve(table, "h", "/two") == "default/v2:80"
-    assert [serve(table, "h", p) for p in ("/", "/one/example", "/two/", "/Two")] == ["404"] * 4
+    assert serve(table.table, "h", "/one") == "default/v1:80" and serve(table.table, "h", "/two") == "default/v2:80"
+    assert [serve(table.table, "h", p) for p in ("/", "/one/example", "/two/", "/Two")] == ["404"] * 4
 
 
 def test_prefix_matching_is_element_wise() -> None:
     """HTTPRouteMatching: prefix /v2 matches /v2, /v2/ and /v2/example; /v2example and /foo/v2/example fall to /."""
     table = gateway_table(gateway(), http_route("r", to(backend("v1"), matches=[prefix("/")]), to(backend("v2"), matches=[prefix("/v2")])), *services("v1", "v2"))
-    assert [serve(table, "h", p) for p in ("/v2", "/v2/", "/v2/example")] == ["default/v2:80"] * 3
-    assert [serve(table, "h", p) for p in ("/v2example", "/foo/v2/example")] == ["default/v1:80"] * 2
+    assert [serve(table.table, "h", p) for p in ("/v2", "/v2/", "/v2/example")] == ["default/v2:80"] * 3
+    assert [serve(table.table, "h", p) for p in ("/v2example", "/foo/v2/example")] == ["default/v1:80"] * 2
 
 
 def test_path_match_order() -> None:
@@ -273,10 +275,10 @@ def test_path_match_order() -> None:
                    to(backend("v4"), matches=[prefix("/match/prefix")])),
         *services("v1", "v2", "v3", "v4"),
     )
-    assert serve(table, "h", "/match/exact/one") == "default/v3:80"
-    assert serve(table, "h", "/match/prefix/one/any") == "default/v2:80"
-    assert serve(table, "h", "/match/prefix/any") == "default/v4:80"
-    assert serve(table, "h", "/match/any") == "default/v1:80"
+    assert serve(table.table, "h", "/match/exact/one") == "default/v3:80"
+    assert serve(table.table, "h", "/match/prefix/one/any") == "default/v2:80"
+    assert serve(table.table, "h", "/match/prefix/any") == "default/v4:80"
+    assert serve(table.table, "h", "/match/any") == "default/v1:80"
 
 
 def test_header_matching_ands_and_more_headers_win() -> None:
@@ -289,11 +291,11 @@ def test_header_matching_ands_and_more_headers_win() -> None:
                    to(backend("v3"), matches=[{"headers": headers(version="two", color="orange")}])),
         *services("v1", "v2", "v3"),
     )
-    assert serve(table, "h", "/", fields={"Version": "one"}) == "default/v1:80"
-    assert serve(table, "h", "/", fields={"version": "two"}) == "default/v2:80"
-    assert serve(table, "h", "/", fields={"version": "two", "COLOR": "orange"}) == "default/v3:80"
-    assert serve(table, "h", "/", fields={"version": "three"}) == "404"
-    assert serve(table, "h", "/", fields={"version": "One"}) == "404"  # values are exact
+    assert serve(table.table, "h", "/", fields={"Version": "one"}) == "default/v1:80"
+    assert serve(table.table, "h", "/", fields={"version": "two"}) == "default/v2:80"
+    assert serve(table.table, "h", "/", fields={"version": "two", "COLOR": "orange"}) == "default/v3:80"
+    assert serve(table.table, "h", "/", fields={"version": "three"}) == "404"
+    assert serve(table.table, "h", "/", fields={"version": "One"}) == "404"  # values are exact
 
 
 def test_matching_across_routes() -> None:
@@ -304,8 +306,8 @@ def test_matching_across_routes() -> None:
         http_route("route2", to(backend("v2"), matches=[{"headers": headers(version="two")}]), created=T1),
         *services("v1", "v2"),
     )
-    assert serve(table, "h", "/", fields={"version": "two"}) == "default/v2:80"
-    assert serve(table, "h", "/") == "default/v1:80"
+    assert serve(table.table, "h", "/", fields={"version": "two"}) == "default/v2:80"
+    assert serve(table.table, "h", "/") == "default/v1:80"
 
 
 def test_ties_go_to_the_oldest_route_then_namespace_name_then_rule_order() -> None:
@@ -317,14 +319,14 @@ def test_ties_go_to_the_oldest_route_then_namespace_name_then_rule_order() -> No
         http_route("old", to(backend("v4"), matches=[prefix("/old")]), created=T0),
         *services("v2", "v3", "v4"), *services("v1", namespace="x"),
     )
-    assert serve(table, "h", "/") == "default/v2:80"  # default/b before x/a alphabetically, its first rule
-    assert serve(table, "h", "/old/x") == "default/v4:80"
+    assert serve(table.table, "h", "/") == "default/v2:80"  # default/b before x/a alphabetically, its first rule
+    assert serve(table.table, "h", "/old/x") == "default/v4:80"
 
 
 def test_rule_order_with_a_missing_backend_is_500_not_the_next_rule() -> None:
     """HTTPRouteRuleOrder: the first matching rule serves, even when its backend does not exist (500)."""
     table = gateway_table(gateway(), http_route("r", to(backend("missing")), to(backend("v1"))), *services("v1"))
-    assert serve(table, "h", "/") == "500"
+    assert serve(table.table, "h", "/") == "500"
     assert parent_conditions(table, "r")[0]["ResolvedRefs"] == ("False", "BackendNotFound")
 
 
@@ -338,9 +340,9 @@ def test_method_and_query_matches() -> None:
                    to(backend("v3"), matches=[{"queryParams": [{"name": "animal", "value": "whale"}]}])),
         *services("v1", "v2", "v3"),
     )
-    assert serve(table, "h", "/", method=b"POST") == "default/v2:80"
-    assert serve(table, "h", "/?animal=whale") == "default/v3:80"
-    assert serve(table, "h", "/?animal=dolphin") == "default/v1:80"
+    assert serve(table.table, "h", "/", method=b"POST") == "default/v2:80"
+    assert serve(table.table, "h", "/?animal=whale") == "default/v3:80"
+    assert serve(table.table, "h", "/?animal=dolphin") == "default/v1:80"
     assert query_params(b"/p?a=1&a=2&b=%20x") == {b"a": b"1", b"b": b" x"}
 
 
@@ -354,9 +356,9 @@ def regex(value: str, **extra: Any) -> dict[str, Any]:
 def test_a_regular_expression_matches_the_whole_path_case_sensitively() -> None:
     """apis/v1/httproute_types.go PathMatchRegularExpression: "matches the given regular expression with case sensitivity"; twingress: re.fullmatch."""
     table = gateway_table(gateway(), http_route("r", to(backend("v1"), matches=[regex(r"/v[0-9]+/items")])), *services("v1"))
-    assert serve(table, "h", "/v2/items") == "default/v1:80"
-    assert serve(table, "h", "/v12/items?x=1") == "default/v1:80"  # the query is not part of the path
-    assert [serve(table, "h", p) for p in ("/v2/items/x", "/x/v2/items", "/V2/items", "/vx/items")] == ["404"] * 4
+    assert serve(table.table, "h", "/v2/items") == "default/v1:80"
+    assert serve(table.table, "h", "/v12/items?x=1") == "default/v1:80"  # the query is not part of the path
+    assert [serve(table.table, "h", p) for p in ("/v2/items/x", "/x/v2/items", "/V2/items", "/vx/items")] == ["404"] * 4
 
 
 def test_exact_then_regular_expressions_longest_first_then_prefixes() -> None:
@@ -371,12 +373,12 @@ def test_exact_then_regular_expressions_longest_first_then_prefixes() -> None:
                    to(backend("v5"), matches=[exact("/api/v2/status")])),
         *services("v1", "v2", "v3", "v4", "v5"),
     )
-    assert serve(table, "h", "/api/v2/status") == "default/v5:80"  # Exact first
-    assert serve(table, "h", "/api/v2/deep/x") == "default/v4:80"  # any pattern before the longest prefix
-    assert serve(table, "h", "/api/v2/users") == "default/v4:80"  # the longer pattern first
-    assert serve(table, "h", "/api/users") == "default/v3:80"
-    assert serve(table, "h", "/other") == "default/v1:80"
-    assert isinstance(table.match("h", "/other"), Route)
+    assert serve(table.table, "h", "/api/v2/status") == "default/v5:80"  # Exact first
+    assert serve(table.table, "h", "/api/v2/deep/x") == "default/v4:80"  # any pattern before the longest prefix
+    assert serve(table.table, "h", "/api/v2/users") == "default/v4:80"  # the longer pattern first
+    assert serve(table.table, "h", "/api/users") == "default/v3:80"
+    assert serve(table.table, "h", "/other") == "default/v1:80"
+    assert isinstance(table.table.match("h", "/other"), Route)
 
 
 def test_regular_expression_candidates_keep_the_other_precedence_rules() -> None:
@@ -389,20 +391,20 @@ def test_regular_expression_candidates_keep_the_other_precedence_rules() -> None
         http_route("prefixes", to(backend("v4"), matches=[prefix("/q"), exact("/e", headers=headers(x="2"))]), created=T0),
         *services("v1", "v2", "v3", "v4"),
     )
-    assert serve(table, "h", "/r/a", method=b"POST") == "default/v2:80"  # a method beats headers and age
-    assert serve(table, "h", "/r/a", fields={"x": "1"}) == "default/v3:80"  # a header beats age
-    assert serve(table, "h", "/r/a") == "default/v1:80"  # then the oldest route
-    assert serve(table, "h", "/q/a", fields={"X": "1"}) == "default/v2:80"
-    assert serve(table, "h", "/q/a") == "default/v4:80"  # the pattern's header is missing: the prefix serves
-    assert serve(table, "h", "/e", fields={"x": "2"}) == "default/v4:80" and serve(table, "h", "/e") == "404"
+    assert serve(table.table, "h", "/r/a", method=b"POST") == "default/v2:80"  # a method beats headers and age
+    assert serve(table.table, "h", "/r/a", fields={"x": "1"}) == "default/v3:80"  # a header beats age
+    assert serve(table.table, "h", "/r/a") == "default/v1:80"  # then the oldest route
+    assert serve(table.table, "h", "/q/a", fields={"X": "1"}) == "default/v2:80"
+    assert serve(table.table, "h", "/q/a") == "default/v4:80"  # the pattern's header is missing: the prefix serves
+    assert serve(table.table, "h", "/e", fields={"x": "2"}) == "default/v4:80" and serve(table.table, "h", "/e") == "404"
 
 
 def test_an_invalid_regular_expression_is_reported_and_only_that_match_is_not_served() -> None:
     """An invalid pattern (Python's re dialect) is an UnsupportedValue problem; the route's other matches are served."""
     table = gateway_table(gateway(), http_route("r", to(backend("v1"), matches=[regex("/a/(unclosed"), regex(r"/b/\p{L}+"), prefix("/c")])), *services("v1"))
     assert problems_of(table) == {("r", "UnsupportedValue")}
-    assert sum("RegularExpression" in p.message for p in table.problems) == 2
-    assert serve(table, "h", "/c/x") == "default/v1:80" and serve(table, "h", "/a/(unclosed") == "404"
+    assert sum("RegularExpression" in p.message for p in table.report.problems) == 2
+    assert serve(table.table, "h", "/c/x") == "default/v1:80" and serve(table.table, "h", "/a/(unclosed") == "404"
     assert parent_conditions(table, "r")[0]["Accepted"] == ("True", "Accepted")
 
 
@@ -414,8 +416,8 @@ def test_hosts_without_regular_expressions_keep_the_plain_lookup() -> None:
         http_route("patterns", to(backend("v1"), matches=[regex("/x.*")]), hostnames=("regex.example",)),
         *services("v1"),
     )
-    assert type(table.host_routes("plain.example")) is HostRoutes
-    assert type(table.host_routes("regex.example")) is RegexPaths
+    assert type(table.table.host_routes("plain.example")) is HostRoutes
+    assert type(table.table.host_routes("regex.example")) is RegexPaths
     assert table.to_json()["hosts"]["regex.example"]["regex"][0]["pattern"] == "/x.*"
 
 
@@ -451,8 +453,8 @@ def test_timeouts_become_the_route_s_deadlines() -> None:
     )
 
     def limits(path: str) -> Optional[Limits]:
-        route = chosen(table, "h", path)
-        assert serve(table, "h", path) == "default/v1:80"
+        route = chosen(table.table, "h", path)
+        assert serve(table.table, "h", path) == "default/v1:80"
         return route.policies.limits if route.policies is not None else None
 
     assert limits("/both") == Limits(deadlines=Deadlines(request=10.0, backend=0.5))
@@ -468,10 +470,10 @@ def test_timeouts_of_a_weighted_rule_apply_to_each_backend() -> None:
     """The deadlines are the rule's, whichever backendRef a request is sent to (the proxy reads them before the pick)."""
     rule = timed(to(backend("v1", weight=1), backend("v2", weight=1), matches=[prefix("/")]), request="3s")
     table = gateway_table(gateway(), http_route("r", rule), *services("v1", "v2"))
-    route = chosen(table, "h", "/")
+    route = chosen(table.table, "h", "/")
     assert route.policies is not None and route.policies.backends is not None
     assert route.policies.limits is not None and route.policies.limits.deadlines == Deadlines(request=3.0)
-    assert {serve(table, "h", "/", draw=d) for d in (0, 1)} == {"default/v1:80", "default/v2:80"}
+    assert {serve(table.table, "h", "/", draw=d) for d in (0, 1)} == {"default/v1:80", "default/v2:80"}
 
 
 def test_a_route_on_an_https_listener_only_is_not_served_over_http() -> None:
@@ -484,9 +486,9 @@ def test_a_route_on_an_https_listener_only_is_not_served_over_http() -> None:
          "stringData": PEM_SHAPED},
         *services("v1"),
     )
-    assert serve(table, "secure.example", "/", scheme=b"https") == "default/v1:80"
-    assert serve(table, "secure.example", "/", scheme=b"http") == "404"
-    assert table.certificates.secret_for("secure.example") == ("default", "cert")
+    assert serve(table.table, "secure.example", "/", scheme=b"https") == "default/v1:80"
+    assert serve(table.table, "secure.example", "/", scheme=b"http") == "404"
+    assert table.table.certificates.secret_for("secure.example") == ("default", "cert")
 
 
 def test_an_https_listener_without_its_secret_is_not_programmed() -> None:
@@ -496,9 +498,9 @@ def test_an_https_listener_without_its_secret_is_not_programmed() -> None:
                 listener("missing", port=443, protocol="HTTPS", hostname="a.example", tls={"certificateRefs": [{"name": "nope"}]}),
                 listener("other-ns", port=443, protocol="HTTPS", hostname="b.example", tls={"certificateRefs": [{"name": "c", "namespace": "certs"}]})),
     )
-    assert table.gateway_status is not None
+    assert table.report.gateway_status is not None
     missing, other = (
-        {c.type: (c.status, c.reason) for c in s.conditions} for s in table.gateway_status.gateways[ObjectRef("Gateway", "default", "gw")].listeners
+        {c.type: (c.status, c.reason) for c in s.conditions} for s in table.report.gateway_status.gateways[ObjectRef("Gateway", "default", "gw")].listeners
     )
     assert missing["ResolvedRefs"] == ("False", "InvalidCertificateRef") and missing["Programmed"][0] == "False"
     assert other["ResolvedRefs"] == ("False", "RefNotPermitted")
@@ -510,14 +512,14 @@ def test_an_https_listener_without_its_secret_is_not_programmed() -> None:
 def test_weights_split_the_requests() -> None:
     """HTTPRouteWeight: 70/30/0; a weight-0 backend gets nothing."""
     table = gateway_table(gateway(), http_route("r", to(backend("v1", weight=70), backend("v2", weight=30), backend("v3", weight=0))), *services("v1", "v2", "v3"))
-    served = [serve(table, "h", "/", draw=draw) for draw in range(100)]
+    served = [serve(table.table, "h", "/", draw=draw) for draw in range(100)]
     assert served.count("default/v1:80") == 70 and served.count("default/v2:80") == 30
 
 
 def test_an_invalid_backend_keeps_its_share_as_500() -> None:
     """HTTPRouteRule.BackendRefs: two equal backends, one invalid: half the requests get 500."""
     table = gateway_table(gateway(), http_route("r", to(backend("v1"), backend("nope", kind="Other", group="example.com"))), *services("v1"))
-    served = [serve(table, "h", "/", draw=draw) for draw in range(2)]
+    served = [serve(table.table, "h", "/", draw=draw) for draw in range(2)]
     assert sorted(served) == ["500", "default/v1:80"]
     assert parent_conditions(table, "r")[0]["ResolvedRefs"] == ("False", "InvalidKind")
 
@@ -525,7 +527,7 @@ def test_an_invalid_backend_keeps_its_share_as_500() -> None:
 def test_no_backend_refs_is_500() -> None:
     """HTTPRouteNoBackendRefs: a rule without backendRefs answers 500; the other rule forwards."""
     table = gateway_table(gateway(), http_route("r", {"matches": [prefix("/none")]}, to(backend("v1"))), *services("v1"))
-    assert serve(table, "h", "/none") == "500" and serve(table, "h", "/") == "default/v1:80"
+    assert serve(table.table, "h", "/none") == "500" and serve(table.table, "h", "/") == "default/v1:80"
 
 
 def test_cross_namespace_backends_need_a_reference_grant() -> None:
@@ -537,9 +539,9 @@ def test_cross_namespace_backends_need_a_reference_grant() -> None:
     rules = (to(backend("v1", namespace="app"), matches=[prefix("/v1")]), to(backend("v2", namespace="app"), matches=[prefix("/v2")]))
     objects = [gateway(), http_route("r", *rules), *services("v1", "v2", namespace="app")]
     without = gateway_table(*objects)
-    assert serve(without, "h", "/v1") == "500" and parent_conditions(without, "r")[0]["ResolvedRefs"] == ("False", "RefNotPermitted")
+    assert serve(without.table, "h", "/v1") == "500" and parent_conditions(without, "r")[0]["ResolvedRefs"] == ("False", "RefNotPermitted")
     granted = gateway_table(*objects, grant)
-    assert serve(granted, "h", "/v1") == "app/v1:80" and serve(granted, "h", "/v2") == "500"
+    assert serve(granted.table, "h", "/v1") == "app/v1:80" and serve(granted.table, "h", "/v2") == "500"
 
 
 # -- filters
@@ -549,7 +551,7 @@ def test_request_header_modifier_sets_adds_and_removes() -> None:
     """HTTPRouteRequestHeaderModifier: set replaces, add appends, remove drops, names case-insensitively."""
     modifier = {"set": [{"name": "X-Header-Set", "value": "set-overwrites-values"}], "add": [{"name": "X-Header-Add", "value": "header-add"}], "remove": ["X-Header-Remove"]}
     table = gateway_table(gateway(), http_route("r", to(backend("v1"), filters=[{"type": "RequestHeaderModifier", "requestHeaderModifier": modifier}])), *services("v1"))
-    slot = table.match("h", "/")
+    slot = table.table.match("h", "/")
     route = slot.choose(b"http", b"GET", {}.get, b"/") if slot is not None else None  # attached to the HTTP listener only
     assert route is not None and route.policies is not None and route.policies.request_headers is not None
     changes = route.policies.request_headers
@@ -567,8 +569,8 @@ def test_redirect_hostname_and_status() -> None:
                    to(matches=[prefix("/hostname-redirect")], filters=[{"type": "RequestRedirect", "requestRedirect": {"hostname": "example.org"}}]),
                    to(matches=[prefix("/host-and-status")], filters=[{"type": "RequestRedirect", "requestRedirect": {"hostname": "example.org", "statusCode": 301}}])),
     )
-    assert serve(table, "h", "/hostname-redirect/x?q=1") == "302 http://example.org/hostname-redirect/x?q=1"
-    assert serve(table, "h", "/host-and-status") == "301 http://example.org/host-and-status"
+    assert serve(table.table, "h", "/hostname-redirect/x?q=1") == "302 http://example.org/hostname-redirect/x?q=1"
+    assert serve(table.table, "h", "/host-and-status") == "301 http://example.org/host-and-status"
 
 
 @pytest.mark.parametrize(
@@ -603,7 +605,7 @@ def test_replace_prefix_match(path: str, matched: str, value: str, expected: str
 def test_an_unsupported_filter_closes_its_rule() -> None:
     """A rule is never served without what it asks for: an unsupported filter answers 500, reported."""
     table = gateway_table(gateway(), http_route("r", to(backend("v1"), filters=[{"type": "ExtensionRef", "extensionRef": {"group": "x", "kind": "Auth", "name": "a"}}])), *services("v1"))
-    assert serve(table, "h", "/") == "500"
+    assert serve(table.table, "h", "/") == "500"
     assert ("r", "UnsupportedFilter") in problems_of(table)
 
 
@@ -618,8 +620,8 @@ def test_a_host_an_ingress_serves_stays_the_ingress_s() -> None:
         ingress("ing", rule("shared.example", path("/", "ingress-svc"))),
         *services("v1", "ingress-svc"),
     )
-    assert serve(table, "shared.example", "/") == "default/ingress-svc:80"
-    assert serve(table, "gateway.example", "/") == "default/v1:80"
+    assert serve(table.table, "shared.example", "/") == "default/ingress-svc:80"
+    assert serve(table.table, "gateway.example", "/") == "default/v1:80"
     assert ("r", "HostServedByIngress") in problems_of(table)
 
 
@@ -628,16 +630,16 @@ def test_a_class_of_ours_is_accepted_before_any_gateway_names_it() -> None:
     ours, theirs = gateway_class("ours"), gateway_class("theirs", controller="example.com/other")
     ours["metadata"]["generation"] = 4
     table = build(state_from_objects([ours, theirs]))
-    assert table.gateway_status is not None
-    assert [(c.type, c.status, c.observed_generation) for c in table.gateway_status.classes["ours"]] == [("Accepted", "True", 4)]
-    assert "theirs" not in table.gateway_status.classes
+    assert table.report.gateway_status is not None
+    assert [(c.type, c.status, c.observed_generation) for c in table.report.gateway_status.classes["ours"]] == [("Accepted", "True", 4)]
+    assert "theirs" not in table.report.gateway_status.classes
 
 
 def test_ingress_only_tables_are_unchanged() -> None:
     """Nothing of the Gateway API in the state: the table is what it was (no status, no deep wildcards)."""
     table = build(state_from_objects([ingress_class("twingress"), ingress("ing", rule("*.example.com", path("/", "svc"))), *services("svc")]))
-    assert table.gateway_status is None and table.deep_wildcards == {}
-    assert table.match("a.b.example.com", "/") is None  # Ingress wildcards cover one label
+    assert table.report.gateway_status is None and table.table.deep_wildcards == {}
+    assert table.table.match("a.b.example.com", "/") is None  # Ingress wildcards cover one label
     assert T2  # the fixtures' timestamps are ordered
 
 
@@ -645,14 +647,14 @@ def test_the_gateway_example_means_what_its_comments_say() -> None:
     """examples/gateway (make run-gateway): its Gateway's listener is twingress's --http port 8080."""
     directory = pathlib.Path(__file__).resolve().parents[2] / "examples" / "gateway"
     objects = [obj for name in ("services.yaml", "gateway.yaml", "routes.yaml") for obj in yaml.safe_load_all((directory / name).read_text())]
-    table = build(state_from_objects(objects), reserved_ports={8080: "http"})
-    assert table.problems == ()
-    assert serve(table, "store.example.com", "/", draw=0) == "store/store-v1:80"
-    assert serve(table, "store.example.com", "/", draw=95) == "store/store-v2:80"
-    assert serve(table, "store.example.com", "/", fields={"env": "canary"}) == "store/store-v2:80"
-    assert serve(table, "www.example.com", "/") == "site/site:80"
-    assert serve(table, "example.com", "/about") == "301 http://www.example.com:8080/about"
-    shop = table.match("store.example.com", "/shop/cart")
+    table = build(state_from_objects(objects), BuildOptions(reserved_ports={8080: "http"}))
+    assert table.report.problems == ()
+    assert serve(table.table, "store.example.com", "/", draw=0) == "store/store-v1:80"
+    assert serve(table.table, "store.example.com", "/", draw=95) == "store/store-v2:80"
+    assert serve(table.table, "store.example.com", "/", fields={"env": "canary"}) == "store/store-v2:80"
+    assert serve(table.table, "www.example.com", "/") == "site/site:80"
+    assert serve(table.table, "example.com", "/about") == "301 http://www.example.com:8080/about"
+    shop = table.table.match("store.example.com", "/shop/cart")
     chosen = shop.choose(b"http", b"GET", {}.get, b"/shop/cart") if shop is not None else None
     assert chosen is not None and chosen.policies is not None and chosen.policies.rewrite is not None
     assert chosen.policies.rewrite.target_for("/shop/cart", b"") == b"/cart"
@@ -676,10 +678,10 @@ def test_grpc_routes_need_http2_on_the_listener() -> None:
     objects = (gateway(), grpc_route("rpc", to(backend("v1"))), *services("v1"))
     without = gateway_table(*objects)
     assert parent_conditions(without, "rpc", kind="GRPCRoute")[0]["Accepted"] == ("False", "NotAllowedByListeners")
-    assert serve(without, "h", "/test.Echo/Unary") == "404"
-    with_h2c = build(state_from_objects([gateway_class(), *objects]), reserved_ports=PORTS, cleartext_http2=True)
+    assert serve(without.table, "h", "/test.Echo/Unary") == "404"
+    with_h2c = build(state_from_objects([gateway_class(), *objects]), BuildOptions(reserved_ports=PORTS, cleartext_http2=True))
     assert parent_conditions(with_h2c, "rpc", kind="GRPCRoute")[0]["Accepted"] == ("True", "Accepted")
-    slot = with_h2c.match("h", "/test.Echo/Unary")
+    slot = with_h2c.table.match("h", "/test.Echo/Unary")
     route = slot.choose(b"http", b"POST", {}.get, b"/test.Echo/Unary") if slot is not None else None
     assert route is not None and route.policies is not None and route.policies.backend_http2  # h2c to the endpoints
 
@@ -694,13 +696,13 @@ def test_grpc_exact_method_matching() -> None:
                    to(backend("v3"), matches=[method("other.Service")]),
                    to(backend("v2"), matches=[method("other.Service", headers=headers(version="two"))])),
         *services("v1", "v2", "v3"),
-    ]), reserved_ports=PORTS, cleartext_http2=True)
+    ]), BuildOptions(reserved_ports=PORTS, cleartext_http2=True))
     service = "/gateway_api_conformance.echo_basic.grpcecho.GrpcEcho"
-    assert serve(table, "h", f"{service}/Echo", method=b"POST") == "default/v1:80"
-    assert serve(table, "h", f"{service}/EchoTwo", method=b"POST") == "default/v2:80"
-    assert serve(table, "h", f"{service}/EchoThree", method=b"POST") == "404"  # gRPC clients read 404 as UNIMPLEMENTED
-    assert serve(table, "h", "/other.Service/Any", method=b"POST") == "default/v3:80"
-    assert serve(table, "h", "/other.Service/Any", method=b"POST", fields={"version": "two"}) == "default/v2:80"
+    assert serve(table.table, "h", f"{service}/Echo", method=b"POST") == "default/v1:80"
+    assert serve(table.table, "h", f"{service}/EchoTwo", method=b"POST") == "default/v2:80"
+    assert serve(table.table, "h", f"{service}/EchoThree", method=b"POST") == "404"  # gRPC clients read 404 as UNIMPLEMENTED
+    assert serve(table.table, "h", "/other.Service/Any", method=b"POST") == "default/v3:80"
+    assert serve(table.table, "h", "/other.Service/Any", method=b"POST", fields={"version": "two"}) == "default/v2:80"
 
 
 def test_grpc_unusable_backends_answer_503_and_unsupported_matches_are_reported() -> None:
@@ -709,10 +711,10 @@ def test_grpc_unusable_backends_answer_503_and_unsupported_matches_are_reported(
         gateway_class(), gateway(),
         grpc_route("rpc", to(backend("missing"), matches=[method("a.B")]), to(backend("v1"), matches=[method(name="Only")])),
         *services("v1"),
-    ]), reserved_ports=PORTS, cleartext_http2=True)
-    assert serve(table, "h", "/a.B/C", method=b"POST") == "503"
+    ]), BuildOptions(reserved_ports=PORTS, cleartext_http2=True))
+    assert serve(table.table, "h", "/a.B/C", method=b"POST") == "503"
     assert ("rpc", "UnsupportedValue") in problems_of(table, "GRPCRoute")
-    assert serve(table, "h", "/x.Y/Only", method=b"POST") == "404"
+    assert serve(table.table, "h", "/x.Y/Only", method=b"POST") == "404"
 
 
 # -- TLSRoute, TCPRoute, UDPRoute
@@ -730,9 +732,9 @@ def passthrough_listener(hostname: Optional[str] = "*.example.com", mode: str = 
     return listener("tls", port=443, protocol="TLS", hostname=hostname, tls={"mode": mode})
 
 
-def listener_conditions(table: RoutingTable, index: int = 0) -> dict[str, tuple[str, str]]:
-    assert table.gateway_status is not None
-    found = table.gateway_status.gateways[ObjectRef("Gateway", "default", "gw")].listeners[index]
+def listener_conditions(table: Built, index: int = 0) -> dict[str, tuple[str, str]]:
+    assert table.report.gateway_status is not None
+    found = table.report.gateway_status.gateways[ObjectRef("Gateway", "default", "gw")].listeners[index]
     return {c.type: (c.status, c.reason) for c in found.conditions}
 
 
@@ -744,11 +746,11 @@ def test_tls_routes_pass_tls_through_by_sni() -> None:
         l4_route("TLSRoute", "elsewhere", backend("tcp-backend", 8443), hostnames=("abc.other.com",)),
         service("tcp-backend", ("tls", 8443)), endpoints("tcp-backend", "10.0.0.9", ports=(("tls", 8443),)),
     )
-    assert table.passthrough_for("abc.example.com") is not None
-    assert table.passthrough_for("abc.example.com").key == "default/tcp-backend:8443"  # type: ignore[union-attr]
+    assert table.table.passthrough_for("abc.example.com") is not None
+    assert table.table.passthrough_for("abc.example.com").key == "default/tcp-backend:8443"  # type: ignore[union-attr]
     assert parent_conditions(table, "tls", kind="TLSRoute")[0] == {"Accepted": ("True", "Accepted"), "ResolvedRefs": ("True", "ResolvedRefs")}
     assert parent_conditions(table, "elsewhere", kind="TLSRoute")[0]["Accepted"] == ("False", "NoMatchingListenerHostname")
-    assert table.passthrough_for("abc.other.com") is None
+    assert table.table.passthrough_for("abc.other.com") is None
 
 
 @pytest.mark.parametrize(("listener_host", "route_hosts", "wildcard_backend"), [
@@ -770,11 +772,11 @@ def test_tls_route_hostnames_intersect_with_the_listener_s(listener_host: Option
         service("v1", ("tls", 443)), endpoints("v1", "10.0.0.1", ports=(("tls", 443),)),
         service("v2", ("tls", 443)), endpoints("v2", "10.0.0.2", ports=(("tls", 443),)),
     )
-    found = table.passthrough_for("abc.example.com")
+    found = table.table.passthrough_for("abc.example.com")
     assert found is not None and found.key == "default/v1:443"
-    other = table.passthrough_for("other.example.com")
+    other = table.table.passthrough_for("other.example.com")
     assert (other.key if other is not None else None) == wildcard_backend
-    assert table.passthrough_for("non.matching.org") is None
+    assert table.table.passthrough_for("non.matching.org") is None
 
 
 def test_tls_routes_attach_to_tls_listeners_only() -> None:
@@ -803,13 +805,13 @@ def test_a_tls_listener_that_terminates_relays_the_bytes_inside_to_tcp_routes() 
     assert listener_conditions(table, 0) == {
         "Accepted": ("True", "Accepted"), "Programmed": ("True", "Programmed"), "ResolvedRefs": ("True", "ResolvedRefs"), "Conflicted": ("False", "NoConflicts"),
     }
-    assert table.gateway_status is not None
-    assert table.gateway_status.gateways[ObjectRef("Gateway", "default", "gw")].listeners[0].supported_kinds == ("TLSRoute",)
-    found = table.terminated_for("a.b.example.com")
+    assert table.report.gateway_status is not None
+    assert table.report.gateway_status.gateways[ObjectRef("Gateway", "default", "gw")].listeners[0].supported_kinds == ("TLSRoute",)
+    found = table.table.terminated_for("a.b.example.com")
     assert found is not None and found.key == "default/v1:3000"
-    assert table.passthrough_for("a.b.example.com") is None and table.terminated_for("abc.other.com") is None
-    assert table.certificates.secret_for("abc.example.com") == ("default", "cert")
-    passed = table.passthrough_for("abc.other.com")
+    assert table.table.passthrough_for("a.b.example.com") is None and table.table.terminated_for("abc.other.com") is None
+    assert table.table.certificates.secret_for("abc.example.com") == ("default", "cert")
+    passed = table.table.passthrough_for("abc.other.com")
     assert passed is not None and passed.key == "default/v2:8443"
 
 
@@ -827,7 +829,7 @@ def test_an_ingress_passthrough_host_stays_the_ingress_s() -> None:
         ingress("pass", rule("abc.example.com", path("/", "v2")), annotations={"nginx.ingress.kubernetes.io/ssl-passthrough": "true"}),
         *services("v1", "v2"),
     )
-    assert table.passthrough_for("abc.example.com").key == "default/v2:80"  # type: ignore[union-attr]
+    assert table.table.passthrough_for("abc.example.com").key == "default/v2:80"  # type: ignore[union-attr]
     assert ("tls", "HostServedByIngress") in problems_of(table, "TLSRoute")
 
 
@@ -840,9 +842,9 @@ def test_tcp_and_udp_routes_are_stream_listeners() -> None:
         service("v1", ("pg", 5432)), endpoints("v1", "10.0.0.1", ports=(("pg", 5432),)),
         service("v2", ("dns", 53)), endpoints("v2", "10.0.0.2", ports=(("dns", 53),)),
     )
-    assert table.streams[("TCP", 9000)].upstream.key == "default/v1:5432"
-    assert table.streams[("UDP", 9001)].upstream.key == "default/v2:53/UDP"
-    assert table.streams[("TCP", 9000)].source == ObjectRef("TCPRoute", "default", "db")
+    assert table.table.streams[("TCP", 9000)].upstream.key == "default/v1:5432"
+    assert table.table.streams[("UDP", 9001)].upstream.key == "default/v2:53/UDP"
+    assert table.table.streams[("TCP", 9000)].source == ObjectRef("TCPRoute", "default", "db")
     assert listener_conditions(table, 2)["Accepted"] == ("False", "PortUnavailable")  # twingress's own HTTP port
 
 
@@ -857,9 +859,9 @@ def test_a_stream_ingress_keeps_its_port_and_a_missing_backend_opens_nothing() -
         l4_route("TCPRoute", "nowhere", backend("missing"), section="other"),
         stream_ingress, *services("v1", "v2"),
     )
-    assert table.streams[("TCP", 9000)].source.kind == "StreamIngress"
+    assert table.table.streams[("TCP", 9000)].source.kind == "StreamIngress"
     assert ("db", "PortConflict") in problems_of(table, "TCPRoute")
-    assert ("TCP", 9002) not in table.streams
+    assert ("TCP", 9002) not in table.table.streams
     assert parent_conditions(table, "nowhere", kind="TCPRoute")[0]["ResolvedRefs"] == ("False", "BackendNotFound")
 
 
@@ -877,7 +879,7 @@ def test_a_reference_grant_lets_a_listener_use_another_namespace_s_secret(name: 
     table = gateway_table(gateway("gw", listener("https", port=443, protocol="HTTPS", hostname="a.example", tls=refs)), grant, secret)
     found = listener_conditions(table)
     assert found["ResolvedRefs"] == ("True", "ResolvedRefs") and found["Programmed"] == ("True", "Programmed")
-    assert table.certificates.secret_for("a.example") == ("certs", "certificate")
+    assert table.table.certificates.secret_for("a.example") == ("certs", "certificate")
 
 
 def test_listeners_added_and_removed() -> None:
@@ -887,6 +889,6 @@ def test_listeners_added_and_removed() -> None:
     assert parent_conditions(before, "r")[0]["Accepted"] == ("False", "NoMatchingParent")
     added = gateway_table(gateway("gw", listener("one", hostname="one.example"), listener("two", hostname="two.example")), route, *services("v1"))
     assert parent_conditions(added, "r")[0]["Accepted"] == ("True", "Accepted")
-    assert serve(added, "two.example", "/") == "default/v1:80" and serve(added, "one.example", "/") == "404"
-    assert added.gateway_status is not None
-    assert [s.attached_routes for s in added.gateway_status.gateways[ObjectRef("Gateway", "default", "gw")].listeners] == [0, 1]
+    assert serve(added.table, "two.example", "/") == "default/v1:80" and serve(added.table, "one.example", "/") == "404"
+    assert added.report.gateway_status is not None
+    assert [s.attached_routes for s in added.report.gateway_status.gateways[ObjectRef("Gateway", "default", "gw")].listeners] == [0, 1]

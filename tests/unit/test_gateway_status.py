@@ -14,7 +14,9 @@ from ingress.controllers.status import PublishedAddresses
 from ingress.controllers.writer import LeaderWriter
 from ingress.model import ObjectRef
 from ingress.model.parse import state_from_objects
-from ingress.routing import RoutingTable, build
+from ingress.routing import build
+from ingress.routing.build_options import BuildOptions
+from ingress.routing.report import Built
 from ingress.sources.kube.reflector import Store
 from tests.unit.objects import PEM_SHAPED
 from tests.unit.test_gateway_routing import (
@@ -36,10 +38,10 @@ INFRA = "gateway-conformance-infra"
 WEB = "gateway-conformance-web-backend"
 
 
-def listener_status(table: RoutingTable, name: str, namespace: str = "default") -> list[tuple[str, tuple[str, ...], int, dict[str, tuple[str, str]]]]:
+def listener_status(table: Built, name: str, namespace: str = "default") -> list[tuple[str, tuple[str, ...], int, dict[str, tuple[str, str]]]]:
     """Each listener's (name, supportedKinds, attachedRoutes, {type: (status, reason)})."""
-    assert table.gateway_status is not None
-    status = table.gateway_status.gateways[ObjectRef("Gateway", namespace, name)]
+    assert table.report.gateway_status is not None
+    status = table.report.gateway_status.gateways[ObjectRef("Gateway", namespace, name)]
     return [(s.name, s.supported_kinds, s.attached_routes, {c.type: (c.status, c.reason) for c in s.conditions}) for s in status.listeners]
 
 
@@ -71,9 +73,9 @@ def test_gateway_class_observed_generation_bump() -> None:
         found = gateway_class("gatewayclass-observed-generation-bump")
         found["metadata"]["generation"] = generation
         found["spec"]["description"] = "old" if generation == 1 else "new"
-        table = build(state_from_objects([found]), reserved_ports=PORTS)
-        assert table.gateway_status is not None
-        (accepted,) = table.gateway_status.classes["gatewayclass-observed-generation-bump"]
+        table = build(state_from_objects([found]), BuildOptions(reserved_ports=PORTS))
+        assert table.report.gateway_status is not None
+        (accepted,) = table.report.gateway_status.classes["gatewayclass-observed-generation-bump"]
         assert (accepted.type, accepted.status, accepted.observed_generation) == ("Accepted", "True", generation)
 
 
@@ -82,11 +84,11 @@ def test_gateway_name_maximum_length() -> None:
     name = "gateway-name-maximum-length-" + "a" * (253 - len("gateway-name-maximum-length-"))
     assert len(name) == 253
     table = gateway_table(gateway(name, listener("http"), generation=3), http_route("r", to(backend("v1")), parents=({"name": name},)), *services("v1"))
-    assert table.gateway_status is not None
-    conditions = table.gateway_status.gateways[ObjectRef("Gateway", "default", name)].conditions
+    assert table.report.gateway_status is not None
+    conditions = table.report.gateway_status.gateways[ObjectRef("Gateway", "default", name)].conditions
     assert {c.type: (c.status, c.observed_generation) for c in conditions} == {"Accepted": ("True", 3), "Programmed": ("True", 3)}
-    assert serve(table, "any.example", "/") == "default/v1:80"
-    assert table.problems == ()
+    assert serve(table.table, "any.example", "/") == "default/v1:80"
+    assert table.report.problems == ()
 
 
 def test_gateway_secret_invalid_reference_grant() -> None:
@@ -105,7 +107,7 @@ def test_gateway_secret_invalid_reference_grant() -> None:
     ((name, kinds, attached, conditions),) = listener_status(table, "gateway-secret-invalid-reference-grant", INFRA)
     assert (name, attached) == ("https", 0) and "HTTPRoute" in kinds  # the suite allows more kinds (GRPCRoute: h2 by ALPN)
     assert conditions["ResolvedRefs"] == ("False", "RefNotPermitted")
-    assert table.certificates.secret_for("any.example") is None
+    assert table.table.certificates.secret_for("any.example") is None
     # the same Gateway with the grant that fits: the refusal was the grants'
     fitting = gateway_table(gateway("gateway-secret-invalid-reference-grant", https, namespace=INFRA), secret, grant("fits", WEB, "Gateway", "Secret", "certificate"))
     assert listener_status(fitting, "gateway-secret-invalid-reference-grant", INFRA)[0][3]["ResolvedRefs"] == ("True", "ResolvedRefs")
@@ -121,9 +123,9 @@ def test_httproute_invalid_reference_grant() -> None:
     objects = [gateway("same-namespace", listener("http"), namespace=INFRA), route, *services("web-backend", namespace=WEB)]
     table = gateway_table(*objects, *wrong_grants("HTTPRoute", "Service", "web-backend", "Gateway"))
     assert parent_conditions(table, "reference-grant", INFRA) == [{"Accepted": ("True", "Accepted"), "ResolvedRefs": ("False", "RefNotPermitted")}]
-    assert serve(table, "any.example", "/") == "500"
+    assert serve(table.table, "any.example", "/") == "500"
     granted = gateway_table(*objects, grant("fits", WEB, "HTTPRoute", "Service", "web-backend"))
-    assert serve(granted, "any.example", "/") == f"{WEB}/web-backend:80"
+    assert serve(granted.table, "any.example", "/") == f"{WEB}/web-backend:80"
 
 
 def test_httproute_disallowed_kind() -> None:
@@ -142,7 +144,7 @@ def test_httproute_disallowed_kind() -> None:
     assert parent_conditions(table, "disallowed-kind", INFRA) == [{"Accepted": ("False", "NotAllowedByListeners"), "ResolvedRefs": ("True", "ResolvedRefs")}]
     ((_, kinds, attached, _),) = listener_status(table, "tlsroutes-only", INFRA)
     assert (kinds, attached) == (("TLSRoute",), 0)
-    assert serve(table, "any.example", "/") == "404"
+    assert serve(table.table, "any.example", "/") == "404"
 
 
 def test_tlsroute_listener_passthrough_supported_kinds() -> None:
@@ -188,14 +190,14 @@ def test_gateway_preserve_foreign_conditions() -> None:
         "listeners": [{"name": "http", "supportedKinds": [{"group": GW.split("/")[0], "kind": "HTTPRoute"}], "attachedRoutes": 0, "conditions": [ours, seeded]}],
     }
     state = state_from_objects([gateway_class(), found])
-    table = build(state, reserved_ports=PORTS)
+    table = build(state, BuildOptions(reserved_ports=PORTS))
     store = Store()
     (parsed,) = state.gateways
     store.put((INFRA, "gateway-preserve-foreign-conditions"), parsed)
     writer = RecordingWriter()
     sync = GatewayStatusSync(writer, {"Gateway": store}, "twingress.io/gateway-controller", PublishedAddresses(("192.0.2.1",)))
     ref = ObjectRef("Gateway", INFRA, "gateway-preserve-foreign-conditions")
-    assert ref in sync.table_changed(table)
+    assert ref in sync.table_changed(table.report)
     sync(ref)
     ((method, path, body),) = writer.requests
     assert (method, path.rsplit("/", 1)[-1]) == ("PATCH", "status")

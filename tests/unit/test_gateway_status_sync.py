@@ -12,7 +12,8 @@ from ingress.controllers.gatewaystatus import GatewayStatusSync
 from ingress.controllers.status import PublishedAddresses
 from ingress.model import ObjectRef
 from ingress.model.parse import parse_object, state_from_objects
-from ingress.routing import RoutingTable, build
+from ingress.routing import Built, build
+from ingress.routing.build_options import BuildOptions
 from ingress.sources.kube.reflector import Store
 from tests.unit.test_gateway_routing import PORTS, backend, gateway, gateway_class, http_route, services, to
 
@@ -47,8 +48,8 @@ def route_showing(parents: list[dict[str, Any]], *parent_refs: dict[str, Any], g
     return found
 
 
-def table(*objects: dict[str, Any]) -> RoutingTable:
-    return build(state_from_objects([gateway_class(), gateway("gw"), *services("svc"), *objects]), reserved_ports=PORTS)
+def table(*objects: dict[str, Any]) -> Built:
+    return build(state_from_objects([gateway_class(), gateway("gw"), *services("svc"), *objects]), BuildOptions(reserved_ports=PORTS))
 
 
 def sync_for(route: dict[str, Any]) -> tuple[GatewayStatusSync, Writes]:
@@ -63,8 +64,8 @@ def test_a_route_that_leaves_our_gateways_loses_our_entries() -> None:
     theirs = entry("theirs", "example.com/other")
     route = route_showing([entry("gw"), theirs], {"name": "theirs"})
     sync, writes = sync_for(route)
-    sync.table_changed(table(http_route("r", to(backend("svc")), parents=({"name": "gw"},))))
-    assert REF in sync.table_changed(table(route))  # the table that stops judging it queues it
+    sync.table_changed(table(http_route("r", to(backend("svc")), parents=({"name": "gw"},))).report)
+    assert REF in sync.table_changed(table(route).report)  # the table that stops judging it queues it
     sync(REF)
     ((path, body),) = writes.sent
     assert path.endswith("/namespaces/default/httproutes/r/status")
@@ -75,7 +76,7 @@ def test_a_resync_finds_entries_a_previous_leader_left() -> None:
     """A route with an entry of ours that no table judges: listed by keys(), and its entry removed."""
     sync, writes = sync_for(route_showing([entry("gw")], {"name": "elsewhere"}))
     assert REF not in sync.keys()  # no table yet: the status says nothing about it
-    sync.table_changed(table(route_showing([entry("gw")], {"name": "elsewhere"})))
+    sync.table_changed(table(route_showing([entry("gw")], {"name": "elsewhere"})).report)
     assert REF in sync.keys()
     sync(REF)
     assert [body["status"] for _, body in writes.sent] == [{"parents": []}]
@@ -91,7 +92,7 @@ def test_nothing_is_written_before_the_first_table() -> None:
 def test_a_route_of_another_controller_is_left_alone() -> None:
     """A route judged by no Gateway of ours and showing no entry of ours: nothing to write."""
     sync, writes = sync_for(route_showing([entry("theirs", "example.com/other")], {"name": "theirs"}))
-    sync.table_changed(table())
+    sync.table_changed(table().report)
     assert REF not in sync.keys()
     sync(REF)
     assert writes.sent == []

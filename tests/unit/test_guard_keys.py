@@ -21,6 +21,7 @@ from ingress.routing.annotations.keys import SNIPPETS as SNIPPET_ANNOTATIONS
 from ingress.routing.config_keys import CONFIG_GO_KEYS, ENFORCED_GUARDS, HARMLESS, REFUSED_GUARDS, SNIPPETS, guard_like
 from ingress.routing.config_notes import NOTES
 from ingress.routing.nginx_config import _ON_THE_COMMAND_LINE, _READERS, INGRESS_NGINX_KEYS
+from ingress.routing.report import Built
 from ingress.routing.snippets import guarding_directive
 from tests.unit.objects import T0, ingress, path, rule, table
 
@@ -52,7 +53,7 @@ upstream-hash-by-subset upstream-hash-by-subset-size upstream-vhost use-regex wh
 """.split()
 
 
-def _config_table(data: dict[str, str], annotations: dict[str, str] | None = None) -> RoutingTable:
+def _config_table(data: dict[str, str], annotations: dict[str, str] | None = None) -> Built:
     config_map: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": KEY[1], "namespace": KEY[0]}, "data": data}
     app = ingress("app", rule("app.test", path("/")), annotations=annotations or {}, created=T0)
     return table(app, config_map, nginx_configmap=KEY)
@@ -78,24 +79,24 @@ def test_every_documented_configmap_key_has_a_class() -> None:
 def test_an_enforced_guard_with_a_bad_value_closes(key: str) -> None:
     data = {"global-auth-url": "http://auth.example/"} if key.startswith("global-auth-") else {}
     data[key] = {"block-user-agents": "~*(", "block-referers": "Bot, ~[z-a]"}.get(key, "$bad value, not/a/cidr")
-    assert _closed(_config_table(data))
+    assert _closed(_config_table(data).table)
 
 
 @pytest.mark.parametrize("key", sorted(REFUSED_GUARDS))
 def test_a_refused_guard_closes(key: str) -> None:
-    assert _closed(_config_table({"global-auth-url": "http://auth.example/", key: "anything"}))
+    assert _closed(_config_table({"global-auth-url": "http://auth.example/", key: "anything"}).table)
 
 
 @pytest.mark.parametrize("key", sorted(HARMLESS))
 def test_a_harmless_key_is_reported_and_closes_nothing(key: str) -> None:
     routes = _config_table({key: "on"})
-    assert not _closed(routes)
-    assert [p.reason for p in routes.problems if p.ref.kind == "ConfigMap"] == ["UnsupportedConfigKey"]
+    assert not _closed(routes.table)
+    assert [p.reason for p in routes.report.problems if p.ref.kind == "ConfigMap"] == ["UnsupportedConfigKey"]
 
 
 def test_an_unknown_key_closes_only_when_it_looks_like_a_guard() -> None:
-    assert _closed(_config_table({"global-auth-urls": "http://auth.example/"}))
-    assert not _closed(_config_table({"use-gzipp": "true"}))
+    assert _closed(_config_table({"global-auth-urls": "http://auth.example/"}).table)
+    assert not _closed(_config_table({"use-gzipp": "true"}).table)
     assert guard_like("deny-source-ranges") and not guard_like("worker-connections")
 
 
@@ -108,7 +109,7 @@ def test_every_documented_annotation_has_a_class() -> None:
 @pytest.mark.parametrize("name", sorted(ACCESS_GUARDS | ENFORCED_ANNOTATIONS))
 def test_a_guard_annotation_that_cannot_be_enforced_closes(name: str) -> None:
     """An enforced guard with an unreadable value, or a guard twingress does not enforce: 503 for the Ingress's routes."""
-    assert _closed(_config_table({}, {NGINX + name: "$bad (value"}))
+    assert _closed(_config_table({}, {NGINX + name: "$bad (value"}).table)
 
 
 @pytest.mark.parametrize(
@@ -129,5 +130,5 @@ def test_snippets_are_harmless_only_when_every_directive_is(snippet: str, guard:
 
 
 def test_a_snippet_annotation_closes_only_when_it_may_guard() -> None:
-    assert _closed(_config_table({}, {NGINX + "configuration-snippet": "deny all;"}))
-    assert not _closed(_config_table({}, {NGINX + "configuration-snippet": "more_set_headers 'X: y';"}))
+    assert _closed(_config_table({}, {NGINX + "configuration-snippet": "deny all;"}).table)
+    assert not _closed(_config_table({}, {NGINX + "configuration-snippet": "more_set_headers 'X: y';"}).table)

@@ -21,6 +21,7 @@ from ingress.model.parse import state_from_objects
 from ingress.observe.collector import CollectorMetrics
 from ingress.process.heap import FrozenWatch, frozen_after
 from ingress.routing import build
+from ingress.routing.build_options import BuildOptions
 from ingress.sources.files import load_documents
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -64,8 +65,8 @@ def test_a_table_and_its_model_make_no_reference_cycles() -> None:
     gc.collect()
     gc.disable()
     gc.set_debug(gc.DEBUG_SAVEALL)
-    table = build(state_from_objects(documents), nginx_configmap=("ingress-nginx", "ingress-nginx-controller"), reserved_ports={80: "http", 8080: "http"})
-    assert {"echo.example.com", "shop.example.com", "www.example.com"} <= set(table.hosts)  # Ingresses and HTTPRoutes
+    table = build(state_from_objects(documents), BuildOptions(nginx_configmap=("ingress-nginx", "ingress-nginx-controller"), reserved_ports={80: "http", 8080: "http"}))
+    assert {"echo.example.com", "shop.example.com", "www.example.com"} <= set(table.table.hosts)  # Ingresses and HTTPRoutes
     del table
     gc.collect()
     found = _type_names(gc.garbage)

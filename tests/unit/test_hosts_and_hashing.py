@@ -36,12 +36,12 @@ def test_a_variable_twingress_cannot_compute_is_refused(template: str) -> None:
     with pytest.raises(ValueError):
         parse_template(template)
     routes = table(ingress("web", rule("a.test", path("/")), annotations={NGINX + "upstream-hash-by": template}))
-    assert routes.match("a.test", "/") is None and ("default/web", "InvalidAnnotation") in problems(routes)
+    assert routes.table.match("a.test", "/") is None and ("default/web", "InvalidAnnotation") in problems(routes)
 
 
 def test_upstream_hash_by_is_a_policy() -> None:
     routes = table(ingress("web", rule("a.test", path("/")), annotations={NGINX + "upstream-hash-by": "$request_uri"}))
-    route = routes.match("a.test", "/")
+    route = routes.table.match("a.test", "/")
     assert route is not None and route.policies is not None and route.policies.hash_by == parse_template("$request_uri")
 
 
@@ -54,7 +54,7 @@ def test_service_upstream_uses_the_cluster_ip() -> None:
         ingress("via-service", rule("b.test", path("/")), annotations={NGINX + "service-upstream": "true"}, created=T1),
     )
     routes = table(*objects)
-    direct, via = routes.match("a.test", "/"), routes.match("b.test", "/")
+    direct, via = routes.table.match("a.test", "/"), routes.table.match("b.test", "/")
     assert direct is not None and direct.upstream.targets == (("10.244.0.5", 8080), ("10.244.0.6", 8080))
     assert via is not None and via.upstream.targets == (("10.96.0.10", 80),)
     assert via.upstream.key != direct.upstream.key  # pooled and balanced apart
@@ -62,7 +62,7 @@ def test_service_upstream_uses_the_cluster_ip() -> None:
 
 def test_service_upstream_of_a_headless_service_is_reported() -> None:
     routes = table(service("web", clusterIP="None"), ingress("i", rule("a.test", path("/")), annotations={NGINX + "service-upstream": "true"}))
-    route = routes.match("a.test", "/")
+    route = routes.table.match("a.test", "/")
     assert route is not None and route.upstream.targets == ()  # 503, with the reason
     assert ("default/i", "NoClusterIP") in problems(routes)
 
@@ -73,9 +73,9 @@ def test_server_alias_serves_the_same_paths_unless_the_name_is_a_host_of_its_own
         ingress("b", rule("b.test", path("/", "b")), created=T1),
     )
     for request_path, upstream in (("/", "default/web:80"), ("/api/x", "default/api:80")):
-        route = routes.match("alias.test", request_path)
+        route = routes.table.match("alias.test", request_path)
         assert route is not None and route.upstream.key == upstream
-    b = routes.match("b.test", "/")
+    b = routes.table.match("b.test", "/")
     assert b is not None and b.upstream.key == "default/b:80"  # "cannot conflict with the hostname of an existing server"
 
 
@@ -83,7 +83,7 @@ def test_server_alias_serves_the_same_paths_unless_the_name_is_a_host_of_its_own
 def test_from_to_www_redirect(host: str, other: str) -> None:
     """"Redirect from/to www": the way depends on the rule's host; the redirect keeps the request URI."""
     routes = table(ingress("site", rule(host, path("/")), annotations={NGINX + "from-to-www-redirect": "true"}))
-    route = routes.match(other, "/any/path")
+    route = routes.table.match(other, "/any/path")
     assert route is not None and route.policies is not None and route.policies.redirect is not None
     assert route.policies.redirect.code == 308
     assert route.policies.redirect.location_for(b"https", other, b"/any/path?q=1") == f"https://{host}/any/path?q=1".encode()
@@ -95,14 +95,14 @@ def test_from_to_www_leaves_a_host_that_has_its_own_ingress() -> None:
         ingress("site", rule("example.com", path("/", "site")), annotations={NGINX + "from-to-www-redirect": "true"}, created=T0),
         ingress("www", rule("www.example.com", path("/", "www")), created=T1),
     )
-    route = routes.match("www.example.com", "/")
+    route = routes.table.match("www.example.com", "/")
     assert route is not None and route.upstream.key == "default/www:80" and route.policies is None
 
 
 def test_upstream_hash_by_subset() -> None:
     """"subset" hashing: a key maps to a subset (default size 3) and a server is chosen at random in it."""
     routes = table(ingress("web", rule("a.test", path("/")), annotations={NGINX + "upstream-hash-by": "$request_uri", NGINX + "upstream-hash-by-subset": "true"}))
-    route = routes.match("a.test", "/")
+    route = routes.table.match("a.test", "/")
     assert route is not None and route.policies is not None and route.policies.hash_by is not None
     assert route.policies.hash_by.subset_size == 3
     targets = [(f"10.0.0.{n}", 80) for n in range(1, 9)]

@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ingress.model import CONTROLLER_NAME
-from ingress.routing import RoutingTable, build
+from ingress.routing import Built, build
+from ingress.routing.build_options import BuildOptions
 from ingress.routing.delta import applied, table_change
 from ingress.routing.endpoint_changes import ServiceUses, SliceIndex
 from ingress.routing.incremental import IncrementalBuild
@@ -33,13 +34,13 @@ ADDRESSES = tuple(f"10.0.0.{n}" for n in range(1, 7))
 PORTS = {80: "http"}  # a Gateway's HTTP listener on port 80 is served
 
 
-def _full(state: Any, generation: int) -> RoutingTable:
-    return build(state, generation=generation, reserved_ports=PORTS)
+def _full(state: Any, generation: int) -> Built:
+    return build(state, BuildOptions(reserved_ports=PORTS), generation=generation)
 
 
-def _full_with_options(state: Any, generation: int) -> RoutingTable:
+def _full_with_options(state: Any, generation: int) -> Built:
     """The build with the options that change what a table holds for every host: a default certificate, no nginx keys."""
-    return build(state, generation=generation, default_certificate=("default", "cert"), nginx_annotations=False, reserved_ports=PORTS)
+    return build(state, BuildOptions(default_certificate=("default", "cert"), nginx_annotations=False, reserved_ports=PORTS), generation=generation)
 
 
 GW = "gateway.networking.k8s.io/v1"
@@ -237,7 +238,7 @@ def test_after_every_event_the_table_is_the_full_builds() -> None:
         store = _cluster(error_pages, gateway, far_reaching, followed)
         incremental = IncrementalBuild(full, max_share=1.0)  # a tiny cluster: any group may take the Ingress path
         table = incremental(store.state(), 1)
-        worker = _across(table)
+        worker = _across(table.table)
         for generation, batch in enumerate(sequence, start=2):
             for event in batch:
                 _apply(store, event)
@@ -245,9 +246,9 @@ def test_after_every_event_the_table_is_the_full_builds() -> None:
             previous, table = table, incremental(state, generation)
             assert table == full(state, generation), (batch, incremental.ingress_fallback)
             _check_indexes(incremental, state, table)
-            change = table_change(previous, table)
-            worker = applied(worker, _across(change)) if change is not None else _across(table)
-            assert worker == table, batch
+            change = table_change(previous.table, table.table)
+            worker = applied(worker, _across(change)) if change is not None else _across(table.table)
+            assert worker == table.table, batch
         if not any(kind == "put-route" for batch in sequence for kind, *_ in batch) and not gateway:  # Gateway routes: Ingress changes build in full
             counted["ingress_steps"] += sum(1 for batch in sequence if any(event[0] in ingress_kinds for event in batch))
         counted["ingress_updates"] += incremental.ingress_updates
@@ -256,7 +257,7 @@ def test_after_every_event_the_table_is_the_full_builds() -> None:
     assert counted["ingress_updates"] * 4 > counted["ingress_steps"], counted
 
 
-def _check_indexes(incremental: IncrementalBuild, state: Any, table: RoutingTable) -> None:
+def _check_indexes(incremental: IncrementalBuild, state: Any, table: Built) -> None:
     """
     What the next update trusts, kept up to date from one update to the next, is what it would be
     made from scratch: which hosts use which Service (the slice path), who names which host and
@@ -295,19 +296,20 @@ def test_a_slice_change_is_applied_without_a_build() -> None:
     store.put(endpoints("web", "10.0.0.2", "10.0.0.3", name="web-0"))
     after = incremental(store.state(), 2)
     assert incremental.endpoint_updates == 1 and after == _full(store.state(), 2)
-    shop = after.match("shop.test", "/")
+    shop = after.table.match("shop.test", "/")
     assert shop is not None and shop.upstream.endpoints == (("10.0.0.2", 8080), ("10.0.0.3", 8080))
-    assert after.hosts["direct.test"] is before.hosts["direct.test"] and after.certificates is before.certificates
-    change = table_change(before, after)  # what the workers get: the one host and the default route (web's too)
-    assert change is not None and change.replaced == {"default_route": after.default_route} and change.entries == {"hosts": ({"shop.test": after.hosts["shop.test"]}, frozenset())}
-    assert applied(before, change) == after
+    assert after.table.hosts["direct.test"] is before.table.hosts["direct.test"] and after.table.certificates is before.table.certificates
+    change = table_change(before.table, after.table)  # what the workers get: the one host and the default route (web's too)
+    assert change is not None and change.replaced == {"default_route": after.table.default_route}
+    assert change.entries == {"hosts": ({"shop.test": after.table.hosts["shop.test"]}, frozenset())}
+    assert applied(before.table, change) == after.table
 
 
 def test_a_full_build_goes_to_the_workers_whole() -> None:
     store = _cluster()
     first = _full(store.state(), 1)
     store.put(ingress("late", rule("late.test", path("/", "web"))))
-    assert table_change(first, _full(store.state(), 2)) is None
+    assert table_change(first.table, _full(store.state(), 2).table) is None
 
 
 def test_an_annotation_edit_is_never_taken_for_no_change() -> None:
@@ -327,7 +329,7 @@ def test_a_default_backend_waiting_for_endpoints_takes_a_full_build() -> None:
     incremental(store.state(), 1)
     store.put(endpoints("admin", "10.0.0.9", name="admin-0"))
     after = incremental(store.state(), 2)
-    pages = after.match("pages.test", "/")
+    pages = after.table.match("pages.test", "/")
     assert pages is not None and pages.policies is not None and pages.policies.error_pages is not None
     assert pages.policies.error_pages.backend is not None and incremental.endpoint_updates == 0
 
@@ -336,12 +338,12 @@ def test_a_change_carries_removed_entries() -> None:
     """Entries gone from a mapping are named in the change and gone from the table it makes."""
     store = _cluster()
     old = _full(store.state(), 1)
-    hosts = dict(old.hosts)
+    hosts = dict(old.table.hosts)
     del hosts["pass.test"]
-    new = replace(old, generation=2, hosts=hosts)
-    change = table_change(old, new)
+    new = replace(old.table, generation=2, hosts=hosts)
+    change = table_change(old.table, new)
     assert change is not None and change.entries == {"hosts": ({}, frozenset({"pass.test"}))}
-    assert applied(_across(old), _across(change)) == new
+    assert applied(_across(old.table), _across(change)) == new
     with pytest.raises(ValueError):
         applied(new, change)  # a change applies to its base generation only
 
@@ -358,8 +360,8 @@ def test_a_renewed_certificate_is_swapped_in_without_a_build() -> None:
     table = incremental(state, 2)
     assert incremental.secret_updates == 1 and incremental.last_path == "Secrets only"
     assert table == _full(state, 2)
-    assert table.hosts is before.hosts  # nothing built again
-    assert table.certificates.secrets[("default", "cert")] is state.secrets[("default", "cert")]
+    assert table.table.hosts is before.table.hosts  # nothing built again
+    assert table.table.certificates.secrets[("default", "cert")] is state.secrets[("default", "cert")]
 
 
 def test_a_secret_whose_contents_go_into_routes_takes_a_full_build() -> None:

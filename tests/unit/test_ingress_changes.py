@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ingress.routing import RoutingTable, build
+from ingress.routing import Built, build
 from ingress.routing.delta import applied, table_change
 from ingress.routing.incremental import IncrementalBuild
 from tests.unit.objects import T0, T1, T2, Store, endpoints, ingress, path, rule, service, target, tls_secret
@@ -21,7 +21,7 @@ from tests.unit.objects import T0, T1, T2, Store, endpoints, ingress, path, rule
 NGINX = "nginx.ingress.kubernetes.io/"
 
 
-def _full(state: Any, generation: int) -> RoutingTable:
+def _full(state: Any, generation: int) -> Built:
     return build(state, generation=generation)
 
 
@@ -45,38 +45,38 @@ class _Run:
     def __init__(self, store: Store, max_share: float = 1.0) -> None:
         self.store = store
         self.incremental = IncrementalBuild(_full, max_share=max_share)
-        self.table = self.incremental(store.state(), 1)
-        self.worker = _across(self.table)
+        self.built = self.incremental(store.state(), 1)
+        self.worker = _across(self.built.table)
 
-    def next(self) -> tuple[RoutingTable, RoutingTable]:
-        """The previous table and the new one."""
+    def next(self) -> tuple[Built, Built]:
+        """The previous build and the new one (each a table and its report)."""
         state = self.store.state()
-        previous, self.table = self.table, self.incremental(state, self.table.generation + 1)
-        assert self.table == _full(state, self.table.generation), self.incremental.ingress_fallback
-        change = table_change(previous, self.table)
-        self.worker = applied(self.worker, _across(change)) if change is not None else _across(self.table)
-        assert self.worker == self.table
-        return previous, self.table
+        previous, self.built = self.built, self.incremental(state, self.built.table.generation + 1)
+        assert self.built == _full(state, self.built.table.generation), self.incremental.ingress_fallback
+        change = table_change(previous.table, self.built.table)
+        self.worker = applied(self.worker, _across(change)) if change is not None else _across(self.built.table)
+        assert self.worker == self.built.table
+        return previous, self.built
 
 
 def _across(value: Any) -> Any:
     return pickle.loads(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
 
 
-def _problems(table: RoutingTable) -> list[tuple[str, str]]:
-    return [(p.ref.name, p.reason) for p in table.problems]
+def _problems(table: Built) -> list[tuple[str, str]]:
+    return [(p.ref.name, p.reason) for p in table.report.problems]
 
 
 def test_a_new_ingress_on_a_new_host_builds_only_that_host() -> None:
     run = _Run(_cluster())
     run.store.put(ingress("new", rule("new.test", path("/", "other")), created=T2))
     before, after = run.next()
-    assert run.incremental.ingress_updates == 1 and target(after, "new.test") == "default/other:80"
-    assert all(after.hosts[host] is before.hosts[host] for host in ("shop.test", "api.test"))
-    assert after.wildcards is before.wildcards and after.certificates is before.certificates and after.problems is before.problems
+    assert run.incremental.ingress_updates == 1 and target(after.table, "new.test") == "default/other:80"
+    assert all(after.table.hosts[host] is before.table.hosts[host] for host in ("shop.test", "api.test"))
+    assert after.table.wildcards is before.table.wildcards and after.table.certificates is before.table.certificates and after.report.problems is before.report.problems
     assert _problems(after) == [("noisy", "UnsupportedAnnotation")]
-    change = table_change(before, after)
-    assert change is not None and change.replaced == {} and change.entries == {"hosts": ({"new.test": after.hosts["new.test"]}, frozenset())}
+    change = table_change(before.table, after.table)
+    assert change is not None and change.replaced == {} and change.entries == {"hosts": ({"new.test": after.table.hosts["new.test"]}, frozenset())}
 
 
 def test_a_younger_ingress_on_a_taken_path_is_told_it_lost() -> None:
@@ -85,21 +85,21 @@ def test_a_younger_ingress_on_a_taken_path_is_told_it_lost() -> None:
     run.store.put(ingress("late", rule("api.test", path("/", "other"), path("/late", "other")), created=T2))
     before, after = run.next()
     assert run.incremental.ingress_updates == 1
-    assert target(after, "api.test", "/") == "default/api:80" and target(after, "api.test", "/late") == "default/other:80"
+    assert target(after.table, "api.test", "/") == "default/api:80" and target(after.table, "api.test", "/late") == "default/other:80"
     assert _problems(after) == [("late", "Conflict"), ("noisy", "UnsupportedAnnotation")]
-    assert "Ingress default/api claimed it first" in after.problems[0].message
-    assert after.hosts["shop.test"] is before.hosts["shop.test"]
+    assert "Ingress default/api claimed it first" in after.report.problems[0].message
+    assert after.table.hosts["shop.test"] is before.table.hosts["shop.test"]
 
 
 def test_deleting_the_older_ingress_hands_the_path_to_the_younger() -> None:
     store = _cluster()
     store.put(ingress("late", rule("api.test", path("/", "other")), created=T2))
     run = _Run(store)
-    assert _problems(run.table) == [("late", "Conflict"), ("noisy", "UnsupportedAnnotation")]
+    assert _problems(run.built) == [("late", "Conflict"), ("noisy", "UnsupportedAnnotation")]
     store.delete("Ingress", ingress("api"))
     _, after = run.next()
     assert run.incremental.ingress_updates == 1
-    assert target(after, "api.test") == "default/other:80" and _problems(after) == [("noisy", "UnsupportedAnnotation")]
+    assert target(after.table, "api.test") == "default/other:80" and _problems(after) == [("noisy", "UnsupportedAnnotation")]
 
 
 def test_an_edit_that_changes_nothing_keeps_every_entry() -> None:
@@ -108,8 +108,8 @@ def test_an_edit_that_changes_nothing_keeps_every_entry() -> None:
     run = _Run(store)
     store.put({**ingress("api", rule("api.test", path("/", "api")), created=T0), "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]}}})
     before, after = run.next()
-    assert run.incremental.ingress_updates == 1 and after.hosts is before.hosts and after.problems is before.problems
-    change = table_change(before, after)
+    assert run.incremental.ingress_updates == 1 and after.table.hosts is before.table.hosts and after.report.problems is before.report.problems
+    change = table_change(before.table, after.table)
     assert change is not None and change.replaced == {} and change.entries == {}
 
 
@@ -119,21 +119,21 @@ def test_hosts_shared_through_other_ingresses_are_built_together() -> None:
     store.put(ingress("bridge", rule("api.test", path("/bridge", "web")), rule("far.test", path("/", "web")), created=T1))
     store.put(ingress("far", rule("far.test", path("/", "other")), created=T2))
     run = _Run(store)
-    assert target(run.table, "far.test") == "default/web:80"
+    assert target(run.built.table, "far.test") == "default/web:80"
     store.delete("Ingress", ingress("bridge"))
     before, after = run.next()
-    assert run.incremental.ingress_updates == 1 and target(after, "far.test") == "default/other:80"
-    assert after.hosts["shop.test"] is before.hosts["shop.test"]
+    assert run.incremental.ingress_updates == 1 and target(after.table, "far.test") == "default/other:80"
+    assert after.table.hosts["shop.test"] is before.table.hosts["shop.test"]
 
 
 def test_a_wildcard_host_is_replaced_and_removed() -> None:
     run = _Run(_cluster())
     run.store.put(ingress("pages", rule("*.pages.test", path("/", "other")), created=T0))
     _, after = run.next()
-    assert target(after, "a.pages.test") == "default/other:80"
+    assert target(after.table, "a.pages.test") == "default/other:80"
     run.store.delete("Ingress", ingress("pages"))
     _, after = run.next()
-    assert run.incremental.ingress_updates == 2 and target(after, "a.pages.test") is None and after.wildcards == {}
+    assert run.incremental.ingress_updates == 2 and target(after.table, "a.pages.test") is None and after.table.wildcards == {}
 
 
 def test_certificates_follow_their_ingresses_and_go_to_workers_entry_by_entry() -> None:
@@ -143,13 +143,13 @@ def test_certificates_follow_their_ingresses_and_go_to_workers_entry_by_entry() 
     run = _Run(store)
     store.put(ingress("api", rule("api.test", path("/", "api")), created=T0, tls=((("api.test",), "api-tls"),)))
     before, after = run.next()
-    assert run.incremental.ingress_updates == 1 and after.certificates.secret_for("api.test") == ("default", "api-tls")
-    change = table_change(before, after)
+    assert run.incremental.ingress_updates == 1 and after.table.certificates.secret_for("api.test") == ("default", "api-tls")
+    change = table_change(before.table, after.table)
     assert change is not None and set(change.entries) == {"hosts", "certificates.exact", "certificates.secrets"}
     assert change.entries["certificates.secrets"] == ({("default", "api-tls"): store.state().secrets[("default", "api-tls")]}, frozenset())
     store.put(ingress("api", rule("api.test", path("/", "api")), created=T0))
     _, after = run.next()
-    assert run.incremental.ingress_updates == 2 and ("default", "api-tls") not in after.certificates.secrets
+    assert run.incremental.ingress_updates == 2 and ("default", "api-tls") not in after.table.certificates.secrets
 
 
 def test_a_secret_named_elsewhere_stays_while_an_ingress_we_serve_names_it() -> None:
@@ -160,7 +160,7 @@ def test_a_secret_named_elsewhere_stays_while_an_ingress_we_serve_names_it() -> 
         run = _Run(store)
         store.delete("Ingress", ingress("shop"))
         _, after = run.next()
-        assert run.incremental.ingress_updates == 1 and (("default", "shop-tls") in after.certificates.secrets) is kept, cls
+        assert run.incremental.ingress_updates == 1 and (("default", "shop-tls") in after.table.certificates.secrets) is kept, cls
 
 
 def test_a_missing_secret_is_the_ingress_s_problem_until_it_goes() -> None:
@@ -205,11 +205,11 @@ def test_a_host_another_ingress_may_alias_takes_a_full_build() -> None:
     store.put(ingress("shop", rule("shop.test", path("/", "web")), annotations={NGINX + "server-alias": "alias.test"}))
     store.put(ingress("own", rule("alias.test", path("/", "other"))))
     run = _Run(store)
-    assert target(run.table, "alias.test") == "default/other:80"
+    assert target(run.built.table, "alias.test") == "default/other:80"
     store.delete("Ingress", ingress("own"))
     _, after = run.next()
     assert run.incremental.ingress_updates == 0 and "alias" in (run.incremental.ingress_fallback or "")
-    assert target(after, "alias.test") == "default/web:80"
+    assert target(after.table, "alias.test") == "default/web:80"
 
 
 def test_a_group_past_its_share_takes_a_full_build() -> None:
@@ -233,7 +233,7 @@ def test_a_slice_change_after_an_ingress_change_reaches_the_new_host() -> None:
     run.next()
     store.put(endpoints("other", "10.0.0.3", name="other-a"))
     _, after = run.next()
-    route = after.match("new.test", "/")
+    route = after.table.match("new.test", "/")
     assert run.incremental.endpoint_updates == 2 and run.incremental.ingress_updates == 1
     assert route is not None and route.upstream.endpoints == (("10.0.0.3", 8080),)
 
@@ -243,7 +243,7 @@ def test_a_failed_build_leaves_nothing_stale() -> None:
     store = _cluster()
     failing = False
 
-    def flaky(state: Any, generation: int) -> RoutingTable:
+    def flaky(state: Any, generation: int) -> Built:
         if failing:
             raise RuntimeError("a bug in the build")
         return _full(state, generation)
@@ -257,7 +257,7 @@ def test_a_failed_build_leaves_nothing_stale() -> None:
     failing = False
     store.put(ingress("b", rule("b.test", path("/", "web"))))
     table = incremental(store.state(), 3)
-    assert incremental.ingress_updates == 1 and table == _full(store.state(), 3) and target(table, "a.test") == "default/web:80"
+    assert incremental.ingress_updates == 1 and table == _full(store.state(), 3) and target(table.table, "a.test") == "default/web:80"
 
 
 def test_a_secret_named_by_many_ingresses_we_do_not_serve_takes_a_full_build() -> None:
@@ -269,7 +269,7 @@ def test_a_secret_named_by_many_ingresses_we_do_not_serve_takes_a_full_build() -
     store.delete("Ingress", ingress("shop"))
     _, after = run.next()
     assert run.incremental.ingress_updates == 0 and "Secret" in (run.incremental.ingress_fallback or "")
-    assert ("default", "shop-tls") not in after.certificates.secrets
+    assert ("default", "shop-tls") not in after.table.certificates.secrets
 
 
 def test_a_new_application_created_together_builds_only_its_host() -> None:
@@ -280,8 +280,8 @@ def test_a_new_application_created_together_builds_only_its_host() -> None:
     run.store.put(ingress("new", rule("new.test", path("/", "new")), created=T2))
     before, after = run.next()
     assert run.incremental.ingress_updates == 1 and run.incremental.last_path == "the routes of the changed ingresses, services, endpoint_slices"
-    assert target(after, "new.test") == "default/new:80" and after.match("new.test", "/").upstream.endpoints == (("10.0.0.9", 8080),)  # type: ignore[union-attr]
-    assert all(after.hosts[host] is before.hosts[host] for host in ("shop.test", "api.test", "noisy.test"))
+    assert target(after.table, "new.test") == "default/new:80" and after.table.match("new.test", "/").upstream.endpoints == (("10.0.0.9", 8080),)  # type: ignore[union-attr]
+    assert all(after.table.hosts[host] is before.table.hosts[host] for host in ("shop.test", "api.test", "noisy.test"))
 
 
 def test_a_service_that_comes_late_rebuilds_the_ingresses_naming_it() -> None:
@@ -295,8 +295,8 @@ def test_a_service_that_comes_late_rebuilds_the_ingresses_naming_it() -> None:
     run.store.put(ingress("api", rule("api.test", path("/", "api"), path("/v2", "other")), created=T0))  # and an unrelated edit
     before, after = run.next()
     assert run.incremental.ingress_updates == 2 and _problems(after) == [("noisy", "UnsupportedAnnotation")]
-    assert after.match("early.test", "/").upstream.endpoints == (("10.0.0.7", 8080),)  # type: ignore[union-attr]
-    assert after.hosts["shop.test"] is before.hosts["shop.test"] and after.wildcards is before.wildcards
+    assert after.table.match("early.test", "/").upstream.endpoints == (("10.0.0.7", 8080),)  # type: ignore[union-attr]
+    assert after.table.hosts["shop.test"] is before.table.hosts["shop.test"] and after.table.wildcards is before.table.wildcards
 
 
 def test_a_service_edit_rebuilds_the_hosts_that_use_it() -> None:
@@ -304,7 +304,7 @@ def test_a_service_edit_rebuilds_the_hosts_that_use_it() -> None:
     run = _Run(_cluster())
     run.store.put(service("api", ("grpc", 80)))
     before, after = run.next()
-    assert run.incremental.ingress_updates == 1 and after.hosts["shop.test"] is before.hosts["shop.test"]
+    assert run.incremental.ingress_updates == 1 and after.table.hosts["shop.test"] is before.table.hosts["shop.test"]
 
 
 def test_a_changed_service_used_beyond_hosts_takes_a_full_build() -> None:

@@ -13,6 +13,7 @@ import pytest
 from ingress.proxy.http import h1, requestid
 from ingress.routing import RoutingTable
 from ingress.routing.policies.headers import header_changes, merged
+from ingress.routing.report import Built
 from ingress.routing.route import Policies
 from tests.unit.objects import ingress, path, rule, table
 
@@ -27,7 +28,7 @@ def _config_map(name: str, data: dict[str, str], namespace: str = "ingress-nginx
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}, "data": data}
 
 
-def _table(config: Optional[dict[str, str]], annotations: Optional[dict[str, str]] = None, *extra: dict[str, Any]) -> RoutingTable:
+def _table(config: Optional[dict[str, str]], annotations: Optional[dict[str, str]] = None, *extra: dict[str, Any]) -> Built:
     plain = ingress("plain", rule("plain.test", path("/")), annotations={NGINX + k: v for k, v in (annotations or {}).items()})
     objects = [plain, AUTH_SECRET, *extra] + ([_config_map(KEY[1], config)] if config is not None else [])
     return table(*objects, nginx_configmap=KEY if config is not None else None)
@@ -42,12 +43,12 @@ def _policies(routes: RoutingTable) -> Policies:
 @pytest.mark.parametrize(("config", "expected"), [(None, True), ({}, True), ({"generate-request-id": "false"}, False), ({"generate-request-id": "true"}, True)])
 def test_generate_request_id(config: Optional[dict[str, str]], expected: bool) -> None:
     """configmap.md "generate-request-id": on unless the ConfigMap turns it off (also without a ConfigMap)."""
-    assert _table(config).request_ids is expected
+    assert _table(config).table.request_ids is expected
 
 
 def test_x_forwarded_prefix_alone() -> None:
     """annotations.md "X-Forwarded-Prefix Header": the value alone, no rewrite-target needed."""
-    policies = _policies(_table(None, {"x-forwarded-prefix": "/test/value"}))
+    policies = _policies(_table(None, {"x-forwarded-prefix": "/test/value"}).table)
     assert policies.forwarded_prefix == "/test/value" and policies.rewrite is None
     assert policies.to_json()["forwardedPrefix"] == "/test/value"
 
@@ -63,15 +64,15 @@ def test_x_forwarded_prefix_alone() -> None:
 )
 def test_satisfy_any_needs_an_auth(annotations: dict[str, str], expected: bool) -> None:
     """annotations.md "Satisfy": "any" makes one guard enough, which only means something beside an auth."""
-    assert _policies(_table(None, annotations)).satisfy_any is expected
+    assert _policies(_table(None, annotations).table).satisfy_any is expected
 
 
 def test_satisfy_value_that_cannot_be_read_closes_the_routes() -> None:
     """satisfy guards access: a value other than any/all closes the routes (503) rather than guess."""
     routes = _table(None, {**BASIC, "satisfy": "some"})
-    policies = _policies(routes)
+    policies = _policies(routes.table)
     assert policies.deny is not None and policies.deny.status == 503
-    assert any(p.reason == "InvalidAnnotation" and "satisfy" in p.message for p in routes.problems)
+    assert any(p.reason == "InvalidAnnotation" and "satisfy" in p.message for p in routes.report.problems)
 
 
 def test_custom_headers_with_and_without_the_allow_list() -> None:
@@ -80,14 +81,14 @@ def test_custom_headers_with_and_without_the_allow_list() -> None:
     global-allowed-response-headers (else 503); without --nginx-configmap any name may be set.
     """
     fields = _config_map("custom", {"My-Custom-Header": "42"}, "default")
-    free = _policies(_table(None, {"custom-headers": "default/custom"}, fields))
+    free = _policies(_table(None, {"custom-headers": "default/custom"}, fields).table)
     assert free.response_headers is not None and free.response_headers.lines == b"My-Custom-Header: 42\r\n" and free.deny is None
-    allowed = _policies(_table({"global-allowed-response-headers": "my-custom-header"}, {"custom-headers": "custom"}, fields))
+    allowed = _policies(_table({"global-allowed-response-headers": "my-custom-header"}, {"custom-headers": "custom"}, fields).table)
     assert allowed.response_headers is not None and allowed.deny is None
     refused = _table({}, {"custom-headers": "default/custom"}, fields)
-    policies = _policies(refused)
+    policies = _policies(refused.table)
     assert policies.deny is not None and policies.deny.status == 503
-    assert any(p.reason == "InvalidCustomHeaders" and "global-allowed-response-headers" in p.message for p in refused.problems)
+    assert any(p.reason == "InvalidCustomHeaders" and "global-allowed-response-headers" in p.message for p in refused.report.problems)
 
 
 def test_custom_headers_over_add_headers() -> None:
@@ -101,11 +102,11 @@ def test_custom_headers_over_add_headers() -> None:
 
 def test_global_custom_http_errors() -> None:
     """configmap.md "custom-http-errors": every route's, unless its Ingress sets its own or disables interception."""
-    pages = _policies(_table({"custom-http-errors": "404,503"})).error_pages
+    pages = _policies(_table({"custom-http-errors": "404,503"}).table).error_pages
     assert pages is not None and pages.codes == frozenset({404, 503}) and pages.backend is None
-    own = _policies(_table({"custom-http-errors": "404,503"}, {"custom-http-errors": "500"})).error_pages
+    own = _policies(_table({"custom-http-errors": "404,503"}, {"custom-http-errors": "500"}).table).error_pages
     assert own is not None and own.codes == frozenset({500})
-    route = _table({"custom-http-errors": "404"}, {"disable-proxy-intercept-errors": "true"}).match("plain.test", "/")
+    route = _table({"custom-http-errors": "404"}, {"disable-proxy-intercept-errors": "true"}).table.match("plain.test", "/")
     assert route is not None and (route.policies is None or route.policies.error_pages is None)
 
 
@@ -120,14 +121,14 @@ def test_global_custom_http_errors() -> None:
 )
 def test_mirror_target_urls(value: str, tls: bool, host: str, port: int, authority: str, path: tuple[tuple[str, str], ...]) -> None:
     """annotations.md "Mirror" and e2e annotations/mirror.go: the URLs they use."""
-    mirror = _policies(_table(None, {"mirror-target": value})).mirror
+    mirror = _policies(_table(None, {"mirror-target": value}).table).mirror
     assert mirror is not None and mirror.targets == () and len(mirror.urls) == 1
     url = mirror.urls[0]
     assert (url.tls, url.host, url.port, url.authority, url.path, url.body) == (tls, host, port, authority, path, True)
 
 
 def test_mirror_host_and_body() -> None:
-    mirror = _policies(_table(None, {"mirror-target": "http://1.2.3.4$request_uri", "mirror-host": "test.env.com", "mirror-request-body": "off"})).mirror
+    mirror = _policies(_table(None, {"mirror-target": "http://1.2.3.4$request_uri", "mirror-host": "test.env.com", "mirror-request-body": "off"}).table).mirror
     assert mirror is not None and (mirror.urls[0].authority, mirror.urls[0].body) == ("test.env.com", False)
 
 
@@ -135,8 +136,8 @@ def test_mirror_host_and_body() -> None:
 def test_mirror_target_that_cannot_be_read(value: str) -> None:
     """Not an http(s) URL, or a variable twingress does not compute: the Ingress's paths are not served, and it is said why."""
     routes = _table(None, {"mirror-target": value})
-    assert routes.match("plain.test", "/") is None
-    assert any(p.reason == "InvalidAnnotation" and "mirror-target" in p.message for p in routes.problems)
+    assert routes.table.match("plain.test", "/") is None
+    assert any(p.reason == "InvalidAnnotation" and "mirror-target" in p.message for p in routes.report.problems)
 
 
 @pytest.mark.parametrize(

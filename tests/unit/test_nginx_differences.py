@@ -14,6 +14,7 @@ import pytest
 from ingress.routing import RoutingTable
 from ingress.routing.config_keys import CONFIG_GO_KEYS
 from ingress.routing.policies import Redirect
+from ingress.routing.report import Built
 from ingress.routing.route import Route
 from tests.unit.objects import T0, T1, endpoints, ingress, ingress_class, path, rule, service, table, tls_secret
 
@@ -31,7 +32,7 @@ def _route(routes: RoutingTable, host: str, request_path: str) -> Route:
     return route
 
 
-def _nginx_class(*objects: dict[str, Any], **options: Any) -> RoutingTable:
+def _nginx_class(*objects: dict[str, Any], **options: Any) -> Built:
     """A table built by a controller that took ingress-nginx's class over (as --take-over-ingress-nginx does)."""
     return table(ingress_class("nginx", "k8s.io/ingress-nginx"), *objects, class_name="nginx", controller_name="k8s.io/ingress-nginx", **options)
 
@@ -48,22 +49,22 @@ def test_slash_path_redirects_without_its_slash_for_ingress_nginx_class_only(kin
     ending in "/" (Prefix: "/p/" and "= /p/"; Exact: "= /p/").  twingress's own class keeps the Kubernetes rule.
     """
     nginx = _nginx_class(ingress("app", rule("app.test", path("/p/", kind=kind)), cls="nginx"))
-    redirect = _route(nginx, "app.test", "/p").policies
+    redirect = _route(nginx.table, "app.test", "/p").policies
     assert redirect is not None and redirect.redirect == Redirect(301, "/p/", keep_query=True)
     assert redirect.redirect.location_for(b"http", "app.test", b"/p?a=1&b=2") == b"http://app.test/p/?a=1&b=2"
-    assert _route(nginx, "app.test", "/p/").policies is None  # /p/ itself is served
+    assert _route(nginx.table, "app.test", "/p/").policies is None  # /p/ itself is served
     own = table(ingress("app", rule("app.test", path("/p/", kind=kind))))
     if kind == "Exact":
-        assert own.match("app.test", "/p") is None
+        assert own.table.match("app.test", "/p") is None
     else:
-        assert _route(own, "app.test", "/p").policies is None  # Kubernetes Prefix: /p/ matches /p (routing/paths.py)
+        assert _route(own.table, "app.test", "/p").policies is None  # Kubernetes Prefix: /p/ matches /p (routing/paths.py)
 
 
 def test_a_controller_named_as_ingress_nginx_redirects_too() -> None:
     """--controller-name k8s.io/ingress-nginx alone (its IngressClass under any name) is ingress-nginx's class."""
     routes = table(ingress_class("external", "k8s.io/ingress-nginx"), ingress("app", rule("app.test", path("/p/")), cls="external"),
                    class_name="external", controller_name="k8s.io/ingress-nginx")
-    policies = _route(routes, "app.test", "/p").policies
+    policies = _route(routes.table, "app.test", "/p").policies
     assert policies is not None and policies.redirect is not None and policies.redirect.code == 301
 
 
@@ -73,11 +74,11 @@ def test_no_redirect_where_the_host_routes_the_path_without_slash() -> None:
     Prefix "/p" gets its own "= /p"; regex locations (use-regex) are left alone, and have no redirect.
     """
     exact = _nginx_class(ingress("app", rule("app.test", path("/p/"), path("/p", svc="other", kind="Exact")), cls="nginx"))
-    assert _route(exact, "app.test", "/p").upstream.key == "default/other:80"
+    assert _route(exact.table, "app.test", "/p").upstream.key == "default/other:80"
     prefix = _nginx_class(ingress("a", rule("app.test", path("/p", svc="other")), cls="nginx"), ingress("b", rule("app.test", path("/p/", kind="Exact")), cls="nginx", created=T1))
-    assert _route(prefix, "app.test", "/p").upstream.key == "default/other:80"
+    assert _route(prefix.table, "app.test", "/p").upstream.key == "default/other:80"
     regex = _nginx_class(ingress("app", rule("app.test", path("/p/")), cls="nginx", annotations={NGINX + "use-regex": "true"}))
-    assert _route(regex, "app.test", "/p/x").path == "/p/" and regex.match("app.test", "/p") is None  # "^/p/" does not match /p
+    assert _route(regex.table, "app.test", "/p/x").path == "/p/" and regex.table.match("app.test", "/p") is None  # "^/p/" does not match /p
 
 
 # 2. ConfigMap keys of config.go that the ConfigMap page leaves out, and ssl-early-data.
@@ -85,9 +86,9 @@ def test_no_redirect_where_the_host_routes_the_path_without_slash() -> None:
 
 def _fates(data: dict[str, str]) -> tuple[bool, list[tuple[str, str]]]:
     routes = table(ingress("app", rule("app.test", path("/")), created=T0), _config_map(data), nginx_configmap=KEY)
-    policies = _route(routes, "app.test", "/").policies
+    policies = _route(routes.table, "app.test", "/").policies
     closed = policies is not None and policies.deny is not None
-    return closed, [(p.reason, p.message) for p in routes.problems if p.ref.kind == "ConfigMap"]
+    return closed, [(p.reason, p.message) for p in routes.report.problems if p.ref.kind == "ConfigMap"]
 
 
 @pytest.mark.parametrize(
@@ -135,9 +136,9 @@ def test_disable_proxy_intercept_errors_keeps_upstream_answers() -> None:
     is the only place proxy_intercept_errors is turned on for the ConfigMap's custom-http-errors.
     """
     routes = table(ingress("app", rule("app.test", path("/"))), _config_map({"custom-http-errors": "503"}), nginx_configmap=KEY)
-    assert _route(routes, "app.test", "/").policies.error_pages is not None  # type: ignore[union-attr]
+    assert _route(routes.table, "app.test", "/").policies.error_pages is not None  # type: ignore[union-attr]
     routes = table(ingress("app", rule("app.test", path("/"))), _config_map({"custom-http-errors": "503", "disable-proxy-intercept-errors": "true"}), nginx_configmap=KEY)
-    assert _route(routes, "app.test", "/").policies.error_pages is None  # type: ignore[union-attr]
+    assert _route(routes.table, "app.test", "/").policies.error_pages is None  # type: ignore[union-attr]
 
 
 # 3. use-http2, proxy-next-upstream*, service-upstream.
@@ -146,14 +147,14 @@ def test_disable_proxy_intercept_errors_keeps_upstream_answers() -> None:
 def test_use_http2_false_reaches_the_listener_settings() -> None:
     """@ING config.go UseHTTP2 ("Enables or disables the HTTP/2 support in secure connections", default true); nginx.tmpl "http2 on"."""
     routes = table(ingress("app", rule("app.test", path("/"))), _config_map({"use-http2": "false"}), nginx_configmap=KEY)
-    assert routes.listener is not None and routes.listener.http2 is False
+    assert routes.table.listener is not None and routes.table.listener.http2 is False
     routes = table(ingress("app", rule("app.test", path("/"))), _config_map({}), nginx_configmap=KEY)
-    assert routes.listener is not None and routes.listener.http2 is True
+    assert routes.table.listener is not None and routes.table.listener.http2 is True
 
 
 def _retry(data: dict[str, str], annotations: Optional[dict[str, str]] = None) -> Any:
     app = ingress("app", rule("app.test", path("/")), annotations={NGINX + k: v for k, v in (annotations or {}).items()})
-    policies = _route(table(app, _config_map(data), nginx_configmap=KEY), "app.test", "/").policies
+    policies = _route(table(app, _config_map(data), nginx_configmap=KEY).table, "app.test", "/").policies
     assert policies is not None
     return policies.retry
 
@@ -178,14 +179,14 @@ def test_service_upstream_is_every_ingresss_default() -> None:
     objects = [service("web", clusterIP="10.96.0.10"), endpoints("web", "10.244.0.5"), ingress("a", rule("a.test", path("/")))]
     objects.append(ingress("b", rule("b.test", path("/")), annotations={NGINX + "service-upstream": "false"}))
     routes = table(*objects, _config_map({"service-upstream": "true"}), nginx_configmap=KEY)
-    assert _route(routes, "a.test", "/").upstream.endpoints == (("10.96.0.10", 80),)
-    assert _route(routes, "b.test", "/").upstream.endpoints == (("10.244.0.5", 8080),)
+    assert _route(routes.table, "a.test", "/").upstream.endpoints == (("10.96.0.10", 80),)
+    assert _route(routes.table, "b.test", "/").upstream.endpoints == (("10.244.0.5", 8080),)
 
 
 # 4. no-tls-redirect-locations.
 
 
-def _secured(data: dict[str, str], *paths: str) -> RoutingTable:
+def _secured(data: dict[str, str], *paths: str) -> Built:
     app = ingress("app", rule("app.test", *(path(p) for p in paths)), tls=((("app.test",), "tls"),))
     return table(app, tls_secret("tls"), _config_map(data), nginx_configmap=KEY)
 
@@ -197,14 +198,14 @@ def test_no_tls_redirect_locations_default_exempts_the_acme_challenge() -> None:
     rootfs/etc/nginx/lua/lua_ingress.lua's redirect_to_https returns false first when it is set.
     """
     routes = _secured({"force-ssl-redirect": "true"}, "/", "/.well-known/acme-challenge/token")
-    assert _route(routes, "app.test", "/").redirect_https
-    assert not _route(routes, "app.test", "/.well-known/acme-challenge/token").redirect_https
+    assert _route(routes.table, "app.test", "/").redirect_https
+    assert not _route(routes.table, "app.test", "/.well-known/acme-challenge/token").redirect_https
     without = table(ingress("app", rule("app.test", path("/.well-known/acme-challenge/token")), tls=((("app.test",), "tls"),)), tls_secret("tls"))
-    assert not _route(without, "app.test", "/.well-known/acme-challenge/token").redirect_https  # no ConfigMap: the same default
+    assert not _route(without.table, "app.test", "/.well-known/acme-challenge/token").redirect_https  # no ConfigMap: the same default
 
 
 def test_no_tls_redirect_locations_custom_list() -> None:
     """@ING test/e2e/settings/no_tls_redirect_locations.go: a custom comma-separated list replaces the default."""
     routes = _secured({"no-tls-redirect-locations": "/public, /health"}, "/", "/public/x", "/health", "/.well-known/acme-challenge/t")
-    assert not _route(routes, "app.test", "/public/x").redirect_https and not _route(routes, "app.test", "/health").redirect_https
-    assert _route(routes, "app.test", "/.well-known/acme-challenge/t").redirect_https and _route(routes, "app.test", "/").redirect_https
+    assert not _route(routes.table, "app.test", "/public/x").redirect_https and not _route(routes.table, "app.test", "/health").redirect_https
+    assert _route(routes.table, "app.test", "/.well-known/acme-challenge/t").redirect_https and _route(routes.table, "app.test", "/").redirect_https

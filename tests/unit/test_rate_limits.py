@@ -74,7 +74,7 @@ def test_addresses_are_counted_apart_and_memory_is_bounded() -> None:
 
 
 def _limit(annotations: dict[str, str]) -> Optional[RateLimit]:
-    route = table(ingress("shop", rule("a.test", path("/")), annotations={NGINX + k: v for k, v in annotations.items()})).match("a.test", "/")
+    route = table(ingress("shop", rule("a.test", path("/")), annotations={NGINX + k: v for k, v in annotations.items()})).table.match("a.test", "/")
     assert route is not None
     return route.policies.rate_limit if route.policies is not None else None
 

@@ -65,20 +65,20 @@ def test_may_retry(policy, cause, request_head, attempts, endpoints, reused, ela
 
 def test_the_annotations() -> None:
     routes = table(ingress("web", rule("a.test", path("/")), annotations={NGINX + "proxy-next-upstream": "error http_502 non_idempotent", NGINX + "proxy-next-upstream-tries": "2"}))
-    route = routes.match("a.test", "/")
+    route = routes.table.match("a.test", "/")
     assert route is not None and route.policies is not None
     assert route.policies.retry == Retry(on=frozenset({"error", "http_502"}), statuses=frozenset({502}), non_idempotent=True, tries=2, timeout=0.0)
 
 
 def test_tries_alone_keeps_the_default_conditions() -> None:
     routes = table(ingress("web", rule("a.test", path("/")), annotations={NGINX + "proxy-next-upstream-tries": "5"}))
-    route = routes.match("a.test", "/")
+    route = routes.table.match("a.test", "/")
     assert route is not None and route.policies is not None and route.policies.retry == Retry(tries=5)
 
 
 def test_an_unknown_condition_is_invalid() -> None:
     routes = table(ingress("web", rule("a.test", path("/")), annotations={NGINX + "proxy-next-upstream": "error http_418"}))
-    assert routes.match("a.test", "/") is None and ("default/web", "InvalidAnnotation") in problems(routes)
+    assert routes.table.match("a.test", "/") is None and ("default/web", "InvalidAnnotation") in problems(routes)
 
 
 def test_a_gateway_rule_s_retry_is_the_route_s_retry_policy() -> None:

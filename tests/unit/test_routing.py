@@ -15,7 +15,7 @@ import pytest
 
 from ingress.model import ClusterState, ObjectRef, Problem
 from ingress.model.parse import state_from_objects
-from ingress.routing import HostRoutes, Route, RoutingTable, build, lookup, normalize_host
+from ingress.routing import BuildReport, Built, HostRoutes, Route, RoutingTable, build, lookup, normalize_host
 from ingress.routing.gateway.regex import RegexPaths
 from ingress.routing.paths import prefix_key
 from ingress.routing.selection import select_ingresses
@@ -60,12 +60,12 @@ HOSTS_TABLE = table(
          "wildcard-not-apex", "wildcard-not-suffix-match", "host-less", "ip-host", "no-host"],
 )
 def test_host_precedence(host: str, expected: str) -> None:
-    assert target(HOSTS_TABLE, host) == expected
+    assert target(HOSTS_TABLE.table, host) == expected
 
 
 def test_no_host_less_rules_means_404_for_unknown_hosts() -> None:
     routes = table(ingress("exact", rule("foo.example.com", path("/"))))
-    assert (target(routes, "foo.example.com"), target(routes, "bar.example.com")) == ("default/web:80", None)
+    assert (target(routes.table, "foo.example.com"), target(routes.table, "bar.example.com")) == ("default/web:80", None)
 
 
 # -- paths
@@ -129,7 +129,7 @@ PATHS_TABLE = table(
          "exact-slash-matters"],
 )
 def test_path_matching(request_path: str, expected: str) -> None:
-    assert target(PATHS_TABLE, "a.example", request_path) == f"default/{expected}:80"
+    assert target(PATHS_TABLE.table, "a.example", request_path) == f"default/{expected}:80"
 
 
 @pytest.mark.parametrize(
@@ -140,17 +140,17 @@ def test_path_matching(request_path: str, expected: str) -> None:
 )
 def test_prefix_trailing_slash_is_ignored(request_path: str, expected: Optional[str]) -> None:
     routes = table(ingress("i", rule("a.example", path("/aaa/"))))
-    assert target(routes, "a.example", request_path) == expected
+    assert target(routes.table, "a.example", request_path) == expected
 
 
 def test_route_fields_are_as_written() -> None:
     routes = table(ingress("shop", rule("a.example", path("/Cart/", "cart", kind="ImplementationSpecific")), ns="prod"),
                    service("cart", ns="prod"))
-    route = routes.match("a.example", "/Cart/x")
+    route = routes.table.match("a.example", "/Cart/x")
     assert route is not None
     assert (route.name, route.source, route.path, route.path_type) == (
         "prod/shop", ObjectRef("Ingress", "prod", "shop"), "/Cart/", "ImplementationSpecific")
-    assert set(routes.hosts["a.example"].prefixes) == {"Cart"}
+    assert set(routes.table.hosts["a.example"].prefixes) == {"Cart"}
 
 
 @pytest.mark.parametrize(
@@ -171,19 +171,19 @@ def test_unmatched_requests_fall_to_the_default_backend(host: str, request_path:
         ingress("h", rule(None, path("/api", "api"))),
         ingress("d", default=("fallback", 80)),
     )
-    assert target(routes, host, request_path) == expected
+    assert target(routes.table, host, request_path) == expected
 
 
 def test_exact_host_without_matching_path_does_not_use_host_less_rules() -> None:
     routes = table(ingress("a", rule("a.example", path("/api", "api"))), ingress("h", rule(None, path("/", "any"))))
-    assert target(routes, "a.example", "/other") is None
-    assert target(routes, "b.example", "/other") == "default/any:80"
+    assert target(routes.table, "a.example", "/other") is None
+    assert target(routes.table, "b.example", "/other") == "default/any:80"
 
 
 def test_rule_without_paths_claims_no_host() -> None:
     routes = table(ingress("bare", {"host": "a.example"}), ingress("h", rule(None, path("/", "any"))))
-    assert "a.example" not in routes.hosts
-    assert target(routes, "a.example", "/") == "default/any:80"
+    assert "a.example" not in routes.table.hosts
+    assert target(routes.table, "a.example", "/") == "default/any:80"
 
 
 # -- merging and conflicts
@@ -195,10 +195,10 @@ def test_rules_for_one_host_merge_across_ingresses() -> None:
         ingress("two", rule("a.example", path("/two", "two"), path("/one", "one-exact", kind="Exact"))),
         ingress("three", rule("A.EXAMPLE.", path("/three", "three"))),
     )
-    assert [target(routes, "a.example", p) for p in ("/one/x", "/one", "/two", "/three")] == [
+    assert [target(routes.table, "a.example", p) for p in ("/one/x", "/one", "/two", "/three")] == [
         "default/one:80", "default/one-exact:80", "default/two:80", "default/three:80"]
-    assert list(routes.hosts) == ["a.example"]
-    assert not [p for p in routes.problems if p.reason == "Conflict"]
+    assert list(routes.table.hosts) == ["a.example"]
+    assert not [p for p in routes.report.problems if p.reason == "Conflict"]
 
 
 CONFLICTS = [
@@ -233,10 +233,10 @@ def test_conflict_resolution(first: dict[str, Any], second: dict[str, Any], winn
     if order == "reversed":
         objects.reverse()
     routes = table(*objects)
-    route = routes.match("a.example", "/foo")
+    route = routes.table.match("a.example", "/foo")
     assert route is not None and route.name.endswith(f"/{winner}")
     assert route.upstream.key.endswith("/first:80" if winner == first["name"] else "/second:80")
-    [conflict] = [p for p in routes.problems if p.reason == "Conflict"]
+    [conflict] = [p for p in routes.report.problems if p.reason == "Conflict"]
     assert conflict.ref.name != winner
     assert route.name in conflict.message
 
@@ -256,7 +256,7 @@ def _with_rules(obj: dict[str, Any], *rules: dict[str, Any]) -> dict[str, Any]:
 )
 def test_no_conflict(paths: tuple[dict[str, Any], ...]) -> None:
     routes = table(ingress("a", rule("a.example", paths[0])), ingress("b", rule("a.example", paths[1]), created=T1))
-    assert not [p for p in routes.problems if p.reason == "Conflict"]
+    assert not [p for p in routes.report.problems if p.reason == "Conflict"]
 
 
 @pytest.mark.parametrize(
@@ -267,8 +267,8 @@ def test_no_conflict(paths: tuple[dict[str, Any], ...]) -> None:
 def test_conflict_within_one_ingress_first_rule_wins(hosts: tuple[Optional[str], Optional[str]]) -> None:
     routes = table(ingress("i", rule(hosts[0], path("/x", "first")), rule(hosts[1], path("/x/", "second"))))
     host = "b.example" if hosts[0] == "*.example" else "a.example"
-    assert target(routes, host, "/x") == "default/first:80"
-    assert [(p.reason, "same Ingress" in p.message) for p in routes.problems if p.reason == "Conflict"] == [
+    assert target(routes.table, host, "/x") == "default/first:80"
+    assert [(p.reason, "same Ingress" in p.message) for p in routes.report.problems if p.reason == "Conflict"] == [
         ("Conflict", True)]
 
 
@@ -278,7 +278,7 @@ def test_same_path_on_different_host_kinds_does_not_conflict() -> None:
         ingress("b", rule("*.example", path("/", "wild"))),
         ingress("c", rule(None, path("/", "any"))),
     )
-    assert not [p for p in routes.problems if p.reason == "Conflict"]
+    assert not [p for p in routes.report.problems if p.reason == "Conflict"]
 
 
 def test_result_does_not_depend_on_input_order() -> None:
@@ -295,7 +295,7 @@ def test_result_does_not_depend_on_input_order() -> None:
     slices = state_from_objects(objects)
     reversed_slices = dataclasses.replace(slices, endpoint_slices=slices.endpoint_slices[::-1])
     assert build(reversed_slices) == expected
-    assert expected.default_route is not None and expected.default_route.name == "other/d"
+    assert expected.table.default_route is not None and expected.table.default_route.name == "other/d"
 
 
 # -- default backend
@@ -319,8 +319,8 @@ def test_result_does_not_depend_on_input_order() -> None:
 def test_default_backend_selection(ingresses: list[dict[str, Any]], expected: Optional[str],
                                    losers: list[str]) -> None:
     routes = table(*ingresses)
-    assert (routes.default_route.upstream.key if routes.default_route else None) == expected
-    conflicts = [p for p in routes.problems if p.reason == "Conflict"]
+    assert (routes.table.default_route.upstream.key if routes.table.default_route else None) == expected
+    conflicts = [p for p in routes.report.problems if p.reason == "Conflict"]
     assert [f"{p.ref.namespace}/{p.ref.name}" for p in conflicts] == losers
     assert all("spec.defaultBackend" in p.message for p in conflicts)
 
@@ -328,12 +328,12 @@ def test_default_backend_selection(ingresses: list[dict[str, Any]], expected: Op
 def test_default_route_fields() -> None:
     routes = table(ingress("d", default=("web", "http"), ns="prod"), service("web", ns="prod"),
                    endpoints("web", "10.0.0.1", ns="prod"))
-    route = routes.default_route
+    route = routes.table.default_route
     assert route is not None
     assert (route.name, route.source, route.path, route.path_type) == (
         "prod/d", ObjectRef("Ingress", "prod", "d"), "", "")
     assert route.upstream.endpoints == (("10.0.0.1", 8080),)
-    assert routes.match("any.example", "/whatever") is route
+    assert routes.table.match("any.example", "/whatever") is route
 
 
 # -- backends
@@ -372,10 +372,10 @@ def test_default_route_fields() -> None:
 )
 def test_endpoints(objects: list[dict[str, Any]], port: Any, expected: tuple[tuple[str, int], ...]) -> None:
     routes = table(ingress("i", rule("a.example", path("/", "web", port))), *objects)
-    route = routes.match("a.example", "/")
+    route = routes.table.match("a.example", "/")
     assert route is not None
     assert (route.upstream.key, route.upstream.endpoints) == (f"default/web:{port}", expected)
-    assert routes.problems == ()
+    assert routes.report.problems == ()
 
 
 def test_backend_is_resolved_in_the_ingress_namespace() -> None:
@@ -384,7 +384,7 @@ def test_backend_is_resolved_in_the_ingress_namespace() -> None:
         service("web", ns="prod"), endpoints("web", "10.0.0.1", ns="prod"),
         service("web", ns="dev"), endpoints("web", "10.0.0.9", ns="dev"),
     )
-    assert routes.match("a.example", "/").upstream.endpoints == (("10.0.0.1", 8080),)
+    assert routes.table.match("a.example", "/").upstream.endpoints == (("10.0.0.1", 8080),)
 
 
 @pytest.mark.parametrize(
@@ -401,10 +401,10 @@ def test_external_name(port: Any, ports: tuple[tuple[str, int], ...], expected: 
     svc = service("ext", type="ExternalName", externalName="API.example.com")
     svc["spec"]["ports"] = [{"name": n, "port": p} for n, p in ports]
     routes = table(ingress("i", rule("a.example", path("/", "ext", port))), svc, endpoints("ext", "10.0.0.1"))
-    upstream = routes.match("a.example", "/").upstream
+    upstream = routes.table.match("a.example", "/").upstream
     assert upstream.targets == ((expected,) if expected else ())
     assert upstream.endpoints == ()
-    assert [p.reason for p in routes.problems] == ([reason] if reason else [])
+    assert [p.reason for p in routes.report.problems] == ([reason] if reason else [])
 
 
 @pytest.mark.parametrize(
@@ -420,10 +420,10 @@ def test_external_name(port: Any, ports: tuple[tuple[str, int], ...], expected: 
 def test_missing_backend_still_routes(objects: list[dict[str, Any]], port: Any, reason: str, message: str) -> None:
     routes = table(ingress("i", rule("a.example", path("/", "web", port))), *objects,
                    endpoints("web", "10.0.0.1"), ingress("d", default=("fallback", 80)))
-    route = routes.match("a.example", "/")
+    route = routes.table.match("a.example", "/")
     assert route is not None and route.name == "default/i"
     assert (route.upstream.key, route.upstream.targets) == (f"default/web:{port}", ())
-    assert [(p.ref, p.reason, p.message) for p in routes.problems if p.ref.name == "i"] == [
+    assert [(p.ref, p.reason, p.message) for p in routes.report.problems if p.ref.name == "i"] == [
         (ObjectRef("Ingress", "default", "i"), reason, message)]
 
 
@@ -431,7 +431,7 @@ def test_resource_backend_is_reported_and_routes_nowhere() -> None:
     obj = ingress("i", rule("a.example", path("/", "web")))
     obj["spec"]["rules"][0]["http"]["paths"][0]["backend"] = {"resource": {"kind": "Bucket", "name": "b"}}
     routes = table(obj)
-    assert routes.match("a.example", "/").upstream.targets == ()
+    assert routes.table.match("a.example", "/").upstream.targets == ()
     assert problems(routes) == [("default/i", "UnsupportedBackend")]
 
 
@@ -442,11 +442,11 @@ def test_one_upstream_object_per_backend() -> None:
         ingress("c", rule("c.example", path("/", "web", "http"))),
         service(), endpoints("web", "10.0.0.1"),
     )
-    shared = routes.match("a.example", "/").upstream
-    assert routes.match("a.example", "/x").upstream is shared
-    assert routes.match("b.example", "/").upstream is shared
-    assert routes.default_route.upstream is shared
-    by_name = routes.match("c.example", "/").upstream
+    shared = routes.table.match("a.example", "/").upstream
+    assert routes.table.match("a.example", "/x").upstream is shared
+    assert routes.table.match("b.example", "/").upstream is shared
+    assert routes.table.default_route.upstream is shared
+    by_name = routes.table.match("c.example", "/").upstream
     assert (by_name.key, by_name.endpoints) == ("default/web:http", shared.endpoints)
 
 
@@ -490,9 +490,9 @@ def test_ingress_class_selection(classes: list[dict[str, Any]], spec_class: Opti
     obj = ingress("i", rule("a.example", path("/", "missing")), cls=spec_class, annotations=annotations,
                   default=("missing", 80))
     routes = table(*classes, obj)
-    assert (target(routes, "a.example") is not None) == ours
-    assert (routes.default_route is not None) == ours
-    assert bool(routes.problems) == ours  # the missing Service of someone else's Ingress is not our problem
+    assert (target(routes.table, "a.example") is not None) == ours
+    assert (routes.table.default_route is not None) == ours
+    assert bool(routes.report.problems) == ours  # the missing Service of someone else's Ingress is not our problem
     assert bool(select_ingresses(state_from_objects([*classes, obj]))) == ours
 
 
@@ -514,7 +514,7 @@ def test_class_and_controller_names_are_parameters(kwargs: dict[str, str], ours:
         ingress("class-less", rule("d.example", path("/")), cls=None),
     ]
     routes = table(*objects, service(), **kwargs)
-    assert sorted(routes.match(host, "/").source.name for host in routes.hosts) == sorted(ours)
+    assert sorted(routes.table.match(host, "/").source.name for host in routes.table.hosts) == sorted(ours)
 
 
 def test_select_ingresses_oldest_first() -> None:
@@ -535,7 +535,7 @@ def test_invalid_objects_do_not_stop_the_rest() -> None:
         ingress("good", rule("a.example", path("/", "web"))),
         service(), endpoints("web", "10.0.0.1"),
     )
-    assert routes.match("a.example", "/").upstream.endpoints == (("10.0.0.1", 8080),)
+    assert routes.table.match("a.example", "/").upstream.endpoints == (("10.0.0.1", 8080),)
     assert problems(routes) == [
         ("default/broken-slice", "Invalid"), ("default/bad-host", "Invalid"), ("default/bad-path", "Invalid"),
         ("default/broken", "Invalid")]
@@ -549,15 +549,15 @@ def test_state_problems_come_first_then_sorted_build_problems() -> None:
         ingress("c", rule("c.example", path("/", "gone"))),
     ])
     routes = build(dataclasses.replace(state, problems=(state_problem,)))
-    assert routes.problems[0] == state_problem
-    assert [(p.ref.name, p.reason) for p in routes.problems[1:]] == [
+    assert routes.report.problems[0] == state_problem
+    assert [(p.ref.name, p.reason) for p in routes.report.problems[1:]] == [
         ("a", "ServiceNotFound"), ("b", "Conflict"), ("c", "ServiceNotFound")]
 
 
 def test_generation_and_empty_state() -> None:
     routes = build(ClusterState(), generation=7)
-    assert routes == RoutingTable(generation=7)
-    assert routes.match("a.example", "/") is None
+    assert routes == Built(RoutingTable(generation=7), BuildReport())
+    assert routes.table.match("a.example", "/") is None
 
 
 def test_table_dumps_to_json() -> None:
@@ -574,7 +574,7 @@ def test_a_host_s_paths_with_a_match_of_their_own_are_asked_for_their_route() ->
     lookup.match reads a plain HostRoutes' fields itself (compiled, with the request path); a subclass
     that overrides match (Gateway API regular-expression paths) is asked instead, never bypassed.
     """
-    route = table(ingress("web", rule("a.example", path("/")))).match("a.example", "/")
+    route = table(ingress("web", rule("a.example", path("/")))).table.match("a.example", "/")
     assert route is not None
 
     @dataclasses.dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ import pytest
 from ingress.model import ObjectMeta, TLSSecret
 from ingress.model.parse import state_from_objects
 from ingress.routing import build
+from ingress.routing.build_options import BuildOptions
 
 
 def _ingress(name: str, host: str, tls_hosts: list[str], secret: str, ts: str, **annotations: str) -> dict[str, Any]:
@@ -47,12 +48,12 @@ def test_hosts_map_to_secrets_of_their_own_namespace_oldest_first() -> None:
             ]
         )
     )
-    certs = table.certificates
+    certs = table.table.certificates
     assert certs.secret_for("a.example.com") == ("web", "a-tls")  # the oldest Ingress wins the host
     assert certs.secret_for("x.apps.example.com") == ("web", "a-tls")
     assert certs.secret_for("x.y.apps.example.com") is None  # one label only
     assert certs.secret_for("c.example.com") is None  # never across namespaces
-    assert any(p.reason == "SecretNotFound" and p.ref.name == "cross" for p in table.problems)
+    assert any(p.reason == "SecretNotFound" and p.ref.name == "cross" for p in table.report.problems)
     assert set(certs.secrets) == {("web", "a-tls"), ("web", "b-tls")}
 
 
@@ -70,40 +71,40 @@ def test_hosts_map_to_secrets_of_their_own_namespace_oldest_first() -> None:
 )
 def test_tls_hosts_redirect_and_hsts(annotations: dict[str, str], redirect: bool, hsts: str) -> None:
     table = build(state_from_objects([_secret("a-tls"), _ingress("i", "a.example.com", ["a.example.com"], "a-tls", "2026-01-01T00:00:00Z", **annotations)]))
-    route = table.match("a.example.com", "/")
+    route = table.table.match("a.example.com", "/")
     assert route is not None and route.redirect_https is redirect and route.hsts == hsts
 
 
 def test_an_invalid_tls_annotation_leaves_the_ingress_out() -> None:
     """Issue 13: an invalid value skips the Ingress's paths with a Warning, never a silent default."""
     table = build(state_from_objects([_secret("a-tls"), _ingress("i", "a.example.com", ["a.example.com"], "a-tls", "2026-01-01T00:00:00Z", **{"twingress.io/hsts-max-age": "soon"})]))
-    assert table.match("a.example.com", "/") is None
-    assert [p.reason for p in table.problems] == ["InvalidAnnotation"]
+    assert table.table.match("a.example.com", "/") is None
+    assert [p.reason for p in table.report.problems] == ["InvalidAnnotation"]
 
 
 def test_force_ssl_redirect_redirects_a_host_without_tls() -> None:
     """ingress-nginx "Server-side HTTPS enforcement through redirect": force-ssl-redirect needs no certificate."""
     ingress = _ingress("i", "plain.example.com", ["a.example.com"], "a-tls", "2026-01-01T00:00:00Z", **{"nginx.ingress.kubernetes.io/force-ssl-redirect": "true"})
-    route = build(state_from_objects([_secret("a-tls"), ingress])).match("plain.example.com", "/")
+    route = build(state_from_objects([_secret("a-tls"), ingress])).table.match("plain.example.com", "/")
     assert route is not None and route.redirect_https
 
 
 def test_a_host_without_tls_is_not_redirected() -> None:
     table = build(state_from_objects([_secret("a-tls"), _ingress("i", "plain.example.com", ["a.example.com"], "a-tls", "2026-01-01T00:00:00Z")]))
-    route = table.match("plain.example.com", "/")
+    route = table.table.match("plain.example.com", "/")
     assert route is not None and not route.redirect_https
 
 
 def test_default_certificate_secret_is_carried_or_reported() -> None:
     state = state_from_objects([_secret("fallback", namespace="ops")])
-    assert build(state, default_certificate=("ops", "fallback")).certificates.default == ("ops", "fallback")
-    missing = build(state, default_certificate=("ops", "nope"))
-    assert missing.certificates.default is None
-    assert [p.reason for p in missing.problems] == ["SecretNotFound"]
+    assert build(state, BuildOptions(default_certificate=("ops", "fallback"))).table.certificates.default == ("ops", "fallback")
+    missing = build(state, BuildOptions(default_certificate=("ops", "nope")))
+    assert missing.table.certificates.default is None
+    assert [p.reason for p in missing.report.problems] == ["SecretNotFound"]
 
 
 def test_secret_values_are_what_the_tls_layer_gets() -> None:
     table = build(state_from_objects([_secret("a-tls"), _ingress("i", "a.example.com", ["a.example.com"], "a-tls", "2026-01-01T00:00:00Z")]))
-    secret = table.certificates.secrets[("web", "a-tls")]
+    secret = table.table.certificates.secrets[("web", "a-tls")]
     assert isinstance(secret, TLSSecret) and isinstance(secret.meta, ObjectMeta)
     assert secret.cert_pem == b"cert of a-tls" and secret.key_pem == b"key of a-tls"

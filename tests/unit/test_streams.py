@@ -15,6 +15,7 @@ import pytest
 from ingress.model import ObjectRef, Problem, ServiceBackendPort
 from ingress.model.parse import ParseError, parse_meta, parse_object, parse_stream_entry, state_from_objects
 from ingress.routing import build
+from ingress.routing.build_options import BuildOptions
 from ingress.routing.streams import StreamCondition
 
 T0, T1, T2 = "2024-01-01T00:00:00Z", "2024-01-02T00:00:00Z", "2024-01-03T00:00:00Z"
@@ -58,16 +59,16 @@ def config_map(name: str, data: Any, ns: str = "ingress", created: str = T1) -> 
 
 
 def table_of(*objects: dict[str, Any], tcp: Optional[tuple[str, str]] = None, udp: Optional[tuple[str, str]] = None):
-    return build(state_from_objects(objects), tcp_services=tcp, udp_services=udp, reserved_ports=RESERVED)
+    return build(state_from_objects(objects), BuildOptions(tcp_services=tcp, udp_services=udp, reserved_ports=RESERVED))
 
 
 def conditions(table, name: str, ns: str = "default") -> dict[str, tuple[str, str]]:
     """{type: (status, reason)} of one StreamIngress."""
-    return {c.type: (c.status, c.reason) for c in table.stream_conditions[ObjectRef("StreamIngress", ns, name)]}
+    return {c.type: (c.status, c.reason) for c in table.report.stream_conditions[ObjectRef("StreamIngress", ns, name)]}
 
 
 def problems(table) -> set[tuple[str, str]]:
-    return {(str(p.ref), p.reason) for p in table.problems}
+    return {(str(p.ref), p.reason) for p in table.report.problems}
 
 
 DB = [service(), slice_("db", "10.0.0.1", "10.0.0.2")]
@@ -195,25 +196,25 @@ def test_parse_stream_entry(key: str, value: str, protocol: str, expected: tuple
 
 def test_service_stream_gets_ready_endpoints_and_is_accepted() -> None:
     table = table_of(*DB, stream("pg", 5432, port="pg", proxyProtocol="v2", idleTimeout=30))
-    route = table.streams[("TCP", 5432)]
+    route = table.table.streams[("TCP", 5432)]
     assert (route.name, route.source, route.port, route.protocol) == ("default/pg", ObjectRef("StreamIngress", "default", "pg"), 5432, "TCP")
     assert route.upstream.key == "default/db:pg"
     assert route.upstream.endpoints == (("10.0.0.1", 15432), ("10.0.0.2", 15432))
     assert (route.proxy_protocol, route.idle_timeout) == ("v2", 30.0)
     assert conditions(table, "pg") == ACCEPTED
-    found = {c.type: c for c in table.stream_conditions[ObjectRef("StreamIngress", "default", "pg")]}
+    found = {c.type: c for c in table.report.stream_conditions[ObjectRef("StreamIngress", "default", "pg")]}
     assert found["ResolvedRefs"].message == "Service default/db port pg: 2 ready endpoints"
     assert found["Accepted"].observed_generation == 1
-    assert table.problems == ()
+    assert table.report.problems == ()
 
 
 def test_udp_stream_picks_the_udp_port_of_a_service_with_both() -> None:
     dns = service("dns", ("dns-tcp", 53, "TCP"), ("dns", 53, "UDP"))
     slices = slice_("dns", "10.0.0.9", ports=(("dns-tcp", 1053, "TCP"), ("dns", 2053, "UDP")))
     table = table_of(dns, slices, stream("udp", 53, "dns", 53, protocol="UDP"), stream("tcp", 53, "dns", 53))
-    assert table.streams[("UDP", 53)].upstream.endpoints == (("10.0.0.9", 2053),)
-    assert table.streams[("UDP", 53)].upstream.key == "default/dns:53/UDP"
-    assert table.streams[("TCP", 53)].upstream.endpoints == (("10.0.0.9", 1053),)
+    assert table.table.streams[("UDP", 53)].upstream.endpoints == (("10.0.0.9", 2053),)
+    assert table.table.streams[("UDP", 53)].upstream.key == "default/dns:53/UDP"
+    assert table.table.streams[("TCP", 53)].upstream.endpoints == (("10.0.0.9", 1053),)
     assert conditions(table, "udp") == conditions(table, "tcp") == ACCEPTED
 
 
@@ -221,7 +222,7 @@ def test_protocol_mismatch_is_an_unresolved_ref() -> None:
     table = table_of(service("dns", ("dns", 53, "UDP")), stream("tcp", 53, "dns", 53))
     assert conditions(table, "tcp")["ResolvedRefs"] == ("False", "ProtocolMismatch")
     assert conditions(table, "tcp")["Accepted"] == ("True", "Accepted")  # it listens; connections find no endpoint
-    assert table.streams[("TCP", 53)].upstream.endpoints == ()
+    assert table.table.streams[("TCP", 53)].upstream.endpoints == ()
 
 
 @pytest.mark.parametrize(
@@ -237,12 +238,12 @@ def test_unresolved_service(objects: list[dict[str, Any]], reason: str) -> None:
     table = table_of(*objects)
     assert conditions(table, "pg") == {**ACCEPTED, "ResolvedRefs": ("False", reason)}
     assert ("StreamIngress/default/pg", reason) in problems(table)
-    assert table.streams[("TCP", 5432)].upstream.targets == ()
+    assert table.table.streams[("TCP", 5432)].upstream.targets == ()
 
 
 def test_no_ready_endpoints_is_resolved_and_says_so() -> None:
     table = table_of(service(), stream("pg"))
-    found = {c.type: c for c in table.stream_conditions[ObjectRef("StreamIngress", "default", "pg")]}
+    found = {c.type: c for c in table.report.stream_conditions[ObjectRef("StreamIngress", "default", "pg")]}
     assert (found["ResolvedRefs"].status, found["ResolvedRefs"].message) == ("True", "Service default/db port 5432: 0 ready endpoints")
 
 
@@ -251,8 +252,8 @@ def test_external_upstreams() -> None:
         stream("ip", 7000, upstream={"host": "192.0.2.7", "port": 5432}, external=True),
         stream("name", 7001, upstream={"host": "db.example.com", "port": 5432}, external=True, protocol="UDP"),
     )
-    assert table.streams[("TCP", 7000)].upstream.endpoints == (("192.0.2.7", 5432),)
-    by_name = table.streams[("UDP", 7001)].upstream
+    assert table.table.streams[("TCP", 7000)].upstream.endpoints == (("192.0.2.7", 5432),)
+    by_name = table.table.streams[("UDP", 7001)].upstream
     assert (by_name.key, by_name.external_name, by_name.external_port) == ("external/db.example.com:5432/UDP", "db.example.com", 5432)
     assert conditions(table, "ip") == conditions(table, "name") == ACCEPTED
 
@@ -269,11 +270,11 @@ def test_conflict_oldest_wins_in_any_input_order(older: tuple[str, str, str], ne
         stream(newer[0], ns=newer[1], created=newer[2], upstream={"host": "192.0.2.2", "port": 1}, external=True),
     ]
     tables = [table_of(*order) for order in itertools.permutations(objects)]
-    assert tables[0].streams == tables[1].streams and tables[0].stream_conditions == tables[1].stream_conditions
+    assert tables[0].table.streams == tables[1].table.streams and tables[0].report.stream_conditions == tables[1].report.stream_conditions
     table = tables[0]
-    assert table.streams[("TCP", 5432)].name == f"{older[1]}/{older[0]}"
+    assert table.table.streams[("TCP", 5432)].name == f"{older[1]}/{older[0]}"
     assert conditions(table, older[0], older[1]) == ACCEPTED
-    loser = {c.type: c for c in table.stream_conditions[ObjectRef("StreamIngress", newer[1], newer[0])]}
+    loser = {c.type: c for c in table.report.stream_conditions[ObjectRef("StreamIngress", newer[1], newer[0])]}
     assert (loser["Accepted"].status, loser["Accepted"].reason) == ("False", "PortConflict")
     assert (loser["Conflict"].status, loser["Conflict"].reason) == ("True", "PortConflict")
     assert f"already taken by StreamIngress {older[1]}/{older[0]}" in loser["Conflict"].message
@@ -284,23 +285,23 @@ def test_conflict_oldest_wins_in_any_input_order(older: tuple[str, str, str], ne
 def test_same_port_different_protocols_do_not_conflict() -> None:
     ext = {"upstream": {"host": "192.0.2.1", "port": 1}, "external": True}
     table = table_of(stream("t", 5000, **ext), stream("u", 5000, protocol="UDP", **ext))
-    assert set(table.streams) == {("TCP", 5000), ("UDP", 5000)}
+    assert set(table.table.streams) == {("TCP", 5000), ("UDP", 5000)}
 
 
 @pytest.mark.parametrize("port, listener", [(80, "http"), (443, "https"), (10254, "admin")])
 def test_reserved_tcp_ports_are_refused(port: int, listener: str) -> None:
     ext = {"upstream": {"host": "192.0.2.1", "port": 1}, "external": True}
     table = table_of(stream("t", port, **ext), stream("u", port, protocol="UDP", **ext))
-    assert set(table.streams) == {("UDP", port)}  # only our TCP listeners hold the port
-    refused = {c.type: c for c in table.stream_conditions[ObjectRef("StreamIngress", "default", "t")]}
+    assert set(table.table.streams) == {("UDP", port)}  # only our TCP listeners hold the port
+    refused = {c.type: c for c in table.report.stream_conditions[ObjectRef("StreamIngress", "default", "t")]}
     assert (refused["Accepted"].status, refused["Accepted"].reason) == ("False", "ReservedPort")
     assert refused["Conflict"].message == f"TCP port {port} is twingress's own {listener} listener"
 
 
 def test_invalid_stream_ingress_is_not_accepted_and_the_rest_is_built() -> None:
     table = table_of(*DB, stream("bad", 0), stream("good", 6000))
-    assert list(table.streams) == [("TCP", 6000)]
-    assert table.stream_conditions[ObjectRef("StreamIngress", "default", "bad")] == (
+    assert list(table.table.streams) == [("TCP", 6000)]
+    assert table.report.stream_conditions[ObjectRef("StreamIngress", "default", "bad")] == (
         StreamCondition("Accepted", "False", "Invalid", "Invalid: spec.listen: Invalid value: 0: must be between 1 and 65535, inclusive"),
     )
     assert ("StreamIngress/default/bad", "Invalid") in problems(table)
@@ -311,19 +312,19 @@ def test_config_map_entries_become_streams() -> None:
     udp = config_map("udp-services", {"5353": "default/dns:53"})
     dns = [service("dns", ("dns", 53, "UDP")), slice_("dns", "10.0.0.9", ports=(("dns", 5353, "UDP"),))]
     table = table_of(*DB, *dns, tcp, udp, tcp=TCP_MAP, udp=UDP_MAP)
-    assert set(table.streams) == {("TCP", 9000), ("TCP", 2222), ("UDP", 5353)}
-    route = table.streams[("TCP", 2222)]
+    assert set(table.table.streams) == {("TCP", 9000), ("TCP", 2222), ("UDP", 5353)}
+    route = table.table.streams[("TCP", 2222)]
     assert (route.name, route.source, route.proxy_protocol) == ("ingress/tcp-services:2222", ObjectRef("ConfigMap", "ingress", "tcp-services"), "v1")
     assert route.upstream.endpoints == (("10.0.0.1", 15432), ("10.0.0.2", 15432))
-    assert table.streams[("UDP", 5353)].upstream.endpoints == (("10.0.0.9", 5353),)
+    assert table.table.streams[("UDP", 5353)].upstream.endpoints == (("10.0.0.9", 5353),)
     assert problems(table) == {("ConfigMap/ingress/tcp-services", "Conflict"), ("ConfigMap/ingress/tcp-services", "Invalid")}
-    assert table.stream_conditions == {}  # ConfigMaps have no status: problems only
+    assert table.report.stream_conditions == {}  # ConfigMaps have no status: problems only
 
 
 def test_config_maps_are_read_only_when_named() -> None:
     tcp = config_map("tcp-services", {"9000": "default/db:5432"})
-    assert table_of(*DB, tcp).streams == {}
-    assert table_of(*DB, tcp, tcp=("ingress", "other")).problems == (
+    assert table_of(*DB, tcp).table.streams == {}
+    assert table_of(*DB, tcp, tcp=("ingress", "other")).report.problems == (
         Problem(ObjectRef("ConfigMap", "ingress", "other"), "NotFound", "--tcp-services-configmap names this ConfigMap, which does not exist"),
     )
     bad = config_map("tcp-services", {"9000": 1})
@@ -333,12 +334,12 @@ def test_config_maps_are_read_only_when_named() -> None:
 def test_config_map_and_stream_ingress_conflict_by_age() -> None:
     tcp = config_map("tcp-services", {"5432": "default/db:5432"}, created=T1)
     older = table_of(*DB, tcp, stream("pg", created=T0), tcp=TCP_MAP)
-    assert older.streams[("TCP", 5432)].name == "default/pg"
+    assert older.table.streams[("TCP", 5432)].name == "default/pg"
     assert ("ConfigMap/ingress/tcp-services", "Conflict") in problems(older)
     newer = table_of(*DB, tcp, stream("pg", created=T2), tcp=TCP_MAP)
-    assert newer.streams[("TCP", 5432)].name == "ingress/tcp-services:5432"
+    assert newer.table.streams[("TCP", 5432)].name == "ingress/tcp-services:5432"
     assert conditions(newer, "pg")["Accepted"] == ("False", "PortConflict")
-    message = {c.type: c.message for c in newer.stream_conditions[ObjectRef("StreamIngress", "default", "pg")]}["Conflict"]
+    message = {c.type: c.message for c in newer.report.stream_conditions[ObjectRef("StreamIngress", "default", "pg")]}["Conflict"]
     assert message == 'TCP port 5432 is already taken by ConfigMap ingress/tcp-services entry "5432", which is older'
 
 

@@ -40,14 +40,14 @@ def test_the_commit_sends_the_change_and_the_swap_sends_nothing_more() -> None:
     pool, channels = _pool()
     state = state_from_objects([service("web"), *(ingress(name, rule(f"{name}.test", path("/", "web"))) for name in ("a", "b", "c"))])
     first = build(state, generation=1)
-    pool.publish(first)  # the first table: whole
-    second = replace(first, generation=2, hosts={**first.hosts, "b.test": first.hosts["a.test"]})
+    pool.publish(first.table)  # the first table: whole
+    second = replace(first.table, generation=2, hosts={**first.table.hosts, "b.test": first.table.hosts["a.test"]})
     commit = pool.prepare(second)  # the build thread
-    assert all(channel.sent == [("table", first)] for channel in channels)
+    assert all(channel.sent == [("table", first.table)] for channel in channels)
     commit()  # the reactor thread, before the swap
     for channel in channels:
         assert [kind for kind, *_ in channel.sent] == ["table", "change"]
-        assert applied(first, channel.sent[1][1]) == second
+        assert applied(first.table, channel.sent[1][1]) == second
     pool.publish(second)  # the swap's listener: already sent
     assert all(len(channel.sent) == 2 for channel in channels)
     third = replace(second, generation=3)

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import Optional
 
 from ingress.model import ClusterState, ObjectRef, Problem
 from ingress.model.gateway import Gateway
 from ingress.routing.backends import Backends
+from ingress.routing.build_options import BuildOptions
 from ingress.routing.gateway import build_gateway_routes, has_gateway_api
 from ingress.routing.gateway.listeners import our_gateways
 from ingress.routing.gateway.ports import port_table
@@ -69,26 +69,23 @@ def assign_addresses(gateways: Iterable[Gateway], pool: tuple[str, ...], problem
 def address_tables(
     state: ClusterState,
     backends: Backends,
-    reserved_ports: Mapping[int, str],
-    controller_name: str,
-    cleartext_http2: bool,
-    pool: tuple[str, ...],
+    options: BuildOptions,
     generation: int,
     config: NginxConfig,
-    default_certificate: Optional[tuple[str, str]],
 ) -> tuple[dict[ObjectRef, tuple[str, RoutingTable]], list[Problem]]:
     """
     Each Gateway with an address of its own (L{assign_addresses}): the address and the table a request
     to it is routed by, made of that Gateway's routes alone (its ports of their own too).  The TLS
-    handshake, passthrough and streams stay the whole table's.
+    handshake, passthrough and streams stay the whole table's.  C{options.gateway_addresses} is the pool.
     """
     problems: list[Problem] = []
+    pool, controller_name, default_certificate = options.gateway_addresses, options.gateway_controller_name, options.default_certificate
     if not pool or not has_gateway_api(state):
         return {}, problems
     assigned = assign_addresses(our_gateways(state, controller_name), pool, problems)
     tables = {}
     for ref, address in assigned.items():
-        routes = build_gateway_routes(state, backends, reserved_ports, controller_name, cleartext_http2, only=ref)
+        routes = build_gateway_routes(state, backends, options.reserved_ports, controller_name, options.cleartext_http2, only=ref)
         ports = {port: port_table(own, generation, state.secrets, config, default_certificate) for port, own in routes.own_ports.items()}
         tables[ref] = (address, replace(port_table(routes, generation, state.secrets, config, default_certificate), gateway_ports=ports))
     return tables, problems
