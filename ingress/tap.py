@@ -35,7 +35,6 @@ from ingress.process.builder import TableBuilder
 from ingress.process.cpus import worker_count
 from ingress.process.dataplane import data_plane
 from ingress.process.drain import GracefulShutdown
-from ingress.process.heap import FrozenWatch
 from ingress.process.live import LiveTable
 from ingress.process.pool import worker_pool
 from ingress.process.reactor import IProcessReactor
@@ -51,6 +50,7 @@ from ingress.routing.table import RoutingTable
 from ingress.sources.files import ManifestsSource
 from ingress.sources.kube.client import KubeClient
 from ingress.sources.kube.source import KubeSource
+from ingress.speedups.heap import FrozenWatch
 
 _CHECKED: list[tuple[str, Callable[[str], float]]] = [
     ("poll-interval", positive_float),

@@ -53,7 +53,6 @@ from ingress.observe.nginx_metrics import NginxMetrics, controller_identity, gau
 from ingress.process.channel import Channel, ChannelFactory
 from ingress.process.dataplane import DataPlane, data_plane
 from ingress.process.drain import GracefulShutdown
-from ingress.process.heap import FrozenWatch, freeze_alive
 from ingress.process.live import LiveTable
 from ingress.process.reactor import IProcessReactor
 from ingress.process.sockets import DrainableListener
@@ -65,6 +64,7 @@ from ingress.proxy.streams.listeners import StreamListeners
 from ingress.routing.delta import TableChange, applied
 from ingress.routing.streams import stream_key
 from ingress.routing.table import RoutingTable
+from ingress.speedups.heap import FrozenWatch, freeze_alive
 
 log = Logger(namespace="ingress.process.worker")  # run as __main__ (python -m)
 
@@ -144,7 +144,7 @@ class Worker:
         if commit is not None:
             commit()
         self.live.swap(table)  # the stream listeners follow it at once
-        freeze_alive()  # the table received, and all else alive, out of the collector's scans (ingress.process.heap)
+        freeze_alive()  # the table received, and all else alive, out of the collector's scans (ingress.speedups.heap)
         if self.listening.parent is None and not self.stopping:
             self.listening.setServiceParent(self.parent)  # listens only now: a connection accepted earlier would meet no table
             log.info("serving table {generation} on the shared listeners (pid {pid})", generation=table.generation, pid=os.getpid())

@@ -1,5 +1,5 @@
 """
-L{ingress.proxy.reactorstep}: the running reactor's loop step calls what was registered before
+L{ingress.speedups.reactorstep}: the running reactor's loop step calls what was registered before
 each poll, dispatches connections' events without Twisted's log-context wrapper, and keeps
 Twisted's handling of a handler that raises: that connection is closed and logged, the others
 and the listening port go on serving.
@@ -21,7 +21,7 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.task import deferLater
 from twisted.logger import globalLogPublisher
 
-from ingress.proxy.reactorstep import run_before_each_poll, run_before_next_poll
+from ingress.speedups.reactorstep import run_before_each_poll, run_before_next_poll
 
 
 class Echo(Protocol):
