@@ -33,8 +33,12 @@ from __future__ import annotations
 import os
 from typing import Final
 
+from twisted.logger import Logger
+
 from ingress.speedups.librarylog import drop_hpack_debug
 from ingress.speedups.statehash import hash_states_by_identity
+
+log = Logger(namespace=__name__)
 
 # Whether the speed-ups are on in this process: anything but "0" (the default: on).
 ENABLED: Final[bool] = os.environ.get("TWINGRESS_SPEEDUPS", "1").strip() != "0"
@@ -44,9 +48,10 @@ def patch_libraries() -> None:
     """
     The library patches that apply to the whole process (the data plane calls this when it is
     built, before any HTTP/2 connection): hpack's debug records dropped, h2's Enums hashed by
-    identity.  Nothing when the speed-ups are off.
+    identity.  Nothing when the speed-ups are off, which it says (once a data plane).
     """
     if not ENABLED:
+        log.info("speed-ups off (TWINGRESS_SPEEDUPS=0): no library patched, the plain paths taken")
         return
     drop_hpack_debug()  # hpack's DEBUG records, never passed by our logging, made for nothing (4% of an h2 request)
     hash_states_by_identity()  # h2's state-machine lookups without an interpreted Enum.__hash__ (1.6% of a live h2 request)
