@@ -14,7 +14,7 @@ WHEELHOUSE ?= $(HOME)/.cache/twingress/wheelhouse
 export TWINGRESS_WHEELHOUSE := $(WHEELHOUSE)
 HADOLINT_VERSION ?= 2.15.1
 
-.PHONY: run run-build run-migration run-gateway run-streams run-tls test test-kube-lane test-rest-lane test-kube test-rest test-workers test-node venv lint system-packages testenv wheelhouse image image-archive lint-docker bench bench-peers bench-mix clean compiled pure gateway-conformance-report h2stack-suites
+.PHONY: run run-build run-migration run-gateway run-streams run-tls test test-kube-lane test-rest-lane test-kube test-rest test-workers test-node venv lint system-packages testenv wheelhouse image image-archive lint-docker bench bench-peers bench-peers-built bench-mix clean compiled pure gateway-conformance-report h2stack-suites
 
 # An editable install (pip install -e .) of the tree: setup.cfg's package_dir makes it a plain
 # .pth of the tree, so twistd finds twisted/plugins/ingress_plugin.py there too.
@@ -107,7 +107,7 @@ system-packages:
 
 # The control plane and node binaries, the Gateway API CRDs, and the test node's containerd and
 # images (testenv/node.sh builds the images with podman: system-packages first); the upstream
-# suites and tools the tests run (Gateway API conformance, a PromQL evaluator, h2spec).
+# suites and tools the tests run (Gateway API conformance, a PromQL evaluator, h2spec, Pebble).
 testenv: system-packages
 	testenv/build.sh
 	testenv/gateway-api.sh
@@ -115,6 +115,7 @@ testenv: system-packages
 	testenv/gateway-conformance.sh
 	testenv/promql.sh
 	testenv/h2spec.sh
+	testenv/pebble.sh
 
 # The pinned h2, hpack and hyperframe's own test suites, from their source distributions (by hash),
 # which tests/unit/test_h2stack_suites.py runs against the compiled build: a no-op once fetched.
@@ -245,18 +246,29 @@ gateway-conformance-report: $(STAMP) system-packages testenv
 	TWINGRESS_REQUIRE_KUBE=1 TWINGRESS_CONFORMANCE_REPORT=$(CURDIR)/docs/gateway-conformance/report.yaml \
 		testenv/netns-run $(PY) -m pytest -q tests/kube/test_gateway_conformance.py
 
+# Traefik and Caddy for python -m bench --against traefik,caddy: built from their Go modules by
+# bench/peers.sh, minutes once, nothing when up to date. Not a preparation of make test: on a fresh
+# 2-core machine their build would add about ten minutes to CI; tests/bench runs every scenario
+# against twingress, a baseline checkout and nginx, the peers only where a bench is run.
+bench-peers-built:
+	bench/peers.sh
+
+# The benchmarks are scenarios of python -m bench (bench/README.md); these run the usual ones.
+# twingress beside nginx over HTTP/1.1 (req/s, the latency it adds).
 bench: $(STAMP) system-packages
-	$(PY) bench/http_bench.py
+	$(PY) -m bench latency
 
 # twingress next to Traefik and Caddy (built from their Go modules by bench/peers.sh: minutes,
-# both CPUs, once) and nginx, over HTTP/1.1, HTTPS/1.1 and h2 (issue 32, target 4).
+# both CPUs, once) and nginx: CPU per request over HTTP/1.1, HTTPS/1.1, h2 and gRPC, then each
+# Go peer's CPU ratio by interleaved pairs.
 bench-peers: $(STAMP) system-packages
 	bench/peers.sh
-	$(PY) bench/peers_bench.py
+	$(PY) -m bench node --kinds http/1.1,https/1.1,h2,grpc --against nginx,traefik,caddy
+	$(PY) -m bench pairs --kinds h2,https/1.1 --against traefik,caddy
 
 bench-mix: $(STAMP) system-packages
 	bench/peers.sh
-	$(PY) bench/mix_bench.py
+	$(PY) -m bench mix
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache twingress_*__mypyc.*.so

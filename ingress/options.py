@@ -23,6 +23,7 @@ from typing import Any, Optional
 
 from twisted.python import usage
 
+from ingress.acme.options import ACME_PARAMETERS
 from ingress.controllers.options import CONTROLLER_PARAMETERS
 from ingress.model import CONTROLLER_NAME, DEFAULT_CLASS_NAME
 from ingress.proxy.options import HTTP2_PARAMETERS, LIMIT_PARAMETERS
@@ -36,6 +37,10 @@ LISTENERS: list[Parameter] = [
     ["http", None, "tcp:80", "Endpoint of the plain HTTP listener ('' turns it off)."],
     ["https", None, "tcp:443", "Endpoint of the TLS listener, SNI-selected certificates ('' turns it off)."],
     ["admin", None, "tcp:10254:interface=127.0.0.1", "Endpoint of the admin listener: / lists /healthz /readyz /metrics /debug/routes ('' turns it off)."],
+    [
+        "metrics", None, "",
+        "Endpoint of a second listener that serves /metrics alone, as --admin does (every other path 404), for a scraper ('' turns it off).",
+    ],
     ["stream-interface", None, "", "Address the TCP/UDP stream listeners bind ('' = every IPv4 address, :: = IPv6 and IPv4)."],
     [
         "gateway-interface", None, "",
@@ -71,10 +76,20 @@ WORKERS: list[Parameter] = [
     ["stream-drain-timeout", None, 30.0, "Seconds a removed stream's open connections are kept before they are closed."],
     [
         "handover", None, "",
-        "Unix socket path for upgrades: take the HTTP/HTTPS listening sockets from the twingress serving there, then offer them"
-        " there to the next one ('' = off: bind, and close at exit, as usual).",
+        "Unix socket path (or @NAME: a Linux abstract name, no file) for upgrades: take the listening sockets from the twingress"
+        " serving there, then offer them there to the next one ('' = off: bind, and close at exit, as usual).",
     ],
-    ["handover-key-file", None, None, "File holding the key (16 bytes or more) both processes of a hand-over must prove they hold; needed with --handover."],
+    ["handover-key-file", None, None, "File holding the key (16 bytes or more) both processes of a hand-over must prove they hold; --handover needs it or --handover-key-secret."],
+    [
+        "handover-key-secret", None, None,
+        "NAMESPACE/NAME of a Secret holding the hand-over key (data key 'key'), read from the cluster at start, made (32 random bytes)"
+        " when absent; instead of --handover-key-file.",
+    ],
+    [
+        "after-handover", None, "exit",
+        "What a twingress does once it has handed its sockets over and drained, when no SIGTERM came first: exit (0), or wait"
+        " (holding nothing, /readyz 503) for a SIGTERM; wait in a pod, whose exit the kubelet would restart.",
+    ],
     [
         "handover-wait", None, None,
         "Seconds a SIGTERM'd twingress with --handover serves on, waiting for a successor to take its sockets, before it drains"
@@ -109,6 +124,7 @@ GROUPS: list[tuple[str, list[Parameter]]] = [
     ("Cluster controllers (the replica holding the leader Lease)", CONTROLLER_PARAMETERS),
     ("Limits and timeouts", LIMIT_PARAMETERS),
     ("TLS", TLS),
+    ("Automatic certificates (ACME, RFC 8555)", ACME_PARAMETERS),
     ("HTTP/2", HTTP2_PARAMETERS),
     ("Workers and shutdown", WORKERS),
     ("Migration from ingress-nginx", MIGRATION),
@@ -135,7 +151,7 @@ TAKE_OVER_SETS: Mapping[str, str] = {
 TABLE_OPTIONS = (
     TAKE_OVER, "manifests", "kubeconfig", "watch-namespace", "ingress-class", "controller-name", "default-certificate",
     "nginx-configmap", "nginx-annotations", "tcp-services-configmap", "udp-services-configmap",
-    "gateway-addresses", "h2c", "http", "https", "admin",
+    "gateway-addresses", "h2c", "http", "https", "admin", "metrics",
 )
 """The options of C{twistd ingress} that change the routing table (the listeners: their ports are kept from streams), which C{twingress audit} takes too."""
 
@@ -250,7 +266,7 @@ def table_options(options: usage.Options) -> None:
             raise usage.UsageError(f"--{option} must be true or false")
     for option in ("default-certificate", "tcp-services-configmap", "udp-services-configmap", "nginx-configmap"):
         options[f"{option}-key"] = namespaced_name(options[option], option)
-    options["reserved-ports"] = {port: name for name in ("http", "https", "admin") if (port := listener_port(options[name] or "")) is not None}
+    options["reserved-ports"] = {port: name for name in ("http", "https", "admin", "metrics") if (port := listener_port(options[name] or "")) is not None}
     options["gateway-address-pool"] = gateway_addresses(options["gateway-addresses"])
 
 

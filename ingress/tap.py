@@ -18,6 +18,7 @@ from twisted.application.service import IService, MultiService, Service
 from twisted.python import usage
 
 from ingress import __version__
+from ingress.acme.wiring import acme_settings, manifests_source
 from ingress.controllers.manager import ControllerManager, ControllerOptions
 from ingress.controllers.metrics import ControllerMetrics
 from ingress.controllers.options import controller_options
@@ -30,16 +31,17 @@ from ingress.observe.metrics import Metrics, created_series
 from ingress.observe.nginx_metrics import NginxMetrics, controller_identity, gauge_total, recorder, served_certificates
 from ingress.observe.startup import announce, listening, summary, turned_off
 from ingress.options import PARAMETERS, build_arguments, given_once, given_options, grouped_usage, listener_port, table_options, take_over
-from ingress.process.adoption import Handing, handover_key, handover_wait, opened_sockets, serve_adopted
+from ingress.process.adoption import Handing, Scrapes, handover_options, opened_sockets, serve_adopted, serve_metrics
 from ingress.process.builder import TableBuilder
 from ingress.process.cpus import worker_count
 from ingress.process.dataplane import data_plane
 from ingress.process.drain import GracefulShutdown
 from ingress.process.live import LiveTable
-from ingress.process.pool import worker_pool
 from ingress.process.reactor import IProcessReactor
 from ingress.process.sockets import check_listener, listen
-from ingress.process.streamports import WorkerStreams
+from ingress.process.streamports import WorkerStreams, primary_streams
+from ingress.process.streamsockets import ClosedAtDrain, inherited_streams
+from ingress.process.workerconfig import worker_pool
 from ingress.proxy.http.settings import ProxySettings
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.options import http2_settings, positive_float, proxy_settings, seconds
@@ -47,8 +49,8 @@ from ingress.proxy.streams.listeners import StreamListeners
 from ingress.routing import build
 from ingress.routing.incremental import IncrementalBuild
 from ingress.routing.table import RoutingTable
-from ingress.sources.files import ManifestsSource
 from ingress.sources.kube.client import KubeClient
+from ingress.sources.kube.handoverkey import fetch_handover_key
 from ingress.sources.kube.source import KubeSource
 from ingress.speedups.heap import FrozenWatch
 
@@ -109,19 +111,20 @@ class Options(usage.Options):
             except ValueError as error:  # named here: twistd's own coercion error does not say which option
                 raise usage.UsageError(f"--{option}: {error}") from None
         table_options(self)  # shared with twingress audit (L{ingress.options.table_options})
+        self["acme"] = acme_settings(self, self["source"])
         try:
             self["worker-count"] = worker_count(self["workers"])
         except ValueError as error:
             raise usage.UsageError(f"--workers: {error}") from None
-        for name in ("http", "https", "admin"):
+        for name in ("http", "https", "admin", "metrics"):
             if self[name]:
-                check_listener(name, self[name], shared=self["worker-count"] > 1 and name != "admin", handover=bool(self["handover"]) and name != "admin")
+                check_listener(name, self[name], shared=self["worker-count"] > 1 and name in ("http", "https"), handover=bool(self["handover"]) and name != "admin")
         if not (self["http"] or self["https"] or self["admin"]):
             raise usage.UsageError(
                 "--http, --https and --admin are all off: nothing would answer, and nothing would say whether the stream ports opened"
                 " (keep --admin for a stream-only node)"
             )
-        self["handover-key"], self["handover-wait"] = handover_key(self["handover"], self["handover-key-file"]), handover_wait(self["handover"], self["handover-wait"])
+        handover_options(self)
         for option in ("nginx-metrics", "metrics-created"):
             if self[option] not in ("true", "false"):
                 raise usage.UsageError(f"--{option} must be true or false")
@@ -191,7 +194,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
     settings: ProxySettings = options["settings"]
     metrics = Metrics()
     live = LiveTable()
-    arguments = build_arguments(options)  # the audit builds with the same (L{ingress.audit})
+    arguments = {**build_arguments(options), "acme_challenges": options["acme"] is not None}  # the audit builds with the same (L{ingress.audit}), less ACME
 
     def build_table(state: ClusterState, generation: int) -> RoutingTable:
         return build(state, generation=generation, **arguments)
@@ -214,20 +217,14 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
     admin = Admin(live, metrics)
     pool = UpstreamPool(reactor, settings)
     # Subscribed before the controllers, so a table's bind failures are known when status is written.
-    streams: StreamListeners | WorkerStreams
-    if options["worker-count"] > 1:  # the workers listen; the primary probes new ports and merges their failures
-        streams = WorkerStreams(metrics, options["stream-interface"], options["gateway-interface"])
-    else:
-        streams = StreamListeners(
-            reactor, pool, metrics, options["stream-interface"], options["stream-drain-timeout"], gateway_interface=options["gateway-interface"]
-        )
-    live.subscribe(streams.apply)
+    stream_sockets, streams = primary_streams(reactor, options, metrics, pool, live, builder.preparers)  # bound by the primary, served by whom
     admin.route_sections["streamListeners"] = streams.to_json
     admin.route_views.append(streams.show)
     if options["source"] == "manifests":
-        ManifestsSource(options["manifests"], builder, metrics, reactor, options["poll-interval"]).setServiceParent(top)
+        manifests_source(options, builder, metrics, reactor).setServiceParent(top)
     else:
         kubeconfig = options["kubeconfig"]
+        fetch_handover_key(options, lambda: KubeClient(kubeconfig))  # --handover-key-secret: before the hand-over below
         watched_maps = [k for k in (options["tcp-services-configmap-key"], options["udp-services-configmap-key"], options["nginx-configmap-key"]) if k]
         source = KubeSource(
             lambda: KubeClient(kubeconfig),
@@ -248,10 +245,11 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
             )
             manager.setServiceParent(top)
     listeners: list[IService] = []
-    drainables: list[Any] = [streams] if isinstance(streams, StreamListeners) else []
+    drainables: list[Any] = [streams, ClosedAtDrain(stream_sockets)] if isinstance(streams, StreamListeners) else []
     taken, shared = opened_sockets(options, pooled=isinstance(streams, WorkerStreams))  # --handover: a blocking exchange, bounded
+    stream_sockets.inherited = inherited_streams(taken)
     if isinstance(streams, WorkerStreams):
-        workers = worker_pool(reactor, options, settings, metrics, shared)
+        workers = worker_pool(reactor, options, settings, metrics, shared, stream_sockets)
         streams.reported = workers.stream_failures
         workers.setServiceParent(top)
         live.subscribe(workers.publish)
@@ -260,7 +258,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
         admin.route_sections["workers"] = workers.to_json
         admin.worker_metrics = workers.collect
         drainables.append(workers)
-        handing = Handing(shared, taken, lambda: all(slot.served for slot in workers.slots), partial(setattr, workers, "shared"))
+        handing = Handing(shared, taken, lambda: all(slot.served for slot in workers.slots), partial(setattr, workers, "shared"), stream_sockets.listed)
         return _finish(reactor, options, top, admin, listeners, drainables, handing)
     plane = data_plane(
         reactor, live, pool, settings, metrics, recorder(access_log, nginx),
@@ -280,13 +278,17 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
         listeners.append(listen(reactor, options["http"], plane.http, top, "http", partial(listening, "http", options)))
     if plane.https is not None and not shared:
         listeners.append(listen(reactor, options["https"], plane.https, top, "https", partial(listening, "https", options)))
-    handing = Handing(shared, taken, lambda: live.ready and all(getattr(each, "port", None) is not None for each in listeners))
+    handing = Handing(shared, taken, lambda: live.ready and all(getattr(each, "port", None) is not None for each in listeners), more=stream_sockets.listed)
     return _finish(reactor, options, top, admin, listeners, drainables, handing)
 
 
 def _finish(reactor: IProcessReactor, options: Options, top: MultiService, admin: Admin, listeners: list[IService], drainables: list[Any], handing: Handing) -> MultiService:
     """The drain, the hand-over's rendezvous (--handover) and the admin listener, last: the same with and without worker processes."""
-    shutdown = GracefulShutdown(reactor, listeners, drainables, options["shutdown-delay"], options["drain-timeout"], handover_wait=options["handover-wait"])
+    scrapes = Scrapes(admin.metrics_site())
+    listeners.extend(serve_metrics(reactor, options, handing, scrapes, top, partial(listening, "metrics", options)))  # --metrics: handed over, stops with the others
+    drainables.append(scrapes)  # its scrapes in progress are answered first
+    after, wait = options["after-handover"], options["handover-wait"]
+    shutdown = GracefulShutdown(reactor, listeners, drainables, options["shutdown-delay"], options["drain-timeout"], handover_wait=wait, after_handover=after)
     shutdown.setServiceParent(top)
     admin.add_check(shutdown.readiness)
     if options["handover"]:

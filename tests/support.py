@@ -15,7 +15,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +23,8 @@ from typing import NoReturn, Optional
 
 import pytest
 import yaml
+
+from tests.waiting import eventually
 
 ROOT = Path(__file__).resolve().parent.parent
 TWISTD = [sys.executable, "-c", "import sys; from twisted.scripts.twistd import run; sys.exit(run())"]
@@ -96,18 +97,25 @@ def refused(port: int, host: str = "127.0.0.1") -> bool:
     return False
 
 
+class ProcessExited(RuntimeError):
+    """The process a wait depends on has exited: it will not become ready, so the wait ends at once."""
+
+
+def alive(process: Optional[subprocess.Popen[bytes]]) -> None:
+    """Raise L{ProcessExited} if C{process} has exited (a fatal exception for L{eventually})."""
+    if process is not None and process.poll() is not None:
+        raise ProcessExited(f"process exited with {process.returncode}")
+
+
 def wait_for_port(host: str, port: int, process: Optional[subprocess.Popen[bytes]] = None, timeout: float = 15.0) -> None:
-    """Until C{host:port} accepts; fails early (with its output) if the process exits."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            raise RuntimeError(f"process exited with {process.returncode}")
-        try:
-            with socket.create_connection((host, port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"{host}:{port} did not accept within {timeout}s")
+    """Until C{host:port} accepts; fails early if the process exits."""
+
+    def accepts() -> bool:
+        alive(process)
+        socket.create_connection((host, port), timeout=0.5).close()
+        return True
+
+    eventually(accepts, f"{host}:{port} to accept", timeout=timeout, fatal=(ProcessExited,))
 
 
 class EchoBackend:
@@ -267,18 +275,12 @@ class Twingress:
                 raise RuntimeError(f"twingress did not become ready:\n{self.log()[-4000:]}") from error
 
     def wait_ready(self, timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError("exited")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/readyz", timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.05)
-        raise TimeoutError("not ready")
+        def ready() -> bool:
+            alive(self.process)
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/readyz", timeout=1) as r:
+                return bool(r.status == 200)
+
+        eventually(ready, "/readyz to answer 200", timeout=timeout, fatal=(ProcessExited,))
 
     def admin(self, path: str) -> tuple[int, bytes]:
         try:
@@ -303,13 +305,8 @@ class Twingress:
 
     def wait_generation_above(self, generation: int, timeout: float = 5.0) -> int:
         """Until a table newer than C{generation} is live; returns the new generation."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            current = self.generation()
-            if current > generation:
-                return current
-            time.sleep(0.02)
-        raise TimeoutError(f"no table newer than {generation} within {timeout}s")
+        current: int = eventually(lambda: (g := self.generation()) > generation and g, f"a table newer than {generation}", timeout=timeout, interval=0.02)
+        return current
 
     def rss_bytes(self) -> int:
         with open(f"/proc/{self.process.pid}/status") as f:

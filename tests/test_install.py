@@ -15,14 +15,14 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 import urllib.request
 import venv
 from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT, free_port
+from tests.support import ROOT, ProcessExited, alive, free_port
+from tests.waiting import eventually
 
 # The dependencies' wheels (and setuptools', wheel's), filled by `make wheelhouse`: the test network
 # namespace reaches no package index.
@@ -79,11 +79,12 @@ def test_a_fresh_venv_runs_twistd_ingress(tmp_path: Path, editable: bool) -> Non
 
 
 def _healthz(port: int, process: subprocess.Popen[bytes], timeout: float = 30.0) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and process.poll() is None:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as response:
-                return response.status
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"no /healthz within {timeout}s (exit status {process.poll()})")
+    """The status /healthz answers, once it answers; fails at once if the process exits."""
+
+    def answered() -> int:
+        alive(process)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as response:
+            return int(response.status)
+
+    status: int = eventually(answered, "/healthz to answer", timeout=timeout, interval=0.1, fatal=(ProcessExited,))
+    return status

@@ -1,6 +1,7 @@
 # -*- test-case-name: tests.proxy.test_admin -*-
 """
-The admin listener: / (what follows), /healthz, /readyz, /metrics and /debug/routes.
+The admin listener: / (what follows), /healthz, /readyz, /metrics and /debug/routes; and the
+--metrics listener, /metrics alone.
 
 Loopback-only by default (C{--admin tcp:10254:interface=127.0.0.1}): the
 route dump shows every host and endpoint, which is not for the internet.
@@ -123,6 +124,23 @@ class Admin:
         debug.putChild(b"routes", _Leaf(self._routes))
         root.putChild(b"debug", debug)
         return _AdminSite(root, requestFactory=_AdminRequest)
+
+
+    def metrics_site(self) -> Site:
+        """
+        C{--metrics}: a listener for a scraper, C{/metrics} alone (the admin's exposition, workers'
+        families summed) and 404 for every other path, so that a port reachable from the node's
+        network tells it no host, backend or certificate name (/debug/routes stays on --admin).
+        """
+        root = Resource()
+        root.putChild(b"metrics", _Leaf(self._metrics_only))
+        return _AdminSite(root, requestFactory=_AdminRequest)
+
+    def _metrics_only(self, request: Request) -> bytes | int:
+        if request.path != b"/metrics":  # /metrics/anything: a leaf would answer it
+            request.setResponseCode(404)
+            return b"not found: this listener serves /metrics only\n"
+        return self._metrics(request)
 
 
 class _AdminRequest(Request):

@@ -38,9 +38,9 @@ def address_text(address: Any) -> str:
 
 
 def listener_label(name: str, options: Mapping[str, Any]) -> str:
-    """What the listener C{name} ("http", "https", "admin") serves, as its startup line says it."""
-    if name == "admin":
-        return "admin"
+    """What the listener C{name} ("http", "https", "admin", "metrics") serves, as its startup line says it."""
+    if name in ("admin", "metrics"):
+        return name
     label = name.upper()
     if (options[name] or "").startswith("haproxy:"):
         label += " behind the PROXY protocol"
@@ -53,6 +53,8 @@ def listener_detail(name: str, options: Mapping[str, Any]) -> str:
     """What follows the address on a listener's startup line."""
     if name == "admin":
         return ": / lists " + " ".join(path for path, _ in ENDPOINTS)
+    if name == "metrics":
+        return ": /metrics only"
     if name == "https":
         certificate = options["default-certificate"] or "self-signed, made at start"
         return f", default certificate: {certificate}" + ("" if options["http2"] == "true" else ", HTTP/1.1 only (--http2 false)")

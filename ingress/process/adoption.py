@@ -18,40 +18,71 @@ import ipaddress
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Optional
 
 from twisted.application.service import IService, MultiService
 from twisted.logger import Logger
+from twisted.protocols.policies import ProtocolWrapper, WrappingFactory
 from twisted.python import usage
 
 from ingress.process.drain import GracefulShutdown
 from ingress.process.handover import HandoverListener
 from ingress.process.handoverwire import EXCHANGE_SECONDS, HandoverRefused, read_key
 from ingress.process.live import LiveTable
-from ingress.process.sockets import AdoptedListener, ListenerSpec, open_listener, parse_listener, refuse_start
+from ingress.process.sockets import AdoptedListener, ListenerSpec, listen, open_listener, parse_listener, refuse_start
 from ingress.process.takeover import HandoverFailed, Taken, take_listeners
 from ingress.proxy.options import seconds
 
 log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 Shared = list[tuple[ListenerSpec, list[socket.socket]]]
+LISTENERS = ("http", "https")  # the listeners of options; stream and Gateway ports' sockets are the stream sockets' (L{ingress.process.streamsockets})
 
 
-def handover_key(path: str, key_file: Optional[str]) -> Optional[bytes]:
-    """With --handover, the key of --handover-key-file (both processes of a hand-over prove they hold it); None without."""
+def handover_key(path: str, key_file: Optional[str], key_secret: Optional[str] = None) -> Optional[bytes]:
+    """
+    With --handover, the key of --handover-key-file (both processes of a hand-over prove they hold it); None without,
+    and None with --handover-key-secret (the key is read from the cluster once the client exists).
+    """
+    if key_secret and not path:
+        raise usage.UsageError("--handover-key-secret needs --handover (the key guards its rendezvous)")
     if not path:
         return None
-    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+    if not path.startswith("@") and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
         raise usage.UsageError(f"--handover {path!r}: its directory does not exist")
+    if key_file and key_secret:
+        raise usage.UsageError("give either --handover-key-file or --handover-key-secret, not both")
+    if key_secret:
+        return None
     if not key_file:
-        raise usage.UsageError("--handover needs --handover-key-file (the key both processes prove they hold)")
+        raise usage.UsageError("--handover needs --handover-key-file or --handover-key-secret (the key both processes prove they hold)")
     try:
         return read_key(key_file)
     except ValueError as error:
         raise usage.UsageError(f"--handover-key-file {error}") from None
+
+
+def handover_options(options: Any) -> None:
+    """
+    The hand-over's options, checked (a usage error each): C{handover-key} (None until read from the cluster with
+    --handover-key-secret, whose NAMESPACE/NAME goes to C{handover-key-secret-ref}), C{handover-wait} in seconds,
+    C{after-handover}.
+    """
+    path, secret = options["handover"], options["handover-key-secret"]
+    options["handover-key"] = handover_key(path, options["handover-key-file"], secret)
+    options["handover-wait"] = handover_wait(path, options["handover-wait"])
+    if options["after-handover"] not in ("exit", "wait"):
+        raise usage.UsageError(f"--after-handover must be exit or wait, not {str(options['after-handover'])[:40]!r}")
+    options["handover-key-secret-ref"] = None
+    if secret:
+        if secret.count("/") != 1 or not all(secret.split("/")):
+            raise usage.UsageError("--handover-key-secret takes NAMESPACE/NAME")
+        if options["source"] == "manifests":
+            raise usage.UsageError("--handover-key-secret needs a cluster (--kubeconfig, or in a pod its service account), not --manifests")
+        options["handover-key-secret-ref"] = tuple(secret.split("/"))
 
 
 HANDOVER_WAIT = 30.0  # a surge pod's start on a node whose image is pulled: scheduled, its container started, its first table live
@@ -125,9 +156,9 @@ def listener_sockets(options: Mapping[str, Any], count: int, taken: Optional[Tak
     up to C{count} (one per worker, a SO_REUSEPORT group). A port another process holds ends the start
     with one line naming it.
     """
-    received = [(entry.listener, sock) for entry, sock in taken.sockets] if taken is not None else []
+    received = [(entry.listener, sock) for entry, sock in taken.sockets if entry.listener in LISTENERS] if taken is not None else []
     shared: Shared = []
-    for name in ("http", "https"):
+    for name in LISTENERS:
         if not options[name]:
             continue
         spec = parse_listener(name, options[name])
@@ -193,6 +224,84 @@ def serve_after_first_table(live: LiveTable, top: MultiService, listeners: Seque
         live.subscribe(swapped)
 
 
+def serve_metrics(reactor: Any, options: Mapping[str, Any], handing: Handing, factory: Any, top: MultiService, announce: Callable[[Any], None]) -> list[IService]:
+    """
+    The --metrics listener, in the primary: with --handover on a socket of ours (the predecessor's, when it
+    is bound where our option says, else a fresh one) that a successor is handed in turn.
+    """
+    received = [sock for entry, sock in (handing.taken.sockets if handing.taken is not None else []) if entry.listener == "metrics"]
+    if not options["metrics"]:
+        for sock in received:  # ours was its last copy but the predecessor's: it goes with it
+            log.warn("handover: the predecessor's metrics socket is not adopted: --metrics is off here")
+            sock.close()
+        return []
+    if not options["handover"]:
+        return [listen(reactor, options["metrics"], factory, top, "metrics", announce)]
+    spec = parse_listener("metrics", options["metrics"], "with --handover")
+    handing.metrics = [sock for sock in received if _fits(sock, spec)]
+    if not handing.metrics:
+        try:
+            handing.metrics = [open_listener(spec, reuse_port=True)]
+        except OSError as error:
+            refuse_start(f"twistd ingress: --metrics {options['metrics']}: cannot listen: {error}")
+    services: list[IService] = []
+    for index, sock in enumerate(handing.metrics):
+        service = AdoptedListener(reactor, spec, sock, factory, announce, index)
+        service.setServiceParent(top)
+        services.append(service)
+    return services
+
+
+class _ScrapeConnection(ProtocolWrapper):
+    """One --metrics connection, which knows whether it has answered anything yet."""
+
+    answered = False
+
+    def write(self, data: bytes) -> None:
+        self.answered = True
+        super().write(data)
+
+    def writeSequence(self, data: Iterable[bytes]) -> None:
+        self.answered = True
+        super().writeSequence(data)
+
+
+class Scrapes(WrappingFactory):
+    """
+    The --metrics listener's connections, a L{Drainable}: a scrape in progress when the listener stops (a
+    hand-over, a drain) is answered before the process exits; idle keep-alive connections close at the drain.
+    Without it a scrape accepted just before the hand-over, waiting for the workers' families, met the
+    process's exit and got nothing.  A connection that has answered nothing yet counts as a scrape in
+    progress: its request may be on the way (a scraper sends it at once), and closing it would lose it;
+    one that never sends is cut at the drain's timeout, as any open request.
+    """
+
+    noisy = False  # no "Starting factory" line
+    protocol = _ScrapeConnection
+
+    def drain(self) -> None:
+        for connection in list(self.protocols):
+            if not _busy(connection):
+                connection.loseConnection()
+
+    def open_count(self) -> int:
+        return sum(1 for connection in self.protocols if _busy(connection))
+
+    def open_kinds(self) -> dict[str, int]:
+        return {"scrape{s} of --metrics": self.open_count()}
+
+    def abort_all(self) -> int:
+        count = self.open_count()
+        for connection in list(self.protocols):
+            connection.transport.abortConnection()
+        return count
+
+
+def _busy(connection: Any) -> bool:
+    """Whether an HTTP connection (a wrapped HTTPChannel) has a request it has not finished answering, or has answered none yet."""
+    return bool(getattr(connection.wrappedProtocol, "requests", None)) or not connection.answered
+
+
 def slot_sockets(sockets: list[socket.socket], index: int, count: int) -> list[socket.socket]:
     """The sockets of one listener that worker slot C{index} of C{count} serves: every C{count}th, from its own on."""
     return sockets[index::count]
@@ -212,6 +321,8 @@ class Handing:
     taken: Optional[Taken]
     ready: Callable[[], bool]
     sharing: Callable[[bool], None] = lambda _: None
+    more: Callable[[], Iterable[tuple[str, socket.socket]]] = lambda: ()  # the stream and Gateway ports' sockets, named
+    metrics: list[socket.socket] = field(default_factory=list)  # --metrics's socket (L{serve_metrics})
 
     def listener(self, reactor: Any, path: str, key: bytes, shutdown: GracefulShutdown) -> HandoverListener:
         def share(shared: bool) -> None:
@@ -220,7 +331,7 @@ class Handing:
 
         return HandoverListener(
             reactor, path, key,
-            sockets=lambda: [(spec.name, sock) for spec, sockets in self.shared for sock in sockets],
+            sockets=lambda: [*((spec.name, sock) for spec, sockets in self.shared for sock in sockets), *self.more(), *(("metrics", sock) for sock in self.metrics)],
             ready=lambda: self.ready() and shutdown.offers_sockets(),
             handed=shutdown.hand_over,
             sharing=share,

@@ -30,6 +30,15 @@ deleted before its successor exists holds the node's queues instead of
 closing them.  A successor that comes makes it a hand-over (L{hand_over});
 none, and step 2 follows as above.  A second signal during the wait ends it:
 step 2 at once (a third ends the drain).
+
+After a hand-over that no signal preceded (in Kubernetes a surge pod took the
+sockets over), C{after_handover="wait"} (C{--after-handover wait}) keeps the
+drained process alive, holding nothing: its exit would make the kubelet
+restart its container (restartPolicy Always), and the restarted container
+would take the sockets back.  /healthz answers 200, /readyz 503
+(C{"handed_over": true}), and a SIGTERM (the DaemonSet controller deletes the
+old pod once the new one is available) ends it at once, or at the end of the
+drain if it is still draining.
 """
 
 from __future__ import annotations
@@ -136,6 +145,7 @@ class GracefulShutdown(Service):
         stop: Optional[Callable[[], None]] = None,
         handover_wait: float = 0.0,
         interrupt: bool = True,
+        after_handover: str = "exit",
     ) -> None:
         self.reactor = reactor
         self.listeners = list(listeners)
@@ -149,6 +159,10 @@ class GracefulShutdown(Service):
         self.waiting = False  # from a SIGTERM to a successor's taking the sockets, or the end of handover_wait
         self.finished = False
         self.shared = False  # the listening sockets are shared with a successor: the drain leaves them as they are
+        self.after_handover = after_handover  # "exit" once drained after a hand-over, or "wait" for a signal
+        self.handed = False  # a successor took the sockets
+        self.exit_after_drain = False  # a signal came (before or after the hand-over): exit once drained, even with "wait"
+        self.holding = False  # handed over and drained, waiting for a signal (after_handover "wait")
         self._delay: Optional[IDelayedCall] = None
         self._timeout: Optional[IDelayedCall] = None
         self._poll: Optional[LoopingCall] = None
@@ -165,6 +179,8 @@ class GracefulShutdown(Service):
         details: dict[str, object] = {"draining": self.draining}
         if self.waiting:
             details["handover_wait"] = True
+        if self.handed:
+            details["handed_over"] = True
         return not self.draining, details
 
     def offers_sockets(self) -> bool:
@@ -184,6 +200,15 @@ class GracefulShutdown(Service):
 
     def begin(self, reason: str = "SIGTERM") -> None:
         """Start the drain (a second call ends it now)."""
+        if self.holding:
+            log.info("{reason} after the hand-over: exiting", reason=reason)
+            self.holding = False
+            self._stop()
+            return
+        if self.handed and self.after_handover == "wait" and not self.exit_after_drain and not self.finished:
+            self.exit_after_drain = True
+            log.info("{reason} during the drain after the hand-over: exiting once it is over", reason=reason)
+            return
         if self.finished:
             return
         if self.waiting:
@@ -234,7 +259,8 @@ class GracefulShutdown(Service):
             return
         if self._delay is not None and self._delay.active():
             self._delay.cancel()
-        self.draining = self.shared = True
+        self.exit_after_drain = self.exit_after_drain or self.waiting  # a SIGTERM came first: this pod is going away
+        self.draining = self.shared = self.handed = True
         self.waiting = False
         log.info("handed over: no new connections here; open requests get {timeout}s", timeout=self.drain_timeout)
         self._stop_listeners()
@@ -293,11 +319,14 @@ class GracefulShutdown(Service):
             return
         self._cancel_timers()
         aborted = sum(d.abort_all() for d in self.drainables) if why != "drained" else 0
+        self.holding = self.handed and self.after_handover == "wait" and not self.exit_after_drain
+        then = "holding nothing, /readyz 503, exiting on SIGTERM (--after-handover wait)" if self.holding else "stopping"
         if aborted:
-            log.warn("drain over ({why}): aborted {count} connections still open; stopping", why=why, count=aborted)
+            log.warn("drain over ({why}): aborted {count} connections still open; {then}", why=why, count=aborted, then=then)
         else:
-            log.info("drain over ({why}): no connections left open; stopping", why=why)
-        self._stop()
+            log.info("drain over ({why}): no connections left open; {then}", why=why, then=then)
+        if not self.holding:
+            self._stop()
 
     def stopService(self) -> Any:
         """Stopped some other way (twistd, tests): nothing more to drain."""

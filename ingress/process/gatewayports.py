@@ -5,8 +5,9 @@ there, each reading only its port's table (C{RoutingTable.gateway_ports}).
 
 Such a listener reaches the proxy as a stream route with C{serves} set, so the stream listener
 manager (L{ingress.proxy.streams.listeners}) opens, moves and closes its port as it does any
-stream port, in one process and in every worker (SO_REUSEPORT), and a port that cannot be bound
-is reported the same way.  Here is what answers on the port: the same protocol factories as the
+stream port, in one process and in every worker, on the primary's sockets of the port
+(L{ingress.process.streamsockets}: a SO_REUSEPORT group, handed over with C{--handover}), and a
+port that cannot be bound is reported the same way.  Here is what answers on the port: the same protocol factories as the
 C{--http} and C{--https} listeners, given a view of the live table that is the port's table.
 Certificates of HTTPS ports are prepared with every table, off the reactor thread, as the main
 listener's are (L{PortCertificates}).

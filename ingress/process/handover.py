@@ -2,7 +2,10 @@
 """
 Listening sockets handed over between two twingress processes on one host (C{--handover PATH}).
 
-The running twingress (the predecessor) listens on the unix socket PATH (mode 0600).  A new one
+The running twingress (the predecessor) listens on the unix socket PATH (mode 0600), or on the Linux
+abstract name NAME for C{--handover @NAME} (no file: a hostNetwork pod needs no shared volume; the
+name is the network namespace's, so anyone there may connect or squat it: the key and the uid check
+below decide, and a squatter can only deny a hand-over, never take the sockets).  A new one
 started with the same PATH and key file (the successor) connects there first.  When a predecessor
 answers and both prove that they hold the key (L{ingress.process.handoverwire}, HMAC over a nonce
 each way, and SO_PEERCRED: the same uid), the successor receives every HTTP/HTTPS listening socket
@@ -18,6 +21,7 @@ predecessor's side, and the successor's "ready" afterwards, are protocols on the
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import socket
 import stat
@@ -44,6 +48,7 @@ from ingress.process.handoverwire import (
     new_nonce,
     nonce_of,
     proof,
+    rendezvous_address,
 )
 from ingress.process.sockets import refuse_start
 from ingress.process.takeover import Taken
@@ -52,6 +57,8 @@ log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no fram
 
 READY_SECONDS = 120.0  # how long a predecessor holds a successor's connection before it says ready
 _READY_POLL = 0.05
+NAME_FREE_SECONDS = 5.0  # how long a successor retries an abstract name still bound when its predecessor let go
+_NAME_RETRY = 0.1
 
 
 class _PredecessorSide(Protocol):
@@ -195,26 +202,37 @@ class HandoverListener(Service):
         self.reactor.adoptStreamConnection(connection.fileno(), socket.AF_UNIX, _Factory(lambda: side))
         connection.close()  # adopted as a copy
 
-    def _listen(self, at_start: bool = False) -> None:
+    def _listen(self, at_start: bool = False, tries: int = int(NAME_FREE_SECONDS / _NAME_RETRY)) -> None:
+        """
+        Offer our sockets at C{path}. An abstract name (C{@NAME}) has no file to unlink: it is free once its last
+        holder closes it, so a successor whose predecessor is letting go retries it for a moment.
+        """
         if not (self.running or at_start) or self.port is not None:
             return
-        if _answers(self.path):  # a predecessor that did not let go of its sockets (it timed out on us) still serves there
+        address = rendezvous_address(self.path)
+        if _answers(address):  # a predecessor that did not let go of its sockets (it timed out on us) still serves there
             log.warn("handover: another twingress still answers at {path}: not offering the sockets there", path=self.path)
             return
         with contextlib.suppress(FileNotFoundError):
-            if stat.S_ISSOCK(os.lstat(self.path).st_mode):  # a predecessor's, left by a crash: nothing answered there
+            if address == self.path and stat.S_ISSOCK(os.lstat(self.path).st_mode):  # a predecessor's, left by a crash: nothing answered there
                 os.unlink(self.path)
         try:
-            self.port = self.reactor.listenUNIX(self.path, _Factory(lambda: _PredecessorSide(self)), mode=0o600)
+            self.port = self.reactor.listenUNIX(address, _Factory(lambda: _PredecessorSide(self)), mode=0o600)
         except CannotListenError as error:
             if at_start:
                 refuse_start(f"twistd ingress: --handover {self.path}: cannot listen: {error.socketError}")
+            if address != self.path and tries > 0 and getattr(error.socketError, "errno", None) == errno.EADDRINUSE:
+                self.reactor.callLater(_NAME_RETRY, self._listen, False, tries - 1)
+                return
             log.error("handover: cannot offer the sockets at {path} ({why}); serving on", path=self.path, why=str(error.socketError))
             return
         log.info("handover: a successor may take the listening sockets at {path}", path=self.path)
 
     def released(self, side: _PredecessorSide) -> None:
-        """The successor serves: stop the rendezvous (its path goes), tell it so, stop accepting and drain."""
+        """
+        The successor serves: stop the rendezvous (its path goes; an abstract name is freed only by closing it, so it
+        is closed before the successor hears "released" and binds it), tell it so, stop accepting and drain.
+        """
         port, self.port = self.port, None
         stopped = port.stopListening() if port is not None else None
 

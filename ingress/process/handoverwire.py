@@ -18,8 +18,9 @@ sequence, successor (the new process, S) and predecessor (the running one, P):
 Each side proves that it holds the key over the other side's fresh nonce, so a recorded exchange
 cannot be replayed, and neither side sends anything of value (P's sockets, S's "ready", which makes
 P stop) before the other has proved itself.  The role label keeps P's proof from being reflected
-back as S's.  A socket's C{kind} is C{"tcp"} today; stream (C{"udp"}) and Gateway ports join the
-same list later, each named by its C{listener}.
+back as S's.  A socket's C{kind} is C{"tcp"} (a listening stream socket) or C{"udp"}; its
+C{listener} names what it serves: C{http}, C{https}, C{metrics}, a stream port (C{stream:UDP/5353})
+or a Gateway listener's port (C{gateway-http:TCP/8080}, L{ingress.process.streamsockets}).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ NONCE_BYTES = 32
 MOST_SOCKETS = 1024  # more than any listener set has (a socket per listener and worker)
 _LENGTH = struct.Struct("!I")
 _PEERCRED = struct.Struct("3i")  # pid, uid, gid
-KINDS = ("tcp",)
+KINDS = ("tcp", "udp")
 
 
 class HandoverRefused(Exception):
@@ -148,7 +149,7 @@ class SocketEntry:
 def describe(listener: str, sock: socket.socket) -> SocketEntry:
     """The entry of one of our listening sockets."""
     host, port = sock.getsockname()[:2]
-    return SocketEntry(listener, "tcp", int(sock.family), (str(host), int(port)))
+    return SocketEntry(listener, "udp" if sock.type == socket.SOCK_DGRAM else "tcp", int(sock.family), (str(host), int(port)))
 
 
 def entries_of(message: dict[str, Any]) -> list[SocketEntry]:
@@ -167,6 +168,14 @@ def entries_of(message: dict[str, Any]) -> list[SocketEntry]:
             raise HandoverRefused(f"a socket of kind {entry.kind[:20]!r}, family {entry.family}")
         entries.append(entry)
     return entries
+
+
+def rendezvous_address(path: str) -> str:
+    """
+    The unix socket address of C{--handover PATH}: C{@NAME} is the Linux abstract name C{NAME} (C{"\\0NAME"}:
+    no file, no volume; one per network namespace, so the hostNetwork pods of a node share it), anything else a path.
+    """
+    return "\0" + path[1:] if path.startswith("@") else path
 
 
 def read_key(path: str) -> bytes:

@@ -14,7 +14,6 @@ open count is the workers still running.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import json
 import os
@@ -36,12 +35,11 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ingress.observe.metrics import Metrics
-from ingress.observe.startup import listening
 from ingress.process.adoption import Shared, slot_sockets
 from ingress.process.channel import Channel, ChannelFactory, encoded
 from ingress.process.reactor import IProcessReactor
+from ingress.process.streamsockets import StreamSockets
 from ingress.proxy.http.ratelimit import RequestRates
-from ingress.proxy.http.settings import ProxySettings
 from ingress.routing.delta import table_change
 from ingress.routing.table import RoutingTable
 
@@ -91,10 +89,14 @@ class WorkerPool(Service):
         config: dict[str, Any],
         metrics: Metrics,
         announce: Callable[[str, Any, str], None],  # a shared listener's startup line: name, address, what follows
+        streams: Optional[StreamSockets] = None,
     ) -> None:
         self.reactor = reactor
         self.announce = announce
         self.listeners = listeners
+        self.streams = streams  # the stream and Gateway ports' sockets, sent to the workers over their channels
+        if streams is not None:
+            streams.sent = self._send_stream_sockets
         self.config = config
         self.slots = [WorkerSlot(i) for i in range(count)]
         self.table: Optional[RoutingTable] = None
@@ -162,6 +164,8 @@ class WorkerPool(Service):
         slot.process.closeChildFD(0)
         slot.pid, slot.channel, slot.generation, slot.started = slot.process.pid, channel, 0, self.reactor.seconds()
         log.info("worker {index} started (pid {pid})", index=slot.index, pid=slot.pid)
+        for key, group in (self.streams.groups if self.streams is not None else {}).items():  # the same sockets its predecessor had
+            self._send_stream_share(slot, key, group.sockets)
         if self.table is not None:
             channel.send("table", self.table)
 
@@ -225,6 +229,16 @@ class WorkerPool(Service):
         self.table = table
         self._broadcast_encoded(data)
 
+    def _send_stream_sockets(self, key: tuple[str, int], sockets: list[socket.socket]) -> None:
+        """A stream port's group is new (or back): each running worker gets its share, before the table that adds the port."""
+        for slot in self.slots:
+            self._send_stream_share(slot, key, sockets)
+
+    def _send_stream_share(self, slot: WorkerSlot, key: tuple[str, int], sockets: list[socket.socket]) -> None:
+        share = slot_sockets(sockets, slot.index, len(self.slots))
+        if slot.channel is not None and share:
+            slot.channel.send_with_descriptors([sock.fileno() for sock in share], "stream-sockets", key, len(share))
+
     def _broadcast(self, *message: Any) -> None:
         self._broadcast_encoded(encoded(*message))
 
@@ -243,6 +257,8 @@ class WorkerPool(Service):
             slot.generation, slot.stream_failures, slot.streams = message[1], message[2], message[3]
             slot.served = True
             self.up.labels(str(slot.index)).set(1)
+            if self.streams is not None:
+                self.streams.served(min(each.generation for each in self.slots if each.alive))
         elif kind == "rate?":
             if slot.channel is not None:
                 slot.channel.send("rate", message[1], self.rates.take(message[2], message[3]))
@@ -340,6 +356,8 @@ class WorkerPool(Service):
         for _, sockets in self.listeners:
             for sock in sockets:
                 sock.close()
+        if self.streams is not None:
+            self.streams.close()
 
     def open_count(self) -> int:
         return sum(1 for slot in self.slots if slot.alive)
@@ -371,25 +389,3 @@ class _WorkerProtocol(ProcessProtocol):
 
     def processEnded(self, reason: Failure) -> None:
         self.pool._ended(self.slot, reason)
-
-
-def worker_pool(reactor: IProcessReactor, options: Mapping[str, Any], settings: ProxySettings, metrics: Metrics, shared: Shared) -> WorkerPool:
-    """--workers N: N processes that serve the HTTP and HTTPS sockets opened once (L{ingress.process.adoption})."""
-    config = {
-        "settings": {**dataclasses.asdict(settings), "server_name": settings.server_name.decode()},
-        "listeners": [{"name": spec.name, "family": int(spec.family), "proxy_protocol": spec.proxy_protocol} for spec, _ in shared],
-        "tls_min_version": options["tls-min-version"],
-        "tls_ciphers": options["tls-ciphers"],
-        "http2": dataclasses.asdict(options["http2-settings"]),
-        "access_log": options["access-log"],
-        "access_log_format": options["access-log-format"],
-        "nginx_metrics": options["nginx-metrics"] == "true",
-        "ingress_class": options["ingress-class"],
-        "log_format": options["log-format"],
-        "drain_timeout": options["drain-timeout"],
-        "stream_interface": options["stream-interface"],
-        "gateway_interface": options["gateway-interface"],
-        "stream_drain_timeout": options["stream-drain-timeout"],
-        "metrics_created": options["metrics-created"] == "true",
-    }
-    return WorkerPool(reactor, options["worker-count"], shared, config, metrics, lambda name, address, suffix: listening(name, options, address, suffix))

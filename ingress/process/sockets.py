@@ -18,10 +18,12 @@ C{tcp6:}, optionally behind the PROXY-protocol wrapper (C{haproxy:tcp:...}).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import re
 import socket
+import stat
 import struct
 import sys
 from collections.abc import Callable
@@ -311,6 +313,39 @@ class AdoptedListener(DrainableListener):
 
 
 def listen(reactor: Any, description: str, factory: Any, parent: MultiService, name: str, announce: Optional[Callable[[Any], None]] = None) -> IService:
+    remove_stale_unix_socket(description)
     service = EndpointListener(reactor, description, factory, name, announce)
     service.setServiceParent(parent)
     return service
+
+
+def remove_stale_unix_socket(description: str) -> None:
+    """
+    For a C{unix:PATH} listener, remove a socket file at PATH that nothing answers on, and its lock (Twisted's
+    C{PATH.lock}, a link to the pid that held it): a container restarted in the same pod finds its predecessor's
+    in the pod's emptyDir, and its bind would fail; the lock names pid 1, which is the restarted container's own
+    twistd again, so Twisted takes it for held.  One that answers is left alone (another process listens there:
+    the bind fails, with one line).
+    """
+    kind, _, rest = description.partition(":")
+    if kind != "unix" or not rest:
+        return
+    first = rest.split(":", 1)[0]
+    path = first.partition("=")[2] if first.startswith("address=") else first
+    try:
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            return
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(path + ".lock")  # no socket: a lock left without one holds nothing
+        return
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(path)
+            return
+        except OSError:
+            pass
+    for stale in (path, path + ".lock"):
+        with contextlib.suppress(OSError):
+            os.unlink(stale)

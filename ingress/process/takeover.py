@@ -29,6 +29,7 @@ from ingress.process.handoverwire import (
     new_nonce,
     nonce_of,
     proof,
+    rendezvous_address,
 )
 
 
@@ -46,7 +47,7 @@ class Taken:
 
 def take_listeners(path: str, key: bytes, timeout: float = EXCHANGE_SECONDS) -> Optional[Taken]:
     """
-    The successor's side: None when nothing listens at C{path} (no predecessor: bind fresh). Raises
+    The successor's side: None when nothing listens at C{path} (a path, or C{@NAME}; no predecessor: bind fresh). Raises
     L{HandoverRefused} when what answers there is not an authenticated twingress of our uid (the start
     fails: it holds our ports, or pretends to), L{HandoverFailed} when the predecessor goes away first.
     """
@@ -54,7 +55,7 @@ def take_listeners(path: str, key: bytes, timeout: float = EXCHANGE_SECONDS) -> 
     deadline = time.monotonic() + timeout
     try:
         connection.settimeout(timeout)
-        connection.connect(path)
+        connection.connect(rendezvous_address(path))  # @NAME: an abstract name, refused when nothing is bound there
     except (FileNotFoundError, ConnectionRefusedError):
         connection.close()
         return None
@@ -84,7 +85,7 @@ def _exchange(connection: socket.socket, key: bytes, deadline: float) -> Taken:
         if len(entries) != len(sockets):
             raise HandoverRefused(f"{len(entries)} sockets listed, {len(sockets)} sent")
         for entry, sock in zip(entries, sockets, strict=True):
-            if sock.type != socket.SOCK_STREAM or not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) or describe(entry.listener, sock) != entry:
+            if not _listening(sock) or describe(entry.listener, sock) != entry:
                 raise HandoverRefused(f"the socket sent for {entry.listener} is not the listening socket listed")
             sock.setblocking(False)
     except BaseException:
@@ -93,6 +94,13 @@ def _exchange(connection: socket.socket, key: bytes, deadline: float) -> Taken:
         raise
     connection.settimeout(None)
     return Taken(connection, list(zip(entries, sockets, strict=True)))
+
+
+def _listening(sock: socket.socket) -> bool:
+    """A listening TCP socket, or a bound UDP one (what a stream port's group holds)."""
+    if sock.type == socket.SOCK_DGRAM:
+        return sock.family in (socket.AF_INET, socket.AF_INET6) and sock.getsockname()[1] != 0
+    return sock.type == socket.SOCK_STREAM and bool(sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN))
 
 
 def _send(connection: socket.socket, reader: _BlockingReader, message: dict[str, Any]) -> None:

@@ -15,9 +15,10 @@ the shared sockets' accept queues are served by the other workers (or wait),
 so a replacement worker never answers 404 or offers the default certificate
 for a host the cluster has.
 
-The worker also opens the table's stream ports, each as its own socket of a
-C{SO_REUSEPORT} group (L{ingress.process.streamports} says why), and reports
-the ones that did not bind with every table it serves.
+The worker also serves the table's stream and Gateway ports, on its sockets of
+each port's C{SO_REUSEPORT} group, which the primary owns and sends over the
+channel before the table that adds the port (L{ingress.process.streamsockets}
+says why); it reports the ones it could not serve with every table it serves.
 
 A worker drains on SIGTERM exactly as a single process does (the primary
 sends it after its own shutdown delay), and exits at once when the channel
@@ -102,6 +103,7 @@ class Worker:
         self.rates = rates
         rates.send = self.channel.send
         self.hand_over: Callable[[], None] = lambda: None  # the drain that leaves the shared sockets to a successor
+        self.sockets: dict[tuple[str, int], list[socket.socket]] = {}  # stream ports' sockets received, not yet listened on
 
     def _received(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
@@ -116,8 +118,23 @@ class Worker:
             self.channel.send("metrics", message[1], list(self.metrics.registry.collect()))
         elif kind == "reopen" and self.access_log is not None:
             self.access_log.reopen()
+        elif kind == "stream-sockets":
+            self._given(message[1], self.channel.take_descriptors(message[2]))
         elif kind == "hand-over":  # the primary's successor serves the sockets: drain, leaving them as they are
             self.hand_over()
+
+    def _given(self, key: tuple[str, int], fds: list[int]) -> None:
+        """Our sockets of a stream port, kept until a table opens the port (they replace any not yet used)."""
+        for sock in self.sockets.pop(key, []):
+            sock.close()
+        self.sockets[key] = [socket.socket(fileno=fd) for fd in fds]
+
+    def take_sockets(self, key: tuple[str, int], route: Any) -> list[socket.socket]:
+        """The stream listeners' L{ingress.proxy.streams.listeners.GivenSockets}: the port's sockets, now theirs."""
+        given = self.sockets.pop(key, None)
+        if not given:
+            raise OSError(f"the primary has no socket for port {key[1]}")
+        return given
 
     def _change(self, change: TableChange) -> None:
         """The next table as a change of the last one received (installed or still being prepared)."""
@@ -200,9 +217,11 @@ def main(argv: list[str]) -> None:
     )
     if nginx is not None and plane.store is not None:
         nginx.certificates = served_certificates(metrics, plane.store)
+    given: list[Worker] = []  # the worker, made below: the stream listeners take the primary's sockets from it
     streams = StreamListeners(
         reactor, upstreams, metrics, config["stream_interface"], config["stream_drain_timeout"], reuse_port=True,
         gateway_listener=plane.gateway_listener, gateway_interface=config["gateway_interface"], announce=index == 0,
+        sockets=lambda key, route: given[0].take_sockets(key, route),
     )
     live.subscribe(streams.apply)
     listening = MultiService()  # a child of top from the first table on (Worker._swap)
@@ -219,6 +238,7 @@ def main(argv: list[str]) -> None:
     shutdown.setServiceParent(top)
     FrozenWatch(reactor, metrics.collector).setServiceParent(top)
     worker = Worker(reactor, live, plane, streams, metrics, access_log, rates, listening, top)
+    given.append(worker)
     worker.hand_over = shutdown.hand_over
     reactor.adoptStreamConnection(CHANNEL_FD, socket.AF_UNIX, ChannelFactory(worker.channel))
     os.close(CHANNEL_FD)  # adopted as a copy

@@ -31,6 +31,7 @@ from ingress.model import (
     TLSSecret,
 )
 from ingress.model.gateway import GATEWAY_CONTROLLER_NAME
+from ingress.routing.acme_challenges import add_challenge_routes
 from ingress.routing.annotations import CANARY_WITHOUT_MAIN, INVALID_PATH, IngressAnnotations, read_annotations
 from ingress.routing.annotations.backend import MissingSecret, backend_tls
 from ingress.routing.annotations.errorpages import error_pages
@@ -72,6 +73,7 @@ def build(
     gateway_controller_name: str = GATEWAY_CONTROLLER_NAME,
     cleartext_http2: bool = False,
     gateway_addresses: tuple[str, ...] = (),
+    acme_challenges: bool = False,
 ) -> RoutingTable:
     """
     The routing table for C{state}: our Ingresses' rules, merged across Ingresses, and the streams.
@@ -83,7 +85,8 @@ def build(
     the C{nginx.ingress.kubernetes.io/} annotations besides C{twingress.io/};
     C{nginx_configmap} names the ingress-nginx ConfigMap whose keys are the routes' defaults;
     C{cleartext_http2} says HTTP/2 with prior knowledge is served on the HTTP listener (GRPCRoutes may attach there);
-    C{gateway_addresses} is the pool each Gateway gets an address of its own from (L{address_tables}).
+    C{gateway_addresses} is the pool each Gateway gets an address of its own from (L{address_tables});
+    C{acme_challenges} serves the ACME issuer's pending HTTP-01 tokens (L{add_challenge_routes}).
     """
     config, config_problems = read_nginx_config(state.config_maps, nginx_configmap) if nginx_configmap else (TWINGRESS_DEFAULTS, [])
     ingresses, skipped = select_and_skip(state, class_name=class_name, controller_name=controller_name)
@@ -103,6 +106,8 @@ def build(
     routes.add_host_aliases(served)
     if ingress_nginx_class(class_name, controller_name):  # nginx's 301 from /p to /p/, for ingress-nginx's class only
         add_slash_redirects((*routes.hosts.values(), *routes.wildcards.values(), routes.any_host))
+    if acme_challenges:  # after the slash redirects: a token's exact route wins over anything they add
+        add_challenge_routes(state.config_maps, routes.paths_of)
     default_route = routes.default_route(served)
     certificates, tls_problems = build_certificates(state, served, default_certificate)
     client_hosts, client_problems = client_auth_hosts(served, annotations, state)
@@ -188,7 +193,7 @@ class _RouteBuilder:
         self.problems: list[Problem] = []
         self.resolved = IngressResolutions(backends, opaque_secrets, config_maps, self.problems)
 
-    def _paths_of(self, host: str) -> HostPaths:
+    def paths_of(self, host: str) -> HostPaths:
         if not host:
             return self.any_host
         if host.startswith("*."):
@@ -200,7 +205,7 @@ class _RouteBuilder:
         for rule in ingress.rules:
             if not rule.paths:
                 continue
-            paths = self._paths_of(rule.host)
+            paths = self.paths_of(rule.host)
             regex = rule.host in self.regex_hosts
             for http_path in rule.paths:
                 if regex:
@@ -279,7 +284,7 @@ class _RouteBuilder:
         Ingress serves is not served by the canary alone.
         """
         for rule in ingress.rules:
-            paths = self._paths_of(rule.host)
+            paths = self.paths_of(rule.host)
             for http_path in rule.paths:
                 slots, key = self._slot(paths, rule.host, http_path.path, http_path.path_type)
                 main = slots.get(key)

@@ -79,7 +79,7 @@ def read_global_guards(data: Mapping[str, str], closed: Mapping[str, str]) -> tu
     messages: list[tuple[str, str]] = []
 
     def networks(key: str) -> tuple[Network, ...]:
-        if key not in data:
+        if not data.get(key, "").strip():  # empty is unset: ingress-nginx's default ([]string{}, configmap.md)
             return ()
         try:
             return values.networks(data[key])

@@ -232,6 +232,8 @@ def _refusal(key: str, value: str) -> Optional[tuple[str, str]]:
     nobody classified, a key unknown to ingress-nginx whose name looks like a guard's.
     """
     if key in REFUSED_GUARDS:
+        if not value.strip():  # empty is unset: ingress-nginx's default "" (configmap.md) runs nothing
+            return None
         covers, why = REFUSED_GUARDS[key]
         return covers, f"{key}: {why}"
     if key in SNIPPETS:

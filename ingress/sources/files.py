@@ -15,7 +15,7 @@ import dataclasses
 import io
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Optional
 
 import yaml
@@ -95,9 +95,12 @@ class ManifestsSource(Service):
     """Polls a directory and submits a snapshot to the builder whenever it changes."""
 
     def __init__(
-        self, directory: str, builder: TableBuilder, metrics: Metrics, reactor: IProcessReactor, interval: float = 1.0
+        self, directory: str, builder: TableBuilder, metrics: Metrics, reactor: IProcessReactor, interval: float = 1.0,
+        also: str = "", observe: Optional[Callable[[ClusterState], None]] = None,
     ) -> None:
         self.directory = directory
+        self.also = also  # a second directory read with it (the ACME issuer's manifests), its files by absolute path
+        self.observe = observe  # called with each state read (build thread): the ACME issuer's view of the Ingresses
         self.builder = builder
         self.metrics = metrics
         self.reactor = reactor
@@ -123,6 +126,8 @@ class ManifestsSource(Service):
     def poll(self) -> None:
         try:
             fingerprint = scan(self.directory)
+            if self.also:
+                fingerprint += tuple((os.path.join(self.also, entry[0]), *entry[1:]) for entry in scan(self.also))
         except OSError as error:
             if self._unreadable != str(error):  # once, not at every poll; again when it changes
                 self._unreadable = str(error)
@@ -161,4 +166,6 @@ class ManifestsSource(Service):
         state = collect(outcomes)
         if problems:
             state = dataclasses.replace(state, problems=tuple(problems) + state.problems)
+        if self.observe is not None:
+            self.observe(state)
         return state

@@ -42,6 +42,7 @@ class Permission:
     group: str
     resource: str  # "ingresses" or "ingresses/status"
     verb: str
+    name: str = ""  # the rule's one resourceName, when it names one (the hand-over key's Secret)
 
     @property
     def id(self) -> str:
@@ -72,7 +73,8 @@ def permissions(objects: list[dict]) -> list[Permission]:
         for rule in kustomize.find(objects, kind, ACCOUNT)["rules"]:
             for group in rule["apiGroups"]:
                 for resource in rule["resources"]:
-                    found.extend(Permission(kind, group, resource, verb) for verb in rule["verbs"])
+                    (name,) = rule.get("resourceNames", [""])  # one name at most, so that a review can ask for it
+                    found.extend(Permission(kind, group, resource, verb, name) for verb in rule["verbs"])
     return found
 
 
@@ -139,6 +141,8 @@ def allowed(api: client.ApiClient, permission: Permission, namespace: str) -> bo
     attributes = {"group": permission.group, "resource": resource, "verb": permission.verb, "namespace": namespace}
     if subresource:
         attributes["subresource"] = subresource
+    if permission.name:
+        attributes["name"] = permission.name
     review = {"spec": {"user": USER, "groups": GROUPS, "resourceAttributes": attributes}}
     return bool(client.AuthorizationV1Api(api).create_subject_access_review(review).status.allowed)
 

@@ -17,6 +17,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.waiting import WaitTimeout, eventually
+
 LOG_TAIL_LINES = 40
 
 
@@ -109,14 +111,14 @@ class Component:
         )
 
     def wait_until(self, check, what: str, timeout: float) -> None:
-        """Poll CHECK() until true; fail early if the process exits."""
-        deadline = time.monotonic() + timeout
-        while True:
+        """Poll CHECK() until true; fail early (with the log's tail) if the process exits."""
+
+        def condition() -> bool:
             if not self.running:
                 raise self.failure(f"did not become {what}")
-            with contextlib.suppress(OSError, ssl.SSLError, urllib.error.URLError):
-                if check():
-                    return
-            if time.monotonic() > deadline:
-                raise self.failure(f"did not become {what} within {timeout:.0f}s")
-            time.sleep(0.1)
+            return bool(check())
+
+        try:
+            eventually(condition, f"{self.name} to become {what}", timeout=timeout, interval=0.1, fatal=(ClusterStartError,))
+        except WaitTimeout as error:
+            raise self.failure(f"did not become {what} within {timeout:.0f}s ({error})") from None

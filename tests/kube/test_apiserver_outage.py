@@ -132,7 +132,7 @@ def test_an_unreachable_apiserver_is_one_line_per_informer_change_and_one_summar
             assert response.status == 200 and response.backend == "pod-a", response
             status, body = proxy.readyz()
             assert status == 200, body  # the kinds not installed fail otherwise now: still no reason to be unready
-            time.sleep(0.5)
+            time.sleep(0.5)  # not a wait: the outage lasts OUTAGE_SECONDS, and it keeps serving all along
         outage = _lines(proxy.log()[before:])
         print(f"{len(outage)} lines about list/watch in {time.monotonic() - blocked:.1f} s of outage, {len(informers)} informers")
         names = re.findall(r"\] (.+?): list/watch failed: ", "\n".join(outage))

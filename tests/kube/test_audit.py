@@ -24,6 +24,7 @@ from kubernetes import client
 
 from tests.audit_corpus import CONTROLLER_CONFIGMAP, corpus, documented_keys, our_annotations
 from tests.audit_schema import validate
+from tests.kube.controller_support import create_annotated_service, load_balancer, read_ingress, start_controller, wait_ingress, writes
 from tests.kube.twingress import wait_until
 from tests.support import ROOT
 
@@ -99,19 +100,20 @@ def test_the_audit_of_the_corpus_is_what_the_proxy_does(kube_cluster, kube, plac
         assert produced.returncode == 0 and all(name in produced.stdout for name in ingresses), format_
 
     proxy = twingress("--take-over-ingress-nginx", "true", "--nginx-configmap", configmap)
-    assert _agree(proxy, report, ingresses)["denied"], "the every-key ConfigMap closes routes: some were asked"
+    assert [k["key"] for k in report["configmap"]["keys"] if k["fate"] == "denied"] == [], "documented defaults guard nothing"
+    asked = wait_until(lambda: _agree(proxy, report, ingresses), what="the proxy serving what the audit says")
+    assert asked["served"], asked
+    print("routes asked of the proxy at the documented defaults:", asked)
 
-    denied = [k["key"] for k in report["configmap"]["keys"] if k["fate"] == "denied"]
-    assert denied, "the documented defaults close routes in twingress (see the report): the second half needs them"
-    kube.core.patch_namespaced_config_map(CONTROLLER_CONFIGMAP[1], f"{prefix}-{CONTROLLER_CONFIGMAP[0]}", {"data": {key: None for key in denied}})
+    # a guard twingress cannot enforce, set: the audit says denied, and the proxy closes what it says
+    kube.core.patch_namespaced_config_map(CONTROLLER_CONFIGMAP[1], f"{prefix}-{CONTROLLER_CONFIGMAP[0]}", {"data": {"modsecurity-snippet": "SecRuleEngine On"}})
     again = _report(kube_cluster.kubeconfig, configmap, prefix)
-    assert [k for k in again["configmap"]["keys"] if k["fate"] == "denied"] == []
+    assert [k["key"] for k in again["configmap"]["keys"] if k["fate"] == "denied"] == ["modsecurity-snippet"]
     closed_before = sum(1 for i in report["ingresses"] for r in i["routes"] if "denied" in r)
     closed_after = sum(1 for i in again["ingresses"] for r in i["routes"] if "denied" in r)
-    assert closed_after < closed_before
-    asked = wait_until(lambda: _agree(proxy, again, ingresses), what="the proxy serving what the second audit says")
-    assert asked["served"], asked
-    print("routes asked of the proxy after the fix:", asked)
+    assert closed_after > closed_before
+    denied = wait_until(lambda: _agree(proxy, again, ingresses)["denied"], what="the proxy closing what the second audit denies")
+    print("routes the proxy closed with modsecurity-snippet set:", denied)
 
 
 def _agree(proxy, report: dict[str, Any], ingresses: dict[str, dict[str, Any]]) -> dict[str, int]:
@@ -241,3 +243,24 @@ def _ignore_missing(call) -> None:
     except client.ApiException as error:
         if error.status != 404:
             raise
+
+
+def test_the_take_over_preset_writes_no_status_while_ingress_nginx_runs(kube, namespace, echo, twingress, ingress_classes) -> None:
+    """
+    The preset's --update-status false: the leader's controllers run (the annotated Service's Ingress
+    is created: it leads), but neither that Ingress nor ingress-nginx's own gets a status from twingress
+    while ingress-nginx still writes it (two controllers would overwrite each other's addresses).
+    """
+    ingress_classes("nginx", "k8s.io/ingress-nginx")
+    pod = echo("pod-a")
+    kube.backend(namespace, "web", [pod])
+    host = f"web.{namespace}.example"
+    kube.create_ingress(namespace, "web", host, "web", class_name="nginx")
+    proxy = start_controller(twingress, namespace, "--take-over-ingress-nginx", "true", "--publish-status-address", "192.0.2.20")
+    proxy.wait_status(host, 200, backend="pod-a")
+    create_annotated_service(kube, namespace, "generated")
+    wait_ingress(kube, namespace, "generated", what="the leader's generated Ingress (its controllers run)")
+    assert writes(proxy, kind="Ingress", verb="create") == 1
+    proxy.wait_status(f"generated.{namespace}.example.com", 503)  # the generated route is in the table (no endpoints): the status loop had a table
+    assert writes(proxy, kind="Ingress", verb="patch-status") == 0
+    assert [load_balancer(read_ingress(kube, namespace, name) or {}) for name in ("web", "generated")] == [[], []]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ipaddress
-import time
 import uuid
 
 import pytest
@@ -12,6 +11,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from tests.kube.api import gone
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.kube
 
@@ -19,14 +19,8 @@ POLL_TIMEOUT = 60.0
 
 
 def wait_for(predicate, what: str, timeout: float = POLL_TIMEOUT, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+    """L{eventually} at this module's pace: the apiserver's controllers act within a minute."""
+    return eventually(predicate, what, timeout=timeout, interval=interval)
 
 
 @pytest.fixture

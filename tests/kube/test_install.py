@@ -27,9 +27,10 @@ import pytest
 from kubernetes import client, config
 
 from ingress import tap
+from ingress.process.adoption import HANDOVER_WAIT
 from tests.kube import install_support as install
 from tests.kube import kustomize
-from tests.kube.api import Kube
+from tests.kube.api import Kube, gone
 from tests.kube.controller_support import (
     create_annotated_service,
     events_about,
@@ -43,7 +44,6 @@ from tests.kube.controller_support import (
 from tests.kube.streams_support import Streams, stream_body, wait_conditions, wait_stream
 from tests.kube.twingress import KubeTwingress, free_port, host_for, log_sections, wait_until
 from tests.proxy.certs import CertificateAuthority, tls_secret
-from tests.support import ROOT
 
 FORBIDDEN = re.compile(r"\b403: |forbidden", re.IGNORECASE)
 STREAM_MAP = "tcp-services"
@@ -108,28 +108,43 @@ def run(kube_cluster, installed, kube: Kube, namespace: str, monkeypatch, reques
 # --- what the manifests say ------------------------------------------------------------------------
 
 
+PROBE = ["/opt/twingress/bin/python3", "-m", "ingress.probe"]
+
+
+def test_the_updates_surge_and_hand_over() -> None:
+    """A new pod beside the old one, which hands over its sockets: nothing unavailable at any moment of an update."""
+    strategy = kustomize.find(install.rendered(), "DaemonSet", "twingress")["spec"]["updateStrategy"]
+    assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+
+
 def daemonset(objects: list[dict]) -> dict:
     return kustomize.find(objects, "DaemonSet", "twingress")["spec"]["template"]
 
 
-def test_the_daemonset_runs_hardened_on_the_node_network() -> None:
+def test_the_daemonset_runs_hardened_on_the_node_network(kube_cluster) -> None:
     pod = daemonset(install.rendered())
     spec, (container,) = pod["spec"], pod["spec"]["containers"]
     assert pod["metadata"]["labels"]["app.kubernetes.io/name"] == "twingress"  # --status-pod-selector's default
     assert (spec["hostNetwork"], spec["dnsPolicy"], spec["serviceAccountName"]) == (True, "ClusterFirstWithHostNet", "twingress")
     defaults = tap.Options()
-    assert spec["terminationGracePeriodSeconds"] > defaults["shutdown-delay"] + defaults["drain-timeout"]
+    assert spec["terminationGracePeriodSeconds"] > max(defaults["shutdown-delay"], HANDOVER_WAIT) + defaults["drain-timeout"]
     assert spec["securityContext"]["runAsNonRoot"] and spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
     security = container["securityContext"]
     assert security["capabilities"] == {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}
     assert security["readOnlyRootFilesystem"] and not security["allowPrivilegeEscalation"]
-    assert {p["containerPort"] for p in container["ports"]} == {80, 443, 10254}
-    assert "--admin=tcp:10254:interface=$(HOST_IP)" in container["args"]
-    assert (container["livenessProbe"]["httpGet"]["path"], container["readinessProbe"]["httpGet"]["path"]) == ("/healthz", "/readyz")
+    assert "ports" not in container  # with hostNetwork each would be a hostPort, and a surge pod could not be scheduled
+    assert "--admin=unix:/run/twingress/admin.sock" in container["args"]  # nothing on the network but :80 and :443
+    probes = [container[probe]["exec"]["command"] for probe in ("livenessProbe", "readinessProbe")]
+    assert probes == [[*PROBE, "/run/twingress/admin.sock", path] for path in ("/healthz", "/readyz")]
+    assert {"name": "run", "mountPath": "/run/twingress"} in container["volumeMounts"]
+    assert {"name": "run", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}} in spec["volumes"]  # the pod's own: its admin socket
+    assert pod["spec"]["securityContext"]["seLinuxOptions"]["level"]  # pinned: pods of one MCS level may pass descriptors
+    handover = ["--handover=@twingress-handover", "--handover-key-secret=$(POD_NAMESPACE)/twingress-handover", "--after-handover=wait"]
+    assert all(arg in container["args"] for arg in handover)
     fields = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
     assert fields == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace", "HOST_IP": "status.hostIP"}
     assert set(container["resources"]) == {"requests", "limits"}
-    tap.Options().parseOptions(["--manifests", str(ROOT / "examples"), *container["args"]])  # twistd accepts them
+    tap.Options().parseOptions(["--kubeconfig", str(kube_cluster.kubeconfig), *container["args"]])  # twistd accepts them
 
 
 def test_kubectl_renders_the_base_files_unchanged(kube_cluster) -> None:
@@ -321,6 +336,24 @@ def delete_refused(run: Run) -> None:
     assert read_ingress(run.kube, run.namespace, "app") is not None
 
 
+def handover_key_refused(present: bool) -> Callable[[Run], None]:
+    """--handover-key-secret (the DaemonSet's): the key's Secret not readable (it exists), or not creatable (it does not): no hand-over."""
+
+    def check(run: Run) -> None:
+        core = client.CoreV1Api(run.kube.api)
+        gone(lambda: core.delete_namespaced_secret(HANDOVER_SECRET, install.NAMESPACE))
+        if present:
+            core.create_namespaced_secret(install.NAMESPACE, {"metadata": {"name": HANDOVER_SECRET}, "data": {"key": "a2V5LWtleS1rZXkta2V5LWtleS1rZXk="}})
+        proxy = run.start("--handover", f"@twingress-rbac-{uuid.uuid4().hex[:8]}", "--handover-key-secret", f"{install.NAMESPACE}/{HANDOVER_SECRET}")
+        logged(proxy, rf"no hand-over key from Secret {install.NAMESPACE}/{HANDOVER_SECRET} \(403", "the key refused")
+        assert "a successor may take" not in proxy.log()
+
+    return check
+
+
+HANDOVER_SECRET = "twingress-handover"
+
+
 def event_refused(run: Run) -> None:
     proxy = generated(run)
     wait_ingress(run.kube, run.namespace, "app")
@@ -393,6 +426,8 @@ BREAKS: dict[tuple[str, str], Callable[[Run], None]] = {
     ("ingresses", "delete"): delete_refused,
     ("ingresses/status", "patch"): status_refused,
     ("events", "create"): event_refused,
+    ("secrets", "get"): handover_key_refused(present=True),
+    ("secrets", "create"): handover_key_refused(present=False),
     ("streamingresses/status", "patch"): stream_status_refused,
     **{(f"{plural}/status", "patch"): gateway_status_refused("HTTPRoute") for plural in ("gatewayclasses", "gateways", "httproutes")},
     **{(f"{kind.lower()}s/status", "patch"): gateway_status_refused(kind) for kind in ("GRPCRoute", "TLSRoute", "TCPRoute", "UDPRoute")},

@@ -3,9 +3,10 @@ k8s/components/ and the overlay that uses them, applied as an operator applies t
 C{kubectl apply --server-side -k DIR} (testenv's kubectl, strict field validation) to the real
 apiserver, then read back from it (issue 61 point 10).
 
-- metrics: a headless Service with the prometheus.io/ scrape annotations whose selector is the
-  DaemonSet's pod labels and whose port is the container's admin port (10254, bound on the node's
-  IP: hostNetwork).
+- metrics: C{--metrics} (a /metrics-only listener) appended to the DaemonSet's args on the node's IP
+  and port 10254 (hostNetwork), and a headless Service with the prometheus.io/ scrape annotations
+  whose selector is the DaemonSet's pod labels and whose target port is that one, by number (the
+  pod declares no ports).
 - servicemonitor: the Prometheus Operator's ServiceMonitor, selecting that Service and its port by
   name. The operator's CRD cannot be fetched here (no registry, no GitHub), so a minimal CRD with
   the operator's types for the fields the component uses (tests/data/servicemonitor-crd.yaml) is
@@ -111,7 +112,7 @@ def test_the_take_over_component_adds_the_flag_and_a_role_in_ingress_nginx_s_nam
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "twingress", "namespace": install.NAMESPACE}]
 
 
-def test_the_metrics_service_selects_the_pods_admin_port(applied: client.ApiClient) -> None:
+def test_the_metrics_service_selects_the_pods_metrics_port(applied: client.ApiClient) -> None:
     core, apps = client.CoreV1Api(applied), client.AppsV1Api(applied)
     service = core.read_namespaced_service("twingress-metrics", install.NAMESPACE)
     annotations = service.metadata.annotations
@@ -120,10 +121,10 @@ def test_the_metrics_service_selects_the_pods_admin_port(applied: client.ApiClie
     pod = apps.read_namespaced_daemon_set("twingress", install.NAMESPACE).spec.template
     assert service.spec.selector.items() <= pod.metadata.labels.items()
     (container,) = pod.spec.containers
-    ports = {p.name: p.container_port for p in container.ports}
     (port,) = service.spec.ports
-    assert (port.target_port, port.port) == ("admin", ports["admin"])
-    assert "--admin=tcp:10254:interface=$(HOST_IP)" in container.args  # scraped at the node's IP: hostNetwork
+    assert (port.name, port.target_port, port.port) == ("metrics", 10254, 10254) and container.ports is None
+    assert "--metrics=tcp:10254:interface=$(HOST_IP)" in container.args  # scraped at the node's IP: hostNetwork
+    assert "--admin=unix:/run/twingress/admin.sock" in container.args  # the admin listener stays off the network
 
 
 def test_the_servicemonitor_scrapes_the_metrics_service(applied: client.ApiClient) -> None:
@@ -179,3 +180,62 @@ def declared_body_status(port: int, host: str, length: int, send: bool = False) 
         head = f"POST / HTTP/1.1\r\nHost: {host}\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n".encode()
         connection.sendall(head + (b"x" * length if send else b""))
         return int(connection.recv(1024).split(b" ", 2)[1])
+
+
+TAKE_OVER_NAMESPACE = "ingress-nginx"
+
+
+def active_namespace(core: client.CoreV1Api, name: str) -> bool:
+    """The namespace exists and is not being deleted (an earlier test's may be terminating); whether this made it."""
+    def settled() -> bool:
+        return gone(lambda: core.read_namespace(name)) or core.read_namespace(name).status.phase != "Terminating"
+
+    wait_until(settled, timeout=120, what=f"namespace {name} not terminating")
+    if not gone(lambda: core.read_namespace(name)):
+        return False
+    core.create_namespace({"metadata": {"name": name}})
+    return True
+
+
+def test_the_take_over_component_lets_twingress_read_ingress_nginx_s_configmap(
+    applied: client.ApiClient, kube_cluster, kube: Kube, namespace: str, echo, ingress_classes, monkeypatch, tmp_path: Path,
+) -> None:
+    """
+    k8s/components/take-over-ingress-nginx's Role and RoleBinding, applied: before them the ServiceAccount
+    may not list ConfigMaps in ingress-nginx's namespace, after them it may, and twingress as the
+    ServiceAccount with --take-over-ingress-nginx=true serves class nginx with ingress-nginx's ConfigMap
+    (proxy-body-size 8m: a larger body is refused).
+    """
+    core = client.CoreV1Api(applied)
+    made = active_namespace(core, TAKE_OVER_NAMESPACE)
+    objects = [o for o in kustomize.render(overlay(tmp_path, "take-over-ingress-nginx")) if o["metadata"].get("namespace") == TAKE_OVER_NAMESPACE]
+    assert sorted(o["kind"] for o in objects) == ["Role", "RoleBinding"]
+    rbac = client.RbacAuthorizationV1Api(applied)
+    reading = [install.Permission("Role", "", "configmaps", verb) for verb in ("list", "watch")]
+    assert not any(install.allowed(applied, p, TAKE_OVER_NAMESPACE) for p in reading)
+    try:
+        install.install(applied, objects)
+        wait_until(lambda: all(install.allowed(applied, p, TAKE_OVER_NAMESPACE) for p in reading), 30, "the component's Role in effect")
+        core.create_namespaced_config_map(TAKE_OVER_NAMESPACE, {"metadata": {"name": "ingress-nginx-controller"}, "data": {"proxy-body-size": "8m"}})
+        ingress_classes("nginx", "k8s.io/ingress-nginx")
+        host = host_for(namespace, "web")
+        kube.backend(namespace, "web", [echo("web-1")])
+        kube.create_ingress(namespace, "web", host, "web", class_name="nginx")
+        install.wait_permissions(applied, install.permissions(install.rendered()))
+        kubeconfig = install.service_account_kubeconfig(applied, kube_cluster.kubeconfig, tmp_path / "kubeconfig")
+        monkeypatch.setenv("POD_NAMESPACE", install.NAMESPACE)
+        monkeypatch.setenv("POD_NAME", f"twingress-{uuid.uuid4().hex[:5]}")
+        proxy = KubeTwingress(kubeconfig, "--watch-namespace", namespace, "--leader-election-id", f"lease-{namespace}"[:63],
+                              "--take-over-ingress-nginx=true", log_path=tmp_path / "twingress.log")
+        try:
+            proxy.wait_status(host, 200, backend="web-1")
+            wait_until(lambda: declared_body_status(proxy.http_port, host, 8 * 1024 * 1024 + 1) == 413, 30, "ingress-nginx's proxy-body-size in force")
+        finally:
+            proxy.stop()
+    finally:
+        for obj in objects:
+            kind = obj["kind"]
+            gone(lambda k=kind: (rbac.delete_namespaced_role if k == "Role" else rbac.delete_namespaced_role_binding)("twingress-take-over", TAKE_OVER_NAMESPACE))
+        gone(lambda: core.delete_namespaced_config_map("ingress-nginx-controller", TAKE_OVER_NAMESPACE))
+        if made:
+            gone(lambda: core.delete_namespace(TAKE_OVER_NAMESPACE))

@@ -21,7 +21,6 @@ import json
 import os
 import re
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator
@@ -31,7 +30,8 @@ from typing import Any, Optional
 import pytest
 import yaml
 
-from tests.support import ROOT, Twingress, free_port, twistd_command
+from tests.support import ROOT, ProcessExited, Twingress, alive, free_port, twistd_command
+from tests.waiting import eventually
 
 SHIPPED_INGRESS_CLASS = ROOT / "k8s" / "base" / "ingressclass.yaml"
 """The IngressClass an operator installs: the tests' classes are built from it (one source of truth)."""
@@ -64,26 +64,11 @@ _no_proxy_opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 def wait_until(predicate: Callable[[], Any], timeout: float = CONVERGE_TIMEOUT, what: str = "", interval: float = 0.1) -> Any:
     """
-    Poll C{predicate()} until it returns something truthy, and return that.
-
-    An exception from the predicate counts as "not yet" (the proxy may be restarting, the
-    apiserver may be down). On timeout the AssertionError says what was awaited and the last
-    value or exception seen, so a failure explains itself.
+    L{tests.waiting.eventually} with the kube tests' defaults: an API write until it shows
+    (C{CONVERGE_TIMEOUT}), polled every 0.1 s. Returns the predicate's first truthy value; an
+    exception from it counts as "not yet" (the proxy may be restarting, the apiserver down).
     """
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            result = predicate()
-        except Exception as error:  # noqa: BLE001 - "not yet", reported on timeout
-            result, last = None, f"{type(error).__name__}: {error}"
-        else:
-            if result:
-                return result
-            last = result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what or predicate!r}; last: {last!r}")
-        time.sleep(interval)
+    return eventually(predicate, what or repr(predicate), timeout=timeout, interval=interval)
 
 
 # --- HTTP through the proxy ------------------------------------------------------------------------
@@ -161,19 +146,17 @@ class KubeTwingress(Twingress):
     _last_readyz: object = None
 
     def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"exited with status {self.process.returncode}")
+        def ready() -> bool:
+            alive(self.process)
             try:
                 status, body = self.admin("/readyz")
-                self._last_readyz = (status, body[:2000])
-                if status == 200:
-                    return
             except OSError as error:
                 self._last_readyz = repr(error)
-            time.sleep(0.1)
-        raise TimeoutError(f"/readyz not 200 within {timeout:.0f}s")
+                raise
+            self._last_readyz = (status, body[:2000])
+            return status == 200
+
+        eventually(ready, "/readyz to answer 200", timeout=timeout, interval=0.1, fatal=(ProcessExited,))
 
     def admin(self, path: str) -> tuple[int, bytes]:
         try:

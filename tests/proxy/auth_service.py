@@ -66,7 +66,7 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/redirect":
             self._answer(302, (("Location", "http://elsewhere.test/"),))
         elif path == "/slow":
-            time.sleep(5)
+            time.sleep(5)  # not a wait: a slow auth service, slower than the auth timeout of the tests
             self._answer(200)
         else:
             self._answer(404)

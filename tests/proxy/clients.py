@@ -324,6 +324,40 @@ class ScriptedBackend:
         self.listener.close()
 
 
+class HeldBackend:
+    """
+    A backend that reads each request and answers it only once the test sets C{released}: the
+    test sees the request arrive (L{arrived}, the event a test of what is in flight waits for)
+    and decides when it is over, instead of guessing both with sleeps and C{?delay=}.
+    """
+
+    def __init__(self, name: str = "held") -> None:
+        self.name = name
+        self.released = threading.Event()
+        self.server = ScriptedBackend(self._handle)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.server.address
+
+    def _handle(self, sock: socket.socket, server: ScriptedBackend) -> None:
+        server.record(read_request_head(sock))
+        if self.released.wait(60):
+            sock.sendall(b"HTTP/1.1 200 OK\r\nX-Backend: " + self.name.encode() + b"\r\nContent-Length: 2\r\n\r\nok")
+        sock.settimeout(60)
+        while sock.recv(65536):  # until the proxy closes its side (cut, or done with the connection)
+            pass
+
+    def arrived(self) -> bool:
+        """Whether a request has reached this backend (through the proxy)."""
+        with self.server.lock:
+            return bool(self.server.received)
+
+    def stop(self) -> None:
+        self.released.set()
+        self.server.stop()
+
+
 def read_request_head(sock: socket.socket, limit: int = 65536) -> bytes:
     """Read from C{sock} until a blank line (for scripted backends)."""
     data = b""

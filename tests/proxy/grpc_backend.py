@@ -8,7 +8,8 @@ Service C{test.Echo}:
 - C{Download}: the request is a decimal byte count; answers it in 64 KiB messages.
 - C{Upload}: counts the bytes of every request message; answers the count.
 - C{Chat}: bidirectional; answers each message with it reversed.
-- C{Wait}: waits (up to 30 s) until cancelled; writes "cancelled" to the file named by argv[2] when it is.
+- C{Wait}: creates MARKER_FILE.started (the call has arrived), then waits (up to 30 s) until
+  cancelled; writes "cancelled" to the file named by argv[2] when it is.
 
 Run: C{python tests/proxy/grpc_backend.py PORT MARKER_FILE [CERT KEY]} (with CERT and KEY: TLS,
 for backend-protocol GRPCS); C{GRPC_BACKEND_MAX_AGE_MS} in the environment makes it end its
@@ -64,6 +65,7 @@ class Echo:
             yield request[::-1]
 
     def wait(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+        self.marker.with_name(self.marker.name + ".started").touch()
         done = threading.Event()
         context.add_callback(done.set)
         done.wait(30)

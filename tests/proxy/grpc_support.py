@@ -30,6 +30,15 @@ class Backend:
         wait_for_port("127.0.0.1", self.port, self.process)
 
     @property
+    def started(self) -> Path:
+        """The file a C{Wait} call creates when it arrives: a test cancels only a call under way."""
+        return self.marker.with_name(self.marker.name + ".started")
+
+    def cancelled(self) -> bool:
+        """Whether a C{Wait} call has seen its cancellation (the marker written, whole)."""
+        return self.marker.exists()
+
+    @property
     def name(self) -> bytes:
         """What it answers to C{b"who"}: which server a call reached."""
         return f"port-{self.port}".encode()

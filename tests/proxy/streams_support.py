@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Optional
 
 import pytest
-import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IHalfCloseableProtocol
@@ -31,6 +30,7 @@ from ingress.proxy.streams.listeners import StreamListeners
 from ingress.routing.streams import StreamRoute
 from ingress.routing.table import RoutingTable
 from ingress.routing.upstream import Upstream
+from tests.waiting import eventually_d
 
 Address = tuple[str, int]
 
@@ -94,13 +94,9 @@ def sleep(seconds: float) -> Deferred[Any]:
     return deferLater(reactor, seconds, lambda: None)
 
 
-@pytest_twisted.inlineCallbacks
-def until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    """Let the reactor run until C{predicate()} holds (generous: a loaded machine is slow, not wrong)."""
-    deadline = reactor.seconds() + timeout
-    while not predicate():
-        assert reactor.seconds() < deadline, f"{what} not reached within {timeout}s"
-        yield sleep(0.01)
+def until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Deferred[Any]:
+    """Let the reactor run until C{predicate()} holds (generous: a loaded machine is slow, not wrong): L{eventually_d}."""
+    return eventually_d(reactor, predicate, what, timeout=timeout, interval=0.01)
 
 
 @implementer(IHalfCloseableProtocol)

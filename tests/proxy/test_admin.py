@@ -8,8 +8,7 @@ from __future__ import annotations
 import http.client
 import json
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Optional
 
@@ -18,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ingress.tap import Options
 from tests.support import ROOT, TWISTD, EchoBackend, Manifests, Twingress, http_status
+from tests.waiting import eventually
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -34,14 +34,6 @@ def samples(process: Twingress) -> Samples:
 
 def value(all_samples: Samples, name: str, **labels: str) -> float:
     return all_samples.get((name, frozenset(labels.items())), 0.0)
-
-
-def eventually(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"never: {what}")
-        time.sleep(0.02)
 
 
 # -- health, readiness, routes

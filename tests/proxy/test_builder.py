@@ -18,6 +18,7 @@ from ingress.observe.metrics import Metrics
 from ingress.process.builder import TableBuilder
 from ingress.process.live import LiveTable
 from ingress.routing.table import RoutingTable
+from tests.waiting import eventually_d
 
 
 @pytest.fixture(autouse=True)
@@ -43,13 +44,9 @@ def _recording(builds: list[int], cost: float = 0.0) -> Callable[[ClusterState, 
     return build
 
 
-@pytest_twisted.inlineCallbacks
-def _until(predicate: Any, timeout: float = 10.0) -> Any:
-    """Poll the reactor until C{predicate()} holds (generous: a loaded machine is slow, not wrong)."""
-    deadline = reactor.seconds() + timeout
-    while not predicate():
-        assert reactor.seconds() < deadline, "condition not reached in time"
-        yield _sleep(0.01)
+def _until(predicate: Any, what: str) -> Deferred[Any]:
+    """Poll the reactor until C{predicate()} holds (10 s: a loaded machine is slow, not wrong)."""
+    return eventually_d(reactor, predicate, what, interval=0.01)
 
 
 @pytest_twisted.inlineCallbacks
@@ -64,10 +61,10 @@ def test_a_burst_of_100_changes_in_50_ms_makes_one_or_two_builds() -> Any:
         started = reactor.seconds()
         for i in range(100):  # 100 changes spread over 50 ms, as informer events would arrive
             reactor.callLater(i * 0.0005, builder.submit, ClusterState)
-        yield _sleep(0.06)
+        yield _sleep(0.06)  # not a wait: the burst's 50 ms (and a little) pass
         burst = reactor.seconds() - started
-        yield _until(lambda: live.ready)
-        yield _sleep(0.3)  # time for any further (coalesced) build to show up
+        yield _until(lambda: live.ready, "a table live")
+        yield _sleep(0.3)  # not a wait: time for any further (coalesced) build to show up, which must not be many
     finally:
         builder.stop()
     # One build per debounce window at most: a burst inside 50 ms is one or two builds; a loaded
@@ -95,12 +92,12 @@ def test_a_failing_build_keeps_the_last_good_table() -> Any:
     builder.start()
     try:
         builder.submit(ClusterState)
-        yield _until(lambda: live.table.generation == 1)
+        yield _until(lambda: live.table.generation == 1, "generation 1 live")
         builder.submit(ClusterState)
-        yield _until(lambda: build_errors() == 1)
+        yield _until(lambda: build_errors() == 1, "the failed build counted")
         assert live.table.generation == 1  # generation 2 failed: 1 stays live
         builder.submit(ClusterState)
-        yield _until(lambda: live.table.generation == 3)
+        yield _until(lambda: live.table.generation == 3, "generation 3 live")
     finally:
         builder.stop()
 
@@ -116,9 +113,9 @@ def test_a_change_after_a_quiet_spell_is_built_at_once_and_the_next_waits() -> A
     builder.start()
     try:
         builder.submit(ClusterState)
-        yield _until(lambda: live.ready)
+        yield _until(lambda: live.ready, "the first table live")
         builder.submit(ClusterState)
-        yield _sleep(0.5)
+        yield _sleep(0.5)  # not a wait: half a second in which the next change must not be built
         assert builds == [1] and live.table.generation == 1  # held for the debounce: bursts are still coalesced
     finally:
         builder.stop()
@@ -138,9 +135,9 @@ def test_the_window_after_a_cheap_build_is_short() -> Any:
     builder.start()
     try:
         builder.submit(ClusterState)
-        yield _until(lambda: live.ready)
+        yield _until(lambda: live.ready, "the first table live")
         builder.submit(ClusterState)
-        yield _until(lambda: live.table.generation == 2)  # within _until's 10 s, far inside the 30 s debounce
+        yield _until(lambda: live.table.generation == 2, "the second change built")  # within _until's 10 s, far inside the 30 s debounce
         assert builds == [1, 2]
     finally:
         builder.stop()
@@ -161,10 +158,9 @@ def test_changes_streaming_in_during_builds_wait_the_window() -> Any:
     builder = TableBuilder(reactor, live, Metrics(), build, debounce=1.0, min_window=0.001)
     builder.start()
     try:
-        for i in range(1000):
-            reactor.callLater(i * 0.001, builder.submit, ClusterState)
-        yield _sleep(1.0)
-        yield _until(lambda: builder.generation == live.table.generation and builder._next is None and not builder._running)
+        changes = [reactor.callLater(i * 0.001, builder.submit, ClusterState) for i in range(1000)]
+        yield _until(lambda: not any(change.active() for change in changes), "the 1,000 changes submitted")
+        yield _until(lambda: builder.generation == live.table.generation and builder._next is None and not builder._running, "the last change built")
     finally:
         builder.stop()
     print(f"{len(builds)} builds of 20 ms for 1,000 changes over a second")

@@ -8,8 +8,7 @@ cover its host, a stream port that did not bind); each warning is logged once pe
 from __future__ import annotations
 
 import socket
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -17,6 +16,7 @@ from tests.proxy.certs import CertificateAuthority, tls_secret
 from tests.proxy.clients import RawClient
 from tests.proxy.streams_support import stream_ingress
 from tests.support import EchoBackend, Manifests, Twingress, free_port
+from tests.waiting import eventually
 
 
 @pytest.fixture(scope="module")
@@ -33,14 +33,6 @@ def _status(proxy: Twingress, host: str, target: str = "/") -> int:
 
 def _problems(proxy: Twingress) -> list[tuple[str, str]]:
     return [(p["object"], p["reason"]) for p in proxy.routes()["problems"]]
-
-
-def _until(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def test_an_invalid_edit_keeps_the_last_good_version_serving(manifests: Manifests, twingress, echo: EchoBackend) -> None:
@@ -92,7 +84,7 @@ def test_a_certificate_that_does_not_cover_its_host_is_not_shown_as_its_certific
         Manifests.ingress("wrong", "wrong.test", "web", tls=[{"hosts": ["wrong.test"], "secretName": "wrong-tls"}]),
     )
     proxy = twingress("--https", f"tcp:{free_port()}:interface=127.0.0.1")
-    _until(lambda: "good.test" in proxy.routes()["certificates"], "the certificates")
+    eventually(lambda: "good.test" in proxy.routes()["certificates"], "the certificates")
     routes = proxy.routes()
     assert routes["certificates"] == {"good.test": "default/good-tls"}  # not wrong.test: it gets the default
     assert ("Secret/default/wrong-tls", "CertificateNotCovering") in _problems(proxy)

@@ -7,11 +7,11 @@ object left out whole.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from tests.support import ROOT, Manifests, Twingress, http_status
+from tests.waiting import eventually
 
 MIGRATION = ROOT / "examples" / "nginx-migration"
 CLAIMED = "IngressClass nginx is claimed by controller k8s.io/ingress-nginx; twingress is twingress.io/ingress-controller (--controller-name)"
@@ -48,13 +48,13 @@ def test_skipped_ingresses_are_named_by_reason(manifests: Manifests, twingress: 
 
 def _warnings(process: Twingress, *objects: str, timeout: float = 10.0) -> dict[str, str]:
     """The first warning line naming each of C{objects}, once all are logged."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def found() -> dict[str, str]:
         lines = [line for line in process.log().splitlines() if "#warn]" in line]
-        found = {name: next((line for line in lines if f"{name}:" in line), "") for name in objects}
-        if all(found.values()) or time.monotonic() > deadline:
-            return found
-        time.sleep(0.05)
+        return {name: next((line for line in lines if f"{name}:" in line), "") for name in objects}
+
+    every: dict[str, str] = eventually(lambda: all((now := found()).values()) and now, f"a warning naming each of {objects}", timeout=timeout)
+    return every
 
 
 def test_the_log_says_skipped_only_of_what_is_left_out(tmp_path: Path) -> None:

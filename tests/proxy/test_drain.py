@@ -34,9 +34,11 @@ from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.streams.listeners import StreamListeners
 from ingress.routing.table import RoutingTable
 from tests.kube.twingress import wait_until
+from tests.proxy.clients import HeldBackend
 from tests.proxy.streams_support import external_stream, recv_exactly, stream_route, tcp_echo, until
 from tests.proxy.test_tls_passthrough import UntilEOFBackend, client_hello
 from tests.support import EchoBackend, Manifests, Twingress, free_port, refused, wait_for_port
+from tests.waiting import eventually
 
 SHUTDOWN_DELAY = 3.0
 DRAIN_TIMEOUT = 20.0
@@ -77,9 +79,9 @@ def _readyz(process: Twingress) -> tuple[int, dict]:
 class _InFlight:
     """A request sent on its own connection; its response is read on a thread."""
 
-    def __init__(self, port: int, path: str) -> None:
+    def __init__(self, port: int, path: str, host: str = "echo.test") -> None:
         self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        self.connection.request("GET", path, headers={"Host": "echo.test"})
+        self.connection.request("GET", path, headers={"Host": host})
         self.status = 0
         self.headers: dict[str, str] = {}
         self.error: BaseException | None = None
@@ -99,6 +101,15 @@ class _InFlight:
         assert not self._thread.is_alive(), "the in-flight request got no answer and no close"
 
 
+@pytest.fixture
+def held(manifests: Manifests) -> Iterator[HeldBackend]:
+    """held.test routed to a L{HeldBackend}; write it before start() so the first table has it."""
+    backend = HeldBackend()
+    manifests.route("held", "held.test", [backend.address])
+    yield backend
+    backend.stop()
+
+
 def _idle_keepalive(port: int) -> http.client.HTTPConnection:
     """A connection that has had one request answered and is now idle between requests."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
@@ -109,11 +120,11 @@ def _idle_keepalive(port: int) -> http.client.HTTPConnection:
     return connection
 
 
-def test_sigterm_drains_then_exits_zero(start: Callable[..., Twingress]) -> None:
+def test_sigterm_drains_then_exits_zero(held: HeldBackend, start: Callable[..., Twingress]) -> None:
     process = start("--shutdown-delay", str(SHUTDOWN_DELAY), "--drain-timeout", str(DRAIN_TIMEOUT))
     idle = _idle_keepalive(process.http_port)
-    slow = _InFlight(process.http_port, "/slow?delay=6")
-    time.sleep(0.3)  # the request reaches the backend before the signal
+    slow = _InFlight(process.http_port, "/slow", host="held.test")
+    eventually(held.arrived, "the request to reach the backend before the signal")
     signalled = time.monotonic()
     process.process.send_signal(signal.SIGTERM)
 
@@ -132,6 +143,7 @@ def test_sigterm_drains_then_exits_zero(start: Callable[..., Twingress]) -> None
     idle.sock.settimeout(5)
     assert idle.sock.recv(1) == b"", "the idle keep-alive connection is closed"
 
+    held.released.set()  # the request in flight ends now, after the listeners closed
     slow.join(DRAIN_TIMEOUT)
     assert slow.error is None, slow.error
     assert slow.status == 200
@@ -161,7 +173,7 @@ def test_connections_arriving_as_the_listeners_close_are_answered_or_refused(sta
                 sock = socket.create_connection(("127.0.0.1", proxy.http_port), timeout=10)
             except ConnectionRefusedError:
                 outcomes["refused"] += 1
-                time.sleep(0.01)
+                time.sleep(0.01)  # pacing after a refusal, not a wait: the loop itself is what runs across the close
                 continue
             try:
                 connection = http.client.HTTPConnection("echo.test")
@@ -179,10 +191,11 @@ def test_connections_arriving_as_the_listeners_close_are_answered_or_refused(sta
     for client in clients:
         client.start()
     try:
-        time.sleep(1.0)
+        eventually(lambda: outcomes["ok"] >= 20, "traffic answered before the signal")
         proxy.process.send_signal(signal.SIGTERM)
         assert proxy.process.wait(30) == 0
-        time.sleep(0.5)
+        refused_at_exit = outcomes["refused"]
+        eventually(lambda: outcomes["refused"] > refused_at_exit, "connections refused after the exit")
     finally:
         stop.set()
         for client in clients:
@@ -191,10 +204,10 @@ def test_connections_arriving_as_the_listeners_close_are_answered_or_refused(sta
     assert outcomes["failed"] == 0, outcomes
 
 
-def test_request_still_running_at_the_drain_timeout_is_cut(start: Callable[..., Twingress]) -> None:
+def test_request_still_running_at_the_drain_timeout_is_cut(held: HeldBackend, start: Callable[..., Twingress]) -> None:
     process = start("--shutdown-delay", "0.2", "--drain-timeout", "1")
-    slow = _InFlight(process.http_port, "/stuck?delay=60")
-    time.sleep(0.3)
+    slow = _InFlight(process.http_port, "/stuck", host="held.test")  # never released: still running at the drain timeout
+    eventually(held.arrived, "the request to reach the backend before the signal")
     process.process.send_signal(signal.SIGTERM)
     code = process.process.wait(30)  # well before the request's 60 s
     assert code == 0, process.log()[-3000:]

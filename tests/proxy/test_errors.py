@@ -54,7 +54,7 @@ def _garbage(sock: socket.socket, backend: ScriptedBackend) -> None:
 def _truncated_body(sock: socket.socket, backend: ScriptedBackend) -> None:
     backend.record(read_request_head(sock))
     sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + b"y" * 100)
-    time.sleep(0.2)
+    time.sleep(0.2)  # not a wait: the scripted backend holds the connection a moment, then closes it short
 
 
 BEHAVIOURS: dict[str, Callable[[socket.socket, ScriptedBackend], None]] = {
@@ -285,7 +285,7 @@ def test_keep_alive_connection_idle_after_response_is_not_408(px: Twingress) -> 
     """The header timeout is for a started head; an idle keep-alive connection is not answered 408."""
     with RawClient(px.http_port, timeout=5) as client:
         assert client.exchange("GET", "/first").status == 200
-        time.sleep(1.5)  # longer than --header-timeout, far shorter than the keep-alive timeout
+        time.sleep(1.5)  # not a wait: idle for longer than --header-timeout, far shorter than the keep-alive timeout
         assert client.still_open(0.1)
         assert client.exchange("GET", "/second").json()["path"] == "/second"
 

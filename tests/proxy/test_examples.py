@@ -26,7 +26,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Optional
@@ -34,7 +33,8 @@ from typing import Optional
 import pytest
 import yaml
 
-from tests.support import ROOT, free_port
+from tests.support import ROOT, ProcessExited, free_port
+from tests.waiting import eventually
 
 EXAMPLES = ("quickstart", "nginx-migration", "gateway", "streams", "tls")
 
@@ -58,16 +58,12 @@ class Example:
         return self.output.read_text(errors="replace")
 
     def ready(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, self.text()
-            try:
-                if self.get(self.admin, "/readyz")[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError(f"not ready:\n{self.text()}")
+        def answers() -> bool:
+            if self.process.poll() is not None:
+                raise ProcessExited(f"the example exited with {self.process.returncode}:\n{self.text()}")
+            return self.get(self.admin, "/readyz")[0] == 200
+
+        eventually(answers, "the example's /readyz to answer 200", timeout=timeout, interval=0.1, fatal=(ProcessExited,), context=self.text)
 
     @staticmethod
     def get(port: int, path: str = "/", host: str = "127.0.0.1") -> tuple[int, bytes]:
@@ -272,9 +268,7 @@ def test_the_echo_backend_answers_data_that_comes_with_the_fin(tmp_path: Path) -
     port, ready = free_port(), tmp_path / "ready"
     echo = subprocess.Popen([sys.executable, str(ROOT / "examples" / "echo.py"), "--protocol", "tcp", "--name", "pod", "--listen", f"tcp:{port}:interface=127.0.0.1", "--ready", str(ready)])
     try:
-        deadline = time.monotonic() + 20
-        while not ready.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        eventually(ready.exists, "the echo backend's ready file", timeout=20)
         assert ready.read_text() == "ok\n"
         with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
             client.sendall(b"hello\n")
@@ -307,9 +301,8 @@ def test_the_gateway_example_without_http_opens_the_gateway_s_port_on_loopback(r
     example.ready()
     text = example.text()
     assert "the Gateway's HTTP listener  http://127.0.0.1:8080/" in text, text
-    deadline = time.monotonic() + 20
-    while ("tcp", "127.0.0.1", 8080) not in example.listening() and time.monotonic() < deadline:
-        time.sleep(0.1)  # the port opens with the first table, after /readyz may answer
+    # The port opens with the first table, after /readyz may answer.
+    eventually(lambda: ("tcp", "127.0.0.1", 8080) in example.listening(), "the Gateway's port 8080 to listen", timeout=20, interval=0.1)
     assert_loopback_only(example, {("tcp", "127.0.0.1", 8080)})
     status, body = example.get(8080, "/", host="store.example.com")
     assert status == 200 and json.loads(body)["name"] in ("store-v1-pod", "store-v2-pod"), body

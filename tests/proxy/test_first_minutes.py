@@ -24,9 +24,9 @@ import pytest
 from ingress import __version__
 from ingress.options import GROUPS, HANDLERS, group_of
 from ingress.tap import Options
-from tests.kube.twingress import wait_until
 from tests.proxy.streams_support import stream_ingress
 from tests.support import ROOT, TWISTD, Manifests, Twingress, free_port
+from tests.waiting import eventually
 
 TWISTED_NOISE = re.compile(r"starting on|Starting factory|Stopping factory|Port \S+ Closed|object at 0x|ProxyProtocolWhenAsked|_QuietSite")
 
@@ -35,10 +35,6 @@ def _twistd(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]
     command = TWISTD + ["--pidfile=", "--logfile=-", "-n", "ingress", *args]
     env = os.environ | {"COLUMNS": "400"}  # --help's lines unwrapped
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def _until(predicate: Callable[[], bool], what: str) -> None:
-    wait_until(predicate, 10.0, what, interval=0.05)
 
 
 def _lines(proxy: Twingress, text: str) -> list[str]:
@@ -51,7 +47,7 @@ def _lines(proxy: Twingress, text: str) -> list[str]:
 def test_startup_says_in_one_line_per_listener_what_serves_where(manifests: Manifests, twingress: Callable[..., Twingress]) -> None:
     https = free_port()
     proxy = twingress("--https", f"tcp:{https}:interface=127.0.0.1")
-    _until(lambda: bool(_lines(proxy, "admin on ")), "the admin line")
+    eventually(lambda: bool(_lines(proxy, "admin on ")), "the admin line")
     [http] = _lines(proxy, "HTTP on ")
     assert http.endswith(f"HTTP on 127.0.0.1:{proxy.http_port} (--http tcp:{proxy.http_port}:interface=127.0.0.1)"), http
     [tls] = _lines(proxy, "HTTPS on ")
@@ -69,7 +65,7 @@ def test_startup_says_in_one_line_per_listener_what_serves_where(manifests: Mani
 
 def test_startup_with_workers_names_them_and_ps_shows_a_short_command_line(manifests: Manifests, twingress: Callable[..., Twingress]) -> None:
     proxy = twingress("--workers", "2")
-    _until(lambda: len(_lines(proxy, "serving table")) == 2, "both workers serving")
+    eventually(lambda: len(_lines(proxy, "serving table")) == 2, "both workers serving")
     [first] = _lines(proxy, f"twingress {__version__}: ")
     assert first.endswith("a primary process and 2 worker processes")
     [http] = _lines(proxy, "HTTP on ")
@@ -179,7 +175,7 @@ def test_debug_routes_spells_stream_keys_one_way(manifests: Manifests, twingress
         holder.bind(("0.0.0.0", taken))
         holder.listen(1)
         proxy = twingress()
-        _until(lambda: bool(proxy.routes()["streamListeners"]["failed"]), "the busy port reported")
+        eventually(lambda: bool(proxy.routes()["streamListeners"]["failed"]), "the busy port reported")
         routes = proxy.routes()
     keys = set(routes["streams"]) | set(routes["streamListeners"]["listening"]) | set(routes["streamListeners"]["failed"])
     assert keys == {f"TCP/{port}", f"TCP/{taken}"}, keys
@@ -194,7 +190,7 @@ def test_a_bad_manifest_is_logged_once_by_its_path(manifests: Manifests, twingre
     generation = proxy.generation()
     (manifests.path / "broken.yaml").write_text("kind: Ingress\nmetadata: [unclosed\n")
     proxy.wait_generation_above(generation)
-    time.sleep(1.0)  # five more polls
+    time.sleep(1.0)  # not a wait: five more polls must pass without a second line
     mentions = _lines(proxy, "broken.yaml")
     assert len(mentions) == 1, mentions
     assert f'"{manifests.path / "broken.yaml"}", line' in mentions[0], mentions[0]
@@ -208,10 +204,10 @@ def test_an_unreadable_manifests_directory_is_logged_once(tmp_path: Path) -> Non
     proxy = Twingress(directory)
     try:
         shutil.rmtree(directory)
-        _until(lambda: bool(_lines(proxy, "cannot read the manifests directory")), "the error logged")
-        time.sleep(1.0)  # five more polls
+        eventually(lambda: bool(_lines(proxy, "cannot read the manifests directory")), "the error logged")
+        time.sleep(1.0)  # not a wait: five more polls must pass without a second line
         assert len(_lines(proxy, "cannot read the manifests directory")) == 1, proxy.log()[-2000:]
         directory.mkdir()
-        _until(lambda: bool(_lines(proxy, "is readable again")), "the recovery logged")
+        eventually(lambda: bool(_lines(proxy, "is readable again")), "the recovery logged")
     finally:
         proxy.stop()

@@ -58,7 +58,7 @@ def _stall_after_some_body(sock: socket.socket, backend: ScriptedBackend) -> Non
     """A response head and 100 of its 1,000 bytes, then nothing for 15 s."""
     backend.record(read_request_head(sock))
     sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + b"y" * 100)
-    time.sleep(15)
+    time.sleep(15)  # not a wait: the stalling backend is silent past the route's timeout
 
 
 @pytest.fixture(scope="module")

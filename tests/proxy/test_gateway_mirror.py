@@ -15,7 +15,6 @@ from __future__ import annotations
 import http.client
 import json
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +23,7 @@ import pytest
 
 from tests.proxy.test_external_auth import Service
 from tests.support import EchoBackend, Manifests, Twingress, refusing_address, wait_for_port
+from tests.waiting import at_least, eventually
 
 GW = "gateway.networking.k8s.io/v1"
 
@@ -84,12 +84,14 @@ def _send(proxy: MirrorProxy, host: str, target: str, method: str = "GET", body:
 
 def _copies(mirror: Service, path: str, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
     """The requests the mirror recorded for C{path}, once there are C{count} (copies arrive after the answers)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = [asked for asked in mirror.asked() if asked["path"] == path]
-        if len(found) >= count or time.monotonic() > deadline:
-            return found
-        time.sleep(0.05)
+    return at_least(lambda: [asked for asked in mirror.asked() if asked["path"] == path], count, f"copies of {path} at the mirror", timeout=timeout)
+
+
+def _mirror_outcomes(proxy: MirrorProxy, route: str, outcome: str) -> float:
+    """twingress_http_mirror_requests_total of the route whose label contains C{route}, for C{outcome}."""
+    text = proxy.process.admin("/metrics")[1].decode()
+    lines = [line for line in text.splitlines() if line.startswith("twingress_http_mirror_requests_total{") and f'outcome="{outcome}"' in line and route in line]
+    return float(lines[0].rsplit(" ", 1)[1]) if lines else 0.0
 
 
 def test_a_request_is_copied_to_the_mirror(mirror_proxy: MirrorProxy) -> None:
@@ -133,8 +135,13 @@ def test_percent_copies_a_share_of_the_requests(mirror_proxy: MirrorProxy) -> No
     """
     for _ in range(400):
         assert _send(mirror_proxy, "half.test", "/half") == (200, "pod-primary")
-    time.sleep(1.0)  # the last copies land
-    count = len(_copies(mirror_proxy.mirrors["two"], "/half", 400, timeout=0))
+
+    def settled() -> int:
+        """The copies the mirror has, once each has been answered back to the proxy (none lands later than its answer)."""
+        copies = len([asked for asked in mirror_proxy.mirrors["two"].asked() if asked["path"] == "/half"])
+        return copies if copies >= 140 and _mirror_outcomes(mirror_proxy, "default/half", "answered") == copies else 0
+
+    count = eventually(settled, "the copies of /half at the mirror, each answered")
     assert 140 <= count <= 260, count
 
 
@@ -143,15 +150,8 @@ def test_a_mirror_that_is_down_costs_the_client_nothing(mirror_proxy: MirrorProx
     for _ in range(20):
         assert _send(mirror_proxy, "down.test", "/down") == (200, "pod-primary")
 
-    def failed() -> float:
-        text = mirror_proxy.process.admin("/metrics")[1].decode()
-        lines = [line for line in text.splitlines() if line.startswith("twingress_http_mirror_requests_total{") and 'outcome="failed"' in line and "default/down" in line]
-        return float(lines[0].rsplit(" ", 1)[1]) if lines else 0.0
-
-    deadline = time.monotonic() + 10
-    while failed() < 20 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert failed() == 20
+    eventually(lambda: _mirror_outcomes(mirror_proxy, "default/down", "failed") >= 20, "20 failed copies counted", interval=0.1)
+    assert _mirror_outcomes(mirror_proxy, "default/down", "failed") == 20
 
 
 def test_a_mirror_whose_backend_is_missing_is_dropped(mirror_proxy: MirrorProxy) -> None:

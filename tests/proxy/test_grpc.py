@@ -27,6 +27,7 @@ from h2.events import RequestReceived
 from tests.proxy.certs import CertificateAuthority, tls_secret
 from tests.proxy.grpc_support import SERVICE, Backend, h2c_channel
 from tests.support import Manifests, Twingress, accept_in_threads, free_port, refusing_address
+from tests.waiting import eventually
 
 
 class Proxy:
@@ -158,13 +159,12 @@ def test_a_thousand_concurrent_calls_on_one_connection(proxy: Proxy) -> None:
 
 def test_a_cancelled_call_is_cancelled_on_the_server(proxy: Proxy, backend: Backend) -> None:
     backend.marker.unlink(missing_ok=True)
+    backend.started.unlink(missing_ok=True)
     with proxy.tls_channel() as channel:
         future = channel.unary_unary(SERVICE + "Wait").future(b"", timeout=30)
-        time.sleep(0.5)
+        eventually(backend.started.exists, "the call to reach the server")
         future.cancel()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not backend.marker.exists():
-            time.sleep(0.1)
+        eventually(backend.cancelled, "the server to see the cancellation")
     assert backend.marker.read_text() == "cancelled"
 
 
@@ -173,9 +173,7 @@ def test_deadline_exceeded(proxy: Proxy, backend: Backend) -> None:
     with proxy.tls_channel() as channel, pytest.raises(grpc.RpcError) as caught:
         channel.unary_unary(SERVICE + "Wait")(b"", timeout=0.5)
     assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not backend.marker.exists():
-        time.sleep(0.1)
+    eventually(backend.cancelled, "the server to see the cancellation")
     assert backend.marker.read_text() == "cancelled"  # the grpc-timeout header (and the reset) reached it
 
 
@@ -186,9 +184,7 @@ def test_an_exchange_silent_both_ways_past_the_read_timeout_is_ended(proxy: Prox
         channel.unary_unary(SERVICE + "Wait")(b"", timeout=20)
     assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
     assert "timed out" in (caught.value.details() or "")
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not backend.marker.exists():
-        time.sleep(0.1)
+    eventually(backend.cancelled, "the server to see the cancellation")
     assert backend.marker.read_text() == "cancelled"
 
 
@@ -251,7 +247,7 @@ def test_an_endpoint_that_ends_its_connections_gracefully_loses_no_call(tmp_path
     try:
         with proxy.h2c_channel() as channel:
             unary, download = _unary(channel), channel.unary_stream(SERVICE + "Download")
-            deadline = time.monotonic() + 2.5  # several connection ages
+            deadline = time.monotonic() + 2.5  # not a wait: calls for several connection ages (300 ms each)
             calls = 0
             while time.monotonic() < deadline:
                 assert unary(b"c%d" % calls, timeout=10) == b"c%d" % calls

@@ -41,7 +41,7 @@ class _Backend(BaseHTTPRequestHandler):
                 piece = body[at : at + size]
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
                 self.wfile.flush()
-                time.sleep(0.05)
+                time.sleep(0.05)  # not a wait: the backend sends its chunks apart, as a streaming one does
             self.wfile.write(b"0\r\n\r\n")
         else:
             self.send_header("Content-Length", str(len(body)))

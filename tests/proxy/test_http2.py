@@ -23,6 +23,7 @@ from hyperframe.frame import ContinuationFrame, HeadersFrame
 
 from tests.proxy.h2client import H2Client, Response
 from tests.support import EchoBackend, Manifests, Twingress, free_port
+from tests.waiting import eventually
 
 
 class Proxy:
@@ -142,10 +143,7 @@ def test_access_log_and_metrics_name_the_protocol(proxy: Proxy) -> None:
     for _ in range(3):
         assert client.get("/logged").status == 200
     client.close()
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and '"GET /logged HTTP/2.0" 200' not in proxy.access_log.read_text():
-        time.sleep(0.1)
-    assert '"GET /logged HTTP/2.0" 200' in proxy.access_log.read_text()
+    eventually(lambda: '"GET /logged HTTP/2.0" 200' in proxy.access_log.read_text(), "the h2 request's access-log line", timeout=5, interval=0.1)
     assert proxy.metric("twingress_http_requests_total", route="default/named", protocol="h2") == before + 3
 
 
@@ -235,7 +233,7 @@ def test_a_stream_whose_client_gives_no_window_holds_no_more_than_the_window(pro
     client.flush()
     rss = proxy.twingress.rss_bytes()
     stalled = client.request("/?size=100000000")
-    deadline = time.monotonic() + 3
+    deadline = time.monotonic() + 3  # not a wait: 3 s in which the proxy would read on if it did not hold the upstream
     while time.monotonic() < deadline:
         try:
             client.read_once(0.2)
@@ -248,7 +246,7 @@ def test_a_stream_whose_client_gives_no_window_holds_no_more_than_the_window(pro
             if getattr(event, "stream_id", 0) == other and hasattr(event, "flow_controlled_length"):
                 client.conn.acknowledge_received_data(event.flow_controlled_length, other)
     assert json.loads(bytes(client.responses[other].body))["uri"] == "/other"
-    time.sleep(1)
+    time.sleep(1)  # not a wait: a second more for the held upstream to grow the proxy's memory if it were read
     assert proxy.twingress.rss_bytes() - rss < 30 << 20
     client.close()
 
@@ -286,7 +284,7 @@ def test_each_stream_times_out_on_its_own_read_timeout_and_the_others_are_served
     """
     client = H2Client(proxy.https_port)
     silent = client.request("/silent?delay=4", authority="slow.test")
-    time.sleep(0.5)
+    time.sleep(0.5)  # not a wait: the silent stream's deadline runs half a second ahead of the others
     in_time = client.request("/in-time?delay=0.2", authority="slow.test")
     patient = client.request("/patient?delay=2", authority="h2.test")
     started = time.monotonic()

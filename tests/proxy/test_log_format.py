@@ -12,12 +12,12 @@ import base64
 import http.client
 import json
 import re
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from ingress.routing.logformat import UPSTREAMINFO
 from tests.support import EchoBackend, Manifests, Twingress
+from tests.waiting import at_least
 
 CONFIG = "default/ingress-nginx-controller"
 # The line a pipeline for ingress-nginx's default format matches (e.g. the fluent-bit / Loki
@@ -53,12 +53,8 @@ def _get(port: int, host: str, path: str, **headers: str) -> int:
 
 
 def _lines(path: Path, count: int, timeout: float = 5.0) -> list[str]:
-    deadline = time.monotonic() + timeout
-    while True:
-        lines = path.read_text().splitlines() if path.exists() else []
-        if len(lines) >= count or time.monotonic() > deadline:
-            return lines
-        time.sleep(0.1)
+    """The access log's lines once it has C{count}."""
+    return at_least(lambda: path.read_text().splitlines() if path.exists() else [], count, f"lines in {path.name}", timeout=timeout, interval=0.1)
 
 
 def _start(manifests: Manifests, twingress: Callable[..., Twingress], echo: EchoBackend, data: dict[str, str], log: Path) -> Twingress:

@@ -28,6 +28,7 @@ from ingress.tap import Options
 from tests.proxy.h2client import H2Client
 from tests.proxy.test_drain import starter
 from tests.support import EchoBackend, Manifests, Twingress, accept_in_threads, refusing_address
+from tests.waiting import eventually
 
 PROCESS_KEYS = {"timestamp", "level", "system", "message"}
 ACCESS_KEYS = {
@@ -104,13 +105,11 @@ def _get(port: int, host: str, path: str, **headers: str) -> tuple[int, bytes]:
 
 
 def _wait_for_line(read: Callable[[], str], match: Callable[[str], bool], timeout: float = 5.0) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for line in read().splitlines():
-            if match(line):
-                return line
-        time.sleep(0.05)
-    raise AssertionError(f"no such log line within {timeout}s:\n{read()[-3000:]}")
+    """The first line of C{read()} that C{match}es, once there is one; on timeout the log's tail says what there was."""
+    line: str = eventually(
+        lambda: next((line for line in read().splitlines() if match(line)), None), "a matching log line", timeout=timeout, context=lambda: read()[-3000:]
+    )
+    return line
 
 
 def _requests(process: Twingress) -> dict[str, tuple[int, bytes]]:
@@ -215,7 +214,7 @@ def test_access_log_file_is_reopened_on_sigusr1(start: Callable[..., Twingress],
 def test_access_log_off(start: Callable[..., Twingress]) -> None:
     process = start("--access-log", "off")
     assert _get(process.http_port, "echo.test", "/quiet")[0] == 200
-    time.sleep(1.0)  # longer than the access log's flush interval
+    time.sleep(1.0)  # not a wait: longer than the access log's flush interval, in which nothing must be written
     assert "/quiet" not in process.log()
 
 

@@ -10,13 +10,13 @@ import json
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from typing import Any, Optional
 
 import pytest
 
-from tests.support import ROOT, free_port, raw_exchange
+from tests.support import ROOT, ProcessExited, free_port, raw_exchange
+from tests.waiting import eventually
 
 
 class Example:
@@ -41,15 +41,13 @@ def example() -> Iterator[Example]:
     env = os.environ | {"HTTP": f"tcp:{http_port}:interface=127.0.0.1", "HTTPS": "", "ADMIN": f"tcp:{admin_port}:interface=127.0.0.1"}
     process = subprocess.Popen([str(ROOT / "examples" / "nginx-migration" / "run.sh")], env=env, cwd=ROOT, start_new_session=True)
     running = Example(http_port, admin_port)
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            if running.request("api.example.com")[0] == 200:
-                break
-        except OSError:
-            pass
-        assert time.monotonic() < deadline and process.poll() is None, "the example did not start"
-        time.sleep(0.2)
+
+    def serving() -> bool:
+        if process.poll() is not None:
+            raise ProcessExited(f"the example exited with {process.returncode}")
+        return running.request("api.example.com")[0] == 200
+
+    eventually(serving, "the example to serve api.example.com", timeout=20, interval=0.2, fatal=(ProcessExited,))
     yield running
     os.killpg(process.pid, signal.SIGTERM)
     process.wait(10)

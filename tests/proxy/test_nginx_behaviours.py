@@ -23,6 +23,7 @@ from tests.proxy.certs import CertificateAuthority
 from tests.proxy.h2client import H2Client
 from tests.proxy.test_external_auth import Service
 from tests.support import EchoBackend, Manifests, Twingress, free_port
+from tests.waiting import at_least
 
 CONFIG = "default/ingress-nginx-controller"
 HEX32 = re.compile(r"[0-9a-f]{32}")
@@ -142,12 +143,7 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
 
 def _log_lines(proxy: Proxy, count: int) -> list[str]:
     """The access log's lines once it has C{count} (it is written within half a second)."""
-    deadline = time.monotonic() + 5
-    while True:
-        lines = proxy.access_log.read_text().splitlines() if proxy.access_log.exists() else []
-        if len(lines) >= count or time.monotonic() > deadline:
-            return lines
-        time.sleep(0.1)
+    return at_least(lambda: proxy.access_log.read_text().splitlines() if proxy.access_log.exists() else [], count, "access-log lines", timeout=5, interval=0.1)
 
 
 def test_request_id_generated_passed_upstream_and_logged(proxy: Proxy) -> None:
@@ -305,12 +301,7 @@ def test_header_values_with_nginx_variables(proxy: Proxy) -> None:
 
 def _copies(service: Service, count: int) -> list[dict[str, Any]]:
     """What the mirror was sent, once it has C{count} copies (a copy never holds the answer up, so it may come later)."""
-    deadline = time.monotonic() + 5
-    while True:
-        copies = [asked for asked in service.asked() if not asked["path"].startswith(("/deny", "/allow"))]
-        if len(copies) >= count or time.monotonic() > deadline:
-            return copies
-        time.sleep(0.05)
+    return at_least(lambda: [asked for asked in service.asked() if not asked["path"].startswith(("/deny", "/allow"))], count, "copies at the mirror", timeout=5)
 
 
 def _field(asked: dict[str, Any], name: str) -> list[str]:

@@ -26,6 +26,7 @@ import pytest
 from tests.proxy.certs import CertificateAuthority, tls_secret
 from tests.proxy.promql import parse
 from tests.support import EchoBackend, Manifests, Twingress, free_port, http_status, refusing_address
+from tests.waiting import eventually
 
 DASHBOARD = Path(__file__).parent.parent / "data" / "ingress-nginx" / "nginx.json"
 # charts/ingress-nginx/values.yaml, controller.metrics.prometheusRule.rules (commit in SOURCE.md):
@@ -85,6 +86,10 @@ def scrape(process: Twingress, binary: str, at_ms: int) -> list[dict]:
     return samples
 
 
+TRAFFIC_REQUESTS = 8
+"""How many requests one L{traffic} makes."""
+
+
 def traffic(http_port: int, https_port: int) -> None:
     """200s over HTTP/1.1 and TLS, a 404 (no host), 502s (a route whose endpoint refuses)."""
     for _ in range(5):
@@ -131,7 +136,8 @@ def test_official_dashboard_and_alerts_find_series(
     samples: list[dict] = []
     for step in range(3):
         traffic(process.http_port, https_port)
-        time.sleep(0.3)
+        answered = TRAFFIC_REQUESTS * (step + 1)
+        eventually(lambda answered=answered: process.metric("twingress_http_requests_total") >= answered, f"{answered} requests counted (both workers)")
         samples += scrape(process, promql_eval, now_ms + step * SCRAPE_INTERVAL_MS)
     at_ms = now_ms + 2 * SCRAPE_INTERVAL_MS
     queries = dashboard_queries() + list(ALERTS)
@@ -158,7 +164,7 @@ def test_labels_are_ingress_nginx_s(manifests: Manifests, echo: EchoBackend, twi
         capture_output=True, text=True, timeout=20,
     )
     assert h2.stdout == "2 200", h2.stderr  # an HTTP/2 stream is counted the same way
-    time.sleep(0.2)
+    eventually(lambda: process.metric("nginx_ingress_controller_requests") >= 2, "both requests counted")
     samples = [s for s in scrape(process, promql_eval, 0) if s["labels"]["__name__"] == "nginx_ingress_controller_requests"]
     assert len(samples) == 1
     labels = {k: v for k, v in samples[0]["labels"].items() if k not in TARGET and k != "__name__"}

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support import EchoBackend, Manifests, Twingress
+from tests.waiting import eventually
 
 RATE = 20  # limit-rps
 BURST = 20  # × limit-burst-multiplier 1
@@ -63,7 +64,7 @@ def _at_twice_the_rate(port: int, host: str, seconds: float, source: str = "127.
     for n in range(int(2 * RATE * seconds)):
         delay = started + n / (2 * RATE) - time.monotonic()
         if delay > 0:
-            time.sleep(delay)
+            time.sleep(delay)  # not a wait: the pacing of requests at twice the rate
         statuses[_status(port, host, source)] += 1
     return statuses, time.monotonic() - started
 
@@ -130,25 +131,18 @@ def _waiting_request(port: int) -> socket.socket:
     raise AssertionError("no request stayed in progress")
 
 
-def _eventually(condition: object, what: str) -> None:
-    deadline = time.monotonic() + 5
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
-
-
 def test_limit_connections_counts_requests_in_progress(proxy: Twingress) -> None:
     """ "limit-connections": concurrent requests of one address (limit_conn); a finished or dropped one frees its place."""
     first, second = _waiting_request(proxy.http_port), _waiting_request(proxy.http_port)
-    _eventually(lambda: _status(proxy.http_port, "concurrent.test") == 503, "a third request refused while two are in progress")
+    eventually(lambda: _status(proxy.http_port, "concurrent.test") == 503, "a third request refused while two are in progress")
     first.sendall(b"body")
     assert first.recv(65536).startswith(b"HTTP/1.1 200 ")
     first.close()
-    _eventually(lambda: _status(proxy.http_port, "concurrent.test") == 200, "a place free again once a request finished")
+    eventually(lambda: _status(proxy.http_port, "concurrent.test") == 200, "a place free again once a request finished")
     third = _waiting_request(proxy.http_port)
-    _eventually(lambda: _status(proxy.http_port, "concurrent.test") == 503, "full again")
+    eventually(lambda: _status(proxy.http_port, "concurrent.test") == 503, "full again")
     second.close()  # the client goes away mid-request
     third.close()
-    _eventually(lambda: _status(proxy.http_port, "concurrent.test") == 200, "places of dropped requests free again")
+    eventually(lambda: _status(proxy.http_port, "concurrent.test") == 200, "places of dropped requests free again")
     statuses = Counter(_status(proxy.http_port, "concurrent.test") for _ in range(20))
     assert statuses == Counter({200: 20})  # one at a time never reaches the limit

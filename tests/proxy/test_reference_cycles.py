@@ -8,7 +8,7 @@ Why it matters: an object in a cycle is freed only when the cyclic collector fin
 collector holds the GIL while it scans, the routing table's objects too (hundreds of milliseconds
 at 10k Ingresses).  Before this was tested, an HTTP/2 request left about 11 objects in cycles
 (its stream and exchange held each other, and its timer held the stream), a gRPC call more, and
-every connection its own; bench/library_share.py measured 18 µs of collections per HTTP/2
+every connection its own; bench/legacy/library_share.py measured 18 µs of collections per HTTP/2
 request, and 400 ms pauses at 10k Ingresses under gRPC load.  And a process that freezes its
 long-lived objects (C{gc.freeze}) leaks any cycle frozen with them.
 
@@ -39,6 +39,7 @@ from tests.proxy.grpc_support import SERVICE, Backend
 from tests.proxy.h2client import H2Client
 from tests.proxy.test_external_auth import Service as AuthService
 from tests.support import ROOT, EchoBackend, Manifests, Twingress, free_port
+from tests.waiting import eventually
 
 PROBE = ROOT / "tests" / "proxy" / "cycleprobe"
 ROUNDS = 40  # requests of each kind per round
@@ -57,19 +58,16 @@ class Proxy:
         self._wait_for_no_connections()
         lines = self.census_path.read_text().splitlines() if self.census_path.exists() else []
         self.twingress.process.send_signal(signal.SIGUSR2)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+
+        def written() -> list[str]:
             now = self.census_path.read_text().splitlines() if self.census_path.exists() else []
-            if len(now) > len(lines):
-                return json.loads(now[-1])  # type: ignore[no-any-return]
-            time.sleep(0.05)
-        raise AssertionError(f"no census written:\n{self.twingress.log()[-3000:]}")
+            return now if len(now) > len(lines) else []
+
+        now = eventually(written, "a census line after SIGUSR2", context=lambda: self.twingress.log()[-3000:])
+        return json.loads(now[-1])  # type: ignore[no-any-return]
 
     def _wait_for_no_connections(self) -> None:
-        deadline = time.monotonic() + 10
-        while self.twingress.metric("twingress_open_connections") > 0:
-            assert time.monotonic() < deadline, "client connections still open"
-            time.sleep(0.05)
+        eventually(lambda: self.twingress.metric("twingress_open_connections") == 0, "no client connections open")
         time.sleep(0.2)  # the upstream side of the last ones
 
 

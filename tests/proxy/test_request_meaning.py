@@ -16,13 +16,13 @@ import json
 import socket
 import ssl
 import struct
-import time
 from collections.abc import Iterator
 
 import pytest
 
 from tests.proxy.clients import RawClient, ScriptedBackend, read_request_head
 from tests.support import EchoBackend, Manifests, Twingress, free_port
+from tests.waiting import eventually
 
 HOST = "m.test"
 
@@ -195,7 +195,7 @@ def test_the_proxy_protocol_address_is_the_client_for_every_request(world: dict,
             headers = response.json()["headers"]
             assert headers["X-Forwarded-For"] == [client_ip]
             assert headers["X-Real-Ip"] == [client_ip]
-    _wait_for(lambda: world["proxied_log"].read_text().count(f"{client_ip} - - [") >= 2, "two access-log lines")
+    eventually(lambda: world["proxied_log"].read_text().count(f"{client_ip} - - [") >= 2, "two access-log lines")
 
 
 @pytest.mark.parametrize(("version", "client_ip"), [(_v1, "203.0.113.8"), (_v2, "198.51.100.10")])
@@ -229,7 +229,7 @@ def test_a_stalled_request_body_gets_408_and_the_upstream_connection_is_dropped(
         response = client.read_response()
         assert response.status == 408  # the client's fault (client body timeout), not a 504
         assert client.closed_by_peer()
-    _wait_for(lambda: world["stalled"] == [b"closed"], "the upstream connection closed, not pooled")
+    eventually(lambda: world["stalled"] == [b"closed"], "the upstream connection closed, not pooled")
     metrics = world["proxy"].admin("/metrics")[1].decode()
     assert 'twingress_upstream_failures_total{reason="timeout"}' not in metrics
 
@@ -254,12 +254,4 @@ def test_the_upstreams_server_header_is_replaced_by_ours(world: dict) -> None:
     with RawClient(world["proxy"].http_port) as client:
         response = client.exchange("GET", "/", host=HOST)
         assert response.headers("Server") == ["twingress"]
-
-
-def _wait_for(predicate, what: str, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 

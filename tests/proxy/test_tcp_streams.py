@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,8 @@ from tests.proxy import streams_support
 from tests.proxy.proxy_header import parse_proxy_header
 from tests.proxy.streams_support import metric, recv_all, recv_exactly, stream_route, table, tcp_echo, until
 from tests.proxy.test_streaming import GROWTH_LIMIT, RSSSampler
-from tests.support import ROOT, free_port, refusing_address, wait_for_port
+from tests.support import ROOT, free_port, refused, refusing_address, wait_for_port
+from tests.waiting import eventually
 
 MB = 1 << 20
 
@@ -223,15 +223,8 @@ def test_upstream_going_away_closes_the_client_and_the_next_connection_goes_else
 
 
 def refused_soon(port: int, within: float = 2.0) -> bool:
-    """True once connecting is refused (a listener closes its socket one reactor turn after stopListening)."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        except ConnectionRefusedError:
-            return True
-        time.sleep(0.01)
-    return False
+    """True once connecting is refused (a listener closes its socket one reactor turn after stopListening); fails after C{within}."""
+    return eventually(lambda: refused(port), f"connects to port {port} to be refused", timeout=within, interval=0.01)
 
 
 def _rest_or_reset(sock: socket.socket) -> bytes:

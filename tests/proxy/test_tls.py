@@ -21,7 +21,6 @@ import re
 import socket
 import ssl
 import subprocess
-import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.proxy.certs import CertificateAuthority, Leaf, common_name, dns_names, load_pem_chain, tls_secret
 from tests.proxy.clients import RawClient, request
 from tests.support import EchoBackend, Manifests, Twingress, free_port, raw_exchange, wait_for_port
+from tests.waiting import eventually
 
 GENERATED_DEFAULT_CN = "twingress default certificate"
 ERRORS_METRIC = "twingress_tls_certificate_errors_total"
@@ -301,17 +301,6 @@ def error_total(process: Twingress) -> float:
     return sum(value for _, value in metric_samples(process, ERRORS_METRIC))
 
 
-def wait_until(predicate, timeout: float = CONVERGENCE_TIMEOUT, interval: float = 0.05, what: str = "condition"):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"{what} not reached within {timeout}s (last: {last!r})")
-
-
 def is_generated_default(cert: x509.Certificate) -> bool:
     return common_name(cert) == GENERATED_DEFAULT_CN
 
@@ -512,7 +501,7 @@ def test_invalid_secret_written_later(tls_proxy: TLSProxy, pki: PKI, case: str) 
     generation = tls_proxy.process.generation()
     tls_proxy.manifests.write(f"late-{case}.yaml", tls_secret(f"late-{case}-tls", leaf), tls_ingress(f"late-{case}", host, f"late-{case}-tls"))
     tls_proxy.process.wait_generation_above(generation, timeout=CONVERGENCE_TIMEOUT)
-    wait_until(lambda: error_total(tls_proxy.process) > before, what=f"{ERRORS_METRIC} above {before}")
+    eventually(lambda: error_total(tls_proxy.process) > before, f"{ERRORS_METRIC} above {before}", timeout=CONVERGENCE_TIMEOUT)
     served = served_leaf(tls_proxy.https_port, host)
     assert served.serial_number != leaf.serial
     assert is_generated_default(served)
@@ -593,9 +582,10 @@ def test_secret_update_switches_certificate_keepalive_survives(tls_proxy: TLSPro
 
         new = pki.root.issue(["swap.example.test"], "ec")
         tls_proxy.manifests.write("swap-secret.yaml", tls_secret("swap-tls", new, key_format="pkcs1"))
-        wait_until(
+        eventually(
             lambda: python_leaf(port, "swap.example.test").serial_number == new.serial,
-            what="the new certificate on new handshakes",
+            "the new certificate on new handshakes",
+            timeout=CONVERGENCE_TIMEOUT,
         )
         assert served_leaf(port, "swap.example.test").serial_number == new.serial
         assert curl_json(tls_proxy, "swap.example.test", "/new")["path"] == "/new"
@@ -617,7 +607,7 @@ def test_removed_secret_falls_back_to_default(tls_proxy: TLSProxy, pki: PKI) -> 
     key = ("default", "removed-tls")
     assert key in {(labels.get("namespace"), labels.get("secret")) for labels, _ in metric_samples(tls_proxy.process, NOT_AFTER_METRIC)}
     tls_proxy.manifests.remove("removed.yaml")
-    wait_until(lambda: is_generated_default(python_leaf(port, "removed.example.test")), what="the default certificate after removal")
+    eventually(lambda: is_generated_default(python_leaf(port, "removed.example.test")), "the default certificate after removal", timeout=CONVERGENCE_TIMEOUT)
     assert key not in {(labels.get("namespace"), labels.get("secret")) for labels, _ in metric_samples(tls_proxy.process, NOT_AFTER_METRIC)}
     assert served_leaf(port, "exact.example.test").serial_number == pki.leaves["exact"].serial
 

@@ -10,24 +10,21 @@ count kept is the same.
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from tests.support import EchoBackend, Manifests, Twingress, http_status
+from tests.waiting import eventually
 
 OPENED = "twingress_upstream_connections_opened_total"
 IDLE = "twingress_upstream_idle_connections"
 POOL_FULL = "twingress_upstream_idle_pool_full_total"
 
 
-def _settled(proxy: Twingress, name: str, expected: float, **labels: str) -> float:
-    """C{name}'s value once it reads C{expected}, or what it reads after 5 s (a connection is parked just after its response)."""
-    deadline = time.monotonic() + 5
-    while (found := proxy.metric(name, **labels)) != expected and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return found
+def _settles_at(proxy: Twingress, name: str, expected: float, **labels: str) -> None:
+    """Until C{name} reads C{expected} (a connection is parked just after its response); fails after 5 s with what it reads."""
+    eventually(lambda: proxy.metric(name, **labels) == expected, f"{name} to read {expected}", timeout=5, interval=0.02, context=lambda: f"it reads {proxy.metric(name, **labels)}")
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
@@ -39,7 +36,7 @@ def test_sequential_requests_reuse_one_connection_per_process(manifests: Manifes
     assert [http_status(proxy.http_port, "web.test") for _ in range(20)] == [200] * 20
     opened = proxy.metric(OPENED, protocol="http/1.1")
     assert 1 <= opened <= int(workers)
-    assert _settled(proxy, IDLE, opened) == opened  # summed over the workers
+    _settles_at(proxy, IDLE, opened)  # summed over the workers
     assert proxy.metric(POOL_FULL) == 0
     assert proxy.metric(OPENED, protocol="h2") == 0
 
@@ -52,8 +49,8 @@ def test_concurrent_requests_past_the_idle_pool_are_counted_as_turned_away(manif
     with ThreadPoolExecutor(5) as pool:  # answered after 0.5 s each, so that all five overlap upstream
         assert list(pool.map(lambda _: http_status(proxy.http_port, "web.test", "/?delay=0.5"), range(5))) == [200] * 5
     assert proxy.metric(OPENED, protocol="http/1.1") == 5
-    assert _settled(proxy, POOL_FULL, 3) == 3
+    _settles_at(proxy, POOL_FULL, 3)
     assert proxy.metric(IDLE) == 2
     assert [http_status(proxy.http_port, "web.test") for _ in range(4)] == [200] * 4
     assert proxy.metric(OPENED, protocol="http/1.1") == 5
-    assert _settled(proxy, IDLE, 2) == 2  # one request at a time takes the warmest and gives it back
+    _settles_at(proxy, IDLE, 2)  # one request at a time takes the warmest and gives it back

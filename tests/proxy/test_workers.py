@@ -410,3 +410,36 @@ def test_a_taken_stream_port_is_reported_by_the_primary(start, manifests: Manife
         assert _metric_sum(proxy, "twingress_stream_listener_errors_total", f'port="{taken}"') == 1  # once, not once per process
         problems = [p for p in proxy.routes()["problems"] if p["reason"] == "PortUnavailable"]
         assert [p["object"] for p in problems] == ["StreamIngress/default/taken"]
+
+
+def test_a_killed_workers_stream_connections_wait_for_its_replacement(start, manifests: Manifests) -> None:
+    """
+    Issue 63, worker restart: the primary owns the stream ports' sockets, so connections queued on a
+    killed worker's socket (completed by the kernel while no worker accepted them) are served by its
+    replacement; when each worker bound its own socket they were reset with it.  Worker 0 is stopped
+    first, so the connections hashed to its socket can only wait in its queue; 32 connections leave
+    none of them on worker 1's socket alone with a chance of 2**-32.
+    """
+    echo = BlockingEchoes(b"a")
+    port = free_port()
+    try:
+        proxy = start("--workers", "2", "--stream-interface", "127.0.0.1")
+        manifests.write("s.yaml", external_stream("s-tcp", "TCP", port, echo.port))
+        _until(lambda: _stream_ports(proxy) == [[f"TCP/{port}"]] * 2, "both workers listening on the stream port")
+        victim = _workers(proxy)[0]["pid"]
+        os.kill(victim, signal.SIGSTOP)
+        clients = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(32)]  # queued on the stopped worker's socket, or answered
+        os.kill(victim, signal.SIGKILL)
+        clients += [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(32)]  # while no process accepts on that socket
+        _until(lambda: _workers(proxy)[0]["pid"] != victim and _stream_ports(proxy)[0] == [f"TCP/{port}"], "a replacement serving the stream port", 15.0)
+        answers = []
+        for client in clients:
+            with client:
+                try:
+                    answers.append(client.recv(100))
+                except OSError as error:
+                    answers.append(f"<{type(error).__name__}>".encode())
+        assert answers == [b"a"] * 64, {answer: answers.count(answer) for answer in set(answers)}
+        assert _metric(proxy, "twingress_worker_restarts_total") == 1
+    finally:
+        echo.close()

@@ -193,7 +193,7 @@ def test_every_annotation_the_docs_name_exists() -> None:
     not_annotations = {name.split("/", 1)[1] for name in (CONTROLLER_NAME, GATEWAY_CONTROLLER_NAME)} | {"v1alpha1"}
     unknown = set()
     for path in doc_files():
-        for prefix, name in re.findall(r"(nginx\.ingress\.kubernetes\.io|twingress\.io)/([a-z0-9][a-z0-9-]*)", path.read_text()):
+        for prefix, name in re.findall(r"(?<![\w.-])(nginx\.ingress\.kubernetes\.io|twingress\.io)/([a-z0-9][a-z0-9-]*)", path.read_text()):
             if name not in known and not (prefix == "twingress.io" and name in not_annotations):
                 unknown.add((path.name, f"{prefix}/{name}"))
     assert sorted(unknown) == []

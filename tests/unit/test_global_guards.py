@@ -200,3 +200,17 @@ def test_without_guards_a_plain_route_has_no_guard_policy() -> None:
     policies = _policies(_table({"proxy-body-size": "2m"}))
     assert (policies.deny, policies.source_ranges, policies.external_auth, policies.basic_auth) == (None, None, None, None)
     assert _table({}).blocked is None
+
+
+@pytest.mark.parametrize("key", ["block-cidrs", "whitelist-source-range", "denylist-source-range", "modsecurity-snippet", "global-auth-snippet"])
+def test_an_empty_guard_key_is_unset_and_closes_nothing(key: str) -> None:
+    """
+    configmap.md (tests/data/ingress-nginx-docs, commit dbb11b92): block-cidrs "", whitelist- and
+    denylist-source-range []string{}, modsecurity-snippet "" and global-auth-snippet "" are the defaults,
+    so a ConfigMap that spells the default out (as its docs' every-key table does) guards nothing.
+    """
+    routes = _table({key: "", "proxy-body-size": "2m"})
+    assert not _closed(routes)
+    assert not any(p.reason == "UnenforcedGuard" for p in routes.problems)
+    policies = _policies(routes)
+    assert policies.deny is None and policies.source_ranges is None

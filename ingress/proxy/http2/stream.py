@@ -221,12 +221,9 @@ class H2Stream:
         if full == self.client_full:
             return
         self.client_full = full
-        upstream = self.exchange.upstream
-        if upstream is not None:
-            if full:
-                upstream.transport.pauseProducing()
-            else:
-                upstream.transport.resumeProducing()
+        attempt = self.exchange.attempt
+        if attempt is not None:
+            attempt.hold(full)
 
     # -- answers of our own, failures and the end --------------------------------
 

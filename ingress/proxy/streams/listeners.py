@@ -12,6 +12,12 @@ bound is logged once, counted, and remembered in L{failures} (for
 /debug/routes and the StreamIngress status); the other listeners are not
 affected, and binding is tried again with each new table.
 
+Given C{sockets} (the sockets the primary owns, L{ingress.process.streamsockets}), a
+listener is made on copies of the port's sockets instead of binding its own: one or several
+(a hand-over from a predecessor with more workers), all served by the one handler (every socket
+of a group is bound to the same address, so a UDP reply leaves from it whichever socket it
+takes).  Stopping a listener closes only those copies.
+
 A Gateway API listener on a port of its own is a stream route too (C{serves}):
 its handler answers HTTP (L{ingress.process.gatewayports}), made by the
 C{gateway_listener} the data plane gives; a change of what it serves reopens
@@ -21,7 +27,7 @@ the port.
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
@@ -31,8 +37,9 @@ from twisted.logger import Logger
 
 from ingress.observe.metrics import Metrics
 from ingress.process.gatewayports import GatewayListener
-from ingress.process.sockets import address_family, bound_socket, default_backlog
+from ingress.process.sockets import default_backlog
 from ingress.proxy.http.upstream import UpstreamPool
+from ingress.proxy.streams.given import GivenPorts, close_all, same_sockets
 from ingress.proxy.streams.tcp import TCPStreamFactory
 from ingress.proxy.streams.udp import DEFAULT_MAX_SESSIONS, UDPStreamListener
 from ingress.routing.streams import TCP, StreamRoute, stream_key
@@ -42,6 +49,7 @@ log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no fram
 
 Key = tuple[str, int]
 Handler = Union[TCPStreamFactory, UDPStreamListener, GatewayListener]
+GivenSockets = Callable[[Key, StreamRoute], Sequence[socket.socket]]  # the port's sockets, the caller's to close; raises OSError
 
 
 @dataclass
@@ -73,6 +81,7 @@ class StreamListeners:
         gateway_listener: Optional[Callable[[StreamRoute], GatewayListener]] = None,
         gateway_interface: Optional[str] = None,
         announce: bool = True,
+        sockets: Optional[GivenSockets] = None,
     ) -> None:
         self.reactor = reactor
         self.announce = announce  # a line for each port opened (workers: only the first; N copies say nothing more)
@@ -82,7 +91,8 @@ class StreamListeners:
         self.gateway_interface = interface if gateway_interface is None else gateway_interface  # Gateway listeners' own ports
         self.drain_timeout = drain_timeout
         self.max_udp_sessions = max_udp_sessions
-        self.reuse_port = reuse_port  # in a worker process: one socket of a SO_REUSEPORT group per worker
+        self.reuse_port = reuse_port  # in a worker process: the primary logs and counts a port that does not bind
+        self.sockets = sockets  # the primary's sockets of each port (L{ingress.process.streamsockets}); None: bind our own
         self.gateway_listener = gateway_listener  # makes the handler of a Gateway listener's port (None: refused)
         self.listeners: dict[Key, _Listener] = {}
         self.failures: dict[Key, str] = {}
@@ -111,10 +121,16 @@ class StreamListeners:
                 listener.route = listener.handler.route = route
 
     def _open(self, key: Key, route: StreamRoute) -> None:
-        if self._revive(key, route):
+        try:
+            given = self._given(key, route)
+        except CannotListenError as error:
+            if not self._revive(key, route, None):
+                self._failed(key, route, str(error.socketError or error))
+            return
+        if self._revive(key, route, given):
             return
         try:
-            handler, port = self._listen(route)
+            handler, port = self._listen(route, given)
         except CannotListenError as error:
             self._failed(key, route, str(error.socketError or error))
             return
@@ -128,38 +144,40 @@ class StreamListeners:
             )
         self.listeners[key] = _Listener(route, handler, port)
 
-    def _listen(self, route: StreamRoute) -> tuple[Handler, Any]:
-        """Bind one listener; raises CannotListenError."""
-        handler: Handler
-        if route.serves:
-            if self.gateway_listener is None:
-                raise CannotListenError(self.gateway_interface, route.port, OSError(f"no {route.serves} listener can be made here"))
-            handler = self.gateway_listener(route)
-        elif route.protocol == TCP:
-            handler = TCPStreamFactory(route, self.pool, self.metrics, self.reactor)
-        else:
-            handler = UDPStreamListener(route, self.pool, self.metrics, self.reactor, self.max_udp_sessions)
-        if self.reuse_port:
-            return handler, self._adopt(route, handler)
+    def _given(self, key: Key, route: StreamRoute) -> Optional[list[socket.socket]]:
+        """The port's sockets from the primary (L{sockets}), or None where this process binds its own."""
+        if self.sockets is None:
+            return None
+        try:
+            return list(self.sockets(key, route))
+        except OSError as error:
+            raise CannotListenError(self._interface(route), route.port, error) from None
+
+    def _listen(self, route: StreamRoute, given: Optional[list[socket.socket]]) -> tuple[Handler, Any]:
+        """Listen on the given sockets, or bind one listener; raises CannotListenError."""
+        try:
+            handler = self._handler(route)
+            if given is not None:
+                return handler, GivenPorts([self._adopt(sock, handler) for sock in given])
+        finally:
+            close_all(given)  # the reactor listens on its own duplicates
         if isinstance(handler, UDPStreamListener):
             return handler, self.reactor.listenUDP(route.port, handler, interface=self.interface, maxPacketSize=65535)
         return handler, self._listen_tcp(route.port, _listening(handler), self._interface(route))
 
-    def _adopt(self, route: StreamRoute, handler: Handler) -> Any:
-        """Bind this process's socket of the port's SO_REUSEPORT group and listen on it."""
-        interface = self._interface(route)
-        family = address_family(interface)
-        kind = socket.SOCK_STREAM if route.protocol == TCP else socket.SOCK_DGRAM
-        try:
-            sock = bound_socket(family, kind, interface, route.port, reuse_port=True, backlog=default_backlog() if route.protocol == TCP else None)
-        except OSError as error:
-            raise CannotListenError(interface, route.port, error) from None
-        try:
-            if isinstance(handler, UDPStreamListener):
-                return self.reactor.adoptDatagramPort(sock.fileno(), family, handler, maxPacketSize=65535)
-            return self.reactor.adoptStreamPort(sock.fileno(), family, _listening(handler))
-        finally:
-            sock.close()  # the reactor listens on its own duplicate
+    def _handler(self, route: StreamRoute) -> Handler:
+        if route.serves:
+            if self.gateway_listener is None:
+                raise CannotListenError(self.gateway_interface, route.port, OSError(f"no {route.serves} listener can be made here"))
+            return self.gateway_listener(route)
+        if route.protocol == TCP:
+            return TCPStreamFactory(route, self.pool, self.metrics, self.reactor)
+        return UDPStreamListener(route, self.pool, self.metrics, self.reactor, self.max_udp_sessions)
+
+    def _adopt(self, sock: socket.socket, handler: Handler) -> Any:
+        if isinstance(handler, UDPStreamListener):
+            return self.reactor.adoptDatagramPort(sock.fileno(), sock.family, handler, maxPacketSize=65535)
+        return self.reactor.adoptStreamPort(sock.fileno(), sock.family, _listening(handler))
 
     def _interface(self, route: StreamRoute) -> str:
         return self.gateway_interface if route.serves else self.interface
@@ -215,16 +233,20 @@ class StreamListeners:
         self._draining[id(draining)] = draining
         log.info("{listener} closed: the table no longer has it", listener=describe(key, listener.route), protocol=key[0], port=key[1], route=listener.route.name)
 
-    def _revive(self, key: Key, route: StreamRoute) -> bool:
-        """A UDP port whose route comes back while it drains is still bound: take it back into service."""
+    def _revive(self, key: Key, route: StreamRoute, given: Optional[list[socket.socket]]) -> bool:
+        """
+        A UDP port whose route comes back while it drains is still bound: take it back into service,
+        when the primary's sockets for it (C{given}) are the ones it drains on, or there are none.
+        """
         for ident, draining in list(self._draining.items()):
             handler = draining.listener.handler
-            if draining.key == key and isinstance(handler, UDPStreamListener):
+            if draining.key == key and isinstance(handler, UDPStreamListener) and (given is None or same_sockets(given, draining.listener.port)):
                 del self._draining[ident]
                 draining.timer.cancel()
                 handler.accepting = True
                 draining.listener.route = handler.route = route
                 self.listeners[key] = draining.listener
+                close_all(given)
                 return True
         return False
 

@@ -36,6 +36,7 @@ KEYS: Mapping[str, Key] = {
     "preserve-trailing-slash": Key(values.boolean),
     "ssl-passthrough": Key(values.boolean),
     "hsts-max-age": Key(values.whole_seconds, nginx=False),  # ingress-nginx has it in its ConfigMap only
+    "acme": Key(values.boolean, nginx=False),  # a certificate from --acme-directory for spec.tls (ingress/acme/)
     # Redirects (ingress-nginx "Permanent Redirect", "Temporal Redirect", "Rewrite": app-root)
     "permanent-redirect": Key(values.redirect_url),
     "permanent-redirect-code": Key(values.status_between(300, 308)),

@@ -226,7 +226,7 @@ class KubeSource(Service):
                 "synced": r.synced,
                 "connected": r.connected,
                 "objects": len(r.store),
-                **({"lastError": r.last_error} if r.last_error and not r.connected else {}),
+                **({"lastError": r.last_error, "failedTries": r.failures} if r.last_error and not r.connected else {}),
             }
             for r in self.reflectors
         }

@@ -1,0 +1,41 @@
+"""
+The scenarios, one module each: C{NAME}, C{QUESTION} (the question it answers, one line),
+C{add_arguments(parser)} (its own options; the shared ones are L{bench.__main__}'s),
+C{run(run: Run) -> list[figure]} and C{lines(document) -> list[str]} (its table, for
+C{python -m bench report}).  A new scenario is a module here and a line in L{SCENARIOS}.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Optional
+
+from bench.lib import procs
+
+
+@dataclass
+class Run:
+    """What a scenario's C{run} is given: its options, its children, the CPUs, and where to say what it does."""
+
+    args: argparse.Namespace
+    children: procs.Children
+    proxy_cpus: Optional[str]
+    load_cpus: Optional[str]
+    say: Callable[[str], None] = print
+    config: dict[str, Any] = field(default_factory=dict)  # what the scenario adds to the results file's config
+    failures: list[str] = field(default_factory=list)  # what it could not measure, one line each
+
+
+def scenarios() -> dict[str, ModuleType]:
+    """The scenarios on bench/lib, by name (imported here, late: a scenario's imports are its own business)."""
+    from bench.scenarios import node, pairs
+    return {module.NAME: module for module in (pairs, node)}
+
+
+def legacy() -> dict[str, Any]:
+    """The scenarios still run by a script of bench/legacy/, by name (L{bench.scenarios.legacy})."""
+    from bench.scenarios.legacy import SCENARIOS
+    return {scenario.NAME: scenario for scenario in SCENARIOS}

@@ -1,0 +1,131 @@
+# -*- test-case-name: tests.proxy.test_acme -*-
+"""
+One certificate order with certbot's C{acme} client (blocking: run in the issuer's thread, never on the reactor).
+
+The account (its key in the storage directory) is registered on first use and found again by its key
+after a restart (the server answers an existing key with its account).  Each HTTP-01 token is
+published, then fetched through twingress's own --http listener until it answers, and only then is
+the server asked to validate: a token that is not served yet never spends a failed validation.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from acme import challenges, client, crypto_util, errors, messages
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from josepy.jwk import JWK, JWKRSA
+
+from ingress.acme.options import AcmeSettings
+from ingress.acme.storage import account_key
+
+USER_AGENT = "twingress"
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # our own listener: never through an http_proxy
+SELF_CHECK_SECONDS = 30.0
+ORDER_SECONDS = 90.0
+NETWORK_SECONDS = 15  # per request (certbot's is 45): a stop waits for the order's thread, at most one request's time
+
+
+class CountingNetwork(client.ClientNetwork):
+    """certbot's network layer, counting the requests it sends and trusting --acme-ca-file."""
+
+    def __init__(self, key: JWK, ca_file: str) -> None:
+        super().__init__(key, user_agent=USER_AGENT, timeout=NETWORK_SECONDS)
+        if ca_file:
+            self.verify_ssl = ca_file  # type: ignore[assignment]  # requests takes a CA bundle's path as verify
+        self.requests = 0
+
+    def _send_request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        self.requests += 1
+        return super()._send_request(method, url, *args, **kwargs)
+
+
+@dataclass
+class Issued:
+    """A certificate and its key (PEM), and what getting it cost."""
+
+    chain_pem: bytes
+    key_pem: bytes
+    requests: int
+    seconds: float
+
+
+def order_certificate(settings: AcmeSettings, hosts: tuple[str, ...], publish: Callable[[dict[str, tuple[str, str]]], None], self_check: Callable[[str, str, str], bool]) -> Issued:
+    """
+    A certificate for C{hosts}: C{publish} puts the pending tokens (token: (host, key authorization)) where every worker serves
+    them ({} withdraws them); C{self_check(host, token, answer)} says whether twingress serves a token yet.
+    """
+    started = time.monotonic()
+    key, _ = account_key(settings.storage, settings.directory)
+    account = JWKRSA(key=key)
+    network = CountingNetwork(account, settings.ca_file)
+    acme = client.ClientV2(client.ClientV2.get_directory(settings.directory, network), network)
+    _account(acme, network, settings.email)
+    certificate_key = ec.generate_private_key(ec.SECP256R1())
+    key_pem = certificate_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    order = acme.new_order(crypto_util.make_csr(key_pem, list(hosts)))
+    pending = _pending_http01(order, account)
+    try:
+        publish({token: (host, answer) for host, token, answer, _ in pending})
+        for host, token, answer, _ in pending:
+            _wait_served(self_check, host, token, answer)
+        for _, _, _, (challenge, response) in pending:
+            acme.answer_challenge(challenge, response)
+        deadline = datetime.datetime.now() + datetime.timedelta(seconds=ORDER_SECONDS)
+        order = acme.poll_and_finalize(order, deadline=deadline)
+    finally:
+        publish({})
+    return Issued(order.fullchain_pem.encode(), key_pem, network.requests, time.monotonic() - started)
+
+
+def _account(acme: client.ClientV2, network: CountingNetwork, email: str) -> None:
+    """Register the key's account, or find it again (the server answers a known key with its URL)."""
+    registration = messages.NewRegistration.from_data(email=email or None, terms_of_service_agreed=True)
+    try:
+        acme.new_account(registration)
+    except errors.ConflictError as existing:
+        network.account = messages.RegistrationResource(uri=existing.location, body=messages.Registration())
+
+
+def _pending_http01(order: messages.OrderResource, key: JWK) -> list[tuple[str, str, str, tuple[messages.ChallengeBody, Any]]]:
+    """(host, token, key authorization, (challenge, response)) of each authorization not valid yet."""
+    pending = []
+    for authorization in order.authorizations:
+        if authorization.body.status == messages.STATUS_VALID:
+            continue
+        host = authorization.body.identifier.value
+        for challenge in authorization.body.challenges:
+            if isinstance(challenge.chall, challenges.HTTP01):
+                response, answer = challenge.response_and_validation(key)
+                pending.append((host, challenge.chall.encode("token"), answer, (challenge, response)))
+                break
+        else:
+            raise ValueError(f"the ACME server offers no http-01 challenge for {host}")
+    return pending
+
+
+def _wait_served(self_check: Callable[[str, str, str], bool], host: str, token: str, answer: str) -> None:
+    """Poll twingress's own listener until it answers the token (the table reached every worker), or fail."""
+    deadline = time.monotonic() + SELF_CHECK_SECONDS
+    while not self_check(host, token, answer):
+        if time.monotonic() > deadline:
+            raise ValueError(f"http://{host}/.well-known/acme-challenge/{token} is not served by this node's --http listener after {SELF_CHECK_SECONDS:.0f}s")
+        time.sleep(0.2)
+
+
+def fetch_token(address: str, http_port: int, host: str, token: str, answer: str) -> bool:
+    """Whether C{GET /.well-known/acme-challenge/TOKEN} with C{Host: host} on the --http listener answers C{answer}."""
+    literal = f"[{address}]" if ":" in address else address
+    request = urllib.request.Request(f"http://{literal}:{http_port}/.well-known/acme-challenge/{token}", headers={"Host": host})
+    try:
+        with _DIRECT.open(request, timeout=5) as response:
+            return bool(response.status == 200 and response.read().decode(errors="replace").strip() == answer)
+    except (urllib.error.URLError, OSError):
+        return False

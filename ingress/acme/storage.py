@@ -1,0 +1,102 @@
+# -*- test-case-name: tests.proxy.test_acme -*-
+"""
+The ACME storage directory (C{--acme-storage}): the account key, and the manifests the issuer writes.
+
+C{account-<sha256 of the directory URL>.pem} is the account key of one ACME server, so staging and
+production live side by side; C{manifests/} holds the issued certificates as C{kubernetes.io/tls}
+Secrets (labelled as twingress's) and the pending HTTP-01 tokens as the ConfigMap
+L{ingress.routing.acme_challenges.CHALLENGES} names.  The manifests source reads C{manifests/} beside
+the manifests directory.  Every file is written whole and renamed into place: a poll never reads half.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from collections.abc import Mapping
+from typing import Optional
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from ingress.routing.acme_challenges import CHALLENGES, RESPONDER_KEY
+
+MANAGED_BY = {"app.kubernetes.io/managed-by": "twingress"}
+
+
+def manifests_dir(storage: str) -> str:
+    """Where the issuer's manifests are kept (made on first use)."""
+    path = os.path.join(storage, "manifests")
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    return path
+
+
+def write_whole(path: str, data: bytes, mode: int = 0o600) -> None:
+    """Write C{path} through a hidden temporary file and a rename (the scan skips dot files)."""
+    temporary = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(temporary, path)
+
+
+def account_key(storage: str, directory: str) -> tuple[rsa.RSAPrivateKey, bool]:
+    """The account key of C{directory}'s server, made and kept on first use; and whether it was made now."""
+    path = os.path.join(storage, "account-%s.pem" % hashlib.sha256(directory.encode()).hexdigest()[:16])
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            key = serialization.load_pem_private_key(f.read(), password=None)
+        if not isinstance(key, rsa.RSAPrivateKey):
+            raise ValueError(f"{path}: not an RSA key")
+        return key, False
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    write_whole(path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return key, True
+
+
+def secret_path(storage: str, namespace: str, name: str) -> str:
+    return os.path.join(manifests_dir(storage), f"secret-{namespace}.{name}.yaml")
+
+
+def write_certificate(storage: str, namespace: str, name: str, chain_pem: bytes, key_pem: bytes, hosts: tuple[str, ...], issuer: str) -> None:
+    """The Secret C{namespace/name} with the chain and its key, annotated with its hosts, issuer and expiry."""
+    leaf = x509.load_pem_x509_certificate(chain_pem)
+    secret = {
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+        "metadata": {
+            "namespace": namespace, "name": name, "labels": dict(MANAGED_BY),
+            "annotations": {
+                "acme.twingress.io/hosts": ",".join(hosts), "acme.twingress.io/issuer": issuer,
+                "acme.twingress.io/not-after": leaf.not_valid_after_utc.isoformat(),
+            },
+        },
+        "data": {"tls.crt": base64.b64encode(chain_pem).decode(), "tls.key": base64.b64encode(key_pem).decode()},
+    }
+    write_whole(secret_path(storage, namespace, name), yaml.safe_dump(secret).encode())
+
+
+def stored_hosts(storage: str, namespace: str, name: str) -> Optional[tuple[str, ...]]:
+    """The hosts the stored certificate of C{namespace/name} was issued for, None when there is none."""
+    try:
+        with open(secret_path(storage, namespace, name), "rb") as f:
+            secret = yaml.safe_load(f)
+        hosts: str = secret["metadata"]["annotations"]["acme.twingress.io/hosts"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return None
+    return tuple(hosts.split(","))
+
+
+def write_challenges(storage: str, tokens: Mapping[str, str], responder: str) -> None:
+    """The ConfigMap of pending tokens (token: host) and the responder's address, or no file when none is pending."""
+    path = os.path.join(manifests_dir(storage), "acme-challenges.yaml")
+    if not tokens:
+        if os.path.exists(path):
+            os.unlink(path)
+        return
+    namespace, name = CHALLENGES
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": namespace, "name": name, "labels": dict(MANAGED_BY)},
+                  "data": {RESPONDER_KEY: responder, **tokens}}
+    write_whole(path, yaml.safe_dump(config_map).encode())

@@ -1,0 +1,32 @@
+# -*- test-case-name: tests.proxy.test_acme -*-
+"""The manifests source, with the ACME issuer beside it when --acme-directory is given (L{ingress.tap} wires it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.application.service import IService, MultiService
+
+from ingress.acme.issuer import AcmeIssuer
+from ingress.acme.options import AcmeSettings, acme_settings
+from ingress.acme.storage import manifests_dir
+from ingress.observe.metrics import Metrics
+from ingress.process.builder import TableBuilder
+from ingress.process.reactor import IProcessReactor
+from ingress.sources.files import ManifestsSource
+
+__all__ = ["acme_settings", "manifests_source"]
+
+
+def manifests_source(options: Any, builder: TableBuilder, metrics: Metrics, reactor: IProcessReactor) -> IService:
+    """The manifests directory's source; with ACME, the issuer first (its responder listens) and the storage's manifests read too."""
+    settings: AcmeSettings | None = options["acme"]
+    if settings is None:
+        return ManifestsSource(options["manifests"], builder, metrics, reactor, options["poll-interval"])
+    both = MultiService()
+    http_port = next(port for port, name in options["reserved-ports"].items() if name == "http")
+    issuer = AcmeIssuer(settings, reactor, http_port, options["ingress-class"], options["controller-name"])
+    issuer.setServiceParent(both)
+    also = manifests_dir(settings.storage)
+    ManifestsSource(options["manifests"], builder, metrics, reactor, options["poll-interval"], also=also, observe=issuer.consider).setServiceParent(both)
+    return both

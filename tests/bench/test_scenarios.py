@@ -1,0 +1,177 @@
+"""
+Every scenario of C{python -m bench}, run the way an operator runs it (the command line, real
+processes, real load) with its smallest settings, so that a scenario cannot rot unnoticed: its
+results file is written and well formed, and C{python -m bench report} prints it.  Not timed:
+nothing here asserts on a figure's size, only that each figure is there and is a number.
+
+A scenario whose tool or peer is not built skips here, and fails under TWINGRESS_REQUIRE_KUBE=1
+(CI), where everything bench/setup.sh, testenv/system-packages.sh and bench/peers.sh provide must be.
+About 10 minutes in all on a 2-core machine busy with other work: the cluster scenarios take about a
+minute each (a control plane started and stopped), the others 5 to 50 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import unavailable
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def bench(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """C{python -m bench ARGV} from the tree's root, as bench/README.md says to run it."""
+    return subprocess.run([sys.executable, "-m", "bench", *argv], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def need(*tools: str) -> None:
+    missing = [tool for tool in tools if not (shutil.which(tool) or os.access(f"/usr/sbin/{tool}", os.X_OK))]
+    if missing:
+        unavailable(f"not installed: {', '.join(missing)} (bench/setup.sh, testenv/system-packages.sh)")
+
+
+def need_cluster() -> None:
+    """The kube binaries of testenv/ and the test network namespace, as the cluster scenarios need them."""
+    from tests.kube import cluster
+    try:
+        missing = cluster.missing_binaries(cluster.bin_dir())
+    except (OSError, subprocess.CalledProcessError) as e:
+        unavailable(f"cannot locate the kube test binaries with testenv/build.sh: {e}")
+    if missing:
+        unavailable(f"kube test binaries missing: {', '.join(missing)} (make testenv)")
+    if not cluster.address_exists("10.244.0.10"):
+        unavailable("not in the test network namespace: run under testenv/netns-run")
+
+
+def results_of(done: subprocess.CompletedProcess[str], out: Path) -> dict[str, Any]:
+    """The run's results file, checked to be what python -m bench report reads, the run having succeeded."""
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    document = json.loads(out.read_text())
+    assert document["failures"] == []
+    environment = document["environment"]
+    assert {"machine", "cpus", "kernel", "commit", "dirty", "python"} <= environment.keys()
+    assert isinstance(environment["dirty"], bool) and environment["cpus"] >= 1
+    assert document["command"].startswith("python -m bench ")
+    assert document["figures"], document
+    report = bench("report", str(out))
+    assert report.returncode == 0, report.stderr
+    assert document["scenario"] in report.stdout
+    return document
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+@pytest.mark.parametrize("against", ["twingress", "nginx"])  # Traefik and Caddy: not built for CI (Makefile, bench-peers-built)
+def test_pairs_against(tmp_path: Path, against: str) -> None:
+    """pairs --against: both sides' CPU per request, the ratios, one figure per kind asked."""
+    need("nginx", "h2load", "taskset", "go")
+    out = tmp_path / "pairs.json"
+    kinds = "all" if against == "twingress" else "http/1.1,h2"
+    document = results_of(bench("pairs", "--against", against, "--kinds", kinds, "--pairs", "1", "--seconds", "1", "--out", str(out)), out)
+    expected = ["http/1.1", "https/1.1", "h2", "grpc"] if kinds == "all" else ["http/1.1", "h2"]
+    assert [f["kind"] for f in document["figures"]] == expected
+    for f in document["figures"]:
+        assert is_number(f["first_us"]) and is_number(f["second_us"]) and len(f["ratios"]) == f["pairs"] == 1
+        assert f["interval"] is None  # one pair: too few for an interval, and the file says so rather than inventing one
+
+
+def test_pairs_baseline(tmp_path: Path) -> None:
+    """pairs --baseline: another checkout's build against this one (here a clone of this commit, with this .venv linked in)."""
+    need("nginx", "h2load", "taskset", "go", "git")
+    baseline = tmp_path / "baseline"
+    subprocess.run(["git", "clone", "-q", "--shared", str(REPO), str(baseline)], check=True, capture_output=True)
+    (baseline / ".venv").symlink_to(Path(sys.prefix))
+    out = tmp_path / "pairs.json"
+    document = results_of(bench("pairs", "--baseline", str(baseline), "--kinds", "h2", "--pairs", "1", "--seconds", "1", "--out", str(out)), out)
+    described = document["config"]["baseline"]
+    assert described["path"] == str(baseline.resolve()) and described["compiled"] is False and len(described["commit"]) == 12
+    (figure,) = document["figures"]
+    assert figure["second"] == "baseline" and is_number(figure["ratio"])
+
+
+def test_pairs_bad_baseline(tmp_path: Path) -> None:
+    """A baseline that is no checkout: one line on stderr, a results file saying so, exit 1; never a traceback."""
+    need("nginx", "h2load", "taskset", "go")
+    out = tmp_path / "pairs.json"
+    done = bench("pairs", "--baseline", str(tmp_path), "--pairs", "1", "--seconds", "1", "--out", str(out))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "not a twingress checkout" in done.stderr
+    assert "not a twingress checkout" in json.loads(out.read_text())["failures"][0]
+
+
+@pytest.mark.parametrize("argv", [["pairs"], ["pairs", "--against", "apache"], ["pairs", "--against", "nginx", "--cpus", "x"], ["node", "--kinds", "h3"]])
+def test_bad_options(argv: list[str]) -> None:
+    done = bench(*argv)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr, done.stderr
+
+
+def test_node(tmp_path: Path) -> None:
+    """node --workers 2 --against nginx: a row per contender, layout and kind, each a rate and a CPU per request."""
+    need("nginx", "h2load", "taskset", "go")
+    out = tmp_path / "node.json"
+    document = results_of(bench("node", "--workers", "2", "--against", "nginx", "--kinds", "http/1.1", "--seconds", "1", "--warmup", "0",
+                                "--out", str(out)), out)
+    assert [(f["contender"], f["workers"]) for f in document["figures"]] == [("twingress", 1), ("twingress", 2), ("nginx", 1), ("nginx", 2)]
+    assert all(is_number(f["rps"]) and is_number(f["cpu_us"]) for f in document["figures"])
+
+
+# Each older script's scenario at its smallest: (its options, the tools it needs, whether it needs the cluster).
+LEGACY = {
+    "latency": (["--duration", "1", "--warmup", "1"], ["nginx", "wrk", "taskset"], False),
+    "tls": (["--duration", "1", "--warmup", "1", "--sni-certs", "0"], ["nginx", "wrk", "taskset"], False),
+    "mix": (["--duration", "1", "--warmup", "1", "--proxies", "twingress,nginx"], ["nginx", "h2load", "taskset", "go"], False),
+    "streams": (["--duration", "3", "--streams", "2", "--udp-clients", "1"], ["haproxy", "socat", "iperf3", "taskset", "go"], False),
+    "floor-h2": (["--requests", "2000", "--rounds", "1"], [], False),
+    "floor-library": (["--duration", "3", "--warmup", "1"], ["nginx", "h2load", "taskset", "go"], False),
+    "instructions": (["--proxies", "twingress", "--requests", "200", "--warmup", "100"], ["nginx", "h2load", "taskset", "valgrind", "callgrind_control"], False),
+    "h2-path": (["--requests", "2000", "--rounds", "1"], [], False),
+    "tls-calls": (["--requests", "2000", "--rounds", "1"], [], False),
+    "workers-cost": (["--rounds", "1", "--seconds", "1", "--no-count", "--proxies", "twingress"], ["nginx", "h2load", "taskset", "perf"], False),
+    "convergence": (["--scale", "20", "--changes", "5", "--rebuilds", "1", "--scale-changes", "2"], [], True),
+    "endpoint-removal": (["--scale", "20", "--trials", "3", "--run", "1"], [], True),
+    "watch-floor": (["--routes", "50"], [], True),
+    "renewal": (["--secrets", "10", "--sample", "5", "--before", "1", "--after", "1"], [], True),
+    "soak": (["--duration", "20", "--warmup", "5", "--ingresses", "10", "--connections", "16", "--kill-interval", "10"], [], True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LEGACY))
+def test_legacy_scenario(tmp_path: Path, name: str) -> None:
+    """A scenario of bench/legacy/ at its smallest: its results file holds the script's figures, and report prints them."""
+    argv, tools, kube = LEGACY[name]
+    need(*tools)
+    if kube:
+        need_cluster()
+    out = tmp_path / f"{name}.json"
+    document = results_of(bench(name, *argv, "--out", str(out), timeout=600), out)
+    assert document["config"]["argv"] == argv
+    assert all(isinstance(figure, dict) and figure for figure in document["figures"])
+
+
+def test_every_scenario_is_tested() -> None:
+    """A scenario added to python -m bench without a run here fails this (first-answer: below, it clones and compiles)."""
+    listed = {line.split()[0] for line in bench("list").stdout.splitlines()}
+    assert listed == {"pairs", "node", "first-answer", *LEGACY}
+
+
+def test_first_answer_usage() -> None:
+    """first-answer clones and compiles (minutes, and it empties pip's cache): here only its usage error, one line, no results file."""
+    done = bench("first-answer")
+    assert done.returncode == 2 and "usage: python -m bench first-answer CLONE" in done.stdout and "Traceback" not in done.stdout + done.stderr
+
+
+def test_report_refuses_what_is_no_results_file(tmp_path: Path) -> None:
+    other = tmp_path / "other.json"
+    other.write_text('{"benchmark": "http"}')
+    done = bench("report", str(other))
+    assert done.returncode == 1 and "not a bench results file" in done.stderr and "Traceback" not in done.stderr
