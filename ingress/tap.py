@@ -37,7 +37,6 @@ from ingress.process.builder import TableBuilder
 from ingress.process.cpus import worker_count
 from ingress.process.dataplane import data_plane
 from ingress.process.drain import GracefulShutdown
-from ingress.process.heap import FrozenWatch
 from ingress.process.streamports import WorkerStreams, primary_streams
 from ingress.process.streamsockets import ClosedAtDrain, inherited_streams
 from ingress.process.workerconfig import worker_pool
@@ -55,6 +54,7 @@ from ingress.runtime.sockets import check_listener, listen
 from ingress.sources.kube.client import KubeClient
 from ingress.sources.kube.handoverkey import fetch_handover_key
 from ingress.sources.kube.source import KubeSource
+from ingress.speedups.heap import FrozenWatch
 
 _CHECKED: list[tuple[str, Callable[[str], float]]] = [
     ("poll-interval", positive_float),

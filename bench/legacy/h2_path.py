@@ -74,10 +74,10 @@ from ingress.proxy.http.factory import HTTPProxyFactory  # noqa: E402
 from ingress.proxy.http.settings import HTTP2Settings, ProxySettings  # noqa: E402
 from ingress.proxy.http.upstream import _DONE, UpstreamConnection, UpstreamPool  # noqa: E402
 from ingress.proxy.http2.connection import PREFACE, H2ServerProtocol  # noqa: E402
-from ingress.proxy.http2.librarylog import drop_hpack_debug  # noqa: E402
-from ingress.proxy.http2.statehash import hash_states_by_identity  # noqa: E402
 from ingress.routing import build  # noqa: E402
 from ingress.runtime.live import LiveTable  # noqa: E402
+from ingress.speedups.librarylog import drop_hpack_debug  # noqa: E402
+from ingress.speedups.statehash import hash_states_by_identity  # noqa: E402
 
 BACKEND_PORT = 8080
 # The benches' nginx backend's answer to GET / (bench/targets.py backend_conf), as it sends it.

@@ -5,7 +5,7 @@ The floor of an HTTP/2-to-HTTP/1.1 proxy on Twisted, pyOpenSSL and h2: the conve
 times a proxy that parses nothing.  Issue 32's target 2 charges everything an h2 request costs
 twingress beyond the first (and TLS's share) to twingress's own code.  This proxy measures what
 part of that any proxy on these libraries pays: it terminates TLS with ALPN h2 on twingress's TLS
-transport (L{ingress.proxy.tls.direct}) and send batch, runs the h2 state machine configured as
+transport (L{ingress.speedups.tlsdirect}) and send batch, runs the h2 state machine configured as
 twingress's, and for each request does only what a conversion must:
 
 - writes ``GET <:path> HTTP/1.1`` with the ``:authority`` as Host on an idle keep-alive upstream
@@ -38,11 +38,11 @@ from h2.connection import H2Connection
 from h2.events import ConnectionTerminated, RequestReceived
 from twisted.internet import protocol, reactor, ssl
 
-from ingress.proxy.http.fastwrite import direct_writer
-from ingress.proxy.http2.librarylog import drop_hpack_debug
-from ingress.proxy.http2.statehash import hash_states_by_identity
-from ingress.proxy.reactorstep import run_before_next_poll
-from ingress.proxy.tls.direct import DirectTLSFactory
+from ingress.speedups.fastwrite import direct_writer
+from ingress.speedups.librarylog import drop_hpack_debug
+from ingress.speedups.reactorstep import run_before_next_poll
+from ingress.speedups.statehash import hash_states_by_identity
+from ingress.speedups.tlsdirect import DirectTLSFactory
 
 # Fields that describe the HTTP/1.1 connection, not the message: never sent in HTTP/2 (RFC 9113 8.2.2).
 HOP_BY_HOP = frozenset((b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"))

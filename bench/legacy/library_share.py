@@ -11,7 +11,7 @@ twingress and in the splice floor alike, under the load of h2_bench.py's rows:
 - twingress: HTTP/1.1 and HTTPS/1.1 keep-alive (wrk -c32), h2 over TLS and gRPC unary
   (h2load -c32 -m10), one process with an HTTP and an HTTPS listener;
 - the floors: splice_floor.py --batched, then with --tls (the same TLS transport class,
-  ingress.proxy.tls.direct), under the same wrk load; h2_proxy_floor.py (an h2-to-HTTP/1.1
+  ingress.speedups.tlsdirect), under the same wrk load; h2_proxy_floor.py (an h2-to-HTTP/1.1
   proxy that converts and does nothing else) under the h2 row's load; with C{--floor-churn N}, the TLS
   floor again doing Python work between its TLS calls (N objects of a working set larger
   than the caches, per request): whether the calls' cost depends on what runs between them.

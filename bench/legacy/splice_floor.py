@@ -12,10 +12,10 @@ CPU than this; ``http_bench.py --twingress-cmd`` runs it in twingress's place:
   .venv/bin/python -m bench latency --twingress-cmd \\
       '{venv_bin}/python bench/legacy/splice_floor.py {port} {backend_port} --batched'
 
-``--batched`` writes through twingress's send batch (ingress.proxy.http.fastwrite)
+``--batched`` writes through twingress's send batch (ingress.speedups.fastwrite)
 instead of Twisted's write queue, as twingress does.  ``--tls CERT KEY`` terminates
 TLS from clients first (PEM files), with twingress's TLS transport when batched
-(ingress.proxy.tls.direct) and Twisted's own otherwise: the floor of keep-alive
+(ingress.speedups.tlsdirect) and Twisted's own otherwise: the floor of keep-alive
 HTTPS, for a load such as ``wrk https://localhost:PORT/``.  ``--churn N`` visits N
 objects of a 10 MB working set on each client read: Python work between the TLS calls,
 to see what a proxy's own work does to their cost (bench/library_share.py).
@@ -31,8 +31,8 @@ from typing import Any, Optional
 from twisted.internet import protocol, reactor, ssl
 from twisted.protocols.tls import TLSMemoryBIOFactory
 
-from ingress.proxy.http.fastwrite import direct_writer
-from ingress.proxy.tls.direct import DirectTLSFactory
+from ingress.speedups.fastwrite import direct_writer
+from ingress.speedups.tlsdirect import DirectTLSFactory
 
 BATCHED = False
 # --churn: objects of a working set far larger than the caches, visited per request (bench/library_share.py)

@@ -11,7 +11,7 @@ ciphertext into OpenSSL (C{BIO_write}), the plaintext out (C{SSL_read}), the res
   C{bio_read}), as Twisted's TLS transport calls them;
 - C{binding}: the same OpenSSL functions through the binding pyOpenSSL itself
   calls (cryptography's), into buffers allocated once, as
-  L{ingress.proxy.tls.direct} calls them;
+  L{ingress.speedups.tlsdirect} calls them;
 - C{stdlib}: Python's C{ssl} module on memory BIOs, for reference (its own
   OpenSSL build).
 

@@ -1,6 +1,6 @@
 """
 The cyclic garbage collector's metrics: its pauses and findings by generation, and the objects
-frozen out of its scans (L{ingress.process.heap}).  Its pauses hold the GIL: every request
+frozen out of its scans (L{ingress.speedups.heap}).  Its pauses hold the GIL: every request
 waits for them, so an operator should see them.
 """
 

@@ -44,7 +44,7 @@ class Metrics:
         r.register(self.per_request)
         self.request_done = self.per_request.request_done
         self.upstream_answered = self.per_request.upstream_answered
-        self.collector = CollectorMetrics(r)  # counted once ingress.process.heap.FrozenWatch has started
+        self.collector = CollectorMetrics(r)  # counted once ingress.speedups.heap.FrozenWatch has started
         self.open_connections = Gauge(
             "twingress_open_connections", "Client connections open now, by listener", ["listener"], registry=r
         )

@@ -44,11 +44,11 @@ from twisted.python.threadpool import ThreadPool
 
 from ingress.model import ClusterState, Problem
 from ingress.observe.metrics import Metrics
-from ingress.process.heap import frozen_after
 from ingress.routing.report import BuildReport, Built
 from ingress.routing.table import RoutingTable
 from ingress.runtime.live import LiveTable
 from ingress.runtime.reactor import IProcessReactor
+from ingress.speedups.heap import frozen_after
 
 log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 

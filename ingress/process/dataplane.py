@@ -22,18 +22,17 @@ from ingress.proxy.http.factory import HTTPProxyFactory
 from ingress.proxy.http.guards import Guards
 from ingress.proxy.http.settings import HTTP2Settings, ProxySettings, with_listener
 from ingress.proxy.http.upstream import UpstreamPool
-from ingress.proxy.http2.librarylog import drop_hpack_debug
-from ingress.proxy.http2.statehash import hash_states_by_identity
 from ingress.proxy.http2.upstream import H2UpstreamPool
 from ingress.proxy.proxy_protocol import ProxyProtocolWhenAsked
 from ingress.proxy.streams.gatewayports import GatewayListener, PortCertificates, PortView
-from ingress.proxy.tls.direct import DirectTLSFactory
 from ingress.proxy.tls.front import TLSFrontFactory
 from ingress.proxy.tls.termination import CertificateStore, SNIConnectionCreator, load_certificate, self_signed_certificate
 from ingress.routing.streams import StreamRoute
 from ingress.routing.table import RoutingTable
 from ingress.runtime.live import LiveTable, TableView
 from ingress.runtime.reactor import IProcessReactor
+from ingress.speedups import patch_libraries
+from ingress.speedups.tlsdirect import tls_factory
 
 
 @dataclass
@@ -80,8 +79,7 @@ def data_plane(
     header on new connections while the table says so (the ConfigMap's use-proxy-protocol).
     """
     plane = DataPlane()
-    drop_hpack_debug()  # hpack's DEBUG records, never passed by our logging, made for nothing (4% of an h2 request)
-    hash_states_by_identity()  # h2's state-machine lookups without an interpreted Enum.__hash__ (1.6% of a live h2 request)
+    patch_libraries()  # hpack's debug records dropped, h2's Enums hashed by identity (ingress.speedups; none when off)
     guards = guards if guards is not None else Guards(reactor)  # one for both listeners: their rate limits are one count
     factories: weakref.WeakSet[HTTPProxyFactory] = weakref.WeakSet()
     http2_upstreams = H2UpstreamPool(reactor, settings, http2 or HTTP2Settings())
@@ -104,7 +102,7 @@ def data_plane(
     def tls_front(store: CertificateStore, terminating: HTTPProxyFactory, view: TableView) -> TLSFrontFactory:
         """The TLS listener's front door: SNI passthrough, TLS to TCP backends, or HTTP over TLS with C{store}'s certificates."""
         creator = SNIConnectionCreator(store)
-        terminate = DirectTLSFactory(creator, False, terminating)
+        terminate = tls_factory(creator, False, terminating)
         return TLSFrontFactory(terminate, view, pool, reactor, settings.header_timeout, metrics, settings.server_name, creator)
 
     if https:

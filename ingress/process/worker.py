@@ -54,7 +54,6 @@ from ingress.observe.nginx_metrics import NginxMetrics, controller_identity, gau
 from ingress.process.channel import Channel, ChannelFactory
 from ingress.process.dataplane import DataPlane, data_plane
 from ingress.process.drain import GracefulShutdown
-from ingress.process.heap import FrozenWatch, freeze_alive
 from ingress.proxy.http.guards import Guards
 from ingress.proxy.http.ratelimit import RemoteRates
 from ingress.proxy.http.settings import HTTP2Settings, ProxySettings
@@ -66,6 +65,7 @@ from ingress.routing.table import RoutingTable
 from ingress.runtime.live import LiveTable
 from ingress.runtime.reactor import IProcessReactor
 from ingress.runtime.sockets import DrainableListener
+from ingress.speedups.heap import FrozenWatch, freeze_alive
 
 log = Logger(namespace="ingress.process.worker")  # run as __main__ (python -m)
 
@@ -161,7 +161,7 @@ class Worker:
         if commit is not None:
             commit()
         self.live.swap(table)  # the stream listeners follow it at once
-        freeze_alive()  # the table received, and all else alive, out of the collector's scans (ingress.process.heap)
+        freeze_alive()  # the table received, and all else alive, out of the collector's scans (ingress.speedups.heap)
         if self.listening.parent is None and not self.stopping:
             self.listening.setServiceParent(self.parent)  # listens only now: a connection accepted earlier would meet no table
             log.info("serving table {generation} on the shared listeners (pid {pid})", generation=table.generation, pid=os.getpid())

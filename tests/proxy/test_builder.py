@@ -24,7 +24,7 @@ from tests.waiting import eventually_d
 
 @pytest.fixture(autouse=True)
 def thawed() -> Iterator[None]:
-    """Each build freezes what is alive (ingress.process.heap): here that is the test process, thawed after each test."""
+    """Each build freezes what is alive (ingress.speedups.heap): here that is the test process, thawed after each test."""
     yield
     gc.unfreeze()
 

@@ -1,5 +1,5 @@
 """
-L{ingress.proxy.http.fastwrite}: the messages written during one reactor
+L{ingress.speedups.fastwrite}: the messages written during one reactor
 iteration are sent together when it ends, each connection's bytes in order,
 with Twisted's queue taking over wherever a send cannot finish.
 
@@ -19,7 +19,7 @@ from twisted.internet import defer, reactor
 from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.task import deferLater
 
-from ingress.proxy.http.fastwrite import SendBatch, direct_writer
+from ingress.speedups.fastwrite import SendBatch, direct_writer
 
 
 class Writer(Protocol):

@@ -1,10 +1,12 @@
 """
-L{ingress.proxy.reactorstep}: the running reactor's loop step calls what was registered before
+L{ingress.speedups.reactorstep}: the running reactor's loop step calls what was registered before
 each poll, dispatches connections' events without Twisted's log-context wrapper, and keeps
 Twisted's handling of a handler that raises: that connection is closed and logged, the others
 and the listening port go on serving.
 
-On real TCP connections of the running (epoll) reactor.
+On real TCP connections of the running (epoll) reactor.  With the speed-ups off
+(TWINGRESS_SPEEDUPS=0) a call for the next poll is Twisted's C{callLater(0)}, not this step's: the
+two tests of that step's order skip, saying so (tests/unit/test_speedups.py checks the switch).
 """
 
 from __future__ import annotations
@@ -21,7 +23,11 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.task import deferLater
 from twisted.logger import globalLogPublisher
 
-from ingress.proxy.reactorstep import run_before_each_poll, run_before_next_poll
+from ingress.speedups import ENABLED
+from ingress.speedups.reactorstep import run_before_each_poll, run_before_next_poll
+
+# The step's own order of calls for the next poll, which the speed-ups' switch replaces with callLater(0).
+the_step_takes_next_poll_calls = pytest.mark.skipif(not ENABLED, reason="TWINGRESS_SPEEDUPS=0: a call for the next poll is callLater(0), not the step's")
 
 
 class Echo(Protocol):
@@ -62,6 +68,7 @@ def test_registered_calls_run_before_every_poll() -> Iterator[defer.Deferred[obj
     assert "epoll" in type(reactor).__name__.lower()  # the direct dispatch is what runs here
 
 
+@the_step_takes_next_poll_calls
 @pytest_twisted.inlineCallbacks
 def test_a_call_for_the_next_poll_runs_once_before_the_every_poll_calls() -> Iterator[defer.Deferred[object]]:
     """
@@ -137,6 +144,7 @@ def test_a_raising_handler_closes_its_connection_and_is_logged_the_rest_serve() 
         yield port.stopListening()
 
 
+@the_step_takes_next_poll_calls
 @pytest.mark.parametrize("kind", ["epoll", "poll"])
 def test_the_step_fits_the_reactor_it_is_installed_on(kind: str) -> None:
     """The direct dispatch is epoll's (its poller's poll takes a timeout and a count); any other reactor keeps its own step."""

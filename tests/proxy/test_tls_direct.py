@@ -1,5 +1,5 @@
 """
-L{ingress.proxy.tls.direct}: a write over TLS is encrypted and handed to the
+L{ingress.speedups.tlsdirect}: a write over TLS is encrypted and handed to the
 TCP transport at once, never on a later reactor iteration (Twisted's default
 TLS transport schedules a C{callLater(0)} per write), whole however large.
 
@@ -18,8 +18,8 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from zope.interface import implementer
 
-from ingress.proxy.tls.direct import DirectTLSFactory, DirectTLSProtocol
 from ingress.proxy.tls.termination import load_certificate, self_signed_certificate
+from ingress.speedups.tlsdirect import DirectTLSFactory, DirectTLSProtocol
 
 
 class Answering(Protocol):

@@ -37,10 +37,13 @@ class Live:
 
 
 class Reactor(MemoryReactorClock):
-    """A memory reactor with a loop step: what the proxy runs before the next poll (its HTTP/2 writes) runs at each C{doIteration}."""
+    """
+    A memory reactor with a loop step: what the proxy runs before the next poll (its HTTP/2 writes) runs at each
+    C{doIteration}, the step of ingress.speedups.reactorstep or, with the speed-ups off, the C{callLater(0)} calls due.
+    """
 
     def doIteration(self, delay: float | None) -> None:
-        pass
+        self.advance(0)  # what a real reactor's iteration runs besides its poll: the calls due now
 
 
 class Transport(StringTransport):

@@ -1,6 +1,6 @@
 """
 hpack's debug records are dropped at their call unless DEBUG is enabled for hpack
-(L{ingress.proxy.http2.librarylog}), and hpack codes the same with them dropped.
+(L{ingress.speedups.librarylog}), and hpack codes the same with them dropped.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from ingress.observe.metrics import Metrics
 from ingress.process.dataplane import data_plane
 from ingress.proxy.http.settings import ProxySettings
 from ingress.proxy.http.upstream import UpstreamPool
-from ingress.proxy.http2.librarylog import HPACK_LOGGERS, drop_hpack_debug, dropped
 from ingress.runtime.live import LiveTable
+from ingress.speedups import ENABLED
+from ingress.speedups.librarylog import HPACK_LOGGERS, drop_hpack_debug, dropped
 
 
 @pytest.fixture(autouse=True)
@@ -68,7 +69,8 @@ def test_a_logger_with_debug_enabled_keeps_its_records(caplog: pytest.LogCapture
     assert any(record.name == "hpack.hpack" and record.levelno == logging.DEBUG for record in caplog.records)
 
 
-def test_the_data_plane_drops_them_for_its_process() -> None:
+def test_the_data_plane_drops_them_for_its_process_unless_the_speed_ups_are_off() -> None:
+    """Dropped by the data plane with the speed-ups on; hpack's loggers left as they are with TWINGRESS_SPEEDUPS=0."""
     reactor, settings = MemoryReactorClock(), ProxySettings()  # type: ignore[no-untyped-call]  # Twisted's testing reactor is not annotated
     data_plane(reactor, LiveTable(), UpstreamPool(reactor, settings), settings, Metrics(), None, http=False, https=False, tls_min_version="1.2", tls_ciphers="")  # type: ignore[arg-type]  # the testing reactor stands for the process's
-    assert all(logging.getLogger(name).debug is dropped for name in HPACK_LOGGERS)
+    assert all((logging.getLogger(name).debug is dropped) is ENABLED for name in HPACK_LOGGERS)

@@ -1,5 +1,5 @@
 """
-h2's state-machine Enums hashed by identity (L{ingress.proxy.http2.statehash}): every transition is
+h2's state-machine Enums hashed by identity (L{ingress.speedups.statehash}): every transition is
 still found, h2 still speaks HTTP/2, nothing else of h2's was keyed by the old hashes, and the data
 plane applies it.  (Upstream's own h2 suite runs with it applied too: tests/unit/test_h2stack_suites.py.)
 """
@@ -22,8 +22,9 @@ from ingress.observe.metrics import Metrics
 from ingress.process.dataplane import data_plane
 from ingress.proxy.http.settings import ProxySettings
 from ingress.proxy.http.upstream import UpstreamPool
-from ingress.proxy.http2.statehash import IDENTITY_HASHED, hash_states_by_identity, hash_tables_again, identity_hashed, transition_tables
 from ingress.runtime.live import LiveTable
+from ingress.speedups import ENABLED
+from ingress.speedups.statehash import IDENTITY_HASHED, hash_states_by_identity, hash_tables_again, identity_hashed, transition_tables
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -98,7 +99,7 @@ def test_h2_serves_a_request_with_them() -> None:
 _CONTAINERS_KEYED_BY_THEM = """
 import gc, json
 import ingress.process.dataplane  # everything the process imports of h2 and of ours
-from ingress.proxy.http2.statehash import IDENTITY_HASHED, transition_tables
+from ingress.speedups.statehash import IDENTITY_HASHED, transition_tables
 members = {id(member) for enum_type in IDENTITY_HASHED for member in enum_type}
 def keyed(container):
     keys = container.keys() if isinstance(container, dict) else container
@@ -115,8 +116,9 @@ def test_nothing_but_the_transition_tables_is_keyed_by_them_at_start() -> None:
     assert done.stdout.strip().splitlines()[-1] == "[2, 2]", done.stdout + done.stderr
 
 
-def test_the_data_plane_applies_it_for_its_process() -> None:
+def test_the_data_plane_applies_it_for_its_process_unless_the_speed_ups_are_off() -> None:
+    """Applied by the data plane with the speed-ups on; h2 left as it is with TWINGRESS_SPEEDUPS=0 (make test's pure rerun)."""
     assert not identity_hashed()
     reactor, settings = MemoryReactorClock(), ProxySettings()  # type: ignore[no-untyped-call]  # Twisted's testing reactor is not annotated
     data_plane(reactor, LiveTable(), UpstreamPool(reactor, settings), settings, Metrics(), None, http=False, https=False, tls_min_version="1.2", tls_ciphers="")  # type: ignore[arg-type]  # the testing reactor stands for the process's
-    assert identity_hashed()
+    assert identity_hashed() is ENABLED

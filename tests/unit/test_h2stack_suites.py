@@ -14,7 +14,7 @@ deadline off, below) in a process of this interpreter, so against the packages i
 run, upstream's C{.py} files in its pure run.  The count of passed tests is pinned with the
 versions: a suite that collected less, skipped or failed anything does not pass here.  h2's suite
 runs a second time after the one change the data plane makes to h2's classes when it starts
-(L{ingress.proxy.http2.statehash}: its state-machine Enums hashed by identity): it walks every
+(L{ingress.speedups.statehash}: its state-machine Enums hashed by identity): it walks every
 transition, valid and invalid, so a transition no longer found would fail it.
 """
 
@@ -75,11 +75,11 @@ def _counts(output: str) -> dict[str, int]:
 # A deadline measures how fast this machine ran an example, which CI's two parallel lanes decide, not what
 # the library did: h2's test_changing_max_frame_size once took 243 ms there and failed.  No upstream suite
 # sets a deadline or a profile of its own.  The second way starts it after the one change the data plane
-# makes to h2's classes (ingress.proxy.http2.statehash: its state-machine Enums hashed by identity).
+# makes to h2's classes (ingress.speedups.statehash: its state-machine Enums hashed by identity).
 _START = ("from hypothesis import settings; settings.register_profile('no-deadline', deadline=None); "
           "settings.load_profile('no-deadline'); {before}import sys, pytest; sys.exit(pytest.main(sys.argv[1:]))")
 PLAIN = ["-c", _START.format(before="")]
-IDENTITY_HASHED = ["-c", _START.format(before="from ingress.proxy.http2.statehash import hash_states_by_identity; hash_states_by_identity(); ")]
+IDENTITY_HASHED = ["-c", _START.format(before="from ingress.speedups.statehash import hash_states_by_identity; hash_states_by_identity(); ")]
 
 
 def _passes(distribution: str, tmp_path: Path, start: list[str]) -> None:

@@ -91,7 +91,9 @@ def test_ingress_has_no_import_circle() -> None:
 # The top-level packages (and modules) of ingress/, lowest first: each may import only those before
 # it.  routing/ is the pure build over model/'s values; runtime/ is what every process runs on (the
 # live table's pointer, the reactor's type, listening sockets); observe/ is where the others record (metrics,
-# logs) and what reads the live table for /debug/routes; proxy/ records into observe/ and routes by
+# logs) and what reads the live table for /debug/routes; speedups/ (library patches and the compiled
+# build's shapes, one switch off) sits under its users, proxy/ and process/, and over observe/ (the
+# collector's metrics); proxy/ records into observe/ and routes by
 # routing/'s table; process/ runs the builder and the workers' data planes over proxy/; sources/ feed
 # the builder; controllers/ read the sources and write status; options and tap (the twistd entry) wire
 # them all together; audit builds the table as tap would, and __main__ runs it (python -m ingress audit).
@@ -99,7 +101,10 @@ def test_ingress_has_no_import_circle() -> None:
 # compiled module is stale): below them all; probe (the kubelet's exec probe) imports nothing of ours.
 LAYERS: dict[str, int] = {
     name: rank
-    for rank, name in enumerate(["ingress", "probe", "model", "routing", "runtime", "observe", "proxy", "process", "sources", "acme", "controllers", "options", "tap", "audit", "__main__"])
+    for rank, name in enumerate([
+        "ingress", "probe", "model", "routing", "runtime", "observe", "speedups", "proxy", "process",
+        "sources", "acme", "controllers", "options", "tap", "audit", "__main__",
+    ])
 }
 
 # The known imports against the layers, each by its two modules, so that any other one fails.

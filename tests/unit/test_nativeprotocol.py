@@ -1,5 +1,5 @@
 """
-The request path's connection protocols on L{ingress.proxy.nativeprotocol.NativeProtocol}: what
+The request path's connection protocols on L{ingress.speedups.nativeprotocol.NativeProtocol}: what
 Twisted asks of a protocol, and (in the compiled build) native classes.
 """
 
@@ -16,7 +16,7 @@ from ingress.proxy.http.server import HTTPProxyProtocol
 from ingress.proxy.http.settings import ProxySettings
 from ingress.proxy.http.upstream import UpstreamConnection, UpstreamPool
 from ingress.proxy.http2.connection import H2ServerProtocol
-from ingress.proxy.nativeprotocol import NativeProtocol
+from ingress.speedups.nativeprotocol import NativeProtocol
 
 
 class NoDelayTransport(StringTransport):

@@ -1,6 +1,6 @@
 """
 The TLS record count that lets the TLS transport stop reading without asking OpenSSL
-(ingress.proxy.tls.direct): it must count exactly the records a byte stream completes, however
+(ingress.speedups.tlsdirect): it must count exactly the records a byte stream completes, however
 the stream is cut into reads, or a read would stop early (a request left unread) or never save
 anything.  Framing per RFC 8446 5.1 / RFC 5246 6.2: type, version, 16-bit length, body.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingress.proxy.tls.direct import RecordCounter
+from ingress.speedups.tlsdirect import RecordCounter
 
 
 def record(length: int, content_type: int = 23) -> bytes:

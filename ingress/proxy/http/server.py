@@ -23,7 +23,6 @@ from ingress.proxy.http import h1, headend
 from ingress.proxy.http.chunked import ChunkedFramer, RequestBody
 from ingress.proxy.http.compression import GzipBody
 from ingress.proxy.http.exchange import Exchange
-from ingress.proxy.http.fastwrite import direct_writer
 from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor, response_head_bytes
 from ingress.proxy.http.h1response import Transform, body_length, body_transform, final_head, keeps_alive, local_answer, transformed
 from ingress.proxy.http.responses import error_response
@@ -31,7 +30,8 @@ from ingress.proxy.http.shared import Shared
 from ingress.proxy.http.states import AUTH, AWAIT, BODY, TUNNEL
 from ingress.proxy.http2.connection import PREFACE, take_over
 from ingress.proxy.idle import Deadline
-from ingress.proxy.nativeprotocol import NativeProtocol
+from ingress.speedups.fastwrite import direct_writer
+from ingress.speedups.nativeprotocol import NativeProtocol
 
 log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 

@@ -23,14 +23,14 @@ from ingress.proxy.http import h1, headend
 from ingress.proxy.http.backend_tls import connection_creator
 from ingress.proxy.http.chunked import ChunkedFramer
 from ingress.proxy.http.ewma import EwmaScores
-from ingress.proxy.http.fastwrite import direct_writer
 from ingress.proxy.http.settings import ProxySettings
 from ingress.proxy.http.sink import ResponseSink
-from ingress.proxy.nativeprotocol import NativeProtocol
 from ingress.proxy.transport import release_connector
 from ingress.routing.policies.backend import BackendTLS
 from ingress.routing.table import Upstream
 from ingress.runtime.reactor import IProcessReactor
+from ingress.speedups.fastwrite import direct_writer
+from ingress.speedups.nativeprotocol import NativeProtocol
 
 Address = tuple[str, int]
 PoolKey = tuple[Address, str]  # an endpoint, and "" (plain) or the key of a TLS configuration

@@ -53,8 +53,8 @@ from ingress.proxy.http2.response import StreamConnection
 from ingress.proxy.http2.stream import H2Stream
 from ingress.proxy.http2.validate import MalformedHeaders, check_trailers
 from ingress.proxy.idle import Deadline, DeadlineGroup, GroupDeadline
-from ingress.proxy.reactorstep import run_before_next_poll
 from ingress.proxy.transport import IConnectionTransport, hand_over
+from ingress.speedups.reactorstep import run_before_next_poll
 
 log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 

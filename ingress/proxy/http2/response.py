@@ -27,7 +27,7 @@ from ingress.proxy.http.shared import Shared
 from ingress.proxy.http2.fields import Headers, local_response, response_headers
 from ingress.proxy.http2.goaway import GoawayTolerant
 from ingress.proxy.idle import DeadlineGroup
-from ingress.proxy.nativeprotocol import NativeProtocol
+from ingress.speedups.nativeprotocol import NativeProtocol
 
 
 class StreamConnection(NativeProtocol):

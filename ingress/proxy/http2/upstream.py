@@ -35,13 +35,13 @@ from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.python.failure import Failure
 
 from ingress.proxy.http.backend_tls import connection_creator
-from ingress.proxy.http.fastwrite import direct_writer
 from ingress.proxy.http.settings import HTTP2Settings, ProxySettings
 from ingress.proxy.http2.goaway import GoawayTolerant
 from ingress.proxy.http2.validate import MalformedHeaders, check_response, check_trailers
 from ingress.proxy.transport import IConnectionTransport, release_connector
 from ingress.routing.policies.backend import BackendTLS
 from ingress.runtime.reactor import IProcessReactor
+from ingress.speedups.fastwrite import direct_writer
 
 Address = tuple[str, int]
 Headers = list[tuple[bytes, bytes]]

@@ -31,12 +31,12 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ingress.observe.metrics import Metrics
-from ingress.proxy.http.fastwrite import direct_writer
 from ingress.proxy.http.upstream import Address, UpstreamPool
 from ingress.proxy.idle import IdleTimer
 from ingress.proxy.streams import proxyproto
 from ingress.proxy.transport import hand_over
 from ingress.routing.streams import TCP, StreamRoute
+from ingress.speedups.fastwrite import direct_writer
 
 log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 

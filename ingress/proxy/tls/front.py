@@ -29,11 +29,11 @@ from ingress.proxy.http.responses import plain_http_on_tls_port
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.streams.tcp import TCPRelay, TCPStreamFactory
 from ingress.proxy.tls import sni
-from ingress.proxy.tls.direct import DirectTLSFactory
 from ingress.proxy.transport import IConnectionTransport, hand_over
 from ingress.routing.streams import TCP, StreamRoute
 from ingress.routing.upstream import Upstream
 from ingress.runtime.live import TableView
+from ingress.speedups.tlsdirect import tls_factory
 
 # An HTTP request line's start: a method token and a space (a TLS record starts with byte 22).
 _PLAIN_HTTP = re.compile(rb"[A-Z]{3,16} ")
@@ -41,7 +41,7 @@ _PLAIN_HTTP_READ_LIMIT = 16384
 
 
 class TLSFrontFactory(Factory):
-    """Wraps the terminating factory (a DirectTLSFactory) with SNI-based passthrough."""
+    """Wraps the terminating factory (ingress.speedups.tlsdirect's) with SNI-based passthrough."""
 
     noisy = False
 
@@ -169,7 +169,7 @@ class TLSFront(Protocol):
             self._terminate()
             return
         relays = _OneRelay(self.factory.passthrough, self.factory.route_for(upstream, "tls-terminated"))
-        inner = DirectTLSFactory(creator, False, relays).buildProtocol(self.address)
+        inner = tls_factory(creator, False, relays).buildProtocol(self.address)
         hand_over(self.transport, inner)
         inner.makeConnection(self.transport)
         buffered, self._buffer = self._buffer, b""

@@ -13,6 +13,11 @@ its attributes are fields of a C struct, its methods are called through a table.
 
 The interfaces are declared with C{classImplements} after each class, where a protocol would
 use C{@implementer}: mypyc makes a class with any other decorator a Python class too.
+
+Measured: an h2 request 367-371k instructions live, from 385k; HTTPS/1.1 165-167k, from 185k
+(docs/performance.md).  It has no plain form that the switch (L{ingress.speedups.ENABLED})
+selects: a base class is the classes' layout, fixed when they are compiled, not a path taken at
+run time; in the pure build it is an ordinary Python class doing what L{Protocol} does for them.
 """
 
 from __future__ import annotations

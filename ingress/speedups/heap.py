@@ -24,6 +24,9 @@ that a cycle frozen by mistake costs memory for a while, never for ever.
 
 The collector's pauses are metrics (L{ingress.observe.collector.CollectorMetrics}): an
 operator sees them, as a Go proxy's users see its GC pauses.
+
+The plain code, with the speed-ups off (L{ingress.speedups.ENABLED}): a build runs with the
+collector as CPython runs it, nothing is frozen, and the watch finds nothing frozen to thaw.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 
 from ingress.observe.collector import CollectorMetrics
+from ingress.speedups import ENABLED
 
 log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
@@ -62,6 +66,8 @@ def frozen_after(work: Callable[[], _T]) -> _T:
     to 0.64 s with).  Frozen: the new table, the model it came from and all else now alive are
     out of every later collection's scan.
     """
+    if not ENABLED:
+        return work()
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -73,7 +79,9 @@ def frozen_after(work: Callable[[], _T]) -> _T:
 
 
 def freeze_alive() -> None:
-    """Collect the young generations (their garbage must not be frozen), then freeze what is left."""
+    """Collect the young generations (their garbage must not be frozen), then freeze what is left (nothing, with the speed-ups off)."""
+    if not ENABLED:
+        return
     gc.collect(1)
     gc.freeze()
 

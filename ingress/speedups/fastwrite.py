@@ -17,7 +17,7 @@ it runs.  The same keep-alive benchmark went from 91-102 to 55-58 µs of CPU
 per request (bench/README.md).
 
 The flush runs in the reactor's C{doIteration}, replaced once per reactor
-(L{ingress.proxy.reactorstep}), before the poll: that is the one point every
+(L{ingress.speedups.reactorstep}), before the poll: that is the one point every
 write (an I/O event's, a timer's, a thread's callback's) passes before
 Twisted can write or close a socket, which it does only while handling a
 poll's events.  So order holds per connection: gathered messages are sent in
@@ -27,6 +27,9 @@ closed joins that queue, and a close never overtakes a gathered message (an
 abort drops it, as it drops the queue).  Backpressure stays Twisted's.
 Anything that is not a plain TCP connection (a PROXY-protocol wrapper, TLS,
 tests' string transports) gets its own C{write}.
+
+The plain code, with the speed-ups off (L{ingress.speedups.ENABLED}): every
+transport gets its own C{write}, Twisted's queue, and no batch is made.
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ from typing import Any
 
 from twisted.internet import tcp
 
-from ingress.proxy.reactorstep import run_before_each_poll
+from ingress.speedups import ENABLED
+from ingress.speedups.reactorstep import run_before_each_poll
 
 
 class SendBatch:
@@ -81,7 +85,7 @@ _batches: weakref.WeakKeyDictionary[Any, SendBatch] = weakref.WeakKeyDictionary(
 
 def direct_writer(transport: Any) -> Callable[[bytes], None]:
     """A C{write(data)} for C{transport} that sends with the rest of this iteration's messages."""
-    if not isinstance(transport, tcp.Connection) or not hasattr(transport, "_tempDataBuffer"):
+    if not ENABLED or not isinstance(transport, tcp.Connection) or not hasattr(transport, "_tempDataBuffer"):
         plain_write: Callable[[bytes], None] = transport.write
         return plain_write
     reactor = transport.reactor

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.proxy.test_tls,tests.unit.test_tls_records -*-
+# -*- test-case-name: tests.proxy.test_tls,tests.proxy.test_tls_direct,tests.unit.test_tls_records -*-
 """
 TLS over a TCP connection, its ciphertext sent with the iteration's other messages,
 its plaintext read without asking OpenSSL for more than it holds.
@@ -8,7 +8,7 @@ connection's writes and encrypts them on the next reactor iteration through a
 C{callLater(0)} of its own: a delayed call per response, after which the
 ciphertext waits once more in the TCP transport's queue (two changes of the
 socket's epoll interest).  Here each write is encrypted at once and its
-ciphertext joins L{ingress.proxy.http.fastwrite}'s batch, sent with every
+ciphertext joins L{ingress.speedups.fastwrite}'s batch, sent with every
 other message of the iteration just before the reactor polls again: no
 delayed call, and no queue.
 
@@ -47,6 +47,9 @@ declaration every time.
 
 Everything else (the handshake, the close_notify exchange, buffering while
 OpenSSL waits to read, producers, aborts) is L{TLSMemoryBIOProtocol}'s own.
+
+The plain code, with the speed-ups off (L{ingress.speedups.ENABLED}): L{tls_factory} makes
+Twisted's own L{TLSMemoryBIOFactory}, its connections Twisted's buffering TLS transport.
 """
 
 from __future__ import annotations
@@ -56,13 +59,15 @@ from typing import Any, Optional
 
 from cryptography.hazmat.bindings.openssl.binding import Binding
 from OpenSSL.SSL import Connection, Error, WantReadError, ZeroReturnError
+from twisted.internet.interfaces import IProtocolFactory
 from twisted.internet.protocol import Protocol
 from twisted.protocols.policies import ProtocolWrapper
 from twisted.protocols.tls import TLSMemoryBIOFactory, TLSMemoryBIOProtocol
 from twisted.python.failure import Failure
 from zope.interface import directlyProvides, providedBy
 
-from ingress.proxy.http.fastwrite import direct_writer
+from ingress.speedups import ENABLED
+from ingress.speedups.fastwrite import direct_writer
 
 _BIO_READ = 1 << 16  # OpenSSL's memory BIO hands out what it holds up to this at a time
 _RECV = 1 << 15  # Twisted's read size: more than a record's plaintext (2**14), so one read empties a record
@@ -258,3 +263,10 @@ class DirectTLSFactory(TLSMemoryBIOFactory):
     """L{TLSMemoryBIOFactory} whose connections are L{DirectTLSProtocol}s."""
 
     protocol = DirectTLSProtocol
+
+
+def tls_factory(creator: Any, is_client: bool, wrapped: IProtocolFactory) -> TLSMemoryBIOFactory:
+    """TLS in front of C{wrapped}'s protocols: L{DirectTLSFactory}'s, or Twisted's own with the speed-ups off."""
+    if not ENABLED:
+        return TLSMemoryBIOFactory(creator, is_client, wrapped)
+    return DirectTLSFactory(creator, is_client, wrapped)

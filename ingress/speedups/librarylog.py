@@ -15,6 +15,9 @@ set on the logger objects themselves, which hpack's modules hold: the library's 
 unchanged (the compiled build compiles it as it is), its other levels still log, and a logger
 that has DEBUG enabled when the data plane is built (a C{logging} configuration of the process's
 own, made for debugging hpack) keeps its records.
+
+The plain code, with the speed-ups off (L{ingress.speedups.ENABLED}): hpack's loggers as they
+are, their records dropped by the level check (L{ingress.speedups.patch_libraries} applies nothing).
 """
 
 from __future__ import annotations
