@@ -30,7 +30,7 @@ from twisted.python import usage
 
 from ingress.process.drain import GracefulShutdown
 from ingress.process.handover import HandoverListener
-from ingress.process.handoverwire import EXCHANGE_SECONDS, HandoverRefused, read_key
+from ingress.process.handoverwire import EXCHANGE_SECONDS, NOT_YET, HandoverRefused, read_key
 from ingress.process.takeover import HandoverFailed, Taken, take_listeners
 from ingress.proxy.options import seconds
 from ingress.runtime.live import LiveTable
@@ -113,7 +113,7 @@ def take_over(options: Mapping[str, Any]) -> tuple[Optional[Taken], bool]:
     if not path:
         return None, False
     try:
-        taken = take_listeners(path, options["handover-key"])
+        taken = _taken_in_turn(path, options["handover-key"])
     except HandoverRefused as error:
         refuse_start(f"twistd ingress: --handover {path}: refused the process there: {error}")
     except HandoverFailed as error:
@@ -124,6 +124,37 @@ def take_over(options: Mapping[str, Any]) -> tuple[Optional[Taken], bool]:
     else:
         log.info("handover: received {count} listening sockets from the predecessor at {path}", count=len(taken.sockets), path=path)
     return taken, False
+
+
+TURN_SECONDS = 120.0  # how long a successor waits for another's hand-over to end (a predecessor waits as long for "ready")
+_TURN_POLL = 0.5
+
+
+def _taken_in_turn(path: str, key: bytes) -> Optional[Taken]:
+    """
+    The predecessor's sockets, waiting while it is busy with another successor (two new processes at once:
+    one wins, the other waits, then takes them from whoever serves at C{path} by then).  Once it has
+    waited, a predecessor that is not serving (draining after it handed over) and an empty rendezvous are
+    the gap until the winner serves there, not the absence of a predecessor, until L{TURN_SECONDS}.  Not
+    serving without another successor first (a predecessor starting, or draining on SIGTERM) refuses us
+    at once, as before.
+    """
+    deadline = time.monotonic() + TURN_SECONDS
+    waited = False
+    while True:
+        try:
+            taken = take_listeners(path, key)
+        except HandoverRefused as error:
+            wait_on = NOT_YET if waited else NOT_YET[:1]
+            if not any(reason in str(error) for reason in wait_on) or time.monotonic() > deadline:
+                raise
+            if not waited:
+                log.info("handover: the predecessor at {path} is busy ({why}): waiting for our turn", path=path, why=str(error))
+            waited = True
+        else:
+            if taken is not None or not waited or time.monotonic() > deadline:
+                return taken
+        time.sleep(_TURN_POLL)
 
 
 def opened_sockets(options: Mapping[str, Any], pooled: bool) -> tuple[Optional[Taken], Shared]:

@@ -38,6 +38,8 @@ from twisted.python.failure import Failure
 
 from ingress.process.handoverwire import (
     EXCHANGE_SECONDS,
+    IN_PROGRESS,
+    NOT_SERVING,
     FrameReader,
     HandoverRefused,
     check_peer,
@@ -82,10 +84,10 @@ class _PredecessorSide(Protocol):
             self._refuse(str(error), tell=False)  # another uid learns nothing of us
             return
         if not self.owner.ready():
-            self._refuse("this process is not serving (starting or draining)")
+            self._refuse(NOT_SERVING)
             return
         if self.owner.current is not None:
-            self._refuse("a hand-over to another process is in progress")
+            self._refuse(IN_PROGRESS)
             return
         self.owner.current = self
         self.timer = self.owner.reactor.callLater(EXCHANGE_SECONDS, self._refuse, "no proof in time")

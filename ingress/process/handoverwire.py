@@ -48,6 +48,12 @@ class HandoverRefused(Exception):
     """The peer broke the protocol or did not prove that it holds the key: nothing is taken from it or given to it."""
 
 
+IN_PROGRESS = "a hand-over to another process is in progress"
+NOT_SERVING = "this process is not serving (starting or draining)"
+NOT_YET = (IN_PROGRESS, NOT_SERVING)
+"""The predecessor's refusals that say "not now" rather than "not you" (the first: busy with another successor)."""
+
+
 def frame(message: dict[str, Any]) -> bytes:
     """C{message} as one frame: its JSON behind its length."""
     data = json.dumps(message, separators=(",", ":")).encode()
