@@ -41,7 +41,6 @@ HOT_MODULES = [
     "ingress/proxy/http/exchange.py",
     "ingress/proxy/http/admission.py",
     "ingress/proxy/http/attempts.py",
-    "ingress/proxy/http/upstream_attempt.py",
     "ingress/proxy/http/routed.py",
     "ingress/proxy/http/requestid.py",
     "ingress/routing/lookup.py",

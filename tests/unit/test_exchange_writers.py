@@ -8,11 +8,6 @@ An exchange is what these hold: a variable or parameter named C{exchange}, C{own
 C{self._exchange} (the HTTP/1.1 connection, the HTTP/2 stream, an HTTP/2 endpoint's exchange).
 Inside exchange.py the exchange writes its own (C{self.state = ...}); the client sides and the
 collaborators (attempts, admission, deadlines, steps) tell it what happened through its methods.
-
-Its upstream attempt (ingress/proxy/http/upstream_attempt.py) is a collaborator with state of its
-own, held the same way: nothing but its module writes an attempt's attributes (a variable named
-C{attempt}, C{self.attempt}, C{exchange.attempt}: the exchange asks it through its methods), and
-its module writes only its own (C{self.x = ...}), never its owner's.
 """
 
 from __future__ import annotations
@@ -24,7 +19,6 @@ import ingress
 
 ROOT = Path(ingress.__file__).parent
 OWNER = ROOT / "proxy" / "http" / "exchange.py"
-ATTEMPT = ROOT / "proxy" / "http" / "upstream_attempt.py"
 NAMES = frozenset({"exchange", "owner", "sink"})
 SELF_ATTRIBUTES = frozenset({"exchange", "_exchange"})
 
@@ -96,50 +90,3 @@ def test_the_exchange_module_is_where_its_writes_are() -> None:
     exchange = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Exchange")
     stores = [t for node in ast.walk(exchange) for t in _targets(node) if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"]
     assert len(stores) > 30
-
-
-def _holds_attempt(node: ast.expr) -> bool:
-    """Whether C{node} is an upstream attempt: a name C{attempt}, or an C{.attempt} of anything (C{self.attempt}, C{exchange.attempt})."""
-    return (isinstance(node, ast.Name) and node.id == "attempt") or (isinstance(node, ast.Attribute) and node.attr == "attempt")
-
-
-def attempt_writes(source: str) -> list[str]:
-    """C{line: target} for each store into an upstream attempt's attributes in C{source}."""
-    return [
-        f"{target.lineno}: {ast.unparse(target)}"
-        for node in ast.walk(ast.parse(source))
-        for target in _targets(node)
-        if isinstance(target, ast.Attribute) and _holds_attempt(target.value)
-    ]
-
-
-def test_nothing_but_the_attempt_writes_its_state() -> None:
-    """The exchange included: it makes its attempts, and tells them (C{start}, C{write}, C{drop}), never sets their fields."""
-    writes = {}
-    for path in sorted(ROOT.rglob("*.py")):
-        if path == ATTEMPT:
-            continue
-        found = attempt_writes(path.read_text())
-        if found:
-            writes[str(path.relative_to(ROOT))] = found
-    assert writes == {}, writes
-
-
-def test_the_attempt_writes_only_its_own() -> None:
-    """In its module, each attribute store is the attempt's own (C{self.x}); many of them (the search reads the right module)."""
-    stores = [t for node in ast.walk(ast.parse(ATTEMPT.read_text())) for t in _targets(node) if isinstance(t, ast.Attribute)]
-    others = [ast.unparse(t) for t in stores if not (isinstance(t.value, ast.Name) and t.value.id == "self")]
-    assert others == ["connection.owner"]  # the connection it gives up is told it has no owner now (its own field)
-    assert len(stores) > 15
-
-
-def test_the_attempt_search_finds_each_kind_of_write() -> None:
-    source = """
-attempt.pending = None
-self.attempt.connection = None
-exchange.attempt.pending_size += 1
-self.attempt = UpstreamAttempt(self, shared, None)
-value = attempt.connection
-attempt.drop()
-"""
-    assert [line.split(": ")[1] for line in attempt_writes(source)] == ["attempt.pending", "self.attempt.connection", "exchange.attempt.pending_size"]

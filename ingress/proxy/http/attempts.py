@@ -8,11 +8,8 @@ decision for each failure: L{RETRY} (another endpoint, now), L{RETRY_LATER} (aft
 route's backoff), L{ERROR_PAGE} (the route's error backend, custom-http-errors), L{CUT} (a
 response began: the client sees it cut), or the status to answer.  Whether a failure may go
 to another endpoint is L{ingress.proxy.http.retry}'s rule.  Its failure methods then act on
-that decision through L{Attempting}: the four facts of its exchange's request a decision weighs,
-and the five things the exchange (L{ingress.proxy.http.exchange.Exchange}) does for one (give up
-the attempt, retry now or later, ask the error backend, answer, cut); the attempts write none of
-the exchange's state.  What is counted of a failure, and when, its exchange and its upstream
-attempt (L{ingress.proxy.http.upstream_attempt}) count before they ask.
+that decision through what its exchange (L{ingress.proxy.http.exchange.Exchange}) offers as
+L{Attempting}: its methods, and what it says of its request; the attempts write none of it.
 Compiled with the exchange (setup.py): its attempt count and endpoint are read on every request.
 """
 
@@ -21,13 +18,17 @@ from __future__ import annotations
 import time
 from typing import Final, Optional, Protocol
 
+from twisted.internet.interfaces import IConnector
 from twisted.logger import Logger
 
-from ingress.observe.metrics import NO_ROUTE
 from ingress.proxy.http import h1
+from ingress.proxy.http.client import ClientSide
 from ingress.proxy.http.deadlines import BACKEND
 from ingress.proxy.http.retry import may_retry
-from ingress.proxy.http.upstream import Address
+from ingress.proxy.http.shared import Shared
+from ingress.proxy.http.states import AWAIT, BODY, CLOSED, TUNNEL
+from ingress.proxy.http.upstream import Address, UpstreamConnection
+from ingress.proxy.idle import Deadline
 from ingress.routing.table import Route
 
 log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
@@ -40,8 +41,16 @@ TAKEN: Final = 0  # (a response head) taken as it is
 
 
 class Attempting(Protocol):
-    """What a decision weighs of its exchange's request, and what the exchange does to act on it."""
+    """What an exchange offers its attempts to act on a decision: what it says of its request, and what it does."""
 
+    @property
+    def shared(self) -> Shared: ...
+    @property
+    def client(self) -> ClientSide: ...
+    @property
+    def timer(self) -> Deadline: ...
+    @property
+    def state(self) -> int: ...
     @property
     def request(self) -> Optional[h1.Head]: ...
     @property
@@ -50,10 +59,16 @@ class Attempting(Protocol):
     def responded(self) -> bool: ...
     @property
     def request_complete(self) -> bool: ...
+    @property
+    def upstream(self) -> Optional[UpstreamConnection]: ...
+    @property
+    def connecting(self) -> Optional[IConnector]: ...
+
+    def route_name(self) -> str: ...
+
+    def redispatch(self) -> None: ...
 
     def drop_upstream(self) -> None: ...
-
-    def retry(self, delay: float) -> None: ...
 
     def ask_error_backend(self) -> None: ...
 
@@ -155,13 +170,19 @@ class Attempts:
 
     # -- acting on the decisions, for an exchange (the paths off the keep-alive one) ----------
 
-    def connect_failed(self, exchange: Attempting, detail: str, timed_out: bool) -> None:
-        """No connection to the endpoint: the next endpoint where allowed, else 502 (504 for a timeout)."""
+    def connect_failed(self, exchange: Attempting, address: Address, detail: str, timed_out: bool) -> None:
+        """No connection to C{address}: the next endpoint where allowed, else 502 (504 for a timeout)."""
+        shared = exchange.shared
+        shared.pool.mark_down(address)
+        shared.metrics.upstream_failures.labels("connect-timeout" if timed_out else "connect").inc()
+        log.warn("upstream {address} failed: {detail}", address=f"{address[0]}:{address[1]}", detail=detail)
         cause, status = ("connect-timeout", 504) if timed_out else ("connect-error", 502)
         self.settle(exchange, self.failed(cause, status, exchange.request, exchange.route, False, exchange.responded, exchange.request_complete), status, detail)
 
     def upstream_failed(self, exchange: Attempting, status: int, detail: str, responded: bool, reused: bool) -> None:
         """The upstream connection failed (C{responded}: it sent something that was not a response; C{reused}: it was pooled)."""
+        if not exchange.responded and not responded:
+            exchange.shared.metrics.upstream_failures.labels("reset").inc()
         cause = "invalid_header" if responded else "error"
         self.settle(exchange, self.failed(cause, status, exchange.request, exchange.route, reused, exchange.responded, exchange.request_complete), status, detail)
 
@@ -177,14 +198,19 @@ class Attempts:
             self.settle(exchange, decision, status, "")
         return True
 
-    def timed_out(self, exchange: Attempting, upstream_wait: bool) -> None:
-        """The upstream (C{upstream_wait}; else a request body the upstream held back) made no progress in time: retried, or 504."""
-        if upstream_wait and exchange.request_complete and self._retry_after(exchange):
+    def timed_out(self, exchange: Attempting) -> None:
+        """The upstream (or a request body the upstream held back) made no progress in time: retried, or 504."""
+        exchange.shared.metrics.upstream_failures.labels("timeout").inc()
+        if exchange.timer.kind == "upstream" and exchange.request_complete and self._retry_after(exchange):
             return
         self.fail(exchange, 504, "upstream timed out")
 
     def deadline_passed(self, exchange: Attempting, kind: str) -> None:
         """A route's deadline: 504 if no response began (else the response is cut); a backend attempt may be retried."""
+        if exchange.state == CLOSED or exchange.state == TUNNEL:
+            return
+        exchange.client.resume_reading("auth")  # a guard still deciding: its verdict will find the request answered
+        exchange.shared.metrics.upstream_failures.labels("timeout").inc()
         if kind == BACKEND and exchange.request_complete and self._retry_after(exchange):
             return
         self.fail(exchange, 504, f"the route's {kind} timeout passed")
@@ -196,17 +222,17 @@ class Attempts:
     def settle(self, exchange: Attempting, decision: int, status: int, detail: str) -> None:
         """Act on a decision for a failure of C{status}: retry, ask the error backend, answer, or cut."""
         exchange.drop_upstream()
-        route = exchange.route
         if decision == RETRY:
-            exchange.retry(0.0)
+            exchange.redispatch()
         elif decision == RETRY_LATER:
+            route = exchange.route
             policy = route.policies.retry if route is not None and route.policies is not None else None
             assert policy is not None
-            exchange.retry(policy.backoff)
+            exchange.shared.reactor.callLater(policy.backoff, self._retry_now, exchange, self.count)
         elif decision == ERROR_PAGE:
             exchange.ask_error_backend()
         else:
-            log.info("upstream error {status} for {route}: {detail}", status=status, route=route.name if route is not None else NO_ROUTE, detail=detail)
+            log.info("upstream error {status} for {route}: {detail}", status=status, route=exchange.route_name(), detail=detail)
             if decision == CUT:
                 exchange.cut()
             else:
@@ -219,3 +245,9 @@ class Attempts:
             return False
         self.settle(exchange, decision, 504, "timeout")
         return True
+
+    def _retry_now(self, exchange: Attempting, count: int) -> None:
+        """A Gateway API retry's backoff is over: the attempt, unless the request ended or moved on meanwhile."""
+        if count == self.count and (exchange.state == BODY or exchange.state == AWAIT) and not exchange.responded:
+            if exchange.upstream is None and exchange.connecting is None:
+                exchange.redispatch()

@@ -2,22 +2,25 @@
 """
 One request, from its routing to its log line: an L{Exchange}.
 
-An exchange holds what one request is (its head and route, its limits, retries, deadlines, the
-fields its policies add, the record the access log writes), runs the request's steps itself
-(L{Exchange.run}: the table, forwarding, routing and admission, the guards, the body limit,
-upstream) and is the only writer of its state.  It talks to its client through a L{ClientSide}
-(an HTTP/1.1 connection, an HTTP/2 stream), which frames the answer.  Its collaborators keep
-their own state: an L{UpstreamAttempt} per try at an endpoint (the endpoint, its connection, the
-bytes held for it; it reports back as to an L{AttemptOwner}), its L{Attempts} (what a failure
-becomes), the route's deadlines (L{RequestDeadlines}), the fields and place its policies hold
-(L{ResponseFields}).  A request sent upstream once costs this allocation, its L{Attempts} and
-one L{UpstreamAttempt} (with C{__slots__}; in the optional mypyc build, C structs).
+An exchange holds everything one request is: its head and route, its limits, the
+endpoint it was sent to and the connection it uses, its retries, its deadlines, the
+fields its policies add, and the record the access log writes; it runs the request's
+steps itself (L{Exchange.run}: the table, forwarding, routing and admission, the guards,
+the body limit, upstream) and is the only writer of its state.  It is the
+L{ingress.proxy.http.sink.ResponseSink} its upstream connection reports to, and it
+talks to its client through a L{ClientSide} (an HTTP/1.1 connection or an HTTP/2 stream),
+which frames the answer and reports what it sent.  Its collaborators keep their own state:
+its L{Attempts} (which decide what a failure becomes), the route's deadlines
+(L{RequestDeadlines}), the fields and place its policies hold (L{ResponseFields}).  A request
+costs this allocation and its L{Attempts} (with C{__slots__}; in the optional mypyc build, C structs).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import Final, Optional
+
+from twisted.internet.interfaces import IConnector
 
 from ingress.observe.metrics import NO_ROUTE
 from ingress.proxy.http import h1
@@ -30,25 +33,29 @@ from ingress.proxy.http.extauth import Verdict
 from ingress.proxy.http.forwarding import ForwardedFor
 from ingress.proxy.http.guards import GuardRequest, Guards
 from ingress.proxy.http.mirror import MirrorCopy, start_copies
-from ingress.proxy.http.policy import attempt_endpoint
+from ingress.proxy.http.policy import chosen_endpoint
 from ingress.proxy.http.routed import Routed
 from ingress.proxy.http.settings import ProxySettings
 from ingress.proxy.http.shared import Shared
+from ingress.proxy.http.sink import ResponseSink
 from ingress.proxy.http.states import AUTH, AWAIT, BODY, CLOSED, HEAD, TUNNEL
 from ingress.proxy.http.steps import ResponseFields
 from ingress.proxy.http.trusted import trusted_forwarding
-from ingress.proxy.http.upstream import Address
-from ingress.proxy.http.upstream_attempt import AttemptOwner, UpstreamAttempt
+from ingress.proxy.http.upstream import Address, UpstreamConnection
+from ingress.routing.policies import EWMA
 from ingress.routing.route import Policies
 from ingress.routing.table import Route
 
+_PENDING_LIMIT: Final = 1 << 20  # request bytes held while the upstream connection is being opened
 
-class Exchange(AttemptOwner):
+
+class Exchange(ResponseSink):
     """One request and its upstream exchange; C{state}: routing (HEAD), AUTH, BODY, AWAIT, TUNNEL, CLOSED once over."""
 
     __slots__ = (
-        "client", "shared", "settings", "timer", "protocol", "request", "request_method", "forwarded", "state", "route",
-        "head_bytes", "attempt", "attempts", "sent_at", "status", "responded", "request_complete", "body_sent",
+        "client", "shared", "settings", "timer", "protocol", "request", "request_method", "forwarded", "state",
+        "route", "head_bytes", "upstream", "connecting", "pending", "pending_size", "attempts",
+        "sent_at", "status", "responded", "request_complete", "body_sent",
         "max_body", "connect_timeout", "read_timeout", "send_timeout", "fields", "mirrors", "deadlines",
     )  # fmt: skip
 
@@ -64,7 +71,10 @@ class Exchange(AttemptOwner):
         self.state = HEAD
         self.route: Optional[Route] = None
         self.head_bytes = b""  # the head sent upstream
-        self.attempt: Optional[UpstreamAttempt] = None  # the latest try at an endpoint
+        self.upstream: Optional[UpstreamConnection] = None
+        self.connecting: Optional[IConnector] = None
+        self.pending: Optional[list[bytes]] = None  # request bytes held while the upstream connection is being opened
+        self.pending_size = 0
         self.attempts = Attempts()
         self.sent_at = 0.0
         self.status = 0
@@ -82,7 +92,10 @@ class Exchange(AttemptOwner):
     # -- the request's steps, once for every framing ---------------------------------------
 
     def run(self, head: h1.Head, has_body: bool) -> None:
-        """The head was read (C{has_body}: a body follows): the table, who it is for, routing and admission, the guards, upstream."""
+        """
+        The request's head was read (C{has_body}: a body follows): the table its local address picks,
+        who it is for (trusted forwarding), routing and admission, the guards, then on upstream.
+        """
         self.request = head
         self.request_method = head.method
         client = self.client
@@ -124,7 +137,10 @@ class Exchange(AttemptOwner):
         return True
 
     def _guard(self, policies: Policies) -> None:
-        """Rate limits, basic or external auth: the request waits (reading paused) for a verdict not known at once."""
+        """
+        Rate limits, basic or external auth: the request waits (reading paused) for its verdict; one known at
+        once pauses nothing (a pause and a resume are two changes of the reactor's interest in the socket).
+        """
         self.state = AUTH
         request = self.request
         assert request is not None
@@ -155,7 +171,7 @@ class Exchange(AttemptOwner):
         client.guard_decided(True)
 
     def _forward(self, has_body: bool) -> None:
-        """A routed request that passed its guards: to an HTTP/2 endpoint's stream, or (with its mirrors' copies) upstream."""
+        """A routed request that passed its guards: to an HTTP/2 endpoint's stream, or its body read (within the limit) and sent upstream."""
         route, request = self.route, self.request
         assert route is not None and request is not None
         policies = route.policies
@@ -168,20 +184,13 @@ class Exchange(AttemptOwner):
         if framing.content_length and framing.content_length > self.max_body:
             self.client.refuse(413, "request body too large")
             return
-        self.attempt = UpstreamAttempt(self, self.shared, None)  # made first: it holds the body read while it connects
         if has_body:
             self.client.expect_body(framing)
-            self.state = BODY  # the client's wait for the body runs
-            self.timer.set(self.settings.client_body_timeout, "body")
+            self.reading_body()
         else:
             self.timer.set(self.read_timeout, "upstream")
             self.body_done()
-        if policies is not None and policies.mirror is not None:  # its mirrors' copies start
-            self.mirrors = start_copies(
-                policies.mirror, self.head_bytes, self.shared.pool, self.shared.reactor, self.shared.metrics, route.name,
-                self.connect_timeout, self.read_timeout, request, (self.forwarded.ip, self.forwarded.scheme),
-            )  # fmt: skip
-        self.dispatch()
+        self.start_upstream()
 
     def route_name(self) -> str:
         return self.route.name if self.route is not None else NO_ROUTE
@@ -192,6 +201,11 @@ class Exchange(AttemptOwner):
         return self.fields
 
     # -- what the client side reports -------------------------------------------------------
+
+    def reading_body(self) -> None:
+        """The request's body is being read: the client's wait for it runs."""
+        self.state = BODY
+        self.timer.set(self.settings.client_body_timeout, "body")
 
     def body_done(self) -> None:
         """The whole request was read: the wait is the upstream's now."""
@@ -219,14 +233,35 @@ class Exchange(AttemptOwner):
         """The request goes to an endpoint now (an HTTP/2 endpoint's stream opened)."""
         self.sent_at = time.monotonic()
 
+    def start_upstream(self) -> None:
+        """A routed request that passed its guards: its mirrors' copies (if any) start, and it is sent."""
+        route = self.route
+        assert route is not None
+        policies = route.policies
+        if policies is not None and policies.mirror is not None:
+            shared = self.shared
+            self.mirrors = start_copies(
+                policies.mirror, self.head_bytes, shared.pool, shared.reactor, shared.metrics, route.name, self.connect_timeout,
+                self.read_timeout, self.request, (self.forwarded.ip, self.forwarded.scheme),
+            )  # fmt: skip
+        self.dispatch()
+
     def send_upstream(self, data: bytes) -> None:
         """Request bytes: to the upstream connection, or held (up to a limit) while it is being opened."""
         if self.mirrors:
             for copy in self.mirrors:
                 copy.send(data)
-        attempt = self.attempt
-        if attempt is not None:
-            attempt.write(data)
+        upstream = self.upstream
+        if upstream is not None:
+            upstream.write(data)
+            return
+        if self.pending is None:
+            self.pending = [data]
+        else:
+            self.pending.append(data)
+        self.pending_size += len(data)
+        if self.pending_size > _PENDING_LIMIT:
+            self.client.pause_reading("connecting")
 
     def touch_timer(self) -> None:
         """Progress was made: push the body or upstream deadline out by its full length again."""
@@ -240,10 +275,12 @@ class Exchange(AttemptOwner):
 
     def dispatch(self) -> None:
         """Pick an endpoint and send the request there (pooled connection first)."""
-        route, attempt = self.route, self.attempt
-        assert route is not None and attempt is not None
-        policies, attempts = route.policies, self.attempts
-        address = self.choose_endpoint(route) if policies is not None else self.shared.pool.choose(route.upstream, exclude=attempts.tried)
+        route = self.route
+        assert route is not None
+        pool = self.shared.pool
+        policies = route.policies
+        attempts = self.attempts
+        address = self.choose_endpoint(route) if policies is not None else pool.choose(route.upstream, exclude=attempts.tried)
         if address is None:
             if attempts.tried is None:
                 self.answer(503)
@@ -252,39 +289,69 @@ class Exchange(AttemptOwner):
             return
         attempts.begin(address)
         tls = policies.backend_tls if policies is not None and not attempts.error_code else None  # error pages: plain HTTP
-        attempt.start(address, tls, self.connect_timeout, self.head_bytes)
+        connection = pool.take_idle(address, tls)
+        if connection is not None:
+            self._bind(connection)
+        else:
+            self.connecting = pool.connect(address, self._connected, self._connect_failed, self.connect_timeout, tls)
 
     def choose_endpoint(self, route: Route) -> Optional[Address]:
-        """The endpoint the route's policies pick, never the one just tried (L{attempt_endpoint}); a sticky cookie is kept."""
-        shared, attempts = self.shared, self.attempts
-        address, cookie = attempt_endpoint(route, self.request, self.forwarded.ip, shared.pool, attempts.tried, attempts.error_code, shared.scheme == b"https")
+        """The endpoint the route's policies pick, never the one just tried (L{chosen_endpoint}); a sticky cookie is kept."""
+        tried = self.attempts.tried
+        if self.attempts.error_code:
+            pages = route.policies.error_pages if route.policies is not None else None
+            assert pages is not None and pages.backend is not None
+            return self.shared.pool.choose(pages.backend, exclude=tried)
+        https = self.shared.scheme == b"https"
+        address, cookie = chosen_endpoint(route, self.request, self.forwarded.ip, self.shared.pool, tried, https)
         if cookie is not None:
             self._fields().set_cookie = cookie
         return address
 
-    def attempt_connect_failed(self, detail: str, timed_out: bool) -> None:
-        self.attempts.connect_failed(self, detail, timed_out)
-
-    def retry(self, delay: float) -> None:
-        """Another attempt (with what the last one held unsent), now or after the route's backoff; a backend deadline restarts."""
-        if delay:
-            self.shared.reactor.callLater(delay, self._retry_due, self.attempts.count)
+    def _connected(self, connection: UpstreamConnection) -> None:
+        if self.state == CLOSED:
+            connection.transport.loseConnection()  # the request was answered meanwhile
             return
+        self.connecting = None
+        self.shared.pool.mark_up(connection.address)
+        self._bind(connection)
+
+    def _connect_failed(self, address: Address, detail: str, timed_out: bool) -> None:
+        if self.state == CLOSED:
+            return
+        self.connecting = None
+        self.attempts.connect_failed(self, address, detail, timed_out)
+
+    def _bind(self, connection: UpstreamConnection) -> None:
+        self.upstream = connection
+        if self.client.client_full:
+            connection.transport.pauseProducing()
+        pending = self.pending
+        self.sent_at = time.monotonic()
+        if pending:
+            data = self.head_bytes + b"".join(pending)
+            self.pending = None
+            self.pending_size = 0
+            self.client.resume_reading("connecting")
+        else:
+            data = self.head_bytes
+        connection.start(self, data)
+
+    def redispatch(self) -> None:
+        """Another attempt at a backend (a retry): a backend deadline starts again."""
         if self.deadlines is not None:
             self.deadlines.attempt()
-        self.attempt = UpstreamAttempt(self, self.shared, self.attempt)
         self.dispatch()
-
-    def _retry_due(self, count: int) -> None:
-        """A retry's backoff is over: the attempt, unless the request ended or moved on meanwhile."""
-        attempt = self.attempt
-        if count == self.attempts.count and (self.state == BODY or self.state == AWAIT) and not self.responded and (attempt is None or attempt.idle()):
-            self.retry(0.0)
 
     def drop_upstream(self) -> None:
         """Abort the upstream connection (or the attempt to open one)."""
-        if self.attempt is not None:
-            self.attempt.drop()
+        upstream, self.upstream = self.upstream, None
+        if upstream is not None:
+            upstream.owner = None
+            upstream.transport.abortConnection()
+        if self.connecting is not None:
+            self.connecting.disconnect()
+            self.connecting = None
 
     def ask_error_backend(self) -> None:
         """custom-http-errors: the error backend is asked for its answer to the attempts' error code."""
@@ -292,7 +359,7 @@ class Exchange(AttemptOwner):
         pages = route.policies.error_pages if route is not None and route.policies is not None else None
         assert pages is not None and request is not None
         self.head_bytes = error_request_head(pages, self.attempts.error_code, request, self.forwarded.ip)
-        self.attempt = UpstreamAttempt(self, self.shared, None)  # the request's own bytes are not sent to it
+        self.pending, self.pending_size = None, 0
         self.dispatch()
 
     def fail(self, status: int, detail: str) -> None:
@@ -301,52 +368,56 @@ class Exchange(AttemptOwner):
 
     def timed_out(self) -> None:
         """The client side's timer passed while the upstream (or a body it held back) made no progress."""
-        self.shared.metrics.upstream_failures.labels("timeout").inc()
-        self.attempts.timed_out(self, self.timer.kind == "upstream")
+        self.attempts.timed_out(self)
 
     def deadline_passed(self, kind: str) -> None:
-        """A route's deadline (Gateway API timeouts) passed: nothing to do once the exchange is over (or a tunnel)."""
-        if self.state == CLOSED or self.state == TUNNEL:
-            return
-        self.client.resume_reading("auth")  # a guard still deciding: its verdict will find the request answered
-        self.shared.metrics.upstream_failures.labels("timeout").inc()
+        """A route's deadline (Gateway API timeouts) passed."""
         self.attempts.deadline_passed(self, kind)
 
-    # -- AttemptOwner: what the upstream attempt reports ------------------------------
+    # -- ResponseSink: what the upstream connection reports ------------------------------
 
-    def response_head(self, head: h1.Head, body: bytes, complete: bool) -> None:
-        """A final response head, taken (L{_accept_response}): sent with the fields policies add, or a 101 opens a tunnel."""
+    def upstream_head(self, head: h1.Head, body: bytes, complete: bool) -> None:
+        status = head.status
+        if status < 200 and status != 101:
+            self.client.send_interim(head)
+            return
+        client = self.client
+        if status == 101 and not client.tunnels:
+            self.fail(502, "101 for an HTTP/2 request")
+            return
         if not self._accept_response(head):
             return
-        status = head.status
         if status == 101:
-            request, attempt = self.request, self.attempt
-            if not request or not request.upgrade or attempt is None or attempt.connection is None:
-                self.fail(502, "101 for a request that asked for no upgrade")
-                return
-            self.state = TUNNEL
-            self.timer.cancel()
-            self.client.open_tunnel(head, body)
-            self.done(101)
+            self._switch_to_tunnel(head, body)
             return
         fields = self.fields
-        self.client.send_head(head, body, complete, fields.added(status) if fields is not None else b"")
+        client.send_head(head, body, complete, fields.added(status) if fields is not None else b"")
 
     def _accept_response(self, head: h1.Head) -> bool:
-        """A final response head: retried or replaced where the route's policies say so (False), or taken (and the attempt timed)."""
+        """A final response head: retried or replaced where the route's policies say so (False), or taken, timed and scored for ewma."""
         route = self.route
         assert route is not None
         policies = route.policies
         if policies is not None and (policies.retry is not None or policies.error_pages is not None) and self.attempts.declined(self, head.status):
             return False
-        attempt = self.attempt
-        if not self.responded and attempt is not None:
-            attempt.answered(route, time.monotonic() - self.sent_at)
+        if not self.responded:
+            waited = time.monotonic() - self.sent_at
+            self.shared.metrics.upstream_answered(route.name, waited)
+            tried = self.attempts.tried
+            if policies is not None and policies.load_balance == EWMA and tried is not None:
+                self.shared.pool.ewma.observe(tried, waited)
         self.responded = True
         self.status = head.status
         return True
 
-    def send_paused(self, paused: bool) -> None:
+    def upstream_data(self, data: bytes) -> None:
+        self.client.send_body(data)
+        self.touch_timer()
+
+    def upstream_tunnel_data(self, data: bytes) -> None:
+        self.client.send_tunnel(data)
+
+    def upstream_write_paused(self, paused: bool) -> None:
         """While the upstream takes none of the request we send, the send timeout runs (nginx's proxy_send_timeout)."""
         if paused:
             self.client.pause_reading("upstream")
@@ -358,11 +429,44 @@ class Exchange(AttemptOwner):
             elif self.timer.kind == "send":
                 self.timer.set(self.read_timeout, "upstream")
 
-    def attempt_failed(self, status: int, detail: str, responded: bool, reused: bool) -> None:
-        """The upstream connection failed (C{responded}: it sent something that was not a response; C{reused}: it was pooled)."""
-        if not self.responded and not responded:
-            self.shared.metrics.upstream_failures.labels("reset").inc()
+    def upstream_done(self) -> None:
+        if self.state == TUNNEL:
+            self.upstream = None
+            self.client.close()
+            return
+        self._release_upstream()
+        self.client.end_response()
+
+    def upstream_failed(self, status: int, detail: str, responded: bool) -> None:
+        """The upstream connection failed (C{responded}: it sent something that was not a response)."""
+        upstream, self.upstream = self.upstream, None
+        reused = upstream is not None and upstream.reused
+        if self.state == CLOSED:
+            return
+        if upstream is not None and self.client.client_full:
+            upstream.transport.resumeProducing()
         self.attempts.upstream_failed(self, status, detail, responded, reused)
+
+    def _switch_to_tunnel(self, head: h1.Head, body: bytes) -> None:
+        request = self.request
+        if not request or not request.upgrade or self.upstream is None:
+            self.fail(502, "101 for a request that asked for no upgrade")
+            return
+        self.state = TUNNEL
+        self.timer.cancel()
+        self.client.open_tunnel(head, body)
+        self.done(101)
+
+    def _release_upstream(self) -> None:
+        """The exchange is over: its connection goes back to the pool, or closes if the request was cut short."""
+        upstream, self.upstream = self.upstream, None
+        if upstream is not None:
+            if self.client.client_full:
+                upstream.transport.resumeProducing()
+            if self.request_complete:
+                self.shared.pool.release(upstream)
+            else:
+                upstream.transport.loseConnection()
 
     # -- the end ------------------------------------------------------------------------------
 
@@ -385,7 +489,11 @@ class Exchange(AttemptOwner):
             shared.access_log.record(self, status)
 
     def let_go(self) -> None:
-        """Its client side is done with it (after L{done} and L{end}): no cycle outlives the request (L{DEPARTED})."""
+        """
+        Its client side has ended and is done with it (after L{done} and L{end}): the exchange
+        stops holding it (L{ingress.proxy.http.client.Departed}: no reference cycle outlives the
+        request), and anything that still reaches the exchange late speaks to no one.
+        """
         self.client = DEPARTED
 
     def end(self) -> bool:

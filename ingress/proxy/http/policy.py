@@ -107,20 +107,6 @@ def hashed_endpoint(hash_by: HashBy, upstream: Upstream, request: h1.Head, clien
     return rendezvous(key, usable) or pool.choose(upstream, exclude)
 
 
-def attempt_endpoint(
-    route: Route, request: Optional[h1.Head], client_ip: str, pool: UpstreamPool, tried: Optional[Address], error_code: int, https: bool
-) -> tuple[Optional[Address], Optional[bytes]]:
-    """
-    The endpoint of a request's next attempt, never C{tried}: the route's error backend's when an
-    error code is asked for (custom-http-errors), else the one its policies pick (L{chosen_endpoint}).
-    """
-    if error_code:
-        pages = route.policies.error_pages if route.policies is not None else None
-        assert pages is not None and pages.backend is not None
-        return pool.choose(pages.backend, exclude=tried), None
-    return chosen_endpoint(route, request, client_ip, pool, tried, https)
-
-
 def chosen_endpoint(
     route: Route, request: Optional[h1.Head], client_ip: str, pool: UpstreamPool, tried: Optional[Address], https: bool
 ) -> tuple[Optional[Address], Optional[bytes]]:

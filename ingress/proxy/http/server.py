@@ -105,14 +105,14 @@ class HTTPProxyProtocol(NativeProtocol):
     def pauseProducing(self) -> None:
         self.client_full = True
         exchange = self._exchange
-        if exchange is not None and exchange.attempt is not None:
-            exchange.attempt.hold(True)
+        if exchange is not None and exchange.upstream is not None:
+            exchange.upstream.transport.pauseProducing()
 
     def resumeProducing(self) -> None:
         self.client_full = False
         exchange = self._exchange
-        if exchange is not None and exchange.attempt is not None:
-            exchange.attempt.hold(False)
+        if exchange is not None and exchange.upstream is not None:
+            exchange.upstream.transport.resumeProducing()
 
     def stopProducing(self) -> None:
         pass
@@ -159,8 +159,8 @@ class HTTPProxyProtocol(NativeProtocol):
     def dataReceived(self, data: bytes) -> None:
         exchange = self._exchange
         if exchange is not None and exchange.state == TUNNEL:
-            if exchange.attempt is not None:
-                exchange.attempt.write_tunnel(data)
+            if exchange.upstream is not None:
+                exchange.upstream.write(data)
             return
         if self._closed:
             return
@@ -298,11 +298,11 @@ class HTTPProxyProtocol(NativeProtocol):
 
     def open_tunnel(self, head: h1.Head, body: bytes) -> None:
         exchange = self._exchange
-        assert exchange is not None and exchange.request is not None and exchange.attempt is not None
+        assert exchange is not None and exchange.request is not None and exchange.upstream is not None
         self._write(response_head_bytes(head, exchange.request, self.settings.server_name, True, False) + body)
         leftover, self._buffer = self._buffer, b""
         if leftover:
-            exchange.attempt.write_tunnel(leftover)
+            exchange.upstream.write(leftover)
 
     def send_tunnel(self, data: bytes) -> None:
         self._write(data)

@@ -221,9 +221,12 @@ class H2Stream:
         if full == self.client_full:
             return
         self.client_full = full
-        attempt = self.exchange.attempt
-        if attempt is not None:
-            attempt.hold(full)
+        upstream = self.exchange.upstream
+        if upstream is not None:
+            if full:
+                upstream.transport.pauseProducing()
+            else:
+                upstream.transport.resumeProducing()
 
     # -- answers of our own, failures and the end --------------------------------
 
