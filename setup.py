@@ -23,7 +23,7 @@ from setuptools import setup
 # at all, so mypyc makes it a native class), and the X-Request-ID routing adds to it (requestid.py:
 # ingress-nginx's generate-request-id is on by default).  A class compiled here must not need an interpreted
 # base class together with a compiled one (mypyc refuses that).  The paths off the keep-alive one
-# stay interpreted (steps.py, deadlines.py, retry.py), and so do the routing table's frozen
+# stay interpreted (failures.py, steps.py, deadlines.py), and so do the routing table's frozen
 # dataclasses: compiled, they cannot be unpickled (mypyc's state setter assigns through the frozen
 # __setattr__), and workers receive tables pickled.  The lookups each request makes in a table are
 # compiled apart from them (lookup.py, on the tables' fields), and so is the path normalisation
@@ -40,7 +40,6 @@ HOT_MODULES = [
     "ingress/proxy/http/h1response.py",
     "ingress/proxy/http/exchange.py",
     "ingress/proxy/http/admission.py",
-    "ingress/proxy/http/attempts.py",
     "ingress/proxy/http/routed.py",
     "ingress/proxy/http/requestid.py",
     "ingress/routing/lookup.py",

@@ -104,11 +104,11 @@ def _common(exchange: Any) -> tuple[Optional[Head], bytes, bytes, Optional[str],
         lowered = b"\n" + block.lower()  # each field line now starts with "\n", the first one too
         referer, agent = _field(block, lowered, b"\nreferer:"), _field(block, lowered, b"\nuser-agent:")
         request_id = head.request_id or _field(block, lowered, b"\nx-request-id:")  # one made here is 32 hex digits
-        duration: Optional[float] = mono - exchange.attempts.started_at
+        duration: Optional[float] = mono - exchange.started_at
     else:
         referer = agent = request_id = b""
         duration = None
-    route, upstream = exchange.route, exchange.attempts.tried
+    route, upstream = exchange.route, exchange.tried
     return (
         head,
         referer,

@@ -106,7 +106,7 @@ def _remote_user(exchange: Any, status: int, now: float) -> Optional[str]:
 
 
 def _duration(exchange: Any, status: int, now: float) -> Optional[str]:
-    started = exchange.attempts.started_at
+    started = exchange.started_at
     return "%.3f" % (time.monotonic() - started) if started else None
 
 
@@ -116,7 +116,7 @@ def _upstream_time(exchange: Any, status: int, now: float) -> Optional[str]:
 
 
 def _upstream_addr(exchange: Any, status: int, now: float) -> Optional[str]:
-    tried = exchange.attempts.tried
+    tried = exchange.tried
     return f"{tried[0]}:{tried[1]}" if tried is not None else None
 
 
@@ -208,7 +208,7 @@ GETTERS: dict[str, Getter] = {
     "upstream_addr": _upstream_addr,
     "upstream_response_length": lambda c, s, n: str(c.body_sent) if c.sent_at else None,
     "upstream_response_time": _upstream_time,
-    "upstream_status": lambda c, s, n: str(s) if c.attempts.tried is not None else None,
+    "upstream_status": lambda c, s, n: str(s) if c.tried is not None else None,
     "req_id": _request_id,
     "request_id": _request_id,
     "namespace": lambda c, s, n: c.route.source.namespace if c.route is not None else None,

@@ -115,7 +115,7 @@ class NginxMetrics(Collector):
         if head is not None:
             length = len(head.method) + len(head.target) + 11 + len(head.block) + (head.framing.content_length or 0)
             key = (key[0], head.method.decode("ascii", "replace"), *key[2:7], _host(head.host))
-            duration = mono - exchange.attempts.started_at
+            duration = mono - exchange.started_at
         else:
             length, duration = 0, 0.0
         self.requests[key] = self.requests.get(key, 0) + 1

@@ -6,9 +6,6 @@ Two implementations: the HTTP/1.1 connection (L{ingress.proxy.http.server}), whi
 its requests one exchange at a time, and the HTTP/2 stream (L{ingress.proxy.http2.stream}),
 one per exchange.  Neither inherits from the exchange, nor it from them: this interface is
 all they share (as Envoy's ActiveStream talks to its codec through an encoder interface).
-A client side hands its exchange a parsed head (L{Exchange.run}) and the body's events
-(C{send_upstream}, C{body_done}); the exchange runs the request and calls back here.  A new
-framing implements this and nothing else (tests/unit/test_exchange_toy_framing.py: a third one).
 """
 
 from __future__ import annotations
@@ -16,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from ingress.proxy.http import h1
+from ingress.proxy.http.extauth import Verdict
 from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor
 from ingress.proxy.idle import Deadline, retired
 
@@ -67,20 +65,8 @@ class ClientSide(Protocol):
     def peer(self) -> ForwardedFor:
         """The client's connection as it says (a PROXY header's address): the access log's C{$proxy_protocol_addr}."""
 
-    def local_host(self) -> str:
-        """The address the client connected to (a Gateway's own address picks its table)."""
-
-    def local_port(self) -> bytes:
-        """The port the client connected to (X-Forwarded-Port from a trusted proxy's request)."""
-
-    def expect_body(self, framing: h1.Framing) -> None:
-        """The request was admitted and has a body (C{framing}): read it, passing it on with C{send_upstream}."""
-
-    def relay_http2(self) -> None:
-        """The route's endpoints speak HTTP/2 (gRPC): the request's frames are relayed (HTTP/2 clients only)."""
-
-    def guard_decided(self, passed: bool) -> None:
-        """A guard's verdict was taken (a denial is answered next): what the client side held back goes on, or is dropped."""
+    def guarded(self, verdict: Verdict) -> None:
+        """A guard's verdict, taken by the exchange: answer a denial, or go on with the request."""
 
 
 class Departed:
@@ -141,19 +127,7 @@ class Departed:
     def peer(self) -> ForwardedFor:
         return UNKNOWN_PEER
 
-    def local_host(self) -> str:
-        return ""
-
-    def local_port(self) -> bytes:
-        return b""
-
-    def expect_body(self, framing: h1.Framing) -> None:
-        pass
-
-    def relay_http2(self) -> None:
-        pass
-
-    def guard_decided(self, passed: bool) -> None:
+    def guarded(self, verdict: Verdict) -> None:
         pass
 
 

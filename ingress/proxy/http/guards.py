@@ -19,7 +19,6 @@ question to the primary in a worker.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from twisted.internet.defer import Deferred, succeed
@@ -43,17 +42,6 @@ def _then(value: Any, step: Callable[..., Outcome], *args: Any) -> Outcome:
     return step(value, *args)
 
 
-@dataclass(frozen=True, slots=True)
-class GuardRequest:
-    """What the guards are asked about: one request (made only for a route with guards)."""
-
-    policies: Policies
-    request: h1.Head
-    client_ip: str
-    scheme: bytes
-    timeout: float  # bounds the wait for an auth service
-
-
 class Guards:
     """The listeners' shared checkers."""
 
@@ -66,34 +54,35 @@ class Guards:
     def wanted(policies: Policies) -> bool:
         return policies.rate_limit is not None or policies.basic_auth is not None or policies.external_auth is not None
 
-    def check(self, asked: GuardRequest) -> Deferred[Verdict]:
-        """The verdict on C{asked.request}."""
-        rate = asked.policies.rate_limit
-        if rate is None or rate.exempts(asked.client_ip):
-            return self._authenticate(asked)
-        verdict = _then(self.rates.take(rate.zones, asked.client_ip) if rate.zones else True, self._after_rate, asked)
+    def check(self, policies: Policies, request: h1.Head, client_ip: str, scheme: bytes, timeout: float) -> Deferred[Verdict]:
+        """The verdict on C{request}; C{timeout} bounds the wait for an auth service."""
+        rate = policies.rate_limit
+        if rate is None or rate.exempts(client_ip):
+            return self._authenticate(policies, request, client_ip, scheme, timeout)
+        asked = (policies, request, client_ip, scheme, timeout)
+        verdict = _then(self.rates.take(rate.zones, client_ip) if rate.zones else True, self._after_rate, *asked)
         return verdict if isinstance(verdict, Deferred) else succeed(verdict)
 
     def leave(self, hold: tuple[str, str]) -> None:
         """A request that took a place under limit-connections (L{Verdict.hold}) is over."""
         self.rates.leave(*hold)
 
-    def _after_rate(self, allowed: bool, asked: GuardRequest) -> Outcome:
-        rate = asked.policies.rate_limit
+    def _after_rate(self, allowed: bool, policies: Policies, request: h1.Head, client_ip: str, scheme: bytes, timeout: float) -> Outcome:
+        rate = policies.rate_limit
         assert rate is not None
         if not allowed:
             return Verdict(rate.status, "rate-limit")
         if not rate.connections:
-            return self._authenticate(asked)
-        entered = self.rates.enter(rate.connection_zone, rate.connections, asked.client_ip)
-        return _then(entered, self._after_enter, asked)
+            return self._authenticate(policies, request, client_ip, scheme, timeout)
+        entered = self.rates.enter(rate.connection_zone, rate.connections, client_ip)
+        return _then(entered, self._after_enter, policies, request, client_ip, scheme, timeout)
 
-    def _after_enter(self, entered: bool, asked: GuardRequest) -> Outcome:
-        rate = asked.policies.rate_limit
+    def _after_enter(self, entered: bool, policies: Policies, request: h1.Head, client_ip: str, scheme: bytes, timeout: float) -> Outcome:
+        rate = policies.rate_limit
         assert rate is not None
         if not entered:
             return Verdict(rate.connection_status, "connection-limit")
-        return _then(self._authenticate(asked), self._holding, (rate.connection_zone, asked.client_ip))
+        return _then(self._authenticate(policies, request, client_ip, scheme, timeout), self._holding, (rate.connection_zone, client_ip))
 
     def _holding(self, verdict: Verdict, hold: tuple[str, str]) -> Verdict:
         """The place taken under limit-connections goes with a passing verdict, and is left at once otherwise."""
@@ -104,49 +93,41 @@ class Guards:
         passing.hold = hold
         return passing
 
-    def _authenticate(self, asked: GuardRequest) -> Deferred[Verdict]:
-        policies = asked.policies
+    def _authenticate(self, policies: Policies, request: h1.Head, client_ip: str, scheme: bytes, timeout: float) -> Deferred[Verdict]:
         if policies.satisfy_any:
-            return self._any(asked)
+            return self._any(policies, request, client_ip, scheme, timeout)
         if policies.basic_auth is None:
-            return self._external(asked)
-        checking = self.passwords.check(policies.basic_auth, asked.request.block)
-        return checking.addCallback(self._after_password, asked)
+            return self._external(policies, request, client_ip, scheme, timeout)
+        checking = self.passwords.check(policies.basic_auth, request.block)
+        return checking.addCallback(self._after_password, policies, request, client_ip, scheme, timeout)
 
-    def _after_password(self, ok: bool, asked: GuardRequest) -> Outcome:
+    def _after_password(self, ok: bool, policies: Policies, request: h1.Head, client_ip: str, scheme: bytes, timeout: float) -> Outcome:
         if not ok:
-            assert asked.policies.basic_auth is not None
-            return Verdict(401, "basic-auth", asked.policies.basic_auth.challenge)
-        return self._external(asked)
+            assert policies.basic_auth is not None
+            return Verdict(401, "basic-auth", policies.basic_auth.challenge)
+        return self._external(policies, request, client_ip, scheme, timeout)
 
-    def _any(self, asked: GuardRequest) -> Deferred[Verdict]:
+    def _any(self, policies: Policies, request: h1.Head, client_ip: str, scheme: bytes, timeout: float) -> Deferred[Verdict]:
         """satisfy any: the source ranges, then the password, then the auth service; the first yes lets the request through."""
-        policies = asked.policies
         ranges = policies.source_ranges
-        if ranges is not None and ranges.permits(asked.client_ip):
+        if ranges is not None and ranges.permits(client_ip):
             return succeed(PASSED)
         if policies.basic_auth is None:
-            return self._external(asked)
-        checking = self.passwords.check(policies.basic_auth, asked.request.block)
-        return checking.addCallback(self._after_password_any, asked)
+            return self._external(policies, request, client_ip, scheme, timeout)
+        checking = self.passwords.check(policies.basic_auth, request.block)
+        return checking.addCallback(self._after_password_any, policies, request, client_ip, scheme, timeout)
 
-    def _after_password_any(self, ok: bool, asked: GuardRequest) -> Outcome:
+    def _after_password_any(self, ok: bool, policies: Policies, request: h1.Head, client_ip: str, scheme: bytes, timeout: float) -> Outcome:
         if ok:
             return PASSED
-        policies = asked.policies
         assert policies.basic_auth is not None
         refused = Verdict(401, "basic-auth", policies.basic_auth.challenge)
         if policies.external_auth is None:
             return refused
-        external = self._ask_service(asked)
-        return external.addCallback(lambda verdict: refused if verdict.status == 403 else verdict)
+        asked = self.external.check(policies.external_auth, request, client_ip, scheme, timeout)
+        return asked.addCallback(lambda verdict: refused if verdict.status == 403 else verdict)
 
-    def _external(self, asked: GuardRequest) -> Deferred[Verdict]:
-        if asked.policies.external_auth is None:
+    def _external(self, policies: Policies, request: h1.Head, client_ip: str, scheme: bytes, timeout: float) -> Deferred[Verdict]:
+        if policies.external_auth is None:
             return succeed(PASSED)
-        return self._ask_service(asked)
-
-    def _ask_service(self, asked: GuardRequest) -> Deferred[Verdict]:
-        external = asked.policies.external_auth
-        assert external is not None
-        return self.external.check(external, asked.request, asked.client_ip, asked.scheme, asked.timeout)
+        return self.external.check(policies.external_auth, request, client_ip, scheme, timeout)

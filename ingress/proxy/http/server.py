@@ -20,14 +20,18 @@ from twisted.python.failure import Failure
 from zope.interface import classImplements
 
 from ingress.proxy.http import h1, headend
+from ingress.proxy.http.admission import route_and_admit
 from ingress.proxy.http.chunked import ChunkedFramer, RequestBody
 from ingress.proxy.http.compression import GzipBody
 from ingress.proxy.http.exchange import Exchange
+from ingress.proxy.http.extauth import Verdict
 from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor, response_head_bytes
+from ingress.proxy.http.guards import Guards
 from ingress.proxy.http.h1response import Transform, body_length, body_transform, final_head, keeps_alive, local_answer, transformed
 from ingress.proxy.http.responses import error_response
 from ingress.proxy.http.shared import Shared
 from ingress.proxy.http.states import AUTH, AWAIT, BODY, TUNNEL
+from ingress.proxy.http.trusted import trusted_forwarding
 from ingress.proxy.http2.connection import PREFACE, take_over
 from ingress.proxy.idle import Deadline
 from ingress.speedups.fastwrite import direct_writer
@@ -209,33 +213,55 @@ class HTTPProxyProtocol(NativeProtocol):
         return not self._closed
 
     def _begin(self, head: h1.Head) -> None:
-        """A parsed head: its exchange begins, and runs the request."""
+        """Route a parsed head: its exchange begins."""
         self._requests += 1
+        if self._peer is UNKNOWN_PEER:
+            self._learn_peer()
         factory = self.factory
-        exchange = self._exchange = Exchange(self, factory, self.settings, head, self.peer(), PROTOCOL)
+        table = factory.live.table
+        if table.addresses:  # Gateways with addresses of their own: the address reached picks the table
+            table = table.addresses.get(str(getattr(self.transport.getHost(), "host", "")), table)
+        if table.trust is None:
+            self._forwarded = self._peer
+        else:  # the connection's peer, unless it is a proxy the table trusts to forward for another
+            port = getattr(self.transport.getHost(), "port", 0) or 0
+            self._forwarded = trusted_forwarding(table.trust, self._peer, head, b"%d" % port)
+        exchange = self._exchange = Exchange(self, factory, self.settings, head, self._forwarded, PROTOCOL)
         self._keep_alive = keeps_alive(head, self._requests, factory.draining, factory.settings)  # the settings of the table live now
-        framing = head.framing
-        exchange.run(head, framing.chunked or bool(framing.content_length))
-        self._forwarded = exchange.forwarded  # what a refusal later on this connection logs
+        if route_and_admit(exchange, table, head, self.transport) is None:
+            return
+        route = exchange.route
+        policies = route.policies if route is not None else None
+        if policies is not None and Guards.wanted(policies):
+            exchange.guard(policies)
+            return
+        self._forward(exchange, head)
 
-    def local_host(self) -> str:
-        return str(getattr(self.transport.getHost(), "host", ""))
-
-    def local_port(self) -> bytes:
-        return b"%d" % (getattr(self.transport.getHost(), "port", 0) or 0)
-
-    def expect_body(self, framing: h1.Framing) -> None:
+    def guarded(self, verdict: Verdict) -> None:
+        """A guard's verdict: a denial is answered; else the request goes on, and any pipelined after it."""
         exchange = self._exchange
-        assert exchange is not None
-        self._body = RequestBody(framing, exchange.max_body)
-
-    def relay_http2(self) -> None:
-        raise AssertionError("an HTTP/1.1 request is never relayed to an HTTP/2 endpoint")  # routing answers it 426
-
-    def guard_decided(self, passed: bool) -> None:
-        """A guard let the request on: any request pipelined after it is read now."""
-        if passed and self._buffer and not self._driving and not self._closed:
+        assert exchange is not None and exchange.request is not None
+        if verdict.status:
+            exchange.state = AWAIT
+            exchange.answer(verdict.status, fields=verdict.fields)
+            return
+        self._forward(exchange, exchange.request)
+        if self._buffer and not self._driving and not self._closed:
             self._drive()
+
+    def _forward(self, exchange: Exchange, head: h1.Head) -> None:
+        """A routed request that passed its guards: read its body (if any) and send it upstream."""
+        framing = head.framing
+        if framing.content_length and framing.content_length > exchange.max_body:
+            self.refuse(413, "request body too large")
+            return
+        self.timer.set(exchange.read_timeout, "upstream")
+        if framing.chunked or framing.content_length:
+            self._body = RequestBody(framing, exchange.max_body)
+            exchange.reading_body()
+        else:
+            exchange.body_done()
+        exchange.start_upstream()
 
     def _read_body(self, exchange: Exchange) -> None:
         assert self._body is not None
@@ -250,8 +276,6 @@ class HTTPProxyProtocol(NativeProtocol):
             exchange.body_done()
 
     def peer(self) -> ForwardedFor:
-        if self._peer is UNKNOWN_PEER:
-            self._learn_peer()
         return self._peer
 
     def _learn_peer(self) -> None:
@@ -276,7 +300,7 @@ class HTTPProxyProtocol(NativeProtocol):
         if body:
             body = transformed(transform, body) if transform is not None else body
             out += body
-            exchange.sent(len(body))
+        exchange.body_sent = len(body)
         self._write(out)
 
     def send_body(self, data: bytes) -> None:
@@ -284,7 +308,7 @@ class HTTPProxyProtocol(NativeProtocol):
             data = transformed(self._transform, data)
         exchange = self._exchange
         if exchange is not None:
-            exchange.sent(len(data))
+            exchange.body_sent += len(data)
         self._write(data)
 
     def end_response(self) -> None:
@@ -292,7 +316,7 @@ class HTTPProxyProtocol(NativeProtocol):
         assert exchange is not None
         if type(self._transform) is GzipBody:
             tail = self._transform.finish()
-            exchange.sent(len(tail))
+            exchange.body_sent += len(tail)
             self._write(tail)
         self._finish(exchange, exchange.status)
 
@@ -315,8 +339,9 @@ class HTTPProxyProtocol(NativeProtocol):
         unread_body = request is not None and not exchange.request_complete and request.framing.has_body
         close = close or unread_body or not self._keep_alive or (request is not None and not request.keep_alive)
         self._keep_alive = not close
+        exchange.request_complete = exchange.request_complete or not unread_body
         response = local_answer(status, self.settings.server_name, close, location, fields)
-        exchange.sent(body_length(response))
+        exchange.body_sent = body_length(response)
         self._write(response)
         self._finish(exchange, status)
 
@@ -324,10 +349,9 @@ class HTTPProxyProtocol(NativeProtocol):
         """A request we will not parse further: answer and close (RFC 9112 requires it)."""
         if self._peer is UNKNOWN_PEER:
             self._learn_peer()
-        exchange = self._exchange
-        forwarded = exchange.forwarded if exchange is not None else self._forwarded
         self.factory.metrics.malformed_requests.labels(str(status)).inc()
-        log.info("refused request from {peer}: {status} {detail}", peer=forwarded.ip or "?", status=status, detail=detail)
+        log.info("refused request from {peer}: {status} {detail}", peer=self._forwarded.ip or "?", status=status, detail=detail)
+        exchange = self._exchange
         if exchange is not None and exchange.responded:
             exchange.end()
             self._closed = True
@@ -336,7 +360,7 @@ class HTTPProxyProtocol(NativeProtocol):
         if exchange is None:  # no head was read: the log line has none
             exchange = self._exchange = Exchange(self, self.factory, self.settings, None, self._forwarded, PROTOCOL)
         response = error_response(status, self.settings.server_name, True)
-        exchange.sent(body_length(response))
+        exchange.body_sent = body_length(response)
         self._write(response)
         exchange.done(status)
         exchange.end()

@@ -14,6 +14,7 @@ rather than a reset or an HTML 502.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Final, Optional, Protocol
@@ -25,6 +26,7 @@ from twisted.logger import Logger
 
 from ingress.proxy.http import h1
 from ingress.proxy.http.exchange import Exchange
+from ingress.proxy.http.routed import Routed
 from ingress.proxy.http.upstream import Address
 from ingress.proxy.http2.fields import Headers, upstream_request_headers
 from ingress.proxy.http2.upstream import H2UpstreamConnection
@@ -61,16 +63,16 @@ class H2Exchange:
     to the client through its L{StreamClient}.
     """
 
-    def __init__(self, exchange: Exchange, stream: StreamClient, client_headers: Headers, client_done: bool) -> None:
+    def __init__(self, exchange: Exchange, stream: StreamClient, client_headers: Headers, routed: Routed, client_done: bool) -> None:
         self.exchange = exchange
         self.stream = stream
-        route = exchange.route  # as routing and the policies made it, with its head (a client certificate's fields, a guard's)
+        route = routed.route
         assert route is not None and route.policies is not None
         self.route = route
         self.tls = route.policies.backend_tls
         self.grpc = any(name == b"content-type" and value.startswith(b"application/grpc") for name, value in client_headers)
         te = [(name, value) for name, value in client_headers if name == b"te" and value == b"trailers"]
-        self.headers = upstream_request_headers(exchange.head_bytes, b"https" if self.tls is not None else b"http") + te
+        self.headers = upstream_request_headers(routed.head_bytes, b"https" if self.tls is not None else b"http") + te
         self.client_done = client_done
         self.connection: Optional[H2UpstreamConnection] = None
         self.upstream_id = 0
@@ -96,7 +98,7 @@ class H2Exchange:
             self._unavailable(503, "no endpoint" if not tried else "every endpoint failed")
             return
         tried.add(address)
-        exchange.attempts.begin(address)
+        exchange.tried = address
         upstreams = exchange.shared.http2_upstreams
         self._connecting = upstreams.get(
             address, self.tls, self._ready, lambda detail, timed_out: self._failed(address, detail, timed_out), exchange.connect_timeout
@@ -107,9 +109,10 @@ class H2Exchange:
         if self._gone:
             return
         exchange = self.exchange
-        exchange.shared.pool.mark_up(exchange.attempts.tried or ("", 0))
+        exchange.shared.pool.mark_up(exchange.tried or ("", 0))
         self.connection = connection
-        exchange.sending()
+        exchange.sent_at = time.monotonic()
+        exchange.attempts += 1
         self.upstream_id = connection.open_stream(self, self.headers, end_stream=self.client_done and not self._to_upstream)
         if self.client_done and not self._to_upstream:
             self._trailers_sent = True

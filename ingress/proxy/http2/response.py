@@ -13,6 +13,7 @@ connection that imports it.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
@@ -99,7 +100,7 @@ class StreamOutput:
             self.ended = True  # the exchange's end only finishes the stream
         elif body and complete and self.decode is None and len(body) <= min(h2.local_flow_control_window(self._stream_id), h2.max_outbound_frame_size):
             h2.send_data(self._stream_id, body, end_stream=True)  # the whole small response: one DATA frame that ends the stream
-            exchange.sent(len(body))
+            exchange.body_sent = len(body)
             self.ended = True
         elif body:
             self.add(exchange, body)
@@ -107,7 +108,10 @@ class StreamOutput:
 
     def respond(self, exchange: Exchange, status: int, headers: Headers, trailers: Optional[Headers]) -> bool:
         """An HTTP/2 endpoint's response head as HEADERS: True if it ended the stream (C{trailers}: a trailers-only answer)."""
-        exchange.responding(status, upstream=True)
+        if not exchange.responded and exchange.route is not None:
+            exchange.shared.metrics.upstream_answered(exchange.route.name, time.monotonic() - exchange.sent_at)
+        exchange.responded = True
+        exchange.status = status
         headers = [(b":status", b"%d" % status), *(field for field in headers if field[0] != b":status")]
         connection = self._connection
         if trailers is not None:
@@ -122,13 +126,14 @@ class StreamOutput:
         headers, body = local_response(status, exchange.settings.server_name, location, fields)
         if exchange.request_method == b"HEAD":
             body = b""
-        exchange.responding(status, upstream=False)
+        exchange.status = status
+        exchange.responded = True
         connection = self._connection
         connection.h2.send_headers(self._stream_id, headers, end_stream=not body)
         if not body:
             connection.flush()  # answered outside a read too (a guard's verdict)
             return True
-        exchange.sent(len(body))
+        exchange.body_sent = len(body)
         self.queue(body)
         self.end_pending = True
         return False
@@ -139,7 +144,7 @@ class StreamOutput:
             data = self.decoded(data)
             if not data:
                 return False
-        exchange.sent(len(data))
+        exchange.body_sent += len(data)
         self._out.append(data)
         self.size += len(data)
         return True
@@ -156,7 +161,7 @@ class StreamOutput:
         """The upstream's body is complete: a gzip stream's last bytes, and the stream ends once all is sent."""
         if type(self.decode) is GzipBody:
             tail = self.decode.finish()
-            exchange.sent(len(tail))
+            exchange.body_sent += len(tail)
             self._out.append(tail)
             self.size += len(tail)
         self.end_pending = True

@@ -10,8 +10,7 @@ the request body arrives in DATA frames and is acknowledged (WINDOW_UPDATE) only
 the upstream takes it; the response goes out through its L{StreamOutput} as the client's
 window allows, and a stream holding more than L{HIGH_WATER} bytes its client has made no
 room for pauses its own upstream connection's reads, and no other stream's.  A route whose
-endpoints speak HTTP/2 (gRPC, h2c) has the exchange hand the stream to an L{H2Exchange} instead
-(L{H2Stream.relay_http2}).
+endpoints speak HTTP/2 (gRPC, h2c) hands the stream to an L{H2Exchange} instead.
 """
 
 from __future__ import annotations
@@ -23,10 +22,15 @@ from h2.errors import ErrorCodes
 from h2.exceptions import StreamClosedError
 from twisted.logger import Logger
 
-from ingress.proxy.http import h1
+from ingress.proxy.http import failures, h1
+from ingress.proxy.http.admission import route_and_admit
 from ingress.proxy.http.exchange import Exchange
+from ingress.proxy.http.extauth import Verdict
 from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor
-from ingress.proxy.http.states import AUTH, BODY, CLOSED
+from ingress.proxy.http.guards import Guards
+from ingress.proxy.http.routed import Routed
+from ingress.proxy.http.states import AUTH, AWAIT, BODY, CLOSED, HEAD
+from ingress.proxy.http.trusted import trusted_forwarding
 from ingress.proxy.http2.exchange import H2Exchange
 from ingress.proxy.http2.fields import Headers
 from ingress.proxy.http2.response import StreamConnection, StreamOutput
@@ -48,7 +52,7 @@ class H2Stream:
     _body_received = 0
     _chunked_upstream = False
     _h2_exchange: Optional[H2Exchange] = None  # an HTTP/2 endpoint's stream (backend-protocol GRPC, GRPCS, H2C)
-    _headers: Optional[Headers] = None  # the request's HEADERS, for an HTTP/2 endpoint's stream
+    _waiting: Optional[tuple[Headers, bool, Routed]] = None  # the request while a guard decides
     _held_end = False
 
     def __init__(self, connection: StreamConnection, stream_id: int) -> None:
@@ -65,46 +69,78 @@ class H2Stream:
     # -- the request ------------------------------------------------------------
 
     def begin(self, head: h1.Head, headers: Headers, has_body: bool) -> None:
-        """The request's HEADERS arrived (C{head}: as L{ingress.proxy.http2.fields.request_head} read them): its exchange runs it."""
-        self._headers = headers  # an HTTP/2 endpoint's request is made with them (gRPC's content-type, te)
-        self.exchange.run(head, has_body)
+        """The request's HEADERS arrived (C{head}: as L{ingress.proxy.http2.fields.request_head} read them): route it and start forwarding."""
+        exchange = self.exchange
+        exchange.request = head
+        exchange.request_method = head.method
+        connection = self.connection
+        table = connection.factory.live.table
+        if table.addresses:  # Gateways with addresses of their own: the address reached picks the table
+            table = table.addresses.get(connection.local_host(), table)
+        peer = connection.peer()
+        exchange.forwarded = trusted_forwarding(table.trust, peer, head, connection.local_port()) if table.trust is not None else peer
+        exchange.request_complete = not has_body
+        routed = route_and_admit(exchange, table, head, connection.transport)
+        if routed is None:
+            return
+        routed.head_bytes = exchange.head_bytes  # with a client certificate's fields: an HTTP/2 endpoint's request is made from it too
+        route = exchange.route
+        policies = route.policies if route is not None else None
+        if policies is not None and Guards.wanted(policies):
+            self._waiting = (headers, has_body, routed)
+            exchange.guard(policies)
+            return
+        self._forward(head, headers, has_body, routed)
 
     def refuse_request(self, error: h1.HTTPError, has_body: bool) -> None:
         """The request's HEADERS ask for what HTTP/1.1 would refuse too: its answer, on this stream."""
-        if not has_body:
-            self.exchange.request_ended()
+        self.exchange.request_complete = not has_body
         self.refuse(error.status, error.detail)
 
-    def local_host(self) -> str:
-        return self.connection.local_host()
-
-    def local_port(self) -> bytes:
-        return self.connection.local_port()
-
-    def expect_body(self, framing: h1.Framing) -> None:
-        self._chunked_upstream = framing.chunked
-
-    def relay_http2(self) -> None:
-        """A route whose endpoints speak HTTP/2: the request's frames go to an endpoint's stream."""
-        exchange = self.exchange
-        headers = self._headers
-        assert headers is not None
-        self._h2_exchange = H2Exchange(exchange, self, headers, exchange.request_complete)
-        self._h2_exchange.start()
-
-    def guard_decided(self, passed: bool) -> None:
+    def guarded(self, verdict: Verdict) -> None:
         """Basic or external auth decided: the request's DATA, held (not acknowledged) until now, goes on or is dropped."""
-        held, self._held = self._held, []
-        if not passed:
-            for _, flow_length in held:
+        exchange = self.exchange
+        waiting, self._waiting = self._waiting, None
+        assert waiting is not None and exchange.request is not None
+        headers, has_body, routed = waiting
+        if verdict.status:
+            exchange.state = AWAIT
+            for _, flow_length in self._held:
                 self._acknowledge(flow_length)
-            if self._held_end:
-                self.exchange.request_ended()
+            exchange.request_complete = self._held_end
+            exchange.answer(verdict.status, fields=verdict.fields)
             return
+        exchange.state = HEAD
+        routed.head_bytes = exchange.head_bytes  # an HTTP/2 endpoint's request is made from it too
+        self._forward(exchange.request, headers, has_body, routed)
+        held, self._held = self._held, []
         for data, flow_length in held:
             self.receive_body(data, flow_length)
         if self._held_end:
             self.end_of_body()
+
+    def _forward(self, head: h1.Head, headers: Headers, has_body: bool, routed: Routed) -> None:
+        """A routed request that passed its guards: to an HTTP/2 endpoint's stream, or the HTTP/1.1 pools."""
+        exchange = self.exchange
+        route = exchange.route
+        policies = route.policies if route is not None else None
+        if policies is not None and policies.backend_http2:
+            exchange.state = BODY if has_body else AWAIT
+            self.timer.set(exchange.read_timeout, "upstream")  # no frame either way for this long ends the exchange
+            self._h2_exchange = H2Exchange(exchange, self, headers, routed, not has_body)
+            self._h2_exchange.start()
+            return
+        framing = head.framing
+        if framing.content_length and framing.content_length > exchange.max_body:
+            exchange.answer(413)
+            return
+        if has_body:
+            self._chunked_upstream = framing.chunked
+            exchange.reading_body()
+        else:
+            self.timer.set(exchange.read_timeout, "upstream")
+            exchange.body_done()
+        exchange.start_upstream()
 
     def receive_body(self, data: bytes, flow_length: int) -> None:
         """A DATA frame of the request: on upstream, acknowledged now or once the upstream takes more."""
@@ -138,11 +174,11 @@ class H2Stream:
         if exchange.state == AUTH:
             self._held_end = True
             return
+        exchange.request_complete = True
         if exchange.state != BODY:
-            exchange.request_ended()
             return
         if self._h2_exchange is not None:
-            exchange.body_done()  # the timer stays the upstream's: no frame either way for that long ends it
+            exchange.state = AWAIT
             self._h2_exchange.client_end()
             return
         if self._chunked_upstream:
@@ -204,7 +240,7 @@ class H2Stream:
         raise AssertionError("an HTTP/2 stream is no tunnel")  # the exchange answers a 101 with 502 first (tunnels is False)
 
     def send_tunnel(self, data: bytes) -> None:
-        self.exchange.fail(502, "tunnel data for an HTTP/2 request")
+        failures.fail_upstream(self.exchange, 502, "tunnel data for an HTTP/2 request")
 
     def pump(self) -> None:
         """Send what the flow-control windows allow; end the stream once everything is sent."""
@@ -324,7 +360,7 @@ class H2Stream:
         if self.exchange.state == CLOSED:
             return
         self.out.on_sent = on_sent
-        self.exchange.sent(len(data))
+        self.exchange.body_sent += len(data)
         self.out.queue(data)
         self.pump()
 
