@@ -17,6 +17,7 @@ import errno
 import ipaddress
 import os
 import socket
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -148,13 +149,21 @@ def _taken_in_turn(path: str, key: bytes) -> Optional[Taken]:
             wait_on = NOT_YET if waited else NOT_YET[:1]
             if not any(reason in str(error) for reason in wait_on) or time.monotonic() > deadline:
                 raise
-            if not waited:
-                log.info("handover: the predecessor at {path} is busy ({why}): waiting for our turn", path=path, why=str(error))
+            if not waited:  # said at once on stderr: twistd's log starts only after makeService, where this waits
+                _say(f"twistd ingress: --handover {path}: the predecessor is busy ({error}): waiting for our turn (up to {TURN_SECONDS:.0f} s)")
             waited = True
         else:
             if taken is not None or not waited or time.monotonic() > deadline:
                 return taken
         time.sleep(_TURN_POLL)
+
+
+def _say(line: str) -> None:
+    """One line on the process's own stderr, now (as L{refuse_start} says its line)."""
+    stream = sys.__stderr__
+    if stream is not None:
+        stream.write(line + "\n")
+        stream.flush()
 
 
 def opened_sockets(options: Mapping[str, Any], pooled: bool) -> tuple[Optional[Taken], Shared]:
