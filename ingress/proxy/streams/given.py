@@ -13,6 +13,7 @@ import socket
 from typing import Any, Optional
 
 from twisted.internet.defer import Deferred, gatherResults, maybeDeferred
+from twisted.internet.protocol import DatagramProtocol
 
 
 class GivenPorts:
@@ -40,3 +41,19 @@ def close_all(sockets: Optional[list[socket.socket]]) -> None:
 def same_sockets(given: list[socket.socket], port: Any) -> bool:
     """Whether the C{given} sockets are those C{port} listens on (the same inodes: one socket, two descriptors)."""
     return isinstance(port, GivenPorts) and {os.fstat(sock.fileno()).st_ino for sock in given} == port.inodes()
+
+
+class MoreDatagrams(DatagramProtocol):
+    """
+    A UDP listener's second (third...) socket of its group in one process: its datagrams go to the
+    listener's one handler, which answers through its own socket.  A datagram protocol has one transport,
+    and the group's sockets share their address, so a reply from the first leaves from the same source
+    address and port as one from the socket it came in on.  This is how one process serves the sockets
+    of a predecessor that had more workers (each socket has its own queue: none may be closed).
+    """
+
+    def __init__(self, handler: Any) -> None:
+        self.handler = handler
+
+    def datagramReceived(self, datagram: bytes, addr: Any) -> None:
+        self.handler.datagramReceived(datagram, addr)

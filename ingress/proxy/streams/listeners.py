@@ -38,7 +38,7 @@ from twisted.logger import Logger
 from ingress.observe.metrics import Metrics
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.streams.gatewayports import GatewayListener
-from ingress.proxy.streams.given import GivenPorts, close_all, same_sockets
+from ingress.proxy.streams.given import GivenPorts, MoreDatagrams, close_all, same_sockets
 from ingress.proxy.streams.tcp import TCPStreamFactory
 from ingress.proxy.streams.udp import DEFAULT_MAX_SESSIONS, UDPStreamListener
 from ingress.routing.streams import TCP, StreamRoute, stream_key
@@ -157,8 +157,8 @@ class StreamListeners:
         """Listen on the given sockets, or bind one listener; raises CannotListenError."""
         try:
             handler = self._handler(route)
-            if given is not None:
-                return handler, GivenPorts([self._adopt(sock, handler) for sock in given])
+            if given is not None:  # a UDP handler takes one transport: the others' datagrams are passed to it
+                return handler, GivenPorts([self._adopt(sock, handler if n == 0 or not isinstance(handler, UDPStreamListener) else MoreDatagrams(handler)) for n, sock in enumerate(given)])
         finally:
             close_all(given)  # the reactor listens on its own duplicates
         if isinstance(handler, UDPStreamListener):
@@ -174,8 +174,8 @@ class StreamListeners:
             return TCPStreamFactory(route, self.pool, self.metrics, self.reactor)
         return UDPStreamListener(route, self.pool, self.metrics, self.reactor, self.max_udp_sessions)
 
-    def _adopt(self, sock: socket.socket, handler: Handler) -> Any:
-        if isinstance(handler, UDPStreamListener):
+    def _adopt(self, sock: socket.socket, handler: Any) -> Any:
+        if isinstance(handler, (UDPStreamListener, MoreDatagrams)):
             return self.reactor.adoptDatagramPort(sock.fileno(), sock.family, handler, maxPacketSize=65535)
         return self.reactor.adoptStreamPort(sock.fileno(), sock.family, _listening(handler))
 
