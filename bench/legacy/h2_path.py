@@ -186,7 +186,7 @@ def server(streams: int, http1: bool = False) -> tuple[Protocol, Transport, Any,
     drop_hpack_debug()  # as the data plane does (ingress.process.dataplane.data_plane)
     hash_states_by_identity()  # as the data plane does: h2's state-machine Enums hashed by identity (any proxy can)
     live = LiveTable()
-    live.swap(build(state_from_objects(list(targets.manifests(BACKEND_PORT).values()))))
+    live.swap(build(state_from_objects(list(targets.manifests(BACKEND_PORT).values()))).table)
     settings = ProxySettings()
     pool = UpstreamPool(reactor, settings)
     scheme, listener, port = (b"http", "http", 80) if http1 else (b"https", "https", 443)
