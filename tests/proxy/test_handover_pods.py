@@ -24,7 +24,7 @@ import pytest
 from ingress.probe import probe
 from tests.proxy import handover_support
 from tests.proxy.handover_support import Node, Traffic, assert_nothing_lost, key_file, listening_inodes, print_counts, start_node, wait_for
-from tests.support import ROOT, EchoBackend, Manifests, free_port, http_status
+from tests.support import ROOT, EchoBackend, Manifests, free_port, http_status, unavailable
 
 echo, nodes = handover_support.echo, handover_support.nodes
 
@@ -51,7 +51,7 @@ def _prefix() -> tuple[str, ...]:
     if os.geteuid() != 0:
         return ()
     if shutil.which("setpriv") is None:
-        pytest.skip("setpriv (util-linux) is not installed")
+        unavailable("setpriv (util-linux) is not installed")
     return ("setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all")
 
 

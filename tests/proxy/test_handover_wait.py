@@ -15,7 +15,7 @@ import pytest
 
 from tests.proxy import handover_support
 from tests.proxy.handover_support import Node, Traffic, assert_nothing_lost, key_file, listening_inodes, print_counts, start_node
-from tests.support import Manifests, free_port, http_status
+from tests.support import Manifests, free_port, http_status, unavailable
 
 # The shared fixtures (tests/proxy/handover_support.py), under the names the tests take.
 echo, site, nodes = handover_support.echo, handover_support.site, handover_support.nodes
@@ -84,13 +84,14 @@ def test_a_second_sigterm_ends_the_wait(site: Manifests, nodes: list[Node], tmp_
     assert "SIGTERM during the wait for a successor: draining now" in old.log()
 
 
-@pytest.mark.skipif(shutil.which("setsid") is None, reason="setsid (util-linux) is not installed")
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_ctrl_c_twice_in_a_terminal(site: Manifests, nodes: list[Node], tmp_path: Path, workers: str) -> None:
     """
     SIGINT to the whole process group, as a terminal's Ctrl-C sends it (workers included): the wait serves on
     (the workers leave their drain to the primary), and a second Ctrl-C drains at once.
     """
+    if shutil.which("setsid") is None:
+        unavailable("setsid (util-linux) is not installed")
     old = start_node(nodes, site, free_port(), *_handover(tmp_path), "--handover-wait", "600", "--workers", workers, prefix=("setsid",))
     assert os.getpgid(old.process.pid) == old.process.pid  # its own group: the SIGINT below reaches it alone
     os.killpg(old.process.pid, signal.SIGINT)
