@@ -17,7 +17,6 @@ import errno
 import ipaddress
 import os
 import socket
-import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,7 +34,7 @@ from ingress.process.handoverwire import EXCHANGE_SECONDS, NOT_YET, HandoverRefu
 from ingress.process.takeover import HandoverFailed, Taken, take_listeners
 from ingress.proxy.options import seconds
 from ingress.runtime.live import LiveTable
-from ingress.runtime.sockets import AdoptedListener, ListenerSpec, listen, open_listener, parse_listener, refuse_start
+from ingress.runtime.sockets import AdoptedListener, ListenerSpec, listen, open_listener, parse_listener, refuse_start, say_now
 
 log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
@@ -150,20 +149,12 @@ def _taken_in_turn(path: str, key: bytes) -> Optional[Taken]:
             if not any(reason in str(error) for reason in wait_on) or time.monotonic() > deadline:
                 raise
             if not waited:  # said at once on stderr: twistd's log starts only after makeService, where this waits
-                _say(f"twistd ingress: --handover {path}: the predecessor is busy ({error}): waiting for our turn (up to {TURN_SECONDS:.0f} s)")
+                say_now(f"twistd ingress: --handover {path}: the predecessor is busy ({error}): waiting for our turn (up to {TURN_SECONDS:.0f} s)")
             waited = True
         else:
             if taken is not None or not waited or time.monotonic() > deadline:
                 return taken
         time.sleep(_TURN_POLL)
-
-
-def _say(line: str) -> None:
-    """One line on the process's own stderr, now (as L{refuse_start} says its line)."""
-    stream = sys.__stderr__
-    if stream is not None:
-        stream.write(line + "\n")
-        stream.flush()
 
 
 def opened_sockets(options: Mapping[str, Any], pooled: bool) -> tuple[Optional[Taken], Shared]:

@@ -289,11 +289,16 @@ def refuse_start(message: str) -> NoReturn:
     Not C{SystemExit(message)}: by the time the listeners open, twistd has sent C{sys.stderr}
     into the log, so the message became a C{[stderr#error]} log line on stdout.
     """
+    say_now(message)
+    raise SystemExit(1)
+
+
+def say_now(line: str) -> None:
+    """One line on the process's own stderr, now: before twistd's log starts, or after it took sys.stderr."""
     stream = sys.__stderr__
     if stream is not None:
-        stream.write(message + "\n")
+        stream.write(line + "\n")
         stream.flush()
-    raise SystemExit(1)
 
 
 class AdoptedListener(DrainableListener):
