@@ -107,7 +107,7 @@ system-packages:
 
 # The control plane and node binaries, the Gateway API CRDs, and the test node's containerd and
 # images (testenv/node.sh builds the images with podman: system-packages first); the upstream
-# suites and tools the tests run (Gateway API conformance, a PromQL evaluator, h2spec, Pebble).
+# suites and tools the tests run (Gateway API conformance, a PromQL evaluator, h2spec, Pebble, Helm).
 testenv: system-packages
 	testenv/build.sh
 	testenv/gateway-api.sh
@@ -116,6 +116,7 @@ testenv: system-packages
 	testenv/promql.sh
 	testenv/h2spec.sh
 	testenv/pebble.sh
+	testenv/helm.sh
 
 # The pinned h2, hpack and hyperframe's own test suites, from their source distributions (by hash),
 # which tests/unit/test_h2stack_suites.py runs against the compiled build: a no-op once fetched.
