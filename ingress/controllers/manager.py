@@ -33,7 +33,7 @@ from ingress.controllers.loop import ControllerLoop
 from ingress.controllers.metrics import ControllerMetrics
 from ingress.controllers.problems import IngressProblemEvents
 from ingress.controllers.servicegen import ServiceIngressSync
-from ingress.controllers.status import IngressStatusSync, PublishedAddresses
+from ingress.controllers.status import IngressStatusSync, PublishedAddresses, PublishedService
 from ingress.controllers.streamstatus import StreamStatusSync
 from ingress.controllers.writer import LeaderWriter
 from ingress.model import ObjectRef
@@ -61,6 +61,7 @@ class ControllerOptions:
     update_status: bool = True
     workers: int = 5
     publish_addresses: tuple[str, ...] = ()
+    publish_service: Optional[tuple[str, str]] = None  # --publish-service: (namespace, name)
     status_pod_selector: str = "app.kubernetes.io/name=twingress"
     resync_period: float = 600.0
 
@@ -92,6 +93,7 @@ class ControllerManager(Service):
         self.elector = LeaderElector(client_factory, options.election, self._started_leading, self._stopped_leading)
         self._active = False
         self._waiting: Optional[LoopingCall] = None
+        self._published: Optional[PublishedAddresses] = None
         self._resync = LoopingCall(self._enqueue_all)
         self._resync.clock = reactor
 
@@ -99,7 +101,7 @@ class ControllerManager(Service):
 
     def startService(self) -> None:
         super().startService()
-        addresses = self._addresses()
+        addresses = self._published = self._addresses()
         if self.options.generate:
             self._add_loop(GENERATOR, self._generator_sync())
         if self.options.update_status:
@@ -148,6 +150,8 @@ class ControllerManager(Service):
             log.info("controllers: informers synced, campaigning for lease {ns}/{name} as {me}",
                      ns=self.options.election.namespace, name=self.options.election.name, me=self.options.election.identity)
             self.elector.start()
+            if self._published is not None:
+                self._published.current()  # what is known once synced (a Service missing changes no key: said here)
 
     # -- wiring
 
@@ -178,18 +182,39 @@ class ControllerManager(Service):
         )
 
     def _addresses(self) -> PublishedAddresses:
-        """Static addresses, or our pods' nodes (two more informers, only when status needs them)."""
+        """
+        Static addresses, or the --publish-service Service (one more informer, on its name), or
+        our pods' nodes (two more), only when status needs them.  Each change of the watched
+        objects recomputes the addresses (their gauge, a line when none are known) and queues
+        every Ingress's status.
+        """
+        count = self.metrics.status_addresses.set
         if self.options.publish_addresses or not self.options.update_status:
-            return PublishedAddresses(self.options.publish_addresses)
-        namespace = self.options.election.namespace
-        pods = Resource("Pod", "v1", "pods", label_selector=self.options.status_pod_selector)
-        nodes = Resource("Node", "v1", "nodes", namespaced=False)
-        for resource, scope in ((pods, namespace), (nodes, "")):
-            reflector = Reflector(self.client_factory, resource, on_change=lambda: None, on_status=lambda r: None, namespace=scope)
-            reflector.key_listeners.append(lambda key: self._enqueue_all_status())
-            self.extra_reflectors.append(reflector)
+            addresses = PublishedAddresses(self.options.publish_addresses, on_count=count)
+            addresses.current()
+            return addresses
+        if self.options.publish_service is not None:
+            namespace, name = self.options.publish_service
+            service = self._watch(Resource("Service", "v1", "services", field_selector=f"metadata.name={name}"), namespace)
+            addresses = PublishedAddresses((), service=PublishedService(service.store, namespace, name), on_count=count)
+        else:
+            pods = self._watch(Resource("Pod", "v1", "pods", label_selector=self.options.status_pod_selector), self.options.election.namespace)
+            nodes = self._watch(Resource("Node", "v1", "nodes", namespaced=False), "")
+            addresses = PublishedAddresses((), pods.store, nodes.store, on_count=count)
+        for reflector in self.extra_reflectors:
+            reflector.key_listeners.append(lambda key: self._addresses_changed(addresses))
             reflector.start()
-        return PublishedAddresses((), self.extra_reflectors[0].store, self.extra_reflectors[1].store)
+        return addresses
+
+    def _watch(self, resource: Resource, namespace: str) -> Reflector:
+        reflector = Reflector(self.client_factory, resource, on_change=lambda: None, on_status=lambda r: None, namespace=namespace)
+        self.extra_reflectors.append(reflector)
+        return reflector
+
+    def _addresses_changed(self, addresses: PublishedAddresses) -> None:
+        """A watched Pod, Node or Service changed (informer thread): say what the addresses are now, sync every status."""
+        addresses.current()
+        self._enqueue_all_status()
 
     def _subscribe(self) -> None:
         """Changed keys go to the loops that care (informer threads; ignored unless we lead)."""

@@ -23,6 +23,12 @@ class ControllerMetrics:
             ["controller", "kind", "verb"],
             registry=r,
         )
+        self.status_addresses = Gauge(
+            "twingress_status_addresses",
+            "Addresses Ingress status carries now (0: none known - no ready pod, or the --publish-service Service"
+            " missing or not provisioned - and no Ingress status is written)",
+            registry=r,
+        )
         self.syncs = Counter(
             "twingress_controller_syncs", "Work queue keys processed, by controller and result", ["controller", "result"], registry=r
         )

@@ -119,6 +119,8 @@ class Service:
     ports: tuple[ServicePort, ...]
     external_name: str = ""
     cluster_ip: str = ""  # "" when headless or not assigned (service-upstream needs it)
+    external_ips: tuple[str, ...] = ()  # spec.externalIPs: --publish-service publishes them
+    load_balancer: tuple[str, ...] = ()  # status.loadBalancer.ingress, each entry's ip or hostname: --publish-service
 
     @property
     def ref(self) -> ObjectRef:

@@ -246,7 +246,13 @@ def parse_service(obj: Mapping[str, Any], meta: ObjectMeta) -> Service:
             raise _invalid("spec.clusterIP", cluster_ip, "must be an IP address or None") from None
     else:
         cluster_ip = ""  # headless, or not assigned yet
-    return Service(meta, service_type, ports, external_name if service_type == "ExternalName" else "", cluster_ip)
+    external_ips = tuple(
+        _str(ip, f"spec.externalIPs[{i}]") for i, ip in enumerate(_list(spec.get("externalIPs"), "spec.externalIPs"))
+    )
+    return Service(
+        meta, service_type, ports, external_name if service_type == "ExternalName" else "", cluster_ip,
+        tuple(ip for ip in external_ips if ip), _load_balancer(obj.get("status")),
+    )
 
 
 def _parse_endpoint_port(value: Any, path: str) -> Optional[EndpointPort]:

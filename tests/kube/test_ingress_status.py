@@ -112,3 +112,73 @@ def test_addresses_of_the_nodes_running_ready_pods(kube: Kube, namespace: str, t
     kube.core.delete_namespaced_pod("twingress-a", namespace, grace_period_seconds=0)
     set_pod_ready(kube, namespace, "twingress-c", "10.0.0.6", True)
     wait_until(lambda: load_balancer(read_ingress(kube, namespace, "site")) == ["10.0.0.6"], what="status follows the pods")
+
+
+def create_load_balancer(kube: Kube, namespace: str, name: str) -> None:
+    """A LoadBalancer Service no cloud controller provisions here: the test writes its status as one would."""
+    body = {"metadata": {"name": name}, "spec": {"type": "LoadBalancer", "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}
+    kube.core.create_namespaced_service(namespace, body)
+
+
+def provision(kube: Kube, namespace: str, name: str, *entries: dict[str, str]) -> None:
+    """What a cloud controller writes once its load balancer exists: status.loadBalancer.ingress, through the status subresource."""
+    kube.core.patch_namespaced_service_status(name, namespace, {"status": {"loadBalancer": {"ingress": list(entries) or None}}})
+
+
+def said(proxy, text: str) -> str:
+    return wait_until(lambda: text if text in proxy.log() else None, what=f"the log line {text!r}")
+
+
+def status_addresses(proxy) -> float:
+    return proxy.metric("twingress_status_addresses")
+
+
+def test_publish_service_follows_the_load_balancer_and_never_writes_an_empty_status(kube: Kube, namespace: str, twingress) -> None:
+    """
+    --publish-service NAMESPACE/NAME (ingress-nginx's rule, L{ingress.controllers.status.service_addresses}):
+    status.loadBalancer.ingress - IPs and hostnames - then spec.externalIPs; a Service without an
+    address, or gone, is said in the log and the gauge, and leaves a good status as it is.
+    """
+    create_load_balancer(kube, namespace, "edge")
+    proxy = start_controller(twingress, namespace, "--publish-service", f"{namespace}/edge")
+    our_ingress(kube, namespace, "site")
+    said(proxy, f"--publish-service {namespace}/edge: the Service has no address yet (type LoadBalancer")
+    wait_until(lambda: proxy.metric("twingress_controller_syncs_total", controller="status", result="ok") >= 1, what="the Ingress synced")
+    assert load_balancer(read_ingress(kube, namespace, "site")) == []  # synced, and nothing written for lack of an address
+    assert writes(proxy, kind="Ingress", verb="patch-status") == 0
+    assert status_addresses(proxy) == 0
+
+    provision(kube, namespace, "edge", {"ip": "192.0.2.80"}, {"hostname": "lb-1.example.com"})
+    site = wait_ingress(kube, namespace, "site", lambda i: len(load_balancer(i)) == 2, "status from the load balancer")
+    assert site["status"]["loadBalancer"]["ingress"] == [{"ip": "192.0.2.80"}, {"hostname": "lb-1.example.com"}]
+    assert status_addresses(proxy) == 2
+
+    # the cloud controller moves the load balancer, and the Service gains an external IP: the status follows both
+    provision(kube, namespace, "edge", {"hostname": "lb-2.example.com"})
+    kube.core.patch_namespaced_service("edge", namespace, {"spec": {"externalIPs": ["203.0.113.9"]}})
+    wait_ingress(kube, namespace, "site", lambda i: load_balancer(i) == ["203.0.113.9", "lb-2.example.com"], "status after the move")
+    our_ingress(kube, namespace, "later")
+    wait_ingress(kube, namespace, "later", lambda i: load_balancer(i) == ["203.0.113.9", "lb-2.example.com"], "a new Ingress's status")
+
+    # the load balancer goes, then the Service: said each time, and the good status stays
+    kube.core.patch_namespaced_service("edge", namespace, {"spec": {"externalIPs": None}})
+    wait_ingress(kube, namespace, "later", lambda i: load_balancer(i) == ["lb-2.example.com"], "status without the external IP")
+    wait_ingress(kube, namespace, "site", lambda i: load_balancer(i) == ["lb-2.example.com"], "status without the external IP")
+    provision(kube, namespace, "edge")
+    said(proxy, f"--publish-service {namespace}/edge: the Service has no address yet")
+    kube.delete_service(namespace, "edge")
+    said(proxy, f"--publish-service {namespace}/edge: the Service does not exist; Ingress status is left as it is")
+    assert status_addresses(proxy) == 0
+    before = writes(proxy, kind="Ingress", verb="patch-status")
+    our_ingress(kube, namespace, "orphan")  # queued with no address known: no write
+    wait_until(lambda: proxy.has_host(f"orphan.{namespace}.example.com"), what="the new Ingress in our stores")
+    for name in ("site", "later"):
+        assert load_balancer(read_ingress(kube, namespace, name)) == ["lb-2.example.com"]
+
+    # a new load balancer: one write per Ingress, none of them an empty one meanwhile
+    create_load_balancer(kube, namespace, "edge")
+    provision(kube, namespace, "edge", {"ip": "192.0.2.81"})
+    said(proxy, f"--publish-service {namespace}/edge: publishing 192.0.2.81")
+    for name in ("site", "later", "orphan"):
+        wait_ingress(kube, namespace, name, lambda i: load_balancer(i) == ["192.0.2.81"], f"{name}'s status from the new load balancer")
+    assert writes(proxy, kind="Ingress", verb="patch-status") == before + 3

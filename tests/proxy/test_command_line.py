@@ -348,3 +348,17 @@ def test_a_start_that_fails_stops_the_children_already_started() -> None:
     finally:
         if not threads.pool.joined:  # without the fix: stopped here, so that this test process can still exit
             threads.pool.stop()
+
+
+@pytest.mark.parametrize(
+    "args, mentions",
+    [
+        (["--publish-service", "edge/lb", "--publish-status-address", "192.0.2.1"], ("give either --publish-status-address or --publish-service, not both",)),
+        (["--publish-service", "lb"], ("--publish-service takes NAMESPACE/NAME of a Service, not 'lb'",)),
+        (["--publish-service", "edge/lb/x"], ("--publish-service takes NAMESPACE/NAME", "'edge/lb/x'")),
+    ],
+    ids=["both", "no-namespace", "too-many-parts"],
+)
+def test_a_publish_service_that_cannot_be_used_is_one_line_and_exit_1(tmp_path: Path, args: list[str], mentions: tuple[str, ...]) -> None:
+    """Two sources of Ingress status addresses, or a Service named some other way: refused before anything starts."""
+    _refused(_run("twistd", "--manifests", str(tmp_path), *_loopback(), *args), *mentions)
