@@ -26,6 +26,7 @@ from typing import Optional
 
 import pytest
 
+from tests.deploy.conftest import REPORT_KEY
 from tests.kube import cluster
 from tests.kube import node as kube_node_module
 from tests.kube.api import Kube
@@ -46,6 +47,12 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.node)
 
 
+
+
+@pytest.fixture
+def report(request: pytest.FixtureRequest) -> Callable[[str], None]:
+    """Lines for the run's "deploy" summary (tests/deploy/conftest.py prints it), shown whether the case passes or not."""
+    return request.config.stash.setdefault(REPORT_KEY, []).append
 
 
 @pytest.fixture(scope="session")

@@ -23,104 +23,38 @@ import os
 import re
 import socket
 import subprocess
-import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.deploy.conftest import REPORT_KEY
 from tests.deploy.image import built_image
 from tests.kube.deploy_support import Traffic, process_ids, process_uid
-from tests.kube.node import ECHO_PORT, KubeNode, echo_deployment
+from tests.kube.deployed import (
+    APP,
+    APP_NAMESPACE,
+    HOST,
+    IN_THE_IMAGE,
+    NAMESPACE,
+    STREAM_PORT,
+    TLS_HOST,
+    Deployed,
+    assert_lost_nothing,
+    install_app,
+    one_pod_again,
+    ready,
+    rolled,
+    run_case,
+)
+from tests.kube.node import KubeNode
 from tests.kube.twingress import wait_until
-from tests.kube.upgrade_traffic import Mix
-from tests.proxy.certs import CertificateAuthority
-from tests.proxy.handover_support import listening_inodes
 from tests.support import ROOT
 
 pytestmark = [pytest.mark.kube, pytest.mark.node]
 
-NAMESPACE = "twingress"
-APP_NAMESPACE = "deploy-test"
-APP = "deploy-echo"
-HOST = "echo.deploy.test"
-TLS_HOST = "secure.deploy.test"
-STREAM_PORT = 9700  # a StreamIngress to the echo pods
-ROLLOUT_WAIT = "240s"
-IN_THE_IMAGE = "/opt/twingress/"  # the image's venv: tells the pod's processes from the test run's own twistd
 CLEAN_LOG_OFFENCES = ("#error]", "#critical]", "[stderr#", "Unhandled error", "Traceback", "primary process is gone")
-
-
-@dataclass
-class Deployed:
-    node: KubeNode
-    image: str
-    rollout_image: str
-
-    @property
-    def address(self) -> str:
-        return self.node.address
-
-    def kubectl(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess:
-        return self.node.kubectl(*args, timeout=timeout)
-
-    def pods(self) -> list[dict]:
-        """Every twingress pod, those being deleted too."""
-        return list(json.loads(self.kubectl("-n", NAMESPACE, "get", "pods", "-l", "app.kubernetes.io/name=twingress", "-o", "json").stdout)["items"])
-
-    def pod(self) -> dict:
-        """The one twingress pod that is not being deleted."""
-        pods = self.pods()
-        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-        assert len(live) == 1, [p["metadata"]["name"] for p in pods]
-        return live[0]
-
-    def rolled_out(self) -> None:
-        try:
-            self.kubectl("-n", NAMESPACE, "rollout", "status", "daemonset/twingress", f"--timeout={ROLLOUT_WAIT}", timeout=300)
-        except AssertionError as error:
-            raise AssertionError(f"{error}\n{self.diagnosis()}") from None
-
-    def diagnosis(self) -> str:
-        """What an operator would look at when the DaemonSet does not become ready: the pods, their events and logs."""
-        described = self.node.kubectl("-n", NAMESPACE, "describe", "pods", check=False).stdout
-        logs = self.node.kubectl("-n", NAMESPACE, "logs", "-l", "app.kubernetes.io/name=twingress", "--tail=60", check=False)
-        return f"--- kubectl describe pods\n{described[-6000:]}\n--- kubectl logs\n{(logs.stdout + logs.stderr)[-6000:]}"
-
-
-def _ready(pod: dict) -> bool:
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod.get("status", {}).get("conditions", []))
-
-
-def _app_objects(image: str) -> list[dict]:
-    """The echo Deployment, a Service selecting its pods (the endpointslice controller writes its slices), an Ingress for both hosts."""
-    labels = {"app": APP}
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": APP, "namespace": APP_NAMESPACE},
-        "spec": {"selector": labels, "ports": [{"port": 80, "targetPort": ECHO_PORT}]},
-    }
-    backend = {"service": {"name": APP, "port": {"number": 80}}}
-    rules = [{"host": host, "http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": backend}]}} for host in (HOST, TLS_HOST)]
-    ingress = {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "Ingress",
-        "metadata": {"name": APP, "namespace": APP_NAMESPACE},
-        "spec": {"ingressClassName": "twingress", "tls": [{"hosts": [TLS_HOST], "secretName": "deploy-tls"}], "rules": rules},
-    }
-    stream = {
-        "apiVersion": "twingress.io/v1alpha1",
-        "kind": "StreamIngress",
-        "metadata": {"name": APP, "namespace": APP_NAMESPACE},
-        "spec": {"listen": STREAM_PORT, "upstream": {"service": APP, "port": 80}},
-    }
-    return [echo_deployment(APP, APP_NAMESPACE, image, 2), service, ingress, stream]
 
 
 @pytest.fixture(scope="module")
@@ -131,16 +65,7 @@ def deployed(kube_node: KubeNode, tmp_path_factory) -> Iterator[Deployed]:
     state = Deployed(kube_node, image.name, image.rollout_name)
     state.kubectl("apply", "-k", str(ROOT / "k8s"))
     state.rolled_out()
-    work = tmp_path_factory.mktemp("deployed")
-    leaf = CertificateAuthority("deploy test CA").issue([TLS_HOST])
-    (work / "tls.crt").write_bytes(leaf.fullchain_pem())
-    (work / "tls.key").write_bytes(leaf.key_pem())
-    state.kubectl("create", "namespace", APP_NAMESPACE)
-    state.kubectl("-n", APP_NAMESPACE, "create", "secret", "tls", "deploy-tls", f"--cert={work / 'tls.crt'}", f"--key={work / 'tls.key'}")
-    kube_node.apply(yaml.safe_dump_all(_app_objects(kube_node.echo_image)))
-    state.kubectl("-n", APP_NAMESPACE, "rollout", "status", f"deployment/{APP}", f"--timeout={ROLLOUT_WAIT}", timeout=300)
-    wait_until(lambda: Traffic(state.address, 80, HOST).one().kind == "ok", 90, f"http://{HOST} answered through the node")
-    wait_until(lambda: Traffic(state.address, STREAM_PORT, HOST).one().kind == "ok", 90, f"the stream port {STREAM_PORT} relaying to the echo pods")
+    install_app(state, tmp_path_factory.mktemp("deployed"))
     try:
         yield state
     finally:
@@ -150,7 +75,7 @@ def deployed(kube_node: KubeNode, tmp_path_factory) -> Iterator[Deployed]:
 
 def test_the_daemonset_pod_is_ready_through_its_own_probes(deployed: Deployed) -> None:
     pod = deployed.pod()
-    assert _ready(pod), pod["status"]
+    assert ready(pod), pod["status"]
     container = pod["spec"]["containers"][0]
     assert container["image"] == deployed.image
     assert (container["readinessProbe"]["exec"]["command"][-1], container["livenessProbe"]["exec"]["command"][-1]) == ("/readyz", "/healthz")
@@ -216,116 +141,6 @@ def _ss(flags: str, pid: int) -> str:
     return "\n".join(line for line in out.splitlines() if f"pid={pid}," in line)
 
 
-@pytest.fixture
-def report(request: pytest.FixtureRequest) -> Callable[[str], None]:
-    """Lines for the run's "deploy" summary (tests/deploy/conftest.py prints it), shown whether the case passes or not."""
-    return request.config.stash.setdefault(REPORT_KEY, []).append
-
-
-NSTAT = ("TcpExtListenDrops", "TcpExtListenOverflows", "TcpOutRsts")
-
-
-def _nstat() -> dict[str, int]:
-    """The kernel's counters of the node's network namespace (absolute; the history file left alone)."""
-    out = subprocess.run(["nstat", "-asz", *NSTAT], capture_output=True, text=True, check=True).stdout
-    found = {line.split()[0]: int(line.split()[1]) for line in out.splitlines() if line and not line.startswith("#")}
-    return {name: found.get(name, 0) for name in NSTAT}
-
-
-class _Overlap:
-    """How long two twingress primaries (two pods) ran at once, from the node's process table, polled."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self.most = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-
-    def __enter__(self) -> _Overlap:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _poll(self) -> None:
-        last = time.monotonic()
-        while not self._stop.wait(0.1):
-            now, running = time.monotonic(), len(process_ids(IN_THE_IMAGE, "twistd --pidfile= -n ingress"))
-            self.most = max(self.most, running)
-            if running >= 2:
-                self.seconds += now - last
-            last = now
-
-
-@dataclass
-class Measured:
-    """What one case measured."""
-
-    mix: Mix
-    overlap: _Overlap
-    counters: tuple[dict[str, int], dict[str, int]]
-    inodes: tuple[dict[int, set[int]], dict[int, set[int]]]
-
-    def line(self, name: str) -> str:
-        before, after = self.counters
-        counters = ", ".join(f"{name} {before[name]}->{after[name]}" for name in NSTAT)
-        inodes = "; ".join(f":{port} {sorted(self.inodes[0][port])}->{sorted(self.inodes[1][port])}" for port in (80, 443, STREAM_PORT))
-        return f"lifecycle, {name}: {self.mix.summary()}; overlap {self.overlap.seconds:.1f}s ({self.overlap.most} pods at most); nstat {counters}; listening inodes {inodes}"
-
-
-def _inodes() -> dict[int, set[int]]:
-    return {port: listening_inodes(port) for port in (80, 443, STREAM_PORT)}
-
-
-def _run_case(deployed: Deployed, name: str, event: Callable[[], None], settle: Callable[[], None], report: Callable[[str], None], after: int = 200) -> Measured:
-    """The clients running from before C{event} until after C{settle} (and C{after} answers more); printed and reported."""
-    mix = Mix(deployed.address, HOST, TLS_HOST, STREAM_PORT)
-    inodes, counters = _inodes(), _nstat()
-    with _Overlap() as overlap, mix.running():
-        mix.wait_answered(200)
-        event()
-        try:
-            settle()
-        except AssertionError as error:
-            raise AssertionError(f"{error}\n{mix.summary()}\n{deployed.diagnosis()}") from None
-        if after:
-            mix.wait_answered(after)
-    measured = Measured(mix, overlap, (counters, _nstat()), (inodes, _inodes()))
-    line = measured.line(name)
-    print(f"\n{line}")
-    report(line)
-    return measured
-
-
-def _assert_lost_nothing(measured: Measured, same_sockets: bool = True) -> None:
-    """0 refused, 0 reset, 0 5xx, 0 timeouts, for every client; the listening sockets kept (or more of them, bound into their group)."""
-    assert measured.mix.lost() == {}, measured.mix.summary()
-    before, after = measured.inodes
-    for port in (80, 443, STREAM_PORT):
-        assert before[port] and (before[port] == after[port] if same_sockets else before[port] <= after[port]), (port, before, after)
-
-
-def _one_pod_again(deployed: Deployed, old: str) -> Callable[[], None]:
-    """The settling of an update: the new pod ready, and the old one gone (it exits once the DaemonSet controller deletes it)."""
-
-    def settle() -> None:
-        wait_until(lambda: [p["metadata"]["name"] for p in deployed.pods()] != [old] and len(deployed.pods()) == 1 and _ready(deployed.pod()), 240, "the old pod gone, the new one ready")
-
-    return settle
-
-
-def _rolled(deployed: Deployed, old: str) -> Callable[[], None]:
-    settle = _one_pod_again(deployed, old)
-
-    def rolled() -> None:
-        deployed.rolled_out()
-        settle()
-
-    return rolled
-
-
 @contextmanager
 def _pod_log(deployed: Deployed, pod: str, path: Path) -> Iterator[Path]:
     """The pod's log followed into C{path} until the pod is gone (C{kubectl logs -f})."""
@@ -364,10 +179,10 @@ def test_lifecycle_a_rolling_update_to_a_new_tag(deployed: Deployed, tmp_path: P
     """
     old = deployed.pod()["metadata"]["name"]
     with _pod_log(deployed, old, tmp_path / "old-pod.log") as log_path:
-        measured = _run_case(deployed, "(a) rolling update to a new tag", _set_image(deployed, deployed.rollout_image), _rolled(deployed, old), report)
+        measured = run_case(deployed, "(a) rolling update to a new tag", _set_image(deployed, deployed.rollout_image), rolled(deployed, old), report)
     assert deployed.pod()["spec"]["containers"][0]["image"] == deployed.rollout_image
     assert measured.overlap.most == 2  # surge: both pods ran
-    _assert_lost_nothing(measured)
+    assert_lost_nothing(measured)
     log_text = log_path.read_text()
     assert "handed over: no new connections here" in log_text and "exiting on SIGTERM (--after-handover wait)" in log_text, log_text[-3000:]
     _assert_clean_log(log_text)
@@ -384,12 +199,12 @@ def test_lifecycle_b_delete_pod(deployed: Deployed, report: Callable[[str], None
     def settle() -> None:
         wait_until(lambda: len(deployed.pods()) == 2 or len(deployed.pods()) == 1 and deployed.pods()[0]["metadata"]["name"] != old, 60, "a replacement")
         seen_both.append(len(deployed.pods()) == 2)
-        _one_pod_again(deployed, old)()
+        one_pod_again(deployed, old)()
 
-    measured = _run_case(deployed, "(b) kubectl delete pod", lambda: deployed.kubectl("-n", NAMESPACE, "delete", "pod", old, "--wait=false"), settle, report)
+    measured = run_case(deployed, "(b) kubectl delete pod", lambda: deployed.kubectl("-n", NAMESPACE, "delete", "pod", old, "--wait=false"), settle, report)
     assert seen_both == [True]  # the replacement existed while the old pod was still there
     assert measured.overlap.most == 2
-    _assert_lost_nothing(measured)
+    assert_lost_nothing(measured)
 
 
 def test_lifecycle_c_five_rolling_updates_in_a_row(deployed: Deployed, report: Callable[[str], None]) -> None:
@@ -407,12 +222,12 @@ def test_lifecycle_c_five_rolling_updates_in_a_row(deployed: Deployed, report: C
             _set_image(deployed, images[index % 2])()
             if index == 2:
                 deployed.kubectl("-n", NAMESPACE, "patch", "daemonset", "twingress", "--type=json", f"-p={limit}")
-            _rolled(deployed, old)()
+            rolled(deployed, old)()
 
-    measured = _run_case(deployed, "(c) five rolling updates, one changing the CPU limit", roll, lambda: None, report)
+    measured = run_case(deployed, "(c) five rolling updates, one changing the CPU limit", roll, lambda: None, report)
     print(f"worker processes: {workers_before} -> {_workers()} (0: --workers auto found 1 CPU, one process serves)")
     assert _workers() < workers_before, (workers_before, _workers())
-    _assert_lost_nothing(measured)
+    assert_lost_nothing(measured)
 
 
 def test_lifecycle_d_the_runtime_kills_the_container(deployed: Deployed, report: Callable[[str], None]) -> None:
@@ -422,9 +237,9 @@ def test_lifecycle_d_the_runtime_kills_the_container(deployed: Deployed, report:
     container_id = status["containerID"].split("://", 1)[1]
 
     def settle() -> None:
-        wait_until(lambda: deployed.pod()["status"]["containerStatuses"][0]["restartCount"] > status["restartCount"] and _ready(deployed.pod()), 180, "the container restarted and ready")
+        wait_until(lambda: deployed.pod()["status"]["containerStatuses"][0]["restartCount"] > status["restartCount"] and ready(deployed.pod()), 180, "the container restarted and ready")
 
-    measured = _run_case(deployed, "(d) container killed by the runtime", lambda: deployed.node.ctr("tasks", "kill", "-s", "SIGKILL", container_id), settle, report)
+    measured = run_case(deployed, "(d) container killed by the runtime", lambda: deployed.node.ctr("tasks", "kill", "-s", "SIGKILL", container_id), settle, report)
     assert measured.mix.answered() > 0
 
 
@@ -438,17 +253,17 @@ def test_lifecycle_e_delete_with_no_replacement(deployed: Deployed, report: Call
     selector = json.dumps({"spec": {"template": {"spec": {"nodeSelector": {label: "true"}}}}})
     old = deployed.pod()["metadata"]["name"]
     deployed.kubectl("-n", NAMESPACE, "patch", "daemonset", "twingress", f"-p={selector}")
-    _rolled(deployed, old)()
+    rolled(deployed, old)()
 
     def settle() -> None:
         wait_until(lambda: not deployed.pods(), 180, "the pod gone")
 
     try:
         unlabel = lambda: deployed.kubectl("label", "node", deployed.node.name, f"{label}-")  # noqa: E731
-        measured = _run_case(deployed, "(e) delete with no replacement (node unlabelled)", unlabel, settle, report, after=0)  # nothing serves after
+        measured = run_case(deployed, "(e) delete with no replacement (node unlabelled)", unlabel, settle, report, after=0)  # nothing serves after
     finally:
         deployed.kubectl("label", "node", deployed.node.name, f"{label}=true", "--overwrite")
-        wait_until(lambda: len(deployed.pods()) == 1 and _ready(deployed.pod()), 180, "the pod back")
+        wait_until(lambda: len(deployed.pods()) == 1 and ready(deployed.pod()), 180, "the pod back")
     assert measured.mix.counts["http"]["refused"] > 0  # nothing listened at the end
 
 
@@ -485,7 +300,7 @@ def test_the_metrics_component_answers_metrics_alone_on_the_node_ip(deployed: De
                         logs = deployed.node.kubectl("-n", NAMESPACE, "logs", pod["metadata"]["name"], "--tail=5", check=False)
                         exited.append((logs.stdout + logs.stderr)[-1500:])
                         return True
-            return len(deployed.pods()) == 1 and deployed.pod()["metadata"]["name"] != old and _ready(deployed.pod())
+            return len(deployed.pods()) == 1 and deployed.pod()["metadata"]["name"] != old and ready(deployed.pod())
 
         wait_until(settled, 180, "the pod with --metrics ready, alone")
         assert not exited, f"the pod with --metrics exited: {exited[0]}"
