@@ -207,7 +207,7 @@ test-workers:
 		--ignore=tests/kube/test_gateway_conformance.py --ignore=tests/kube/test_cluster_smoke.py \
 		--ignore=tests/kube/test_quiet_watches.py --ignore=tests/kube/test_gateway_validation.py
 
-# The real node's tests (tests/kube/test_node.py, test_deployment.py) in a run of their own: the
+# The real node's tests (tests/kube/test_node.py, test_deployment.py, test_chart.py) in a run of their own: the
 # node's scheduler and pod network would meet the Gateway conformance suite's stand-in node, and
 # the DaemonSet takes the namespace's :80 and :443, which the suite's Gateways need too. They run
 # the image (make image-archive), not the tree.

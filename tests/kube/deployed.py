@@ -120,6 +120,24 @@ def install_app(state: Deployed, work: Path) -> None:
     wait_until(lambda: Traffic(state.address, STREAM_PORT, HOST).one().kind == "ok", 90, f"the stream port {STREAM_PORT} relaying to the echo pods")
 
 
+def assert_routes_to_every_echo_pod(deployed: Deployed) -> None:
+    """Both echo pods answer, through the node's :80 and :443."""
+    for port, host, tls in ((80, HOST, False), (443, TLS_HOST, True)):
+        seen = {Traffic(deployed.address, port, host, tls=tls).one().backend for _ in range(20)}
+        assert len(seen - {""}) == 2, (port, seen)
+
+
+def published(deployed: Deployed) -> list[str]:
+    """The echo Ingress's status.loadBalancer.ingress, as written by the pod (each entry's IP, else its hostname)."""
+    ingress = json.loads(deployed.kubectl("-n", APP_NAMESPACE, "get", "ingress", APP, "-o", "json").stdout)
+    return [entry.get("ip") or entry.get("hostname", "") for entry in ingress.get("status", {}).get("loadBalancer", {}).get("ingress", [])]
+
+
+def wait_gone(deployed: Deployed, namespace: str, timeout: float = 240.0) -> None:
+    """Until C{namespace} no longer exists (one being deleted holds its pods, and the node's ports, until it is)."""
+    wait_until(lambda: not deployed.kubectl("get", "namespace", namespace, "--ignore-not-found", "-o", "name").stdout.strip(), timeout, f"namespace {namespace} gone")
+
+
 NSTAT = ("TcpExtListenDrops", "TcpExtListenOverflows", "TcpOutRsts")
 
 
@@ -128,6 +146,22 @@ def _nstat() -> dict[str, int]:
     out = subprocess.run(["nstat", "-asz", *NSTAT], capture_output=True, text=True, check=True).stdout
     found = {line.split()[0]: int(line.split()[1]) for line in out.splitlines() if line and not line.startswith("#")}
     return {name: found.get(name, 0) for name in NSTAT}
+
+
+def _parent(pid: int) -> int:
+    try:
+        return next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("PPid:"))
+    except (OSError, StopIteration):
+        return 0
+
+
+def primaries() -> list[int]:
+    """
+    The twingress primaries on the node (one per pod), not counting a child a primary has forked
+    and not yet exec'd (a worker process being started shows its parent's command line until then).
+    """
+    found = process_ids(IN_THE_IMAGE, "twistd --pidfile= -n ingress")
+    return [pid for pid in found if _parent(pid) not in found]
 
 
 class Overlap:
@@ -150,7 +184,7 @@ class Overlap:
     def _poll(self) -> None:
         last = time.monotonic()
         while not self._stop.wait(0.1):
-            now, running = time.monotonic(), len(process_ids(IN_THE_IMAGE, "twistd --pidfile= -n ingress"))
+            now, running = time.monotonic(), len(primaries())
             self.most = max(self.most, running)
             if running >= 2:
                 self.seconds += now - last
