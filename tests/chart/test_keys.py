@@ -10,6 +10,7 @@ files, vendored unchanged in tests/chart/data/, SOURCE.md there) and against twi
 - Each of ingress-nginx's ci/*-values.yaml renders, or fails naming only keys the table refuses;
   and again without its controller.image (each names ingress-nginx's test image, refused).
 - controller.extraArgs' lists: every twingress option is in exactly one of them.
+- docs/helm.md's tables: made from this table, each entry once.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import yaml
 
 from ingress.tap import Options
 from tests.chart import helm
+from tests.docs_tables import spans, table_rows
+from tests.support import ROOT
 
 INGRESS_NGINX = Path(__file__).parent / "data" / "ingress-nginx-4.15.1"
 CI_VALUES = sorted((INGRESS_NGINX / "ci").glob("*-values.yaml"))
@@ -170,3 +173,14 @@ def test_extra_args_lists_cover_every_twingress_option() -> None:
     # --publish-service (issue 66) is set by the chart; each of the chart's other names is an option
     assert chart - options <= {"publish-service"}
     assert set(table["renamed"].values()) <= passed
+
+
+def test_docs_tables_are_the_table() -> None:
+    """docs/helm.md lists each entry of keys.yaml once (values, refused keys) and each extraArgs name once."""
+    page = ROOT / "docs" / "helm.md"
+    documented = [spans(row[0])[0] for header in ["| value | default |", "| refused key |"] for row in table_rows(page, header)]
+    assert sorted(documented) == sorted(set(documented))
+    assert set(documented) == set(_table())
+    table = helm.keys()["extraArgs"]
+    names = [spans(row[0])[0] for row in table_rows(page, "| `controller.extraArgs` name |")]
+    assert sorted(names) == sorted([*table["twingress"], *table["renamed"], *table["chart"], *table["refused"]])
