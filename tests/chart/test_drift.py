@@ -11,12 +11,16 @@ What may differ, and why:
 - C{revisionHistoryLimit}: the chart writes the API's default (10) out.
 - The nginx ConfigMap's name: C{<fullname>-nginx} (the chart's, one per release) where
   components/nginx-configmap names ingress-nginx's C{ingress-nginx-controller}.
+- With the take-over preset, the IngressClass: the chart renders none (ingress-nginx's release
+  owns class nginx), where components/take-over-ingress-nginx keeps the base's.
 - Comments (YAML comments are not objects).
 """
 
 from __future__ import annotations
 
 import copy
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,9 +35,14 @@ POD_SELECTOR_ARG = "--status-pod-selector=app.kubernetes.io/name=twingress,app.k
 
 
 def _kustomize(directory: str) -> list[dict[str, Any]]:
-    """C{kubectl kustomize k8s/DIRECTORY} (skip, or fail under TWINGRESS_REQUIRE_KUBE=1, without kubectl)."""
+    """C{kubectl kustomize k8s/DIRECTORY}."""
+    return _kustomize_path(K8S / directory)
+
+
+def _kustomize_path(path: Path) -> list[dict[str, Any]]:
+    """C{kubectl kustomize PATH} (skip, or fail under TWINGRESS_REQUIRE_KUBE=1, without kubectl)."""
     try:
-        return kustomize.render(K8S / directory)
+        return kustomize.render(path)
     except kustomize.KustomizeError as error:
         if "does not exist" in str(error):
             unavailable(str(error))
@@ -144,3 +153,20 @@ def test_edge_overlay_the_same() -> None:
     chart = _chart_daemonset(helm.template(sets=["controller.twingress.edgeNodes=true"]))
     base = kustomize.find(_kustomize("overlays/edge"), "DaemonSet", "twingress")
     assert chart["spec"]["template"]["spec"] == base["spec"]["template"]["spec"]
+
+
+def test_take_over_component_the_same(tmp_path: Path) -> None:
+    """k8s/components/take-over-ingress-nginx on the base against controller.twingress.takeOverIngressNginx: the same
+    pod, Role and RoleBinding in ingress-nginx's namespace. The chart then renders no IngressClass (the class served is
+    ingress-nginx's nginx, owned by its release), where the component leaves the base's twingress class in place."""
+    relative = os.path.relpath(K8S, tmp_path)
+    (tmp_path / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources: [{relative}/base]\ncomponents: [{relative}/components/take-over-ingress-nginx]\n"
+    )
+    base = _kustomize_path(tmp_path)
+    chart = helm.template(sets=["controller.twingress.takeOverIngressNginx=true"])
+    assert _pod_args(_chart_daemonset(chart)) == _pod_args(kustomize.find(base, "DaemonSet", "twingress"))
+    for kind in ["Role", "RoleBinding"]:
+        assert _without_helm_labels(helm.find(chart, kind, "twingress-take-over")) == kustomize.find(base, kind, "twingress-take-over")
+    assert _kinds_and_names(chart) == _kinds_and_names(base) - {("Namespace", "twingress", ""), ("IngressClass", "twingress", "")}
