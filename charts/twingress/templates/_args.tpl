@@ -57,9 +57,9 @@ k8s/'s list plus --status-pod-selector (this release's pods only).
 {{- end -}}
 
 {{/*
-controller.extraArgs, ingress-nginx's way ({name: value} -> --name=value; a value of "" or true
-alone -> --name=true): twingress options as they are, ingress-nginx flags that have a twingress
-meaning renamed (keys.yaml extraArgs.renamed), every other name refused.
+controller.extraArgs, ingress-nginx's way ({name: value} -> --name=value; "" -> --name=true):
+twingress options as they are, ingress-nginx flags that have a twingress meaning renamed
+(keys.yaml extraArgs.renamed); the options the chart sets itself, and every other name, refused.
 */}}
 {{- define "twingress.extraArgs" -}}
 {{- $keys := .Files.Get "keys.yaml" | fromYaml -}}
@@ -68,6 +68,8 @@ meaning renamed (keys.yaml extraArgs.renamed), every other name refused.
 {{- $flag := $name -}}
 {{- if hasKey $table.renamed $name -}}
 {{- $flag = get $table.renamed $name -}}
+{{- else if hasKey $table.chart $name -}}
+{{- fail (printf "controller.extraArgs.%s: refused: the chart sets --%s (%s)" $name $name (get $table.chart $name)) -}}
 {{- else if not (has $name $table.twingress) -}}
 {{- $why := default "not a twingress option (twistd ingress --help lists them)" (get $table.refused $name) -}}
 {{- fail (printf "controller.extraArgs.%s: refused: %s" $name $why) -}}

@@ -2,9 +2,9 @@
 Every value is honoured or refused, never silently dropped: the values (ours merged with the
 user's) are walked key by key against keys.yaml's table, the one list that docs/helm.md and
 tests/chart/test_keys.py read too. A key path with an entry of its own is honoured, or refused
-unless its value is one of the entry's allow list; a key without one takes the entry PARENT.*
-of its nearest parent that has one; a key with neither is unknown and refused (a typo, or an
-ingress-nginx key newer than the table). Every refusal is listed in one failure.
+unless its value is one of the entry's allow list; a key without one takes, whole, the entry
+PARENT.* of its nearest parent that has one; a key with neither is unknown and refused (a typo,
+or an ingress-nginx key newer than the table). Every refusal is listed in one failure.
 */}}
 {{- define "twingress.check" -}}
 {{- $keys := .Files.Get "keys.yaml" | fromYaml -}}
@@ -22,11 +22,11 @@ ingress-nginx key newer than the table). Every refusal is listed in one failure.
 {{- range $key, $value := .node -}}
 {{- $path := ternary $key (printf "%s.%s" $parent $key) (eq $parent "") -}}
 {{- $entry := get $table $path -}}
-{{- $below := default $inherited (get $table (printf "%s.*" $path)) -}}
+{{- $own := get $table (printf "%s.*" $path) -}}
 {{- if $entry -}}
 {{- include "twingress.judge" (dict "path" $path "value" $value "entry" $entry) -}}
-{{- else if kindIs "map" $value -}}
-{{- include "twingress.walk" (dict "node" $value "path" $path "table" $table "inherited" $below) -}}
+{{- else if and (kindIs "map" $value) (or $own (not $inherited)) -}}
+{{- include "twingress.walk" (dict "node" $value "path" $path "table" $table "inherited" (default $inherited $own)) -}}
 {{- else if $inherited -}}
 {{- include "twingress.judge" (dict "path" $path "value" $value "entry" $inherited) -}}
 {{- else -}}
@@ -55,11 +55,6 @@ ingress-nginx key newer than the table). Every refusal is listed in one failure.
 {{- if regexMatch "ingress-nginx|ingress-controller/controller" $image -}}
 {{ printf "controller.image: refused: %s is ingress-nginx's image; twingress's is built from its Dockerfile (controller.image.registry/image/tag)" $image }}
 {{ end -}}
-{{- if not (include "twingress.serviceEnabled" .) -}}
-{{- range $key, $value := omit $c.service "enabled" -}}
-{{ printf "controller.service.%s: refused: the %s kind has no Service unless controller.service.enabled is true (with hostNetwork the nodes' :80 and :443 are the entry)" $key $c.kind }}
-{{ end -}}
-{{- end -}}
 {{- if and $c.ingressClass (ne $c.ingressClass (include "twingress.className" .)) -}}
 {{ printf "controller.ingressClass: refused: %s is not the class served (%s): twingress serves one IngressClass, by name (controller.ingressClassResource.name)" $c.ingressClass (include "twingress.className" .) }}
 {{ end -}}

@@ -53,11 +53,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- default (printf "%s-leader" (include "twingress.fullname" .)) .Values.controller.electionID -}}
 {{- end -}}
 
-{{/* The Service of the Deployment kind: controller.service.enabled, unset = true for a Deployment only. */}}
+{{/*
+The Service: controller.service.enabled; unset, for the Deployment kind, and for a DaemonSet whose
+values configure one (an ingress-nginx DaemonSet had it: its chart's default is enabled).
+*/}}
 {{- define "twingress.serviceEnabled" -}}
-{{- if hasKey .Values.controller.service "enabled" -}}
-{{- if .Values.controller.service.enabled }}true{{ end -}}
-{{- else if eq .Values.controller.kind "Deployment" -}}
+{{- $s := .Values.controller.service -}}
+{{- if hasKey $s "enabled" -}}
+{{- if $s.enabled }}true{{ end -}}
+{{- else if or (eq .Values.controller.kind "Deployment") (omit $s "enabled") -}}
 true
 {{- end -}}
 {{- end -}}
