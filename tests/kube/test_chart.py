@@ -15,6 +15,7 @@ Helm is the one testenv/helm.sh builds (Helm 4); the kubeconfig is the node's ad
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -86,8 +87,11 @@ class Installed:
         return done.stdout
 
     def released(self) -> bool:
-        listed = yaml.safe_load(self.helm("list", "-n", NAMESPACE, "-o", "yaml")) or []
-        return any(release["name"] == RELEASE for release in listed)
+        return self.released_as(RELEASE, NAMESPACE)
+
+    def released_as(self, name: str, namespace: str) -> bool:
+        listed = yaml.safe_load(self.helm("list", "-n", namespace, "-o", "yaml")) or []
+        return any(release["name"] == name for release in listed)
 
 
 def objects(deployed: Deployed) -> dict[tuple[str, str, str], str]:
@@ -187,3 +191,63 @@ def test_helm_uninstall_leaves_only_what_helm_keeps(installed: Installed) -> Non
     crds = {name for kind, _, name in now if kind == "CustomResourceDefinition"}
     assert chart_crds() == {"streamingresses.twingress.io"} and chart_crds() <= crds
     print(f"\nleft after helm uninstall: {sorted(kept)} and the CRDs {sorted(chart_crds())}")
+
+
+LB_RELEASE, LB_NAMESPACE = "edge", "twingress-lb"
+LB_FULLNAME = f"{LB_RELEASE}-twingress"  # the chart's full name for a release not named twingress: Service, Deployment, class
+
+
+def _lb_ingress(namespace: str) -> dict:
+    backend = {"service": {"name": LB_FULLNAME, "port": {"number": 80}}}  # any Service: the status does not depend on it
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "Ingress",
+        "metadata": {"name": "behind-the-lb", "namespace": namespace},
+        "spec": {"ingressClassName": LB_FULLNAME, "rules": [{"host": "lb.deploy.test", "http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": backend}]}}]},
+    }
+
+
+def test_the_deployment_kind_publishes_its_load_balancer_service_in_ingress_status(kube_node: KubeNode) -> None:
+    """
+    ingress-nginx's default shape (controller.kind Deployment, no hostNetwork, a LoadBalancer
+    Service): the pod Ready, and --publish-service puts the Service's address in Ingress status as
+    the cloud controller writes it (patched here as one would: no cloud controller runs), IPs and
+    hostnames, following each change.
+    """
+    helm_binary()
+    image = built_image()
+    kube_node.load_image(Path(image.archive))
+    state = Deployed(kube_node, image.name, image.rollout_name)
+    wait_gone(state, LB_NAMESPACE)
+    release = Installed(state, set())
+    release.helm(
+        "install", LB_RELEASE, str(CHART), "-n", LB_NAMESPACE, "--create-namespace", *image_values(image.name),
+        "--set", "controller.kind=Deployment", "--set", "controller.hostNetwork=false",
+    )
+    try:
+        try:
+            state.kubectl("-n", LB_NAMESPACE, "rollout", "status", f"deployment/{LB_FULLNAME}", "--timeout=240s", timeout=300)
+        except AssertionError as error:
+            logs = state.node.kubectl("-n", LB_NAMESPACE, "logs", f"deployment/{LB_FULLNAME}", "--tail=20", check=False)
+            raise AssertionError(f"{error}\n{logs.stdout}{logs.stderr}") from None
+        args = json.loads(state.kubectl("-n", LB_NAMESPACE, "get", "deployment", LB_FULLNAME, "-o", "json").stdout)["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert f"--publish-service={LB_NAMESPACE}/{LB_FULLNAME}" in args, args
+        state.node.apply(json.dumps(_lb_ingress(LB_NAMESPACE)))
+
+        def status() -> list[dict]:
+            ingress = json.loads(state.kubectl("-n", LB_NAMESPACE, "get", "ingress", "behind-the-lb", "-o", "json").stdout)
+            return list((ingress.get("status") or {}).get("loadBalancer", {}).get("ingress") or [])
+
+        def provision(*entries: dict[str, str]) -> None:
+            body = json.dumps({"status": {"loadBalancer": {"ingress": list(entries)}}})
+            state.kubectl("-n", LB_NAMESPACE, "patch", "service", LB_FULLNAME, "--subresource=status", "--type=merge", f"-p={body}")
+
+        provision({"ip": "192.0.2.90"}, {"hostname": "lb-1.deploy.test"})
+        wait_until(lambda: status() == [{"ip": "192.0.2.90"}, {"hostname": "lb-1.deploy.test"}], 90, "the load balancer's addresses in Ingress status")
+        provision({"ip": "198.51.100.90"})
+        wait_until(lambda: status() == [{"ip": "198.51.100.90"}], 60, "Ingress status following the load balancer")
+    finally:
+        if release.released_as(LB_RELEASE, LB_NAMESPACE):
+            release.helm("uninstall", LB_RELEASE, "-n", LB_NAMESPACE)
+        state.kubectl("delete", "namespace", LB_NAMESPACE, "--ignore-not-found", "--wait=false")
+        wait_gone(state, LB_NAMESPACE)
