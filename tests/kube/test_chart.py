@@ -9,6 +9,9 @@ tests/kube/upgrade_traffic.py with nothing refused, reset, answered 5xx or timed
 hand-over); `helm uninstall` leaves nothing of the release behind but what Helm keeps by design:
 the CRD of the chart's crds/ and the namespace --create-namespace made (with what every namespace
 gets, and what the pods themselves wrote there at run time: their Lease and hand-over key).
+The Deployment kind (ingress-nginx's default: no hostNetwork, a LoadBalancer Service) is installed
+as a second release: its pod Ready, and its Ingress status the Service's addresses
+(--publish-service), following what the test writes as the cloud controller would.
 
 Helm is the one testenv/helm.sh builds (Helm 4); the kubeconfig is the node's admin one.
 """
