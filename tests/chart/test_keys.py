@@ -139,6 +139,12 @@ def test_ingress_nginx_ci_values_render_or_name_refused_keys(values: Path, tmp_p
     _check_renders_or_refuses(without_image)
 
 
+def test_ingress_nginx_defaults_file_names_only_refused_keys() -> None:
+    """ingress-nginx's whole values.yaml (what `helm show values` prints) fails naming only refused keys: its
+    defaults (a webhook, httpGet probes, user 101...) are not twingress's, so a file keeps only what its user changed."""
+    assert not _check_renders_or_refuses(INGRESS_NGINX / "values.yaml")
+
+
 def test_most_ingress_nginx_ci_values_render_without_the_image(tmp_path: Path) -> None:
     """The ci files that ask only for what twingress does render: kind, metrics, config, headers, annotations, Service."""
     rendered = []

@@ -188,8 +188,10 @@ def test_take_over_ingress_nginx_class() -> None:
 
 
 def test_take_over_with_another_release_name_keeps_the_preset_class() -> None:
-    """Release edge with the preset and no class named: no --ingress-class, so the preset's nginx holds."""
-    args = _args(helm.template(release="edge", sets=["controller.twingress.takeOverIngressNginx=true"]), name="edge-twingress")
+    """Release edge with the preset and no class named: no --ingress-class, so the preset's nginx holds (and
+    ingress-nginx's controller.ingressClass: nginx agrees with it)."""
+    sets = ["controller.twingress.takeOverIngressNginx=true", "controller.ingressClass=nginx"]
+    args = _args(helm.template(release="edge", sets=sets), name="edge-twingress")
     assert not [a for a in args if a.startswith("--ingress-class")]
 
 
