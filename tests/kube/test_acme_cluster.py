@@ -20,6 +20,7 @@ import re
 import signal
 import socket
 import ssl
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,7 +36,7 @@ from tests.kube.api import Kube
 from tests.kube.controller_support import controller_args, writes
 from tests.kube.test_leader import holder_process, wait_leader
 from tests.kube.twingress import KubeTwingress, next_pod_ip, wait_until
-from tests.support import free_port
+from tests.support import free_port, twistd_command
 
 POD_LABELS = {"app.kubernetes.io/name": "twingress"}
 ISSUED = re.compile(r"acme: certificate for (.+?) issued into Secret (\S+) in ([\d.]+)s, (\d+) requests to the ACME server \((.+?)\)")
@@ -152,6 +153,15 @@ def test_the_leader_orders_every_replica_answers_and_the_next_leader_keeps_the_a
     kube.networking.create_namespaced_ingress(namespace, acme_ingress(namespace, "taken", ["taken.example.com"], "taken-tls"))
     kube.networking.create_namespaced_ingress(namespace, acme_ingress(namespace, "managed", ["cm.example.com"], "cm-tls", **{"cert-manager.io/cluster-issuer": "letsencrypt"}))
 
+    # what cannot be ordered: an Event each, nothing else; an Ingress without the annotation: nothing at all
+    wildcard = acme_ingress(namespace, "wild", ["*.wild.example.com"], "wild-tls")
+    no_tls = acme_ingress(namespace, "notls", ["notls.example.com"], "unused")
+    del no_tls["spec"]["tls"]
+    plain = acme_ingress(namespace, "plain", ["plain.example.com"], "plain-tls")
+    del plain["metadata"]["annotations"]
+    for body in (wildcard, no_tls, plain):
+        kube.networking.create_namespaced_ingress(namespace, body)
+
     started, requests_before = time.monotonic(), pebble.requests()
     kube.networking.create_namespaced_ingress(namespace, acme_ingress(namespace, "site", ["site.example.com", "www.site.example.com"], "site-tls"))
     line = issued_line(leader, pebble, "site.example.com, www.site.example.com")
@@ -184,6 +194,14 @@ def test_the_leader_orders_every_replica_answers_and_the_next_leader_keeps_the_a
     assert secret_or_none(kube, namespace, "cm-tls") is None and not events_of(kube, namespace, "managed")
     assert leader.log().count(f"acme: Ingress {namespace}/managed carries cert-manager.io/cluster-issuer: cert-manager's") == 1
 
+    assert "DNS-01" in event(kube, namespace, "wild", "AcmeWildcard").note
+    assert "needs spec.tls" in event(kube, namespace, "notls", "AcmeNeedsTLS").note
+    assert leader.has_host("notls.example.com") and follower.has_host("notls.example.com")  # served as any Ingress
+    for name in ("wild-tls", "plain-tls", "unused"):
+        assert secret_or_none(kube, namespace, name) is None, name
+    assert not events_of(kube, namespace, "plain")
+    assert all(f"ordering a certificate for {host}" not in leader.log() for host in ("plain.", "*.wild", "notls.", "taken.", "cm."))
+
     # The leader is killed; its Pod still says ready (no kubelet noticed yet): the next leader's order fails naming it.
     accounts = [s for s in kube.core.list_namespaced_secret(namespace).items if s.metadata.name.startswith("twingress-acme-account-")]
     assert len(accounts) == 1, [s.metadata.name for s in accounts]
@@ -209,3 +227,19 @@ def test_the_leader_orders_every_replica_answers_and_the_next_leader_keeps_the_a
     assert served.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName) == ["second.example.com"]
     print(f"after the leader was killed: the order {again.group(3)}s, {again.group(4)} requests counted by the client, {pebble.requests() - requests_before} in Pebble's log"
           f" (with the failed one), 0 new accounts")
+
+
+@pytest.mark.parametrize(
+    ("extra", "mentions"),
+    [
+        (("--acme-storage", "/tmp"), "--acme-storage is for --manifests"),
+        (("--generate-ingresses", "false", "--update-status", "false"), "needs the controllers"),
+    ],
+)
+def test_a_bad_cluster_acme_option_is_one_line_and_exit_1(kube_cluster, pebble: Pebble, extra: tuple[str, ...], mentions: str) -> None:
+    command = twistd_command(["--kubeconfig", str(kube_cluster.kubeconfig)], free_port(), free_port(), (
+        "--acme-directory", pebble.directory, "--acme-agree-tos", "true", *extra))
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("twistd ingress: ") and mentions in lines[0], result.stderr
