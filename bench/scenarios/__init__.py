@@ -8,6 +8,7 @@ C{python -m bench report}).  A new scenario is a module here and a line in L{SCE
 from __future__ import annotations
 
 import argparse
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -31,8 +32,13 @@ class Run:
 
 def scenarios() -> dict[str, ModuleType]:
     """The scenarios on bench/lib, by name (imported here, late: a scenario's imports are its own business)."""
-    from bench.scenarios import node, pairs
-    return {module.NAME: module for module in (pairs, node)}
+    names = (
+        "pairs", "node",
+        "convergence",
+        "endpoint_removal",
+    )
+    modules = [importlib.import_module(f"bench.scenarios.{name}") for name in names]
+    return {module.NAME: module for module in modules}
 
 
 def legacy() -> dict[str, Any]:

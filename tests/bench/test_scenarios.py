@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -136,8 +137,6 @@ LEGACY = {
     "h2-path": (["--requests", "2000", "--rounds", "1"], [], False),
     "tls-calls": (["--requests", "2000", "--rounds", "1"], [], False),
     "workers-cost": (["--rounds", "1", "--seconds", "1", "--no-count", "--proxies", "twingress"], ["nginx", "h2load", "taskset", "perf"], False),
-    "convergence": (["--scale", "20", "--changes", "5", "--rebuilds", "1", "--scale-changes", "2"], [], True),
-    "endpoint-removal": (["--scale", "20", "--trials", "3", "--run", "1"], [], True),
     "watch-floor": (["--routes", "50"], [], True),
     "renewal": (["--secrets", "10", "--sample", "5", "--before", "1", "--after", "1"], [], True),
     "soak": (["--duration", "20", "--warmup", "5", "--ingresses", "10", "--connections", "16", "--kill-interval", "10"], [], True),
@@ -162,10 +161,73 @@ def test_legacy_scenario(tmp_path: Path, name: str) -> None:
     assert all(isinstance(figure, dict) and figure for figure in document["figures"])
 
 
+def numbers(figure: Any, *path: str) -> Any:
+    """The value at PATH in a figure, checked to be a number (0 allowed: a count, a time that rounds to nothing)."""
+    for key in path:
+        figure = figure[key]
+    assert isinstance(figure, (int, float)) and not isinstance(figure, bool) and figure >= 0, (path, figure)
+    return figure
+
+
+def phases(document: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    found: dict[str, list[dict[str, Any]]] = {}
+    for figure in document["figures"]:
+        found.setdefault(figure["phase"], []).append(figure)
+    return found
+
+
+def check_convergence(document: dict[str, Any]) -> None:
+    """Every series timed by traffic with no failure, the scale step, the Gateway phase and the cold start measured."""
+    found = phases(document)
+    series = {(f["ingresses"], f["series"]): f for f in found["series"]}
+    assert set(series) == {(0, "create"), (0, "update-path"), (0, "update-backend"), (0, "update-endpoints"),
+                           (20, "create"), (20, "create, poll 10ms"), (20, "update-endpoints")}
+    for f in series.values():
+        assert f["failures"] == 0 and f["n"] == len(f["samples_ms"]) > 0 and numbers(f, "p99_ms") >= numbers(f, "p50_ms")
+    (scale,) = found["scale"]
+    assert scale["live"]["route_hosts"] == 20 and numbers(scale, "live", "all_live_s") >= 0
+    assert numbers(scale, "rebuild", "build_ms_median") > 0 and numbers(scale, "memory", "rss_mb") > 0
+    (gateway,) = found["gateway"]
+    assert gateway["new_host"]["failures"] == 0 and numbers(gateway, "new_host", "p50_ms") > 0 and numbers(gateway, "live", "all_live_s") >= 0
+    (cold,) = found["cold-start"]
+    assert numbers(cold, "ready_s") > 0 and numbers(cold, "all_live_s") > 0
+    (baseline,) = found["baseline"]
+    assert numbers(baseline, "objects_per_s") > 0
+
+
+def check_endpoint_removal(document: dict[str, Any]) -> None:
+    """Every trial timed by traffic and by the bare watch's event, the garbage collections read."""
+    (figure,) = document["figures"]
+    assert figure["n"] == 3 and figure["failures"] == 0 and len(figure["samples_ms"]) == 3
+    assert numbers(figure, "p99_ms") > 0 and numbers(figure, "patch_call_ms_median") > 0
+    assert figure["floor"]["from_call"]["n"] == 3 and numbers(figure, "floor", "from_call", "p50_ms") > 0
+    assert figure["floor"]["twingress_adds"]["n"] == 3
+    assert numbers(figure, "collections_since_start", "0", "count") > 0
+
+
+# Each cluster scenario at its smallest (under testenv/netns-run, the kube binaries of testenv/): its options and what its figures must hold.
+CLUSTER: dict[str, tuple[list[str], Callable[[dict[str, Any]], None]]] = {
+    "convergence": (["--scale", "20", "--changes", "3", "--rebuilds", "1", "--scale-changes", "2", "--gateway-routes", "5", "--gateway-changes", "2",
+                     "--baseline", "10"], check_convergence),
+    "endpoint-removal": (["--scale", "20", "--trials", "3", "--run", "1"], check_endpoint_removal),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CLUSTER))
+def test_cluster_scenario(tmp_path: Path, name: str) -> None:
+    """A cluster scenario at its smallest, on the real control plane: its results file, its figures, its table."""
+    argv, check = CLUSTER[name]
+    need_cluster()
+    out = tmp_path / f"{name}.json"
+    document = results_of(bench(name, *argv, "--out", str(out), timeout=600), out)
+    check(document)
+    assert bench("report", str(out)).stdout.count("\n") > 3
+
+
 def test_every_scenario_is_tested() -> None:
     """A scenario added to python -m bench without a run here fails this (first-answer: below, it clones and compiles)."""
     listed = {line.split()[0] for line in bench("list").stdout.splitlines()}
-    assert listed == {"pairs", "node", "first-answer", *LEGACY, *NOT_RUN}
+    assert listed == {"pairs", "node", "first-answer", *LEGACY, *CLUSTER, *NOT_RUN}
 
 
 def test_first_answer_usage() -> None:
