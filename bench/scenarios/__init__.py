@@ -36,6 +36,7 @@ def scenarios() -> dict[str, ModuleType]:
         "pairs", "node",
         "convergence",
         "endpoint_removal",
+        "watch_floor",
     )
     modules = [importlib.import_module(f"bench.scenarios.{name}") for name in names]
     return {module.NAME: module for module in modules}
