@@ -7,9 +7,12 @@ so.  Also what twingress says (/readyz's generation and informer counts, /metric
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import json
 import re
+import socket
+import ssl
 import statistics
 import sys
 import time
@@ -264,3 +267,29 @@ def steady_memory(tw: Twingress) -> dict[str, Any]:
     time.sleep(2.0)
     status = proc_status(tw.pid)
     return {"generation": generation, "rss_mb": status["VmRSS"], "hwm_mb": status["VmHWM"], "cpu_s": status["cpu_s"]}
+
+
+class Prober:
+    """Probes through the proxy: a keep-alive GET's answering backend, or a new TLS handshake's certificate (by its SHA-256)."""
+
+    def __init__(self, http_port: int, https_port: int) -> None:
+        self.http = Http(http_port, timeout=5.0)
+        self.https_port = https_port
+        self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        self.tls.check_hostname = False
+        self.tls.verify_mode = ssl.CERT_NONE  # the certificate is compared by its hash
+
+    def served_cert_sha(self, server_name: str) -> str:
+        with socket.create_connection((procs.LOOPBACK, self.https_port), timeout=5.0) as raw:
+            with self.tls.wrap_socket(raw, server_hostname=server_name) as s:
+                return hashlib.sha256(s.getpeercert(binary_form=True) or b"").hexdigest()
+
+    def answering_backend(self, server_name: str, path: str) -> Optional[str]:
+        return backend_of(*self.http.get(path, server_name))
+
+    def serves(self, server_name: str, cert_sha: str) -> bool:
+        """Whether a TLS handshake with this SNI gets the certificate of this SHA-256."""
+        try:
+            return self.served_cert_sha(server_name) == cert_sha
+        except OSError:  # ssl.SSLError included
+            return False

@@ -37,6 +37,7 @@ def scenarios() -> dict[str, ModuleType]:
         "convergence",
         "endpoint_removal",
         "watch_floor",
+        "renewal",
     )
     modules = [importlib.import_module(f"bench.scenarios.{name}") for name in names]
     return {module.NAME: module for module in modules}
