@@ -38,6 +38,7 @@ def scenarios() -> dict[str, ModuleType]:
         "endpoint_removal",
         "watch_floor",
         "renewal",
+        "soak",
     )
     modules = [importlib.import_module(f"bench.scenarios.{name}") for name in names]
     return {module.NAME: module for module in modules}

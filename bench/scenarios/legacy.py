@@ -81,6 +81,5 @@ SCENARIOS = (
     Legacy("h2-path", "h2_path.py", "What does twingress's HTTP/2 request path alone cost per request (no socket, TLS or reactor), steady enough to compare two trees?", json=False),
     Legacy("tls-calls", "tls_calls.py", "What do the four OpenSSL calls of an HTTPS keep-alive request cost, by the way they are called?", json=False),
     Legacy("workers-cost", "workers_cost.py", "Where does a second worker's extra CPU per request go (syscalls, context switches, instructions)?", json=False),
-    Legacy("soak", "soak.py", "Does twingress hold up under steady load, constant churn and backend kills (errors, latency, memory over time)?", kube=True),
     Legacy("first-answer", "first_answer.sh", "How long from make run in a fresh clone to the first answer, the background compile, and the second start?", json=False),
 )

@@ -137,7 +137,6 @@ LEGACY = {
     "h2-path": (["--requests", "2000", "--rounds", "1"], [], False),
     "tls-calls": (["--requests", "2000", "--rounds", "1"], [], False),
     "workers-cost": (["--rounds", "1", "--seconds", "1", "--no-count", "--proxies", "twingress"], ["nginx", "h2load", "taskset", "perf"], False),
-    "soak": (["--duration", "20", "--warmup", "5", "--ingresses", "10", "--connections", "16", "--kill-interval", "10"], [], True),
 }
 
 
@@ -221,6 +220,16 @@ def check_renewal(document: dict[str, Any]) -> None:
     assert sum(figure["handshakes"].values()) > 0 and numbers(figure, "table_builds") > 0
 
 
+def check_soak(document: dict[str, Any]) -> None:
+    """Requests of every kind answered, changes made and seen live, a backend killed, twingress's usage sampled."""
+    (figure,) = document["figures"]
+    requests = figure["requests"]
+    assert all(numbers(requests, kind, "ok") > 0 and numbers(requests, kind, "p50_ms") > 0 for kind in ("keepalive", "new-conn", "tls")), requests
+    assert figure["kills"]["count"] >= 1 and figure["raw"]["changes"]["made"]["ingress-path"] > 0
+    assert sum(len(times) for times in figure["raw"]["live_ms"].values()) > 0
+    assert numbers(figure, "usage", "end", "rss_mb") > 0 and numbers(figure, "usage", "end", "fds") > 0
+
+
 # Each cluster scenario at its smallest (under testenv/netns-run, the kube binaries of testenv/): its options and what its figures must hold.
 CLUSTER: dict[str, tuple[list[str], Callable[[dict[str, Any]], None]]] = {
     "convergence": (["--scale", "20", "--changes", "3", "--rebuilds", "1", "--scale-changes", "2", "--gateway-routes", "5", "--gateway-changes", "2",
@@ -228,6 +237,7 @@ CLUSTER: dict[str, tuple[list[str], Callable[[dict[str, Any]], None]]] = {
     "endpoint-removal": (["--scale", "20", "--trials", "3", "--run", "1"], check_endpoint_removal),
     "watch-floor": (["--routes", "50"], check_watch_floor),
     "renewal": (["--secrets", "10", "--sample", "5", "--before", "1", "--after", "1"], check_renewal),
+    "soak": (["--duration", "20", "--warmup", "5", "--ingresses", "10", "--connections", "16", "--kill-interval", "10"], check_soak),
 }
 
 
@@ -240,6 +250,14 @@ def test_cluster_scenario(tmp_path: Path, name: str) -> None:
     document = results_of(bench(name, *argv, "--out", str(out), timeout=600), out)
     check(document)
     assert len(bench("report", str(out)).stdout.splitlines()) > 2  # the table, under the file's two lines
+
+
+@pytest.mark.parametrize("argv", [["soak", "--against", "nginx"], ["convergence", "--threads", "0"], ["endpoint-removal", "--trials", "0"],
+                                  ["watch-floor", "--routes", "0"], ["renewal", "--poll-interval", "0"]])
+def test_cluster_bad_options(argv: list[str]) -> None:
+    """A cluster scenario's bad options: one line on stderr, exit 2, before any control plane starts."""
+    done = bench(*argv)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr, done.stderr
 
 
 def test_every_scenario_is_tested() -> None:
