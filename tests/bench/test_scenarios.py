@@ -243,12 +243,16 @@ CLUSTER: dict[str, tuple[list[str], Callable[[dict[str, Any]], None]]] = {
 
 @pytest.mark.parametrize("name", sorted(CLUSTER))
 def test_cluster_scenario(tmp_path: Path, name: str) -> None:
-    """A cluster scenario at its smallest, on the real control plane: its results file, its figures, its table."""
+    """A cluster scenario at its smallest, on the real control plane: its results file, its figures, its table, and
+    with --keep-logs the control plane's logs beside its children's."""
     argv, check = CLUSTER[name]
     need_cluster()
-    out = tmp_path / f"{name}.json"
-    document = results_of(bench(name, *argv, "--out", str(out), timeout=600), out)
+    out, logs = tmp_path / f"{name}.json", tmp_path / "logs"
+    document = results_of(bench(name, *argv, "--out", str(out), "--keep-logs", str(logs), timeout=600), out)
     check(document)
+    kept = {path.name for path in logs.iterdir()}
+    assert any(n.startswith("kube") and n.endswith("-kube-apiserver.log") for n in kept), kept
+    assert name == "watch-floor" or "twingress.log" in kept, kept
     assert len(bench("report", str(out)).stdout.splitlines()) > 2  # the table, under the file's two lines
 
 
