@@ -55,7 +55,7 @@ def check_host(i: int) -> str:
     return f"c{i}.soak.test"
 
 
-def soak_ingress(i: int, path: str, pinned: int, tls: bool) -> dict:
+def soak_ingress(i: int, path: str, pinned: int, tls: bool) -> dict[str, Any]:
     body = ingress(f"i{i}", NS, host(i), f"s{i}")
     checked = ingress("-", NS, check_host(i), f"b{pinned}", path)["spec"]["rules"][0]
     body["spec"]["rules"].append(checked)
@@ -86,13 +86,13 @@ class World:
     def tls_indices(self) -> list[int]:
         return list(range(0, self.n, self.tls_every)) if self.tls_every else []
 
-    def new_secret(self, i: int) -> dict:
+    def new_secret(self, i: int) -> dict[str, Any]:
         """A Secret tls-{i} with a new certificate for h{i}; its SHA-256 is remembered."""
         leaf = self.ca.issue([host(i)], key_type="ec")
         self.cert_sha[i] = hashlib.sha256(leaf.cert.public_bytes(Encoding.DER)).hexdigest()
         return certs.tls_secret(f"tls-{i}", leaf, NS)
 
-    def objects(self) -> Iterable[dict]:
+    def objects(self) -> Iterable[dict[str, Any]]:
         """Everything to create, pinned Services first, Ingresses last."""
         for m, name in enumerate(NAMES):
             yield service(f"b{m}", NS)

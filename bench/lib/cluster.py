@@ -157,26 +157,26 @@ class Api:
 
     def create(self, body: Body) -> None:
         c, kind, ns = self.client(), body["kind"], body["metadata"].get("namespace")
-        raw = {"_preload_content": False}
+        r: Any
         if kind == "Service":
-            r = k8s.CoreV1Api(c).create_namespaced_service(ns, body, **raw)
+            r = k8s.CoreV1Api(c).create_namespaced_service(ns, body, _preload_content=False)
         elif kind == "Secret":
-            r = k8s.CoreV1Api(c).create_namespaced_secret(ns, body, **raw)
+            r = k8s.CoreV1Api(c).create_namespaced_secret(ns, body, _preload_content=False)
         elif kind == "EndpointSlice":
-            r = k8s.DiscoveryV1Api(c).create_namespaced_endpoint_slice(ns, body, **raw)
+            r = k8s.DiscoveryV1Api(c).create_namespaced_endpoint_slice(ns, body, _preload_content=False)
         elif kind == "Ingress":
-            r = k8s.NetworkingV1Api(c).create_namespaced_ingress(ns, body, **raw)
+            r = k8s.NetworkingV1Api(c).create_namespaced_ingress(ns, body, _preload_content=False)
         elif kind == "IngressClass":
-            r = k8s.NetworkingV1Api(c).create_ingress_class(body, **raw)
+            r = k8s.NetworkingV1Api(c).create_ingress_class(body, _preload_content=False)
         elif kind == "Namespace":
-            r = k8s.CoreV1Api(c).create_namespace(body, **raw)
+            r = k8s.CoreV1Api(c).create_namespace(body, _preload_content=False)
         elif body["apiVersion"].startswith(GATEWAY_GROUP + "/"):
             version, plural = body["apiVersion"].split("/")[1], kind.lower() + ("es" if kind.endswith("s") else "s")
             custom = k8s.CustomObjectsApi(c)
             if ns is None:
-                r = custom.create_cluster_custom_object(GATEWAY_GROUP, version, plural, body, **raw)
+                r = custom.create_cluster_custom_object(GATEWAY_GROUP, version, plural, body, _preload_content=False)
             else:
-                r = custom.create_namespaced_custom_object(GATEWAY_GROUP, version, ns, plural, body, **raw)
+                r = custom.create_namespaced_custom_object(GATEWAY_GROUP, version, ns, plural, body, _preload_content=False)
         else:
             raise ValueError(kind)
         self.drain(r)
@@ -235,7 +235,7 @@ RouteBody = Callable[[str, str, str, str], Body]
 def fill(api: Api, start: int, stop: int, threads: int, route: RouteBody = ingress, ns: str = SCALE_NS, headless: bool = False) -> tuple[float, str]:
     """Service, EndpointSlice (the three scale endpoints) and route s{i} (host s{i}.NS.test) for i in
     [start, stop), by a thread pool: (seconds, the host of the route whose create returned last)."""
-    last = {"t": 0.0, "host": ""}
+    last: dict[str, Any] = {"t": 0.0, "host": ""}
     lock = threading.Lock()
 
     def one(i: int) -> None:
@@ -255,4 +255,4 @@ def fill(api: Api, start: int, stop: int, threads: int, route: RouteBody = ingre
             future.result()
             if done % 1000 == 0:
                 log(f"  created {done}/{stop - start} (x3 objects, {3 * done / (time.monotonic() - t0):.0f} objects/s)")
-    return time.monotonic() - t0, last["host"]
+    return time.monotonic() - t0, str(last["host"])

@@ -141,7 +141,7 @@ def handshake(prober: Prober, hosts: Hosts, who: str, i: int, name: str) -> bool
     return sha == hosts.new[i]
 
 
-def background(prober: Prober, hosts: Hosts, name: Callable[[int], str], pacer: Pacer, stop: threading.Event, order: itertools.count) -> None:
+def background(prober: Prober, hosts: Hosts, name: Callable[[int], str], pacer: Pacer, stop: threading.Event, order: itertools.count[int]) -> None:
     """Handshakes to every host in turn (a fixed shuffled order), one per pacer slot."""
     n = len(hosts.old)
     shuffled = list(range(n))

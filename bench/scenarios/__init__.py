@@ -2,7 +2,7 @@
 The scenarios, one module each: C{NAME}, C{QUESTION} (the question it answers, one line),
 C{add_arguments(parser)} (its own options; the shared ones are L{bench.__main__}'s),
 C{run(run: Run) -> list[figure]} and C{lines(document) -> list[str]} (its table, for
-C{python -m bench report}).  A new scenario is a module here and a line in L{SCENARIOS}.
+C{python -m bench report}).  A new scenario is a module here and its name in L{scenarios}' tuple.
 """
 
 from __future__ import annotations

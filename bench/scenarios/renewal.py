@@ -73,7 +73,7 @@ def host(i: int) -> str:
     return f"r{i}.renew.test"
 
 
-def leaf_secrets(ca: certs.CertificateAuthority, n: int, key_type: str, days: int) -> tuple[list[dict], list[str], list[float]]:
+def leaf_secrets(ca: certs.CertificateAuthority, n: int, key_type: str, days: int) -> tuple[list[dict[str, Any]], list[str], list[float]]:
     """Secrets tls-{i} with a new key and certificate for each host(i), valid for DAYS more days
     (old and new certificates are told apart by their expiry in /metrics too), the leaves' SHA-256
     and their expiry (Unix time)."""
@@ -86,7 +86,7 @@ def leaf_secrets(ca: certs.CertificateAuthority, n: int, key_type: str, days: in
     )
 
 
-def create_world(api: Api, pool: concurrent.futures.ThreadPoolExecutor, secrets: list[dict]) -> float:
+def create_world(api: Api, pool: concurrent.futures.ThreadPoolExecutor, secrets: list[dict[str, Any]]) -> float:
     """IngressClass, namespace, the echo Service, the Secrets, then one Ingress per host; seconds."""
     t0 = time.monotonic()
     api.create(cluster.INGRESS_CLASS)
@@ -95,7 +95,7 @@ def create_world(api: Api, pool: concurrent.futures.ThreadPoolExecutor, secrets:
     api.create(endpoint_slice("echo", NS, (ECHO_ADDRESS,)))
     list(pool.map(api.create_retrying, secrets))
 
-    def tls_ingress(i: int) -> dict:
+    def tls_ingress(i: int) -> dict[str, Any]:
         body = ingress(f"r{i}", NS, host(i), "echo")
         body["spec"]["tls"] = [{"hosts": [host(i)], "secretName": f"tls-{i}"}]
         return body
@@ -119,7 +119,8 @@ def wait_served(tw: Twingress, prober: Prober, old_sha: list[str], sample: int, 
     raise procs.BenchFailed(f"not every host served within {timeout:.0f} s ({len(checking)} of the sample not yet)")
 
 
-def renew(args: argparse.Namespace, api: Api, pool: concurrent.futures.ThreadPoolExecutor, tw: Twingress, https_port: int, hosts: probes.Hosts, secrets: list[dict]) -> dict[str, Any]:
+def renew(args: argparse.Namespace, api: Api, pool: concurrent.futures.ThreadPoolExecutor, tw: Twingress, https_port: int, hosts: probes.Hosts,
+          secrets: list[dict[str, Any]]) -> dict[str, Any]:
     """Probes before, during and after replacing every Secret's data; the raw results."""
     n, stop = len(secrets), threading.Event()
     prober = Prober(tw.http_port, https_port)
