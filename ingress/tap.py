@@ -20,6 +20,7 @@ from twisted.python import usage
 
 from ingress import __version__
 from ingress.acme.wiring import acme_settings, manifests_source
+from ingress.controllers.acmewiring import cluster_answers, with_acme
 from ingress.controllers.manager import ControllerManager, ControllerOptions
 from ingress.controllers.metrics import ControllerMetrics
 from ingress.controllers.options import controller_options
@@ -228,6 +229,10 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
         kubeconfig = options["kubeconfig"]
         fetch_handover_key(options, lambda: KubeClient(kubeconfig))  # --handover-key-secret: before the hand-over below
         watched_maps = [k for k in (options["tcp-services-configmap-key"], options["udp-services-configmap-key"], options["nginx-configmap-key"]) if k]
+        controllers: Optional[ControllerOptions] = options["controllers"]
+        answers = cluster_answers(options, reactor, controllers, watched_maps)  # --acme-directory: every node answers the leader's tokens
+        if answers is not None:
+            answers.setServiceParent(top)  # listening before the first snapshot is rewritten
         source = KubeSource(
             lambda: KubeClient(kubeconfig),
             builder,
@@ -236,13 +241,13 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
             options["watch-namespace"],
             config_maps=watched_maps,
             config_map_namespaces=[options["nginx-configmap-key"][0]] if options["nginx-configmap-key"] else [],
+            rewrite=answers.rewrite if answers is not None else None,
         )
         source.setServiceParent(top)
         admin.add_check(source.readiness)
-        controllers: Optional[ControllerOptions] = options["controllers"]
         if controllers is not None:
             manager = ControllerManager(
-                lambda: KubeClient(kubeconfig), source, controllers, ControllerMetrics(metrics.registry), reactor, live,
+                lambda: KubeClient(kubeconfig), source, with_acme(options, controllers), ControllerMetrics(metrics.registry), reactor, live,
                 listen_failures=lambda: streams.failures,
             )
             manager.setServiceParent(top)

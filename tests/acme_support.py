@@ -14,6 +14,7 @@ test CA, whose PEM is the C{--acme-ca-file}; its issuing root comes from its man
 from __future__ import annotations
 
 import json
+import re
 import ssl
 import subprocess
 import time
@@ -107,6 +108,20 @@ class Pebble:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"pebble's directory did not answer in {timeout:.0f}s:\n{self.log()[-3000:]}")
             time.sleep(0.1)
+
+    def resolve_to(self, address: str) -> None:
+        """Every name from now on resolves to C{address} (pebble-challtestsrv's management API)."""
+        request = urllib.request.Request(f"http://127.0.0.1:{self.dns_management_port}/set-default-ipv4", data=json.dumps({"ip": address}).encode(), method="POST")
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=5) as response:
+            assert response.status == 200, response.status
+
+    def requests(self) -> int:
+        """How many ACME requests Pebble served (its log's C{METHOD /path -> calling handler()} lines)."""
+        return len(re.findall(r"^Pebble \S+ \S+ (?:GET|POST|HEAD) \S+ -> calling handler", self.log(), re.MULTILINE))
+
+    def new_accounts(self) -> int:
+        """How many accounts Pebble made (its log's C{There are now N accounts in memory}, said for each new one)."""
+        return len(re.findall(r"There are now \d+ accounts in memory", self.log()))
 
     def root_pem(self) -> bytes:
         """The root Pebble issues under (made anew at each start), from its management API."""

@@ -2,12 +2,13 @@
 The scenarios, one module each: C{NAME}, C{QUESTION} (the question it answers, one line),
 C{add_arguments(parser)} (its own options; the shared ones are L{bench.__main__}'s),
 C{run(run: Run) -> list[figure]} and C{lines(document) -> list[str]} (its table, for
-C{python -m bench report}).  A new scenario is a module here and a line in L{SCENARIOS}.
+C{python -m bench report}).  A new scenario is a module here and its name in L{scenarios}' tuple.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -31,8 +32,16 @@ class Run:
 
 def scenarios() -> dict[str, ModuleType]:
     """The scenarios on bench/lib, by name (imported here, late: a scenario's imports are its own business)."""
-    from bench.scenarios import node, pairs
-    return {module.NAME: module for module in (pairs, node)}
+    names = (
+        "pairs", "node",
+        "convergence",
+        "endpoint_removal",
+        "watch_floor",
+        "renewal",
+        "soak",
+    )
+    modules = [importlib.import_module(f"bench.scenarios.{name}") for name in names]
+    return {module.NAME: module for module in modules}
 
 
 def legacy() -> dict[str, Any]:

@@ -81,10 +81,5 @@ SCENARIOS = (
     Legacy("h2-path", "h2_path.py", "What does twingress's HTTP/2 request path alone cost per request (no socket, TLS or reactor), steady enough to compare two trees?", json=False),
     Legacy("tls-calls", "tls_calls.py", "What do the four OpenSSL calls of an HTTPS keep-alive request cost, by the way they are called?", json=False),
     Legacy("workers-cost", "workers_cost.py", "Where does a second worker's extra CPU per request go (syscalls, context switches, instructions)?", json=False),
-    Legacy("convergence", "convergence.py", "How long until a change is live, by traffic, at 1k to 10k Ingresses (and HTTPRoutes), and what memory does the table take?", kube=True),
-    Legacy("endpoint-removal", "endpoint_removal.py", "How long does the proxy keep sending to a pod removed from an EndpointSlice, at 10k Ingresses?", kube=True),
-    Legacy("watch-floor", "watch_floor.py", "What does watching alone cost a cluster being filled (the floor of the creation ratio)?", json=False, kube=True),
-    Legacy("renewal", "renewal.py", "When 1,000 TLS Secrets renew at once, how long until every new certificate is served, and does any handshake fail?", kube=True),
-    Legacy("soak", "soak.py", "Does twingress hold up under steady load, constant churn and backend kills (errors, latency, memory over time)?", kube=True),
     Legacy("first-answer", "first_answer.sh", "How long from make run in a fresh clone to the first answer, the background compile, and the second start?", json=False),
 )

@@ -16,11 +16,11 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 from acme import challenges, client, crypto_util, errors, messages
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from josepy.jwk import JWK, JWKRSA
 
 from ingress.acme.options import AcmeSettings
@@ -55,19 +55,25 @@ class Issued:
     key_pem: bytes
     requests: int
     seconds: float
+    new_account: bool = False  # the server made an account for the key (False: it knew the key)
 
 
-def order_certificate(settings: AcmeSettings, hosts: tuple[str, ...], publish: Callable[[dict[str, tuple[str, str]]], None], self_check: Callable[[str, str, str], bool]) -> Issued:
+def order_certificate(
+    settings: AcmeSettings, hosts: tuple[str, ...], publish: Callable[[dict[str, tuple[str, str]]], None], self_check: Callable[[str, str, str], bool],
+    key: Optional[rsa.RSAPrivateKey] = None,
+) -> Issued:
     """
     A certificate for C{hosts}: C{publish} puts the pending tokens (token: (host, key authorization)) where every worker serves
-    them ({} withdraws them); C{self_check(host, token, answer)} says whether twingress serves a token yet.
+    them ({} withdraws them); C{self_check(host, token, answer)} says whether twingress serves a token yet.  C{key}: the
+    account key (a cluster keeps it in a Secret), else the storage directory's.
     """
     started = time.monotonic()
-    key, _ = account_key(settings.storage, settings.directory)
+    if key is None:
+        key, _ = account_key(settings.storage, settings.directory)
     account = JWKRSA(key=key)
     network = CountingNetwork(account, settings.ca_file)
     acme = client.ClientV2(client.ClientV2.get_directory(settings.directory, network), network)
-    _account(acme, network, settings.email)
+    new_account = _account(acme, network, settings.email)
     certificate_key = ec.generate_private_key(ec.SECP256R1())
     key_pem = certificate_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     order = acme.new_order(crypto_util.make_csr(key_pem, list(hosts)))
@@ -82,16 +88,18 @@ def order_certificate(settings: AcmeSettings, hosts: tuple[str, ...], publish: C
         order = acme.poll_and_finalize(order, deadline=deadline)
     finally:
         publish({})
-    return Issued(order.fullchain_pem.encode(), key_pem, network.requests, time.monotonic() - started)
+    return Issued(order.fullchain_pem.encode(), key_pem, network.requests, time.monotonic() - started, new_account)
 
 
-def _account(acme: client.ClientV2, network: CountingNetwork, email: str) -> None:
-    """Register the key's account, or find it again (the server answers a known key with its URL)."""
+def _account(acme: client.ClientV2, network: CountingNetwork, email: str) -> bool:
+    """Register the key's account, or find it again (the server answers a known key with its URL); whether it is new."""
     registration = messages.NewRegistration.from_data(email=email or None, terms_of_service_agreed=True)
     try:
         acme.new_account(registration)
     except errors.ConflictError as existing:
         network.account = messages.RegistrationResource(uri=existing.location, body=messages.Registration())
+        return False
+    return True
 
 
 def _pending_http01(order: messages.OrderResource, key: JWK) -> list[tuple[str, str, str, tuple[messages.ChallengeBody, Any]]]:

@@ -18,7 +18,7 @@ ACME_PARAMETERS: list[list[Any]] = [
     ["acme-ca-file", None, "", "PEM file of the CAs that sign the ACME server's own TLS certificate (a private server such as Pebble; '' = the system's)."],
     ["acme-agree-tos", None, "false", "true: agree to the ACME server's terms of service (required to create the account)."],
     ["acme-challenge", None, "http-01", "Challenge type: http-01 (on the --http listener)."],
-    ["acme-storage", None, "", "Directory for the ACME account key, the certificates and the pending tokens (needed with --manifests)."],
+    ["acme-storage", None, "", "Directory for the ACME account key, the certificates and the pending tokens (needed with --manifests; a cluster keeps them in Secrets)."],
 ]
 
 
@@ -50,15 +50,18 @@ def acme_settings(options: Any, source: str) -> Optional[AcmeSettings]:
         raise usage.UsageError("--acme-directory needs --acme-agree-tos true: an ACME account is only created on the server's terms of service")
     if options["acme-challenge"] != "http-01":
         raise usage.UsageError(f"--acme-challenge {options['acme-challenge']!r}: only http-01 is implemented (tls-alpn-01 is not yet; DNS-01 is out of scope)")
-    if source != "manifests":
-        raise usage.UsageError("--acme-directory works with --manifests for now (the cluster mode is not implemented yet)")
     if not any(name == "http" for name in options["reserved-ports"].values()):
         raise usage.UsageError("--acme-challenge http-01 needs the --http listener on a port of its own (the validation requests come to it)")
     if options["http"].startswith("haproxy:"):
         raise usage.UsageError("--acme-challenge http-01 with a PROXY-protocol --http listener is not supported yet (the self check fetches the token without the PROXY header)")
-    if not options["acme-storage"]:
+    if source == "manifests" and not options["acme-storage"]:
         raise usage.UsageError("--acme-directory with --manifests needs --acme-storage DIR (the account key and the certificates are kept there)")
-    _check_storage(options["acme-storage"])
+    if source != "manifests" and options["acme-storage"]:
+        raise usage.UsageError("--acme-storage is for --manifests: in a cluster the account key and the certificates are Secrets")
+    if source != "manifests" and options["generate-ingresses"] == "false" and options["update-status"] == "false":
+        raise usage.UsageError("--acme-directory in a cluster needs the controllers (only the leader orders): not both --generate-ingresses and --update-status false")
+    if options["acme-storage"]:
+        _check_storage(options["acme-storage"])
     if options["acme-ca-file"]:
         _check_ca_file(options["acme-ca-file"])
     return AcmeSettings(directory, options["acme-email"], options["acme-ca-file"], options["acme-storage"], self_check_host=_local_address(options["http"]))

@@ -15,7 +15,7 @@ import base64
 import hashlib
 import os
 from collections.abc import Mapping
-from typing import Optional
+from typing import Any, Optional
 
 import yaml
 from cryptography import x509
@@ -43,9 +43,14 @@ def write_whole(path: str, data: bytes, mode: int = 0o600) -> None:
     os.replace(temporary, path)
 
 
+def directory_digest(directory: str) -> str:
+    """What names one ACME server's account (a file here, a Secret in a cluster): staging and production side by side."""
+    return hashlib.sha256(directory.encode()).hexdigest()[:16]
+
+
 def account_key(storage: str, directory: str) -> tuple[rsa.RSAPrivateKey, bool]:
     """The account key of C{directory}'s server, made and kept on first use; and whether it was made now."""
-    path = os.path.join(storage, "account-%s.pem" % hashlib.sha256(directory.encode()).hexdigest()[:16])
+    path = os.path.join(storage, "account-%s.pem" % directory_digest(directory))
     if os.path.exists(path):
         with open(path, "rb") as f:
             key = serialization.load_pem_private_key(f.read(), password=None)
@@ -63,8 +68,14 @@ def secret_path(storage: str, namespace: str, name: str) -> str:
 
 def write_certificate(storage: str, namespace: str, name: str, chain_pem: bytes, key_pem: bytes, hosts: tuple[str, ...], issuer: str) -> None:
     """The Secret C{namespace/name} with the chain and its key, annotated with its hosts, issuer and expiry."""
+    secret = certificate_secret(namespace, name, chain_pem, key_pem, hosts, issuer)
+    write_whole(secret_path(storage, namespace, name), yaml.safe_dump(secret).encode())
+
+
+def certificate_secret(namespace: str, name: str, chain_pem: bytes, key_pem: bytes, hosts: tuple[str, ...], issuer: str) -> dict[str, Any]:
+    """The C{kubernetes.io/tls} Secret of an issued certificate, as a manifest file or the cluster holds it."""
     leaf = x509.load_pem_x509_certificate(chain_pem)
-    secret = {
+    return {
         "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
         "metadata": {
             "namespace": namespace, "name": name, "labels": dict(MANAGED_BY),
@@ -75,7 +86,6 @@ def write_certificate(storage: str, namespace: str, name: str, chain_pem: bytes,
         },
         "data": {"tls.crt": base64.b64encode(chain_pem).decode(), "tls.key": base64.b64encode(key_pem).decode()},
     }
-    write_whole(secret_path(storage, namespace, name), yaml.safe_dump(secret).encode())
 
 
 def stored_hosts(storage: str, namespace: str, name: str) -> Optional[tuple[str, ...]]:

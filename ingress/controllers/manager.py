@@ -25,6 +25,8 @@ from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 
+from ingress.controllers.acmeorders import AcmeControllerOptions, AcmeOrders, node_addresses
+from ingress.controllers.acmesecrets import ClusterStore
 from ingress.controllers.events import EventRecorder
 from ingress.controllers.gatewaystatus import GatewayStatusSync
 from ingress.controllers.generated import GeneratorConfig
@@ -46,7 +48,7 @@ from ingress.sources.kube.source import KubeSource
 
 log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
-GENERATOR, STATUS, STREAM_STATUS, PROBLEM_EVENTS, GATEWAY_STATUS = "servicegen", "status", "streamstatus", "problemevents", "gatewaystatus"
+GENERATOR, STATUS, STREAM_STATUS, PROBLEM_EVENTS, GATEWAY_STATUS, ACME = "servicegen", "status", "streamstatus", "problemevents", "gatewaystatus", "acme"
 GATEWAY_STATUS_KINDS = ("GatewayClass", "Gateway", "HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute", "UDPRoute")
 NO_FAILURES: Callable[[], Mapping[tuple[str, int], str]] = dict
 
@@ -64,6 +66,7 @@ class ControllerOptions:
     publish_service: Optional[tuple[str, str]] = None  # --publish-service: (namespace, name)
     status_pod_selector: str = "app.kubernetes.io/name=twingress"
     resync_period: float = 600.0
+    acme: Optional[AcmeControllerOptions] = None  # --acme-directory: certificates for the annotated Ingresses
 
 
 class ControllerManager(Service):
@@ -121,6 +124,8 @@ class ControllerManager(Service):
                 self._problem_events = IngressProblemEvents(events, self.source.store("Ingress"), config_maps)
                 self._add_loop(PROBLEM_EVENTS, self._problem_events)
                 self.live.subscribe_report(self._problems_changed)
+        if self.options.acme is not None:
+            self._add_acme_loop(self.options.acme, addresses)
         self._subscribe()
         for loop in self.loops.values():
             loop.start()
@@ -157,6 +162,16 @@ class ControllerManager(Service):
 
     def _add_loop(self, name: str, sync: Callable[[Any], None]) -> None:
         self.loops[name] = ControllerLoop(name, sync, self.options.workers, self.metrics)
+
+    def _add_acme_loop(self, acme: AcmeControllerOptions, addresses: PublishedAddresses) -> None:
+        """One thread: one order at a time owns the tokens' ConfigMap (L{ingress.controllers.acmeorders})."""
+        writer = self._writer(ACME)
+        store = ClusterStore(writer, self.options.election.namespace, acme.settings.directory)
+        orders: Callable[[Any], None] = AcmeOrders(
+            store, EventRecorder(writer, self.options.election.identity), acme, self.source.store("Ingress"), self.source.store("IngressClass"),
+            partial(node_addresses, addresses, acme.settings.self_check_host), (self.options.generator.class_name, self.options.controller_name), self.metrics,
+        )
+        self.loops[ACME] = ControllerLoop(ACME, orders, 1, self.metrics)
 
     def _writer(self, controller: str) -> LeaderWriter:
         """A client of the controller's own whose writes are gated by the Lease and counted under its name."""
@@ -226,6 +241,8 @@ class ControllerManager(Service):
             self.source.on_key("IngressClass", lambda key: self._enqueue_all_status())
         if STREAM_STATUS in self.loops:
             self.source.on_key("StreamIngress", self._enqueuer(STREAM_STATUS))
+        if ACME in self.loops:
+            self.source.on_key("Ingress", self._enqueuer(ACME))
         if GATEWAY_STATUS in self.loops:
             enqueue = self._enqueuer(GATEWAY_STATUS)
             for kind in GATEWAY_STATUS_KINDS:
@@ -277,6 +294,9 @@ class ControllerManager(Service):
         if GATEWAY_STATUS in self.loops:
             for ref in self._gateway_status.keys():
                 self.loops[GATEWAY_STATUS].queue.add(ref)
+        if ACME in self.loops:
+            for key in self.source.store("Ingress").keys():
+                self.loops[ACME].queue.add(key)
         if PROBLEM_EVENTS in self.loops:
             for problem_key in self._problem_events.keys():
                 self.loops[PROBLEM_EVENTS].queue.add(problem_key)

@@ -37,3 +37,10 @@ class ControllerMetrics:
         self.dropped = Counter(
             "twingress_workqueue_dropped", "Keys given up on after too many failed syncs", ["controller"], registry=r
         )
+        self.acme_orders = Counter("twingress_acme_orders", "ACME orders of the leader, by result (issued, failed)", ["result"], registry=r)
+        self.acme_refused = Counter(
+            "twingress_acme_refused",
+            "Syncs of an Ingress annotated twingress.io/acme that ordered nothing, by reason (secret-not-ours, wildcard, no-tls, no-hosts)",
+            ["reason"],
+            registry=r,
+        )

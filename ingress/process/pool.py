@@ -207,7 +207,7 @@ class WorkerPool(Service):
         next turn, after the swap's listeners).  On the reactor thread, finding the change of a
         10k-Ingress table (its host mapping compared entry by entry) with the swap's listeners
         before it made an endpoint removal reach the workers p50 6.5 / p90 21 ms after the build
-        (bench/endpoint_removal.py).
+        (python -m bench endpoint-removal).
         Builds are one at a time and each commits before the next starts, so C{self.table} is the
         table the workers have.
         """

@@ -66,7 +66,7 @@ def _entries(before: Mapping[Any, Any], after: Mapping[Any, Any]) -> tuple[dict[
     with some values replaced (how the incremental builds change the host mapping) has the same keys
     in the same order: then its values are compared by passes in C, not a Python loop over the
     keys and one over the old keys (at 10k hosts, 0.6 against 1.4 ms in isolation on this machine;
-    5-10 ms of the build thread under load in bench/endpoint_removal.py --workers 2).
+    5-10 ms of the build thread under load in python -m bench endpoint-removal --workers 2).
     """
     if isinstance(before, dict) and isinstance(after, dict) and len(before) == len(after):
         keys = list(after)

@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -136,11 +137,6 @@ LEGACY = {
     "h2-path": (["--requests", "2000", "--rounds", "1"], [], False),
     "tls-calls": (["--requests", "2000", "--rounds", "1"], [], False),
     "workers-cost": (["--rounds", "1", "--seconds", "1", "--no-count", "--proxies", "twingress"], ["nginx", "h2load", "taskset", "perf"], False),
-    "convergence": (["--scale", "20", "--changes", "5", "--rebuilds", "1", "--scale-changes", "2"], [], True),
-    "endpoint-removal": (["--scale", "20", "--trials", "3", "--run", "1"], [], True),
-    "watch-floor": (["--routes", "50"], [], True),
-    "renewal": (["--secrets", "10", "--sample", "5", "--before", "1", "--after", "1"], [], True),
-    "soak": (["--duration", "20", "--warmup", "5", "--ingresses", "10", "--connections", "16", "--kill-interval", "10"], [], True),
 }
 
 
@@ -162,10 +158,116 @@ def test_legacy_scenario(tmp_path: Path, name: str) -> None:
     assert all(isinstance(figure, dict) and figure for figure in document["figures"])
 
 
+def numbers(figure: Any, *path: str) -> Any:
+    """The value at PATH in a figure, checked to be a number (0 allowed: a count, a time that rounds to nothing)."""
+    for key in path:
+        figure = figure[key]
+    assert isinstance(figure, (int, float)) and not isinstance(figure, bool) and figure >= 0, (path, figure)
+    return figure
+
+
+def phases(document: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    found: dict[str, list[dict[str, Any]]] = {}
+    for figure in document["figures"]:
+        found.setdefault(figure["phase"], []).append(figure)
+    return found
+
+
+def check_convergence(document: dict[str, Any]) -> None:
+    """Every series timed by traffic with no failure, the scale step, the Gateway phase and the cold start measured."""
+    found = phases(document)
+    series = {(f["ingresses"], f["series"]): f for f in found["series"]}
+    assert set(series) == {(0, "create"), (0, "update-path"), (0, "update-backend"), (0, "update-endpoints"),
+                           (20, "create"), (20, "create, poll 10ms"), (20, "update-endpoints")}
+    for f in series.values():
+        assert f["failures"] == 0 and f["n"] == len(f["samples_ms"]) > 0 and numbers(f, "p99_ms") >= numbers(f, "p50_ms")
+    (scale,) = found["scale"]
+    assert scale["live"]["route_hosts"] == 20 and numbers(scale, "live", "all_live_s") >= 0
+    assert numbers(scale, "rebuild", "build_ms_median") > 0 and numbers(scale, "memory", "rss_mb") > 0
+    (gateway,) = found["gateway"]
+    assert gateway["new_host"]["failures"] == 0 and numbers(gateway, "new_host", "p50_ms") > 0 and numbers(gateway, "live", "all_live_s") >= 0
+    (cold,) = found["cold-start"]
+    assert numbers(cold, "ready_s") > 0 and numbers(cold, "all_live_s") > 0
+    (baseline,) = found["baseline"]
+    assert numbers(baseline, "objects_per_s") > 0
+
+
+def check_endpoint_removal(document: dict[str, Any]) -> None:
+    """Every trial timed by traffic and by the bare watch's event, the garbage collections read."""
+    (figure,) = document["figures"]
+    assert figure["n"] == 3 and figure["failures"] == 0 and len(figure["samples_ms"]) == 3
+    assert numbers(figure, "p99_ms") > 0 and numbers(figure, "patch_call_ms_median") > 0
+    assert figure["floor"]["from_call"]["n"] == 3 and numbers(figure, "floor", "from_call", "p50_ms") > 0
+    assert figure["floor"]["twingress_adds"]["n"] == 3
+    assert numbers(figure, "collections_since_start", "0", "count") > 0
+
+
+def check_watch_floor(document: dict[str, Any]) -> None:
+    """Both creation rates, the watcher's CPU, and their ratio."""
+    by_run = {figure["run"]: figure for figure in document["figures"]}
+    assert set(by_run) == {"watched", "alone", "ratio"}
+    assert numbers(by_run["watched"], "objects_per_s") > 0 and numbers(by_run["alone"], "objects_per_s") > 0
+    assert numbers(by_run["watched"], "watcher_cpu_s") > 0 and numbers(by_run["ratio"], "ratio") > 0
+
+
+def check_renewal(document: dict[str, Any]) -> None:
+    """Every Secret written and its new certificate served, timed per host; the handshakes counted, none failed."""
+    (figure,) = document["figures"]
+    assert figure["secrets"] == figure["written"] == 10 and figure["not_served"] == [] and figure["write_errors"] == []
+    served = figure["write_to_served"]  # may be below 0: the watch event can reach twingress before the write's answer reaches the bench
+    assert isinstance(served["max_ms"], float) and served["max_ms"] >= served["p50_ms"]
+    assert numbers(figure, "first_write_to_last_served_s") > 0 and figure["failed"] == 0
+    assert sum(figure["handshakes"].values()) > 0 and numbers(figure, "table_builds") > 0
+
+
+def check_soak(document: dict[str, Any]) -> None:
+    """Requests of every kind answered, changes made and seen live, a backend killed, twingress's usage sampled."""
+    (figure,) = document["figures"]
+    requests = figure["requests"]
+    assert all(numbers(requests, kind, "ok") > 0 and numbers(requests, kind, "p50_ms") > 0 for kind in ("keepalive", "new-conn", "tls")), requests
+    assert figure["kills"]["count"] >= 1 and figure["raw"]["changes"]["made"]["ingress-path"] > 0
+    assert sum(len(times) for times in figure["raw"]["live_ms"].values()) > 0
+    assert numbers(figure, "usage", "end", "rss_mb") > 0 and numbers(figure, "usage", "end", "fds") > 0
+
+
+# Each cluster scenario at its smallest (under testenv/netns-run, the kube binaries of testenv/): its options and what its figures must hold.
+CLUSTER: dict[str, tuple[list[str], Callable[[dict[str, Any]], None]]] = {
+    "convergence": (["--scale", "20", "--changes", "3", "--rebuilds", "1", "--scale-changes", "2", "--gateway-routes", "5", "--gateway-changes", "2",
+                     "--baseline", "10"], check_convergence),
+    "endpoint-removal": (["--scale", "20", "--trials", "3", "--run", "1"], check_endpoint_removal),
+    "watch-floor": (["--routes", "50"], check_watch_floor),
+    "renewal": (["--secrets", "10", "--sample", "5", "--before", "1", "--after", "1"], check_renewal),
+    "soak": (["--duration", "20", "--warmup", "5", "--ingresses", "10", "--connections", "16", "--kill-interval", "10"], check_soak),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CLUSTER))
+def test_cluster_scenario(tmp_path: Path, name: str) -> None:
+    """A cluster scenario at its smallest, on the real control plane: its results file, its figures, its table, and
+    with --keep-logs the control plane's logs beside its children's."""
+    argv, check = CLUSTER[name]
+    need_cluster()
+    out, logs = tmp_path / f"{name}.json", tmp_path / "logs"
+    document = results_of(bench(name, *argv, "--out", str(out), "--keep-logs", str(logs), timeout=600), out)
+    check(document)
+    kept = {path.name for path in logs.iterdir()}
+    assert any(n.startswith("kube") and n.endswith("-kube-apiserver.log") for n in kept), kept
+    assert name == "watch-floor" or "twingress.log" in kept, kept
+    assert len(bench("report", str(out)).stdout.splitlines()) > 2  # the table, under the file's two lines
+
+
+@pytest.mark.parametrize("argv", [["soak", "--against", "nginx"], ["convergence", "--threads", "0"], ["endpoint-removal", "--trials", "0"],
+                                  ["watch-floor", "--routes", "0"], ["renewal", "--poll-interval", "0"]])
+def test_cluster_bad_options(argv: list[str]) -> None:
+    """A cluster scenario's bad options: one line on stderr, exit 2, before any control plane starts."""
+    done = bench(*argv)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr, done.stderr
+
+
 def test_every_scenario_is_tested() -> None:
     """A scenario added to python -m bench without a run here fails this (first-answer: below, it clones and compiles)."""
     listed = {line.split()[0] for line in bench("list").stdout.splitlines()}
-    assert listed == {"pairs", "node", "first-answer", *LEGACY, *NOT_RUN}
+    assert listed == {"pairs", "node", "first-answer", *LEGACY, *CLUSTER, *NOT_RUN}
 
 
 def test_first_answer_usage() -> None:

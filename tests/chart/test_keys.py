@@ -24,9 +24,8 @@ import pytest
 import yaml
 
 from ingress.tap import Options
-from tests.chart import helm
+from tests.chart import helm, helm_docs
 from tests.docs_tables import spans, table_rows
-from tests.support import ROOT
 
 INGRESS_NGINX = Path(__file__).parent / "data" / "ingress-nginx-4.15.1"
 CI_VALUES = sorted((INGRESS_NGINX / "ci").glob("*-values.yaml"))
@@ -139,6 +138,12 @@ def test_ingress_nginx_ci_values_render_or_name_refused_keys(values: Path, tmp_p
     _check_renders_or_refuses(without_image)
 
 
+def test_ingress_nginx_defaults_file_names_only_refused_keys() -> None:
+    """ingress-nginx's whole values.yaml (what `helm show values` prints) fails naming only refused keys: its
+    defaults (a webhook, httpGet probes, user 101...) are not twingress's, so a file keeps only what its user changed."""
+    assert not _check_renders_or_refuses(INGRESS_NGINX / "values.yaml")
+
+
 def test_most_ingress_nginx_ci_values_render_without_the_image(tmp_path: Path) -> None:
     """The ci files that ask only for what twingress does render: kind, metrics, config, headers, annotations, Service."""
     rendered = []
@@ -175,12 +180,14 @@ def test_extra_args_lists_cover_every_twingress_option() -> None:
     assert set(table["renamed"].values()) <= passed
 
 
-def test_docs_tables_are_the_table() -> None:
-    """docs/helm.md lists each entry of keys.yaml once (values, refused keys) and each extraArgs name once."""
-    page = ROOT / "docs" / "helm.md"
-    documented = [spans(row[0])[0] for header in ["| value | default |", "| refused key |"] for row in table_rows(page, header)]
-    assert sorted(documented) == sorted(set(documented))
-    assert set(documented) == set(_table())
-    table = helm.keys()["extraArgs"]
-    names = [spans(row[0])[0] for row in table_rows(page, "| `controller.extraArgs` name |")]
-    assert sorted(names) == sorted([*table["twingress"], *table["renamed"], *table["chart"], *table["refused"]])
+@pytest.mark.parametrize("header", list(helm_docs.TABLES), ids=["values", "refused", "extraArgs"])
+def test_docs_tables_are_the_table(header: str) -> None:
+    """docs/helm.md's tables, row for row, are those made from keys.yaml (python -m tests.chart.helm_docs rewrites them)."""
+    assert helm_docs.page_rows(helm_docs.PAGE.read_text(), header) == helm_docs.TABLES[header]()
+
+
+def test_docs_tables_list_each_entry_once() -> None:
+    """Between them, the values and refused tables name each entry of keys.yaml once."""
+    page = helm_docs.PAGE
+    documented = [spans(row[0])[0] for header in [helm_docs.VALUES_HEADER, helm_docs.REFUSED_HEADER] for row in table_rows(page, header)]
+    assert sorted(documented) == sorted(set(_table()))

@@ -5,10 +5,12 @@ refuses, with the message an operator reads: the key's path and why.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ingress.tap import Options
 from tests.chart import helm
 
 
@@ -188,8 +190,10 @@ def test_take_over_ingress_nginx_class() -> None:
 
 
 def test_take_over_with_another_release_name_keeps_the_preset_class() -> None:
-    """Release edge with the preset and no class named: no --ingress-class, so the preset's nginx holds."""
-    args = _args(helm.template(release="edge", sets=["controller.twingress.takeOverIngressNginx=true"]), name="edge-twingress")
+    """Release edge with the preset and no class named: no --ingress-class, so the preset's nginx holds (and
+    ingress-nginx's controller.ingressClass: nginx agrees with it)."""
+    sets = ["controller.twingress.takeOverIngressNginx=true", "controller.ingressClass=nginx"]
+    args = _args(helm.template(release="edge", sets=sets), name="edge-twingress")
     assert not [a for a in args if a.startswith("--ingress-class")]
 
 
@@ -210,3 +214,15 @@ def test_schema_names_a_wrong_type() -> None:
     """values.schema.json: a string for a number, an unknown kind: refused naming the key."""
     assert "/controller/metrics/port" in helm.template_error(sets=["controller.metrics.port=metrics"])
     assert "/controller/kind" in helm.template_error(sets=["controller.kind=StatefulSet"])
+
+
+@pytest.mark.parametrize("values", sorted((helm.CHART / "ci").glob("*-values.yaml")), ids=lambda path: path.name)
+def test_every_arg_is_a_twingress_option(values: Path) -> None:
+    """Each argument the chart renders names an option of twistd ingress (--publish-service: issue 66's, built beside the chart)."""
+    objects = helm.template(values=[values])
+    workload = next(o for o in objects if o["kind"] in ("DaemonSet", "Deployment"))
+    args = workload["spec"]["template"]["spec"]["containers"][0]["args"]
+    options = {name.rstrip("=") for name in Options().longOpt}
+    names = {arg.removeprefix("--").split("=", 1)[0] for arg in args}
+    assert all(arg.startswith("--") and "=" in arg for arg in args)
+    assert names - options <= {"publish-service"}

@@ -11,6 +11,8 @@ apiserver, then read back from it (issue 61 point 10).
   name. The operator's CRD cannot be fetched here (no registry, no GitHub), so a minimal CRD with
   the operator's types for the fields the component uses (tests/data/servicemonitor-crd.yaml) is
   installed first, and kubectl's strict validation refuses any field it does not declare.
+- acme: RBAC only (Secrets cluster-wide, the HTTP-01 tokens' ConfigMap in twingress's namespace), checked by
+  SubjectAccessReviews before and after it is applied.
 - nginx-configmap: the ingress-nginx controller ConfigMap in the twingress namespace and
   C{--nginx-configmap} appended to the DaemonSet's args; twingress, run as the ServiceAccount with
   those args, enforces the ConfigMap's C{proxy-body-size}.
@@ -90,7 +92,7 @@ def terminating(api: client.ApiClient) -> bool:
 def test_every_component_renders_on_the_base_with_kubectl(tmp_path: Path) -> None:
     """Each k8s/components/NAME, alone on the base, renders with kubectl's kustomize; the base's objects stay."""
     names = sorted(path.name for path in COMPONENTS.iterdir() if (path / "kustomization.yaml").exists())
-    assert names == ["metrics", "nginx-configmap", "servicemonitor", "take-over-ingress-nginx"]
+    assert names == ["acme", "metrics", "nginx-configmap", "servicemonitor", "take-over-ingress-nginx"]
     base = {(o["kind"], o["metadata"]["name"]) for o in install.rendered()}
     for name in names:
         objects = kustomize.render(overlay(tmp_path, name))
@@ -110,6 +112,40 @@ def test_the_take_over_component_adds_the_flag_and_a_role_in_ingress_nginx_s_nam
     (binding,) = [o for o in objects if o["kind"] == "RoleBinding" and o["metadata"]["namespace"] == "ingress-nginx"]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "twingress", "namespace": install.NAMESPACE}]
+
+
+ACME_SECRETS = [install.Permission("ClusterRole", "", "secrets", verb) for verb in ("get", "create", "update")]
+ACME_TOKENS = [install.Permission("Role", "", "configmaps", "update", "twingress-acme-challenges"), install.Permission("Role", "", "configmaps", "create")]
+
+
+def test_the_acme_component_adds_only_rbac(tmp_path: Path) -> None:
+    """k8s/components/acme: Secrets cluster-wide and the tokens' ConfigMap in twingress's namespace; the DaemonSet as the base has it."""
+    base = {(o["kind"], o["metadata"]["name"]): o for o in install.rendered()}
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in kustomize.render(overlay(tmp_path, "acme"))}
+    assert sorted(set(objects) - set(base)) == [("ClusterRole", "twingress-acme"), ("ClusterRoleBinding", "twingress-acme"), ("Role", "twingress-acme"), ("RoleBinding", "twingress-acme")]
+    assert objects[("DaemonSet", "twingress")] == base[("DaemonSet", "twingress")]
+    assert objects[("ClusterRole", "twingress-acme")]["rules"][0] == {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch", "create", "update"]}
+
+
+def test_the_acme_component_lets_the_service_account_write_certificates_and_tokens(applied: client.ApiClient, namespace: str, tmp_path: Path) -> None:
+    """
+    Applied: before it the ServiceAccount may not create or update a Secret in an application's namespace, nor write the
+    tokens' ConfigMap; after it, it may, and still no other ConfigMap of twingress's namespace.
+    """
+    objects = [o for o in kustomize.render(overlay(tmp_path, "acme")) if o["metadata"]["name"] == "twingress-acme"]
+    wanted = [(p, namespace) for p in ACME_SECRETS] + [(p, install.NAMESPACE) for p in ACME_TOKENS]
+    other_map = install.Permission("Role", "", "configmaps", "update", "someone-elses")
+    assert not any(install.allowed(applied, p, scope) for p, scope in wanted)
+    rbac = client.RbacAuthorizationV1Api(applied)
+    try:
+        install.install(applied, objects)
+        wait_until(lambda: all(install.allowed(applied, p, scope) for p, scope in wanted), 30, "the component's roles in effect")
+        assert not install.allowed(applied, other_map, install.NAMESPACE)
+    finally:
+        gone(lambda: rbac.delete_cluster_role("twingress-acme"))
+        gone(lambda: rbac.delete_cluster_role_binding("twingress-acme"))
+        gone(lambda: rbac.delete_namespaced_role("twingress-acme", install.NAMESPACE))
+        gone(lambda: rbac.delete_namespaced_role_binding("twingress-acme", install.NAMESPACE))
 
 
 def test_the_metrics_service_selects_the_pods_metrics_port(applied: client.ApiClient) -> None:

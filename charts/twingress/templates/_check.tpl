@@ -55,7 +55,7 @@ or an ingress-nginx key newer than the table). Every refusal is listed in one fa
 {{- if regexMatch "ingress-nginx|ingress-controller/controller" $image -}}
 {{ printf "controller.image: refused: %s is ingress-nginx's image; twingress's is built from its Dockerfile (controller.image.registry/image/tag)" $image }}
 {{ end -}}
-{{- if and $c.ingressClass (ne $c.ingressClass (include "twingress.className" .)) -}}
-{{ printf "controller.ingressClass: refused: %s is not the class served (%s): twingress serves one IngressClass, by name (controller.ingressClassResource.name)" $c.ingressClass (include "twingress.className" .) }}
+{{- if and $c.ingressClass (ne $c.ingressClass (include "twingress.servedClass" .)) -}}
+{{ printf "controller.ingressClass: refused: %s is not the class served (%s): twingress serves one IngressClass, by name (controller.ingressClassResource.name)" $c.ingressClass (include "twingress.servedClass" .) }}
 {{ end -}}
 {{- end -}}

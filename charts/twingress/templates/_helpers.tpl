@@ -49,6 +49,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- default (include "twingress.fullname" .) .Values.controller.ingressClassResource.name -}}
 {{- end -}}
 
+{{/* The class twingress serves: with the take-over preset and no class named, the preset's nginx. */}}
+{{- define "twingress.servedClass" -}}
+{{- if and .Values.controller.twingress.takeOverIngressNginx (not .Values.controller.ingressClassResource.name) -}}
+nginx
+{{- else -}}
+{{- include "twingress.className" . -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "twingress.leaseName" -}}
 {{- default (printf "%s-leader" (include "twingress.fullname" .)) .Values.controller.electionID -}}
 {{- end -}}

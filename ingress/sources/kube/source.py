@@ -85,6 +85,7 @@ class KubeSource(Service):
         resources: tuple[Resource, ...] = RESOURCES,
         config_maps: Iterable[tuple[str, str]] = (),
         config_map_namespaces: Iterable[str] = (),
+        rewrite: Optional[Callable[[ClusterState], ClusterState]] = None,
     ) -> None:
         self.client_factory = client_factory
         self.builder = builder
@@ -96,6 +97,7 @@ class KubeSource(Service):
         # add-headers and proxy-set-headers name), and single named ones elsewhere.
         self.config_map_namespaces = tuple(dict.fromkeys(config_map_namespaces))
         self.config_maps = tuple(key for key in dict.fromkeys(config_maps) if key[0] not in self.config_map_namespaces)
+        self.rewrite = rewrite  # each snapshot through it, on the build thread (the ACME answers: L{ingress.acme.answers})
         self.reflectors: list[Reflector] = []
         self._warned: set[str] = set()
         self._seen: dict[str, tuple[int, int]] = {}
@@ -217,7 +219,8 @@ class KubeSource(Service):
         snapshot says which keys were written (which the incremental build looks at, instead of
         every object).
         """
-        return self._snapshots.take((KINDS[(r.resource.api_version, r.resource.kind)], r.store) for r in self.reflectors)
+        state = self._snapshots.take((KINDS[(r.resource.api_version, r.resource.kind)], r.store) for r in self.reflectors)
+        return state if self.rewrite is None else self.rewrite(state)
 
     def readiness(self) -> tuple[bool, dict[str, object]]:
         """Ready once every informer synced; later disconnections are reported, not failed on."""

@@ -1,4 +1,4 @@
-"""The soak benchmark's cluster objects, their churn, and the checker that sees each change go live.
+"""The soak scenario's cluster objects, their churn, and the checker that sees each change go live.
 
 Namespace ``soak``, three echo backends ``soak-0..2`` (10.244.0.20-22:8080) and, for each Ingress i:
 
@@ -23,27 +23,18 @@ from __future__ import annotations
 
 import hashlib
 import http.client
-import json
-import socket
-import ssl
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Optional
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH))
-sys.path.insert(0, str(BENCH.parents[1]))
+from cryptography.hazmat.primitives.serialization import Encoding
+from kubernetes.client.exceptions import ApiException
 
-from convergence import Api, Http, endpoint_slice, ingress, log, service  # noqa: E402
-from cryptography.hazmat.primitives.serialization import Encoding  # noqa: E402
-from kubernetes import client as k8s  # noqa: E402
-from kubernetes.client.exceptions import ApiException  # noqa: E402
-
-from tests.proxy import certs  # noqa: E402
+from bench.lib.cluster import Api, endpoint_slice, ingress, log, service
+from bench.lib.kubeproxy import Prober
+from tests.proxy import certs
 
 NS = "soak"
 BACKENDS = {"soak-0": "10.244.0.20", "soak-1": "10.244.0.21", "soak-2": "10.244.0.22"}
@@ -51,20 +42,6 @@ NAMES = tuple(BACKENDS)
 CHANGE_KINDS = ("ingress-path", "ingress-backend", "endpointslice", "secret")
 PROBE_INTERVAL = 0.05  # seconds between two probes of one pending change
 SLICE_TRIES = 3  # requests per probe of a moved endpoint: round robin over two endpoints, and the load's requests in between
-
-
-class SoakApi(Api):
-    """convergence.Api plus the Secrets this bench writes."""
-
-    def create(self, body: dict) -> None:
-        if body["kind"] != "Secret":
-            return super().create(body)
-        ns = body["metadata"]["namespace"]
-        self._drain(k8s.CoreV1Api(self._client()).create_namespaced_secret(ns, body, _preload_content=False))
-
-    def patch_secret(self, namespace: str, name: str, ops: list[dict]) -> None:
-        """A JSON patch (a list of operations) on one Secret."""
-        self._drain(k8s.CoreV1Api(self._client()).patch_namespaced_secret(name, namespace, ops, _preload_content=False))
 
 
 # --- the objects ---------------------------------------------------------------------------------
@@ -78,7 +55,7 @@ def check_host(i: int) -> str:
     return f"c{i}.soak.test"
 
 
-def soak_ingress(i: int, path: str, pinned: int, tls: bool) -> dict:
+def soak_ingress(i: int, path: str, pinned: int, tls: bool) -> dict[str, Any]:
     body = ingress(f"i{i}", NS, host(i), f"s{i}")
     checked = ingress("-", NS, check_host(i), f"b{pinned}", path)["spec"]["rules"][0]
     body["spec"]["rules"].append(checked)
@@ -109,13 +86,13 @@ class World:
     def tls_indices(self) -> list[int]:
         return list(range(0, self.n, self.tls_every)) if self.tls_every else []
 
-    def new_secret(self, i: int) -> dict:
+    def new_secret(self, i: int) -> dict[str, Any]:
         """A Secret tls-{i} with a new certificate for h{i}; its SHA-256 is remembered."""
         leaf = self.ca.issue([host(i)], key_type="ec")
         self.cert_sha[i] = hashlib.sha256(leaf.cert.public_bytes(Encoding.DER)).hexdigest()
         return certs.tls_secret(f"tls-{i}", leaf, NS)
 
-    def objects(self) -> Iterable[dict]:
+    def objects(self) -> Iterable[dict[str, Any]]:
         """Everything to create, pinned Services first, Ingresses last."""
         for m, name in enumerate(NAMES):
             yield service(f"b{m}", NS)
@@ -149,40 +126,15 @@ class Expectation:
     waited_for_kill: bool = False
 
 
-class Prober:
+def live(prober: Prober, e: Expectation) -> bool:
     """One probe of an expectation through the proxy: a keep-alive GET, or a new TLS handshake."""
-
-    def __init__(self, http_port: int, https_port: int) -> None:
-        self.http = Http(http_port, timeout=5.0)
-        self.https_port = https_port
-        self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        self.tls.check_hostname = False
-        self.tls.verify_mode = ssl.CERT_NONE  # the certificate is compared by its hash
-
-    def served_cert_sha(self, server_name: str) -> str:
-        with socket.create_connection(("127.0.0.1", self.https_port), timeout=5.0) as raw:
-            with self.tls.wrap_socket(raw, server_hostname=server_name) as s:
-                return hashlib.sha256(s.getpeercert(binary_form=True) or b"").hexdigest()
-
-    def answering_backend(self, server_name: str, path: str) -> Optional[str]:
-        status, body = self.http.get(path, server_name)
-        return json.loads(body).get("name") if status == 200 else None
-
-    def serves(self, server_name: str, cert_sha: str) -> bool:
-        """Whether a TLS handshake with this SNI gets the certificate of this SHA-256."""
-        try:
-            return self.served_cert_sha(server_name) == cert_sha
-        except OSError:  # ssl.SSLError included
-            return False
-
-    def live(self, e: Expectation) -> bool:
-        if e.cert_sha:
-            return self.serves(e.host, e.cert_sha)
-        try:
-            return any(self.answering_backend(e.host, e.path) == e.backend for _ in range(e.tries))
-        except (OSError, ValueError, http.client.HTTPException):
-            self.http.close()
-            return False
+    if e.cert_sha:
+        return prober.serves(e.host, e.cert_sha)
+    try:
+        return any(prober.answering_backend(e.host, e.path) == e.backend for _ in range(e.tries))
+    except (OSError, ValueError, http.client.HTTPException):
+        prober.http.close()
+        return False
 
 
 class Checker(threading.Thread):
@@ -223,7 +175,7 @@ class Checker(threading.Thread):
             e.waited_for_kill = True
             e.next_probe = time.monotonic() + PROBE_INTERVAL
             return
-        if self.prober.live(e):
+        if live(self.prober, e):
             times = self.live_after_kill_ms if e.waited_for_kill else self.live_ms
             times[e.kind].append((time.monotonic() - e.written) * 1000.0)
         elif time.monotonic() > e.deadline:
@@ -243,7 +195,7 @@ class Checker(threading.Thread):
 class Churn:
     """One change per tick: Ingress (path, then backend), EndpointSlice, Secret, in turn."""
 
-    def __init__(self, api: SoakApi, world: World, checker: Checker, timeout: float) -> None:
+    def __init__(self, api: Api, world: World, checker: Checker, timeout: float) -> None:
         self.api, self.world, self.checker, self.timeout = api, world, checker, timeout
         self.made = dict.fromkeys(CHANGE_KINDS, 0)
         self.api_errors = dict.fromkeys(CHANGE_KINDS, 0)

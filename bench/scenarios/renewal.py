@@ -1,24 +1,20 @@
-"""1,000 TLS Secrets renewed at once, as cert-manager does: how long until every new certificate is
-served, and whether any TLS handshake fails meanwhile (issue 16, "Large clusters").
-
-Run inside the private network namespace of the kube tests (pod-like addresses on lo):
-
-    testenv/netns-run .venv/bin/python -m bench renewal [--secrets 1000] [--json PATH]
+"""
+Renewal: 1,000 TLS Secrets renewed at once, as cert-manager does: how long until every new
+certificate is served, and whether any TLS handshake fails meanwhile.
 
 Certificates issued together are renewed together: cert-manager rewrites hundreds of Secrets
 within seconds. twingress hears each write as a watch event, builds the changed Secrets' contexts
 on its build thread and swaps them in with the next routing table, while the reactor keeps
 answering handshakes. The issue's target: every new certificate served within 2 s, no handshake
-failing. Nothing asserts; the targets are printed next to the numbers.
+failing. The targets are printed next to the numbers.
 
-1. Setup (convergence.py's Api and Twingress via soak_churn's SoakApi, tests/kube/cluster.py,
-   tests/proxy/certs.py): etcd, kube-apiserver, kube-controller-manager; one echo backend on
+1. Setup (bench/lib/cluster.py, bench/lib/kubeproxy.py, tests/proxy/certs.py): etcd, kube-apiserver, kube-controller-manager; one echo backend on
    10.244.0.30:8080 behind Service ``echo``; ``--secrets`` TLS Secrets ``tls-{i}`` (leaves of a CA
    made at start) and as many Ingresses, each host ``r{i}.renew.test`` with its own Secret; then
    twingress with HTTPS on loopback. Ready when /debug/routes has every host and its certificate
    and a sample of hosts serves the right one (the leaf's SHA-256 compared).
 2. A new key and certificate for every host are made up front; then the probes of
-   bench/renewal_probes.py start: background handshakes over all hosts at ``--probe-rate``
+   bench/lib/renewal_probes.py start: background handshakes over all hosts at ``--probe-rate``
    (``--before`` s before the renewal, through it, ``--after`` s after), detection handshakes to
    the renewed hosts not yet serving their new certificate, and /readyz polled for table swaps
    (/metrics read after each).
@@ -37,8 +33,6 @@ failing. Nothing asserts; the targets are printed next to the numbers.
    the client. Reported: p50/p99/max of that, the time from the first write to the
    last host serving its new certificate, failed handshakes over the whole window, twingress's RSS
    and CPU, its table builds and its warnings in the window.
-
-Everything started here is stopped here (finally blocks); every loop is bounded.
 """
 
 from __future__ import annotations
@@ -52,30 +46,22 @@ import json
 import math
 import random
 import re
-import shutil
-import sys
-import tempfile
 import threading
 import time
-from contextlib import ExitStack
-from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH))
-sys.path.insert(0, str(BENCH.parents[1]))
+from cryptography.hazmat.primitives.serialization import Encoding
+from kubernetes.client.exceptions import ApiException
 
-import procs  # noqa: E402
-import renewal_probes as probes  # noqa: E402
-from convergence import BACKEND_PORT, Twingress, endpoint_slice, ingress, loadavg, log, percentile, proc_status, service  # noqa: E402
-from cryptography.hazmat.primitives.serialization import Encoding  # noqa: E402
-from kubernetes.client.exceptions import ApiException  # noqa: E402
-from soak_churn import Prober, SoakApi  # noqa: E402
+from bench.lib import cluster, procs
+from bench.lib import renewal_probes as probes
+from bench.lib.cluster import Api, endpoint_slice, ingress, log, percentile, proc_status, retrying, service
+from bench.lib.kubeproxy import Prober, Twingress
+from bench.scenarios import Run
+from tests.proxy import certs
 
-from tests.kube import cluster  # noqa: E402
-from tests.proxy import certs  # noqa: E402
-from tests.support import EchoBackend  # noqa: E402
-
+NAME = "renewal"
+QUESTION = "When 1,000 TLS Secrets renew at once, how long until every new certificate is served, and does any handshake fail?"
 NS = "renew"
 ECHO_ADDRESS = "10.244.0.30"
 TARGET_SERVED_MS = 2000.0
@@ -87,7 +73,7 @@ def host(i: int) -> str:
     return f"r{i}.renew.test"
 
 
-def leaf_secrets(ca: certs.CertificateAuthority, n: int, key_type: str, days: int) -> tuple[list[dict], list[str], list[float]]:
+def leaf_secrets(ca: certs.CertificateAuthority, n: int, key_type: str, days: int) -> tuple[list[dict[str, Any]], list[str], list[float]]:
     """Secrets tls-{i} with a new key and certificate for each host(i), valid for DAYS more days
     (old and new certificates are told apart by their expiry in /metrics too), the leaves' SHA-256
     and their expiry (Unix time)."""
@@ -100,30 +86,16 @@ def leaf_secrets(ca: certs.CertificateAuthority, n: int, key_type: str, days: in
     )
 
 
-def retrying(call: Any, attempts: int = 6) -> None:
-    """CALL(), again after throttling, server and connection errors (as Api.create_retrying)."""
-    for attempt in range(attempts):
-        try:
-            return call()
-        except ApiException as e:
-            if e.status not in (429, 500, 503, 504) or attempt == attempts - 1:
-                raise
-        except OSError:
-            if attempt == attempts - 1:
-                raise
-        time.sleep(0.2 * 2**attempt)
-
-
-def create_world(api: SoakApi, pool: concurrent.futures.ThreadPoolExecutor, secrets: list[dict]) -> float:
+def create_world(api: Api, pool: concurrent.futures.ThreadPoolExecutor, secrets: list[dict[str, Any]]) -> float:
     """IngressClass, namespace, the echo Service, the Secrets, then one Ingress per host; seconds."""
     t0 = time.monotonic()
-    api.create({"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass", "metadata": {"name": "twingress"}, "spec": {"controller": "twingress.io/ingress-controller"}})
-    api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    api.create(cluster.INGRESS_CLASS)
+    api.create(cluster.namespace(NS))
     api.create(service("echo", NS))
     api.create(endpoint_slice("echo", NS, (ECHO_ADDRESS,)))
     list(pool.map(api.create_retrying, secrets))
 
-    def tls_ingress(i: int) -> dict:
+    def tls_ingress(i: int) -> dict[str, Any]:
         body = ingress(f"r{i}", NS, host(i), "echo")
         body["spec"]["tls"] = [{"hosts": [host(i)], "secretName": f"tls-{i}"}]
         return body
@@ -144,10 +116,11 @@ def wait_served(tw: Twingress, prober: Prober, old_sha: list[str], sample: int, 
             if not checking:
                 return time.monotonic() - t0
         time.sleep(0.5)
-    raise RuntimeError(f"not every host served within {timeout:.0f} s ({len(checking)} of the sample not yet)")
+    raise procs.BenchFailed(f"not every host served within {timeout:.0f} s ({len(checking)} of the sample not yet)")
 
 
-def renew(args: argparse.Namespace, api: SoakApi, pool: concurrent.futures.ThreadPoolExecutor, tw: Twingress, https_port: int, hosts: probes.Hosts, secrets: list[dict]) -> dict[str, Any]:
+def renew(args: argparse.Namespace, api: Api, pool: concurrent.futures.ThreadPoolExecutor, tw: Twingress, https_port: int, hosts: probes.Hosts,
+          secrets: list[dict[str, Any]]) -> dict[str, Any]:
     """Probes before, during and after replacing every Secret's data; the raw results."""
     n, stop = len(secrets), threading.Event()
     prober = Prober(tw.http_port, https_port)
@@ -270,9 +243,10 @@ def summarize(args: argparse.Namespace, hosts: probes.Hosts, raw: dict[str, Any]
     }
 
 
-def table(s: dict[str, Any], setup: dict[str, Any], args: argparse.Namespace) -> str:
-    """The printed report: the figures with the issue's targets next to them."""
-    lines = ["", f"twingress: {s['secrets']:,} TLS Secrets renewed at once ({args.key_type} keys)"]
+def table(s: dict[str, Any]) -> str:
+    """The table: the figures with the targets next to them."""
+    setup = s["setup"]
+    lines = [f"twingress: {s['secrets']:,} TLS Secrets renewed at once ({s['key_type']} keys)"]
     add = lines.append
     add(f"load average {setup['loadavg_start']} at start, {setup['loadavg_end']} at end")
     add(
@@ -280,8 +254,7 @@ def table(s: dict[str, Any], setup: dict[str, Any], args: argparse.Namespace) ->
         f"twingress ready in {setup['ready_s']:.1f} s, every certificate served {setup['served_s']:.1f} s later"
     )
     rate = s["written"] / max(s["writes_s"], 1e-9)
-    add(f"writes: {s['written']:,} Secrets replaced in {s['writes_s']:.2f} s ({rate:.0f}/s, {args.threads} threads), {len(s['write_errors'])} errors")
-    add("")
+    add(f"writes: {s['written']:,} Secrets replaced in {s['writes_s']:.2f} s ({rate:.0f}/s, {s['threads']} threads), {len(s['write_errors'])} errors")
     add(f"  {'per host, from its write returning':<40}{'p50':>9}{'p99':>9}{'max':>9}   target")
     for label, key in (("new certificate served", "write_to_served"), ("  its first new handshake (probe)", "write_to_first_new_handshake")):
         d = s[key]
@@ -290,8 +263,8 @@ def table(s: dict[str, Any], setup: dict[str, Any], args: argparse.Namespace) ->
             ok = "" if "probe" in label else f"   all <= {TARGET_SERVED_MS / 1000:.0f} s: " + ("ok" if met else "MISSED")
             add(f"  {label:<40}{d['p50_ms']:>7.0f}ms{d['p99_ms']:>7.0f}ms{d['max_ms']:>7.0f}ms{ok}")
     seen = s["written"] - len(s["not_served"])
-    add(f"  hosts whose window held one table swap (known to {args.poll_interval * 1000:.0f} ms): {s['pinned_to_one_swap']:,} of {seen:,}")
-    add(f"  not served within {args.timeout:.0f} s: {len(s['not_served'])}")
+    add(f"  hosts whose window held one table swap (known to {s['poll_interval'] * 1000:.0f} ms): {s['pinned_to_one_swap']:,} of {seen:,}")
+    add(f"  not served within {s['timeout']:.0f} s: {len(s['not_served'])}")
     m = s["metrics_read_ms"]
     add(
         f"  new certificate loaded per /metrics: {s['seen_in_metrics']:,} hosts ({len(s['contradicted'])} contradicting handshakes); "
@@ -299,7 +272,6 @@ def table(s: dict[str, Any], setup: dict[str, Any], args: argparse.Namespace) ->
     )
     last = s["first_write_to_last_served_s"]
     add(f"  first write -> last host serving its new certificate: {'-' if last is None else f'{last:.2f} s'}")
-    add("")
     phases = "/".join(str(v) for v in s["failures_by_phase"].values())
     add(
         f"handshakes: {sum(s['handshakes'].values()):,}, failed {s['failed']} (before/during/after {phases})   "
@@ -319,8 +291,7 @@ def table(s: dict[str, Any], setup: dict[str, Any], args: argparse.Namespace) ->
     return "\n".join(lines)
 
 
-def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--secrets", type=int, default=1000, help="TLS Secrets, one Ingress and host each (1000)")
     p.add_argument("--key-type", choices=("ec", "rsa"), default="ec", help="leaf keys: ec (P-256) or rsa (2048; slow to make) (ec)")
     p.add_argument("--threads", type=int, default=12, help="threads writing to the apiserver (12)")
@@ -333,64 +304,46 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--before", type=float, default=5.0, help="seconds of probing before the renewal (5)")
     p.add_argument("--after", type=float, default=5.0, help="seconds of probing after the last new certificate is seen (5)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds from the first write after which unseen certificates count as not served (120)")
-    p.add_argument("--json", type=Path, help="write the results here")
-    p.add_argument("--keep-logs", type=Path, help="copy the logs (cluster, twingress) here")
-    return p.parse_args(argv)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    args = parse_args(argv)
-    if not cluster.address_exists(ECHO_ADDRESS):
-        print("run inside the test network namespace: testenv/netns-run .venv/bin/python -m bench renewal", file=sys.stderr)
-        return 2
-    setup: dict[str, Any] = {"loadavg_start": loadavg()}
-    work = Path(tempfile.mkdtemp(prefix="twingress-renewal-"))
-    (work / "logs").mkdir()
-    failed = True
-    try:
-        with ExitStack() as stack:
-            kube = cluster.KubeCluster(cluster.bin_dir(), work / "kube")
-            stack.callback(kube.stop)
-            kube.start()
-            setup["control_plane_s"] = kube.startup_seconds["total"]
-            log(f"control plane up in {setup['control_plane_s']:.1f} s; making {2 * args.secrets} {args.key_type} certificates")
-            stack.callback(EchoBackend("echo", ECHO_ADDRESS, BACKEND_PORT).stop)
-            pool = concurrent.futures.ThreadPoolExecutor(args.threads)  # kept: each thread keeps its API client
-            stack.callback(pool.shutdown, cancel_futures=True)
-            ca = certs.CertificateAuthority("twingress renewal", key_type="ec")
-            old_secrets, old_sha, _ = leaf_secrets(ca, args.secrets, args.key_type, 60)
-            new_secrets, new_sha, new_not_after = leaf_secrets(ca, args.secrets, args.key_type, 61)
-            api = SoakApi(kube.kubeconfig)
-            setup["create_s"] = create_world(api, pool, old_secrets)
-            log(f"{args.secrets} Secrets and Ingresses created in {setup['create_s']:.1f} s")
-            https_port = procs.free_port()
-            extra = ["--https", f"tcp:{https_port}:interface=127.0.0.1", "--access-log", "off", "--shutdown-delay", "0"]
-            tw = Twingress(kube.kubeconfig, work / "logs", extra_args=extra)
-            stack.callback(tw.stop)
-            setup["ready_s"] = tw.wait_ready(300.0)
-            setup["served_s"] = wait_served(tw, Prober(tw.http_port, https_port), old_sha, args.sample)
-            log(f"twingress ready in {setup['ready_s']:.1f} s, every certificate served {setup['served_s']:.1f} s later")
-            hosts = probes.Hosts(old_sha, new_sha, new_not_after)
-            raw = renew(args, api, pool, tw, https_port, hosts, new_secrets)
-        failed = False
-    finally:
-        keep = args.keep_logs or (Path(tempfile.mkdtemp(prefix="twingress-renewal-failed-")) if failed else None)
-        if keep:
-            keep.mkdir(parents=True, exist_ok=True)
-            for d in (work / "logs", work / "kube" / "logs"):
-                for f in d.iterdir() if d.is_dir() else ():
-                    shutil.copy(f, keep / f.name)
-            log(f"logs kept in {keep}")
-        shutil.rmtree(work, ignore_errors=True)
-    setup["loadavg_end"] = loadavg()
-    summary = summarize(args, hosts, raw)
-    print(table(summary, setup, args), flush=True)
-    if args.json:
-        shown = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
-        args.json.write_text(json.dumps({"args": shown, "setup": setup, "summary": summary, "swaps": raw["swaps"]}, indent=2) + "\n")
-        print(f"results written to {args.json}")
-    return 0
+def check(args: argparse.Namespace) -> str:
+    if args.against:
+        return "--against: the cluster scenarios measure twingress alone"
+    if min(args.secrets, args.threads, args.probe_threads, args.detect_threads) < 1 or min(args.probe_rate, args.detect_rate, args.poll_interval) <= 0:
+        return "--secrets and the thread counts at least 1, the rates and --poll-interval above 0"
+    return cluster.missing()
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def run(run: Run) -> list[dict[str, Any]]:
+    args = run.args
+    setup: dict[str, Any] = {"loadavg_start": cluster.loadavg()}
+    kube = cluster.start_control_plane(run.children)
+    setup["control_plane_s"] = kube.startup_seconds["total"]
+    log(f"control plane up in {setup['control_plane_s']:.1f} s; making {2 * args.secrets} {args.key_type} certificates")
+    cluster.start_echo(run.children, "echo", ECHO_ADDRESS)
+    pool = concurrent.futures.ThreadPoolExecutor(args.threads)  # kept: each thread keeps its API client
+    run.children.stack.callback(pool.shutdown, cancel_futures=True)
+    ca = certs.CertificateAuthority("twingress renewal", key_type="ec")
+    old_secrets, old_sha, _ = leaf_secrets(ca, args.secrets, args.key_type, 60)
+    new_secrets, new_sha, new_not_after = leaf_secrets(ca, args.secrets, args.key_type, 61)
+    api = Api(kube.kubeconfig)
+    setup["create_s"] = create_world(api, pool, old_secrets)
+    log(f"{args.secrets} Secrets and Ingresses created in {setup['create_s']:.1f} s")
+    https_port = procs.free_port()
+    extra = ["--https", f"tcp:{https_port}:interface=127.0.0.1", "--access-log", "off", "--shutdown-delay", "0"]
+    tw = Twingress(run.children, kube.kubeconfig, args.workers, run.proxy_cpus, extra_args=extra)
+    setup["ready_s"] = tw.wait_ready(300.0)
+    setup["served_s"] = wait_served(tw, Prober(tw.http_port, https_port), old_sha, args.sample)
+    log(f"twingress ready in {setup['ready_s']:.1f} s, every certificate served {setup['served_s']:.1f} s later")
+    hosts = probes.Hosts(old_sha, new_sha, new_not_after)
+    raw = renew(args, api, pool, tw, https_port, hosts, new_secrets)
+    setup["loadavg_end"] = cluster.loadavg()
+    figure = {**summarize(args, hosts, raw), "setup": setup, "key_type": args.key_type, "threads": args.threads,
+              "poll_interval": args.poll_interval, "timeout": args.timeout, "table_swaps": raw["swaps"]}
+    if figure["write_errors"]:
+        run.failures.append(f"{len(figure['write_errors'])} Secret writes failed: {figure['write_errors'][0]}")
+    return [figure]
+
+
+def lines(document: dict[str, Any]) -> list[str]:
+    return [line for figure in document["figures"] for line in table(figure).splitlines()]

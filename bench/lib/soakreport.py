@@ -12,14 +12,13 @@ Failed requests are matched against the backend kills by their monotonic times:
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from collections import Counter
 from typing import Any, Optional
 
-from convergence import percentile
-from soak_churn import CHANGE_KINDS
-from soak_load import KINDS, percentile_ms
+from bench.lib.churn import CHANGE_KINDS
+from bench.lib.cluster import percentile
+from bench.lib.soakload import KINDS, percentile_ms
 
 OUTAGE_GRACE = 1.0
 TARGET_RSS_GROWTH_MB = 50.0
@@ -96,7 +95,7 @@ def metrics_diff(metrics: dict[str, Any]) -> dict[str, dict[str, float]]:
     return {group: {k: v - start[group].get(k, 0.0) for k, v in sorted(end[group].items())} for group in end}
 
 
-def summarize(result: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+def summarize(result: dict[str, Any]) -> dict[str, Any]:
     if "samples" not in result:
         return {"incomplete": True, "args": result["args"]}
     kills = result["kills"]
@@ -106,7 +105,7 @@ def summarize(result: dict[str, Any], args: argparse.Namespace) -> dict[str, Any
         "loadavg": [result["loadavg_start"], result["loadavg_end"]],
         "setup": {k: round(result[k], 2) for k in ("create_s", "ready_s", "initial_live_s")},
         "requests": requests_summary(result["load"], kills),
-        "usage": usage_summary(result["samples"], result["end_sample"], args.warmup),
+        "usage": usage_summary(result["samples"], result["end_sample"], result["args"]["warmup"]),
         "changes": changes_summary(result),
         "kills": {"count": len(kills), "backends": [k["backend"] for k in kills], "down_s_median": statistics.median(downtimes) if downtimes else None},
         "twingress_metrics": metrics_diff(result["metrics"]),
@@ -126,10 +125,9 @@ def verdict(ok: bool) -> str:
 
 def table(s: dict[str, Any]) -> str:
     if s.get("incomplete"):
-        return "\nsoak: the run did not get to its load phase (see the log above)"
+        return "soak: the run did not get to its load phase (its failure says why)"
     a = s["args"]
     lines = [
-        "",
         f"twingress soak: {a['duration']:.0f} s, {a['ingresses']} Ingresses (TLS every {a['tls_every']}), --workers {a['workers']}, "
         f"{a['connections']} keep-alive connections; load average {s['loadavg'][0]} -> {s['loadavg'][1]}",
         f"setup: objects created in {s['setup']['create_s']} s, twingress ready in {s['setup']['ready_s']} s, all live {s['setup']['initial_live_s']} s later",

@@ -1,6 +1,6 @@
 """The soak benchmark's load: one asyncio process, three kinds of traffic at bounded rates.
 
-Started by ``bench/soak.py`` as a subprocess (its own interpreter, so neither side's GIL slows the
+Started by the soak scenario (bench/scenarios/soak.py) as ``python -m bench.lib.soakload`` (its own interpreter, so neither side's GIL slows the
 other's clocks), it reads a JSON config (ports, hosts, the CA, rates, duration) and sends, until the
 duration is over or SIGTERM:
 
@@ -243,7 +243,7 @@ class Load:
 
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", type=Path, required=True, help="JSON written by bench/soak.py")
+    p.add_argument("--config", type=Path, required=True, help="JSON written by the soak scenario")
     p.add_argument("--out", type=Path, required=True, help="where the results go (JSON)")
     args = p.parse_args(argv)
     load = Load(json.loads(args.config.read_text()))

@@ -1,21 +1,18 @@
-"""A day of traffic in ten minutes: twingress under steady load, constant churn and backend kills.
-
-Run inside the private network namespace of the kube tests (pod-like addresses on lo):
-
-    testenv/netns-run .venv/bin/python -m bench soak [--duration 600] [--ingresses 200] [--json PATH]
+"""
+Soak: a day of traffic in ten minutes: twingress under steady load, constant churn and backend kills.
 
 Short benchmarks cannot see what goes wrong only after hours in production: memory or file
 descriptors that leak a little per request, per table swap or per certificate; a change that
 never reaches the data plane; requests failed by a table swap or a dead endpoint. This bench
-compresses that into ``--duration`` seconds and reports it (nothing asserts; the issue's targets
-are printed next to the numbers):
+compresses that into ``--duration`` seconds and reports it (the targets are printed next to the
+numbers):
 
-1. Setup (bench/convergence.py's Api and Twingress, tests/kube/cluster.py): etcd, kube-apiserver,
+1. Setup (bench/lib/cluster.py, bench/lib/kubeproxy.py): etcd, kube-apiserver,
    kube-controller-manager; three echo backends on 10.244.0.20-22:8080; ``--ingresses`` Ingresses
    with their Services and EndpointSlices, every ``--tls-every``-th with a TLS Secret
-   (bench/soak_churn.py describes the objects); twingress (``twistd -n ingress --kubeconfig``, HTTP
+   (bench/lib/churn.py describes the objects); twingress (``twistd -n ingress --kubeconfig``, HTTP
    and HTTPS on loopback, ``--workers``, access log off).
-2. Load for the whole run (bench/soak_load.py, a subprocess): ``--connections`` keep-alive
+2. Load for the whole run (bench/lib/soakload.py, a process of its own): ``--connections`` keep-alive
    connections, new TCP connections and new TLS handshakes, each at a bounded rate.
 3. Churn every ``--churn-interval``: an Ingress, an EndpointSlice or a Secret changes, in turn; a
    checker thread polls each change through the proxy until it is live (``--change-timeout``).
@@ -25,8 +22,6 @@ are printed next to the numbers):
 5. Every 10 s: RSS and open fds of twingress's process tree. At the end: requests, failures and
    p50/p99 latency per kind, memory and fd growth after ``--warmup``, changes made/live/not live,
    twingress's own request and upstream-failure counters.
-
-Everything started here is stopped here (finally blocks); every loop ends on its own.
 """
 
 from __future__ import annotations
@@ -36,28 +31,22 @@ import concurrent.futures
 import json
 import os
 import re
-import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Optional
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH))
-sys.path.insert(0, str(BENCH.parents[1]))
+from bench.lib import churn, cluster, procs, soakreport
+from bench.lib.cluster import BACKEND_PORT, Api, log
+from bench.lib.kubeproxy import Prober, Twingress
+from bench.lib.results import REPO
+from bench.scenarios import Run
+from tests.support import EchoBackend
 
-import procs  # noqa: E402
-import soak_churn as churn  # noqa: E402
-import soak_report  # noqa: E402
-from convergence import BACKEND_PORT, Twingress, loadavg, log  # noqa: E402
-
-from tests.kube import cluster  # noqa: E402
-from tests.support import EchoBackend  # noqa: E402
-
+NAME = "soak"
+QUESTION = "Does twingress hold up under steady load, constant churn and backend kills (errors, latency, memory, fds over time)?"
 SAMPLE_INTERVAL = 10.0
 PASSIVE_HEALTH = 5.0  # twingress's --upstream-fail-timeout default: an endpoint that refused is skipped that long
 METRICS = {  # name: (the label summed by, the group in the report)
@@ -194,7 +183,7 @@ def sample_loop(tw: Twingress, t0: float, stop: threading.Event, samples: list[d
     while True:
         try:
             tw.check_alive()
-        except RuntimeError as e:
+        except procs.BenchFailed as e:
             samples.append({"t": time.monotonic() - t0, "died": 1.0})
             log(str(e))
             stop.set()
@@ -207,7 +196,7 @@ def sample_loop(tw: Twingress, t0: float, stop: threading.Event, samples: list[d
 # --- setup ---------------------------------------------------------------------------------------
 
 
-def create_world(api: churn.SoakApi, world: churn.World) -> float:
+def create_world(api: Api, world: churn.World) -> float:
     """Create every object (8 threads, in order within each kind group); seconds it took."""
     t0 = time.monotonic()
     objects = list(world.objects())
@@ -217,7 +206,7 @@ def create_world(api: churn.SoakApi, world: churn.World) -> float:
     return time.monotonic() - t0
 
 
-def wait_initial(tw: Twingress, world: churn.World, prober: churn.Prober, timeout: float = 180.0) -> float:
+def wait_initial(tw: Twingress, world: churn.World, prober: Prober, timeout: float = 180.0) -> float:
     """Until every host is in the table and every TLS host serves its certificate; seconds it took."""
     t0 = time.monotonic()
     hosts = {churn.host(i) for i in range(world.n)} | {churn.check_host(i) for i in range(world.n)}
@@ -231,10 +220,10 @@ def wait_initial(tw: Twingress, world: churn.World, prober: churn.Prober, timeou
             if not waiting_tls:
                 return time.monotonic() - t0
         time.sleep(0.5)
-    raise RuntimeError(f"not live within {timeout:.0f} s: {len(hosts)} hosts missing, {len(waiting_tls)} certificates not served")
+    raise procs.BenchFailed(f"not live within {timeout:.0f} s: {len(hosts)} hosts missing, {len(waiting_tls)} certificates not served")
 
 
-def start_load(args: argparse.Namespace, tw: Twingress, https_port: int, world: churn.World, work: Path) -> tuple[procs.Proc, Path]:
+def start_load(args: argparse.Namespace, tw: Twingress, https_port: int, world: churn.World, work: Path, load_cpus: Optional[str]) -> tuple[procs.Proc, Path]:
     config = {
         "http_port": tw.http_port,
         "https_port": https_port,
@@ -250,23 +239,23 @@ def start_load(args: argparse.Namespace, tw: Twingress, https_port: int, world: 
     }
     (work / "load.json").write_text(json.dumps(config))
     out = work / "load-result.json"
-    argv = [sys.executable, str(BENCH / "soak_load.py"), "--config", str(work / "load.json"), "--out", str(out)]
-    return procs.start("soak-load", argv, work / "logs", cpu=None), out
+    argv = [sys.executable, "-m", "bench.lib.soakload", "--config", str(work / "load.json"), "--out", str(out)]
+    return procs.start("soak-load", argv, work, load_cpus, cwd=REPO), out
 
 
 # --- the run -------------------------------------------------------------------------------------
 
 
-def soak(args: argparse.Namespace, api: churn.SoakApi, tw: Twingress, https_port: int, world: churn.World, backends: Backends, work: Path) -> dict[str, Any]:
+def soak(run: Run, api: Api, tw: Twingress, https_port: int, world: churn.World, backends: Backends) -> dict[str, Any]:
     """Load, churn, kills and sampling for --duration seconds; the raw results."""
-    stop = threading.Event()
-    prober = churn.Prober(tw.http_port, https_port)
+    args, stop = run.args, threading.Event()
+    prober = Prober(tw.http_port, https_port)
     checker = churn.Checker(prober, stop, backends.down_lately)
     changes = churn.Churn(api, world, checker, args.change_timeout)
     kills: list[dict[str, Any]] = []
     samples: list[dict[str, float]] = []
     metrics_start = twingress_metrics(tw)
-    load, load_out = start_load(args, tw, https_port, world, work)
+    load, load_out = start_load(args, tw, https_port, world, run.children.workdir, run.load_cpus)
     t0 = time.monotonic()
     threads = [
         checker,
@@ -316,13 +305,11 @@ def churn_until(changes: churn.Churn, t0: float, args: argparse.Namespace, stop:
 # --- main ----------------------------------------------------------------------------------------
 
 
-def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=float, default=600.0, help="seconds of load, churn and kills (600)")
     p.add_argument("--warmup", type=float, default=60.0, help="memory and fds are compared from this second on (60)")
     p.add_argument("--ingresses", type=int, default=200, help="Ingresses, each with a Service and an EndpointSlice (200)")
     p.add_argument("--tls-every", type=int, default=4, help="every N-th Ingress has a TLS Secret (4; 0: none)")
-    p.add_argument("--workers", type=int, default=1, help="twingress --workers (1)")
     p.add_argument("--connections", type=int, default=512, help="keep-alive connections (512)")
     p.add_argument("--keepalive-rate", type=float, default=400.0, help="requests/s over all keep-alive connections (400)")
     p.add_argument("--new-conn-rate", type=float, default=50.0, help="requests/s, each on a new TCP connection (50)")
@@ -331,63 +318,51 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--change-timeout", type=float, default=30.0, help="a change not live after this many seconds counts as not live (30)")
     p.add_argument("--kill-interval", type=float, default=60.0, help="seconds between two backend kills (60)")
     p.add_argument("--down", type=float, default=3.0, help="seconds a killed backend stays down (3)")
-    p.add_argument("--json", type=Path, help="write the results here")
-    p.add_argument("--keep-logs", type=Path, help="copy the logs (cluster, twingress, load) here")
-    return p.parse_args(argv)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    args = parse_args(argv)
-    if not cluster.address_exists(churn.BACKENDS[churn.NAMES[-1]]):
-        print("run inside the test network namespace: testenv/netns-run .venv/bin/python -m bench soak", file=sys.stderr)
-        return 2
-    result: dict[str, Any] = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}, "loadavg_start": loadavg()}
-    work = Path(tempfile.mkdtemp(prefix="twingress-soak-"))
-    (work / "logs").mkdir()
-    failed = True
-    try:
-        with ExitStack() as stack:
-            kube = cluster.KubeCluster(cluster.bin_dir(), work / "kube")
-            stack.callback(kube.stop)
-            kube.start()
-            log(f"control plane up in {kube.startup_seconds['total']:.1f} s")
-            backends = Backends()
-            stack.callback(backends.stop)
-            backends.start()
-            api = churn.SoakApi(kube.kubeconfig)
-            api.create({"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass", "metadata": {"name": "twingress"}, "spec": {"controller": "twingress.io/ingress-controller"}})
-            api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": churn.NS}})
-            world = churn.World(args.ingresses, args.tls_every)
-            result["create_s"] = create_world(api, world)
-            log(f"{args.ingresses} Ingresses ({len(world.tls_indices)} TLS) created in {result['create_s']:.1f} s")
-            https_port = procs.free_port()
-            extra = ["--https", f"tcp:{https_port}:interface=127.0.0.1", "--access-log", "off", "--shutdown-delay", "0"]
-            tw = Twingress(kube.kubeconfig, work / "logs", workers=args.workers, extra_args=extra)
-            stack.callback(tw.stop)
-            result["ready_s"] = tw.wait_ready()
-            prober = churn.Prober(tw.http_port, https_port)
-            result["initial_live_s"] = wait_initial(tw, world, prober)
-            prober.http.close()
-            log(f"twingress ready in {result['ready_s']:.1f} s, everything live {result['initial_live_s']:.1f} s later; soaking for {args.duration:.0f} s")
-            result.update(soak(args, api, tw, https_port, world, backends, work))
-        failed = False
-    finally:
-        keep = args.keep_logs or (Path(tempfile.mkdtemp(prefix="twingress-soak-failed-")) if failed else None)
-        if keep:
-            keep.mkdir(parents=True, exist_ok=True)
-            for d in (work / "logs", work / "kube" / "logs"):
-                for f in d.iterdir() if d.is_dir() else ():
-                    shutil.copy(f, keep / f.name)
-            log(f"logs kept in {keep}")
-        shutil.rmtree(work, ignore_errors=True)
-    result["loadavg_end"] = loadavg()
-    summary = soak_report.summarize(result, args)
-    print(soak_report.table(summary), flush=True)
-    if args.json:
-        args.json.write_text(json.dumps({"summary": summary, "raw": result}, indent=2) + "\n")
-        print(f"results written to {args.json}")
-    return 0
+def check(args: argparse.Namespace) -> str:
+    if args.against:
+        return "--against: the cluster scenarios measure twingress alone"
+    if args.ingresses < 1 or args.connections < 1 or args.tls_every < 0:
+        return "--ingresses and --connections at least 1, --tls-every 0 or more"
+    if min(args.duration, args.keepalive_rate, args.new_conn_rate, args.tls_rate, args.churn_interval, args.kill_interval) <= 0:
+        return "--duration, the rates and the intervals above 0"
+    return cluster.missing()
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+SHOWN = ("duration", "warmup", "ingresses", "tls_every", "workers", "connections", "change_timeout")
+
+
+def run(run: Run) -> list[dict[str, Any]]:
+    args = run.args
+    result: dict[str, Any] = {"args": {key: getattr(args, key) for key in SHOWN}, "loadavg_start": cluster.loadavg()}
+    kube = cluster.start_control_plane(run.children)
+    log(f"control plane up in {kube.startup_seconds['total']:.1f} s")
+    backends = Backends()
+    run.children.stack.callback(backends.stop)
+    backends.start()
+    api = Api(kube.kubeconfig)
+    api.create(cluster.INGRESS_CLASS)
+    api.create(cluster.namespace(churn.NS))
+    world = churn.World(args.ingresses, args.tls_every)
+    result["create_s"] = create_world(api, world)
+    log(f"{args.ingresses} Ingresses ({len(world.tls_indices)} TLS) created in {result['create_s']:.1f} s")
+    https_port = procs.free_port()
+    extra = ["--https", f"tcp:{https_port}:interface=127.0.0.1", "--access-log", "off", "--shutdown-delay", "0"]
+    tw = Twingress(run.children, kube.kubeconfig, args.workers, run.proxy_cpus, extra_args=extra)
+    result["ready_s"] = tw.wait_ready(args.start_timeout)
+    prober = Prober(tw.http_port, https_port)
+    result["initial_live_s"] = wait_initial(tw, world, prober)
+    prober.http.close()
+    log(f"twingress ready in {result['ready_s']:.1f} s, everything live {result['initial_live_s']:.1f} s later; soaking for {args.duration:.0f} s")
+    result.update(soak(run, api, tw, https_port, world, backends))
+    result["loadavg_end"] = cluster.loadavg()
+    if result["load"] is None:
+        run.failures.append(f"the load generator wrote no results: {result['load_log_tail'].splitlines()[-1:]}")
+    if any(sample.get("died") for sample in result["samples"]):
+        run.failures.append("twingress died during the soak")
+    return [{**soakreport.summarize(result), "raw": result}]
+
+
+def lines(document: dict[str, Any]) -> list[str]:
+    return [line for figure in document["figures"] for line in soakreport.table(figure).splitlines()]

@@ -1,4 +1,4 @@
-"""The handshakes of bench/renewal.py: what each host served, when, and which handshakes failed.
+"""The handshakes of the renewal scenario (bench/scenarios/renewal.py): what each host served, when, and which handshakes failed.
 
 Three kinds of threads share one L{Hosts} record:
 
@@ -32,8 +32,8 @@ from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any, Optional
 
-from convergence import Http, log
-from soak_churn import Prober
+from bench.lib.cluster import log
+from bench.lib.kubeproxy import Http, Prober
 
 NAN = float("nan")
 NOT_AFTER = re.compile(r'^twingress_tls_certificate_not_after_seconds\{namespace="[^"]*",secret="tls-(\d+)"\} (\S+)$', re.M)
@@ -141,7 +141,7 @@ def handshake(prober: Prober, hosts: Hosts, who: str, i: int, name: str) -> bool
     return sha == hosts.new[i]
 
 
-def background(prober: Prober, hosts: Hosts, name: Callable[[int], str], pacer: Pacer, stop: threading.Event, order: itertools.count) -> None:
+def background(prober: Prober, hosts: Hosts, name: Callable[[int], str], pacer: Pacer, stop: threading.Event, order: itertools.count[int]) -> None:
     """Handshakes to every host in turn (a fixed shuffled order), one per pacer slot."""
     n = len(hosts.old)
     shuffled = list(range(n))

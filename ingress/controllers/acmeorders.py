@@ -1,0 +1,178 @@
+# -*- test-case-name: tests.kube.test_acme_cluster -*-
+"""
+The ACME controller (leader only): certificates for the Ingresses that ask, by HTTP-01, answered by every node.
+
+An Ingress of our class annotated C{twingress.io/acme: "true"} gets, for each C{spec.tls[]} entry, a
+certificate for the entry's hosts in its C{secretName}.  Nothing else is touched: an Ingress without
+the annotation is never read further; one carrying C{cert-manager.io/issuer} or
+C{cert-manager.io/cluster-issuer} is cert-manager's (logged once); a Secret twingress did not
+create is refused (a Warning Event on the Ingress, a log line, C{twingress_acme_refused_total}).
+What cannot be ordered is a Warning Event and nothing else: an annotation without C{spec.tls}, a
+wildcard host (HTTP-01 cannot prove one; DNS-01 is out of scope).
+
+An order (L{ingress.acme.client.order_certificate}, blocking: it runs in this controller's one loop
+thread, so that one order at a time owns the tokens' ConfigMap) publishes its tokens, then fetches
+each through every ready twingress pod's address (the pods the status controller publishes) on the
+--http port until each answers it, and only then asks the server to validate: a node that does not
+answer within the deadline fails the order with an Event naming it, before the CA spends a failed
+validation.  A failed order is an Event with the server's error and is not retried until the
+Ingress changes or the next resync (renewal and backoff are not this controller's yet).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from twisted.logger import Logger
+
+from ingress.acme.client import SELF_CHECK_SECONDS, Issued, fetch_token, order_certificate
+from ingress.acme.issuer import ANNOTATION, CERT_MANAGER
+from ingress.acme.options import AcmeSettings
+from ingress.acme.storage import certificate_secret
+from ingress.controllers.acmesecrets import ClusterStore, is_ours
+from ingress.controllers.events import NORMAL, WARNING, EventRecorder
+from ingress.controllers.leader import NotLeader
+from ingress.controllers.metrics import ControllerMetrics
+from ingress.controllers.status import PublishedAddresses
+from ingress.model import ClusterState, Ingress, IngressClass, Pod
+from ingress.routing.selection import select_ingresses
+from ingress.sources.kube.reflector import Store
+
+log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
+
+HOSTS_ANNOTATION, ISSUER_ANNOTATION = "acme.twingress.io/hosts", "acme.twingress.io/issuer"
+
+
+@dataclass(frozen=True)
+class AcmeControllerOptions:
+    """The issuer's settings, and the --http port every node's listener holds (where the check fetches the tokens)."""
+
+    settings: AcmeSettings
+    http_port: int
+
+
+def node_addresses(published: PublishedAddresses, own: str) -> tuple[str, ...]:
+    """The ready twingress pods' addresses (hostNetwork: their nodes'); without the pod informer, this node's own listener."""
+    if published.pods is None:
+        return (own,)
+    return tuple(sorted({pod.host_ip for pod in published.pods.values() if isinstance(pod, Pod) and pod.ready and pod.host_ip}))
+
+
+class AcmeOrders:
+    """The sync function of the ACME controller, one Ingress key at a time."""
+
+    def __init__(
+        self, store: ClusterStore, events: EventRecorder, options: AcmeControllerOptions, ingresses: Store, classes: Store,
+        addresses: Callable[[], tuple[str, ...]], serves: tuple[str, str], metrics: ControllerMetrics,
+    ) -> None:
+        self.store = store
+        self.events = events
+        self.options = options
+        self.ingresses = ingresses
+        self.classes = classes
+        self.addresses = addresses
+        self.serves = serves  # class name, controller name
+        self.metrics = metrics
+        self._said: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, key: tuple[str, str]) -> None:
+        ingress = self.ingresses.get(key)
+        if not isinstance(ingress, Ingress) or ingress.meta.annotations.get(ANNOTATION) != "true" or not self._served(ingress):
+            return
+        carried = [name for name in CERT_MANAGER if name in ingress.meta.annotations]
+        if carried:
+            self._say_once(key, f"acme: Ingress {key[0]}/{key[1]} carries {' and '.join(carried)}: cert-manager's, not ordered here")
+            return
+        if not ingress.tls:
+            self._refuse(ingress, "no-tls", "AcmeNeedsTLS", f"{ANNOTATION} needs spec.tls (the hosts and the secretName to put the certificate in); nothing ordered")
+        for tls in ingress.tls:
+            hosts = tuple(sorted({host.lower() for host in tls.hosts}))
+            if not hosts or not tls.secret_name:
+                self._refuse(ingress, "no-hosts", "AcmeNeedsTLS", "a spec.tls entry without hosts or secretName; nothing ordered for it")
+            elif any(host.startswith("*") for host in hosts):
+                note = f"{', '.join(hosts)}: a wildcard needs the DNS-01 challenge, which twingress does not implement (out of scope); nothing ordered"
+                self._refuse(ingress, "wildcard", "AcmeWildcard", note)
+            else:
+                self._entry(ingress, tls.secret_name, hosts)
+
+    def _served(self, ingress: Ingress) -> bool:
+        classes = tuple(c for c in self.classes.values() if isinstance(c, IngressClass))
+        return bool(select_ingresses(ClusterState(ingresses=(ingress,), ingress_classes=classes), class_name=self.serves[0], controller_name=self.serves[1]))
+
+    def _entry(self, ingress: Ingress, name: str, hosts: tuple[str, ...]) -> None:
+        namespace, directory = ingress.meta.namespace, self.options.settings.directory
+        existing = self.store.get_secret(namespace, name)
+        if existing is not None and not is_ours(existing):
+            self._refuse(ingress, "secret-not-ours", "AcmeSecretNotOurs", f"Secret {namespace}/{name} exists and was not made by twingress; not overwritten, nothing ordered")
+            return
+        annotations = (existing or {}).get("metadata", {}).get("annotations") or {}
+        if annotations.get(HOSTS_ANNOTATION) == ",".join(hosts) and annotations.get(ISSUER_ANNOTATION) == directory:
+            return  # issued already (renewal is not this controller's yet)
+        log.info("acme: ordering a certificate for {hosts} from {directory}", hosts=", ".join(hosts), directory=directory)
+        try:
+            issued = self._order(hosts)
+            self.store.write_certificate(certificate_secret(namespace, name, issued.chain_pem, issued.key_pem, hosts, directory), existing)
+        except NotLeader:
+            raise
+        except Exception as error:  # noqa: BLE001 - the server's or a node's error, said on the Ingress; the loop goes on
+            message = " ".join(str(error).split()) or repr(error)
+            self.metrics.acme_orders.labels("failed").inc()
+            log.error("acme: ordering a certificate for {hosts} failed: {error}", hosts=", ".join(hosts), error=message)
+            self.events.record(ingress.meta, "Ingress", WARNING, "AcmeOrderFailed", "Order", f"certificate for {', '.join(hosts)}: {message}")
+            return
+        self.metrics.acme_orders.labels("issued").inc()
+        log.info(
+            "acme: certificate for {hosts} issued into Secret {namespace}/{name} in {seconds:.1f}s, {requests} requests to the ACME server{account}",
+            hosts=", ".join(hosts), namespace=namespace, name=name, seconds=issued.seconds, requests=issued.requests,
+            account=" (a new account)" if issued.new_account else " (its existing account)",
+        )
+        self.events.record(ingress.meta, "Ingress", NORMAL, "AcmeIssued", "Order", f"certificate for {', '.join(hosts)} from {directory} in Secret {name}")
+
+    def _order(self, hosts: tuple[str, ...]) -> Issued:
+        key, made = self.store.account_key()
+        if made:
+            log.info("acme: made the account key for {directory}", directory=self.options.settings.directory)
+        return order_certificate(self.options.settings, hosts, self.store.publish, self._every_node_answers, key=key)
+
+    def _every_node_answers(self, host: str, token: str, answer: str) -> bool:
+        """
+        Blocks until every ready node answers C{token} on its --http listener, or raises naming the nodes that did not
+        (after L{SELF_CHECK_SECONDS}): only then may the server be asked to validate.
+        """
+        port, own = self.options.http_port, self.options.settings.self_check_host
+        deadline = time.monotonic() + SELF_CHECK_SECONDS
+        waiting = set(self.addresses()) or {own}
+        while True:
+            self.store.writer.check()  # a leader that lost the Lease stops waiting (NotLeader)
+            waiting = {address for address in waiting if not fetch_token(address, port, host, token, answer)}
+            if not waiting:
+                return True
+            if time.monotonic() > deadline:
+                nodes = ", ".join(f"{address}:{port}" for address in sorted(waiting))
+                url = f"http://{host}/.well-known/acme-challenge/{token}"
+                raise ValueError(f"{url} not answered by the twingress node(s) {nodes} after {SELF_CHECK_SECONDS:.0f}s; nothing asked of the ACME server")
+            time.sleep(0.2)
+
+    def _refuse(self, ingress: Ingress, reason: str, event: str, note: str) -> None:
+        """An Event on the Ingress, a log line and a metric (the Event and the line repeat only with a new version of the Ingress)."""
+        self.metrics.acme_refused.labels(reason).inc()
+        if self._first(("refused:" + note, ingress.meta.resource_version)):
+            log.error("acme: Ingress {namespace}/{name}: {note}", namespace=ingress.meta.namespace, name=ingress.meta.name, note=note)
+        self.events.record(ingress.meta, "Ingress", WARNING, event, "Order", note)
+
+    def _say_once(self, key: tuple[str, str], message: str) -> None:
+        if self._first(key):
+            log.info("{message}", message=message)
+
+    def _first(self, key: Any) -> bool:
+        with self._lock:
+            if key in self._said:
+                return False
+            self._said.add(key)
+            return True
+
