@@ -175,8 +175,7 @@ def test_extra_args_lists_cover_every_twingress_option() -> None:
     assert passed & chart == set()
     assert options - passed - chart == set()
     assert passed - options == set()
-    # --publish-service (issue 66) is set by the chart; each of the chart's other names is an option
-    assert chart - options <= {"publish-service"}
+    assert chart - options == set()
     assert set(table["renamed"].values()) <= passed
 
 

@@ -218,11 +218,11 @@ def test_schema_names_a_wrong_type() -> None:
 
 @pytest.mark.parametrize("values", sorted((helm.CHART / "ci").glob("*-values.yaml")), ids=lambda path: path.name)
 def test_every_arg_is_a_twingress_option(values: Path) -> None:
-    """Each argument the chart renders names an option of twistd ingress (--publish-service: issue 66's, built beside the chart)."""
+    """Each argument the chart renders names an option of twistd ingress."""
     objects = helm.template(values=[values])
     workload = next(o for o in objects if o["kind"] in ("DaemonSet", "Deployment"))
     args = workload["spec"]["template"]["spec"]["containers"][0]["args"]
     options = {name.rstrip("=") for name in Options().longOpt}
     names = {arg.removeprefix("--").split("=", 1)[0] for arg in args}
     assert all(arg.startswith("--") and "=" in arg for arg in args)
-    assert names - options <= {"publish-service"}
+    assert names - options == set()
