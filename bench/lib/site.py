@@ -48,6 +48,7 @@ class Backends:
     grpc_port: int
     cert: Path
     key: Path
+    proc: Optional[procs.Proc] = None  # the nginx backend's process (what "direct" measures)
 
 
 def write_certificate(workdir: Path) -> tuple[Path, Path]:
@@ -126,9 +127,9 @@ def start_backends(children: procs.Children, cpus: Optional[str]) -> Backends:
         listen 127.0.0.1:{http_port} backlog=4096;
         location / {{ default_type text/plain; return 200 "hello world\\n"; }}
     }}"""
-    children.spawn("backend", nginx_main(children.workdir, "backend", server), http_port, cpus)
+    backend = children.spawn("backend", nginx_main(children.workdir, "backend", server), http_port, cpus)
     children.spawn("grpcecho", [str(grpcecho()), "-listen", f"127.0.0.1:{grpc_port}"], grpc_port, cpus)
-    return Backends(http_port, grpc_port, cert, key)
+    return Backends(http_port, grpc_port, cert, key, backend)
 
 
 # --- twingress, from a checkout ---------------------------------------------------------
@@ -160,8 +161,11 @@ class Checkout:
                 "dirty": bool(git("status", "--porcelain", "--untracked-files=no")), "compiled": compiled}
 
 
-def twingress_manifests(directory: Path, backends: Backends) -> None:
-    """The bench's Services, EndpointSlices, Secret and two Ingresses (HOST, served in clear too; GRPC_HOST, gRPC) as one v1 List."""
+def twingress_manifests(directory: Path, backends: Backends, annotations: Optional[dict[str, str]] = None) -> None:
+    """The bench's Services, EndpointSlices, Secret and two Ingresses (HOST, served in clear too; GRPC_HOST, gRPC) as one v1 List.
+
+    C{annotations} go on HOST's Ingress besides its own: what a route policy costs (C{latency --annotation}).
+    """
     directory.mkdir(parents=True, exist_ok=True)
     ns = "default"
 
@@ -185,17 +189,23 @@ def twingress_manifests(directory: Path, backends: Backends) -> None:
               "spec": {"controller": "twingress.io/ingress-controller"}},
              {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "metadata": {"namespace": ns, "name": "bench-tls"},
               "stringData": {"tls.crt": backends.cert.read_text(), "tls.key": backends.key.read_text()}},
-             ingress("bench", HOST, [HOST, SNI], {"twingress.io/ssl-redirect": "false"}),
+             ingress("bench", HOST, [HOST, SNI], {"twingress.io/ssl-redirect": "false", **(annotations or {})}),
              ingress("grpcecho", GRPC_HOST, [GRPC_HOST], {"twingress.io/backend-protocol": "GRPC"})]
     (directory / "all.json").write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
 
 
 def twingress(children: procs.Children, name: str, checkout: Checkout, backends: Backends, cpus: Optional[str],
-              workers: int = 1, extra: Sequence[str] = ()) -> Listening:
-    """twingress of C{checkout} (its .venv, its tree first on the path: its compiled modules if built), access log off."""
+              workers: int = 1, extra: Sequence[str] = (), annotations: Optional[dict[str, str]] = None,
+              more_manifests: Sequence[str] = ()) -> Listening:
+    """
+    twingress of C{checkout} (its .venv, its tree first on the path: its compiled modules if built), access log off
+    (C{extra} arguments come after, and override), C{annotations} on HOST's Ingress, C{more_manifests} (YAML texts) beside.
+    """
     checkout.check()
     manifests = children.workdir / f"{name}-manifests"
-    twingress_manifests(manifests, backends)
+    twingress_manifests(manifests, backends, annotations)
+    for number, text in enumerate(more_manifests):
+        (manifests / f"extra-{number}.yaml").write_text(text)
     http_port, https_port = procs.free_port(), procs.free_port()
     argv = [str(checkout.twistd), "--pidfile=", "-n", "ingress", "--manifests", str(manifests),
             "--http", f"tcp:{http_port}:interface=127.0.0.1", "--https", f"tcp:{https_port}:interface=127.0.0.1",

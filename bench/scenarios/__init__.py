@@ -31,8 +31,11 @@ class Run:
 
 def scenarios() -> dict[str, ModuleType]:
     """The scenarios on bench/lib, by name (imported here, late: a scenario's imports are its own business)."""
-    from bench.scenarios import node, pairs
-    return {module.NAME: module for module in (pairs, node)}
+    from bench.scenarios import latency, node, pairs
+    return {module.NAME: module for module in (
+        pairs, node,
+        latency,
+    )}
 
 
 def legacy() -> dict[str, Any]:

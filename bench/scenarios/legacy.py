@@ -71,7 +71,6 @@ class Legacy:
 
 
 SCENARIOS = (
-    Legacy("latency", "http_bench.py", "What does twingress add to an HTTP/1.1 request (req/s as a ratio to nginx, p50/p99 added over going direct)?"),
     Legacy("tls", "tls_bench.py", "How many full TLS handshakes per second, keep-alive HTTPS req/s, and SNI selection with 10,000 certificates, beside nginx?"),
     Legacy("mix", "mix_bench.py", "What does a realistic mix (browsers over h2, one-request HTTP/1.1 clients, TLS 1.3 handshakes, half resumed) cost per request, beside the peers?"),
     Legacy("streams", "stream_bench.py", "How fast does twingress forward TCP streams and UDP packets, as a ratio to HAProxy and socat?"),

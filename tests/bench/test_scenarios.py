@@ -109,7 +109,7 @@ def test_pairs_bad_baseline(tmp_path: Path) -> None:
     assert "not a twingress checkout" in json.loads(out.read_text())["failures"][0]
 
 
-@pytest.mark.parametrize("argv", [["pairs"], ["pairs", "--against", "apache"], ["pairs", "--against", "nginx", "--cpus", "x"], ["node", "--kinds", "h3"]])
+@pytest.mark.parametrize("argv", [["pairs"], ["pairs", "--against", "apache"], ["pairs", "--against", "nginx", "--cpus", "x"], ["node", "--kinds", "h3"], ["latency", "--annotation", "x"]])
 def test_bad_options(argv: list[str]) -> None:
     done = bench(*argv)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr, done.stderr
@@ -125,9 +125,24 @@ def test_node(tmp_path: Path) -> None:
     assert all(is_number(f["rps"]) and is_number(f["cpu_us"]) for f in document["figures"])
 
 
+# Each scenario ported onto bench/lib at its smallest: (its options, the tools it needs, a number every figure has).
+PORTED = {
+    "latency": (["--seconds", "1", "--warmup", "1"], ["nginx", "wrk", "taskset", "go"], "rps"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PORTED))
+def test_ported_scenario(tmp_path: Path, name: str) -> None:
+    """A scenario on bench/lib at its smallest: its results file holds its figures, each with its number, and report prints them."""
+    argv, tools, number = PORTED[name]
+    need(*tools)
+    out = tmp_path / f"{name}.json"
+    document = results_of(bench(name, *argv, "--out", str(out), timeout=600), out)
+    assert all(is_number(figure[number]) for figure in document["figures"]), document["figures"]
+
+
 # Each older script's scenario at its smallest: (its options, the tools it needs, whether it needs the cluster).
 LEGACY = {
-    "latency": (["--duration", "1", "--warmup", "1"], ["nginx", "wrk", "taskset"], False),
     "tls": (["--duration", "1", "--warmup", "1", "--sni-certs", "0"], ["nginx", "wrk", "taskset"], False),
     "mix": (["--duration", "1", "--warmup", "1", "--proxies", "twingress,nginx"], ["nginx", "h2load", "taskset", "go"], False),
     "streams": (["--duration", "3", "--streams", "2", "--udp-clients", "1"], ["haproxy", "socat", "iperf3", "taskset", "go"], False),
@@ -165,7 +180,7 @@ def test_legacy_scenario(tmp_path: Path, name: str) -> None:
 def test_every_scenario_is_tested() -> None:
     """A scenario added to python -m bench without a run here fails this (first-answer: below, it clones and compiles)."""
     listed = {line.split()[0] for line in bench("list").stdout.splitlines()}
-    assert listed == {"pairs", "node", "first-answer", *LEGACY, *NOT_RUN}
+    assert listed == {"pairs", "node", "first-answer", *PORTED, *LEGACY, *NOT_RUN}
 
 
 def test_first_answer_usage() -> None:
