@@ -52,11 +52,12 @@ import http_bench  # noqa: E402
 import procs  # noqa: E402
 import targets  # noqa: E402
 import tls_bench  # noqa: E402
-import tls_handshakes  # noqa: E402
 import wrk  # noqa: E402
 from h2_bench import Row  # noqa: E402
 from harness import install_signal_handlers, run_in_workdir, twingress_env  # noqa: E402
 from report import IDLE_LIMIT, REPO, environment, interpreter, write_and_exit_status  # noqa: E402
+
+from bench.lib import handshakes as tls_handshakes  # noqa: E402
 
 NGINX, TRAEFIK, CADDY, TWINGRESS = "nginx", "traefik", "caddy", "twingress"
 PROXIES = (NGINX, TRAEFIK, CADDY, TWINGRESS)

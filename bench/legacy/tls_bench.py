@@ -43,7 +43,6 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[2]))  # ingress, for its
 import cpuload  # noqa: E402
 import procs  # noqa: E402
 import targets  # noqa: E402
-import tls_handshakes  # noqa: E402
 import wrk  # noqa: E402
 from cryptography import x509  # noqa: E402
 from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
@@ -51,6 +50,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa  # noqa: E402
 from cryptography.x509.oid import NameOID  # noqa: E402
 from harness import Harness, install_signal_handlers, twingress_env  # noqa: E402
 from report import IDLE_LIMIT, environment  # noqa: E402
+
+from bench.lib import handshakes as tls_handshakes  # noqa: E402
 
 NGINX_TLS, TWINGRESS = "nginx-tls", "twingress"
 # wrk sends the URL's host as SNI and cannot be told otherwise: it connects to

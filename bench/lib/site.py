@@ -51,24 +51,31 @@ class Backends:
     proc: Optional[procs.Proc] = None  # the nginx backend's process (what "direct" measures)
 
 
-def write_certificate(workdir: Path) -> tuple[Path, Path]:
-    """A self-signed ECDSA P-256 certificate for the bench's names, valid for a day: (cert, key) files."""
+def self_signed(key: Any, hosts: Sequence[str]) -> tuple[bytes, bytes, bytes]:
+    """A self-signed certificate of C{key} for C{hosts} (CN: the first), valid for a day: (cert PEM, key PEM, cert DER)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, HOST)])
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])])
     now = datetime.datetime.now(datetime.UTC)
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
             .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
             .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(h) for h in (HOST, SNI, GRPC_HOST)]), critical=False)
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(h) for h in hosts]), critical=False)
             .sign(key, hashes.SHA256()))
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return cert.public_bytes(serialization.Encoding.PEM), key_pem, cert.public_bytes(serialization.Encoding.DER)
+
+
+def write_certificate(workdir: Path) -> tuple[Path, Path]:
+    """A self-signed ECDSA P-256 certificate for the bench's names, valid for a day: (cert, key) files."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    cert_pem, key_pem, _ = self_signed(ec.generate_private_key(ec.SECP256R1()), [HOST, SNI, GRPC_HOST])
     cert_path, key_path = workdir / "bench.crt", workdir / "bench.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    cert_path.write_bytes(cert_pem)
+    key_path.write_bytes(key_pem)
     return cert_path, key_path
 
 
@@ -196,16 +203,16 @@ def twingress_manifests(directory: Path, backends: Backends, annotations: Option
 
 def twingress(children: procs.Children, name: str, checkout: Checkout, backends: Backends, cpus: Optional[str],
               workers: int = 1, extra: Sequence[str] = (), annotations: Optional[dict[str, str]] = None,
-              more_manifests: Sequence[str] = ()) -> Listening:
+              more_manifests: Optional[dict[str, str]] = None) -> Listening:
     """
     twingress of C{checkout} (its .venv, its tree first on the path: its compiled modules if built), access log off
-    (C{extra} arguments come after, and override), C{annotations} on HOST's Ingress, C{more_manifests} (YAML texts) beside.
+    (C{extra} arguments come after, and override), C{annotations} on HOST's Ingress, C{more_manifests} (file name: text) beside.
     """
     checkout.check()
     manifests = children.workdir / f"{name}-manifests"
     twingress_manifests(manifests, backends, annotations)
-    for number, text in enumerate(more_manifests):
-        (manifests / f"extra-{number}.yaml").write_text(text)
+    for file_name, text in (more_manifests or {}).items():
+        (manifests / file_name).write_text(text)
     http_port, https_port = procs.free_port(), procs.free_port()
     argv = [str(checkout.twistd), "--pidfile=", "-n", "ingress", "--manifests", str(manifests),
             "--http", f"tcp:{http_port}:interface=127.0.0.1", "--https", f"tcp:{https_port}:interface=127.0.0.1",

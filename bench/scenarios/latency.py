@@ -106,7 +106,7 @@ def start_proxy(run: Run, name: str, backends: site.Backends) -> site.Listening:
     if name == NGINX:
         return site.nginx(run.children, NGINX, backends, run.proxy_cpus, args.workers)
     annotations = dict(item.split("=", 1) for item in args.annotation)
-    extra = [path.read_text().replace("{backend_port}", str(backends.http_port)) for path in args.manifest]
+    extra = {f"extra-{n}.yaml": path.read_text().replace("{backend_port}", str(backends.http_port)) for n, path in enumerate(args.manifest)}
     log = ["--access-log", "-"] if args.access_log == "on" else []
     return site.twingress(run.children, TWINGRESS, site.Checkout(site.REPO), backends, run.proxy_cpus, args.workers,
                           log, annotations, extra)

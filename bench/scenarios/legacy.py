@@ -71,7 +71,6 @@ class Legacy:
 
 
 SCENARIOS = (
-    Legacy("tls", "tls_bench.py", "How many full TLS handshakes per second, keep-alive HTTPS req/s, and SNI selection with 10,000 certificates, beside nginx?"),
     Legacy("mix", "mix_bench.py", "What does a realistic mix (browsers over h2, one-request HTTP/1.1 clients, TLS 1.3 handshakes, half resumed) cost per request, beside the peers?"),
     Legacy("streams", "stream_bench.py", "How fast does twingress forward TCP streams and UDP packets, as a ratio to HAProxy and socat?"),
     Legacy("floor-h2", "h2_floor.py", "What is the floor of any HTTP/2 server on the h2 library: its own CPU per request?"),

@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -125,9 +126,11 @@ def test_node(tmp_path: Path) -> None:
     assert all(is_number(f["rps"]) and is_number(f["cpu_us"]) for f in document["figures"])
 
 
-# Each scenario ported onto bench/lib at its smallest: (its options, the tools it needs, a number every figure has).
-PORTED = {
-    "latency": (["--seconds", "1", "--warmup", "1"], ["nginx", "wrk", "taskset", "go"], "rps"),
+# Each scenario ported onto bench/lib at its smallest: (its options, the tools it needs, the figure a row must have, as a number).
+PORTED: dict[str, tuple[list[str], list[str], Callable[[dict[str, Any]], Any]]] = {
+    "latency": (["--seconds", "1", "--warmup", "1"], ["nginx", "wrk", "taskset", "go"], lambda row: row["rps"]),
+    "tls": (["--seconds", "1", "--warmup", "1", "--sni-certs", "20", "--sni-rounds", "1"], ["nginx", "wrk", "taskset", "go"],
+            lambda row: row["ratio_many_to_one"] if row["target"] == "sni" else row["handshakes"]["rate"] * row["keepalive"]["rps"]),
 }
 
 
@@ -138,12 +141,11 @@ def test_ported_scenario(tmp_path: Path, name: str) -> None:
     need(*tools)
     out = tmp_path / f"{name}.json"
     document = results_of(bench(name, *argv, "--out", str(out), timeout=600), out)
-    assert all(is_number(figure[number]) for figure in document["figures"]), document["figures"]
+    assert all(is_number(number(figure)) for figure in document["figures"]), document["figures"]
 
 
 # Each older script's scenario at its smallest: (its options, the tools it needs, whether it needs the cluster).
 LEGACY = {
-    "tls": (["--duration", "1", "--warmup", "1", "--sni-certs", "0"], ["nginx", "wrk", "taskset"], False),
     "mix": (["--duration", "1", "--warmup", "1", "--proxies", "twingress,nginx"], ["nginx", "h2load", "taskset", "go"], False),
     "streams": (["--duration", "3", "--streams", "2", "--udp-clients", "1"], ["haproxy", "socat", "iperf3", "taskset", "go"], False),
     "floor-h2": (["--requests", "2000", "--rounds", "1"], [], False),
