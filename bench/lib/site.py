@@ -109,20 +109,27 @@ http {{
     return [nginx_binary(), "-p", str(workdir), "-e", "stderr", "-c", str(conf)]
 
 
-def grpcecho() -> Path:
-    """bench/grpcecho, built once into the cache (again when its source is newer)."""
-    binary, source = CACHE / "grpcecho", REPO / "bench" / "grpcecho" / "main.go"
-    if binary.exists() and binary.stat().st_mtime >= source.stat().st_mtime:
+def go_tool(name: str) -> Path:
+    """bench/NAME (a Go program: grpcecho, mixload, udpload), built once into the cache (again when a source is newer)."""
+    binary, source = CACHE / name, REPO / "bench" / name
+    newest = max(path.stat().st_mtime for path in source.glob("*.go"))
+    if binary.exists() and binary.stat().st_mtime >= newest:
         return binary
     go = os.environ.get("GO") or shutil.which("go") or "/usr/local/go/bin/go"
     CACHE.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ) | {"CGO_ENABLED": "0"}
     try:
-        done = subprocess.run([go, "build", "-o", str(binary), "."], cwd=source.parent, capture_output=True, text=True)
+        done = subprocess.run([go, "build", "-o", str(binary), "."], cwd=source, capture_output=True, text=True, env=env)
     except OSError as e:
-        raise procs.BenchFailed(f"go build bench/grpcecho: {e}") from e
+        raise procs.BenchFailed(f"go build bench/{name}: {e} (set GO=/path/to/go)") from e
     if done.returncode != 0:
-        raise procs.BenchFailed(f"go build bench/grpcecho failed:\n{done.stderr}")
+        raise procs.BenchFailed(f"go build bench/{name} failed:\n{done.stderr}")
     return binary
+
+
+def grpcecho() -> Path:
+    """bench/grpcecho, the gRPC backend."""
+    return go_tool("grpcecho")
 
 
 def start_backends(children: procs.Children, cpus: Optional[str]) -> Backends:

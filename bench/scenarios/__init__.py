@@ -31,10 +31,10 @@ class Run:
 
 def scenarios() -> dict[str, ModuleType]:
     """The scenarios on bench/lib, by name (imported here, late: a scenario's imports are its own business)."""
-    from bench.scenarios import latency, node, pairs, tls
+    from bench.scenarios import latency, node, pairs, streams, tls
     return {module.NAME: module for module in (
         pairs, node,
-        latency, tls,
+        latency, tls, streams,
     )}
 
 

@@ -72,7 +72,6 @@ class Legacy:
 
 SCENARIOS = (
     Legacy("mix", "mix_bench.py", "What does a realistic mix (browsers over h2, one-request HTTP/1.1 clients, TLS 1.3 handshakes, half resumed) cost per request, beside the peers?"),
-    Legacy("streams", "stream_bench.py", "How fast does twingress forward TCP streams and UDP packets, as a ratio to HAProxy and socat?"),
     Legacy("floor-h2", "h2_floor.py", "What is the floor of any HTTP/2 server on the h2 library: its own CPU per request?"),
     Legacy("floor-library", "library_share.py", "What do pyOpenSSL and h2 cost per request inside twingress, against inside the TLS floor and the splice floor?", json=False),
     Legacy("instructions", "live_instructions.py", "How many instructions per request does each live proxy run (callgrind), h2 and HTTPS/1.1?", json=False),

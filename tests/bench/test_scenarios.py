@@ -131,6 +131,8 @@ PORTED: dict[str, tuple[list[str], list[str], Callable[[dict[str, Any]], Any]]] 
     "latency": (["--seconds", "1", "--warmup", "1"], ["nginx", "wrk", "taskset", "go"], lambda row: row["rps"]),
     "tls": (["--seconds", "1", "--warmup", "1", "--sni-certs", "20", "--sni-rounds", "1"], ["nginx", "wrk", "taskset", "go"],
             lambda row: row["ratio_many_to_one"] if row["target"] == "sni" else row["handshakes"]["rate"] * row["keepalive"]["rps"]),
+    "streams": (["--seconds", "2", "--streams", "2", "--udp-clients", "1"], ["haproxy", "socat", "iperf3", "taskset", "go"],
+                lambda row: row.get("tcp_1_stream_MBps") or row["udp_pps"]),
 }
 
 
@@ -147,7 +149,6 @@ def test_ported_scenario(tmp_path: Path, name: str) -> None:
 # Each older script's scenario at its smallest: (its options, the tools it needs, whether it needs the cluster).
 LEGACY = {
     "mix": (["--duration", "1", "--warmup", "1", "--proxies", "twingress,nginx"], ["nginx", "h2load", "taskset", "go"], False),
-    "streams": (["--duration", "3", "--streams", "2", "--udp-clients", "1"], ["haproxy", "socat", "iperf3", "taskset", "go"], False),
     "floor-h2": (["--requests", "2000", "--rounds", "1"], [], False),
     "instructions": (["--proxies", "twingress", "--requests", "200", "--warmup", "100"], ["nginx", "h2load", "taskset", "valgrind", "callgrind_control"], False),
     "h2-path": (["--requests", "2000", "--rounds", "1"], [], False),
