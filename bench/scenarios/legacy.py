@@ -72,10 +72,8 @@ class Legacy:
 
 SCENARIOS = (
     Legacy("mix", "mix_bench.py", "What does a realistic mix (browsers over h2, one-request HTTP/1.1 clients, TLS 1.3 handshakes, half resumed) cost per request, beside the peers?"),
-    Legacy("floor-h2", "h2_floor.py", "What is the floor of any HTTP/2 server on the h2 library: its own CPU per request?"),
     Legacy("floor-library", "library_share.py", "What do pyOpenSSL and h2 cost per request inside twingress, against inside the TLS floor and the splice floor?", json=False),
     Legacy("instructions", "live_instructions.py", "How many instructions per request does each live proxy run (callgrind), h2 and HTTPS/1.1?", json=False),
-    Legacy("h2-path", "h2_path.py", "What does twingress's HTTP/2 request path alone cost per request (no socket, TLS or reactor), steady enough to compare two trees?", json=False),
     Legacy("tls-calls", "tls_calls.py", "What do the four OpenSSL calls of an HTTPS keep-alive request cost, by the way they are called?", json=False),
     Legacy("workers-cost", "workers_cost.py", "Where does a second worker's extra CPU per request go (syscalls, context switches, instructions)?", json=False),
     Legacy("convergence", "convergence.py", "How long until a change is live, by traffic, at 1k to 10k Ingresses (and HTTPRoutes), and what memory does the table take?", kube=True),

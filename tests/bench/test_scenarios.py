@@ -133,6 +133,8 @@ PORTED: dict[str, tuple[list[str], list[str], Callable[[dict[str, Any]], Any]]] 
             lambda row: row["ratio_many_to_one"] if row["target"] == "sni" else row["handshakes"]["rate"] * row["keepalive"]["rps"]),
     "streams": (["--seconds", "2", "--streams", "2", "--udp-clients", "1"], ["haproxy", "socat", "iperf3", "taskset", "go"],
                 lambda row: row.get("tcp_1_stream_MBps") or row["udp_pps"]),
+    "h2-path": (["--requests", "2000", "--rounds", "1"], ["taskset"], lambda row: row["best_us"]),
+    "floor-h2": (["--requests", "2000", "--rounds", "1"], ["taskset"], lambda row: row["best_us"]),
 }
 
 
@@ -149,9 +151,7 @@ def test_ported_scenario(tmp_path: Path, name: str) -> None:
 # Each older script's scenario at its smallest: (its options, the tools it needs, whether it needs the cluster).
 LEGACY = {
     "mix": (["--duration", "1", "--warmup", "1", "--proxies", "twingress,nginx"], ["nginx", "h2load", "taskset", "go"], False),
-    "floor-h2": (["--requests", "2000", "--rounds", "1"], [], False),
     "instructions": (["--proxies", "twingress", "--requests", "200", "--warmup", "100"], ["nginx", "h2load", "taskset", "valgrind", "callgrind_control"], False),
-    "h2-path": (["--requests", "2000", "--rounds", "1"], [], False),
     "tls-calls": (["--requests", "2000", "--rounds", "1"], [], False),
     "workers-cost": (["--rounds", "1", "--seconds", "1", "--no-count", "--proxies", "twingress"], ["nginx", "h2load", "taskset", "perf"], False),
     "convergence": (["--scale", "20", "--changes", "5", "--rebuilds", "1", "--scale-changes", "2"], [], True),
