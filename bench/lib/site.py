@@ -232,16 +232,18 @@ def twingress(children: procs.Children, name: str, checkout: Checkout, backends:
 
 # --- nginx as a proxy -------------------------------------------------------------------
 
-def nginx(children: procs.Children, name: str, backends: Backends, cpus: Optional[str], workers: int = 1) -> Listening:
-    """nginx as an ingress configures it: upstream keep-alive, HTTP/2 over TLS, gRPC by grpc_pass."""
+def nginx(children: procs.Children, name: str, backends: Backends, cpus: Optional[str], workers: int = 1,
+          resumption: bool = False) -> Listening:
+    """nginx as an ingress configures it: upstream keep-alive, HTTP/2 over TLS, gRPC by grpc_pass; TLS session
+    resumption (a shared session cache, tickets) only with C{resumption}: a full-handshake figure must not resume."""
     http_port, https_port = procs.free_port(), procs.free_port()
     tls = f"""ssl_certificate {backends.cert};
         ssl_certificate_key {backends.key};
         ssl_protocols TLSv1.2 TLSv1.3;
         ssl_ciphers {MODERN_CIPHERS};
         ssl_prefer_server_ciphers on;
-        ssl_session_cache off;
-        ssl_session_tickets off;"""
+        {"ssl_session_cache shared:SSL:10m;" if resumption else "ssl_session_cache off;"}
+        {"ssl_session_tickets on;" if resumption else "ssl_session_tickets off;"}"""
     body = f"""
     upstream b {{ server 127.0.0.1:{backends.http_port}; keepalive {UPSTREAM_IDLE}; keepalive_requests 100000000; }}
     upstream g {{ server 127.0.0.1:{backends.grpc_port}; keepalive 64; }}

@@ -71,7 +71,6 @@ class Legacy:
 
 
 SCENARIOS = (
-    Legacy("mix", "mix_bench.py", "What does a realistic mix (browsers over h2, one-request HTTP/1.1 clients, TLS 1.3 handshakes, half resumed) cost per request, beside the peers?"),
     Legacy("floor-library", "library_share.py", "What do pyOpenSSL and h2 cost per request inside twingress, against inside the TLS floor and the splice floor?", json=False),
     Legacy("instructions", "live_instructions.py", "How many instructions per request does each live proxy run (callgrind), h2 and HTTPS/1.1?", json=False),
     Legacy("tls-calls", "tls_calls.py", "What do the four OpenSSL calls of an HTTPS keep-alive request cost, by the way they are called?", json=False),

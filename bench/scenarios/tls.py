@@ -232,7 +232,7 @@ def sni_row(run: Run, backends: site.Backends) -> dict[str, Any]:
 
 def run(run: Run) -> list[dict[str, Any]]:
     backends = site.start_backends(run.children, run.load_cpus)
-    sha = hashlib.sha256(_der(backends)).hexdigest()
+    sha = hashlib.sha256(der(backends)).hexdigest()
     rows = []
     for name in ("nginx", "twingress"):
         try:
@@ -255,7 +255,8 @@ def run(run: Run) -> list[dict[str, Any]]:
     return rows
 
 
-def _der(backends: site.Backends) -> bytes:
+def der(backends: site.Backends) -> bytes:
+    """The bench certificate's DER (what a client's SHA-256 of the served certificate is checked against)."""
     from cryptography import x509
     from cryptography.hazmat.primitives.serialization import Encoding
     return x509.load_pem_x509_certificate(backends.cert.read_bytes()).public_bytes(Encoding.DER)

@@ -135,6 +135,7 @@ PORTED: dict[str, tuple[list[str], list[str], Callable[[dict[str, Any]], Any]]] 
                 lambda row: row.get("tcp_1_stream_MBps") or row["udp_pps"]),
     "h2-path": (["--requests", "2000", "--rounds", "1"], ["taskset"], lambda row: row["best_us"]),
     "floor-h2": (["--requests", "2000", "--rounds", "1"], ["taskset"], lambda row: row["best_us"]),
+    "mix": (["--seconds", "1", "--warmup", "1", "--against", "nginx"], ["nginx", "h2load", "taskset", "go"], lambda row: row["cpu_us_per_request"]),
 }
 
 
@@ -150,7 +151,6 @@ def test_ported_scenario(tmp_path: Path, name: str) -> None:
 
 # Each older script's scenario at its smallest: (its options, the tools it needs, whether it needs the cluster).
 LEGACY = {
-    "mix": (["--duration", "1", "--warmup", "1", "--proxies", "twingress,nginx"], ["nginx", "h2load", "taskset", "go"], False),
     "instructions": (["--proxies", "twingress", "--requests", "200", "--warmup", "100"], ["nginx", "h2load", "taskset", "valgrind", "callgrind_control"], False),
     "tls-calls": (["--requests", "2000", "--rounds", "1"], [], False),
     "workers-cost": (["--rounds", "1", "--seconds", "1", "--no-count", "--proxies", "twingress"], ["nginx", "h2load", "taskset", "perf"], False),
