@@ -71,7 +71,6 @@ class Legacy:
 
 
 SCENARIOS = (
-    Legacy("floor-library", "library_share.py", "What do pyOpenSSL and h2 cost per request inside twingress, against inside the TLS floor and the splice floor?", json=False),
     Legacy("instructions", "live_instructions.py", "How many instructions per request does each live proxy run (callgrind), h2 and HTTPS/1.1?", json=False),
     Legacy("tls-calls", "tls_calls.py", "What do the four OpenSSL calls of an HTTPS keep-alive request cost, by the way they are called?", json=False),
     Legacy("workers-cost", "workers_cost.py", "Where does a second worker's extra CPU per request go (syscalls, context switches, instructions)?", json=False),
