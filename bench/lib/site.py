@@ -211,11 +211,12 @@ def twingress_manifests(directory: Path, backends: Backends, annotations: Option
 def twingress(children: procs.Children, name: str, checkout: Checkout, backends: Backends, cpus: Optional[str],
               workers: int = 1, extra: Sequence[str] = (), annotations: Optional[dict[str, str]] = None,
               more_manifests: Optional[dict[str, str]] = None, pythonpath: Sequence[str] = (),
-              environment: Optional[dict[str, str]] = None) -> Listening:
+              environment: Optional[dict[str, str]] = None, wrapper: Sequence[str] = ()) -> Listening:
     """
     twingress of C{checkout} (its .venv, its tree first on the path: its compiled modules if built), access log off
     (C{extra} arguments come after, and override), C{annotations} on HOST's Ingress, C{more_manifests} (file name: text) beside,
-    C{pythonpath} before the tree on its path (bench/libtimes, say), C{environment} added to its environment.
+    C{pythonpath} before the tree on its path (bench/libtimes, say), C{environment} added to its environment,
+    under C{wrapper} (valgrind's command line, say).
     """
     checkout.check()
     manifests = children.workdir / f"{name}-manifests"
@@ -227,7 +228,7 @@ def twingress(children: procs.Children, name: str, checkout: Checkout, backends:
             "--http", f"tcp:{http_port}:interface=127.0.0.1", "--https", f"tcp:{https_port}:interface=127.0.0.1",
             "--admin", "", "--access-log", "off", *(["--workers", str(workers)] if workers > 1 else []), *extra]
     env = dict(os.environ) | {"PYTHONPATH": os.pathsep.join([*pythonpath, str(checkout.path)]), "PYTHONUNBUFFERED": "1"} | (environment or {})
-    proc = children.spawn(name, argv, https_port, cpus, env=env, cwd=checkout.path)
+    proc = children.spawn(name, [*wrapper, *argv], https_port, cpus, env=env, cwd=checkout.path)
     procs.wait_for_port(proc, http_port, children.start_timeout)
     return Listening(name, proc, http_port, https_port)
 

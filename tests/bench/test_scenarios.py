@@ -140,6 +140,8 @@ PORTED: dict[str, tuple[list[str], list[str], Callable[[dict[str, Any]], Any]]] 
     "floor-library": (["--seconds", "2", "--warmup", "1"], ["nginx", "wrk", "h2load", "taskset", "go"],
                       lambda row: row["cpu_us"] if all((row["library_us"][lib] is None) == (lib in row["untimed"]) for lib in ("ssl", "h2"))
                       else None),
+    "instructions": (["--against", "floor", "--requests", "200", "--warmup", "100", "--cpu", "1"],
+                     ["nginx", "h2load", "taskset", "go", "valgrind", "callgrind_control"], lambda row: row["instructions"] * row["user_us"]),
 }
 
 
@@ -155,7 +157,6 @@ def test_ported_scenario(tmp_path: Path, name: str) -> None:
 
 # Each older script's scenario at its smallest: (its options, the tools it needs, whether it needs the cluster).
 LEGACY = {
-    "instructions": (["--proxies", "twingress", "--requests", "200", "--warmup", "100"], ["nginx", "h2load", "taskset", "valgrind", "callgrind_control"], False),
     "tls-calls": (["--requests", "2000", "--rounds", "1"], [], False),
     "workers-cost": (["--rounds", "1", "--seconds", "1", "--no-count", "--proxies", "twingress"], ["nginx", "h2load", "taskset", "perf"], False),
     "convergence": (["--scale", "20", "--changes", "5", "--rebuilds", "1", "--scale-changes", "2"], [], True),
