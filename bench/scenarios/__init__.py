@@ -31,10 +31,10 @@ class Run:
 
 def scenarios() -> dict[str, ModuleType]:
     """The scenarios on bench/lib, by name (imported here, late: a scenario's imports are its own business)."""
-    from bench.scenarios import floor_h2, floor_library, h2_path, instructions, latency, mix, node, pairs, streams, tls, tls_calls
+    from bench.scenarios import floor_h2, floor_library, h2_path, instructions, latency, mix, node, pairs, streams, tls, tls_calls, workers_cost
     return {module.NAME: module for module in (
         pairs, node,
-        latency, tls, streams, h2_path, floor_h2, mix, floor_library, instructions, tls_calls,
+        latency, tls, streams, h2_path, floor_h2, mix, floor_library, instructions, tls_calls, workers_cost,
     )}
 
 

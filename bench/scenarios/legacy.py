@@ -71,7 +71,6 @@ class Legacy:
 
 
 SCENARIOS = (
-    Legacy("workers-cost", "workers_cost.py", "Where does a second worker's extra CPU per request go (syscalls, context switches, instructions)?", json=False),
     Legacy("convergence", "convergence.py", "How long until a change is live, by traffic, at 1k to 10k Ingresses (and HTTPRoutes), and what memory does the table take?", kube=True),
     Legacy("endpoint-removal", "endpoint_removal.py", "How long does the proxy keep sending to a pod removed from an EndpointSlice, at 10k Ingresses?", kube=True),
     Legacy("watch-floor", "watch_floor.py", "What does watching alone cost a cluster being filled (the floor of the creation ratio)?", json=False, kube=True),

@@ -143,6 +143,8 @@ PORTED: dict[str, tuple[list[str], list[str], Callable[[dict[str, Any]], Any]]] 
     "instructions": (["--against", "floor", "--requests", "200", "--warmup", "100", "--cpu", "1"],
                      ["nginx", "h2load", "taskset", "go", "valgrind", "callgrind_control"], lambda row: row["instructions"] * row["user_us"]),
     "tls-calls": (["--requests", "2000", "--rounds", "1"], ["taskset"], lambda row: row["best_us"]),
+    "workers-cost": (["--rounds", "1", "--seconds", "1", "--no-count", "--against", "nginx"], ["nginx", "h2load", "taskset", "perf", "go"],
+                     lambda row: row["user_us"] * row["kernel"]["raw_syscalls:sys_enter"]),
 }
 
 
@@ -158,7 +160,6 @@ def test_ported_scenario(tmp_path: Path, name: str) -> None:
 
 # Each older script's scenario at its smallest: (its options, the tools it needs, whether it needs the cluster).
 LEGACY = {
-    "workers-cost": (["--rounds", "1", "--seconds", "1", "--no-count", "--proxies", "twingress"], ["nginx", "h2load", "taskset", "perf"], False),
     "convergence": (["--scale", "20", "--changes", "5", "--rebuilds", "1", "--scale-changes", "2"], [], True),
     "endpoint-removal": (["--scale", "20", "--trials", "3", "--run", "1"], [], True),
     "watch-floor": (["--routes", "50"], [], True),
