@@ -111,7 +111,7 @@ def measured(run: Run, timed: Timed, target: str, kind: str, loaded: Callable[[i
     done, failed = loaded(run.args.seconds)
     used, after = sum(cpu.group_user_system(timed.proc.pid)) - sum(cpu0), timed.snapshot()
     if failed or not done:
-        raise procs.BenchFailed(f"{kind} {target}: {failed} failed, {done} answered")
+        raise procs.BenchFailed(f"{failed} failed, {done} answered")
     return {"target": target, "kind": kind, "requests": done, "cpu_us": round(1e6 * used / done, 1)} | share(before, after, done)
 
 
@@ -198,8 +198,7 @@ def each(run: Run, timed: Timed, target: str, kind: str, loaded: Callable[[int],
     try:
         return measured(run, timed, target, kind, loaded)
     except procs.BenchFailed as e:
-        run.failures.append(str(e))
-        run.say(f"FAILED {str(e).splitlines()[0]}")
+        run.failed(f"{kind} {target}", e)
         return {}
 
 
@@ -212,8 +211,7 @@ def run(run: Run) -> list[dict[str, Any]]:
         try:
             rows += rows_of(run, backends)
         except procs.BenchFailed as e:
-            run.failures.append(f"{target}: {e}")
-            run.say(f"FAILED {target}: {str(e).splitlines()[0]}")
+            run.failed(f"{target}", e)
     for row in rows:
         run.say(line(row))
     return rows

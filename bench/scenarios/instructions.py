@@ -164,8 +164,7 @@ def run(run: Run) -> list[dict[str, Any]]:
                 if run.args.cpu:
                     row |= timed(run, proxy, kind, backends)
             except procs.BenchFailed as e:
-                run.failures.append(f"{kind} {proxy}: {e}")
-                run.say(f"FAILED {kind} {proxy}: {str(e).splitlines()[0]}")
+                run.failed(f"{kind} {proxy}", e)
                 continue
             rows.append(row)
             run.say(line(row))

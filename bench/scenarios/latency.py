@@ -127,8 +127,7 @@ def run(run: Run) -> list[dict[str, Any]]:
             finally:
                 procs.stop(listening.proc)
         except procs.BenchFailed as e:
-            run.failures.append(f"{name}: {e}")
-            run.say(f"FAILED {name}: {str(e).splitlines()[0]}")
+            run.failed(f"{name}", e)
             continue
         run.say(line(rows[-1], rows))
     return derive(rows)

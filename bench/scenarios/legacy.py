@@ -76,5 +76,4 @@ SCENARIOS = (
     Legacy("watch-floor", "watch_floor.py", "What does watching alone cost a cluster being filled (the floor of the creation ratio)?", json=False, kube=True),
     Legacy("renewal", "renewal.py", "When 1,000 TLS Secrets renew at once, how long until every new certificate is served, and does any handshake fail?", kube=True),
     Legacy("soak", "soak.py", "Does twingress hold up under steady load, constant churn and backend kills (errors, latency, memory over time)?", kube=True),
-    Legacy("first-answer", "first_answer.sh", "How long from make run in a fresh clone to the first answer, the background compile, and the second start?", json=False),
 )

@@ -98,8 +98,7 @@ def run(run: Run) -> list[dict[str, Any]]:
         try:
             rows.append(row(run, name, backends, sha))
         except procs.BenchFailed as e:
-            run.failures.append(f"{name}: {e}")
-            run.say(f"FAILED {name}: {str(e).splitlines()[0]}")
+            run.failed(f"{name}", e)
             continue
         run.say(line(rows[-1]))
     reference = next((r for r in rows if r["target"] == "nginx"), None)

@@ -172,8 +172,7 @@ def run(run: Run) -> list[dict[str, Any]]:
         try:
             rows.append(bench.target(name, start, tcp, udp))
         except (BenchFailed, subprocess.TimeoutExpired) as e:
-            run.failures.append(f"{name}: {e}")
-            run.say(f"FAILED {name}: {str(e).splitlines()[0]}")
+            run.failed(f"{name}", e)
             continue
         run.say(line(rows[-1]))
     by = {row["target"]: row for row in rows}

@@ -238,8 +238,7 @@ def run(run: Run) -> list[dict[str, Any]]:
         try:
             rows.append(proxy_row(run, name, backends, sha))
         except procs.BenchFailed as e:
-            run.failures.append(f"{name}: {e}")
-            run.say(f"FAILED {name}: {str(e).splitlines()[0]}")
+            run.failed(f"{name}", e)
             continue
         run.say(line(rows[-1]))
     if run.args.sni_certs:
@@ -247,7 +246,7 @@ def run(run: Run) -> list[dict[str, Any]]:
             rows.append(sni_row(run, backends))
             run.say(line(rows[-1]))
         except procs.BenchFailed as e:
-            run.failures.append(f"SNI: {e}")
+            run.failed("SNI", e)
     by = {row["target"]: row for row in rows}
     if "nginx" in by and "twingress" in by:
         for row, part, key in ((by["twingress"], "handshakes", "rate"), (by["twingress"], "keepalive", "rps")):

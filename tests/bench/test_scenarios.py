@@ -192,9 +192,20 @@ def test_every_scenario_is_tested() -> None:
 
 
 def test_first_answer_usage() -> None:
-    """first-answer clones and compiles (minutes, and it empties pip's cache): here only its usage error, one line, no results file."""
+    """first-answer without a clone's path: its usage, one line on stderr, exit 2, no results file (a run: below)."""
     done = bench("first-answer")
-    assert done.returncode == 2 and "usage: python -m bench first-answer CLONE" in done.stdout and "Traceback" not in done.stdout + done.stderr
+    assert done.returncode == 2 and "usage: python -m bench first-answer CLONE" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_first_answer(tmp_path: Path) -> None:
+    """first-answer in a fresh clone, the caches kept (removing them would slow every other checkout) and no compile:
+    make run's first answer, timed, and its results file."""
+    need("git", "make", "taskset")
+    out = tmp_path / "first-answer.json"
+    document = results_of(bench("first-answer", str(tmp_path / "clone"), "CAN_COMPILE=", "--keep-caches", "--out", str(out), timeout=900), out)
+    (row,) = document["figures"]
+    assert is_number(row["first_answer_s"]) and row["compile_s"] is None and row["caches_removed"] is False
 
 
 def test_report_refuses_what_is_no_results_file(tmp_path: Path) -> None:
