@@ -269,7 +269,7 @@ bench-peers: $(STAMP) system-packages
 
 bench-mix: $(STAMP) system-packages
 	bench/peers.sh
-	$(PY) -m bench mix
+	$(PY) -m bench mix --against nginx,traefik,caddy
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache twingress_*__mypyc.*.so

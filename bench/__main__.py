@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from bench.lib import cpu, procs, results
-from bench.scenarios import Run, legacy, scenarios
+from bench.scenarios import Run, scenarios
 
 TOOLS = ("h2load", "taskset")
 
@@ -47,8 +47,6 @@ def common(p: argparse.ArgumentParser) -> None:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.strip().split("\n\n")[1].replace("\n", " "))
     sub = p.add_subparsers(dest="scenario", required=True, metavar="SCENARIO")
-    for name, scenario in legacy().items():
-        sub.add_parser(name, help=scenario.QUESTION, add_help=False)
     for name, module in scenarios().items():
         s = sub.add_parser(name, help=module.QUESTION, description=(module.__doc__ or "").strip(),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -74,7 +72,7 @@ def split_cpus(spec: str) -> tuple[Optional[str], Optional[str]]:
 
 
 def report(files: Sequence[Path]) -> int:
-    known: dict[str, Any] = {**scenarios(), **legacy()}
+    known: dict[str, Any] = scenarios()
     status = 0
     for path in files:
         try:
@@ -147,45 +145,13 @@ def run_scenario(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 1 if run.failures else 0
 
 
-def run_legacy(name: str, argv: list[str]) -> int:
-    """A scenario of bench/legacy/: every option but --out FILE is the script's (--help: its own)."""
-    scenario = legacy()[name]
-    out: Optional[Path] = None
-    rest = argv[1:]
-    for index, arg in enumerate(rest):
-        if arg == "--out" and index + 1 < len(rest):
-            out, rest = Path(rest[index + 1]), rest[:index] + rest[index + 2:]
-            break
-        if arg.startswith("--out="):
-            out, rest = Path(arg.split("=", 1)[1]), rest[:index] + rest[index + 1:]
-            break
-    if "--help" in rest or "-h" in rest:
-        return scenario.run(rest)[0]
-    signal.signal(signal.SIGTERM, interrupt)
-    signal.signal(signal.SIGHUP, interrupt)
-    try:
-        status, figures, failures = scenario.run(rest)
-    except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
-        return 130
-    if status == 2 and not figures:
-        return 2  # the script's own usage error, on its stderr: no results to keep
-    path = results.write(out, name, ["python", "-m", "bench", *argv], {"argv": rest, "script": f"bench/legacy/{scenario.script}"}, figures, failures)
-    print(f"results written to {path}")
-    for failure in failures:
-        print(f"FAILED {failure}", file=sys.stderr)
-    return 1 if failures else 0
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in legacy():
-        return run_legacy(argv[0], argv)
     args = parser().parse_args(argv)
     if args.scenario == "report":
         return report(args.files)
     if args.scenario == "list":
-        for name, module in {**scenarios(), **legacy()}.items():
+        for name, module in scenarios().items():
             print(f"{name:<17} {module.QUESTION}")
         return 0
     return run_scenario(args, argv)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The proxies users would pick instead of twingress, built from their Go modules for
-# bench/peers_bench.py (issue 32, target 4) into
+# python -m bench --against traefik,caddy (bench/lib/peers.py) into
 #
 #   ${TWINGRESS_CACHE:-$HOME/.cache/twingress}/bench/traefik-<version>/traefik
 #   ${TWINGRESS_CACHE:-$HOME/.cache/twingress}/bench/caddy-<version>/caddy

@@ -1,8 +1,8 @@
 #!/bin/sh
 # Install what the benchmarks in bench/ need: nginx (backend and reference proxy),
-# wrk (load generator), taskset (util-linux, CPU pinning), and for stream_bench.py
-# haproxy and socat (reference proxies) and iperf3 (TCP load), and valgrind (h2_path.py
-# --instructions: instructions per request), and perf (workers_cost.py: syscalls and context
+# wrk (load generator), taskset (util-linux, CPU pinning), and for the streams scenario
+# haproxy and socat (reference proxies) and iperf3 (TCP load), and valgrind (instructions,
+# h2-path --instructions: instructions per request), and perf (workers-cost: syscalls and context
 # switches per request, from the kernel's software counters).  Its UDP load tool
 # (bench/udpload) needs Go, which this does not install: the same Go as testenv/build.sh
 # ($GO, go on PATH, or /usr/local/go/bin/go; https://go.dev/dl/).
@@ -14,7 +14,7 @@ have_nginx() { have nginx || [ -x /usr/sbin/nginx ]; }
 
 have_streams() { (have haproxy || [ -x /usr/sbin/haproxy ]) && have socat && have iperf3; }
 have_go() { [ -n "${GO:-}" ] && [ -x "$GO" ] || have go || [ -x /usr/local/go/bin/go ]; }
-have_go || echo "bench/setup.sh: warning: no Go toolchain; stream_bench.py needs one for its UDP load" >&2
+have_go || echo "bench/setup.sh: warning: no Go toolchain; the streams, mix and gRPC scenarios need one for their load and backend" >&2
 
 if have_nginx && have wrk && have taskset && have_streams && have valgrind && have perf; then
     echo "bench/setup.sh: nginx, wrk, taskset, haproxy, socat, iperf3, valgrind and perf already installed"

@@ -1,4 +1,4 @@
-// Command caddy is Caddy 2 with its standard modules, built for bench/peers_bench.py.
+// Command caddy is Caddy 2 with its standard modules, built for the benches beside Traefik (bench/lib/peers.py).
 //
 // Caddy's own cmd/caddy is this program too; it lives in a module of ours so that
 // go.mod pins the version we measured and go.sum its dependencies (see bench/peers.sh).

@@ -1,6 +1,6 @@
 // grpcecho answers every gRPC unary call with the request's message, over h2c.
 //
-// It is the backend of bench/h2_bench.py's gRPC rows: the same bytes a gRPC server
+// It is the backend of the benches' gRPC kind (bench/lib/site.py): the same bytes a gRPC server
 // sends (a length-prefixed message, then grpc-status 0 in trailers), from Go's
 // standard HTTP/2 server, so that the backend is never what limits the proxies.
 // No gRPC library: nothing here needs one, and the build needs no module downloads.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
@@ -89,8 +90,10 @@ https://:{https_port} {{
     return [str(path), "run", "--config", str(caddyfile), "--adapter", "caddyfile"]
 
 
-def start(children: procs.Children, name: str, backends: Backends, cpus: Optional[str], workers: int = 1) -> Listening:
-    """Traefik or Caddy, built, started pinned to C{cpus} with its own home (nothing read from or written to the user's)."""
+def start(children: procs.Children, name: str, backends: Backends, cpus: Optional[str], workers: int = 1,
+          wrapper: Sequence[str] = (), environment: Optional[dict[str, str]] = None) -> Listening:
+    """Traefik or Caddy, built, started pinned to C{cpus} with its own home (nothing read from or written to the user's),
+    under C{wrapper} (valgrind's command line, say) with C{environment} added."""
     if name not in PEERS:
         raise procs.BenchFailed(f"unknown peer {name!r}: one of {', '.join(PEERS)}")
     path = binary(name)
@@ -99,7 +102,7 @@ def start(children: procs.Children, name: str, backends: Backends, cpus: Optiona
     home = children.workdir / f"{name}-home"
     home.mkdir(exist_ok=True)
     env = dict(os.environ) | {"GOMAXPROCS": str(workers), "HOME": str(home), "XDG_DATA_HOME": str(home / "data"),
-                              "XDG_CONFIG_HOME": str(home / "config")}
-    proc = children.spawn(name, make(path, children.workdir, http_port, https_port, backends), https_port, cpus, env=env)
+                              "XDG_CONFIG_HOME": str(home / "config")} | (environment or {})
+    proc = children.spawn(name, [*wrapper, *make(path, children.workdir, http_port, https_port, backends)], https_port, cpus, env=env)
     procs.wait_for_port(proc, http_port, children.start_timeout)
     return Listening(name, proc, http_port, https_port)

@@ -48,26 +48,34 @@ class Backends:
     grpc_port: int
     cert: Path
     key: Path
+    proc: Optional[procs.Proc] = None  # the nginx backend's process (what "direct" measures)
 
 
-def write_certificate(workdir: Path) -> tuple[Path, Path]:
-    """A self-signed ECDSA P-256 certificate for the bench's names, valid for a day: (cert, key) files."""
+def self_signed(key: Any, hosts: Sequence[str]) -> tuple[bytes, bytes, bytes]:
+    """A self-signed certificate of C{key} for C{hosts} (CN: the first), valid for a day: (cert PEM, key PEM, cert DER)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, HOST)])
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])])
     now = datetime.datetime.now(datetime.UTC)
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
             .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
             .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(h) for h in (HOST, SNI, GRPC_HOST)]), critical=False)
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(h) for h in hosts]), critical=False)
             .sign(key, hashes.SHA256()))
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return cert.public_bytes(serialization.Encoding.PEM), key_pem, cert.public_bytes(serialization.Encoding.DER)
+
+
+def write_certificate(workdir: Path) -> tuple[Path, Path]:
+    """A self-signed ECDSA P-256 certificate for the bench's names, valid for a day: (cert, key) files."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    cert_pem, key_pem, _ = self_signed(ec.generate_private_key(ec.SECP256R1()), [HOST, SNI, GRPC_HOST])
     cert_path, key_path = workdir / "bench.crt", workdir / "bench.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    cert_path.write_bytes(cert_pem)
+    key_path.write_bytes(key_pem)
     return cert_path, key_path
 
 
@@ -101,20 +109,27 @@ http {{
     return [nginx_binary(), "-p", str(workdir), "-e", "stderr", "-c", str(conf)]
 
 
-def grpcecho() -> Path:
-    """bench/grpcecho, built once into the cache (again when its source is newer)."""
-    binary, source = CACHE / "grpcecho", REPO / "bench" / "grpcecho" / "main.go"
-    if binary.exists() and binary.stat().st_mtime >= source.stat().st_mtime:
+def go_tool(name: str) -> Path:
+    """bench/NAME (a Go program: grpcecho, mixload, udpload), built once into the cache (again when a source is newer)."""
+    binary, source = CACHE / name, REPO / "bench" / name
+    newest = max(path.stat().st_mtime for path in source.glob("*.go"))
+    if binary.exists() and binary.stat().st_mtime >= newest:
         return binary
     go = os.environ.get("GO") or shutil.which("go") or "/usr/local/go/bin/go"
     CACHE.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ) | {"CGO_ENABLED": "0"}
     try:
-        done = subprocess.run([go, "build", "-o", str(binary), "."], cwd=source.parent, capture_output=True, text=True)
+        done = subprocess.run([go, "build", "-o", str(binary), "."], cwd=source, capture_output=True, text=True, env=env)
     except OSError as e:
-        raise procs.BenchFailed(f"go build bench/grpcecho: {e}") from e
+        raise procs.BenchFailed(f"go build bench/{name}: {e} (set GO=/path/to/go)") from e
     if done.returncode != 0:
-        raise procs.BenchFailed(f"go build bench/grpcecho failed:\n{done.stderr}")
+        raise procs.BenchFailed(f"go build bench/{name} failed:\n{done.stderr}")
     return binary
+
+
+def grpcecho() -> Path:
+    """bench/grpcecho, the gRPC backend."""
+    return go_tool("grpcecho")
 
 
 def start_backends(children: procs.Children, cpus: Optional[str]) -> Backends:
@@ -126,9 +141,9 @@ def start_backends(children: procs.Children, cpus: Optional[str]) -> Backends:
         listen 127.0.0.1:{http_port} backlog=4096;
         location / {{ default_type text/plain; return 200 "hello world\\n"; }}
     }}"""
-    children.spawn("backend", nginx_main(children.workdir, "backend", server), http_port, cpus)
+    backend = children.spawn("backend", nginx_main(children.workdir, "backend", server), http_port, cpus)
     children.spawn("grpcecho", [str(grpcecho()), "-listen", f"127.0.0.1:{grpc_port}"], grpc_port, cpus)
-    return Backends(http_port, grpc_port, cert, key)
+    return Backends(http_port, grpc_port, cert, key, backend)
 
 
 # --- twingress, from a checkout ---------------------------------------------------------
@@ -160,8 +175,11 @@ class Checkout:
                 "dirty": bool(git("status", "--porcelain", "--untracked-files=no")), "compiled": compiled}
 
 
-def twingress_manifests(directory: Path, backends: Backends) -> None:
-    """The bench's Services, EndpointSlices, Secret and two Ingresses (HOST, served in clear too; GRPC_HOST, gRPC) as one v1 List."""
+def twingress_manifests(directory: Path, backends: Backends, annotations: Optional[dict[str, str]] = None) -> None:
+    """The bench's Services, EndpointSlices, Secret and two Ingresses (HOST, served in clear too; GRPC_HOST, gRPC) as one v1 List.
+
+    C{annotations} go on HOST's Ingress besides its own: what a route policy costs (C{latency --annotation}).
+    """
     directory.mkdir(parents=True, exist_ok=True)
     ns = "default"
 
@@ -185,39 +203,50 @@ def twingress_manifests(directory: Path, backends: Backends) -> None:
               "spec": {"controller": "twingress.io/ingress-controller"}},
              {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "metadata": {"namespace": ns, "name": "bench-tls"},
               "stringData": {"tls.crt": backends.cert.read_text(), "tls.key": backends.key.read_text()}},
-             ingress("bench", HOST, [HOST, SNI], {"twingress.io/ssl-redirect": "false"}),
+             ingress("bench", HOST, [HOST, SNI], {"twingress.io/ssl-redirect": "false", **(annotations or {})}),
              ingress("grpcecho", GRPC_HOST, [GRPC_HOST], {"twingress.io/backend-protocol": "GRPC"})]
     (directory / "all.json").write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
 
 
 def twingress(children: procs.Children, name: str, checkout: Checkout, backends: Backends, cpus: Optional[str],
-              workers: int = 1, extra: Sequence[str] = ()) -> Listening:
-    """twingress of C{checkout} (its .venv, its tree first on the path: its compiled modules if built), access log off."""
+              workers: int = 1, extra: Sequence[str] = (), annotations: Optional[dict[str, str]] = None,
+              more_manifests: Optional[dict[str, str]] = None, pythonpath: Sequence[str] = (),
+              environment: Optional[dict[str, str]] = None, wrapper: Sequence[str] = ()) -> Listening:
+    """
+    twingress of C{checkout} (its .venv, its tree first on the path: its compiled modules if built), access log off
+    (C{extra} arguments come after, and override), C{annotations} on HOST's Ingress, C{more_manifests} (file name: text) beside,
+    C{pythonpath} before the tree on its path (bench/libtimes, say), C{environment} added to its environment,
+    under C{wrapper} (valgrind's command line, say).
+    """
     checkout.check()
     manifests = children.workdir / f"{name}-manifests"
-    twingress_manifests(manifests, backends)
+    twingress_manifests(manifests, backends, annotations)
+    for file_name, text in (more_manifests or {}).items():
+        (manifests / file_name).write_text(text)
     http_port, https_port = procs.free_port(), procs.free_port()
     argv = [str(checkout.twistd), "--pidfile=", "-n", "ingress", "--manifests", str(manifests),
             "--http", f"tcp:{http_port}:interface=127.0.0.1", "--https", f"tcp:{https_port}:interface=127.0.0.1",
             "--admin", "", "--access-log", "off", *(["--workers", str(workers)] if workers > 1 else []), *extra]
-    env = dict(os.environ) | {"PYTHONPATH": str(checkout.path), "PYTHONUNBUFFERED": "1"}
-    proc = children.spawn(name, argv, https_port, cpus, env=env, cwd=checkout.path)
+    env = dict(os.environ) | {"PYTHONPATH": os.pathsep.join([*pythonpath, str(checkout.path)]), "PYTHONUNBUFFERED": "1"} | (environment or {})
+    proc = children.spawn(name, [*wrapper, *argv], https_port, cpus, env=env, cwd=checkout.path)
     procs.wait_for_port(proc, http_port, children.start_timeout)
     return Listening(name, proc, http_port, https_port)
 
 
 # --- nginx as a proxy -------------------------------------------------------------------
 
-def nginx(children: procs.Children, name: str, backends: Backends, cpus: Optional[str], workers: int = 1) -> Listening:
-    """nginx as an ingress configures it: upstream keep-alive, HTTP/2 over TLS, gRPC by grpc_pass."""
+def nginx(children: procs.Children, name: str, backends: Backends, cpus: Optional[str], workers: int = 1,
+          resumption: bool = False) -> Listening:
+    """nginx as an ingress configures it: upstream keep-alive, HTTP/2 over TLS, gRPC by grpc_pass; TLS session
+    resumption (a shared session cache, tickets) only with C{resumption}: a full-handshake figure must not resume."""
     http_port, https_port = procs.free_port(), procs.free_port()
     tls = f"""ssl_certificate {backends.cert};
         ssl_certificate_key {backends.key};
         ssl_protocols TLSv1.2 TLSv1.3;
         ssl_ciphers {MODERN_CIPHERS};
         ssl_prefer_server_ciphers on;
-        ssl_session_cache off;
-        ssl_session_tickets off;"""
+        {"ssl_session_cache shared:SSL:10m;" if resumption else "ssl_session_cache off;"}
+        {"ssl_session_tickets on;" if resumption else "ssl_session_tickets off;"}"""
     body = f"""
     upstream b {{ server 127.0.0.1:{backends.http_port}; keepalive {UPSTREAM_IDLE}; keepalive_requests 100000000; }}
     upstream g {{ server 127.0.0.1:{backends.grpc_port}; keepalive 64; }}

@@ -1,7 +1,7 @@
 """
-Times the TLS and HTTP/2 libraries' calls inside a running proxy (bench/library_share.py).
+Times the TLS and HTTP/2 libraries' calls inside a running proxy (python -m bench floor-library).
 
-Why: the floors (splice_floor.py, h2_floor.py) measure what pyOpenSSL and h2 cost in a
+Why: the floors (bench/lib/splicefloor.py, bench/lib/h2floor.py) measure what pyOpenSSL and h2 cost in a
 process that does nothing else, and issue 32's targets charge everything above them to
 twingress's own code.  Whether the same calls cost the same inside twingress is a
 measurement, not an assumption: this module, put first on a child's PYTHONPATH with
@@ -16,6 +16,11 @@ system call per read, dearer than some of the calls it would time.  The proxy un
 test has its CPU to itself, so the wall time inside a call is its CPU time.  The span
 each call's timing itself adds is measured at start and written with the totals as
 C{span_ns}, for the reader to subtract.
+
+A class whose methods cannot be replaced - h2's H2Connection in the compiled build, which
+h2stack.py compiles with Cython into an immutable type - is not timed, and the totals say so
+(C{untimed}: the label and why) rather than the process losing its SIGUSR2 handler: the reader
+shows that library as not measured, and every other figure stands.
 
 The cyclic garbage collector is timed too (C{gc.callbacks}): per generation, the
 collections, their nanoseconds, the longest since the last snapshot, and the objects
@@ -70,11 +75,17 @@ def _timed(original: Callable[..., Any], cell: list[int]) -> Callable[..., Any]:
     return timed
 
 
-def _wrap_public_methods(owner: type, label: str) -> None:
+def _wrap_public_methods(owner: type, label: str) -> str:
+    """Every public method of C{owner} timed under C{label}; or, where its type is immutable, none, and why."""
+    try:
+        owner._twingress_timed = True
+    except TypeError as e:
+        return f"{owner.__module__}.{owner.__qualname__} cannot be wrapped ({e}): compiled"
     for name, value in list(vars(owner).items()):
         if name.startswith("_") or isinstance(value, (property, staticmethod, classmethod)) or not callable(value):
             continue
         setattr(owner, name, _timed(value, _methods.setdefault(f"{label}.{name}", [0, 0])))
+    return ""
 
 
 def _span_ns() -> float:
@@ -94,13 +105,14 @@ def _install(path: str) -> None:
     from h2.connection import H2Connection
     from OpenSSL.SSL import Connection
 
-    _wrap_public_methods(Connection, "ssl")
-    _wrap_public_methods(H2Connection, "h2")
+    untimed = {label: why for label, why in (("ssl", _wrap_public_methods(Connection, "ssl")),
+                                             ("h2", _wrap_public_methods(H2Connection, "h2"))) if why}
     span = _span_ns()
 
     def snapshot(signum: int, frame: Any) -> None:
         with open(path, "a") as out:
-            out.write(json.dumps({"t": time.monotonic(), "span_ns": span, "methods": _methods, "gc": _collections}) + "\n")
+            out.write(json.dumps({"t": time.monotonic(), "span_ns": span, "methods": _methods, "gc": _collections,
+                                  "untimed": untimed}) + "\n")
         for cell in _collections.values():
             cell[2] = 0  # the longest pause is since the last snapshot
 

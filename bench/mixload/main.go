@@ -1,4 +1,4 @@
-// mixload is the load of bench/mix_bench.py (issue 32, target 6): a realistic mix in which
+// mixload is the load of python -m bench mix (bench/scenarios/mix.py): a realistic mix in which
 // TLS handshakes dominate, which no stock load generator makes (h2load neither resumes
 // sessions across connections nor closes after N requests; wrk keeps connections alive).
 //

@@ -29,22 +29,18 @@ class Run:
     config: dict[str, Any] = field(default_factory=dict)  # what the scenario adds to the results file's config
     failures: list[str] = field(default_factory=list)  # what it could not measure, one line each
 
+    def failed(self, what: str, error: Exception) -> None:
+        """C{what} could not be measured: the results file keeps why, the run says its first line and goes on."""
+        self.failures.append(f"{what}: {error}")
+        self.say(f"FAILED {what}: {str(error).splitlines()[0] if str(error) else type(error).__name__}")
+
 
 def scenarios() -> dict[str, ModuleType]:
     """The scenarios on bench/lib, by name (imported here, late: a scenario's imports are its own business)."""
     names = (
         "pairs", "node",
-        "convergence",
-        "endpoint_removal",
-        "watch_floor",
-        "renewal",
-        "soak",
+        "latency", "tls", "streams", "h2_path", "floor_h2", "mix", "floor_library", "instructions", "tls_calls", "workers_cost", "first_answer",
+        "convergence", "endpoint_removal", "watch_floor", "renewal", "soak",
     )
     modules = [importlib.import_module(f"bench.scenarios.{name}") for name in names]
     return {module.NAME: module for module in modules}
-
-
-def legacy() -> dict[str, Any]:
-    """The scenarios still run by a script of bench/legacy/, by name (L{bench.scenarios.legacy})."""
-    from bench.scenarios.legacy import SCENARIOS
-    return {scenario.NAME: scenario for scenario in SCENARIOS}

@@ -1,4 +1,4 @@
-// Command udpload is the UDP load for bench/stream_bench.py: an echo server and a closed-loop
+// Command udpload is the UDP load for python -m bench streams (bench/scenarios/streams.py): an echo server and a closed-loop
 // load generator, in Go (standard library only) so that the load side (one core) outruns any
 // proxy under test.
 //

@@ -8,7 +8,7 @@ Why it matters: an object in a cycle is freed only when the cyclic collector fin
 collector holds the GIL while it scans, the routing table's objects too (hundreds of milliseconds
 at 10k Ingresses).  Before this was tested, an HTTP/2 request left about 11 objects in cycles
 (its stream and exchange held each other, and its timer held the stream), a gRPC call more, and
-every connection its own; bench/legacy/library_share.py measured 18 µs of collections per HTTP/2
+every connection its own; python -m bench floor-library measured 18 µs of collections per HTTP/2
 request, and 400 ms pauses at 10k Ingresses under gRPC load.  And a process that freezes its
 long-lived objects (C{gc.freeze}) leaks any cycle frozen with them.
 

@@ -3,9 +3,8 @@ What a second worker costs per request, counted (issue 32, target 5): twingress 
 against ``--workers N`` on the same CPUs, HTTP/1.1 keep-alive, each row's CPU per request split
 into what can be counted on this guest without hardware counters.
 
-Why: the ninth session timed ``--workers 2`` at +7.3% CPU per request over ``--workers 1`` with both
-on one CPU (+15.7% on two, beside the load), and could not say where it went: a timed ratio on this
-guest moves by a fifth between runs of one tree.  Counts do not drift, so this bench counts, for each
+Why: a timed ratio of ``--workers 2`` over ``--workers 1`` says that a second worker costs CPU per
+request, not where it goes, and on this guest it moves by a fifth between runs of one tree.  Counts do not drift, so this bench counts, for each
 row, over the whole process tree (the primary and its workers):
 
 - user-space instructions per request, under callgrind (``--trace-children=yes``, every process
@@ -15,15 +14,15 @@ row, over the whole process tree (the primary and its workers):
 - syscalls per request, ``epoll_wait`` calls (reactor wake-ups) per request, and context switches
   per request, from the kernel's own counters (``perf stat`` with the syscall tracepoints and the
   context-switches software event: no hardware counters needed);
-- user and system CPU per request, timed without valgrind (``/proc``), as http_bench.py measures it.
+- user and system CPU per request, timed without valgrind (``/proc``), as the latency scenario measures it.
 
 If the instructions per request are level and the syscalls and switches grow, what a second worker
 costs is the kernel's and the caches', not twingress's code: each worker sees half the connections,
 so each wake-up carries fewer requests.
 
 The backend is the benches' nginx on the load CPU, with h2load (``--h1``, keep-alive, one request at a
-time per connection) beside it; twingress runs with ``--proxy-cpu-list`` (default ``0``: every process
-on one CPU, the layout where the ninth session measured +7.3%).  nginx (``worker_processes`` 1 and N,
+time per connection) beside it; twingress runs on the proxy CPUs (by default ``0``: every process
+on one CPU).  nginx (``worker_processes`` 1 and N,
 its master beside them) runs the same way as the reference: what N processes sharing the same CPUs
 cost a proxy whose own code adds nothing per worker.  And ``twingress-apart`` runs N separate
 twingress processes of one worker each on the same CPUs, the load split between their ports: N
@@ -32,9 +31,9 @@ listening socket).  If it costs what ``--workers N`` costs, the pool adds nothin
 alternate over ``--rounds``, the order reversed every other round; each N row is compared with the
 same round's one-worker row.
 
-  .venv/bin/python -m bench workers-cost [--workers 2] [--rounds 4] [--seconds 8] [--count-requests 20000]
-      # ~5 min a twingress row with the count (CPython under valgrind), ~20 s without
-  .venv/bin/python -m bench workers-cost --no-count [--proxies twingress,nginx,twingress-apart]   # the timed and kernel-counted rows alone
+C{--workers N} is the layout compared with one (2 unless more is given); the proxies on the
+proxy CPUs of C{--cpus} (the default: every process on CPU 0); C{--against nginx,twingress-apart}.
+C{--no-count}: the timed and kernel-counted rows alone (a twingress row under valgrind takes minutes).
 """
 
 from __future__ import annotations
@@ -45,31 +44,24 @@ import shutil
 import signal
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import cpuload  # noqa: E402
-import h2_bench  # noqa: E402
-import procs  # noqa: E402
-import targets  # noqa: E402
-from harness import Harness, run_in_workdir, twingress_env  # noqa: E402
-from live_instructions import served_and_failed  # noqa: E402
-from report import write_and_exit_status  # noqa: E402
+from bench.lib import cpu, load, procs, site
+from bench.lib.procs import BenchFailed
+from bench.scenarios import Run
+
+NAME = "workers-cost"
+QUESTION = "Where does a second worker's extra CPU per request go (syscalls, context switches, instructions)?"
+TOOLS = ("nginx", "perf")
 
 _TOTALS_RE = re.compile(r"^totals: (\d+)", re.MULTILINE)  # the file's "summary:" is 0 when counting starts off
 # perf stat's kernel-side counters: no hardware counter is exposed in this guest
 PERF_EVENTS = ("raw_syscalls:sys_enter", "syscalls:sys_enter_epoll_wait", "context-switches")
-
-
-class BenchFailed(RuntimeError):
-    """A row could not be measured; the message says why."""
 
 
 TWINGRESS, NGINX = "twingress", "nginx"
@@ -99,26 +91,19 @@ class Row:
 
 def group_pids(pgid: int) -> list[int]:
     """The live processes of one process group: the primary (its leader) first, then its workers."""
-    return sorted((pid for pid, _ in cpuload.group_stats(pgid)), key=lambda pid: (pid != pgid, pid))
+    return sorted(cpu.group_pids(pgid), key=lambda pid: (pid != pgid, pid))
 
 
-class Bench(Harness):
-    """The backend for the whole run; twingress started per row, with its workers."""
+class Bench:
+    """The backend for the whole run; the proxies started per row, with their workers."""
 
-    def __init__(self, args: argparse.Namespace, stack: ExitStack, workdir: Path) -> None:
-        super().__init__(args, stack, workdir)
-        self.backend_port = procs.free_port()
-        self.manifests = workdir / "manifests"
-
-    def start_backend(self) -> None:
-        """The benches' nginx backend on the load CPU, and twingress's manifests routing to it (python -m bench pairs has its own, bench/lib/site.py)."""
-        self.nginx("backend", targets.backend_conf(self.workdir, self.backend_port), self.backend_port, self.args.load_cpu)
-        targets.write_manifests(self.manifests, self.backend_port)
+    def __init__(self, run: Run) -> None:
+        self.run, self.args = run, run.args
+        self.backends = site.start_backends(run.children, run.load_cpus)
 
     def run_all(self) -> list[Row]:
-        self.start_backend()
         rows = []
-        order = [(proxy, workers) for proxy in self.args.proxies for workers in (1, self.args.workers)
+        order = [(proxy, workers) for proxy in (TWINGRESS, *self.args.against) for workers in (1, self.args.workers)
                  if not (proxy == APART and workers == 1)]  # one process apart is twingress --workers 1
         for round_number in range(1, self.args.rounds + 1):
             for proxy, workers in order if round_number % 2 else order[::-1]:
@@ -127,27 +112,21 @@ class Bench(Harness):
                     if self.args.count and proxy == TWINGRESS:
                         self.count(row)
                     self.time(row)
-                except (BenchFailed, procs.StartError, OSError, subprocess.TimeoutExpired) as e:
+                except (BenchFailed, OSError, subprocess.SubprocessError) as e:
                     row.failure = str(e)
-                print(f"==> {describe(row)}", flush=True)
+                    self.run.failures.append(f"{proxy} --workers {workers} round {round_number}: {e}")
+                self.run.say(f"==> {describe(row)}")
                 rows.append(row)
         return rows
 
-    def argv(self, proxy: str, workers: int, port: int) -> list[str]:
-        """twingress with C{--workers} (one process when 1: no primary), or nginx as the reference proxy (a master and its workers)."""
-        if proxy == NGINX:
-            conf = targets.proxy_conf(self.workdir, port, self.backend_port, workers)
-            return [self.args.nginx, *targets.write_nginx_conf(self.workdir, "nginx-proxy", conf)]
-        argv = targets.twingress_argv(targets.DEFAULT_TWINGRESS_CMD, Path(sys.prefix) / "bin", self.manifests, port, self.backend_port)
-        if workers > 1:
-            argv += ["--workers", str(workers)]
-        return argv + ["--access-log", self.args.access_log]
-
-    def start(self, row: Row, name: str, prefix: Sequence[str] = ()) -> tuple[procs.Proc, int]:
+    def start(self, row: Row, name: str, wrapper: Sequence[str] = ()) -> tuple[procs.Proc, int]:
         """The row's proxy with its workers, serving: every process is up before the row is measured."""
-        port = procs.free_port()
-        env = twingress_env() if row.proxy == TWINGRESS else None
-        proc = self.spawn(name, [*prefix, *self.argv(row.proxy, row.workers, port)], port, self.args.proxy_cpu_list, env=env)
+        if row.proxy == NGINX:
+            listening = site.nginx(self.run.children, name, self.backends, self.run.proxy_cpus, row.workers)
+        else:
+            listening = site.twingress(self.run.children, name, site.Checkout(site.REPO), self.backends, self.run.proxy_cpus,
+                                       row.workers, ["--access-log", self.args.access_log], wrapper=wrapper)
+        proc, port = listening.proc, listening.http_port
         processes = row.workers + (row.workers > 1 or row.proxy == NGINX)
         deadline = time.monotonic() + self.args.start_timeout
         while len(group_pids(proc.pid)) < processes or not self.serves(port):
@@ -164,44 +143,39 @@ class Bench(Harness):
         return [self.start(single, f"{name}-{n}") for n in range(row.workers)]
 
     def connections(self, row: Row) -> int:
-        """The row's h2load connections: C{--connections}, or that many a worker (C{--per-worker}, as target 5's 64 a core)."""
+        """The row's h2load connections: C{--connections}, or that many a worker (C{--per-worker})."""
         return int(self.args.connections) * (row.workers if self.args.per_worker else 1)
 
-    def load(self, row: Row, ports: list[int], *load: str) -> tuple[int, int]:
+    def load(self, row: Row, ports: list[int], *amount: str) -> tuple[int, int]:
         """h2load to every port at once, the row's connections split between them: (answered 2xx, the others)."""
-        connections = ["-c", str(self.connections(row) // len(ports))]
+        connections = self.connections(row) // len(ports)
         with ThreadPoolExecutor(len(ports)) as pool:
-            results = list(pool.map(lambda port: self.h2load(port, *load, *connections), ports))
+            results = list(pool.map(lambda port: self.h2load(port, connections, *amount), ports))
         return sum(done for done, _ in results), sum(failed for _, failed in results)
 
     def serves(self, port: int) -> bool:
         try:
-            return self.h2load(port, "-n", "40", "-c", "4") == (40, 0)
+            return self.h2load(port, 4, "-n", "40") == (40, 0)
         except BenchFailed:
             return False
 
-    def h2load(self, port: int, *load: str) -> tuple[int, int]:
-        """HTTP/1.1 keep-alive load from the load CPU: (requests answered 2xx, the others)."""
-        argv = ["taskset", "-c", str(self.args.load_cpu), "h2load", "--h1", "-m", "1", "-H", f":authority: {targets.HOST}",
-                *load, f"http://127.0.0.1:{port}/"]
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
-        served = served_and_failed(done.stdout)
-        if done.returncode != 0 or served is None:
-            raise BenchFailed(f"h2load failed ({done.returncode}): {done.stdout[-400:]}{done.stderr[-400:]}")
-        return served
+    def h2load(self, port: int, connections: int, *amount: str) -> tuple[int, int]:
+        """HTTP/1.1 keep-alive load from the load CPUs: (requests answered 2xx, the others)."""
+        got = load.h2load(load.HTTP, port, self.run.children.workdir, self.run.load_cpus, connections, 1, *amount)
+        return got.ok, got.failed
 
     def count(self, row: Row) -> None:
         """Instructions per request of the primary and every worker, under callgrind, over one window."""
-        out = self.workdir / f"{row.proxy}-w{row.workers}-r{row.round}"
+        out = self.run.children.workdir / f"{row.proxy}-w{row.workers}-r{row.round}"
         out.mkdir()
         valgrind = ["valgrind", "--tool=callgrind", "--trace-children=yes", "--instr-atstart=no",
                     f"--callgrind-out-file={out}/callgrind.%p", f"--log-file={out}/valgrind.%p"]
         proc, port = self.start(row, f"count-{row.proxy}-w{row.workers}-r{row.round}", valgrind)
         try:
-            self.h2load(port, "-n", str(self.args.warmup), "-c", str(self.connections(row)))
+            self.h2load(port, self.connections(row), "-n", str(self.args.warmup))
             pids = [str(pid) for pid in group_pids(proc.pid)]
             subprocess.run(["callgrind_control", "-i", "on", *pids], check=True, capture_output=True, timeout=120)
-            done, failed = self.h2load(port, "-n", str(self.args.count_requests), "-c", str(self.connections(row)))
+            done, failed = self.h2load(port, self.connections(row), "-n", str(self.args.count_requests))
             # each process's counts written now, not on its way out: the primary kills a worker that is slow to
             # stop, and a worker under valgrind is
             subprocess.run(["callgrind_control", "--dump=counted", *pids], check=True, capture_output=True, timeout=300)
@@ -229,9 +203,9 @@ class Bench(Harness):
             perf = subprocess.Popen(["perf", "stat", "-x", ",", "-e", ",".join(PERF_EVENTS), "-p", ",".join(map(str, pids))],
                                     stderr=subprocess.PIPE, text=True)
             time.sleep(0.5)  # perf attached before the load
-            ticks = [cpuload.user_system_seconds(pid) for pid in pids]
+            ticks = [cpu.user_system_seconds(pid) for pid in pids]
             done, failed = self.load(row, ports, "-D", str(self.args.seconds))
-            after = [cpuload.user_system_seconds(pid) for pid in pids]
+            after = [cpu.user_system_seconds(pid) for pid in pids]
             perf.send_signal(signal.SIGINT)
             _, perf_out = perf.communicate(timeout=30)
         finally:
@@ -335,52 +309,38 @@ def paired_cpu_ratios(rows: list[Row]) -> list[float]:
     return [cpu[(n, w)] / cpu[(n, 1)] for (n, w) in sorted(cpu) if w > 1 and cpu.get((n, 1))]
 
 
-def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--proxies", type=lambda text: text.split(","), default=[TWINGRESS, NGINX, APART],
-                   help=f"comma-separated, of {', '.join(PROXIES)} (all: nginx's master and workers on the same CPUs are the "
-                        f"reference; {APART}, N processes of one worker each, needs twingress's rows too)")
-    p.add_argument("--workers", type=int, default=2, help="the layout compared with --workers 1 (2)")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, default=4, help="rounds of both layouts, alternated 1 N N 1 (4)")
     p.add_argument("--seconds", type=int, default=8, help="the timed load's length (8)")
-    p.add_argument("--connections", type=int, default=64, help="h2load -c, HTTP/1.1 keep-alive (64: target 5's per core)")
-    p.add_argument("--per-worker", action="store_true",
-                   help="--connections for each worker (N workers get N times as many), as target 5 gave each core 64")
+    p.add_argument("--connections", type=int, default=64, help="h2load -c, HTTP/1.1 keep-alive (64)")
+    p.add_argument("--per-worker", action="store_true", help="--connections for each worker (N workers get N times as many)")
     p.add_argument("--count-requests", type=int, default=20000, help="requests counted under valgrind (20000)")
     p.add_argument("--warmup", type=int, default=4000, help="requests before the count (4000)")
     p.add_argument("--no-count", dest="count", action="store_false", help="no valgrind count: the timed and kernel rows alone")
-    p.add_argument("--proxy-cpu-list", default="0", help="taskset's CPUs for twingress and its workers (0: all on one CPU)")
-    p.add_argument("--keep-profiles", type=Path, metavar="DIR",
-                   help="keep each count's callgrind files in DIR (<proxy>-w<N>-r<round>-<primary|worker-PID>.callgrind)")
-    p.add_argument("--access-log", default="off", help="twingress's --access-log (off, as target 5 was measured; -: stdout, as shipped)")
-    h2_bench.add_run_arguments(p)
-    p.set_defaults(start_timeout=240.0)  # CPython's start under valgrind, a worker at a time
-    args = p.parse_args(argv)
-    if args.workers < 2 or args.rounds < 1 or set(args.proxies) - set(PROXIES) or (APART in args.proxies and TWINGRESS not in args.proxies):
-        p.error(f"--workers at least 2, --rounds at least 1, --proxies of {', '.join(PROXIES)} ({APART} with {TWINGRESS})")
-    return args
+    p.add_argument("--keep-profiles", type=Path, metavar="DIR", help="keep each count's callgrind files in DIR")
+    p.add_argument("--access-log", default="off", help="twingress's --access-log (off; -: stdout, as shipped)")
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parse_args(argv)
-    tools = [args.nginx, "h2load", "taskset", "perf"] + (["valgrind", "callgrind_control"] if args.count else [])
-    missing = [tool for tool in tools if not shutil.which(tool)]
+def check(args: argparse.Namespace) -> str:
+    unknown = [a for a in args.against if a not in (NGINX, APART)]
+    if unknown:
+        return f"unknown {', '.join(unknown)}: --against from {NGINX}, {APART}"
+    if args.rounds < 1 or args.seconds < 1 or args.connections < 1 or args.count_requests < 1:
+        return "--rounds, --seconds, --connections and --count-requests at least 1"
+    missing = [tool for tool in ("valgrind", "callgrind_control") if args.count and not shutil.which(tool)]
     if missing:
-        print(f"FAILED missing {', '.join(missing)}: run bench/setup.sh", file=sys.stderr)
-        return 1
-    busy = cpuload.background_busy([args.load_cpu, *(int(c) for c in args.proxy_cpu_list.split(",") if c.isdigit())])
-    if max(busy.values()) >= 10:
-        print(f"note: the machine is busy before the run ({busy}); timed figures are suspect", flush=True)
-    rows, _, status = run_in_workdir(args, "twworkers-", Bench, lambda bench: bench.run_all(), (BenchFailed, procs.StartError))
-    if rows is None:
-        return status
-    print()
-    print("\n".join([describe(row) for row in rows] + summary(rows)))
-    out = {"benchmark": "workers_cost", "config": {k: getattr(args, k) for k in (
-        "proxies", "workers", "rounds", "seconds", "connections", "per_worker", "count_requests", "warmup", "count", "proxy_cpu_list", "load_cpu", "access_log")},
-        "results": [row.__dict__ for row in rows]}
-    return write_and_exit_status(args.json, out, [f"{row.proxy} --workers {row.workers} round {row.round}: {row.failure}" for row in rows if row.failure])
+        return f"missing {', '.join(missing)} for the count: run bench/setup.sh, or --no-count"
+    args.workers = max(args.workers, 2)  # the layout compared with one
+    if args.count:
+        args.start_timeout = max(args.start_timeout, 240.0)  # CPython's start under valgrind, a worker at a time
+    return ""
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def run(run: Run) -> list[dict[str, Any]]:
+    rows = Bench(run).run_all()
+    return [asdict(row) for row in rows if not row.failure]
+
+
+def lines(document: dict[str, Any]) -> list[str]:
+    rows = [Row(**{k: v for k, v in figure.items()}) for figure in document["figures"]]
+    return [describe(row) for row in rows] + summary(rows)

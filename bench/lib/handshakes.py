@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """
 Full-TLS-handshake load generator with SNI: the stand-in for C{openssl s_time -new}.
 
@@ -12,9 +11,9 @@ Each connection is closed with SO_LINGER 0 (an RST, as C{s_time} effectively doe
 closing with the server's session tickets unread), so tens of thousands of handshakes
 leave no TIME_WAIT sockets to exhaust the ephemeral ports.
 
-Run (normally by tls_bench.py, pinned with taskset)::
+Run (normally by the tls scenario, L{measure}, pinned with taskset)::
 
-    python bench/legacy/tls_handshakes.py --port 8443 --sni bench.local --seconds 10 --clients 4
+    python -m bench.lib.handshakes --port 8443 --sni bench.local --seconds 10 --clients 4
 
 It prints one JSON object: handshakes, seconds, rate, errors (with samples), and what
 the first handshake of the first client negotiated (version, cipher, peer certificate
@@ -121,6 +120,24 @@ def run(port: int, sni: str, seconds: float, clients: int, version: Optional[str
         "negotiated": next((p["first"] for p in parts if p["first"]), None),
         "clients": clients,
     }
+
+
+def measure(port: int, sni: str, seconds: int, clients: int, cpus: Optional[str], version: Optional[str] = None) -> dict[str, Any]:
+    """L{run} in a child pinned to C{cpus} (the load's, not the bench's own CPU): its totals; L{BenchFailed} if it fails."""
+    import subprocess
+
+    from bench.lib.procs import BenchFailed, pinned
+    from bench.lib.site import REPO
+    argv = pinned(cpus, [sys.executable, "-m", "bench.lib.handshakes", "--port", str(port), "--sni", sni, "--seconds", str(seconds),
+                         "--clients", str(clients), *(["--tls", version] if version else [])])
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 90, cwd=REPO)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise BenchFailed(f"the handshake client: {e}") from e
+    if done.returncode != 0:
+        raise BenchFailed(f"the handshake client failed ({done.returncode}):\n{done.stdout[-600:]}{done.stderr[-600:]}")
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

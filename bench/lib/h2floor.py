@@ -3,7 +3,7 @@ The floor of any HTTP/2 server built on the h2 library: its own CPU per request.
 
 A server-side C{h2} connection, configured as twingress's (bytes headers, no
 header validation or normalisation: twingress checks header lists itself),
-serves the exchange of C{h2_bench.py}'s h2 row: a client keeps C{--streams}
+serves the exchange of the proxy scenarios' h2 kind (h2load -m): a client keeps C{--streams}
 GET requests in flight on one connection, and every request gets a response
 head and a 12-byte body ending the stream.  The client's bytes come from a
 client-side C{h2} connection, made before the clock runs; only the server's
@@ -12,24 +12,18 @@ WINDOW_UPDATEs and SETTINGS ACKs), C{send_headers} and C{send_data} of every
 response, and C{data_to_send}.  No sockets, no TLS, no routing, no upstream:
 what an HTTP/2 request costs in C{h2}, C{hpack} and C{hyperframe} before a
 proxy does anything with it, for comparing against the CPU per request that
-C{h2_bench.py} measures:
-
-  .venv/bin/python -m bench floor-h2 [--requests 200000] [--streams 10]
+C{python -m bench node --kinds h2} measures.  The floor-h2 scenario runs it.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 import time
-from collections.abc import Sequence
-from typing import Optional
 
-import h2
 from h2.config import H2Configuration
 from h2.connection import H2Connection
 from h2.events import DataReceived, RequestReceived, ResponseReceived
+
+from bench.lib.procs import BenchFailed
 
 AUTHORITY = b"bench.local"
 BODY = b"hello world\n"
@@ -93,28 +87,5 @@ def measure(requests: int, streams: int) -> dict[str, float]:
             elif isinstance(event, ResponseReceived):
                 answered += 1
     if answered != served:
-        raise SystemExit(f"FAILED: {served} served, {answered} answered")
+        raise BenchFailed(f"{served} served, {answered} answered")
     return {"requests": served, "streams": streams, "server_cpu_us_per_request": timed / 1000 / served}
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=200_000)
-    parser.add_argument("--streams", type=int, default=10, help="requests in flight on the connection (h2_bench's -m)")
-    parser.add_argument("--rounds", type=int, default=3, help="measured rounds after one warm-up round; the best is reported")
-    parser.add_argument("--json", help="write the figures here")
-    args = parser.parse_args(argv)
-    measure(min(args.requests, 20_000), args.streams)  # warm-up
-    rounds = [measure(args.requests, args.streams)["server_cpu_us_per_request"] for _ in range(args.rounds)]
-    result = {"h2": h2.__version__, "python": sys.version.split()[0], "streams": args.streams,
-              "requests_per_round": args.requests, "rounds_us_per_request": rounds, "best_us_per_request": min(rounds)}
-    print(f"h2 {h2.__version__}: {min(rounds):.1f} us of CPU per request in the h2 library alone "
-          f"(rounds: {', '.join(f'{r:.1f}' for r in rounds)}; {args.streams} streams in flight)")
-    if args.json:
-        with open(args.json, "w") as out:
-            json.dump(result, out, indent=2)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

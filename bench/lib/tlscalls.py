@@ -17,21 +17,17 @@ ciphertext into OpenSSL (C{BIO_write}), the plaintext out (C{SSL_read}), the res
 
 The client's records are made before the clock runs (each can be read once: a
 record's sequence number is in its tag), so only the server's four calls are
-timed, in µs per request:
-
-  .venv/bin/python -m bench tls-calls [--requests 50000] [--rounds 3]
+timed, in µs per request (L{measure}; the tls-calls scenario runs it).
 """
 
 from __future__ import annotations
 
-import argparse
 import ssl
-import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from cryptography.hazmat.bindings.openssl.binding import Binding
 from OpenSSL import SSL
@@ -139,11 +135,8 @@ def by_stdlib(certificate: Path, key: Path, requests: int) -> float:
     return time.perf_counter() - started
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--requests", type=int, default=50000)
-    parser.add_argument("--rounds", type=int, default=3, help="every way timed this many times, in turn")
-    options = parser.parse_args(argv)
+def measure(requests: int, rounds: int) -> dict[str, list[float]]:
+    """Every way timed C{rounds} times, in turn: µs per request for the four calls, by way and round."""
     with tempfile.TemporaryDirectory() as directory:
         certificate, key = Path(directory, "cert.pem"), Path(directory, "key.pem")
         pem_certificate, pem_key = self_signed_certificate()
@@ -155,20 +148,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
             def timed(call: Callable[[SSL.Connection, list[bytes]], float] = call) -> float:
                 server, client = pyopenssl_session(context)
-                return call(server, client_records(client, options.requests))
+                return call(server, client_records(client, requests))
 
             ways[name] = timed
-        ways["stdlib"] = lambda: by_stdlib(certificate, key, options.requests)
+        ways["stdlib"] = lambda: by_stdlib(certificate, key, requests)
         results: dict[str, list[float]] = {name: [] for name in ways}
-        for _ in range(options.rounds):
+        for _ in range(rounds):
             for name, way in ways.items():
-                results[name].append(way() / options.requests * 1e6)
-    print(f"OpenSSL {SSL.OpenSSL_version(SSL.OPENSSL_VERSION).decode()} (pyOpenSSL's), {ssl.OPENSSL_VERSION} (stdlib's)")
-    print("µs per request for BIO_write + SSL_read + SSL_write + BIO_read, by round, and the best:")
-    for name, figures in results.items():
-        print(f"  {name:10} {', '.join(f'{figure:.2f}' for figure in figures)}  best {min(figures):.2f}")
-    return 0
+                results[name].append(round(way() / requests * 1e6, 3))
+    return results
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def versions() -> str:
+    return f"OpenSSL {SSL.OpenSSL_version(SSL.OPENSSL_VERSION).decode()} (pyOpenSSL's), {ssl.OPENSSL_VERSION} (stdlib's)"

@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 """
 twingress's HTTP/2 request path in one process, with no socket, no TLS and no reactor: its CPU per
 request, steady enough to compare two trees a few µs apart, and a function profile of it.
 
-The proxy benches (peers_bench.py, h2_bench.py) measure the whole process under h2load on this
+The proxy scenarios (pairs, node) measure the whole process under h2load on this
 2-CPU guest, whose speed moves by a fifth from one minute to the next: a change of a few µs per
 request is inside their spread.  This bench runs only the code an h2 request runs in twingress
 once its bytes are read, and times it with the process's CPU clock:
@@ -11,7 +10,7 @@ once its bytes are read, and times it with the process's CPU clock:
 - the real L{ingress.proxy.http2.connection.H2ServerProtocol}, on the factory, pool, settings and
   metrics the data plane builds (access log off, as the peers benches run it; hpack's debug
   calls dropped and h2's state-machine Enums hashed by identity, as the data plane does),
-  routing the benches' Ingress (bench/targets.py: C{bench.local /} to one endpoint);
+  routing the benches' Ingress (C{bench.local /} to one endpoint, L{objects});
 - the client's bytes made beforehand by the same libraries (C{hpack}'s encoder, C{hyperframe}'s
   frames): batches of C{--streams} GETs as h2load sends them (its header fields, one HEADERS
   frame each with END_STREAM), and the WINDOW_UPDATE that gives the connection back what the
@@ -28,16 +27,8 @@ is below the h2 row's, by those.  Before the timed rounds a short run is checked
 (status 200, the backend's body, the stream ended; read back with hyperframe and hpack, or with
 twingress's response parser for HTTP/1.1) and every upstream request's head.
 
-  taskset -c 0 .venv/bin/python -m bench h2-path [--requests 100000] [--streams 10] [--rounds 3] [--http1]
-  .venv/bin/python -m bench h2-path --instructions [--requests 3000] [--http1]   # instructions per request, under valgrind
-  .venv/bin/python -m bench h2-path --instructions --distinct-heads   # every backend head new: no remembered section
-  .venv/bin/python -m bench h2-path --instructions --distinct-requests   # every h2 request's fields new (a traceparent each)
-
-With C{--http1} the same for the HTTP/1.1 path: twingress's HTTP/1.1 protocol on the plain listener's
-factory, reading wrk's keep-alive C{GET /} one request a read, its responses checked by twingress's
-own response parser.  The two counts side by side are issue 32's target 2 without the noise: what
-an h2 request costs beyond the libraries' part, against what an HTTP/1.1 request costs.
-  .venv/bin/python -m bench h2-path --profile 20 [--requests 20000]   # cProfile, top 20 (pure build)
+Run by the h2-path scenario (bench/scenarios/h2_path.py: C{python -m bench h2-path}); with
+C{--instructions} it runs this module twice under valgrind (L{count_instructions}).
 """
 
 from __future__ import annotations
@@ -61,28 +52,25 @@ from twisted.internet.address import IPv4Address
 from twisted.internet.protocol import Protocol
 from twisted.internet.testing import StringTransport
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-import targets  # noqa: E402
-from report import interpreter  # noqa: E402
-
-from ingress.model.parse import state_from_objects  # noqa: E402
-from ingress.observe.metrics import Metrics  # noqa: E402
-from ingress.proxy.http import h1  # noqa: E402
-from ingress.proxy.http.factory import HTTPProxyFactory  # noqa: E402
-from ingress.proxy.http.settings import HTTP2Settings, ProxySettings  # noqa: E402
-from ingress.proxy.http.upstream import _DONE, UpstreamConnection, UpstreamPool  # noqa: E402
-from ingress.proxy.http2.connection import PREFACE, H2ServerProtocol  # noqa: E402
-from ingress.routing import build  # noqa: E402
-from ingress.runtime.live import LiveTable  # noqa: E402
-from ingress.speedups.librarylog import drop_hpack_debug  # noqa: E402
-from ingress.speedups.statehash import hash_states_by_identity  # noqa: E402
+from bench.lib.procs import BenchFailed
+from bench.lib.results import interpreter
+from ingress.model.parse import state_from_objects
+from ingress.observe.metrics import Metrics
+from ingress.proxy.http import h1
+from ingress.proxy.http.factory import HTTPProxyFactory
+from ingress.proxy.http.settings import HTTP2Settings, ProxySettings
+from ingress.proxy.http.upstream import _DONE, UpstreamConnection, UpstreamPool
+from ingress.proxy.http2.connection import PREFACE, H2ServerProtocol
+from ingress.routing import build
+from ingress.runtime.live import LiveTable
+from ingress.speedups.librarylog import drop_hpack_debug
+from ingress.speedups.statehash import hash_states_by_identity
 
 BACKEND_PORT = 8080
-# The benches' nginx backend's answer to GET / (bench/targets.py backend_conf), as it sends it.
+BODY = b"hello world\n"
+# The benches' nginx backend's answer to GET / (bench/lib/site.py start_backends), as it sends it.
 RESPONSE = (b"HTTP/1.1 200 OK\r\nServer: nginx/1.22.1\r\nDate: Sat, 28 Nov 2026 09:00:00 GMT\r\n"
-            b"Content-Type: text/plain\r\nContent-Length: %d\r\nConnection: keep-alive\r\n\r\n%s") % (len(targets.BODY), targets.BODY)
+            b"Content-Type: text/plain\r\nContent-Length: %d\r\nConnection: keep-alive\r\n\r\n%s") % (len(BODY), BODY)
 # The responses the backend sends, in turn: its one answer again and again (as nginx answers the benches' GET /
 # within a second), or with --distinct-heads each head new (an ETag of its own), the worst case for h1's
 # remembered field sections.
@@ -156,7 +144,7 @@ def client_batches(requests: int, streams: int, settings_ack: bool = True, disti
         if number == 0 and settings_ack:
             parts.append(SettingsFrame(0, flags=["ACK"]).serialize())
         else:  # the previous batch's response bodies, given back to the connection's window
-            parts.append(WindowUpdateFrame(0, window_increment=streams * len(targets.BODY)).serialize())
+            parts.append(WindowUpdateFrame(0, window_increment=streams * len(BODY)).serialize())
         for _ in range(streams):
             fields = [*REQUEST_FIELDS, (b"traceparent", b"00-%032x-%016x-01" % (stream_id, stream_id))] if distinct else REQUEST_FIELDS
             frame = HeadersFrame(stream_id, encoder.encode(fields), flags=["END_HEADERS", "END_STREAM"])
@@ -186,7 +174,7 @@ def server(streams: int, http1: bool = False) -> tuple[Protocol, Transport, Any,
     drop_hpack_debug()  # as the data plane does (ingress.process.dataplane.data_plane)
     hash_states_by_identity()  # as the data plane does: h2's state-machine Enums hashed by identity (any proxy can)
     live = LiveTable()
-    live.swap(build(state_from_objects(list(targets.manifests(BACKEND_PORT).values()))).table)
+    live.swap(build(state_from_objects(objects(BACKEND_PORT))).table)
     settings = ProxySettings()
     pool = UpstreamPool(reactor, settings)
     scheme, listener, port = (b"http", "http", 80) if http1 else (b"https", "https", 443)
@@ -197,6 +185,22 @@ def server(streams: int, http1: bool = False) -> tuple[Protocol, Transport, Any,
     if not http1:
         protocol.dataReceived(PREFACE + SettingsFrame(0).serialize())
     return protocol, transport, reactor, Upstream(pool, streams)
+
+
+def objects(backend_port: int) -> list[dict[str, Any]]:
+    """The Service, EndpointSlice, IngressClass and Ingress routing C{bench.local /} to 127.0.0.1:C{backend_port}."""
+    meta = {"namespace": "default"}
+    return [{"apiVersion": "v1", "kind": "Service", "metadata": meta | {"name": "bench"},
+             "spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": backend_port}]}},
+            {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+             "metadata": meta | {"name": "bench-1", "labels": {"kubernetes.io/service-name": "bench"}}, "addressType": "IPv4",
+             "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": True}}],
+             "ports": [{"name": "http", "port": backend_port, "protocol": "TCP"}]},
+            {"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass", "metadata": {"name": "twingress"},
+             "spec": {"controller": "twingress.io/ingress-controller"}},
+            {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": meta | {"name": "bench"},
+             "spec": {"ingressClassName": "twingress", "rules": [{"host": "bench.local", "http": {"paths": [
+                 {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": "bench", "port": {"number": 80}}}}]}}]}}]
 
 
 def turn(reactor: Any) -> None:
@@ -258,56 +262,59 @@ def check(batches: list[bytes], streams: int, http1: bool = False) -> None:
     written = transport.value()  # type: ignore[no-untyped-call]  # Twisted's StringTransport is not annotated
     answered = h1_responses(written) if http1 else responses(written)
     expected = len(batches) * (1 if http1 else streams)
-    wrong = {k: v for k, v in answered.items() if v != (b"200", targets.BODY, True)}
+    wrong = {k: v for k, v in answered.items() if v != (b"200", BODY, True)}
     if len(answered) != expected or wrong or upstream.bad_heads or upstream.answered != expected:
-        raise SystemExit(f"FAILED: {len(answered)} streams answered of {expected}; wrong {list(wrong.items())[:3]}; "
+        raise BenchFailed(f"{len(answered)} streams answered of {expected}; wrong {list(wrong.items())[:3]}; "
                          f"upstream heads {upstream.answered} ({upstream.bad_heads} bad)")
 
 
+def set_distinct_heads(requests: int) -> None:
+    """Every backend head new from now on (C{--distinct-heads})."""
+    global backend_responses
+    backend_responses = distinct_responses(requests)
+
+
+def timed(requests: int, streams: int, http1: bool, distinct_heads: bool, distinct_requests: bool, rounds: int) -> dict[str, Any]:
+    """A short run checked, then C{rounds} timed rounds of C{requests}: µs of CPU per request, each round and the best."""
+    if distinct_heads:
+        set_distinct_heads(requests + streams * 20)
+    check(client_requests(streams * 20, http1, streams, distinct_requests), streams, http1)
+    batches = client_requests(requests, http1, streams, distinct_requests)
+    served = len(batches) * streams
+    figures = [round(1e6 * run(batches, streams, http1=http1)[0] / served, 3) for _ in range(rounds)]
+    return {"requests": served, "rounds_us": figures, "best_us": min(figures)}
+
+
+def profiled(requests: int, streams: int, http1: bool, top: int) -> dict[str, Any]:
+    """One cProfile'd round: µs per request under the profiler, and its top C{top} functions by own time."""
+    import io
+    check(client_requests(streams * 20, http1, streams), streams, http1)
+    batches = client_requests(requests, http1, streams)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    seconds, *_ = run(batches, streams, http1=http1)
+    profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
+    return {"requests": len(batches) * streams, "profiled_us": round(1e6 * seconds / (len(batches) * streams), 2),
+            "profile": [line for line in out.getvalue().splitlines() if line.strip()]}
+
+
 def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.strip().split("\n\n")[0])
-    p.add_argument("--requests", type=int, default=100_000, help="requests per round (100000)")
-    p.add_argument("--streams", type=int, default=10, help="requests per read, as h2load -m (10)")
-    p.add_argument("--http1", action="store_true", help="the HTTP/1.1 path instead: wrk's keep-alive GET, one a read")
-    p.add_argument("--rounds", type=int, default=3, help="timed rounds; the best is reported (3)")
-    p.add_argument("--profile", type=int, metavar="N", help="one cProfile'd round instead, its top N functions by own time")
-    p.add_argument("--instructions", action="store_true",
-                   help="instructions per request instead of time: two runs under valgrind (cachegrind), see count_instructions")
-    p.add_argument("--distinct-heads", action="store_true",
-                   help="every backend response's head new (its own ETag): the cost of a head twingress has not seen before")
-    p.add_argument("--distinct-requests", action="store_true",
-                   help="every h2 request's fields new (a traceparent of its own): the cost of request fields twingress has not seen before")
-    p.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # count_instructions' runs: serve this many of --requests, once
+    """The run under valgrind of L{count_instructions}: the batches made and the short run checked, then C{--serve} requests served once."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--requests", type=int, required=True)
+    p.add_argument("--streams", type=int, required=True)
+    p.add_argument("--serve", type=int, required=True)
+    p.add_argument("--http1", action="store_true")
+    p.add_argument("--distinct-heads", action="store_true")
+    p.add_argument("--distinct-requests", action="store_true")
     args = p.parse_args(argv)
-    if args.http1:
-        args.streams = 1
-    if args.http1 and args.distinct_requests:
-        p.error("--distinct-requests is for the h2 path (the HTTP/1.1 parse keeps nothing by the request's fields)")
-    if args.requests < args.streams or args.streams < 1 or args.rounds < 1:
-        p.error("need --requests >= --streams >= 1 and --rounds >= 1")
-    if args.instructions:
-        return count_instructions(args.requests, args.streams, args.http1, args.distinct_heads, args.distinct_requests)
     if args.distinct_heads:
-        global backend_responses
-        backend_responses = distinct_responses(args.requests + args.streams * 20)
+        set_distinct_heads(args.requests + args.streams * 20)
     check(client_requests(args.streams * 20, args.http1, args.streams, args.distinct_requests), args.streams, args.http1)
     batches = client_requests(args.requests, args.http1, args.streams, args.distinct_requests)
-    if args.serve is not None:
-        run(batches[: args.serve // args.streams], args.streams, http1=args.http1)
-        return 0
-    served = len(batches) * args.streams
-    said = f"{build_name()}, {kind_name(args.http1, args.distinct_heads, args.distinct_requests)}"
-    if args.profile:
-        profiler = cProfile.Profile()
-        profiler.enable()
-        seconds, *_ = run(batches, args.streams, http1=args.http1)
-        profiler.disable()
-        print(f"{said}: {1e6 * seconds / served:.1f} us per request under cProfile")
-        pstats.Stats(profiler).sort_stats("tottime").print_stats(args.profile)
-        return 0
-    figures = [1e6 * run(batches, args.streams, http1=args.http1)[0] / served for _ in range(args.rounds)]
-    print(f"{said}: {min(figures):.2f} us per request (best of {args.rounds}: {', '.join(f'{f:.2f}' for f in figures)}; "
-          f"{served} requests, {args.streams} a read)")
+    run(batches[: args.serve // args.streams], args.streams, http1=args.http1)
     return 0
 
 
@@ -316,7 +323,7 @@ def kind_name(http1: bool, distinct_heads: bool, distinct_requests: bool) -> str
     return "".join(["http/1.1" if http1 else "h2", ", distinct heads" if distinct_heads else "", ", distinct requests" if distinct_requests else ""])
 
 
-def count_instructions(requests: int, streams: int, http1: bool, distinct_heads: bool = False, distinct_requests: bool = False) -> int:
+def count_instructions(requests: int, streams: int, http1: bool, distinct_heads: bool = False, distinct_requests: bool = False) -> dict[str, Any]:
     """
     Instructions per request, which the guest's speed does not move: this script run twice under
     valgrind (cachegrind, no cache simulation), making the same C{requests} batches and checking the
@@ -325,23 +332,21 @@ def count_instructions(requests: int, streams: int, http1: bool, distinct_heads:
     a time: cache misses and branch mispredictions are not in it, so it compares code paths, and
     the timed rounds compare what they cost.
     """
-    if subprocess.run(["valgrind", "--version"], capture_output=True).returncode != 0:
-        raise SystemExit("FAILED: valgrind not found (Debian: apt-get install valgrind)")
+    if subprocess.run(["which", "valgrind"], capture_output=True).returncode != 0:
+        raise BenchFailed("valgrind not found: run bench/setup.sh")
     low, high = (requests // 5) // streams * streams, requests // streams * streams
     totals = []
     for serve in (low, high):
         done = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-                               sys.executable, __file__, "--requests", str(requests), "--streams", str(streams), "--serve", str(serve),
+                               sys.executable, "-m", "bench.lib.h2path", "--requests", str(requests), "--streams", str(streams), "--serve", str(serve),
                                *(["--http1"] if http1 else []), *(["--distinct-heads"] if distinct_heads else []),
                                *(["--distinct-requests"] if distinct_requests else [])],
-                              capture_output=True, text=True, env=os.environ | {"PYTHONHASHSEED": "0"})
+                              capture_output=True, text=True, env=os.environ | {"PYTHONHASHSEED": "0"}, cwd=Path(__file__).resolve().parents[2])
         found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
         if done.returncode != 0 or found is None:
-            raise SystemExit(f"FAILED: the run under valgrind exited {done.returncode}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+            raise BenchFailed(f"the run under valgrind exited {done.returncode}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
         totals.append(int(found.group(1).replace(",", "")))
-    print(f"{build_name()}, {kind_name(http1, distinct_heads, distinct_requests)}: {(totals[1] - totals[0]) / (high - low):,.0f} instructions per request "
-          f"(valgrind: {totals[0]:,} serving {low}, {totals[1]:,} serving {high}; {streams} a read)")
-    return 0
+    return {"instructions": round((totals[1] - totals[0]) / (high - low)), "valgrind_totals": totals, "served": [low, high]}
 
 
 def build_name() -> str:

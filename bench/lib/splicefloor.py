@@ -5,12 +5,7 @@ Each client connection gets one upstream connection of its own and every read
 is written to the other side as it is, so a keep-alive HTTP benchmark through it
 measures what Twisted's reactor, its transports and the kernel cost per request
 with no HTTP work at all.  No proxy built on Twisted can do a request for less
-CPU than this; ``http_bench.py --twingress-cmd`` runs it in twingress's place:
-
-  .venv/bin/python -m bench latency --twingress-cmd \\
-      '{venv_bin}/python bench/legacy/splice_floor.py {port} {backend_port}'
-  .venv/bin/python -m bench latency --twingress-cmd \\
-      '{venv_bin}/python bench/legacy/splice_floor.py {port} {backend_port} --batched'
+CPU than this (C{python -m bench floor-library} runs it as C{python -m bench.lib.splicefloor PORT BACKEND_PORT}).
 
 ``--batched`` writes through twingress's send batch (ingress.speedups.fastwrite)
 instead of Twisted's write queue, as twingress does.  ``--tls CERT KEY`` terminates
@@ -18,7 +13,7 @@ TLS from clients first (PEM files), with twingress's TLS transport when batched
 (ingress.speedups.tlsdirect) and Twisted's own otherwise: the floor of keep-alive
 HTTPS, for a load such as ``wrk https://localhost:PORT/``.  ``--churn N`` visits N
 objects of a 10 MB working set on each client read: Python work between the TLS calls,
-to see what a proxy's own work does to their cost (bench/library_share.py).
+to see what a proxy's own work does to their cost (floor-library's C{--floor-churn}).
 """
 
 from __future__ import annotations
@@ -35,7 +30,7 @@ from ingress.speedups.fastwrite import direct_writer
 from ingress.speedups.tlsdirect import DirectTLSFactory
 
 BATCHED = False
-# --churn: objects of a working set far larger than the caches, visited per request (bench/library_share.py)
+# --churn: objects of a working set far larger than the caches, visited per request (floor-library --floor-churn)
 WORKSET: list[dict[str, int]] = []
 CHURN = 0
 _offset = [0]

@@ -1,7 +1,7 @@
 """
 The floor of an HTTP/2-to-HTTP/1.1 proxy on Twisted, pyOpenSSL and h2: the conversion and nothing else.
 
-``h2_floor.py`` times the h2 library alone, out of any process that proxies; ``splice_floor.py``
+L{bench.lib.h2floor} times the h2 library alone, out of any process that proxies; L{bench.lib.splicefloor}
 times a proxy that parses nothing.  Issue 32's target 2 charges everything an h2 request costs
 twingress beyond the first (and TLS's share) to twingress's own code.  This proxy measures what
 part of that any proxy on these libraries pays: it terminates TLS with ALPN h2 on twingress's TLS
@@ -20,10 +20,10 @@ twingress's, and for each request does only what a conversion must:
 
 No routing, no request checks, no forwarding fields, no access log, no deadlines, no flow-control
 bookkeeping beyond h2's own, no error handling beyond closing: no real proxy does less per request.
-For a load such as ``h2load -c32 -m10 https://localhost:PORT/`` (bench/library_share.py runs it
+For a load such as ``h2load -c32 -m10 https://localhost:PORT/`` (floor-library runs it
 under the same load as twingress's h2 row).
 
-  .venv/bin/python bench/legacy/h2_proxy_floor.py PORT BACKEND_PORT CERT KEY
+  .venv/bin/python -m bench.lib.h2proxyfloor PORT BACKEND_PORT CERT KEY
 """
 
 from __future__ import annotations
