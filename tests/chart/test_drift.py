@@ -170,3 +170,18 @@ def test_take_over_component_the_same(tmp_path: Path) -> None:
     for kind in ["Role", "RoleBinding"]:
         assert _without_helm_labels(helm.find(chart, kind, "twingress-take-over")) == kustomize.find(base, kind, "twingress-take-over")
     assert _kinds_and_names(chart) == _kinds_and_names(base) - {("Namespace", "twingress", ""), ("IngressClass", "twingress", "")}
+
+
+def test_acme_component_the_same(tmp_path: Path) -> None:
+    """k8s/components/acme on the base against controller.twingress.acmeRBAC: the same four RBAC objects, the pod unchanged."""
+    relative = os.path.relpath(K8S, tmp_path)
+    (tmp_path / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources: [{relative}/base]\ncomponents: [{relative}/components/acme]\n"
+    )
+    base = _kustomize_path(tmp_path)
+    chart = helm.template(sets=["controller.twingress.acmeRBAC=true"])
+    for kind in ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]:
+        assert _without_helm_labels(helm.find(chart, kind, "twingress-acme")) == kustomize.find(base, kind, "twingress-acme")
+    assert _chart_daemonset(chart)["spec"]["template"]["spec"] == _chart_daemonset(helm.template())["spec"]["template"]["spec"]
+    assert _kinds_and_names(chart) == _kinds_and_names(base) - {("Namespace", "twingress", "")}

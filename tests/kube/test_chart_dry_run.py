@@ -21,6 +21,7 @@ from tests.support import ROOT
 CASES: list[tuple[str, list[Path], list[str]]] = [
     ("defaults", [], []),
     ("take-over", [], ["controller.twingress.takeOverIngressNginx=true"]),
+    ("acme", [], ["controller.twingress.acmeRBAC=true", "controller.extraArgs.acme-directory=https://acme.test/dir", "controller.extraArgs.acme-agree-tos=true"]),
     *[(path.name, [path], []) for path in sorted((helm.CHART / "ci").glob("*-values.yaml"))],
 ]
 
