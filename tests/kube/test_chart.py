@@ -57,6 +57,9 @@ UNINSTALL_WAIT = 240.0  # the last pod, with no successor, serves out --handover
 EVERY_NAMESPACE = {("ConfigMap", "kube-root-ca.crt"), ("ServiceAccount", "default")}
 WRITTEN_BY_THE_PODS = {("Lease", f"{RELEASE}-leader"), ("Secret", f"{RELEASE}-handover")}
 LIFECYCLE_KINDS = ("Event",)  # come and go on their own
+# The kubelet's heartbeat Leases: the node's, made when it registers (which may come after the
+# snapshot before the install), never a release's.
+NODE_NAMESPACES = ("kube-node-lease",)
 
 
 @cache
@@ -105,7 +108,7 @@ def objects(deployed: Deployed) -> dict[tuple[str, str, str], str]:
     found = {}
     for line in out.splitlines():
         kind, namespace, name, release = line.split()
-        if kind not in LIFECYCLE_KINDS:
+        if kind not in LIFECYCLE_KINDS and namespace not in NODE_NAMESPACES:
             found[(kind, "" if namespace == "<none>" else namespace, name)] = "" if release == "<none>" else release
     return found
 
