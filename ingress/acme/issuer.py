@@ -152,7 +152,7 @@ class AcmeIssuer(Service):
 
     def _order(self, entry: Entry) -> None:
         self._busy = entry
-        log.info("acme: ordering a certificate for {hosts} from {directory}", hosts=", ".join(entry[2]), directory=self.settings.directory)
+        log.info("acme: ordering a certificate for {hosts} from {directory} by {challenge}", hosts=", ".join(entry[2]), directory=self.settings.directory, challenge=self.settings.challenge)
         d: Deferred[Issued] = deferToThreadPool(self.reactor, self._pool, self._issue, entry)
         d.addCallbacks(self._issued, self._failed, callbackArgs=(entry,), errbackArgs=(entry,))
 
