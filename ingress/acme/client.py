@@ -3,9 +3,10 @@
 One certificate order with certbot's C{acme} client (blocking: run in the issuer's thread, never on the reactor).
 
 The account (its key in the storage directory) is registered on first use and found again by its key
-after a restart (the server answers an existing key with its account).  Each HTTP-01 token is
-published, then fetched through twingress's own --http listener until it answers, and only then is
-the server asked to validate: a token that is not served yet never spends a failed validation.
+after a restart (the server answers an existing key with its account).  Each challenge (the
+C{--acme-challenge} type: an HTTP-01 token, or a TLS-ALPN-01 certificate, L{ingress.acme.tlsalpn})
+is published, then checked through twingress's own listener until it answers, and only then is
+the server asked to validate: a challenge that is not served yet never spends a failed validation.
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ from josepy.jwk import JWK, JWKRSA
 
 from ingress.acme.options import AcmeSettings
 from ingress.acme.storage import account_key
+from ingress.acme.tlsalpn import TLSALPN01
 
 USER_AGENT = "twingress"
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # our own listener: never through an http_proxy
 SELF_CHECK_SECONDS = 30.0
 ORDER_SECONDS = 90.0
+CHALLENGE_TYPES: dict[str, type[challenges.KeyAuthorizationChallenge]] = {"http-01": challenges.HTTP01, "tls-alpn-01": TLSALPN01}
 NETWORK_SECONDS = 15  # per request (certbot's is 45): a stop waits for the order's thread, at most one request's time
 
 
@@ -77,7 +80,7 @@ def order_certificate(
     certificate_key = ec.generate_private_key(ec.SECP256R1())
     key_pem = certificate_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     order = acme.new_order(crypto_util.make_csr(key_pem, list(hosts)))
-    pending = _pending_http01(order, account)
+    pending = _pending(order, account, CHALLENGE_TYPES[settings.challenge])
     try:
         publish({token: (host, answer) for host, token, answer, _ in pending})
         for host, token, answer, _ in pending:
@@ -102,7 +105,7 @@ def _account(acme: client.ClientV2, network: CountingNetwork, email: str) -> boo
     return True
 
 
-def _pending_http01(order: messages.OrderResource, key: JWK) -> list[tuple[str, str, str, tuple[messages.ChallengeBody, Any]]]:
+def _pending(order: messages.OrderResource, key: JWK, kind: type[challenges.KeyAuthorizationChallenge]) -> list[tuple[str, str, str, tuple[messages.ChallengeBody, Any]]]:
     """(host, token, key authorization, (challenge, response)) of each authorization not valid yet."""
     pending = []
     for authorization in order.authorizations:
@@ -110,12 +113,12 @@ def _pending_http01(order: messages.OrderResource, key: JWK) -> list[tuple[str, 
             continue
         host = authorization.body.identifier.value
         for challenge in authorization.body.challenges:
-            if isinstance(challenge.chall, challenges.HTTP01):
+            if isinstance(challenge.chall, kind):
                 response, answer = challenge.response_and_validation(key)
                 pending.append((host, challenge.chall.encode("token"), answer, (challenge, response)))
                 break
         else:
-            raise ValueError(f"the ACME server offers no http-01 challenge for {host}")
+            raise ValueError(f"the ACME server offers no {kind.typ} challenge for {host}")
     return pending
 
 
@@ -124,7 +127,7 @@ def _wait_served(self_check: Callable[[str, str, str], bool], host: str, token: 
     deadline = time.monotonic() + SELF_CHECK_SECONDS
     while not self_check(host, token, answer):
         if time.monotonic() > deadline:
-            raise ValueError(f"http://{host}/.well-known/acme-challenge/{token} is not served by this node's --http listener after {SELF_CHECK_SECONDS:.0f}s")
+            raise ValueError(f"the challenge {token} of {host} is not served by this node's listener after {SELF_CHECK_SECONDS:.0f}s")
         time.sleep(0.2)
 
 

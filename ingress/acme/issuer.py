@@ -30,6 +30,7 @@ from twisted.web.server import Request, Site
 from ingress.acme.client import Issued, fetch_token, order_certificate
 from ingress.acme.options import AcmeSettings
 from ingress.acme.storage import MANAGED_BY, stored_hosts, write_certificate, write_challenges
+from ingress.acme.tlsalpn import answers_handshake, publish_tls_alpn, write_tls_alpn
 from ingress.model import ClusterState, Ingress
 from ingress.routing.acme_challenges import CHALLENGE_PATH
 from ingress.routing.selection import select_ingresses
@@ -64,8 +65,9 @@ class _Responder(Resource):
 class AcmeIssuer(Service):
     """Orders the certificates the manifests ask for (L{consider}: each new state), one at a time."""
 
-    def __init__(self, settings: AcmeSettings, reactor: IProcessReactor, http_port: int, class_name: str, controller_name: str) -> None:
+    def __init__(self, settings: AcmeSettings, reactor: IProcessReactor, http_port: int, class_name: str, controller_name: str, https_port: int = 0) -> None:
         self.settings = settings
+        self.https_port = https_port  # where the TLS-ALPN-01 self check handshakes
         self.serves = (class_name, controller_name)  # only the Ingresses of this controller's class are ordered for
         self.reactor = reactor
         self.http_port = http_port
@@ -80,6 +82,7 @@ class AcmeIssuer(Service):
     def startService(self) -> None:
         super().startService()
         write_challenges(self.settings.storage, {}, "")  # tokens a killed process left are stale: their responder is gone
+        write_tls_alpn(self.settings.storage, {})  # and so are its challenge certificates: their order is gone
         site = Site(self.responder)
         self._port = self.reactor.listenTCP(0, site, interface="127.0.0.1")  # type: ignore[arg-type]  # Site is a ServerFactory; its stubs say HTTPChannel
         self._pool.start()
@@ -149,7 +152,7 @@ class AcmeIssuer(Service):
 
     def _order(self, entry: Entry) -> None:
         self._busy = entry
-        log.info("acme: ordering a certificate for {hosts} from {directory}", hosts=", ".join(entry[2]), directory=self.settings.directory)
+        log.info("acme: ordering a certificate for {hosts} from {directory} by {challenge}", hosts=", ".join(entry[2]), directory=self.settings.directory, challenge=self.settings.challenge)
         d: Deferred[Issued] = deferToThreadPool(self.reactor, self._pool, self._issue, entry)
         d.addCallbacks(self._issued, self._failed, callbackArgs=(entry,), errbackArgs=(entry,))
 
@@ -160,6 +163,9 @@ class AcmeIssuer(Service):
 
     def _publish(self, tokens: dict[str, tuple[str, str]]) -> None:
         """(Order thread.) The answers into the responder, the tokens into the challenges manifest, which the table reads."""
+        if self.settings.challenge == "tls-alpn-01":  # the challenge certificates into their manifest instead
+            publish_tls_alpn(self.settings.storage, tokens)
+            return
         assert self._port is not None
         address = self._port.getHost()
         assert isinstance(address, (IPv4Address, IPv6Address))  # the responder listens on TCP
@@ -169,6 +175,8 @@ class AcmeIssuer(Service):
     def _self_check(self, host: str, token: str, answer: str) -> bool:
         if not self.running:  # stopping: end the order here rather than hold the shutdown up for the check's deadline
             raise ValueError("twingress is stopping")
+        if self.settings.challenge == "tls-alpn-01":
+            return answers_handshake(self.settings.tls_self_check_host, self.https_port, host, answer)
         return fetch_token(self.settings.self_check_host, self.http_port, host, token, answer)
 
     def _issued(self, issued: Issued, entry: Entry) -> None:

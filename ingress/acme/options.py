@@ -17,7 +17,7 @@ ACME_PARAMETERS: list[list[Any]] = [
     ["acme-email", None, "", "Contact address of the ACME account."],
     ["acme-ca-file", None, "", "PEM file of the CAs that sign the ACME server's own TLS certificate (a private server such as Pebble; '' = the system's)."],
     ["acme-agree-tos", None, "false", "true: agree to the ACME server's terms of service (required to create the account)."],
-    ["acme-challenge", None, "http-01", "Challenge type: http-01 (on the --http listener)."],
+    ["acme-challenge", None, "http-01", "Challenge type: http-01 (on the --http listener) or tls-alpn-01 (RFC 8737, on --https, when only :443 is reachable; --manifests only for now)."],
     ["acme-storage", None, "", "Directory for the ACME account key, the certificates and the pending tokens (needed with --manifests; a cluster keeps them in Secrets)."],
 ]
 
@@ -32,6 +32,7 @@ class AcmeSettings:
     storage: str
     challenge: str = "http-01"
     self_check_host: str = "127.0.0.1"  # where the self check reaches the --http listener (its interface, or loopback)
+    tls_self_check_host: str = "127.0.0.1"  # where the TLS-ALPN-01 self check reaches the --https listener
 
 
 def acme_settings(options: Any, source: str) -> Optional[AcmeSettings]:
@@ -48,12 +49,16 @@ def acme_settings(options: Any, source: str) -> Optional[AcmeSettings]:
         raise usage.UsageError("--acme-agree-tos must be true or false")
     if options["acme-agree-tos"] != "true":
         raise usage.UsageError("--acme-directory needs --acme-agree-tos true: an ACME account is only created on the server's terms of service")
-    if options["acme-challenge"] != "http-01":
-        raise usage.UsageError(f"--acme-challenge {options['acme-challenge']!r}: only http-01 is implemented (tls-alpn-01 is not yet; DNS-01 is out of scope)")
-    if not any(name == "http" for name in options["reserved-ports"].values()):
-        raise usage.UsageError("--acme-challenge http-01 needs the --http listener on a port of its own (the validation requests come to it)")
-    if options["http"].startswith("haproxy:"):
-        raise usage.UsageError("--acme-challenge http-01 with a PROXY-protocol --http listener is not supported yet (the self check fetches the token without the PROXY header)")
+    challenge = options["acme-challenge"]
+    if challenge not in ("http-01", "tls-alpn-01"):
+        raise usage.UsageError(f"--acme-challenge {challenge!r}: http-01 or tls-alpn-01 (DNS-01 is out of scope)")
+    if challenge == "tls-alpn-01" and source != "manifests":
+        raise usage.UsageError("--acme-challenge tls-alpn-01 works with --manifests for now: in a cluster use http-01 (the challenge certificates do not travel to every node yet)")
+    listener = "http" if challenge == "http-01" else "https"  # where the validation requests come
+    if not any(name == listener for name in options["reserved-ports"].values()):
+        raise usage.UsageError(f"--acme-challenge {challenge} needs the --{listener} listener on a port of its own (the validation requests come to it)")
+    if options[listener].startswith("haproxy:"):
+        raise usage.UsageError(f"--acme-challenge {challenge} with a PROXY-protocol --{listener} listener is not supported yet (the self check connects without the PROXY header)")
     if source == "manifests" and not options["acme-storage"]:
         raise usage.UsageError("--acme-directory with --manifests needs --acme-storage DIR (the account key and the certificates are kept there)")
     if source != "manifests" and options["acme-storage"]:
@@ -64,11 +69,14 @@ def acme_settings(options: Any, source: str) -> Optional[AcmeSettings]:
         _check_storage(options["acme-storage"])
     if options["acme-ca-file"]:
         _check_ca_file(options["acme-ca-file"])
-    return AcmeSettings(directory, options["acme-email"], options["acme-ca-file"], options["acme-storage"], self_check_host=_local_address(options["http"]))
+    return AcmeSettings(
+        directory, options["acme-email"], options["acme-ca-file"], options["acme-storage"], challenge,
+        self_check_host=_local_address(options["http"]), tls_self_check_host=_local_address(options["https"]),
+    )
 
 
 def _local_address(description: str) -> str:
-    """The address this process reaches its --http listener at: the interface it binds, loopback for every address."""
+    """The address this process reaches a listener (--http, --https) at: the interface it binds, loopback for every address."""
     for argument in re.split(r"(?<!\\):", description)[1:]:  # an escaped colon is part of a value
         key, equals, value = argument.partition("=")
         value = value.replace("\\", "")  # an IPv6 interface is written with escaped colons (interface=\\:\\:1)

@@ -24,8 +24,8 @@ def manifests_source(options: Any, builder: TableBuilder, metrics: Metrics, reac
     if settings is None:
         return ManifestsSource(options["manifests"], builder, metrics, reactor, options["poll-interval"])
     both = MultiService()
-    http_port = next(port for port, name in options["reserved-ports"].items() if name == "http")
-    issuer = AcmeIssuer(settings, reactor, http_port, options["ingress-class"], options["controller-name"])
+    ports = {name: port for port, name in options["reserved-ports"].items()}
+    issuer = AcmeIssuer(settings, reactor, ports.get("http", 0), options["ingress-class"], options["controller-name"], ports.get("https", 0))
     issuer.setServiceParent(both)
     also = manifests_dir(settings.storage)
     ManifestsSource(options["manifests"], builder, metrics, reactor, options["poll-interval"], also=also, observe=issuer.consider).setServiceParent(both)

@@ -25,6 +25,7 @@ from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.http2.upstream import H2UpstreamPool
 from ingress.proxy.proxy_protocol import ProxyProtocolWhenAsked
 from ingress.proxy.streams.gatewayports import GatewayListener, PortCertificates, PortView
+from ingress.proxy.tls.acme_tls import NO_CHALLENGES, ChallengeContexts
 from ingress.proxy.tls.front import TLSFrontFactory
 from ingress.proxy.tls.termination import CertificateStore, SNIConnectionCreator, load_certificate, self_signed_certificate
 from ingress.routing.streams import StreamRoute
@@ -45,10 +46,11 @@ class DataPlane:
     drainables: list[Drainable] = field(default_factory=list)
     gateway_listener: Optional[Callable[[StreamRoute], GatewayListener]] = None  # for the stream listeners
     port_certificates: Optional[PortCertificates] = None  # the HTTPS Gateway ports' stores
+    challenges: Optional[ChallengeContexts] = None  # the HTTPS listener's TLS-ALPN-01 challenge certificates
 
     def prepare(self, table: RoutingTable) -> Callable[[], None]:
         """Every TLS context C{table} needs, main and Gateway ports (build thread); the commit swaps them in."""
-        commits = [each.prepare(table) for each in (self.store, self.port_certificates) if each is not None]
+        commits = [each.prepare(table) for each in (self.store, self.port_certificates, self.challenges) if each is not None]
 
         def commit() -> None:
             for each in commits:
@@ -99,11 +101,11 @@ def data_plane(
         generated = default_certificate[0]
         return CertificateStore(metrics, load_certificate(*generated, http2=offer_h2), tls_min_version, tls_ciphers, generated, offer_h2, exports_expiry)
 
-    def tls_front(store: CertificateStore, terminating: HTTPProxyFactory, view: TableView) -> TLSFrontFactory:
-        """The TLS listener's front door: SNI passthrough, TLS to TCP backends, or HTTP over TLS with C{store}'s certificates."""
+    def tls_front(store: CertificateStore, terminating: HTTPProxyFactory, view: TableView, challenges: ChallengeContexts = NO_CHALLENGES) -> TLSFrontFactory:
+        """The TLS listener's front door: SNI passthrough, TLS to TCP backends, TLS-ALPN-01 answers, or HTTP over TLS with C{store}'s certificates."""
         creator = SNIConnectionCreator(store)
         terminate = tls_factory(creator, False, terminating)
-        return TLSFrontFactory(terminate, view, pool, reactor, settings.header_timeout, metrics, settings.server_name, creator)
+        return TLSFrontFactory(terminate, view, pool, reactor, settings.header_timeout, metrics, settings.server_name, creator, challenges)
 
     if https:
         store = new_store()
@@ -112,7 +114,8 @@ def data_plane(
         )
         plane.drainables.append(HTTPConnections(terminating))
         factories.add(terminating)
-        front = tls_front(store, terminating, live)
+        challenges = plane.challenges = ChallengeContexts()
+        front = tls_front(store, terminating, live, challenges)
         plane.drainables.append(PassthroughConnections(front.passthrough))
         plane.https = front if "https" in behind_proxy else ProxyProtocolWhenAsked(front, live)
         plane.store = store

@@ -54,6 +54,7 @@ from ingress.routing.route import Canary, Policies
 from ingress.routing.selection import select_and_skip
 from ingress.routing.streams import build_streams
 from ingress.routing.table import Route, RoutingTable, Upstream
+from ingress.routing.tls_alpn_challenges import tls_alpn_certificates
 from ingress.routing.trailing_slash import add_slash_redirects, ingress_nginx_class
 
 
@@ -127,6 +128,7 @@ def build(state: ClusterState, options: BuildOptions = DEFAULT_BUILD_OPTIONS, ge
         },
         addresses={address: table for address, table in by_address.values()},
         request_ids=config.generate_request_id,
+        acme_tls_alpn=tls_alpn_certificates(state.config_maps) if options.acme_challenges else {},
     )
     report = BuildReport(
         problems=_sorted_problems(state.problems) + _sorted_problems(problems | set(merged.problems) | set(address_problems)),

@@ -43,7 +43,7 @@ class BuildOptions:
     cleartext_http2: bool = False
     # The address pool Gateways get an address of their own from (a table per address); empty: every Gateway everywhere.
     gateway_addresses: tuple[str, ...] = ()
-    # Whether the ACME issuer's pending HTTP-01 tokens are served (the proxy with --acme; the audit never).
+    # Whether the ACME issuer's pending HTTP-01 tokens and TLS-ALPN-01 certificates are served (the proxy with --acme; the audit never).
     acme_challenges: bool = False
 
 

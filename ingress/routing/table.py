@@ -97,6 +97,9 @@ class RoutingTable:
     # Gateway HTTPS listeners' hostnames: on a TLS connection, a request whose host belongs to another listener than
     # its SNI name's is misdirected (421; L{ingress.routing.listener_names}).  None: no Gateway HTTPS listener here.
     https_listeners: Optional[ListenerNames] = None
+    # TLS-ALPN-01 (RFC 8737): host → the pending order's challenge certificate and key (PEM), answered on a
+    # ClientHello offering acme-tls/1 for it (L{ingress.routing.tls_alpn_challenges}); empty when none is pending.
+    acme_tls_alpn: Mapping[str, bytes] = field(default_factory=dict)
 
     def passthrough_for(self, host: str) -> Optional[Upstream]:
         """
@@ -192,6 +195,7 @@ class RoutingTable:
             "streams": streams_json(self.streams, {})["streams"],
             **({"globalBlock": self.blocked.to_json()} if self.blocked is not None else {}),
             **({"httpsListeners": self.https_listeners.to_json()} if self.https_listeners is not None else {}),
+            **({"acmeTlsAlpn01": sorted(self.acme_tls_alpn)} if self.acme_tls_alpn else {}),
             **({"gatewayPorts": {str(port): _port_json(table.to_json()) for port, table in sorted(self.gateway_ports.items())}} if self.gateway_ports else {}),
         }
 

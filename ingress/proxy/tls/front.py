@@ -11,7 +11,9 @@ C{dataReceived} per connection and nothing per request.  A passed-through
 connection becomes a TCP stream relay (L{ingress.proxy.streams.tcp}): backpressure,
 half-close, connect and idle timeouts, a retry on another endpoint, passive
 health, the stream metrics (route C{passthrough/<namespace>/<service>:<port>})
-and the shutdown drain come with it.
+and the shutdown drain come with it.  A ClientHello offering C{acme-tls/1} for a
+name with a TLS-ALPN-01 challenge pending gets the challenge's certificate
+(L{ingress.proxy.tls.acme_tls}); only such a name has its ALPN list read.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ingress.proxy.http.responses import plain_http_on_tls_port
 from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.streams.tcp import TCPRelay, TCPStreamFactory
 from ingress.proxy.tls import sni
+from ingress.proxy.tls.acme_tls import ACME_TLS_1, NO_CHALLENGES, ChallengeContexts, challenge_protocol
 from ingress.proxy.transport import IConnectionTransport, hand_over
 from ingress.routing.streams import TCP, StreamRoute
 from ingress.routing.upstream import Upstream
@@ -55,8 +58,10 @@ class TLSFrontFactory(Factory):
         metrics: Metrics,
         server_name: bytes = b"twingress",
         creator: Optional[IOpenSSLServerConnectionCreator] = None,
+        challenges: ChallengeContexts = NO_CHALLENGES,
     ) -> None:
         self.terminate = terminate
+        self.challenges = challenges  # TLS-ALPN-01: the pending challenges' certificates by name (L{acme_tls})
         self.creator = creator  # the certificates by SNI, for TLS terminated to a TCP backend (None: not done here)
         self.live = live
         self.pool = pool
@@ -115,6 +120,10 @@ class TLSFront(Protocol):
             self._answer_plain_http()
             return
         self._cancel_timer()
+        challenges = self.factory.challenges.contexts
+        if challenges and name in challenges and sni.client_hello_offers(self._buffer, ACME_TLS_1):
+            self._hand_to(challenge_protocol(challenges[name], self.address, self.factory.reactor, self.factory.hello_timeout))
+            return
         table = self.factory.live.table
         if table.addresses:  # Gateways with addresses of their own: the address reached decides what the name means
             table = table.addresses.get(str(getattr(self.transport.getHost(), "host", "")), table)
@@ -170,6 +179,13 @@ class TLSFront(Protocol):
             return
         relays = _OneRelay(self.factory.passthrough, self.factory.route_for(upstream, "tls-terminated"))
         inner = tls_factory(creator, False, relays).buildProtocol(self.address)
+        hand_over(self.transport, inner)
+        inner.makeConnection(self.transport)
+        buffered, self._buffer = self._buffer, b""
+        inner.dataReceived(buffered)
+
+    def _hand_to(self, inner: Protocol) -> None:
+        """Give the connection (and what was read) to C{inner}."""
         hand_over(self.transport, inner)
         inner.makeConnection(self.transport)
         buffered, self._buffer = self._buffer, b""

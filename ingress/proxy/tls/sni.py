@@ -19,6 +19,7 @@ MAX_RECORD = 16384 + 5
 _HANDSHAKE = 22
 _CLIENT_HELLO = 1
 _SERVER_NAME = 0
+_ALPN = 16
 
 
 def client_hello_server_name(data: bytes) -> tuple[str, Optional[str]]:
@@ -62,6 +63,52 @@ def _server_name(record: bytes) -> Optional[str]:
         body = record[at + 4 : at + 4 + size]
         if kind == _SERVER_NAME:
             return _host_name(body)
+        at += 4 + size
+    return None
+
+
+def client_hello_offers(data: bytes, protocol: bytes) -> bool:
+    """
+    Whether the whole ClientHello in C{data} (its first record) offers C{protocol} by ALPN (RFC 7301 3.1).
+
+    Asked only for a name that has a TLS-ALPN-01 challenge pending (L{ingress.proxy.tls.acme_tls}): the
+    servername callback runs before OpenSSL reads the ALPN list, so the choice of certificate is made here.
+    Never raises: a malformed list offers nothing.
+    """
+    if len(data) < 5 or data[0] != _HANDSHAKE:
+        return False
+    record = data[5 : 5 + int.from_bytes(data[3:5], "big")]
+    try:
+        body = _extension(record, _ALPN)
+        if body is None:
+            return False
+        at, end = 2, min(2 + int.from_bytes(body[0:2], "big"), len(body))
+        while at < end:
+            size = body[at]
+            if body[at + 1 : at + 1 + size] == protocol:
+                return True
+            at += 1 + size
+    except IndexError:
+        pass
+    return False
+
+
+def _extension(record: bytes, wanted: int) -> Optional[bytes]:
+    """The body of extension C{wanted} of the ClientHello in C{record}, or None; IndexError when it is cut short."""
+    if not record or record[0] != _CLIENT_HELLO:
+        return None
+    end = min(4 + int.from_bytes(record[1:4], "big"), len(record))
+    at = 4 + 2 + 32  # type + length, legacy_version, random
+    at += 1 + record[at]  # legacy_session_id
+    at += 2 + int.from_bytes(record[at : at + 2], "big")  # cipher_suites
+    at += 1 + record[at]  # legacy_compression_methods
+    extensions_end = min(at + 2 + int.from_bytes(record[at : at + 2], "big"), end)
+    at += 2
+    while at + 4 <= extensions_end:
+        kind = int.from_bytes(record[at : at + 2], "big")
+        size = int.from_bytes(record[at + 2 : at + 4], "big")
+        if kind == wanted:
+            return record[at + 4 : min(at + 4 + size, extensions_end)]
         at += 4 + size
     return None
 

@@ -30,6 +30,7 @@ from zope.interface import implementer
 
 from ingress.model import ObjectRef, Problem, TLSSecret
 from ingress.observe.metrics import Metrics
+from ingress.proxy.tls.acme_tls import ACME_TLS_1, refuse_acme_tls
 from ingress.proxy.tls.clientcerts import Verifier, ask_for_certificates
 from ingress.routing.certs import CertificateTable, SecretKey
 from ingress.routing.policies.clientauth import ClientAuth
@@ -74,11 +75,15 @@ def self_signed_certificate() -> tuple[bytes, bytes]:
 
 
 def _select_alpn(connection: SSL.Connection, offered: list[bytes]) -> bytes | SSL._NoOverlappingProtocols:
+    if ACME_TLS_1 in offered:  # a TLS-ALPN-01 validation of a name without a challenge here: the handshake fails
+        raise refuse_acme_tls()
     return b"http/1.1" if b"http/1.1" in offered else SSL.NO_OVERLAPPING_PROTOCOLS
 
 
 def _select_alpn_h2(connection: SSL.Connection, offered: list[bytes]) -> bytes | SSL._NoOverlappingProtocols:
     """Our preference, not the client's order: h2 when offered, then http/1.1 (RFC 7301 3.2 lets the server choose)."""
+    if ACME_TLS_1 in offered:
+        raise refuse_acme_tls()
     if b"h2" in offered:
         return b"h2"
     return b"http/1.1" if b"http/1.1" in offered else SSL.NO_OVERLAPPING_PROTOCOLS
