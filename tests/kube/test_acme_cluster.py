@@ -234,6 +234,7 @@ def test_the_leader_orders_every_replica_answers_and_the_next_leader_keeps_the_a
     [
         (("--acme-storage", "/tmp"), "--acme-storage is for --manifests"),
         (("--generate-ingresses", "false", "--update-status", "false"), "needs the controllers"),
+        (("--acme-challenge", "tls-alpn-01"), "tls-alpn-01 works with --manifests for now"),
     ],
 )
 def test_a_bad_cluster_acme_option_is_one_line_and_exit_1(kube_cluster, pebble: Pebble, extra: tuple[str, ...], mentions: str) -> None:
