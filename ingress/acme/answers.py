@@ -56,14 +56,17 @@ def answers_data(tokens: dict[str, tuple[str, str]]) -> dict[str, str]:
     return {token: f"{host} {answer}" for token, (host, answer) in tokens.items()}
 
 
-class _Answers(Resource):
-    """C{/.well-known/acme-challenge/TOKEN}: the key authorization of a published token, else 404."""
+class TokenAnswers(Resource):
+    """
+    C{/.well-known/acme-challenge/TOKEN}: the key authorization of a published token, else 404; the
+    responder of both modes (this node's, from the tokens' ConfigMap; the manifests issuer's own).
+    """
 
     isLeaf = True
 
     def __init__(self) -> None:
         super().__init__()
-        self.answers: dict[str, str] = {}  # replaced whole from the build thread; the reactor only reads it
+        self.answers: dict[str, str] = {}  # token: key authorization, replaced whole from another thread; the reactor only reads it
 
     def render_GET(self, request: Request) -> bytes:
         path = (request.path or b"").decode("latin-1")
@@ -81,7 +84,7 @@ class ClusterAnswers(Service):
     def __init__(self, reactor: IProcessReactor, namespace: str) -> None:
         self.reactor = reactor
         self.key = (namespace, CHALLENGES_NAME)
-        self.resource = _Answers()
+        self.resource = TokenAnswers()
         self._port: Optional[IListeningPort] = None
         self._address = ""
 

@@ -24,15 +24,14 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
-from twisted.web.resource import Resource
-from twisted.web.server import Request, Site
+from twisted.web.server import Site
 
+from ingress.acme.answers import TokenAnswers
 from ingress.acme.client import Issued, fetch_token, order_certificate
 from ingress.acme.options import AcmeSettings
 from ingress.acme.storage import MANAGED_BY, stored_hosts, write_certificate, write_challenges
 from ingress.acme.tlsalpn import answers_handshake, publish_tls_alpn, write_tls_alpn
 from ingress.model import ClusterState, Ingress
-from ingress.routing.acme_challenges import CHALLENGE_PATH
 from ingress.routing.selection import select_ingresses
 from ingress.runtime.reactor import IProcessReactor
 
@@ -41,25 +40,6 @@ ANNOTATION = "twingress.io/acme"
 CERT_MANAGER = ("cert-manager.io/issuer", "cert-manager.io/cluster-issuer")
 FIRST_BACKOFF, LAST_BACKOFF = 30.0, 3600.0
 Entry = tuple[str, str, tuple[str, ...]]  # namespace, secretName, hosts
-
-
-class _Responder(Resource):
-    """Answers C{/.well-known/acme-challenge/TOKEN} with the key authorization of a pending token, else 404."""
-
-    isLeaf = True
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.answers: dict[str, str] = {}  # token: key authorization (replaced whole from the order thread)
-
-    def render_GET(self, request: Request) -> bytes:
-        path = (request.path or b"").decode("latin-1")
-        answer = self.answers.get(path[len(CHALLENGE_PATH):]) if path.startswith(CHALLENGE_PATH) else None
-        if answer is None:
-            request.setResponseCode(404)
-            return b""
-        request.setHeader(b"content-type", b"text/plain")
-        return answer.encode("ascii")
 
 
 class AcmeIssuer(Service):
@@ -71,7 +51,7 @@ class AcmeIssuer(Service):
         self.serves = (class_name, controller_name)  # only the Ingresses of this controller's class are ordered for
         self.reactor = reactor
         self.http_port = http_port
-        self.responder = _Responder()
+        self.responder = TokenAnswers()
         self._port: Optional[IListeningPort] = None
         self._pool = ThreadPool(minthreads=0, maxthreads=1, name="acme")
         self._busy: Optional[Entry] = None
