@@ -49,6 +49,7 @@ HOT_MODULES = [
     "ingress/speedups/nativeprotocol.py",
     "ingress/proxy/idle.py",
     "ingress/observe/accesslog.py",
+    "ingress/proxy/http/accesslines.py",
     "ingress/observe/request_metrics.py",
 ]
 

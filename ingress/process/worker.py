@@ -54,6 +54,7 @@ from ingress.observe.nginx_metrics import NginxMetrics, controller_identity, gau
 from ingress.process.channel import Channel, ChannelFactory
 from ingress.process.dataplane import DataPlane, data_plane
 from ingress.process.drain import GracefulShutdown
+from ingress.proxy.http.accesslines import FORMATS as ACCESS_LOG_FORMATS
 from ingress.proxy.http.guards import Guards
 from ingress.proxy.http.ratelimit import RemoteRates
 from ingress.proxy.http.settings import HTTP2Settings, ProxySettings
@@ -198,7 +199,7 @@ def main(argv: list[str]) -> None:
     top = MultiService()
     access_log = None
     if config["access_log"] != "off":
-        access_log = AccessLog(reactor, config["access_log"], config["access_log_format"])
+        access_log = AccessLog(reactor, config["access_log"], ACCESS_LOG_FORMATS[config["access_log_format"]])
         access_log.setServiceParent(top)
         live.subscribe(access_log.use_table)  # the ConfigMap's log-format-upstream
     nginx = None
