@@ -39,10 +39,10 @@ from ingress.process.drain import GracefulShutdown
 from ingress.process.streamports import WorkerStreams, primary_streams
 from ingress.process.streamsockets import ClosedAtDrain, inherited_streams
 from ingress.process.workerconfig import worker_pool
-from ingress.proxy.http.accesslines import FORMATS as ACCESS_LOG_FORMATS
-from ingress.proxy.http.settings import ProxySettings
-from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.options import http2_settings, positive_float, proxy_settings, seconds
+from ingress.proxy.request.accesslines import FORMATS as ACCESS_LOG_FORMATS
+from ingress.proxy.request.settings import ProxySettings
+from ingress.proxy.request.upstream import UpstreamPool
 from ingress.proxy.streams.listeners import StreamListeners
 from ingress.routing import build
 from ingress.routing.incremental import IncrementalBuild

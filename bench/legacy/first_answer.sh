@@ -28,7 +28,7 @@ if [ -f .venv/compile.pid ]; then
   runpid=$!
   until [ "$(answer)" = 200 ]; do sleep 0.2; kill -0 $runpid 2>/dev/null || { echo "make run ended"; cat run2.out; exit 1; }; done
   echo "second start: first answer after $(elapsed) s"; cat run2.out
-  ls ingress/proxy/http/*.so | head -3; ls .venv/lib/python3*/site-packages/h2/*.so | head -2
+  ls ingress/proxy/request/*.so | head -3; ls .venv/lib/python3*/site-packages/h2/*.so | head -2
   kill -INT -- -$runpid; wait $runpid
 fi
 echo "load: $(cat /proc/loadavg)"

@@ -183,7 +183,7 @@ def peer_version(name: str, binary: Path) -> str:
 def twingress_build() -> dict[str, str]:
     """Which twingress the run measures: its request path mypyc-compiled or not (setup.py
     build_ext), and the HTTP/2 stack compiled or not (h2stack.py), as twingress would import them."""
-    done = subprocess.run([sys.executable, "-c", "import h2.connection, ingress.proxy.http.h1 as h1; "
+    done = subprocess.run([sys.executable, "-c", "import h2.connection, ingress.proxy.message.h1 as h1; "
                            "print(h1.__file__); print(h2.connection.__file__)"],
                           capture_output=True, text=True, env=twingress_env(), cwd=REPO, timeout=60)
     if done.returncode != 0:

@@ -11,7 +11,7 @@ Text (the combined log format, then named fields)::
 (on one line; C{request_id} is the request's X-Request-ID, the client's or the one generated, as
 C{$req_id} ends ingress-nginx's default log format).  It is on the proxy's hot path, so a line is formatted from
 the exchange's own attributes with one C{%} (the line functions read the request, so they live
-with it: L{ingress.proxy.http.accesslines}) and appended to a buffer here; the
+with it: L{ingress.proxy.request.accesslines}) and appended to a buffer here; the
 buffer is written when it passes 64 KiB or half a second after its first
 line, whichever comes first, and on shutdown.  A file is opened for append
 and reopened on SIGUSR1 (logrotate's C{postrotate}); "-" is standard output,

@@ -54,11 +54,11 @@ from ingress.observe.nginx_metrics import NginxMetrics, controller_identity, gau
 from ingress.process.channel import Channel, ChannelFactory
 from ingress.process.dataplane import DataPlane, data_plane
 from ingress.process.drain import GracefulShutdown
-from ingress.proxy.http.accesslines import FORMATS as ACCESS_LOG_FORMATS
-from ingress.proxy.http.guards import Guards
-from ingress.proxy.http.ratelimit import RemoteRates
-from ingress.proxy.http.settings import HTTP2Settings, ProxySettings
-from ingress.proxy.http.upstream import UpstreamPool
+from ingress.proxy.request.accesslines import FORMATS as ACCESS_LOG_FORMATS
+from ingress.proxy.request.guards import Guards
+from ingress.proxy.request.ratelimit import RemoteRates
+from ingress.proxy.request.settings import HTTP2Settings, ProxySettings
+from ingress.proxy.request.upstream import UpstreamPool
 from ingress.proxy.streams.listeners import StreamListeners
 from ingress.routing.delta import TableChange, applied
 from ingress.routing.streams import stream_key
