@@ -25,7 +25,6 @@ from ingress.controllers.manager import ControllerManager, ControllerOptions
 from ingress.controllers.metrics import ControllerMetrics
 from ingress.controllers.options import controller_options
 from ingress.model import ClusterState
-from ingress.observe.accesslog import FORMATS as ACCESS_LOG_FORMATS
 from ingress.observe.accesslog import AccessLog
 from ingress.observe.admin import Admin
 from ingress.observe.logs import LOG_FORMATS, LoggingRoot
@@ -41,9 +40,10 @@ from ingress.process.drain import GracefulShutdown
 from ingress.process.streamports import WorkerStreams, primary_streams
 from ingress.process.streamsockets import ClosedAtDrain, inherited_streams
 from ingress.process.workerconfig import worker_pool
-from ingress.proxy.http.settings import ProxySettings
-from ingress.proxy.http.upstream import UpstreamPool
 from ingress.proxy.options import http2_settings, positive_float, proxy_settings, seconds
+from ingress.proxy.request.accesslines import FORMATS as ACCESS_LOG_FORMATS
+from ingress.proxy.request.settings import ProxySettings
+from ingress.proxy.request.upstream import UpstreamPool
 from ingress.proxy.streams.listeners import StreamListeners
 from ingress.routing import build
 from ingress.routing.incremental import IncrementalBuild
@@ -209,7 +209,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
     _Announce(summary(options), *turned_off(options)).setServiceParent(top)
     access_log = None
     if options["access-log"] != "off" and options["worker-count"] == 1:  # with workers, each writes its own lines
-        access_log = AccessLog(reactor, options["access-log"], options["access-log-format"])
+        access_log = AccessLog(reactor, options["access-log"], ACCESS_LOG_FORMATS[options["access-log-format"]])
         access_log.setServiceParent(top)
         live.subscribe(access_log.use_table)  # the ConfigMap's log-format-upstream
     _BuilderService(builder).setServiceParent(top)

@@ -15,7 +15,7 @@ once its bytes are read, and times it with the process's CPU clock:
   frames): batches of C{--streams} GETs as h2load sends them (its header fields, one HEADERS
   frame each with END_STREAM), and the WINDOW_UPDATE that gives the connection back what the
   previous batch's responses took; nothing of the client runs while the clock runs;
-- idle upstream connections (L{ingress.proxy.http.upstream.UpstreamConnection} on a memory
+- idle upstream connections (L{ingress.proxy.request.upstream.UpstreamConnection} on a memory
   transport) in the pool; after each batch is read, every one a request was written to reads the
   benches' nginx backend's response, as the reactor's reads of the backend's sockets would;
   then the reactor's turn: its timers, the calls before its next poll (the connection's flush,
@@ -56,11 +56,11 @@ from bench.lib.procs import BenchFailed
 from bench.lib.results import interpreter
 from ingress.model.parse import state_from_objects
 from ingress.observe.metrics import Metrics
-from ingress.proxy.http import h1
-from ingress.proxy.http.factory import HTTPProxyFactory
-from ingress.proxy.http.settings import HTTP2Settings, ProxySettings
-from ingress.proxy.http.upstream import _DONE, UpstreamConnection, UpstreamPool
+from ingress.proxy.http1.factory import HTTPProxyFactory
 from ingress.proxy.http2.connection import PREFACE, H2ServerProtocol
+from ingress.proxy.message import h1
+from ingress.proxy.request.settings import HTTP2Settings, ProxySettings
+from ingress.proxy.request.upstream import _DONE, UpstreamConnection, UpstreamPool
 from ingress.routing import build
 from ingress.runtime.live import LiveTable
 from ingress.speedups.librarylog import drop_hpack_debug

@@ -10,7 +10,8 @@ Text (the combined log format, then named fields)::
 
 (on one line; C{request_id} is the request's X-Request-ID, the client's or the one generated, as
 C{$req_id} ends ingress-nginx's default log format).  It is on the proxy's hot path, so a line is formatted from
-the exchange's own attributes with one C{%} and appended to a buffer; the
+the exchange's own attributes with one C{%} (the line functions read the request, so they live
+with it: L{ingress.proxy.request.accesslines}) and appended to a buffer here; the
 buffer is written when it passes 64 KiB or half a second after its first
 line, whichever comes first, and on shutdown.  A file is opened for append
 and reopened on SIGUSR1 (logrotate's C{postrotate}); "-" is standard output,
@@ -26,7 +27,6 @@ import select
 import signal
 import time
 from collections.abc import Callable
-from json.encoder import encode_basestring_ascii as _json_string
 from typing import Any, Final, Optional
 
 from twisted.application.service import Service
@@ -34,48 +34,16 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 
 from ingress.observe.logformat import compile_format
-from ingress.proxy.http.h1 import Head
 from ingress.routing.logformat import parse
 
 log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 _FLUSH_BYTES: Final = 1 << 16
 _FLUSH_SECONDS: Final = 0.5
-_SAFE: Final = bytes(b for b in range(0x20, 0x7F) if b not in b'"\\')
-_VERSIONS: Final = {(1, 1): "HTTP/1.1", (1, 0): "HTTP/1.0"}
 
 
-def _escape(value: bytes) -> str:
-    """
-    Client bytes for a quoted text field: printable ASCII kept, the rest (and quotes) as \\xHH.
-
-    The usual value, printable ASCII without a quote or backslash, is found by C{isascii},
-    C{isprintable} (of ASCII: 0x20-0x7E) and two C{in}: a fifth of the time of
-    C{translate(None, _SAFE)}, which builds its table of 256 on every call.
-    """
-    if value.isascii():
-        text = value.decode("ascii")
-        if text.isprintable() and '"' not in text and "\\" not in text:
-            return text
-    return "".join(chr(b) if b in _SAFE else f"\\x{b:02x}" for b in value)
-
-
-def _text(value: bytes) -> str:
-    return value.decode("utf-8", "backslashreplace")
-
-
-def _field(block: bytes, lowered: bytes, name: bytes) -> bytes:
-    """The value of header C{name} (lower case, with its colon) in a head's field block, or b""."""
-    at = lowered.find(name)
-    if at < 0:
-        return b""
-    start = at + len(name)
-    end = block.find(b"\r\n", start)
-    return block[start : end if end >= 0 else len(block)].strip(b" \t")
-
-
-class _Clock:
-    """The wall-clock parts of a line, formatted at most once a second."""
+class Clock:
+    """The wall-clock parts of a line, formatted at most once a second (read by the line functions)."""
 
     def __init__(self) -> None:
         self.second = -1
@@ -92,112 +60,8 @@ class _Clock:
         return now
 
 
-def _common(exchange: Any) -> tuple[Optional[Head], bytes, bytes, Optional[str], Optional[str], Optional[float], Optional[float], bytes]:
-    """
-    What both formats read off the answered request (L{ingress.proxy.http.exchange.Exchange}).  The
-    head is typed (compiled, its fields are read from the object itself, not looked up by name).
-    """
-    mono = time.monotonic()
-    head: Optional[Head] = exchange.request
-    if head is not None:
-        block = head.block
-        lowered = b"\n" + block.lower()  # each field line now starts with "\n", the first one too
-        referer, agent = _field(block, lowered, b"\nreferer:"), _field(block, lowered, b"\nuser-agent:")
-        request_id = head.request_id or _field(block, lowered, b"\nx-request-id:")  # one made here is 32 hex digits
-        duration: Optional[float] = mono - exchange.started_at
-    else:
-        referer = agent = request_id = b""
-        duration = None
-    route, upstream = exchange.route, exchange.tried
-    return (
-        head,
-        referer,
-        agent,
-        route.name if route is not None else None,
-        f"{upstream[0]}:{upstream[1]}" if upstream is not None else None,
-        duration,
-        mono - exchange.sent_at if exchange.sent_at else None,
-        request_id,
-    )
-
-
-def text_line(exchange: Any, status: int, clock: _Clock) -> str:
-    clock.now()
-    head, referer, agent, route, upstream, duration, upstream_duration, request_id = _common(exchange)
-    if head is not None:
-        # the method is a token and the Host was validated by the parser: only the target needs escaping
-        request = f"{head.method.decode()} {_escape(head.target)} {_VERSIONS.get(head.version) or 'HTTP/%d.%d' % head.version}"
-        host = head.host.decode() or "-"
-        generated = head.request_id
-    else:
-        request = host = "-"
-        generated = b""
-    forwarded = exchange.forwarded
-    return '%s - - [%s] "%s" %d %d "%s" "%s" host=%s route=%s upstream=%s duration=%s upstream_duration=%s request_id=%s\n' % (
-        forwarded.ip or "-",
-        clock.common,
-        request,
-        status,
-        exchange.body_sent,
-        _escape(referer) if referer else "-",
-        _escape(agent) if agent else "-",
-        host,
-        route or "-",
-        upstream or "-",
-        "%.3f" % duration if duration is not None else "-",
-        "%.3f" % upstream_duration if upstream_duration is not None else "-",
-        (generated.decode("ascii") if request_id is generated else _escape(request_id).replace(" ", "\\x20")) if request_id else "-",
-    )
-
-
-def _quoted(value: Optional[str]) -> str:
-    return _json_string(value) if value is not None else "null"
-
-
-def _seconds(value: Optional[float]) -> str:
-    return "%.6f" % value if value is not None else "null"
-
-
-def json_line(exchange: Any, status: int, clock: _Clock) -> str:
-    """
-    The same fields as one JSON object.  Written with one C{%} and the json
-    module's C string quoting: a dict through C{json.dumps} costs about three
-    times as much per request.
-    """
-    now = clock.now()
-    head, referer, agent, route, upstream, duration, upstream_duration, request_id = _common(exchange)
-    forwarded = exchange.forwarded
-    if head is not None:
-        method, path = _quoted(_text(head.method)), _quoted(_text(head.target))
-        version = _quoted(_VERSIONS.get(head.version) or "HTTP/%d.%d" % head.version)
-        host = _quoted(_text(head.host) or None)
-    else:
-        method = path = version = host = "null"
-    return (
-        '{"time": "%s.%03dZ", "client": %s, "method": %s, "path": %s, "version": %s, "status": %d, "bytes": %d, '
-        '"referer": %s, "user_agent": %s, "host": %s, "route": %s, "upstream": %s, "duration": %s, "upstream_duration": %s, '
-        '"request_id": %s}\n'
-    ) % (
-        clock.iso,
-        int((now % 1) * 1000),
-        _quoted(forwarded.ip or None),
-        method,
-        path,
-        version,
-        status,
-        exchange.body_sent,
-        _quoted(_text(referer) or None),
-        _quoted(_text(agent) or None),
-        host,
-        _quoted(route),
-        _quoted(upstream),
-        _seconds(duration),
-        _seconds(upstream_duration),
-        _quoted(_text(request_id) or None),
-    )
-
-
-FORMATS: Final[dict[str, Callable[[Any, int, _Clock], str]]] = {"text": text_line, "json": json_line}
+LineFormat = Callable[[Any, int, Clock], str]
+"""A line function: the answered request (its exchange), its status and the clock -> one line."""
 
 
 class AccessLog(Service):
@@ -208,12 +72,12 @@ class AccessLog(Service):
     SIGUSR1 handler installed) on start, the buffer written out on stop.
     """
 
-    def __init__(self, reactor: Any, destination: str, line_format: str = "text") -> None:
+    def __init__(self, reactor: Any, destination: str, line_format: LineFormat) -> None:
         self.reactor = reactor
         self.destination = destination
-        self._format = self._own_format = FORMATS[line_format]
+        self._format = self._own_format = line_format
         self._nginx_format: tuple[str, str] = ("", "default")  # the table's log-format-upstream and escape
-        self._clock = _Clock()
+        self._clock = Clock()
         self._lines: list[str] = []
         self._size = 0
         self._fd = -1

@@ -4,7 +4,7 @@ Access-log lines in an nginx C{log_format} (the ConfigMap's C{log-format-upstrea
 
 The parts come from L{ingress.routing.logformat.parse}, checked when the ConfigMap was read; here
 each variable becomes a small function of the answered request (its
-L{ingress.proxy.http.exchange.Exchange}: the attributes the access log reads).  Values are escaped as nginx's log module
+L{ingress.proxy.request.exchange.Exchange}: the attributes the access log reads).  Values are escaped as nginx's log module
 escapes them (ngx_http_log_module, C{escape=default|json|none}): default writes C{"}, C{\\}
 and bytes outside printable ASCII as C{\\xHH}; json escapes as JSON strings do; none writes them
 as they are.  A variable without a value is written "-" (default, none) or "" (json), as nginx

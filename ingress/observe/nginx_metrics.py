@@ -104,7 +104,7 @@ class NginxMetrics(Collector):
         self.leader: Optional[bool] = None
 
     def record(self, exchange: Any, status: int) -> None:
-        """One request answered (the access log's interface: its L{ingress.proxy.http.exchange.Exchange})."""
+        """One request answered (the access log's interface: its L{ingress.proxy.request.exchange.Exchange})."""
         mono = time.monotonic()
         head, route = exchange.request, exchange.route
         if route is not None:

@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 
 
 class KeepAlivePool(Protocol):
-    """The HTTP/1.1 pool's counts (L{ingress.proxy.http.upstream.UpstreamPool})."""
+    """The HTTP/1.1 pool's counts (L{ingress.proxy.request.upstream.UpstreamPool})."""
 
     opened: int
     pool_full: int

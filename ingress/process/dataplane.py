@@ -18,12 +18,12 @@ from ingress.observe.metrics import Metrics
 from ingress.observe.nginx_metrics import RequestRecorder
 from ingress.observe.upstream_metrics import UpstreamConnectionMetrics
 from ingress.proxy.drainable import Drainable, HTTPConnections, PassthroughConnections
-from ingress.proxy.http.factory import HTTPProxyFactory
-from ingress.proxy.http.guards import Guards
-from ingress.proxy.http.settings import HTTP2Settings, ProxySettings, with_listener
-from ingress.proxy.http.upstream import UpstreamPool
+from ingress.proxy.http1.factory import HTTPProxyFactory
 from ingress.proxy.http2.upstream import H2UpstreamPool
 from ingress.proxy.proxy_protocol import ProxyProtocolWhenAsked
+from ingress.proxy.request.guards import Guards
+from ingress.proxy.request.settings import HTTP2Settings, ProxySettings, with_listener
+from ingress.proxy.request.upstream import UpstreamPool
 from ingress.proxy.streams.gatewayports import GatewayListener, PortCertificates, PortView
 from ingress.proxy.tls.acme_tls import NO_CHALLENGES, ChallengeContexts
 from ingress.proxy.tls.front import TLSFrontFactory

@@ -38,7 +38,7 @@ from ingress.observe.metrics import Metrics
 from ingress.process.adoption import Shared, slot_sockets
 from ingress.process.channel import Channel, ChannelFactory, encoded
 from ingress.process.streamsockets import StreamSockets
-from ingress.proxy.http.ratelimit import RequestRates
+from ingress.proxy.request.ratelimit import RequestRates
 from ingress.routing.delta import table_change
 from ingress.routing.table import RoutingTable
 from ingress.runtime.reactor import IProcessReactor
@@ -103,7 +103,7 @@ class WorkerPool(Service):
         self.stopping = False
         self.shared = False  # a successor holds the sockets too (L{ingress.process.handover}): the workers' drain leaves them be
         self._ids = itertools.count(1)
-        self.rates = RequestRates()  # every worker's rate limits, counted here (L{ingress.proxy.http.ratelimit})
+        self.rates = RequestRates()  # every worker's rate limits, counted here (L{ingress.proxy.request.ratelimit})
         registry = metrics.registry
         self.restarts = Counter("twingress_worker_restarts", "Worker processes replaced after they died", registry=registry)
         self.workers_gauge = Gauge("twingress_workers", "Worker processes configured (--workers)", registry=registry)

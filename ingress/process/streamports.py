@@ -16,7 +16,7 @@ from typing import Any, Union
 
 from ingress.observe.metrics import Metrics
 from ingress.process.streamsockets import StreamSockets
-from ingress.proxy.http.upstream import UpstreamPool
+from ingress.proxy.request.upstream import UpstreamPool
 from ingress.proxy.streams.listeners import Key, StreamListeners, show_listen_failures
 from ingress.routing.streams import StreamRoute, stream_key
 from ingress.routing.table import RoutingTable

@@ -54,10 +54,11 @@ from ingress.observe.nginx_metrics import NginxMetrics, controller_identity, gau
 from ingress.process.channel import Channel, ChannelFactory
 from ingress.process.dataplane import DataPlane, data_plane
 from ingress.process.drain import GracefulShutdown
-from ingress.proxy.http.guards import Guards
-from ingress.proxy.http.ratelimit import RemoteRates
-from ingress.proxy.http.settings import HTTP2Settings, ProxySettings
-from ingress.proxy.http.upstream import UpstreamPool
+from ingress.proxy.request.accesslines import FORMATS as ACCESS_LOG_FORMATS
+from ingress.proxy.request.guards import Guards
+from ingress.proxy.request.ratelimit import RemoteRates
+from ingress.proxy.request.settings import HTTP2Settings, ProxySettings
+from ingress.proxy.request.upstream import UpstreamPool
 from ingress.proxy.streams.listeners import StreamListeners
 from ingress.routing.delta import TableChange, applied
 from ingress.routing.streams import stream_key
@@ -198,7 +199,7 @@ def main(argv: list[str]) -> None:
     top = MultiService()
     access_log = None
     if config["access_log"] != "off":
-        access_log = AccessLog(reactor, config["access_log"], config["access_log_format"])
+        access_log = AccessLog(reactor, config["access_log"], ACCESS_LOG_FORMATS[config["access_log_format"]])
         access_log.setServiceParent(top)
         live.subscribe(access_log.use_table)  # the ConfigMap's log-format-upstream
     nginx = None

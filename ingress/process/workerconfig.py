@@ -15,7 +15,7 @@ from ingress.observe.startup import listening
 from ingress.process.adoption import Shared
 from ingress.process.pool import WorkerPool
 from ingress.process.streamsockets import StreamSockets
-from ingress.proxy.http.settings import ProxySettings
+from ingress.proxy.request.settings import ProxySettings
 from ingress.runtime.reactor import IProcessReactor
 
 

@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from twisted.python import usage
 
-from ingress.proxy.http.settings import HTTP2Settings, ProxySettings
+from ingress.proxy.request.settings import HTTP2Settings, ProxySettings
 
 _SIZE_SUFFIXES = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 

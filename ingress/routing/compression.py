@@ -4,7 +4,7 @@ Response compression as the ingress-nginx ConfigMap sets it: C{use-gzip}, C{gzip
 C{gzip-min-length}, C{gzip-types} (docs/user-guide/nginx-configuration/configmap.md, with its
 defaults: off, level 1, 256 bytes, its list of types; "text/html" always, "*" for any type).
 Pure: read with the ConfigMap, carried by the table's listener settings, applied by
-L{ingress.proxy.http.compression}.
+L{ingress.proxy.message.compression}.
 """
 
 from __future__ import annotations

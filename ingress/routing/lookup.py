@@ -8,7 +8,7 @@ one.  So each request's route was found by five calls into the interpreter from 
 request path (C{RoutingTable.match}, C{host_routes}, C{HostRoutes.match}, C{longest_prefix} and its
 list comprehension; C{bench/h2_path.py --profile}).  These functions are those lookups, on any
 object with the table's fields (L{Table}, L{Paths}): the classes' methods call them, and
-L{ingress.proxy.http.routed} calls L{match} directly.  A host's paths that match in their own way
+L{ingress.proxy.request.routed} calls L{match} directly.  A host's paths that match in their own way
 (Gateway API regular expressions: L{ingress.routing.gateway.regex.RegexPaths}) have C{plain}
 False, set by C{HostRoutes.__init_subclass__} for any subclass that overrides C{match}, and their
 own C{match} is called.

@@ -152,7 +152,7 @@ def test_the_package_adds_its_twistd_plugin_and_leaves_twisted_s_own(image: Imag
     listed = image.run("-c", "import importlib.metadata as m; print('\\n'.join(str(f) for f in m.files('twingress')))", options=["--entrypoint", "python3"])
     assert listed.returncode == 0, listed.stderr
     files = set(listed.stdout.split())
-    assert "twisted/plugins/ingress_plugin.py" in files and "ingress/proxy/http/server.py" in files, sorted(files)[:20]
+    assert "twisted/plugins/ingress_plugin.py" in files and "ingress/proxy/http1/server.py" in files, sorted(files)[:20]
     assert "twisted/plugins/__init__.py" not in files
 
 

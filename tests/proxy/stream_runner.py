@@ -18,8 +18,8 @@ from twisted.internet import reactor
 from twisted.python import log as legacy_log
 
 from ingress.observe.metrics import Metrics
-from ingress.proxy.http.settings import ProxySettings
-from ingress.proxy.http.upstream import UpstreamPool
+from ingress.proxy.request.settings import ProxySettings
+from ingress.proxy.request.upstream import UpstreamPool
 from ingress.proxy.streams.listeners import StreamListeners
 from ingress.routing.table import RoutingTable
 from ingress.runtime.live import LiveTable

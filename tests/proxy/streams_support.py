@@ -24,8 +24,8 @@ from zope.interface import implementer
 
 from ingress.model import ObjectRef
 from ingress.observe.metrics import Metrics
-from ingress.proxy.http.settings import ProxySettings
-from ingress.proxy.http.upstream import UpstreamPool
+from ingress.proxy.request.settings import ProxySettings
+from ingress.proxy.request.upstream import UpstreamPool
 from ingress.proxy.streams.listeners import StreamListeners
 from ingress.routing.streams import StreamRoute
 from ingress.routing.table import RoutingTable

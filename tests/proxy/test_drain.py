@@ -29,8 +29,8 @@ from twisted.internet.threads import deferToThread
 
 from ingress.observe.metrics import Metrics
 from ingress.process.drain import GracefulShutdown
-from ingress.proxy.http.settings import ProxySettings
-from ingress.proxy.http.upstream import UpstreamPool
+from ingress.proxy.request.settings import ProxySettings
+from ingress.proxy.request.upstream import UpstreamPool
 from ingress.proxy.streams.listeners import StreamListeners
 from ingress.routing.table import RoutingTable
 from tests.kube.twingress import wait_until

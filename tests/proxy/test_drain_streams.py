@@ -19,8 +19,8 @@ from twisted.internet.threads import deferToThread
 
 from ingress.observe.metrics import Metrics
 from ingress.process.drain import GracefulShutdown
-from ingress.proxy.http.settings import ProxySettings
-from ingress.proxy.http.upstream import UpstreamPool
+from ingress.proxy.request.settings import ProxySettings
+from ingress.proxy.request.upstream import UpstreamPool
 from ingress.proxy.streams.listeners import StreamListeners
 from tests.kube.twingress import wait_until
 from tests.proxy.streams_support import BlockingEchoes, external_stream, recv_exactly, stream_route, table, tcp_echo, udp_answer, udp_echo, until

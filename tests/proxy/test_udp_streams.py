@@ -16,8 +16,8 @@ from twisted.internet import reactor
 from twisted.internet.threads import deferToThread
 
 from ingress.observe.metrics import Metrics
-from ingress.proxy.http.settings import ProxySettings
-from ingress.proxy.http.upstream import UpstreamPool
+from ingress.proxy.request.settings import ProxySettings
+from ingress.proxy.request.upstream import UpstreamPool
 from ingress.proxy.streams.listeners import StreamListeners
 from tests.proxy import streams_support
 from tests.proxy.streams_support import many_clients, metric, stream_route, table, udp_echo, until

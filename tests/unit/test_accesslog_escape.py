@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ingress.observe.accesslog import _escape
+from ingress.proxy.request.accesslines import _escape
 
 
 def _reference(value: bytes) -> str:

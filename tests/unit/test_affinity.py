@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from ingress.proxy.http.affinity import set_cookie_field
+from ingress.proxy.request.affinity import set_cookie_field
 from ingress.routing.policies.affinity import Affinity, endpoint_key, persistent_target, rendezvous, samesite_none_understood
 from tests.unit.objects import ingress, path, rule, table
 

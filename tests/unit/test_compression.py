@@ -10,7 +10,7 @@ import gzip
 import pytest
 
 from ingress.model import ConfigMap, ObjectMeta
-from ingress.proxy.http.compression import GzipBody, accepts_gzip
+from ingress.proxy.message.compression import GzipBody, accepts_gzip
 from ingress.routing.nginx_config import read_nginx_config
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from ingress.proxy.http import h1
-from ingress.proxy.http.errorpages import error_request_head, fallback_head
+from ingress.proxy.message import h1
+from ingress.proxy.request.errorpages import error_request_head, fallback_head
 from ingress.routing.annotations.values import InvalidValue, error_codes
 from ingress.routing.policies.errorpages import ErrorPages
 from tests.unit.objects import endpoints, ingress, path, problems, rule, service, table

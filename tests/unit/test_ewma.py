@@ -1,5 +1,5 @@
 """
-Tests for load-balance: ewma (L{ingress.proxy.http.ewma}), the scores of ingress-nginx's balancer/ewma.lua:
+Tests for load-balance: ewma (L{ingress.proxy.request.ewma}), the scores of ingress-nginx's balancer/ewma.lua:
 response times averaged with a 10 s decay toward 0, two endpoints drawn, the lower score wins, a new
 endpoint starting at the others' average.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ingress.proxy.http.ewma import EwmaScores
+from ingress.proxy.request.ewma import EwmaScores
 from tests.unit.objects import ingress, path, rule, table
 
 A, B, C = ("10.0.0.1", 80), ("10.0.0.2", 80), ("10.0.0.3", 80)

@@ -9,9 +9,9 @@ import base64
 
 import pytest
 
-from ingress.proxy.http import h1
-from ingress.proxy.http.extauth import Verdict, _drop_pattern
-from ingress.proxy.http.variables import expand
+from ingress.proxy.message import h1
+from ingress.proxy.request.extauth import Verdict, _drop_pattern
+from ingress.proxy.request.variables import expand
 from ingress.routing.annotations import auth_values
 from ingress.routing.annotations.values import InvalidValue
 from ingress.routing.policies.extauth import ExternalAuth

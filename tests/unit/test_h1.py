@@ -1,5 +1,5 @@
 """
-Tests for L{ingress.proxy.http.h1}: strict HTTP/1.1 framing (RFC 9110, RFC 9112).
+Tests for L{ingress.proxy.message.h1}: strict HTTP/1.1 framing (RFC 9110, RFC 9112).
 
 Table-driven: every case is a message as bytes and what the parser must make
 of it, a L{h1.Head} (fields, framing, persistence) or an L{h1.HTTPError} with
@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingress.proxy.http import h1, headend
-from ingress.proxy.http.chunked import ChunkedFramer, RequestBody
-from ingress.proxy.http.h1 import Framing, HTTPError
+from ingress.proxy.message import h1, headend
+from ingress.proxy.message.chunked import ChunkedFramer, RequestBody
+from ingress.proxy.message.h1 import Framing, HTTPError
 
 
 def head(*lines: bytes) -> bytes:

@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingress.proxy.http import h1
-from ingress.proxy.http.forwarding import ForwardedFor, request_head_bytes, response_head_bytes
 from ingress.proxy.http2 import fields as h2_fields
 from ingress.proxy.http2.fields import _parsed_request_head, _usual_request_head, local_response, request_head, response_headers
 from ingress.proxy.http2.goaway import with_goaway_code
 from ingress.proxy.http2.resets import ResetBudget
 from ingress.proxy.http2.validate import MalformedHeaders, check_request
+from ingress.proxy.message import h1
+from ingress.proxy.request.forwarding import ForwardedFor, request_head_bytes, response_head_bytes
 from ingress.routing.policies.headers import HeaderChanges, header_changes
 from ingress.routing.policies.variables import parse_template
 
@@ -335,7 +335,7 @@ def test_the_goaway_code_is_replaced_in_place() -> None:
 
 def test_fields_a_policy_adds_survive_an_upstream_response_without_date() -> None:
     """A sticky cookie was lost when the upstream sent no Date (the Date line replaced the added ones)."""
-    from ingress.proxy.http.forwarding import response_head_bytes
+    from ingress.proxy.request.forwarding import response_head_bytes
 
     response = h1.parse_response_head(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", b"GET")
     request = h1.parse_request_head(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")

@@ -20,8 +20,8 @@ from twisted.internet.testing import MemoryReactorClock
 
 from ingress.observe.metrics import Metrics
 from ingress.process.dataplane import data_plane
-from ingress.proxy.http.settings import ProxySettings
-from ingress.proxy.http.upstream import UpstreamPool
+from ingress.proxy.request.settings import ProxySettings
+from ingress.proxy.request.upstream import UpstreamPool
 from ingress.runtime.live import LiveTable
 from ingress.speedups import ENABLED
 from ingress.speedups.statehash import IDENTITY_HASHED, hash_states_by_identity, hash_tables_again, identity_hashed, transition_tables

@@ -12,10 +12,10 @@ from twisted.internet.interfaces import IHandshakeListener, ILoggingContext, IPr
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from zope.interface import Interface
 
-from ingress.proxy.http.server import HTTPProxyProtocol
-from ingress.proxy.http.settings import ProxySettings
-from ingress.proxy.http.upstream import UpstreamConnection, UpstreamPool
+from ingress.proxy.http1.server import HTTPProxyProtocol
 from ingress.proxy.http2.connection import H2ServerProtocol
+from ingress.proxy.request.settings import ProxySettings
+from ingress.proxy.request.upstream import UpstreamConnection, UpstreamPool
 from ingress.speedups.nativeprotocol import NativeProtocol
 
 

@@ -10,7 +10,8 @@ from typing import Any, Optional
 
 import pytest
 
-from ingress.proxy.http import h1, requestid
+from ingress.proxy.message import h1
+from ingress.proxy.request import requestid
 from ingress.routing import RoutingTable
 from ingress.routing.policies.headers import header_changes, merged
 from ingress.routing.report import Built

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Optional
 
-from ingress.proxy.http.ratelimit import RequestRates
+from ingress.proxy.request.ratelimit import RequestRates
 from ingress.routing.annotations import IngressAnnotations
 from ingress.routing.annotations.policies import route_rate_limit
 from ingress.routing.nginx_config import NginxConfig

@@ -1,5 +1,5 @@
 """
-Tests for passing a failed request to the next endpoint (L{ingress.proxy.http.retry}, L{ingress.routing.policies.retry}).
+Tests for passing a failed request to the next endpoint (L{ingress.proxy.request.retry}, L{ingress.routing.policies.retry}).
 
 ingress-nginx's proxy-next-upstream, -tries and -timeout (annotations page, "Custom timeouts"), with
 nginx's proxy_next_upstream rules: non-idempotent requests that reached an endpoint are not passed on
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from ingress.proxy.http import h1
-from ingress.proxy.http.retry import may_retry
+from ingress.proxy.message import h1
+from ingress.proxy.request.retry import may_retry
 from ingress.routing.policies.retry import Retry
 from tests.unit.objects import ingress, path, problems, rule, table
 

@@ -30,8 +30,8 @@ import ingress.speedups
 from ingress.observe.metrics import Metrics
 from ingress.process.dataplane import data_plane
 from ingress.runtime.live import LiveTable
-from ingress.proxy.http.settings import ProxySettings
-from ingress.proxy.http.upstream import UpstreamPool
+from ingress.proxy.request.settings import ProxySettings
+from ingress.proxy.request.upstream import UpstreamPool
 from ingress.speedups.fastwrite import direct_writer
 from ingress.speedups.heap import frozen_after
 from ingress.speedups.librarylog import HPACK_LOGGERS

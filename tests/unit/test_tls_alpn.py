@@ -23,8 +23,8 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 from ingress.acme.tlsalpn import ACME_IDENTIFIER, acme_identifier, challenge_certificate
 from ingress.observe.metrics import Metrics
 from ingress.process.dataplane import DataPlane, data_plane
-from ingress.proxy.http.settings import ProxySettings
-from ingress.proxy.http.upstream import UpstreamPool
+from ingress.proxy.request.settings import ProxySettings
+from ingress.proxy.request.upstream import UpstreamPool
 from ingress.proxy.tls import sni
 from ingress.proxy.tls.acme_tls import ACME_TLS_1, ChallengeContexts
 from ingress.proxy.tls.termination import MODERN_CIPHERS

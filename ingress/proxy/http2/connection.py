@@ -42,9 +42,6 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import classImplements
 
-from ingress.proxy.http import h1
-from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor
-from ingress.proxy.http.shared import Shared
 from ingress.proxy.http2.eventkinds import DATA, ENDED, EVENT_KINDS, IGNORED, REQUEST, RESET, SETTINGS, TERMINATED, TRAILERS, WINDOW
 from ingress.proxy.http2.fields import request_head
 from ingress.proxy.http2.goaway import GoawayTolerant, with_goaway_code
@@ -53,6 +50,9 @@ from ingress.proxy.http2.response import StreamConnection
 from ingress.proxy.http2.stream import H2Stream
 from ingress.proxy.http2.validate import MalformedHeaders, check_trailers
 from ingress.proxy.idle import Deadline, DeadlineGroup, GroupDeadline
+from ingress.proxy.message import h1
+from ingress.proxy.request.forwarding import UNKNOWN_PEER, ForwardedFor
+from ingress.proxy.request.shared import Shared
 from ingress.proxy.transport import IConnectionTransport, hand_over
 from ingress.speedups.reactorstep import run_before_next_poll
 

@@ -17,24 +17,35 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Final, Optional, Protocol
+from typing import Final, Optional, Protocol, cast
 
 from h2.errors import ErrorCodes
 from h2.exceptions import ProtocolError, StreamClosedError
 from twisted.internet.interfaces import IConnector
 from twisted.logger import Logger
 
-from ingress.proxy.http import h1
-from ingress.proxy.http.exchange import Exchange
-from ingress.proxy.http.routed import Routed
-from ingress.proxy.http.upstream import Address
 from ingress.proxy.http2.fields import Headers, upstream_request_headers
-from ingress.proxy.http2.upstream import H2UpstreamConnection
+from ingress.proxy.http2.upstream import H2UpstreamConnection, H2UpstreamPool
+from ingress.proxy.message import h1
+from ingress.proxy.request.exchange import Exchange
+from ingress.proxy.request.routed import Routed
+from ingress.proxy.request.shared import Shared
+from ingress.proxy.request.upstream import Address
 
 log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 GRPC_UNAVAILABLE: Final = b"14"
 _CONNECTION_SPECIFIC: Final = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade", b"server"})
+
+
+class H2Shared(Shared, Protocol):
+    """
+    A listener's shared pieces as the HTTP/2 relay reads them: L{Shared} and the HTTP/2 endpoints'
+    pool.  Named here, not in L{Shared}, so that the request path names nothing of HTTP/2 (the
+    factory, L{ingress.proxy.http1.factory.HTTPProxyFactory}, has both).
+    """
+
+    http2_upstreams: H2UpstreamPool
 
 
 class StreamClient(Protocol):
@@ -99,7 +110,7 @@ class H2Exchange:
             return
         tried.add(address)
         exchange.tried = address
-        upstreams = exchange.shared.http2_upstreams
+        upstreams = cast(H2Shared, exchange.shared).http2_upstreams  # the factory that made the stream has it
         self._connecting = upstreams.get(
             address, self.tls, self._ready, lambda detail, timed_out: self._failed(address, detail, timed_out), exchange.connect_timeout
         )

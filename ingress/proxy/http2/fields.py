@@ -25,10 +25,10 @@ from __future__ import annotations
 import re
 from typing import Final, Optional
 
-from ingress.proxy.http import h1
-from ingress.proxy.http.forwarding import REQUEST_DROPPED, RESPONSE_DROPPED, UNKNOWN_PEER, ForwardedFor, connection_named, response_fields
-from ingress.proxy.http.responses import error_response, fields_response, http_date
 from ingress.proxy.http2.validate import check_request
+from ingress.proxy.message import h1
+from ingress.proxy.message.responses import error_response, fields_response, http_date
+from ingress.proxy.request.forwarding import REQUEST_DROPPED, RESPONSE_DROPPED, UNKNOWN_PEER, ForwardedFor, connection_named, response_fields
 from ingress.routing.policies.headers import HeaderChanges
 
 Headers = list[tuple[bytes, bytes]]
@@ -238,7 +238,7 @@ def response_headers(
 ) -> Headers:
     """
     The header list of an upstream's HTTP/1.1 response: its fields as an HTTP/1.1 client gets them
-    (L{ingress.proxy.http.forwarding.response_head_bytes}: the same fields, added lines, Date,
+    (L{ingress.proxy.request.forwarding.response_head_bytes}: the same fields, added lines, Date,
     Server and HSTS, in the same order), less those HTTP/2 forbids.
     """
     headers = [(b":status", b"%d" % response.status)]

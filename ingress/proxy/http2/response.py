@@ -19,15 +19,15 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Optional
 
-from ingress.proxy.http import h1
-from ingress.proxy.http.chunked import ChunkedFramer
-from ingress.proxy.http.compression import ADDED_FIELDS, GzipBody, compressed_block, should_compress
-from ingress.proxy.http.exchange import Exchange
-from ingress.proxy.http.forwarding import ForwardedFor
-from ingress.proxy.http.shared import Shared
 from ingress.proxy.http2.fields import Headers, local_response, response_headers
 from ingress.proxy.http2.goaway import GoawayTolerant
 from ingress.proxy.idle import DeadlineGroup
+from ingress.proxy.message import h1
+from ingress.proxy.message.chunked import ChunkedFramer
+from ingress.proxy.message.compression import ADDED_FIELDS, GzipBody, compressed_block, should_compress
+from ingress.proxy.request.exchange import Exchange
+from ingress.proxy.request.forwarding import ForwardedFor
+from ingress.proxy.request.shared import Shared
 from ingress.speedups.nativeprotocol import NativeProtocol
 
 

@@ -2,8 +2,8 @@
 """
 One HTTP/2 request's client side: its stream.
 
-An L{H2Stream} is the L{ingress.proxy.http.client.ClientSide} of one
-L{ingress.proxy.http.exchange.Exchange}, as an HTTP/1.1 connection is of each of its
+An L{H2Stream} is the L{ingress.proxy.request.client.ClientSide} of one
+L{ingress.proxy.request.exchange.Exchange}, as an HTTP/1.1 connection is of each of its
 requests: routing, guards, endpoint choice, pooled connections, retries and the ewma
 scores are the exchange's, the same code for both.  What the stream does is HTTP/2's:
 the request body arrives in DATA frames and is acknowledged (WINDOW_UPDATE) only while
@@ -22,19 +22,20 @@ from h2.errors import ErrorCodes
 from h2.exceptions import StreamClosedError
 from twisted.logger import Logger
 
-from ingress.proxy.http import failures, h1
-from ingress.proxy.http.admission import route_and_admit
-from ingress.proxy.http.exchange import Exchange
-from ingress.proxy.http.extauth import Verdict
-from ingress.proxy.http.forwarding import UNKNOWN_PEER, ForwardedFor
-from ingress.proxy.http.guards import Guards
-from ingress.proxy.http.routed import Routed
-from ingress.proxy.http.states import AUTH, AWAIT, BODY, CLOSED, HEAD
-from ingress.proxy.http.trusted import trusted_forwarding
 from ingress.proxy.http2.exchange import H2Exchange
 from ingress.proxy.http2.fields import Headers
 from ingress.proxy.http2.response import StreamConnection, StreamOutput
 from ingress.proxy.idle import Deadline, GroupDeadline
+from ingress.proxy.message import h1
+from ingress.proxy.request import failures
+from ingress.proxy.request.admission import route_and_admit
+from ingress.proxy.request.exchange import Exchange
+from ingress.proxy.request.extauth import Verdict
+from ingress.proxy.request.forwarding import UNKNOWN_PEER, ForwardedFor
+from ingress.proxy.request.guards import Guards
+from ingress.proxy.request.routed import Routed
+from ingress.proxy.request.states import AUTH, AWAIT, BODY, CLOSED, HEAD
+from ingress.proxy.request.trusted import trusted_forwarding
 
 log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 

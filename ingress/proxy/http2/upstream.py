@@ -7,7 +7,7 @@ endpoint's SETTINGS_MAX_CONCURRENT_STREAMS allows; another is opened only
 when every one is full.  Connections are keyed like the HTTP/1.1 pools (the
 address, and the TLS configuration), so a new routing table that keeps an
 endpoint keeps its connections.  Endpoint choice and passive health are the
-HTTP/1.1 pool's (L{ingress.proxy.http.upstream.UpstreamPool}).
+HTTP/1.1 pool's (L{ingress.proxy.request.upstream.UpstreamPool}).
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from twisted.internet.protocol import ClientFactory, Protocol, connectionDone
 from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.python.failure import Failure
 
-from ingress.proxy.http.backend_tls import connection_creator
-from ingress.proxy.http.settings import HTTP2Settings, ProxySettings
 from ingress.proxy.http2.goaway import GoawayTolerant
 from ingress.proxy.http2.validate import MalformedHeaders, check_response, check_trailers
+from ingress.proxy.request.backend_tls import connection_creator
+from ingress.proxy.request.settings import HTTP2Settings, ProxySettings
 from ingress.proxy.transport import IConnectionTransport, release_connector
 from ingress.routing.policies.backend import BackendTLS
 from ingress.runtime.reactor import IProcessReactor

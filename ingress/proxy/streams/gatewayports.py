@@ -21,7 +21,7 @@ from typing import Any, Optional
 from twisted.internet.interfaces import IProtocolFactory
 
 from ingress.proxy.drainable import HTTPConnections
-from ingress.proxy.http.factory import HTTPProxyFactory
+from ingress.proxy.http1.factory import HTTPProxyFactory
 from ingress.proxy.streams.tcp import TCPStreamFactory
 from ingress.proxy.tls.termination import CertificateStore
 from ingress.routing.streams import StreamRoute

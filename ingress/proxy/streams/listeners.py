@@ -36,7 +36,7 @@ from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
 from ingress.observe.metrics import Metrics
-from ingress.proxy.http.upstream import UpstreamPool
+from ingress.proxy.request.upstream import UpstreamPool
 from ingress.proxy.streams.gatewayports import GatewayListener
 from ingress.proxy.streams.given import GivenPorts, MoreDatagrams, close_all, same_sockets
 from ingress.proxy.streams.tcp import TCPStreamFactory

@@ -31,8 +31,8 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ingress.observe.metrics import Metrics
-from ingress.proxy.http.upstream import Address, UpstreamPool
 from ingress.proxy.idle import IdleTimer
+from ingress.proxy.request.upstream import Address, UpstreamPool
 from ingress.proxy.streams import proxyproto
 from ingress.proxy.transport import hand_over
 from ingress.routing.streams import TCP, StreamRoute

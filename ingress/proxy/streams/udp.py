@@ -32,8 +32,8 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from ingress.observe.metrics import Metrics
-from ingress.proxy.http.upstream import Address, UpstreamPool
 from ingress.proxy.idle import IdleTimer
+from ingress.proxy.request.upstream import Address, UpstreamPool
 from ingress.routing.streams import UDP, StreamRoute
 
 log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from

@@ -27,8 +27,8 @@ from twisted.python.failure import Failure
 
 from ingress.model import ObjectRef
 from ingress.observe.metrics import Metrics
-from ingress.proxy.http.responses import plain_http_on_tls_port
-from ingress.proxy.http.upstream import UpstreamPool
+from ingress.proxy.message.responses import plain_http_on_tls_port
+from ingress.proxy.request.upstream import UpstreamPool
 from ingress.proxy.streams.tcp import TCPRelay, TCPStreamFactory
 from ingress.proxy.tls import sni
 from ingress.proxy.tls.acme_tls import ACME_TLS_1, NO_CHALLENGES, ChallengeContexts, challenge_protocol

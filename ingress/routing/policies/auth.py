@@ -4,7 +4,7 @@ Basic authentication of a route (ingress-nginx's "Authentication": auth-type bas
 
 The users and their password hashes come from a Secret (an htpasswd file, or a map
 of user to hash), read when the table is built.  Checking a password is the proxy's
-job (L{ingress.proxy.http.auth}): hashes like bcrypt cost milliseconds, so it runs
+job (L{ingress.proxy.request.auth}): hashes like bcrypt cost milliseconds, so it runs
 off the reactor thread.
 """
 

@@ -8,7 +8,7 @@ C{add-headers} ConfigMaps compile to; Gateway API's header modifiers will
 compile to the same value).  The lines and the pattern that removes the old
 fields are made once, when the table is built; a value with nginx variables
 (C{t=${msec}}, ingress-nginx's custom-headers example) is kept as a template
-and filled in per request (L{ingress.proxy.http.variables}).
+and filled in per request (L{ingress.proxy.request.variables}).
 """
 
 from __future__ import annotations
