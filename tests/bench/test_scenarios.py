@@ -19,7 +19,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 
@@ -28,9 +28,21 @@ from tests.support import unavailable
 REPO = Path(__file__).resolve().parents[2]
 
 
-def bench(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def bench(*argv: str, timeout: float = 300, env: Optional[dict[str, str]] = None) -> subprocess.CompletedProcess[str]:
     """C{python -m bench ARGV} from the tree's root, as bench/README.md says to run it."""
-    return subprocess.run([sys.executable, "-m", "bench", *argv], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "bench", *argv], cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def offline_pip() -> dict[str, str]:
+    """
+    The environment with pip pointed at make test's wheelhouse alone: the tests run in a network
+    namespace without the internet, where a fresh clone's make run could not reach PyPI (make test
+    builds the wheelhouse from this tree's requirements before any test runs).
+    """
+    wheelhouse = Path(os.environ.get("TWINGRESS_WHEELHOUSE") or Path.home() / ".cache" / "twingress" / "wheelhouse")
+    if not (wheelhouse / ".stamp").exists():
+        unavailable(f"no wheelhouse at {wheelhouse} (make wheelhouse)")
+    return dict(os.environ) | {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse)}
 
 
 def need(*tools: str) -> None:
@@ -286,7 +298,7 @@ def test_first_answer(tmp_path: Path) -> None:
     make run's first answer, timed, and its results file."""
     need("git", "make", "taskset")
     out = tmp_path / "first-answer.json"
-    document = results_of(bench("first-answer", str(tmp_path / "clone"), "CAN_COMPILE=", "--keep-caches", "--out", str(out), timeout=900), out)
+    document = results_of(bench("first-answer", str(tmp_path / "clone"), "CAN_COMPILE=", "--keep-caches", "--out", str(out), timeout=900, env=offline_pip()), out)
     (row,) = document["figures"]
     assert is_number(row["first_answer_s"]) and row["compile_s"] is None and row["caches_removed"] is False
 
