@@ -217,8 +217,8 @@ def test_the_leader_orders_every_replica_answers_and_the_next_leader_keeps_the_a
     assert f"{dead}:{http_port}" in failed.note and address_of[id(follower)] not in failed.note, failed.note
     assert pebble.log().count("POST /chalZ/") == answered_before, "no challenge was answered: Pebble spent no validation"
     ready_pod(kube, namespace, "twingress-" + str(addresses.index(dead)), node, dead, ready=False)  # the kubelet's word, at last
-    kube.networking.patch_namespaced_ingress("second", namespace, {"metadata": {"annotations": {"example.com/touched": "1"}}})  # a new sync
-    again = issued_line(follower, pebble, "second.example.com")
+    kube.networking.patch_namespaced_ingress("second", namespace, {"metadata": {"annotations": {"example.com/touched": "1"}}})  # a sync, in the backoff: nothing
+    again = issued_line(follower, pebble, "second.example.com")  # the retry at the end of the failure's 30 s backoff
     assert again.group(5) == "its existing account", again.group(0)
     assert pebble.new_accounts() == 1, "the next leader made no new account"
     after = kube.core.read_namespaced_secret(account.metadata.name, namespace)
