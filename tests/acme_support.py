@@ -58,8 +58,11 @@ class Pebble:
         self.processes: list[subprocess.Popen[bytes]] = []
         self._log = open(work / "pebble.log", "wb")
 
-    def start(self, http_port: int, tls_port: int, address: str = "127.0.0.1", env: Optional[dict[str, str]] = None) -> Pebble:
-        """Run the DNS (every name: C{address}) and Pebble (validating on C{http_port}, C{tls_port}), until its directory answers."""
+    def start(self, http_port: int, tls_port: int, address: str = "127.0.0.1", env: Optional[dict[str, str]] = None, validity: int = 7776000) -> Pebble:
+        """
+        Run the DNS (every name: C{address}) and Pebble (validating on C{http_port}, C{tls_port}), until its directory answers.
+        C{validity}: the seconds its certificates last (its only profile's C{validityPeriod}; a renewal test's are short).
+        """
         binaries, work = self.binaries, self.work
         self._start([str(binaries / "pebble-challtestsrv"), "-dnsserver", f"127.0.0.1:{self.dns_port}", "-management", f"127.0.0.1:{self.dns_management_port}",
                      "-defaultIPv4", address, "-defaultIPv6", "", "-http01", "", "-https01", "", "-doh", "", "-tlsalpn01", ""], {})
@@ -69,13 +72,25 @@ class Pebble:
             "certificate": str(work / "cert.pem"), "privateKey": str(work / "key.pem"),
             "httpPort": http_port, "tlsPort": tls_port, "ocspResponderURL": "", "externalAccountBindingRequired": False,
             "retryAfter": {"authz": 1, "order": 1},
-            "profiles": {"default": {"description": "the default", "validityPeriod": 7776000}},
+            "profiles": {"default": {"description": "the default", "validityPeriod": validity}},
         }}
         (work / "pebble-config.json").write_text(json.dumps(config))
         pebble_env = {"PEBBLE_VA_NOSLEEP": "1", "PEBBLE_WFE_NONCEREJECT": "0", **(env or {})}
-        self._start([str(binaries / "pebble"), "-config", str(work / "pebble-config.json"), "-dnsserver", f"127.0.0.1:{self.dns_port}"], pebble_env)
+        self._pebble_command = ([str(binaries / "pebble"), "-config", str(work / "pebble-config.json"), "-dnsserver", f"127.0.0.1:{self.dns_port}"], pebble_env)
+        self._start(*self._pebble_command)
         self._wait_directory()
         return self
+
+    def stop_server(self) -> None:
+        """Stop Pebble itself (the DNS stays): an outage of the ACME server.  Its state (accounts, orders, root) is gone with it."""
+        process = self.processes.pop()
+        process.terminate()
+        process.wait(timeout=10)
+
+    def start_server(self) -> None:
+        """Start Pebble again after L{stop_server}, with the same configuration, until its directory answers."""
+        self._start(*self._pebble_command)
+        self._wait_directory()
 
     @property
     def directory(self) -> str:

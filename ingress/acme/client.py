@@ -12,22 +12,27 @@ the server asked to validate: a challenge that is not served yet never spends a 
 from __future__ import annotations
 
 import datetime
+import json
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from acme import challenges, client, crypto_util, errors, messages
+from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from josepy.jwk import JWK, JWKRSA
+from twisted.logger import Logger
 
 from ingress.acme.options import AcmeSettings
+from ingress.acme.schedule import RATE_LIMITED, renewal_at, retry_after_seconds
 from ingress.acme.storage import account_key
 from ingress.acme.tlsalpn import TLSALPN01
 
+log = Logger(namespace=__name__)
 USER_AGENT = "twingress"
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # our own listener: never through an http_proxy
 SELF_CHECK_SECONDS = 30.0
@@ -36,18 +41,49 @@ CHALLENGE_TYPES: dict[str, type[challenges.KeyAuthorizationChallenge]] = {"http-
 NETWORK_SECONDS = 15  # per request (certbot's is 45): a stop waits for the order's thread, at most one request's time
 
 
-class CountingNetwork(client.ClientNetwork):
-    """certbot's network layer, counting the requests it sends and trusting --acme-ca-file."""
+@dataclass
+class Attempt:
+    """
+    What one order did, kept for its caller even when it fails: the requests sent, what the server's last error
+    answer asked (its C{Retry-After} in seconds, a C{rateLimited} problem), the order's URL once it is placed.
+    """
 
-    def __init__(self, key: JWK, ca_file: str) -> None:
+    requests: int = 0
+    retry_after: Optional[float] = None
+    rate_limited: bool = False
+    order_url: str = ""
+    on_order: Optional[Callable[[str], None]] = field(default=None, repr=False)  # told the URL of a new order (to resume it later)
+
+
+class CountingNetwork(client.ClientNetwork):
+    """certbot's network layer, counting the requests it sends, noting what error answers ask, and trusting --acme-ca-file."""
+
+    def __init__(self, key: JWK, ca_file: str, attempt: Optional[Attempt] = None) -> None:
         super().__init__(key, user_agent=USER_AGENT, timeout=NETWORK_SECONDS)
         if ca_file:
             self.verify_ssl = ca_file  # type: ignore[assignment]  # requests takes a CA bundle's path as verify
-        self.requests = 0
+        self.attempt = attempt if attempt is not None else Attempt()
+
+    @property
+    def requests(self) -> int:
+        return self.attempt.requests
 
     def _send_request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-        self.requests += 1
-        return super()._send_request(method, url, *args, **kwargs)
+        self.attempt.requests += 1
+        response = super()._send_request(method, url, *args, **kwargs)
+        if not response.ok:  # an error answer: what it asks of the next order (a 2xx Retry-After is the library's polling)
+            self.attempt.retry_after = retry_after_seconds(response.headers.get("Retry-After"), datetime.datetime.now(datetime.UTC))
+            self.attempt.rate_limited = _problem_type(response) == RATE_LIMITED
+        return response
+
+
+def _problem_type(response: Any) -> str:
+    """The C{type} of a problem document (RFC 7807), '' when the body is not one."""
+    try:
+        body = json.loads(response.content)
+    except (ValueError, TypeError):
+        return ""
+    return str(body.get("type", "")) if isinstance(body, dict) else ""
 
 
 @dataclass
@@ -59,27 +95,33 @@ class Issued:
     requests: int
     seconds: float
     new_account: bool = False  # the server made an account for the key (False: it knew the key)
+    renew_at: Optional[datetime.datetime] = None  # when to renew it (L{ingress.acme.schedule.renewal_at})
+    renewal_source: str = ""  # what said so: "renewalInfo" (RFC 9773) or "two thirds"
 
 
 def order_certificate(
     settings: AcmeSettings, hosts: tuple[str, ...], publish: Callable[[dict[str, tuple[str, str]]], None], self_check: Callable[[str, str, str], bool],
-    key: Optional[rsa.RSAPrivateKey] = None,
+    key: Optional[rsa.RSAPrivateKey] = None, attempt: Optional[Attempt] = None, resume: str = "",
 ) -> Issued:
     """
     A certificate for C{hosts}: C{publish} puts the pending tokens (token: (host, key authorization)) where every worker serves
     them ({} withdraws them); C{self_check(host, token, answer)} says whether twingress serves a token yet.  C{key}: the
-    account key (a cluster keeps it in a Secret), else the storage directory's.
+    account key (a cluster keeps it in a Secret), else the storage directory's.  C{attempt} is filled in as the order goes
+    (what a failure's backoff needs).  C{resume}: the URL of an order placed before (a restart, a new leader), carried on
+    while the server says it is pending or ready, else a new one is placed.
     """
     started = time.monotonic()
+    attempt = attempt if attempt is not None else Attempt()
     if key is None:
         key, _ = account_key(settings.storage, settings.directory)
     account = JWKRSA(key=key)
-    network = CountingNetwork(account, settings.ca_file)
+    network = CountingNetwork(account, settings.ca_file, attempt)
     acme = client.ClientV2(client.ClientV2.get_directory(settings.directory, network), network)
     new_account = _account(acme, network, settings.email)
     certificate_key = ec.generate_private_key(ec.SECP256R1())
     key_pem = certificate_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    order = acme.new_order(crypto_util.make_csr(key_pem, list(hosts)))
+    csr_pem = crypto_util.make_csr(key_pem, list(hosts))
+    order = (_resumed(acme, resume, csr_pem, hosts) if resume else None) or _placed(acme, csr_pem, attempt)
     pending = _pending(order, account, CHALLENGE_TYPES[settings.challenge])
     try:
         publish({token: (host, answer) for host, token, answer, _ in pending})
@@ -91,7 +133,49 @@ def order_certificate(
         order = acme.poll_and_finalize(order, deadline=deadline)
     finally:
         publish({})
-    return Issued(order.fullchain_pem.encode(), key_pem, network.requests, time.monotonic() - started, new_account)
+    chain_pem = order.fullchain_pem.encode()
+    renew_at, source = _renewal(acme, chain_pem)
+    return Issued(chain_pem, key_pem, network.requests, time.monotonic() - started, new_account, renew_at, source)
+
+
+def _placed(acme: client.ClientV2, csr_pem: bytes, attempt: Attempt) -> messages.OrderResource:
+    """A new order; its URL is told at once (so that a restart resumes it rather than place another)."""
+    order = acme.new_order(csr_pem)
+    attempt.order_url = order.uri or ""
+    if attempt.on_order is not None and attempt.order_url:
+        attempt.on_order(attempt.order_url)
+    return order
+
+
+def _resumed(acme: client.ClientV2, url: str, csr_pem: bytes, hosts: tuple[str, ...]) -> Optional[messages.OrderResource]:
+    """
+    The order at C{url} (POST-as-GET), when it is still pending or ready for the same hosts; None (place a new one) when
+    it is invalid, expired, valid already (its certificate's key died with the process that placed it), or unknown.
+    """
+    try:
+        body = messages.Order.from_json(acme._post_as_get(url).json())  # noqa: SLF001 - the library's own POST-as-GET, signed by it
+    except (errors.Error, ValueError) as error:  # a 404 for an order the server forgot is a problem document
+        log.info("acme: the order {url} cannot be resumed ({error}); placing a new one", url=url, error=str(error))
+        return None
+    names = tuple(sorted(identifier.value for identifier in body.identifiers or ()))
+    if body.status not in (messages.STATUS_PENDING, messages.STATUS_READY) or names != tuple(sorted(hosts)):
+        log.info("acme: the order {url} is {status}; placing a new one", url=url, status=body.status.name if body.status else "?")
+        return None
+    authorizations = [acme._authzr_from_response(acme._post_as_get(authz), uri=authz) for authz in body.authorizations]  # noqa: SLF001 - as new_order does
+    log.info("acme: resuming the order {url} ({status})", url=url, status=body.status.name)
+    return messages.OrderResource(body=body, uri=url, authorizations=authorizations, csr_pem=csr_pem)
+
+
+def _renewal(acme: client.ClientV2, chain_pem: bytes) -> tuple[datetime.datetime, str]:
+    """When to renew the certificate: the server's renewalInfo (RFC 9773) where it offers it, else two thirds of its lifetime."""
+    leaf = x509.load_pem_x509_certificate(chain_pem)
+    try:
+        suggested, _ = acme.renewal_time(chain_pem)
+    except Exception as error:  # noqa: BLE001 - the certificate is issued: a broken renewalInfo only loses the server's advice
+        log.warn("acme: renewalInfo of the new certificate not answered ({error}); renewing at two thirds of its lifetime", error=str(error.__cause__ or error))
+        suggested = None
+    source = "renewalInfo" if suggested is not None else "two thirds"
+    return renewal_at(leaf.not_valid_before_utc, leaf.not_valid_after_utc, suggested), source
 
 
 def _account(acme: client.ClientV2, network: CountingNetwork, email: str) -> bool:

@@ -8,18 +8,21 @@ the entry's hosts in its C{secretName} (a Secret manifest in the storage directo
 source reads: the certificate store serves it by SNI from the next table on, no restart).  What cannot
 be ordered (no C{spec.tls}, a wildcard host: HTTP-01 cannot prove one, DNS-01 is out of scope) is
 logged once; a failed order is logged with the server's error and tried again after a backoff
-(30 s, doubling to an hour), never in a loop.
+(30 s, doubling to an hour, at least the server's C{Retry-After}: L{ingress.acme.schedule}), never in
+a loop.  A stored certificate is ordered again at its renewal time (the server's renewalInfo, else two
+thirds of its lifetime); the new one replaces it in one rename, so the old one is served until then.
+The URL of an order in flight is kept in the storage directory: a restart resumes it.
 """
 
 from __future__ import annotations
 
-import time
+import datetime
 from typing import Optional
 
 from twisted.application.service import Service
 from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IListeningPort
+from twisted.internet.interfaces import IDelayedCall, IListeningPort
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -27,9 +30,10 @@ from twisted.python.threadpool import ThreadPool
 from twisted.web.server import Site
 
 from ingress.acme.answers import TokenAnswers
-from ingress.acme.client import Issued, fetch_token, order_certificate
+from ingress.acme.client import Attempt, Issued, fetch_token, order_certificate
 from ingress.acme.options import AcmeSettings
-from ingress.acme.storage import MANAGED_BY, stored_hosts, write_certificate, write_challenges
+from ingress.acme.schedule import Backoff
+from ingress.acme.storage import MANAGED_BY, stored_hosts, stored_order_url, stored_renewal, write_certificate, write_challenges, write_order_url
 from ingress.acme.tlsalpn import answers_handshake, publish_tls_alpn, write_tls_alpn
 from ingress.model import ClusterState, Ingress
 from ingress.routing.selection import select_ingresses
@@ -38,7 +42,7 @@ from ingress.runtime.reactor import IProcessReactor
 log = Logger(namespace=__name__)
 ANNOTATION = "twingress.io/acme"
 CERT_MANAGER = ("cert-manager.io/issuer", "cert-manager.io/cluster-issuer")
-FIRST_BACKOFF, LAST_BACKOFF = 30.0, 3600.0
+RECHECK_SECONDS = 3600.0  # the longest sleep before renewal times are looked at again (a wall clock may jump)
 Entry = tuple[str, str, tuple[str, ...]]  # namespace, secretName, hosts
 
 
@@ -55,7 +59,8 @@ class AcmeIssuer(Service):
         self._port: Optional[IListeningPort] = None
         self._pool = ThreadPool(minthreads=0, maxthreads=1, name="acme")
         self._busy: Optional[Entry] = None
-        self._retry: dict[Entry, tuple[float, float]] = {}  # entry: (not before, next backoff)
+        self._backoff = Backoff(clock=reactor.seconds)
+        self._wake: Optional[IDelayedCall] = None  # the next renewal time
         self._reported: set[str] = set()
         self._state: Optional[ClusterState] = None
 
@@ -71,6 +76,8 @@ class AcmeIssuer(Service):
         super().stopService()
         if self._port is not None:
             self._port.stopListening()
+        if self._wake is not None and self._wake.active():
+            self._wake.cancel()
         self._pool.stop()
 
     def consider(self, state: ClusterState) -> None:
@@ -81,12 +88,28 @@ class AcmeIssuer(Service):
         self._state = state
         if self._busy is not None or self._port is None:
             return
+        now = datetime.datetime.fromtimestamp(self.reactor.seconds(), datetime.UTC)
+        renewals: list[datetime.datetime] = []
         for entry in self._wanted(state):
-            not_before, _ = self._retry.get(entry, (0.0, FIRST_BACKOFF))
-            if stored_hosts(self.settings.storage, entry[0], entry[1]) == entry[2] or time.monotonic() < not_before:
+            if self._backoff.remaining(entry) > 0:  # its failure's callLater comes back for it
                 continue
+            if stored_hosts(self.settings.storage, entry[0], entry[1]) == entry[2]:
+                renew_at = stored_renewal(self.settings.storage, entry[0], entry[1])
+                if renew_at is None or renew_at > now:
+                    renewals.extend([renew_at] if renew_at is not None else [])
+                    continue
+                log.info("acme: the certificate in Secret {namespace}/{name} is due for renewal (at {when})", namespace=entry[0], name=entry[1], when=renew_at.isoformat())
             self._order(entry)
             return
+        self._wake_at(min(renewals) if renewals else None, now)
+
+    def _wake_at(self, when: Optional[datetime.datetime], now: datetime.datetime) -> None:
+        """Look again at the next renewal time (at most an hour from now)."""
+        if self._wake is not None and self._wake.active():
+            self._wake.cancel()
+        self._wake = None
+        if when is not None:
+            self._wake = self.reactor.callLater(min(max((when - now).total_seconds(), 0.0), RECHECK_SECONDS), self._again)
 
     def _wanted(self, state: ClusterState) -> list[Entry]:
         """The spec.tls entries of the annotated Ingresses that can be ordered by HTTP-01; the others reported once."""
@@ -133,12 +156,17 @@ class AcmeIssuer(Service):
     def _order(self, entry: Entry) -> None:
         self._busy = entry
         log.info("acme: ordering a certificate for {hosts} from {directory} by {challenge}", hosts=", ".join(entry[2]), directory=self.settings.directory, challenge=self.settings.challenge)
-        d: Deferred[Issued] = deferToThreadPool(self.reactor, self._pool, self._issue, entry)
-        d.addCallbacks(self._issued, self._failed, callbackArgs=(entry,), errbackArgs=(entry,))
+        storage, namespace, name = self.settings.storage, entry[0], entry[1]
+        attempt = Attempt(on_order=lambda url: write_order_url(storage, namespace, name, url))
+        d: Deferred[Issued] = deferToThreadPool(self.reactor, self._pool, self._issue, entry, attempt)
+        d.addCallbacks(self._issued, self._failed, callbackArgs=(entry,), errbackArgs=(entry, attempt))
 
-    def _issue(self, entry: Entry) -> Issued:
-        issued = order_certificate(self.settings, entry[2], self._publish, self._self_check)
-        write_certificate(self.settings.storage, entry[0], entry[1], issued.chain_pem, issued.key_pem, entry[2], self.settings.directory)
+    def _issue(self, entry: Entry, attempt: Attempt) -> Issued:
+        storage, (namespace, name, hosts) = self.settings.storage, entry
+        resume = stored_order_url(storage, namespace, name)
+        issued = order_certificate(self.settings, hosts, self._publish, self._self_check, attempt=attempt, resume=resume)
+        write_certificate(storage, namespace, name, issued.chain_pem, issued.key_pem, hosts, self.settings.directory, issued.renew_at)
+        write_order_url(storage, namespace, name, "")  # finished: nothing to resume
         return issued
 
     def _publish(self, tokens: dict[str, tuple[str, str]]) -> None:
@@ -161,20 +189,24 @@ class AcmeIssuer(Service):
 
     def _issued(self, issued: Issued, entry: Entry) -> None:
         self._busy = None
-        self._retry.pop(entry, None)
+        self._backoff.succeeded(entry)
         log.info(
-            "acme: certificate for {hosts} issued into Secret {namespace}/{name} in {seconds:.1f}s, {requests} requests to the ACME server",
+            "acme: certificate for {hosts} issued into Secret {namespace}/{name} in {seconds:.1f}s, {requests} requests to the ACME server; renewal at {renew_at} ({source})",
             hosts=", ".join(entry[2]), namespace=entry[0], name=entry[1], seconds=issued.seconds, requests=issued.requests,
+            renew_at=issued.renew_at.isoformat() if issued.renew_at else "?", source=issued.renewal_source,
         )
         self._again()
 
-    def _failed(self, failure: Failure, entry: Entry) -> None:
+    def _failed(self, failure: Failure, entry: Entry, attempt: Attempt) -> None:
         self._busy = None
-        _, backoff = self._retry.get(entry, (0.0, FIRST_BACKOFF))
-        self._retry[entry] = (time.monotonic() + backoff, min(backoff * 2, LAST_BACKOFF))
+        wait = self._backoff.failed(entry, attempt.retry_after, attempt.rate_limited)
         error = " ".join(str(failure.value).split()) or repr(failure.value)
-        log.error("acme: ordering a certificate for {hosts} failed: {error}; trying again in {backoff:.0f}s", hosts=", ".join(entry[2]), error=error, backoff=backoff)
-        self.reactor.callLater(backoff, self._again)
+        asked = f" (the server asked for {attempt.retry_after:.0f}s)" if attempt.retry_after is not None else " (rateLimited)" if attempt.rate_limited else ""
+        log.error(
+            "acme: ordering a certificate for {hosts} failed: {error}; trying again in {wait:.0f}s{asked}, {requests} requests to the ACME server",
+            hosts=", ".join(entry[2]), error=error, wait=wait, asked=asked, requests=attempt.requests,
+        )
+        self.reactor.callLater(wait, self._again)
         self._again()
 
     def _again(self) -> None:

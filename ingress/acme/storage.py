@@ -12,6 +12,7 @@ the manifests directory.  Every file is written whole and renamed into place: a 
 from __future__ import annotations
 
 import base64
+import datetime
 import hashlib
 import os
 from collections.abc import Mapping
@@ -22,6 +23,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from ingress.acme.schedule import RENEW_AFTER_ANNOTATION, renewal_at
 from ingress.routing.acme_challenges import CHALLENGES, RESPONDER_KEY
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "twingress"}
@@ -66,22 +68,27 @@ def secret_path(storage: str, namespace: str, name: str) -> str:
     return os.path.join(manifests_dir(storage), f"secret-{namespace}.{name}.yaml")
 
 
-def write_certificate(storage: str, namespace: str, name: str, chain_pem: bytes, key_pem: bytes, hosts: tuple[str, ...], issuer: str) -> None:
-    """The Secret C{namespace/name} with the chain and its key, annotated with its hosts, issuer and expiry."""
-    secret = certificate_secret(namespace, name, chain_pem, key_pem, hosts, issuer)
+def write_certificate(
+    storage: str, namespace: str, name: str, chain_pem: bytes, key_pem: bytes, hosts: tuple[str, ...], issuer: str, renew_at: Optional[datetime.datetime] = None,
+) -> None:
+    """The Secret C{namespace/name} with the chain and its key, annotated with its hosts, issuer, expiry and renewal time (one rename: the old one is served until then)."""
+    secret = certificate_secret(namespace, name, chain_pem, key_pem, hosts, issuer, renew_at)
     write_whole(secret_path(storage, namespace, name), yaml.safe_dump(secret).encode())
 
 
-def certificate_secret(namespace: str, name: str, chain_pem: bytes, key_pem: bytes, hosts: tuple[str, ...], issuer: str) -> dict[str, Any]:
+def certificate_secret(
+    namespace: str, name: str, chain_pem: bytes, key_pem: bytes, hosts: tuple[str, ...], issuer: str, renew_at: Optional[datetime.datetime] = None,
+) -> dict[str, Any]:
     """The C{kubernetes.io/tls} Secret of an issued certificate, as a manifest file or the cluster holds it."""
     leaf = x509.load_pem_x509_certificate(chain_pem)
+    renew_at = renew_at or renewal_at(leaf.not_valid_before_utc, leaf.not_valid_after_utc, None)
     return {
         "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
         "metadata": {
             "namespace": namespace, "name": name, "labels": dict(MANAGED_BY),
             "annotations": {
                 "acme.twingress.io/hosts": ",".join(hosts), "acme.twingress.io/issuer": issuer,
-                "acme.twingress.io/not-after": leaf.not_valid_after_utc.isoformat(),
+                "acme.twingress.io/not-after": leaf.not_valid_after_utc.isoformat(), RENEW_AFTER_ANNOTATION: renew_at.isoformat(),
             },
         },
         "data": {"tls.crt": base64.b64encode(chain_pem).decode(), "tls.key": base64.b64encode(key_pem).decode()},
@@ -97,6 +104,50 @@ def stored_hosts(storage: str, namespace: str, name: str) -> Optional[tuple[str,
     except (OSError, yaml.YAMLError, KeyError, TypeError):
         return None
     return tuple(hosts.split(","))
+
+
+def stored_renewal(storage: str, namespace: str, name: str) -> Optional[datetime.datetime]:
+    """When the stored certificate of C{namespace/name} is to be renewed (its annotation, else two thirds of its lifetime); None without one."""
+    try:
+        with open(secret_path(storage, namespace, name), "rb") as f:
+            secret = yaml.safe_load(f)
+        return renewal_of(secret["metadata"].get("annotations") or {}, base64.b64decode(secret["data"]["tls.crt"]))
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):
+        return None
+
+
+def renewal_of(annotations: Mapping[str, str], chain_pem: bytes) -> datetime.datetime:
+    """The renewal time a certificate Secret carries; one written without it (an older twingress): two thirds of the leaf's lifetime."""
+    try:
+        when = datetime.datetime.fromisoformat(annotations[RENEW_AFTER_ANNOTATION])
+        if when.tzinfo is not None:
+            return when
+    except (KeyError, TypeError, ValueError):
+        pass
+    leaf = x509.load_pem_x509_certificate(chain_pem)
+    return renewal_at(leaf.not_valid_before_utc, leaf.not_valid_after_utc, None)
+
+
+def _order_path(storage: str, namespace: str, name: str) -> str:
+    return os.path.join(storage, f"order-{namespace}.{name}.url")  # beside manifests/, not in it: no source reads it
+
+
+def write_order_url(storage: str, namespace: str, name: str, url: str) -> None:
+    """The URL of the order placed for C{namespace/name}'s certificate ('' forgets it): a restart resumes it."""
+    path = _order_path(storage, namespace, name)
+    if url:
+        write_whole(path, url.encode())
+    elif os.path.exists(path):
+        os.unlink(path)
+
+
+def stored_order_url(storage: str, namespace: str, name: str) -> str:
+    """The order placed for C{namespace/name}'s certificate and not finished, '' when none."""
+    try:
+        with open(_order_path(storage, namespace, name), "rb") as f:
+            return f.read().decode().strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
 
 
 def write_challenges(storage: str, tokens: Mapping[str, str], responder: str) -> None:

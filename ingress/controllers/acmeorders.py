@@ -15,12 +15,21 @@ thread, so that one order at a time owns the tokens' ConfigMap) publishes its to
 each through every ready twingress pod's address (the pods the status controller publishes) on the
 --http port until each answers it, and only then asks the server to validate: a node that does not
 answer within the deadline fails the order with an Event naming it, before the CA spends a failed
-validation.  A failed order is an Event with the server's error and is not retried until the
-Ingress changes or the next resync (renewal and backoff are not this controller's yet).
+validation.  A failed order is an Event with the server's error, and that certificate waits its
+backoff (L{ingress.acme.schedule}: 30 s doubling to an hour, at least the server's C{Retry-After}):
+a sync before then (an Ingress change, a status write, a resync) orders nothing and queues the key
+again for the end of the wait.  An issued certificate is ordered again at its renewal time (the
+Secret's C{acme.twingress.io/renew-after}: the server's renewalInfo, else two thirds of its
+lifetime), the key queued for then; the Secret is replaced in one write, so every node serves the
+old certificate until the new one is there.  The URL of an order in flight is kept on the account
+Secret (L{ingress.controllers.acmesecrets}), so a new leader resumes it instead of placing another.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import datetime
 import threading
 import time
 from collections.abc import Callable
@@ -29,10 +38,11 @@ from typing import Any
 
 from twisted.logger import Logger
 
-from ingress.acme.client import SELF_CHECK_SECONDS, Issued, fetch_token, order_certificate
-from ingress.acme.issuer import ANNOTATION, CERT_MANAGER
+from ingress.acme.client import SELF_CHECK_SECONDS, Attempt, Issued, fetch_token, order_certificate
+from ingress.acme.issuer import ANNOTATION, CERT_MANAGER, RECHECK_SECONDS
 from ingress.acme.options import AcmeSettings
-from ingress.acme.storage import certificate_secret
+from ingress.acme.schedule import Backoff
+from ingress.acme.storage import certificate_secret, renewal_of
 from ingress.controllers.acmesecrets import ClusterStore, is_ours
 from ingress.controllers.events import NORMAL, WARNING, EventRecorder
 from ingress.controllers.leader import NotLeader
@@ -77,6 +87,8 @@ class AcmeOrders:
         self.addresses = addresses
         self.serves = serves  # class name, controller name
         self.metrics = metrics
+        self.backoff = Backoff()
+        self.requeue: Callable[[tuple[str, str], float], None] = lambda key, delay: None  # the loop's queue.add_after (the manager sets it)
         self._said: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
 
@@ -98,46 +110,81 @@ class AcmeOrders:
                 note = f"{', '.join(hosts)}: a wildcard needs the DNS-01 challenge, which twingress does not implement (out of scope); nothing ordered"
                 self._refuse(ingress, "wildcard", "AcmeWildcard", note)
             else:
-                self._entry(ingress, tls.secret_name, hosts)
+                self._entry(key, ingress, tls.secret_name, hosts)
 
     def _served(self, ingress: Ingress) -> bool:
         classes = tuple(c for c in self.classes.values() if isinstance(c, IngressClass))
         return bool(select_ingresses(ClusterState(ingresses=(ingress,), ingress_classes=classes), class_name=self.serves[0], controller_name=self.serves[1]))
 
-    def _entry(self, ingress: Ingress, name: str, hosts: tuple[str, ...]) -> None:
+    def _entry(self, key: tuple[str, str], ingress: Ingress, name: str, hosts: tuple[str, ...]) -> None:
         namespace, directory = ingress.meta.namespace, self.options.settings.directory
+        waiting = self.backoff.remaining((namespace, name, hosts))
+        if waiting > 0:  # a failure's backoff: this sync (a status write, a change) orders nothing
+            self.requeue(key, waiting)
+            return
         existing = self.store.get_secret(namespace, name)
         if existing is not None and not is_ours(existing):
             self._refuse(ingress, "secret-not-ours", "AcmeSecretNotOurs", f"Secret {namespace}/{name} exists and was not made by twingress; not overwritten, nothing ordered")
             return
         annotations = (existing or {}).get("metadata", {}).get("annotations") or {}
-        if annotations.get(HOSTS_ANNOTATION) == ",".join(hosts) and annotations.get(ISSUER_ANNOTATION) == directory:
-            return  # issued already (renewal is not this controller's yet)
-        log.info("acme: ordering a certificate for {hosts} from {directory}", hosts=", ".join(hosts), directory=directory)
+        renewal = annotations.get(HOSTS_ANNOTATION) == ",".join(hosts) and annotations.get(ISSUER_ANNOTATION) == directory
+        if renewal and not self._due(key, existing or {}, annotations):
+            return
+        self._issue(ingress, name, hosts, existing, renewal)
+
+    def _due(self, key: tuple[str, str], existing: dict[str, Any], annotations: dict[str, str]) -> bool:
+        """Whether an issued certificate is due for renewal; when not, its key is queued again for then."""
         try:
-            issued = self._order(hosts)
-            self.store.write_certificate(certificate_secret(namespace, name, issued.chain_pem, issued.key_pem, hosts, directory), existing)
+            renew_at = renewal_of(annotations, base64.b64decode((existing.get("data") or {}).get("tls.crt", ""), validate=True))
+        except (binascii.Error, ValueError, TypeError):
+            return True  # our Secret without a readable certificate: order one
+        left = (renew_at - datetime.datetime.now(datetime.UTC)).total_seconds()
+        if left > 0:
+            self.requeue(key, min(left, RECHECK_SECONDS))
+            return False
+        log.info("acme: the certificate in Secret {namespace}/{name} is due for renewal (at {when})",
+                 namespace=existing["metadata"]["namespace"], name=existing["metadata"]["name"], when=renew_at.isoformat())
+        return True
+
+    def _issue(self, ingress: Ingress, name: str, hosts: tuple[str, ...], existing: Any, renewal: bool) -> None:
+        namespace, directory = ingress.meta.namespace, self.options.settings.directory
+        log.info("acme: ordering a certificate for {hosts} from {directory}", hosts=", ".join(hosts), directory=directory)
+        attempt = Attempt(on_order=lambda url: self.store.keep_order_url(namespace, name, url))
+        try:
+            issued = self._order(hosts, attempt, self.store.order_url(namespace, name))
+            self.store.write_certificate(certificate_secret(namespace, name, issued.chain_pem, issued.key_pem, hosts, directory, issued.renew_at), existing)
+            self.store.keep_order_url(namespace, name, "")
         except NotLeader:
             raise
         except Exception as error:  # noqa: BLE001 - the server's or a node's error, said on the Ingress; the loop goes on
-            message = " ".join(str(error).split()) or repr(error)
-            self.metrics.acme_orders.labels("failed").inc()
-            log.error("acme: ordering a certificate for {hosts} failed: {error}", hosts=", ".join(hosts), error=message)
-            self.events.record(ingress.meta, "Ingress", WARNING, "AcmeOrderFailed", "Order", f"certificate for {', '.join(hosts)}: {message}")
+            self._failed(ingress, name, hosts, attempt, " ".join(str(error).split()) or repr(error))
             return
+        self.backoff.succeeded((namespace, name, hosts))
         self.metrics.acme_orders.labels("issued").inc()
         log.info(
-            "acme: certificate for {hosts} issued into Secret {namespace}/{name} in {seconds:.1f}s, {requests} requests to the ACME server{account}",
+            "acme: certificate for {hosts} issued into Secret {namespace}/{name} in {seconds:.1f}s, {requests} requests to the ACME server{account}; renewal at {renew_at} ({source})",
             hosts=", ".join(hosts), namespace=namespace, name=name, seconds=issued.seconds, requests=issued.requests,
             account=" (a new account)" if issued.new_account else " (its existing account)",
+            renew_at=issued.renew_at.isoformat() if issued.renew_at else "?", source=issued.renewal_source,
         )
-        self.events.record(ingress.meta, "Ingress", NORMAL, "AcmeIssued", "Order", f"certificate for {', '.join(hosts)} from {directory} in Secret {name}")
+        reason, verb = ("AcmeRenewed", "renewed") if renewal else ("AcmeIssued", "issued")
+        self.events.record(ingress.meta, "Ingress", NORMAL, reason, "Order", f"certificate for {', '.join(hosts)} from {directory} {verb} in Secret {name}")
 
-    def _order(self, hosts: tuple[str, ...]) -> Issued:
+    def _failed(self, ingress: Ingress, name: str, hosts: tuple[str, ...], attempt: Attempt, message: str) -> None:
+        """A failed order: its Event and line, and the backoff before the next one (the key queued for its end)."""
+        wait = self.backoff.failed((ingress.meta.namespace, name, hosts), attempt.retry_after, attempt.rate_limited)
+        self.requeue((ingress.meta.namespace, ingress.meta.name), wait)
+        self.metrics.acme_orders.labels("failed").inc()
+        asked = f" (the server asked for {attempt.retry_after:.0f}s)" if attempt.retry_after is not None else " (rateLimited)" if attempt.rate_limited else ""
+        log.error("acme: ordering a certificate for {hosts} failed: {error}; trying again in {wait:.0f}s{asked}, {requests} requests to the ACME server",
+                  hosts=", ".join(hosts), error=message, wait=wait, asked=asked, requests=attempt.requests)
+        self.events.record(ingress.meta, "Ingress", WARNING, "AcmeOrderFailed", "Order", f"certificate for {', '.join(hosts)}: {message}; trying again in {wait:.0f}s")
+
+    def _order(self, hosts: tuple[str, ...], attempt: Attempt, resume: str) -> Issued:
         key, made = self.store.account_key()
         if made:
             log.info("acme: made the account key for {directory}", directory=self.options.settings.directory)
-        return order_certificate(self.options.settings, hosts, self.store.publish, self._every_node_answers, key=key)
+        return order_certificate(self.options.settings, hosts, self.store.publish, self._every_node_answers, key=key, attempt=attempt, resume=resume)
 
     def _every_node_answers(self, host: str, token: str, answer: str) -> bool:
         """

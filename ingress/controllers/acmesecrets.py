@@ -6,6 +6,10 @@ What the ACME controller keeps in the cluster: the account key, the pending toke
   URL>} in the controller's namespace (staging and production side by side), made on first use by the
   leader and read again after a restart and by the next leader; two leaders cannot race to make it
   (one holds the Lease), and a create answered 409 reads the one that is there.
+- The URL of each order in flight is an annotation of that account Secret,
+  C{order.acme.twingress.io/<digest of namespace/secretName>}: the next leader (or this one after a
+  restart) reads it there and resumes the order instead of placing another; it is removed when the
+  certificate is written.
 - The pending tokens are the ConfigMap L{ingress.acme.answers.CHALLENGES_NAME} beside it, which every
   node watches (why a ConfigMap: that module's docstring).
 - A certificate is the C{kubernetes.io/tls} Secret its Ingress names, labelled as twingress's
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 from typing import Any, Optional
 
 from cryptography.hazmat.primitives import serialization
@@ -26,17 +31,23 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from ingress.acme.answers import CHALLENGES_NAME, answers_data
 from ingress.acme.storage import MANAGED_BY, directory_digest
 from ingress.controllers.writer import LeaderWriter
-from ingress.sources.kube.client import APIError
+from ingress.sources.kube.client import MERGE_PATCH, APIError
 
 ACCOUNT_PREFIX = "twingress-acme-account-"
 ACCOUNT_FIELD = "key.pem"
 DIRECTORY_ANNOTATION = "acme.twingress.io/directory"
+ORDER_ANNOTATION_PREFIX = "order.acme.twingress.io/"
 _TIMEOUT = (5.0, 15.0)
 
 
 def account_secret_name(directory: str) -> str:
     """The account Secret of C{directory}'s server."""
     return ACCOUNT_PREFIX + directory_digest(directory)
+
+
+def order_annotation(namespace: str, name: str) -> str:
+    """The account Secret's annotation that keeps the order URL of the certificate Secret C{namespace/name} (a key of at most 63 characters)."""
+    return ORDER_ANNOTATION_PREFIX + hashlib.sha256(f"{namespace}/{name}".encode()).hexdigest()[:16]
 
 
 def is_ours(secret: dict[str, Any]) -> bool:
@@ -85,6 +96,18 @@ class ClusterStore:
                 raise
             return _key_of(found, name), False
         return key, True
+
+    def order_url(self, namespace: str, name: str) -> str:
+        """The order placed for the certificate Secret C{namespace/name} and not finished ('' when none)."""
+        found = self.get_secret(self.namespace, account_secret_name(self.directory))
+        annotations = ((found or {}).get("metadata") or {}).get("annotations") or {}
+        return str(annotations.get(order_annotation(namespace, name), ""))
+
+    def keep_order_url(self, namespace: str, name: str, url: str) -> None:
+        """Note (or with '', forget) the order of C{namespace/name} on the account Secret, where the next leader looks."""
+        patch = {"metadata": {"annotations": {order_annotation(namespace, name): url or None}}}
+        path = f"/api/v1/namespaces/{self.namespace}/secrets/{account_secret_name(self.directory)}"
+        self.writer.request("PATCH", path, "Secret", "patch", patch, content_type=MERGE_PATCH, timeout=_TIMEOUT)
 
     def publish(self, tokens: dict[str, tuple[str, str]]) -> None:
         """The pending tokens (token: (host, key authorization)) into the ConfigMap every node watches; {} empties it."""

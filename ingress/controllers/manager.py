@@ -167,11 +167,13 @@ class ControllerManager(Service):
         """One thread: one order at a time owns the tokens' ConfigMap (L{ingress.controllers.acmeorders})."""
         writer = self._writer(ACME)
         store = ClusterStore(writer, self.options.election.namespace, acme.settings.directory)
-        orders: Callable[[Any], None] = AcmeOrders(
+        orders = AcmeOrders(
             store, EventRecorder(writer, self.options.election.identity), acme, self.source.store("Ingress"), self.source.store("IngressClass"),
             partial(node_addresses, addresses, acme.settings.self_check_host), (self.options.generator.class_name, self.options.controller_name), self.metrics,
         )
-        self.loops[ACME] = ControllerLoop(ACME, orders, 1, self.metrics)
+        sync: Callable[[Any], None] = orders
+        self.loops[ACME] = ControllerLoop(ACME, sync, 1, self.metrics)
+        orders.requeue = self.loops[ACME].queue.add_after  # a backoff's or a renewal's time: the key comes back then
 
     def _writer(self, controller: str) -> LeaderWriter:
         """A client of the controller's own whose writes are gated by the Lease and counted under its name."""

@@ -217,12 +217,15 @@ def test_the_leader_orders_every_replica_answers_and_the_next_leader_keeps_the_a
     assert f"{dead}:{http_port}" in failed.note and address_of[id(follower)] not in failed.note, failed.note
     assert pebble.log().count("POST /chalZ/") == answered_before, "no challenge was answered: Pebble spent no validation"
     ready_pod(kube, namespace, "twingress-" + str(addresses.index(dead)), node, dead, ready=False)  # the kubelet's word, at last
-    kube.networking.patch_namespaced_ingress("second", namespace, {"metadata": {"annotations": {"example.com/touched": "1"}}})  # a new sync
-    again = issued_line(follower, pebble, "second.example.com")
+    kube.networking.patch_namespaced_ingress("second", namespace, {"metadata": {"annotations": {"example.com/touched": "1"}}})  # a sync, in the backoff: nothing
+    again = issued_line(follower, pebble, "second.example.com")  # the retry at the end of the failure's 30 s backoff
     assert again.group(5) == "its existing account", again.group(0)
     assert pebble.new_accounts() == 1, "the next leader made no new account"
     after = kube.core.read_namespaced_secret(account.metadata.name, namespace)
-    assert (after.metadata.uid, after.metadata.resource_version) == (account.metadata.uid, account.metadata.resource_version)
+    assert (after.metadata.uid, after.data) == (account.metadata.uid, account.data)  # the same key (its annotations keep the orders in flight)
+    assert not [key for key in (after.metadata.annotations or {}) if key.startswith("order.acme.twingress.io/")], "the finished order's URL is forgotten"
+    resumed = follower.log().count("acme: resuming the order")
+    assert resumed == 1, follower.log()[-4000:]  # the retry carried on the order the failed attempt had placed
     served = wait_until(lambda: served_certificate(address_of[id(follower)], https_port, "second.example.com", root), timeout=30, what="the second certificate by SNI")
     assert served.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName) == ["second.example.com"]
     print(f"after the leader was killed: the order {again.group(3)}s, {again.group(4)} requests counted by the client, {pebble.requests() - requests_before} in Pebble's log"

@@ -1,0 +1,91 @@
+# -*- test-case-name: tests.unit.test_acme_schedule -*-
+"""
+When to order again, the same in both modes (the manifests issuer and the cluster's leader).
+
+- A certificate is renewed at the time the server suggests (ACME Renewal Information, RFC 9773: a
+  random point of its C{suggestedWindow}, which the C{acme} library picks), never later than
+  L{LATEST} of its lifetime, so that failed renewals still have time to be retried before it
+  expires; a server without C{renewalInfo} gets the usual two thirds of the lifetime.
+- A failed order waits, per certificate, 30 s doubling to an hour (L{Backoff}), and at least what the
+  server said: its C{Retry-After} (seconds or an HTTP date), or an hour for a C{rateLimited} problem
+  that names no time.  Nothing else (a changed Ingress, a status write, a new table) shortens it.
+
+Pure: no I/O, the clock is a parameter.
+"""
+
+from __future__ import annotations
+
+import datetime
+import email.utils
+import threading
+import time
+from collections.abc import Callable, Hashable
+from typing import Optional
+
+FIRST_BACKOFF, LAST_BACKOFF = 30.0, 3600.0
+RATE_LIMITED = "urn:ietf:params:acme:error:rateLimited"
+DEFAULT_SHARE = 2 / 3  # of the lifetime, without renewal information
+LATEST = 5 / 6  # of the lifetime: a window that ends later is cut here
+RENEW_AFTER_ANNOTATION = "acme.twingress.io/renew-after"
+
+
+def renewal_at(not_before: datetime.datetime, not_after: datetime.datetime, suggested: Optional[datetime.datetime]) -> datetime.datetime:
+    """When to renew a certificate valid from C{not_before} to C{not_after}, given the server's C{suggested} time (or None)."""
+    lifetime = not_after - not_before
+    latest = not_before + lifetime * LATEST
+    if suggested is None:
+        return not_before + lifetime * DEFAULT_SHARE
+    return min(suggested, latest)
+
+
+def retry_after_seconds(value: Optional[str], now: datetime.datetime) -> Optional[float]:
+    """A C{Retry-After} header's wait in seconds (RFC 9110: delay-seconds or an HTTP date), None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return max((when - now).total_seconds(), 0.0)
+
+
+def failure_wait(backoff: float, retry_after: Optional[float], rate_limited: bool) -> float:
+    """The wait after a failure: the backoff, or longer when the server asked for longer (a rateLimited problem: an hour at least)."""
+    wait = backoff
+    if retry_after is not None:
+        wait = max(wait, retry_after)
+    elif rate_limited:
+        wait = max(wait, LAST_BACKOFF)
+    return wait
+
+
+class Backoff:
+    """Per certificate: when the next order may be placed, and how long the next failure waits (thread-safe)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._state: dict[Hashable, tuple[float, float]] = {}  # key: (not before, next backoff)
+        self._lock = threading.Lock()
+
+    def remaining(self, key: Hashable) -> float:
+        """Seconds until C{key} may be ordered again (0: now)."""
+        with self._lock:
+            not_before, _ = self._state.get(key, (0.0, FIRST_BACKOFF))
+        return max(not_before - self.clock(), 0.0)
+
+    def failed(self, key: Hashable, retry_after: Optional[float] = None, rate_limited: bool = False) -> float:
+        """An order of C{key} failed: the seconds to wait before the next one (the backoff doubles, up to an hour)."""
+        with self._lock:
+            _, backoff = self._state.get(key, (0.0, FIRST_BACKOFF))
+            wait = failure_wait(backoff, retry_after, rate_limited)
+            self._state[key] = (self.clock() + wait, min(backoff * 2, LAST_BACKOFF))
+        return wait
+
+    def succeeded(self, key: Hashable) -> None:
+        with self._lock:
+            self._state.pop(key, None)
