@@ -166,6 +166,8 @@ class AcmeIssuer(Service):
             "acme: certificate for {hosts} issued into Secret {namespace}/{name} in {seconds:.1f}s, {requests} requests to the ACME server",
             hosts=", ".join(entry[2]), namespace=entry[0], name=entry[1], seconds=issued.seconds, requests=issued.requests,
         )
+        if issued.bad_nonces:
+            log.info("acme: {count} badNonce answers retried with the server's fresh nonce in that order", count=issued.bad_nonces)
         self._again()
 
     def _failed(self, failure: Failure, entry: Entry) -> None:

@@ -131,6 +131,8 @@ class AcmeOrders:
             hosts=", ".join(hosts), namespace=namespace, name=name, seconds=issued.seconds, requests=issued.requests,
             account=" (a new account)" if issued.new_account else " (its existing account)",
         )
+        if issued.bad_nonces:
+            log.info("acme: {count} badNonce answers retried with the server's fresh nonce in that order", count=issued.bad_nonces)
         self.events.record(ingress.meta, "Ingress", NORMAL, "AcmeIssued", "Order", f"certificate for {', '.join(hosts)} from {directory} in Secret {name}")
 
     def _order(self, hosts: tuple[str, ...]) -> Issued:
