@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from typing import Optional
 
+from prometheus_client import Counter
 from twisted.application.service import Service
 from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.internet.defer import Deferred
@@ -45,8 +46,12 @@ Entry = tuple[str, str, tuple[str, ...]]  # namespace, secretName, hosts
 class AcmeIssuer(Service):
     """Orders the certificates the manifests ask for (L{consider}: each new state), one at a time."""
 
-    def __init__(self, settings: AcmeSettings, reactor: IProcessReactor, http_port: int, class_name: str, controller_name: str, https_port: int = 0) -> None:
+    def __init__(
+        self, settings: AcmeSettings, reactor: IProcessReactor, http_port: int, class_name: str, controller_name: str, https_port: int = 0,
+        orders: Optional[Counter] = None,
+    ) -> None:
         self.settings = settings
+        self.orders = orders  # twingress_acme_orders_total{result}
         self.https_port = https_port  # where the TLS-ALPN-01 self check handshakes
         self.serves = (class_name, controller_name)  # only the Ingresses of this controller's class are ordered for
         self.reactor = reactor
@@ -161,6 +166,8 @@ class AcmeIssuer(Service):
 
     def _issued(self, issued: Issued, entry: Entry) -> None:
         self._busy = None
+        if self.orders is not None:
+            self.orders.labels("issued").inc()
         self._retry.pop(entry, None)
         log.info(
             "acme: certificate for {hosts} issued into Secret {namespace}/{name} in {seconds:.1f}s, {requests} requests to the ACME server",
@@ -172,6 +179,8 @@ class AcmeIssuer(Service):
 
     def _failed(self, failure: Failure, entry: Entry) -> None:
         self._busy = None
+        if self.orders is not None:
+            self.orders.labels("failed").inc()
         _, backoff = self._retry.get(entry, (0.0, FIRST_BACKOFF))
         self._retry[entry] = (time.monotonic() + backoff, min(backoff * 2, LAST_BACKOFF))
         error = " ".join(str(failure.value).split()) or repr(failure.value)
