@@ -45,6 +45,7 @@ from ingress.proxy.request.accesslines import FORMATS as ACCESS_LOG_FORMATS
 from ingress.proxy.request.settings import ProxySettings
 from ingress.proxy.request.upstream import UpstreamPool
 from ingress.proxy.streams.listeners import StreamListeners
+from ingress.proxy.tls.expiry import certificate_secrets
 from ingress.routing import build
 from ingress.routing.incremental import IncrementalBuild
 from ingress.routing.report import Built
@@ -223,6 +224,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
     stream_sockets, streams = primary_streams(reactor, options, metrics, pool, live, builder.preparers)  # bound by the primary, served by whom
     admin.route_sections["streamListeners"] = streams.to_json
     admin.route_views.append(streams.show)
+    admin.route_sections["certificateSecrets"] = lambda: certificate_secrets(live.table)
     if options["source"] == "manifests":
         manifests_source(options, builder, metrics, reactor).setServiceParent(top)
     else:

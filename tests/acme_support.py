@@ -20,7 +20,7 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from tests.proxy.certs import CertificateAuthority
 from tests.support import ROOT, free_port, unavailable, wait_for_port
@@ -58,10 +58,12 @@ class Pebble:
         self.processes: list[subprocess.Popen[bytes]] = []
         self._log = open(work / "pebble.log", "wb")
 
-    def start(self, http_port: int, tls_port: int, address: str = "127.0.0.1", env: Optional[dict[str, str]] = None, validity: int = 7776000) -> Pebble:
+    def start(self, http_port: int, tls_port: int, address: str = "127.0.0.1", env: Optional[dict[str, str]] = None, validity: int = 7776000,
+              config: Optional[dict[str, Any]] = None) -> Pebble:
         """
         Run the DNS (every name: C{address}) and Pebble (validating on C{http_port}, C{tls_port}), until its directory answers.
         C{validity}: the seconds its certificates last (its only profile's C{validityPeriod}; a renewal test's are short).
+        C{config}: more keys of Pebble's own (C{externalAccountBindingRequired}, C{externalAccountMACKeys}).
         """
         binaries, work = self.binaries, self.work
         self._start([str(binaries / "pebble-challtestsrv"), "-dnsserver", f"127.0.0.1:{self.dns_port}", "-management", f"127.0.0.1:{self.dns_management_port}",
@@ -73,6 +75,7 @@ class Pebble:
             "httpPort": http_port, "tlsPort": tls_port, "ocspResponderURL": "", "externalAccountBindingRequired": False,
             "retryAfter": {"authz": 1, "order": 1},
             "profiles": {"default": {"description": "the default", "validityPeriod": validity}},
+            **(config or {}),
         }}
         (work / "pebble-config.json").write_text(json.dumps(config))
         pebble_env = {"PEBBLE_VA_NOSLEEP": "1", "PEBBLE_WFE_NONCEREJECT": "0", **(env or {})}

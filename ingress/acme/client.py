@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import time
 import urllib.error
 import urllib.request
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+import requests
 from acme import challenges, client, crypto_util, errors, messages
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -39,6 +41,8 @@ SELF_CHECK_SECONDS = 30.0
 ORDER_SECONDS = 90.0
 CHALLENGE_TYPES: dict[str, type[challenges.KeyAuthorizationChallenge]] = {"http-01": challenges.HTTP01, "tls-alpn-01": TLSALPN01}
 NETWORK_SECONDS = 15  # per request (certbot's is 45): a stop waits for the order's thread, at most one request's time
+BAD_NONCE_RETRIES = 10  # RFC 8555 6.5: a badNonce answer carries a fresh nonce to retry with; the library retries once only
+_ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\"]+)")
 
 
 @dataclass
@@ -63,6 +67,8 @@ class CountingNetwork(client.ClientNetwork):
         if ca_file:
             self.verify_ssl = ca_file  # type: ignore[assignment]  # requests takes a CA bundle's path as verify
         self.attempt = attempt if attempt is not None else Attempt()
+        self.bad_nonces = 0
+        self.last_status = 0  # of the last answer: what an error document from the directory's URL came with
 
     @property
     def requests(self) -> int:
@@ -71,10 +77,22 @@ class CountingNetwork(client.ClientNetwork):
     def _send_request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
         self.attempt.requests += 1
         response = super()._send_request(method, url, *args, **kwargs)
+        self.last_status = response.status_code
         if not response.ok:  # an error answer: what it asks of the next order (a 2xx Retry-After is the library's polling)
             self.attempt.retry_after = retry_after_seconds(response.headers.get("Retry-After"), datetime.datetime.now(datetime.UTC))
             self.attempt.rate_limited = _problem_type(response) == RATE_LIMITED
         return response
+
+    def post(self, *args: Any, **kwargs: Any) -> Any:
+        """The library's signed POST, retried with the server's fresh nonce after each badNonce answer (up to L{BAD_NONCE_RETRIES})."""
+        for _ in range(BAD_NONCE_RETRIES):
+            try:
+                return self._post_once(*args, **kwargs)
+            except messages.Error as error:
+                if error.code != "badNonce":
+                    raise
+                self.bad_nonces += 1
+        return self._post_once(*args, **kwargs)
 
 
 def _problem_type(response: Any) -> str:
@@ -97,6 +115,7 @@ class Issued:
     new_account: bool = False  # the server made an account for the key (False: it knew the key)
     renew_at: Optional[datetime.datetime] = None  # when to renew it (L{ingress.acme.schedule.renewal_at})
     renewal_source: str = ""  # what said so: "renewalInfo" (RFC 9773) or "two thirds"
+    bad_nonces: int = 0  # badNonce answers retried (RFC 8555 6.5)
 
 
 def order_certificate(
@@ -116,8 +135,8 @@ def order_certificate(
         key, _ = account_key(settings.storage, settings.directory)
     account = JWKRSA(key=key)
     network = CountingNetwork(account, settings.ca_file, attempt)
-    acme = client.ClientV2(client.ClientV2.get_directory(settings.directory, network), network)
-    new_account = _account(acme, network, settings.email)
+    acme = client.ClientV2(directory_of(settings.directory, network), network)
+    new_account = _account(acme, network, settings)
     certificate_key = ec.generate_private_key(ec.SECP256R1())
     key_pem = certificate_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     csr_pem = crypto_util.make_csr(key_pem, list(hosts))
@@ -135,7 +154,7 @@ def order_certificate(
         publish({})
     chain_pem = order.fullchain_pem.encode()
     renew_at, source = _renewal(acme, chain_pem)
-    return Issued(chain_pem, key_pem, network.requests, time.monotonic() - started, new_account, renew_at, source)
+    return Issued(chain_pem, key_pem, network.requests, time.monotonic() - started, new_account, renew_at, source, network.bad_nonces)
 
 
 def _placed(acme: client.ClientV2, csr_pem: bytes, attempt: Attempt) -> messages.OrderResource:
@@ -178,9 +197,47 @@ def _renewal(acme: client.ClientV2, chain_pem: bytes) -> tuple[datetime.datetime
     return renewal_at(leaf.not_valid_before_utc, leaf.not_valid_after_utc, suggested), source
 
 
-def _account(acme: client.ClientV2, network: CountingNetwork, email: str) -> bool:
-    """Register the key's account, or find it again (the server answers a known key with its URL); whether it is new."""
-    registration = messages.NewRegistration.from_data(email=email or None, terms_of_service_agreed=True)
+def directory_of(url: str, network: CountingNetwork) -> messages.Directory:
+    """
+    The server's directory, or a ValueError that says in one line why there is none: unreachable (the
+    socket's error), untrusted (TLS: --acme-ca-file), or an answer that is not an ACME directory.
+    """
+    try:
+        directory = client.ClientV2.get_directory(url, network)
+    except requests.exceptions.SSLError as error:
+        raise ValueError(f"the ACME directory {url}: its TLS certificate is not trusted ({_reason(error)}; --acme-ca-file names the CAs to trust)") from None
+    except (errors.ClientError, messages.Error, ValueError) as error:  # ValueError: a body that is no JSON (requests' JSONDecodeError is one)
+        said = " ".join(str(error).split())
+        said = f"HTTP {network.last_status}" + (f" ({said})" if said and said != "about:blank" and not said.startswith("<Response") else "")
+        raise ValueError(f"the ACME directory {url} does not answer as one: {said}") from None
+    except requests.exceptions.RequestException as error:
+        raise ValueError(f"the ACME directory {url} is unreachable: {_reason(error)}") from None
+    missing = [name for name in ("newNonce", "newAccount", "newOrder") if name not in directory.to_partial_json()]
+    if missing:
+        raise ValueError(f"the ACME directory {url} is not an ACME directory (RFC 8555 7.1.1): no {', '.join(missing)}")
+    return directory
+
+
+def _reason(error: Exception) -> str:
+    """The socket's or TLS's own words from a requests error (its text nests urllib3's), else the whole text."""
+    text = " ".join(str(error).split())
+    found = _ERRNO.search(text)
+    if found:
+        return found.group(1).strip()
+    verify = re.search(r"certificate verify failed: ([^(]+)", text)
+    return f"certificate verify failed: {verify.group(1).strip()}" if verify else text
+
+
+def _account(acme: client.ClientV2, network: CountingNetwork, settings: AcmeSettings) -> bool:
+    """
+    Register the key's account, or find it again (the server answers a known key with its URL); whether it is new.
+    With --acme-eab-kid, the account is bound to that external account (RFC 8555 7.3.4) by the library's EAB.
+    """
+    binding = None
+    if settings.eab_kid:
+        assert network.key is not None  # the account key signs every request
+        binding = messages.ExternalAccountBinding.from_data(network.key.public_key(), settings.eab_kid, settings.eab_hmac_key, acme.directory)
+    registration = messages.NewRegistration.from_data(email=settings.email or None, terms_of_service_agreed=True, external_account_binding=binding)
     try:
         acme.new_account(registration)
     except errors.ConflictError as existing:

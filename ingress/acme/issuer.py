@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime
 from typing import Optional
 
+from prometheus_client import Counter
 from twisted.application.service import Service
 from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.internet.defer import Deferred
@@ -49,8 +50,12 @@ Entry = tuple[str, str, tuple[str, ...]]  # namespace, secretName, hosts
 class AcmeIssuer(Service):
     """Orders the certificates the manifests ask for (L{consider}: each new state), one at a time."""
 
-    def __init__(self, settings: AcmeSettings, reactor: IProcessReactor, http_port: int, class_name: str, controller_name: str, https_port: int = 0) -> None:
+    def __init__(
+        self, settings: AcmeSettings, reactor: IProcessReactor, http_port: int, class_name: str, controller_name: str, https_port: int = 0,
+        orders: Optional[Counter] = None,
+    ) -> None:
         self.settings = settings
+        self.orders = orders  # twingress_acme_orders_total{result}
         self.https_port = https_port  # where the TLS-ALPN-01 self check handshakes
         self.serves = (class_name, controller_name)  # only the Ingresses of this controller's class are ordered for
         self.reactor = reactor
@@ -189,16 +194,22 @@ class AcmeIssuer(Service):
 
     def _issued(self, issued: Issued, entry: Entry) -> None:
         self._busy = None
+        if self.orders is not None:
+            self.orders.labels("issued").inc()
         self._backoff.succeeded(entry)
         log.info(
             "acme: certificate for {hosts} issued into Secret {namespace}/{name} in {seconds:.1f}s, {requests} requests to the ACME server; renewal at {renew_at} ({source})",
             hosts=", ".join(entry[2]), namespace=entry[0], name=entry[1], seconds=issued.seconds, requests=issued.requests,
             renew_at=issued.renew_at.isoformat() if issued.renew_at else "?", source=issued.renewal_source,
         )
+        if issued.bad_nonces:
+            log.info("acme: {count} badNonce answers retried with the server's fresh nonce in that order", count=issued.bad_nonces)
         self._again()
 
     def _failed(self, failure: Failure, entry: Entry, attempt: Attempt) -> None:
         self._busy = None
+        if self.orders is not None:
+            self.orders.labels("failed").inc()
         wait = self._backoff.failed(entry, attempt.retry_after, attempt.rate_limited)
         error = " ".join(str(failure.value).split()) or repr(failure.value)
         asked = f" (the server asked for {attempt.retry_after:.0f}s)" if attempt.retry_after is not None else " (rateLimited)" if attempt.rate_limited else ""

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 from urllib.parse import urlsplit
 
@@ -19,6 +21,8 @@ ACME_PARAMETERS: list[list[Any]] = [
     ["acme-agree-tos", None, "false", "true: agree to the ACME server's terms of service (required to create the account)."],
     ["acme-challenge", None, "http-01", "Challenge type: http-01 (on the --http listener) or tls-alpn-01 (RFC 8737, on --https, when only :443 is reachable; --manifests only for now)."],
     ["acme-storage", None, "", "Directory for the ACME account key, the certificates and the pending tokens (needed with --manifests; a cluster keeps them in Secrets)."],
+    ["acme-eab-kid", None, "", "Key identifier of the external account to bind the ACME account to (ZeroSSL, Google, Sectigo; RFC 8555 7.3.4); with --acme-eab-hmac-key-file."],
+    ["acme-eab-hmac-key-file", None, "", "File holding the external account's HMAC key, base64url as the CA gives it; with --acme-eab-kid."],
 ]
 
 
@@ -33,13 +37,15 @@ class AcmeSettings:
     challenge: str = "http-01"
     self_check_host: str = "127.0.0.1"  # where the self check reaches the --http listener (its interface, or loopback)
     tls_self_check_host: str = "127.0.0.1"  # where the TLS-ALPN-01 self check reaches the --https listener
+    eab_kid: str = ""  # external account binding: the key identifier ("" = none)
+    eab_hmac_key: str = field(default="", repr=False)  # and its HMAC key, base64url (a secret: never in a repr or a log)
 
 
 def acme_settings(options: Any, source: str) -> Optional[AcmeSettings]:
     """The checked settings, None without --acme-directory; raises UsageError naming the option."""
     directory = options["acme-directory"]
     if not directory:
-        others = [name for name in ("acme-email", "acme-ca-file", "acme-storage") if options[name]]
+        others = [name for name in ("acme-email", "acme-ca-file", "acme-storage", "acme-eab-kid", "acme-eab-hmac-key-file") if options[name]]
         if others:
             raise usage.UsageError(f"--{others[0]} needs --acme-directory")
         return None
@@ -72,7 +78,31 @@ def acme_settings(options: Any, source: str) -> Optional[AcmeSettings]:
     return AcmeSettings(
         directory, options["acme-email"], options["acme-ca-file"], options["acme-storage"], challenge,
         self_check_host=_local_address(options["http"]), tls_self_check_host=_local_address(options["https"]),
+        eab_kid=options["acme-eab-kid"], eab_hmac_key=_eab_hmac_key(options["acme-eab-kid"], options["acme-eab-hmac-key-file"]),
     )
+
+
+def _eab_hmac_key(kid: str, path: str) -> str:
+    """The external account's HMAC key (base64url, checked), "" without EAB; both options or neither."""
+    if bool(kid) != bool(path):
+        given, missing = ("--acme-eab-kid", "--acme-eab-hmac-key-file") if kid else ("--acme-eab-hmac-key-file", "--acme-eab-kid")
+        raise usage.UsageError(f"{given} needs {missing}: external account binding takes both")
+    if not path:
+        return ""
+    try:
+        with open(path, "rb") as f:
+            key = f.read().strip().decode("ascii")
+    except OSError as error:
+        raise usage.UsageError(f"--acme-eab-hmac-key-file {path!r}: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        key = "?"
+    try:
+        decoded = base64.urlsafe_b64decode(key + "=" * (-len(key) % 4)) if re.fullmatch(r"[A-Za-z0-9_-]+", key) else b""
+    except (binascii.Error, ValueError):
+        decoded = b""
+    if not decoded:
+        raise usage.UsageError(f"--acme-eab-hmac-key-file {path!r} holds no base64url HMAC key")
+    return key
 
 
 def _local_address(description: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from prometheus_client import Counter
 from twisted.application.service import IService, MultiService
 
 from ingress.acme.issuer import AcmeIssuer
@@ -25,7 +26,8 @@ def manifests_source(options: Any, builder: TableBuilder, metrics: Metrics, reac
         return ManifestsSource(options["manifests"], builder, metrics, reactor, options["poll-interval"])
     both = MultiService()
     ports = {name: port for port, name in options["reserved-ports"].items()}
-    issuer = AcmeIssuer(settings, reactor, ports.get("http", 0), options["ingress-class"], options["controller-name"], ports.get("https", 0))
+    orders = Counter("twingress_acme_orders", "ACME orders of the issuer, by result (issued, failed)", ["result"], registry=metrics.registry)  # a cluster's: ControllerMetrics
+    issuer = AcmeIssuer(settings, reactor, ports.get("http", 0), options["ingress-class"], options["controller-name"], ports.get("https", 0), orders=orders)
     issuer.setServiceParent(both)
     also = manifests_dir(settings.storage)
     ManifestsSource(options["manifests"], builder, metrics, reactor, options["poll-interval"], also=also, observe=issuer.consider).setServiceParent(both)

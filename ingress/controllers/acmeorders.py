@@ -167,6 +167,8 @@ class AcmeOrders:
             account=" (a new account)" if issued.new_account else " (its existing account)",
             renew_at=issued.renew_at.isoformat() if issued.renew_at else "?", source=issued.renewal_source,
         )
+        if issued.bad_nonces:
+            log.info("acme: {count} badNonce answers retried with the server's fresh nonce in that order", count=issued.bad_nonces)
         reason, verb = ("AcmeRenewed", "renewed") if renewal else ("AcmeIssued", "issued")
         self.events.record(ingress.meta, "Ingress", NORMAL, reason, "Order", f"certificate for {', '.join(hosts)} from {directory} {verb} in Secret {name}")
 

@@ -91,6 +91,12 @@ class Metrics:
             ["namespace", "secret"],
             registry=r,
         )
+        self.certificate_expiry = Gauge(
+            "twingress_certificate_expiry_timestamp_seconds",
+            "Expiry (Unix time) of each TLS certificate the table serves, by Secret and issuer (an ACME directory, or 'secret')",
+            ["namespace", "secret", "issuer"],
+            registry=r,
+        )
         self.kube_connected = Gauge(
             "twingress_kube_connected", "1 while the informer's list/watch is connected, by kind", ["kind"], registry=r
         )

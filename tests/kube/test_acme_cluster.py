@@ -36,7 +36,7 @@ from tests.kube.api import Kube
 from tests.kube.controller_support import controller_args, writes
 from tests.kube.test_leader import holder_process, wait_leader
 from tests.kube.twingress import KubeTwingress, next_pod_ip, wait_until
-from tests.support import free_port, twistd_command
+from tests.support import ROOT, free_port, twistd_command
 
 POD_LABELS = {"app.kubernetes.io/name": "twingress"}
 ISSUED = re.compile(r"acme: certificate for (.+?) issued into Secret (\S+) in ([\d.]+)s, (\d+) requests to the ACME server \((.+?)\)")
@@ -238,6 +238,8 @@ def test_the_leader_orders_every_replica_answers_and_the_next_leader_keeps_the_a
         (("--acme-storage", "/tmp"), "--acme-storage is for --manifests"),
         (("--generate-ingresses", "false", "--update-status", "false"), "needs the controllers"),
         (("--acme-challenge", "tls-alpn-01"), "tls-alpn-01 works with --manifests for now"),
+        (("--acme-ca-file", str(ROOT / "README.md")), "holds no PEM certificate"),
+        (("--acme-eab-kid", "kid-1"), "--acme-eab-kid needs --acme-eab-hmac-key-file"),
     ],
 )
 def test_a_bad_cluster_acme_option_is_one_line_and_exit_1(kube_cluster, pebble: Pebble, extra: tuple[str, ...], mentions: str) -> None:

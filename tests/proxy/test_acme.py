@@ -121,6 +121,10 @@ def test_an_annotated_ingress_gets_its_certificate_by_http01_and_serves_it_by_sn
         ("not-a-url", ["--acme-directory", "not an http(s) URL"]),
         ("no-http", ["needs the --http listener"]),
         ("proxy-protocol", ["PROXY-protocol --http listener"]),
+        ("eab-kid-only", ["--acme-eab-kid needs --acme-eab-hmac-key-file"]),
+        ("eab-key-only", ["--acme-eab-hmac-key-file needs --acme-eab-kid"]),
+        ("eab-garbage-key", ["--acme-eab-hmac-key-file", "holds no base64url HMAC key"]),
+        ("eab-missing-key", ["--acme-eab-hmac-key-file", "No such file"]),
     ],
 )
 def test_a_bad_acme_option_is_one_line_and_exit_1(tmp_path: Path, case: str, mentions: list[str]) -> None:
@@ -140,6 +144,10 @@ def test_a_bad_acme_option_is_one_line_and_exit_1(tmp_path: Path, case: str, men
         "not-a-url": ["--acme-directory", "acme.example.com"],
         "no-http": ["--http", ""],
         "proxy-protocol": ["--http", f"haproxy:tcp:{free_port()}:interface=127.0.0.1"],
+        "eab-kid-only": ["--acme-eab-kid", "kid-1"],
+        "eab-key-only": ["--acme-eab-hmac-key-file", str(garbage)],
+        "eab-garbage-key": ["--acme-eab-kid", "kid-1", "--acme-eab-hmac-key-file", str(garbage)],
+        "eab-missing-key": ["--acme-eab-kid", "kid-1", "--acme-eab-hmac-key-file", str(tmp_path / "missing.key")],
     }[case]
     command = TWISTD + ["--pidfile=", "--logfile=-", "-n", "ingress", "--manifests", str(manifests), "--admin", "", "--https", f"tcp:{free_port()}", *args, *extra]
     result = subprocess.run(command, capture_output=True, text=True, timeout=30)

@@ -32,6 +32,7 @@ from ingress.model import ObjectRef, Problem, TLSSecret
 from ingress.observe.metrics import Metrics
 from ingress.proxy.tls.acme_tls import ACME_TLS_1, refuse_acme_tls
 from ingress.proxy.tls.clientcerts import Verifier, ask_for_certificates
+from ingress.proxy.tls.expiry import ExpiryGauges, issuer_of
 from ingress.routing.certs import CertificateTable, SecretKey
 from ingress.routing.policies.clientauth import ClientAuth
 from ingress.routing.table import RoutingTable, problem_json
@@ -183,7 +184,7 @@ class CertificateStore:
         self._cache: dict[tuple[SecretKey, bytes, bytes], Optional[LoadedCertificate]] = {}
         self._client_cache: dict[tuple[bytes, bytes, ClientAuth, tuple[str, str, str, bool]], tuple[SSL.Context, Verifier]] = {}  # auth-tls-*
         self._verifiers: dict[SSL.Context, Verifier] = {}
-        self._expiry_labels: set[SecretKey] = set()
+        self._expiry = ExpiryGauges(metrics)
         self._named_default: Optional[LoadedCertificate] = None
         self.served: dict[str, str] = {}  # host (or "*.suffix") -> "namespace/name" of the certificate it gets
         self.refused: list[Problem] = []  # Secrets named for hosts they do not get, and why
@@ -239,6 +240,7 @@ class CertificateStore:
         self._cache = cache
         verifiers = self._ask_client_certificates(certificates, served, exact, wildcards)
         self._verifiers = {**self._verifiers, **verifiers}  # both tables' contexts until the commit
+        issuers = {key: issuer_of(secret) for key, secret in certificates.secrets.items()}
 
         def commit() -> None:
             if default is not None:
@@ -246,7 +248,8 @@ class CertificateStore:
             self._exact, self._wildcards = exact, wildcards
             self.served, self.refused = served, refused
             self._verifiers = verifiers
-            self._export_expiry(loaded)
+            if self.exports_expiry:
+                self._expiry.export(loaded, issuers)
 
         return commit
 
@@ -370,18 +373,6 @@ class CertificateStore:
         """/debug/routes: the certificates hosts really get, and the refused Secrets among the problems."""
         routes["certificates"] = dict(sorted(self.served.items()))
         routes["problems"] = routes["problems"] + [problem_json(p) for p in self.refused]
-
-    def _export_expiry(self, loaded: dict[SecretKey, Optional[LoadedCertificate]]) -> None:
-        if not self.exports_expiry:
-            return
-        gauge = self.metrics.tls_not_after
-        current = {key for key, cert in loaded.items() if cert is not None}
-        for key in self._expiry_labels - current:
-            gauge.remove(*key)
-        for key, cert in loaded.items():
-            if cert is not None:
-                gauge.labels(*key).set(cert.not_after.timestamp())
-        self._expiry_labels = current
 
 
 @implementer(IOpenSSLServerConnectionCreator)
