@@ -104,8 +104,12 @@ def test_the_leader_renews_a_short_lived_certificate_into_the_same_secret(
         renewed = wait_until(lambda: (now := leaf()).serial_number != first.serial_number and now, timeout=70, what="the renewed certificate")
         assert renewed.not_valid_before_utc < first.not_valid_after_utc, "renewed before the first one expired"
         assert "(renewalInfo)" in proxy.log() and "is due for renewal" in proxy.log(), proxy.log()[-3000:]
-        reasons = {e.reason for e in client.EventsV1Api(kube.api).list_namespaced_event(namespace).items if e.regarding and e.regarding.name == "short"}
-        assert {"AcmeIssued", "AcmeRenewed"} <= reasons, reasons
+
+        def reasons() -> set[str]:
+            return {e.reason for e in client.EventsV1Api(kube.api).list_namespaced_event(namespace).items if e.regarding and e.regarding.name == "short"}
+
+        # The Event follows the Secret's write: wait for it rather than read it at once.
+        wait_until(lambda: {"AcmeIssued", "AcmeRenewed"} <= reasons(), timeout=30, what="the AcmeIssued and AcmeRenewed Events")
         print(f"renewed {(renewed.not_valid_before_utc - first.not_valid_before_utc).total_seconds():.0f}s into a 60s certificate, in the same Secret")
     finally:
         pebble.stop()
