@@ -120,11 +120,38 @@ def install_app(state: Deployed, work: Path) -> None:
     wait_until(lambda: Traffic(state.address, STREAM_PORT, HOST).one().kind == "ok", 90, f"the stream port {STREAM_PORT} relaying to the echo pods")
 
 
+def echo_pods(deployed: Deployed) -> set[str]:
+    """The names of the echo pods that are ready, as the apiserver lists them."""
+    pods = json.loads(deployed.kubectl("-n", APP_NAMESPACE, "get", "pods", "-l", f"app={APP}", "-o", "json").stdout)["items"]
+    return {p["metadata"]["name"] for p in pods if ready(p) and not p["metadata"].get("deletionTimestamp")}
+
+
 def assert_routes_to_every_echo_pod(deployed: Deployed) -> None:
-    """Both echo pods answer, through the node's :80 and :443."""
+    """
+    Both echo pods answer, through the node's :80 and :443. The second pod's endpoint reaches the
+    proxy's table through an EndpointSlice update that may come after the first answer the install
+    waited for, so each port is given until that update shows (60 s) to have answered from both.
+    """
+    pods = echo_pods(deployed)
+    assert len(pods) == 2, pods
     for port, host, tls in ((80, HOST, False), (443, TLS_HOST, True)):
-        seen = {Traffic(deployed.address, port, host, tls=tls).one().backend for _ in range(20)}
-        assert len(seen - {""}) == 2, (port, seen)
+        seen = _answered_from_every_pod(Traffic(deployed.address, port, host, tls=tls), pods)
+        assert seen - {""} <= pods, (port, seen, pods)
+
+
+def _answered_from_every_pod(traffic: Traffic, pods: set[str]) -> set[str]:
+    """Ten requests at a time until every one of C{pods} has answered (60 s at most); the backends seen."""
+    seen: set[str] = set()
+
+    def every_pod_answered() -> bool:
+        seen.update(traffic.one().backend for _ in range(10))
+        return seen >= pods
+
+    try:
+        wait_until(every_pod_answered, 60, f"every echo pod answering through :{traffic.port}")
+    except AssertionError:
+        raise AssertionError((traffic.port, sorted(seen), sorted(pods))) from None
+    return seen
 
 
 def published(deployed: Deployed) -> list[str]:
