@@ -20,7 +20,7 @@ from twisted.python import usage
 
 from ingress import __version__
 from ingress.acme.wiring import acme_settings, manifests_source
-from ingress.controllers.acmewiring import cluster_answers, with_acme
+from ingress.controllers.acmewiring import challenge_secrets, cluster_answers, with_acme
 from ingress.controllers.manager import ControllerManager, ControllerOptions
 from ingress.controllers.metrics import ControllerMetrics
 from ingress.controllers.options import controller_options
@@ -244,6 +244,7 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
             config_maps=watched_maps,
             config_map_namespaces=[options["nginx-configmap-key"][0]] if options["nginx-configmap-key"] else [],
             rewrite=answers.rewrite if answers is not None else None,
+            secrets=challenge_secrets(options, answers),
         )
         source.setServiceParent(top)
         admin.add_check(source.readiness)

@@ -31,6 +31,7 @@ from twisted.internet.interfaces import IListeningPort
 from twisted.web.resource import Resource
 from twisted.web.server import Request, Site
 
+from ingress.acme.tlsalpn_cluster import TlsAlpnAnswers
 from ingress.model import ClusterState, ConfigMap, ObjectMeta
 from ingress.routing.acme_challenges import CHALLENGE_PATH, CHALLENGES, RESPONDER_KEY
 from ingress.runtime.reactor import IProcessReactor
@@ -85,6 +86,7 @@ class ClusterAnswers(Service):
         self.reactor = reactor
         self.key = (namespace, CHALLENGES_NAME)
         self.resource = TokenAnswers()
+        self.tls_alpn = TlsAlpnAnswers(namespace)  # the TLS-ALPN-01 challenge certificates' Secret, beside the tokens
         self._port: Optional[IListeningPort] = None
         self._address = ""
 
@@ -104,7 +106,9 @@ class ClusterAnswers(Service):
         """
         (Build thread.) The responder's answers from the published ConfigMap, and C{state} with the
         routing's challenge ConfigMap pointing at this node's responder; C{state} itself when nothing is pending.
+        The TLS-ALPN-01 challenge certificates' Secret is turned into the routing's ConfigMap first (L{TlsAlpnAnswers}).
         """
+        state = self.tls_alpn.rewrite(state)
         answers = parse_answers(state.config_maps.get(self.key))
         self.resource.answers = {token: answer for token, (_, answer) in answers.items()}
         if not answers or not self._address:

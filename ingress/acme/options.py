@@ -19,7 +19,7 @@ ACME_PARAMETERS: list[list[Any]] = [
     ["acme-email", None, "", "Contact address of the ACME account."],
     ["acme-ca-file", None, "", "PEM file of the CAs that sign the ACME server's own TLS certificate (a private server such as Pebble; '' = the system's)."],
     ["acme-agree-tos", None, "false", "true: agree to the ACME server's terms of service (required to create the account)."],
-    ["acme-challenge", None, "http-01", "Challenge type: http-01 (on the --http listener) or tls-alpn-01 (RFC 8737, on --https, when only :443 is reachable; --manifests only for now)."],
+    ["acme-challenge", None, "http-01", "Challenge type: http-01 (on the --http listener) or tls-alpn-01 (RFC 8737, on --https, when only :443 is reachable)."],
     ["acme-storage", None, "", "Directory for the ACME account key, the certificates and the pending tokens (needed with --manifests; a cluster keeps them in Secrets)."],
     ["acme-eab-kid", None, "", "Key identifier of the external account to bind the ACME account to (ZeroSSL, Google, Sectigo; RFC 8555 7.3.4); with --acme-eab-hmac-key-file."],
     ["acme-eab-hmac-key-file", None, "", "File holding the external account's HMAC key, base64url as the CA gives it; with --acme-eab-kid."],
@@ -58,8 +58,6 @@ def acme_settings(options: Any, source: str) -> Optional[AcmeSettings]:
     challenge = options["acme-challenge"]
     if challenge not in ("http-01", "tls-alpn-01"):
         raise usage.UsageError(f"--acme-challenge {challenge!r}: http-01 or tls-alpn-01 (DNS-01 is out of scope)")
-    if challenge == "tls-alpn-01" and source != "manifests":
-        raise usage.UsageError("--acme-challenge tls-alpn-01 works with --manifests for now: in a cluster use http-01 (the challenge certificates do not travel to every node yet)")
     listener = "http" if challenge == "http-01" else "https"  # where the validation requests come
     if not any(name == listener for name in options["reserved-ports"].values()):
         raise usage.UsageError(f"--acme-challenge {challenge} needs the --{listener} listener on a port of its own (the validation requests come to it)")

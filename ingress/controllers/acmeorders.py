@@ -43,6 +43,7 @@ from ingress.acme.issuer import ANNOTATION, CERT_MANAGER, RECHECK_SECONDS
 from ingress.acme.options import AcmeSettings
 from ingress.acme.schedule import Backoff
 from ingress.acme.storage import certificate_secret, renewal_of
+from ingress.acme.tlsalpn import answers_handshake
 from ingress.controllers.acmesecrets import ClusterStore, is_ours
 from ingress.controllers.events import NORMAL, WARNING, EventRecorder
 from ingress.controllers.leader import NotLeader
@@ -63,6 +64,7 @@ class AcmeControllerOptions:
 
     settings: AcmeSettings
     http_port: int
+    https_port: int = 0  # where the TLS-ALPN-01 check handshakes (--acme-challenge tls-alpn-01)
 
 
 def node_addresses(published: PublishedAddresses, own: str) -> tuple[str, ...]:
@@ -186,26 +188,38 @@ class AcmeOrders:
         key, made = self.store.account_key()
         if made:
             log.info("acme: made the account key for {directory}", directory=self.options.settings.directory)
-        return order_certificate(self.options.settings, hosts, self.store.publish, self._every_node_answers, key=key, attempt=attempt, resume=resume)
+        publish = self.store.publish_tls_alpn if self.options.settings.challenge == "tls-alpn-01" else self.store.publish
+        return order_certificate(self.options.settings, hosts, publish, self._every_node_answers, key=key, attempt=attempt, resume=resume)
 
     def _every_node_answers(self, host: str, token: str, answer: str) -> bool:
         """
         Blocks until every ready node answers C{token} on its --http listener, or raises naming the nodes that did not
         (after L{SELF_CHECK_SECONDS}): only then may the server be asked to validate.
         """
-        port, own = self.options.http_port, self.options.settings.self_check_host
+        check, port, own, what = self._check_of(host, token)
         deadline = time.monotonic() + SELF_CHECK_SECONDS
         waiting = set(self.addresses()) or {own}
         while True:
             self.store.writer.check()  # a leader that lost the Lease stops waiting (NotLeader)
-            waiting = {address for address in waiting if not fetch_token(address, port, host, token, answer)}
+            waiting = {address for address in waiting if not check(address, port, host, token, answer)}
             if not waiting:
                 return True
             if time.monotonic() > deadline:
                 nodes = ", ".join(f"{address}:{port}" for address in sorted(waiting))
-                url = f"http://{host}/.well-known/acme-challenge/{token}"
-                raise ValueError(f"{url} not answered by the twingress node(s) {nodes} after {SELF_CHECK_SECONDS:.0f}s; nothing asked of the ACME server")
+                raise ValueError(f"{what} not answered by the twingress node(s) {nodes} after {SELF_CHECK_SECONDS:.0f}s; nothing asked of the ACME server")
             time.sleep(0.2)
+
+    def _check_of(self, host: str, token: str) -> tuple[Callable[[str, int, str, str, str], bool], int, str, str]:
+        """
+        How one node is checked, on which port, this node's own address, and what the error names: HTTP-01 fetches the
+        token on --http; TLS-ALPN-01 handshakes on --https offering only acme-tls/1 with SNI = the host and checks the
+        acmeIdentifier digest of the certificate it is shown (L{answers_handshake}).
+        """
+        settings = self.options.settings
+        if settings.challenge == "tls-alpn-01":
+            what = f"the TLS-ALPN-01 challenge of {host} (acme-tls/1, its acmeIdentifier digest)"
+            return _handshakes, self.options.https_port, settings.tls_self_check_host, what
+        return fetch_token, self.options.http_port, settings.self_check_host, f"http://{host}/.well-known/acme-challenge/{token}"
 
     def _refuse(self, ingress: Ingress, reason: str, event: str, note: str) -> None:
         """An Event on the Ingress, a log line and a metric (the Event and the line repeat only with a new version of the Ingress)."""
@@ -225,3 +239,8 @@ class AcmeOrders:
             self._said.add(key)
             return True
 
+
+
+def _handshakes(address: str, port: int, host: str, token: str, answer: str) -> bool:
+    """L{answers_handshake} in L{fetch_token}'s shape (the token is not shown in a handshake: its key authorization's digest is)."""
+    return answers_handshake(address, port, host, answer)

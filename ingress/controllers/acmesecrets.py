@@ -12,6 +12,9 @@ What the ACME controller keeps in the cluster: the account key, the pending toke
   certificate is written.
 - The pending tokens are the ConfigMap L{ingress.acme.answers.CHALLENGES_NAME} beside it, which every
   node watches (why a ConfigMap: that module's docstring).
+- The pending TLS-ALPN-01 challenge certificates are the Secret
+  L{ingress.acme.tlsalpn_cluster.TLS_ALPN_SECRET} beside it (they hold private keys), which every
+  node watches too; it is deleted when the order ends.
 - A certificate is the C{kubernetes.io/tls} Secret its Ingress names, labelled as twingress's
   (L{ingress.acme.storage.MANAGED_BY}); a Secret without that label is never written.
 
@@ -30,6 +33,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from ingress.acme.answers import CHALLENGES_NAME, answers_data
 from ingress.acme.storage import MANAGED_BY, directory_digest
+from ingress.acme.tlsalpn_cluster import TLS_ALPN_SECRET, challenge_certificates, secret_body
 from ingress.controllers.writer import LeaderWriter
 from ingress.sources.kube.client import MERGE_PATCH, APIError
 
@@ -123,6 +127,24 @@ class ClusterStore:
             if error.status != 404:
                 raise
             self.writer.request("POST", path, "ConfigMap", "create", body, timeout=_TIMEOUT)
+
+    def publish_tls_alpn(self, tokens: dict[str, tuple[str, str]]) -> None:
+        """
+        The challenge certificates of the pending tokens (token: (host, key authorization)) into the Secret every node
+        watches, replaced whole; {} deletes it (the order is over, valid or failed).
+        """
+        path = f"/api/v1/namespaces/{self.namespace}/secrets"
+        try:
+            if not tokens:
+                self.writer.request("DELETE", f"{path}/{TLS_ALPN_SECRET}", "Secret", "delete", None, timeout=_TIMEOUT)
+                return
+            body = secret_body(self.namespace, challenge_certificates(tokens))
+            self.writer.request("PUT", f"{path}/{TLS_ALPN_SECRET}", "Secret", "update", body, timeout=_TIMEOUT)
+        except APIError as error:
+            if error.status != 404:
+                raise
+            if tokens:  # not there yet: made (a delete of one already gone is done)
+                self.writer.request("POST", path, "Secret", "create", body, timeout=_TIMEOUT)
 
     def write_certificate(self, secret: dict[str, Any], existing: Optional[dict[str, Any]]) -> None:
         """

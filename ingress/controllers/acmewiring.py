@@ -26,10 +26,18 @@ def cluster_answers(options: Any, reactor: IProcessReactor, controllers: Optiona
     return ClusterAnswers(reactor, namespace)
 
 
+def challenge_secrets(options: Any, answers: Optional[ClusterAnswers]) -> list[tuple[str, str]]:
+    """With --acme-challenge tls-alpn-01, the challenge certificates' Secret when the watched namespace leaves it out."""
+    settings: Optional[AcmeSettings] = options["acme"]
+    if answers is None or settings is None or settings.challenge != "tls-alpn-01":
+        return []
+    return answers.tls_alpn.watched(options["watch-namespace"])
+
+
 def with_acme(options: Any, controllers: ControllerOptions) -> ControllerOptions:
     """The controllers' options, with the ACME controller's when --acme-directory is given."""
     settings: Optional[AcmeSettings] = options["acme"]
     if settings is None:
         return controllers
-    http_port = next(port for port, name in options["reserved-ports"].items() if name == "http")
-    return replace(controllers, acme=AcmeControllerOptions(settings, http_port))
+    ports = {name: port for port, name in options["reserved-ports"].items()}
+    return replace(controllers, acme=AcmeControllerOptions(settings, ports.get("http", 0), ports.get("https", 0)))

@@ -237,7 +237,7 @@ def test_the_leader_orders_every_replica_answers_and_the_next_leader_keeps_the_a
     [
         (("--acme-storage", "/tmp"), "--acme-storage is for --manifests"),
         (("--generate-ingresses", "false", "--update-status", "false"), "needs the controllers"),
-        (("--acme-challenge", "tls-alpn-01"), "tls-alpn-01 works with --manifests for now"),
+        (("--acme-challenge", "tls-alpn-01", "--https", ""), "--acme-challenge tls-alpn-01 needs the --https listener"),
         (("--acme-ca-file", str(ROOT / "README.md")), "holds no PEM certificate"),
         (("--acme-eab-kid", "kid-1"), "--acme-eab-kid needs --acme-eab-hmac-key-file"),
     ],

@@ -86,6 +86,7 @@ class KubeSource(Service):
         config_maps: Iterable[tuple[str, str]] = (),
         config_map_namespaces: Iterable[str] = (),
         rewrite: Optional[Callable[[ClusterState], ClusterState]] = None,
+        secrets: Iterable[tuple[str, str]] = (),
     ) -> None:
         self.client_factory = client_factory
         self.builder = builder
@@ -97,6 +98,7 @@ class KubeSource(Service):
         # add-headers and proxy-set-headers name), and single named ones elsewhere.
         self.config_map_namespaces = tuple(dict.fromkeys(config_map_namespaces))
         self.config_maps = tuple(key for key in dict.fromkeys(config_maps) if key[0] not in self.config_map_namespaces)
+        self.secrets = tuple(dict.fromkeys(secrets))  # single named Secrets outside the watched namespace (the ACME challenge certificates')
         self.rewrite = rewrite  # each snapshot through it, on the build thread (the ACME answers: L{ingress.acme.answers})
         self.reflectors: list[Reflector] = []
         self._warned: set[str] = set()
@@ -111,6 +113,7 @@ class KubeSource(Service):
         watched = [(resource, self.namespace) for resource in self.resources]
         watched += [(config_map_resource(name), namespace) for namespace, name in self.config_maps]
         watched += [(Resource("ConfigMap", "v1", "configmaps"), namespace) for namespace in self.config_map_namespaces]
+        watched += [(Resource("Secret", "v1", "secrets", field_selector=f"metadata.name={name}"), namespace) for namespace, name in self.secrets]
         for resource, namespace in watched:
             reflector = Reflector(
                 self.client_factory,
