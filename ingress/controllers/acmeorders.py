@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.kube.test_acme_cluster -*-
 """
-The ACME controller (leader only): certificates for the Ingresses that ask, by HTTP-01, answered by every node.
+The ACME controller (leader only): certificates for the Ingresses that ask, by HTTP-01 or TLS-ALPN-01, answered by every node.
 
 An Ingress of our class annotated C{twingress.io/acme: "true"} gets, for each C{spec.tls[]} entry, a
 certificate for the entry's hosts in its C{secretName}.  Nothing else is touched: an Ingress without
@@ -13,7 +13,9 @@ wildcard host (HTTP-01 cannot prove one; DNS-01 is out of scope).
 An order (L{ingress.acme.client.order_certificate}, blocking: it runs in this controller's one loop
 thread, so that one order at a time owns the tokens' ConfigMap) publishes its tokens, then fetches
 each through every ready twingress pod's address (the pods the status controller publishes) on the
---http port until each answers it, and only then asks the server to validate: a node that does not
+--http port until each answers it (TLS-ALPN-01: handshakes with each on --https offering only
+C{acme-tls/1}, SNI the host, until each shows the certificate with the expected acmeIdentifier digest;
+L{ingress.acme.tlsalpn_cluster}), and only then asks the server to validate: a node that does not
 answer within the deadline fails the order with an Event naming it, before the CA spends a failed
 validation.  A failed order is an Event with the server's error, and that certificate waits its
 backoff (L{ingress.acme.schedule}: 30 s doubling to an hour, at least the server's C{Retry-After}):
@@ -193,16 +195,18 @@ class AcmeOrders:
 
     def _every_node_answers(self, host: str, token: str, answer: str) -> bool:
         """
-        Blocks until every ready node answers C{token} on its --http listener, or raises naming the nodes that did not
+        Blocks until every ready node answers C{token} (HTTP-01: on its --http listener; TLS-ALPN-01: its challenge
+        certificate on --https, L{_check_of}), or raises naming the nodes that did not
         (after L{SELF_CHECK_SECONDS}): only then may the server be asked to validate.
         """
         check, port, own, what = self._check_of(host, token)
         deadline = time.monotonic() + SELF_CHECK_SECONDS
-        waiting = set(self.addresses()) or {own}
+        checked = waiting = set(self.addresses()) or {own}
         while True:
             self.store.writer.check()  # a leader that lost the Lease stops waiting (NotLeader)
             waiting = {address for address in waiting if not check(address, port, host, token, answer)}
             if not waiting:
+                log.info("acme: {what} answered by every ready node ({nodes})", what=what, nodes=", ".join(f"{address}:{port}" for address in sorted(checked)))
                 return True
             if time.monotonic() > deadline:
                 nodes = ", ".join(f"{address}:{port}" for address in sorted(waiting))
