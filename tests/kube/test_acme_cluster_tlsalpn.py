@@ -12,7 +12,9 @@ challenge certificate (which process answered: ss); then that order fails its se
 the retry's self-check handshakes with both replicas (the leader's log names both), Pebble
 validates, the certificate is in the Secret and served by SNI by both replicas, and the challenge
 Secret is gone.  All through the order, h2 handshakes to another host and to the ordered host on both
-replicas never see a challenge certificate.
+replicas never see a challenge certificate.  And with --watch-namespace leaving the controller's
+namespace out, the challenge Secret is watched there by name: written as the leader writes it, it is
+answered under acme-tls/1; deleted, it is not any more.
 """
 
 from __future__ import annotations
@@ -32,15 +34,16 @@ import pytest
 from cryptography import x509
 from kubernetes.client.rest import ApiException
 
-from ingress.acme.tlsalpn import ACME_IDENTIFIER
-from ingress.acme.tlsalpn_cluster import TLS_ALPN_SECRET
+from ingress.acme.tlsalpn import ACME_IDENTIFIER, acme_identifier, challenge_certificate
+from ingress.acme.tlsalpn_cluster import TLS_ALPN_SECRET, secret_body
 from tests.acme_support import Pebble
 from tests.kube.api import Kube
 from tests.kube.controller_support import controller_args, writes
 from tests.kube.test_acme_cluster import ORDER_TIMEOUT, acme_ingress, event, issued_line, node, pebble, ready_pod, secret_or_none, served_certificate
 from tests.kube.test_leader import wait_leader
 from tests.kube.twingress import KubeTwingress, next_pod_ip, wait_until
-from tests.support import free_port
+from tests.proxy.certs import CertificateAuthority
+from tests.support import free_port, refusing_address
 
 pytestmark = pytest.mark.kube
 __all__ = ["node", "pebble"]  # the fixtures, used by name
@@ -193,3 +196,41 @@ def test_tls_alpn01_in_a_cluster_every_replica_answers_the_leaders_challenge(
     assert h2.protocols == {"h2"} and not h2.errors, (h2.protocols, h2.errors[:3])
     print(f"TLS-ALPN-01 in a cluster: {first_certificate:.1f}s from the Ingress written to issued (with one failed self-check and its 30 s backoff);"
           f" the issuing order {line.group(3)}s, {line.group(4)} requests; {h2.done} h2 handshakes meanwhile ({h2.while_pending} rounds while the challenge was pending), none with it")
+
+
+KEY_AUTHORIZATION = "evaGxfADs6pSRb2LAv9IZf17Dt3juxGJ-PCt92wr-oA.9jg46WB3rR_AHD-EBXdN7cBkH1WOu0tA3M9fm21mqTI"
+
+
+def test_outside_the_watched_namespace_the_challenge_secret_is_watched_by_name(
+    kube: Kube, namespace: str, twingress: Callable[..., KubeTwingress], tmp_path: Path,
+) -> None:
+    controller = f"ctl-{namespace}"[:63]
+    kube.create_namespace(controller)
+    try:
+        host, port = refusing_address()  # no order is placed: the test writes the Secret the leader would
+        ca = tmp_path / "ca.pem"
+        ca.write_bytes(CertificateAuthority("unused").pem())
+        https_port = free_port()
+        replica = twingress(
+            "--watch-namespace", namespace, "--leader-election-namespace", controller, "--leader-election-id", f"lease-{namespace}"[:63],
+            "--acme-directory", f"https://{host}:{port}/dir", "--acme-ca-file", str(ca), "--acme-agree-tos", "true", "--acme-challenge", "tls-alpn-01",
+            "--http", "", "--https", f"tcp:{https_port}:interface=127.0.0.1",
+        )
+        assert f"Secret {controller}/{TLS_ALPN_SECRET}" in replica.log(), replica.log()[-3000:]  # the informer named in "watching ..."
+        pem = challenge_certificate("pending.example.com", KEY_AUTHORIZATION)
+        kube.core.create_namespaced_secret(controller, secret_body(controller, {"pending.example.com": pem}))
+
+        def answered() -> Optional[x509.Certificate]:
+            found, negotiated = _handshake("127.0.0.1", https_port, "pending.example.com", ["acme-tls/1"])
+            return found if negotiated == "acme-tls/1" else None
+
+        certificate = wait_until(answered, timeout=30, what="acme-tls/1 answered from the Secret")
+        assert certificate == x509.load_pem_x509_certificate(pem)
+        assert certificate is not None and certificate.extensions.get_extension_for_oid(ACME_IDENTIFIER).value.value == acme_identifier(KEY_AUTHORIZATION)  # type: ignore[attr-defined]
+        assert replica.routes()["acmeTlsAlpn01"] == ["pending.example.com"]
+        kube.core.delete_namespaced_secret(TLS_ALPN_SECRET, controller)
+        wait_until(lambda: "acmeTlsAlpn01" not in replica.routes(), timeout=30, what="the challenge withdrawn")
+        with pytest.raises(ssl.SSLError, match="no application protocol"):
+            _handshake("127.0.0.1", https_port, "pending.example.com", ["acme-tls/1"])
+    finally:
+        kube.delete_namespace(controller)
