@@ -10,7 +10,8 @@ certificate whose only identifier is the host, as its one SAN dNSName, with the 
 id-pe-acmeIdentifier extension holding the SHA-256 of the key authorization (L{challenge_certificate}),
 and writes them all into a ConfigMap manifest of the storage directory
 (L{ingress.routing.tls_alpn_challenges.TLS_ALPN_CHALLENGES}) that the manifests source reads: the
-table carries them to every worker as it carries the HTTP-01 tokens.  Before the server is asked to
+table carries them to every worker as it carries the HTTP-01 tokens (in a cluster: the leader's
+Secret, L{ingress.acme.tlsalpn_cluster}).  Before the server is asked to
 validate, L{answers_handshake} handshakes with C{acme-tls/1} for the host through the --https
 listener and checks the digest it is shown, so a certificate not served yet never spends a failed
 validation.

@@ -11,7 +11,8 @@ apiserver, then read back from it (issue 61 point 10).
   name. The operator's CRD cannot be fetched here (no registry, no GitHub), so a minimal CRD with
   the operator's types for the fields the component uses (tests/data/servicemonitor-crd.yaml) is
   installed first, and kubectl's strict validation refuses any field it does not declare.
-- acme: RBAC only (Secrets cluster-wide, the HTTP-01 tokens' ConfigMap in twingress's namespace), checked by
+- acme: RBAC only (Secrets cluster-wide, the HTTP-01 tokens' ConfigMap and the delete of the TLS-ALPN-01
+  challenge Secret in twingress's namespace), checked by
   SubjectAccessReviews before and after it is applied.
 - nginx-configmap: the ingress-nginx controller ConfigMap in the twingress namespace and
   C{--nginx-configmap} appended to the DaemonSet's args; twingress, run as the ServiceAccount with
@@ -115,7 +116,10 @@ def test_the_take_over_component_adds_the_flag_and_a_role_in_ingress_nginx_s_nam
 
 
 ACME_SECRETS = [install.Permission("ClusterRole", "", "secrets", verb) for verb in ("get", "create", "update")]
-ACME_TOKENS = [install.Permission("Role", "", "configmaps", "update", "twingress-acme-challenges"), install.Permission("Role", "", "configmaps", "create")]
+ACME_TOKENS = [
+    install.Permission("Role", "", "configmaps", "update", "twingress-acme-challenges"), install.Permission("Role", "", "configmaps", "create"),
+    install.Permission("Role", "", "secrets", "delete", "twingress-acme-tls-alpn"),  # the TLS-ALPN-01 challenge certificates, when the order ends
+]
 
 
 def test_the_acme_component_adds_only_rbac(tmp_path: Path) -> None:
@@ -130,17 +134,20 @@ def test_the_acme_component_adds_only_rbac(tmp_path: Path) -> None:
 def test_the_acme_component_lets_the_service_account_write_certificates_and_tokens(applied: client.ApiClient, namespace: str, tmp_path: Path) -> None:
     """
     Applied: before it the ServiceAccount may not create or update a Secret in an application's namespace, nor write the
-    tokens' ConfigMap; after it, it may, and still no other ConfigMap of twingress's namespace.
+    tokens' ConfigMap, nor delete the TLS-ALPN-01 challenge Secret; after it, it may, and still no other ConfigMap of
+    twingress's namespace, nor delete any other Secret there.
     """
     objects = [o for o in kustomize.render(overlay(tmp_path, "acme")) if o["metadata"]["name"] == "twingress-acme"]
     wanted = [(p, namespace) for p in ACME_SECRETS] + [(p, install.NAMESPACE) for p in ACME_TOKENS]
     other_map = install.Permission("Role", "", "configmaps", "update", "someone-elses")
+    other_secret = install.Permission("Role", "", "secrets", "delete", "twingress-handover")
     assert not any(install.allowed(applied, p, scope) for p, scope in wanted)
     rbac = client.RbacAuthorizationV1Api(applied)
     try:
         install.install(applied, objects)
         wait_until(lambda: all(install.allowed(applied, p, scope) for p, scope in wanted), 30, "the component's roles in effect")
         assert not install.allowed(applied, other_map, install.NAMESPACE)
+        assert not install.allowed(applied, other_secret, install.NAMESPACE)
     finally:
         gone(lambda: rbac.delete_cluster_role("twingress-acme"))
         gone(lambda: rbac.delete_cluster_role_binding("twingress-acme"))
