@@ -10,6 +10,15 @@ annotations of an Ingress's; a TLS client verifying against Pebble's root reache
 backend by SNI.  The listeners that cannot be ordered for (a wildcard hostname, a certificateRef to
 another namespace) are each a Warning Event on the Gateway naming the listener; a Secret twingress did
 not create is refused with an Event and left as it was; an unannotated Gateway is not touched.
+
+The listener's status follows its Secret, in the same process: while the Secret does not exist,
+ResolvedRefs is False with reason InvalidCertificateRef (and the listener is not Programmed), as the
+Gateway API says (sigs.k8s.io/gateway-api v1.6.3, apis/v1/gateway_types.go, ListenerReasonInvalidCertificateRef):
+"This reason is used with the "ResolvedRefs" condition when the Listener has a TLS configuration with
+at least one TLS CertificateRef that is invalid or does not exist.  A CertificateRef is considered
+invalid when it refers to a nonexistent or unsupported resource or kind, or when the data within that
+resource is malformed."  Once the certificate is written, the next table makes it ResolvedRefs True
+(reason ResolvedRefs) and Programmed, with no restart.
 """
 
 from __future__ import annotations
@@ -105,6 +114,11 @@ def test_an_annotated_gateway_gets_its_listeners_certificate_and_the_rest_is_ref
     plain = gateway_body("plain", gateway_class, https_port, [https_listener("plain", https_port, "plain.example.com", "plain-tls")])
     gateway_api.create("gateways", plain, namespace)
 
+    missing = wait_until(lambda: (found := listener_conditions(gateway_api, namespace, "gw", "site")).get("ResolvedRefs", ("",))[0] == "False" and found,
+                         what="the listener's ResolvedRefs while its Secret is missing")
+    assert missing["ResolvedRefs"][1] == "InvalidCertificateRef" and missing["Programmed"][:2] == ("False", "Invalid"), missing
+    assert secret_or_none(kube, namespace, "site-tls") is None and "ordering a certificate" not in proxy.log()  # not annotated yet
+
     requests_before = pebble.requests()
     gateway_api.patch("gateways", "gw", namespace, {"metadata": {"annotations": {"twingress.io/acme": "true"}}})
     line = issued_line(proxy, pebble, HOST)
@@ -119,6 +133,10 @@ def test_an_annotated_gateway_gets_its_listeners_certificate_and_the_rest_is_ref
     assert served.serial_number == leaf.serial_number
     status, body = wait_until(lambda: (found := https_get(https_port, HOST, root))[0] == 200 and found, timeout=30, what="the HTTPRoute over HTTPS")
     assert b'"pod-a"' in body, body[:300]
+    resolved = wait_until(lambda: (found := listener_conditions(gateway_api, namespace, "gw", "site")).get("ResolvedRefs", ("",))[0] == "True" and found,
+                          what="the listener's ResolvedRefs once its Secret is written")
+    assert resolved["ResolvedRefs"][1] == "ResolvedRefs" and resolved["Programmed"][:2] == ("True", "Programmed"), resolved
+    assert proxy.process.poll() is None  # the process that reported the missing Secret, never restarted
     issued = gateway_event(kube, namespace, "gw", "AcmeIssued")
     assert issued.type == "Normal" and "site-tls" in issued.note
     challenges = kube.core.read_namespaced_config_map("twingress-acme-challenges", namespace)
