@@ -106,3 +106,18 @@ def test_a_token_for_a_listener_hostname_without_routes_is_answered_and_an_ingre
     assert serve(table, "new.example.com", "/") == "404"
     assert serve(table, "app.example.com", "/.well-known/acme-challenge/other") == "acme-challenge-responder"
     assert serve(table, "app.example.com", "/") == "default/web:80"
+
+
+def test_a_token_is_answered_before_an_http_listeners_redirect_to_https() -> None:
+    """The usual pair: an HTTP listener whose HTTPRoute redirects everything to https, and the HTTPS listener being ordered for."""
+    redirect = {"type": "RequestRedirect", "requestRedirect": {"scheme": "https", "statusCode": 301}}
+    objects = [
+        *services("web"),
+        gateway("gw", listener("http", 80, "HTTP", "site.example.com"), https("https", "site.example.com", secret("site-tls"))),
+        http_route("to-https", to(matches=[prefix("/")], filters=[redirect]), hostnames=("site.example.com",), parents=({"name": "gw", "sectionName": "http"},)),
+        _challenges({TOKEN: "site.example.com"}),
+    ]
+    table = _built(*objects).table
+    assert serve(table, "site.example.com", CHALLENGE) == "acme-challenge-responder"
+    assert serve(table, "site.example.com", "/app") == "301 https://site.example.com/app"
+    assert serve(_built(*objects, acme=False).table, "site.example.com", CHALLENGE).startswith("301 ")
