@@ -9,6 +9,8 @@ C{cert-manager.io/cluster-issuer} is cert-manager's (logged once); a Secret twin
 create is refused (a Warning Event on the Ingress, a log line, C{twingress_acme_refused_total}).
 What cannot be ordered is a Warning Event and nothing else: an annotation without C{spec.tls}, a
 wildcard host (HTTP-01 cannot prove one; DNS-01 is out of scope).
+A Gateway with the same annotation asks the same for its HTTPS listeners' hostnames
+(L{ingress.controllers.acmegateways}), ordered, renewed and refused by the same code.
 
 An order (L{ingress.acme.client.order_certificate}, blocking: it runs in this controller's one loop
 thread, so that one order at a time owns the tokens' ConfigMap) publishes its tokens, then fetches
@@ -34,9 +36,9 @@ import binascii
 import datetime
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Union
 
 from twisted.logger import Logger
 
@@ -52,12 +54,20 @@ from ingress.controllers.leader import NotLeader
 from ingress.controllers.metrics import ControllerMetrics
 from ingress.controllers.status import PublishedAddresses
 from ingress.model import ClusterState, Ingress, IngressClass, Pod
+from ingress.model.gateway import Gateway
 from ingress.routing.selection import select_ingresses
 from ingress.sources.kube.reflector import Store
 
 log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
 HOSTS_ANNOTATION, ISSUER_ANNOTATION = "acme.twingress.io/hosts", "acme.twingress.io/issuer"
+Subject = Union[Ingress, Gateway]
+"""What asks for certificates: an Ingress (its spec.tls entries), a Gateway (L{ingress.controllers.acmegateways}: its HTTPS listeners)."""
+
+
+def queue_key(subject: Subject) -> Hashable:
+    """The ACME loop's key of C{subject}: an Ingress's informer key (namespace, name), a Gateway's reference."""
+    return (subject.meta.namespace, subject.meta.name) if isinstance(subject, Ingress) else subject.ref
 
 
 @dataclass(frozen=True)
@@ -92,7 +102,7 @@ class AcmeOrders:
         self.serves = serves  # class name, controller name
         self.metrics = metrics
         self.backoff = Backoff()
-        self.requeue: Callable[[tuple[str, str], float], None] = lambda key, delay: None  # the loop's queue.add_after (the manager sets it)
+        self.requeue: Callable[[Hashable, float], None] = lambda key, delay: None  # the loop's queue.add_after (the manager sets it)
         self._said: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
 
@@ -120,7 +130,19 @@ class AcmeOrders:
         classes = tuple(c for c in self.classes.values() if isinstance(c, IngressClass))
         return bool(select_ingresses(ClusterState(ingresses=(ingress,), ingress_classes=classes), class_name=self.serves[0], controller_name=self.serves[1]))
 
-    def _entry(self, key: tuple[str, str], ingress: Ingress, name: str, hosts: tuple[str, ...]) -> None:
+    def order_into(self, key: Hashable, subject: Subject, name: str, hosts: tuple[str, ...]) -> None:
+        """A certificate for C{hosts} in C{subject}'s Secret C{name} (issued, renewed, or nothing yet), as for a spec.tls entry; C{key}: the subject's queue key."""
+        self._entry(key, subject, name, hosts)
+
+    def refuse(self, subject: Subject, reason: str, event: str, note: str) -> None:
+        """What C{subject} asks that cannot be ordered: its Warning Event, a log line and C{twingress_acme_refused_total{reason}}."""
+        self._refuse(subject, reason, event, note)
+
+    def say_once(self, key: Hashable, message: str) -> None:
+        """A log line said once per C{key} (an object left to cert-manager)."""
+        self._say_once(key, message)
+
+    def _entry(self, key: Hashable, ingress: Subject, name: str, hosts: tuple[str, ...]) -> None:
         namespace, directory = ingress.meta.namespace, self.options.settings.directory
         waiting = self.backoff.remaining((namespace, name, hosts))
         if waiting > 0:  # a failure's backoff: this sync (a status write, a change) orders nothing
@@ -136,7 +158,7 @@ class AcmeOrders:
             return
         self._issue(ingress, name, hosts, existing, renewal)
 
-    def _due(self, key: tuple[str, str], existing: dict[str, Any], annotations: dict[str, str]) -> bool:
+    def _due(self, key: Hashable, existing: dict[str, Any], annotations: dict[str, str]) -> bool:
         """Whether an issued certificate is due for renewal; when not, its key is queued again for then."""
         try:
             renew_at = renewal_of(annotations, base64.b64decode((existing.get("data") or {}).get("tls.crt", ""), validate=True))
@@ -150,7 +172,7 @@ class AcmeOrders:
                  namespace=existing["metadata"]["namespace"], name=existing["metadata"]["name"], when=renew_at.isoformat())
         return True
 
-    def _issue(self, ingress: Ingress, name: str, hosts: tuple[str, ...], existing: Any, renewal: bool) -> None:
+    def _issue(self, ingress: Subject, name: str, hosts: tuple[str, ...], existing: Any, renewal: bool) -> None:
         namespace, directory = ingress.meta.namespace, self.options.settings.directory
         log.info("acme: ordering a certificate for {hosts} from {directory}", hosts=", ".join(hosts), directory=directory)
         attempt = Attempt(on_order=lambda url: self.store.keep_order_url(namespace, name, url))
@@ -174,17 +196,17 @@ class AcmeOrders:
         if issued.bad_nonces:
             log.info("acme: {count} badNonce answers retried with the server's fresh nonce in that order", count=issued.bad_nonces)
         reason, verb = ("AcmeRenewed", "renewed") if renewal else ("AcmeIssued", "issued")
-        self.events.record(ingress.meta, "Ingress", NORMAL, reason, "Order", f"certificate for {', '.join(hosts)} from {directory} {verb} in Secret {name}")
+        self.events.record(ingress.meta, ingress.ref.kind, NORMAL, reason, "Order", f"certificate for {', '.join(hosts)} from {directory} {verb} in Secret {name}")
 
-    def _failed(self, ingress: Ingress, name: str, hosts: tuple[str, ...], attempt: Attempt, message: str) -> None:
+    def _failed(self, ingress: Subject, name: str, hosts: tuple[str, ...], attempt: Attempt, message: str) -> None:
         """A failed order: its Event and line, and the backoff before the next one (the key queued for its end)."""
         wait = self.backoff.failed((ingress.meta.namespace, name, hosts), attempt.retry_after, attempt.rate_limited)
-        self.requeue((ingress.meta.namespace, ingress.meta.name), wait)
+        self.requeue(queue_key(ingress), wait)
         self.metrics.acme_orders.labels("failed").inc()
         asked = f" (the server asked for {attempt.retry_after:.0f}s)" if attempt.retry_after is not None else " (rateLimited)" if attempt.rate_limited else ""
         log.error("acme: ordering a certificate for {hosts} failed: {error}; trying again in {wait:.0f}s{asked}, {requests} requests to the ACME server",
                   hosts=", ".join(hosts), error=message, wait=wait, asked=asked, requests=attempt.requests)
-        self.events.record(ingress.meta, "Ingress", WARNING, "AcmeOrderFailed", "Order", f"certificate for {', '.join(hosts)}: {message}; trying again in {wait:.0f}s")
+        self.events.record(ingress.meta, ingress.ref.kind, WARNING, "AcmeOrderFailed", "Order", f"certificate for {', '.join(hosts)}: {message}; trying again in {wait:.0f}s")
 
     def _order(self, hosts: tuple[str, ...], attempt: Attempt, resume: str) -> Issued:
         key, made = self.store.account_key()
@@ -225,14 +247,14 @@ class AcmeOrders:
             return _handshakes, self.options.https_port, settings.tls_self_check_host, what
         return fetch_token, self.options.http_port, settings.self_check_host, f"http://{host}/.well-known/acme-challenge/{token}"
 
-    def _refuse(self, ingress: Ingress, reason: str, event: str, note: str) -> None:
-        """An Event on the Ingress, a log line and a metric (the Event and the line repeat only with a new version of the Ingress)."""
+    def _refuse(self, ingress: Subject, reason: str, event: str, note: str) -> None:
+        """An Event on the object, a log line and a metric (the Event and the line repeat only with a new version of the object)."""
         self.metrics.acme_refused.labels(reason).inc()
         if self._first(("refused:" + note, ingress.meta.resource_version)):
-            log.error("acme: Ingress {namespace}/{name}: {note}", namespace=ingress.meta.namespace, name=ingress.meta.name, note=note)
-        self.events.record(ingress.meta, "Ingress", WARNING, event, "Order", note)
+            log.error("acme: {kind} {namespace}/{name}: {note}", kind=ingress.ref.kind, namespace=ingress.meta.namespace, name=ingress.meta.name, note=note)
+        self.events.record(ingress.meta, ingress.ref.kind, WARNING, event, "Order", note)
 
-    def _say_once(self, key: tuple[str, str], message: str) -> None:
+    def _say_once(self, key: Hashable, message: str) -> None:
         if self._first(key):
             log.info("{message}", message=message)
 

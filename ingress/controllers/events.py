@@ -24,6 +24,7 @@ log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no fram
 NORMAL, WARNING = "Normal", "Warning"
 REPEAT_AFTER = 600.0  # seconds before the same event about the same object is recorded again
 _MAX_REMEMBERED = 10_000
+_API_VERSIONS = {"Service": "v1", "ConfigMap": "v1", "Gateway": "gateway.networking.k8s.io/v1"}  # the regarding object's; else networking's (Ingress)
 
 
 class EventRecorder:
@@ -36,7 +37,7 @@ class EventRecorder:
         self._lock = threading.Lock()
 
     def record(self, about: ObjectMeta, kind: str, type_: str, reason: str, action: str, note: str, related: str = "") -> None:
-        """One Event about C{about} (a C{kind} in API group core or networking); repeated Warnings are dropped."""
+        """One Event about C{about} (a C{kind} in API group core, networking or gateway.networking); repeated Warnings are dropped."""
         if type_ == WARNING and not self._first_time((about.uid, reason, note, about.resource_version)):
             return
         body = {
@@ -51,7 +52,7 @@ class EventRecorder:
             "note": note[:1024],
             "type": type_,
             "regarding": {
-                "apiVersion": "v1" if kind in ("Service", "ConfigMap") else "networking.k8s.io/v1",
+                "apiVersion": _API_VERSIONS.get(kind, "networking.k8s.io/v1"),
                 "kind": kind,
                 "namespace": about.namespace,
                 "name": about.name,

@@ -25,6 +25,7 @@ from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 
+from ingress.controllers.acmegateways import AcmeGatewayOrders
 from ingress.controllers.acmeorders import AcmeControllerOptions, AcmeOrders, node_addresses
 from ingress.controllers.acmesecrets import ClusterStore
 from ingress.controllers.events import EventRecorder
@@ -66,7 +67,7 @@ class ControllerOptions:
     publish_service: Optional[tuple[str, str]] = None  # --publish-service: (namespace, name)
     status_pod_selector: str = "app.kubernetes.io/name=twingress"
     resync_period: float = 600.0
-    acme: Optional[AcmeControllerOptions] = None  # --acme-directory: certificates for the annotated Ingresses
+    acme: Optional[AcmeControllerOptions] = None  # --acme-directory: certificates for the annotated Ingresses and Gateways
 
 
 class ControllerManager(Service):
@@ -97,6 +98,7 @@ class ControllerManager(Service):
         self._active = False
         self._waiting: Optional[LoopingCall] = None
         self._published: Optional[PublishedAddresses] = None
+        self._acme_gateways: Optional[AcmeGatewayOrders] = None
         self._resync = LoopingCall(self._enqueue_all)
         self._resync.clock = reactor
 
@@ -172,6 +174,9 @@ class ControllerManager(Service):
             partial(node_addresses, addresses, acme.settings.self_check_host), (self.options.generator.class_name, self.options.controller_name), self.metrics,
         )
         sync: Callable[[Any], None] = orders
+        if self.source.watches("Gateway"):  # the Gateways that ask too, in the same thread (one order at a time owns the tokens)
+            gateways = self._acme_gateways = AcmeGatewayOrders(orders, self.source.store("Gateway"), self.source.store("GatewayClass"), self.options.gateway_controller_name)
+            sync = gateways
         self.loops[ACME] = ControllerLoop(ACME, sync, 1, self.metrics)
         orders.requeue = self.loops[ACME].queue.add_after  # a backoff's or a renewal's time: the key comes back then
 
@@ -245,6 +250,9 @@ class ControllerManager(Service):
             self.source.on_key("StreamIngress", self._enqueuer(STREAM_STATUS))
         if ACME in self.loops:
             self.source.on_key("Ingress", self._enqueuer(ACME))
+            if self.source.watches("Gateway"):
+                self.source.on_key("Gateway", partial(_enqueue_ref, self._enqueuer(ACME), "Gateway"))
+                self.source.on_key("GatewayClass", lambda key: self._enqueue_acme_gateways())
         if GATEWAY_STATUS in self.loops:
             enqueue = self._enqueuer(GATEWAY_STATUS)
             for kind in GATEWAY_STATUS_KINDS:
@@ -283,6 +291,12 @@ class ControllerManager(Service):
             for key in self.source.store("Ingress").keys():
                 self.loops[STATUS].queue.add(key)
 
+    def _enqueue_acme_gateways(self) -> None:
+        """Every Gateway's key to the ACME loop (a resync; a GatewayClass changed, which may make a Gateway ours)."""
+        if self._active and self._acme_gateways is not None:
+            for ref in self._acme_gateways.keys():
+                self.loops[ACME].queue.add(ref)
+
     def _enqueue_all(self) -> None:
         """Every key from the stores: on becoming leader and every resync period."""
         if not self._active:
@@ -299,6 +313,7 @@ class ControllerManager(Service):
         if ACME in self.loops:
             for key in self.source.store("Ingress").keys():
                 self.loops[ACME].queue.add(key)
+            self._enqueue_acme_gateways()
         if PROBLEM_EVENTS in self.loops:
             for problem_key in self._problem_events.keys():
                 self.loops[PROBLEM_EVENTS].queue.add(problem_key)

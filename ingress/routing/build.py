@@ -89,8 +89,9 @@ def build(state: ClusterState, options: BuildOptions = DEFAULT_BUILD_OPTIONS, ge
     routes.add_host_aliases(served)
     if ingress_nginx_class(class_name, controller_name):  # nginx's 301 from /p to /p/, for ingress-nginx's class only
         add_slash_redirects((*routes.hosts.values(), *routes.wildcards.values(), routes.any_host))
+    gateway = build_gateway_routes(state, backends, reserved_ports, options.gateway_controller_name, options.cleartext_http2)
     if options.acme_challenges:  # after the slash redirects: a token's exact route wins over anything they add
-        add_challenge_routes(state.config_maps, routes.paths_of)
+        add_challenge_routes(state.config_maps, routes.paths_of, frozenset(routes.hosts), gateway.hosts)
     default_route = routes.default_route(served)
     certificates, tls_problems = build_certificates(state, served, default_certificate)
     client_hosts, client_problems = client_auth_hosts(served, annotations, state)
@@ -98,7 +99,6 @@ def build(state: ClusterState, options: BuildOptions = DEFAULT_BUILD_OPTIONS, ge
     annotation_problems = [problem for found in annotations.values() for problem in found.problems] + client_problems
     hosts = with_client_auth(freeze_hosts(routes.hosts), client_hosts)
     wildcards = with_client_auth(freeze_hosts(routes.wildcards), {host[2:]: auth for host, auth in client_hosts.items() if host.startswith("*.")})
-    gateway = build_gateway_routes(state, backends, reserved_ports, options.gateway_controller_name, options.cleartext_http2)
     by_address, address_problems = address_tables(state, backends, options, generation, config)
     if by_address:
         gateway.status = with_addresses(gateway.status, {ref: address for ref, (address, _) in by_address.items()})
