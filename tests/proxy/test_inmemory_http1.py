@@ -194,3 +194,26 @@ def test_an_upstream_that_closes_after_a_whole_response_leaves_the_client_connec
     assert not client.closed
     client.send(GET)
     assert proxy.connections_asked() == 2, "the closed connection left the pool"
+
+
+def test_a_head_not_complete_within_the_header_timeout_is_408_and_closes() -> None:
+    proxy = InMemoryProxy(settings=ProxySettings(header_timeout=10.0))
+    client = proxy.connect()
+    client.send(b"GET / HTTP/1.1\r\nHost: echo.test\r\n")
+    proxy.reactor.advance(9.5)
+    assert client.received() == b"" and not client.closed
+    proxy.reactor.advance(1.0)
+    assert status_of(client.received()) == 408
+    assert client.closed
+
+
+def test_an_idle_keep_alive_connection_closes_at_the_keepalive_timeout() -> None:
+    proxy = InMemoryProxy(settings=ProxySettings(keepalive_timeout=75.0))
+    client = proxy.connect()
+    upstream = routed(proxy, client)
+    upstream.respond(OK)
+    assert status_of(client.received()) == 200
+    proxy.reactor.advance(74.0)
+    assert not client.closed
+    proxy.reactor.advance(2.0)
+    assert client.closed and client.received() == b"", "closed without a word, as nginx does"
