@@ -376,7 +376,7 @@ def test_sigterm_sends_goaway_and_open_streams_finish(tmp_path_factory: pytest.T
         eventually(lambda: draining.metric("twingress_upstream_idle_connections") == 1, "the first request's upstream connection parked")
         stream_id = client.request("/?delay=2")
         eventually(
-            lambda: draining.metric("twingress_upstream_idle_connections") == 0 or draining.metric("twingress_upstream_connections_opened", protocol="http/1.1") > 1,
+            lambda: draining.metric("twingress_upstream_idle_connections") == 0 or draining.metric("twingress_upstream_connections_opened_total", protocol="http/1.1") > 1,
             "the stream's request forwarded before the signal",
         )
         draining.twingress.process.send_signal(signal.SIGTERM)
