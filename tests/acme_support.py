@@ -17,13 +17,13 @@ import json
 import re
 import ssl
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any, Optional
 
 from tests.proxy.certs import CertificateAuthority
 from tests.support import ROOT, free_port, unavailable, wait_for_port
+from tests.waiting import eventually
 
 SCRIPT = ROOT / "testenv" / "pebble.sh"
 
@@ -113,19 +113,14 @@ class Pebble:
 
     def _wait_directory(self, timeout: float = 20.0) -> None:
         """Until the directory answers with its newOrder URL (an event: Pebble's listener and its state are up)."""
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def answers() -> bool:
             for process in self.processes:
                 if process.poll() is not None:
                     raise RuntimeError(f"pebble exited ({process.returncode}):\n{self.log()[-3000:]}")
-            try:
-                if "newOrder" in json.loads(self._get(self.directory)):
-                    return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"pebble's directory did not answer in {timeout:.0f}s:\n{self.log()[-3000:]}")
-            time.sleep(0.1)
+            return "newOrder" in json.loads(self._get(self.directory))
+
+        eventually(answers, "pebble's directory to answer", timeout=timeout, interval=0.1, fatal=(RuntimeError,), context=lambda: self.log()[-3000:])
 
     def resolve_to(self, address: str) -> None:
         """Every name from now on resolves to C{address} (pebble-challtestsrv's management API)."""

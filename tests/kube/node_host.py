@@ -154,7 +154,7 @@ def _kill_cgroup_processes(run: NodeRun, timeout: float = 10.0) -> None:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        time.sleep(0.05)
+        time.sleep(0.05)  # not a wait: the pace between rounds of kills, until no process is left or the deadline passes
 
 
 def _remove_cgroups(run: NodeRun) -> None:

@@ -169,7 +169,7 @@ class Mix:
                         continue
                     self._count("keep-alive", _kind_of(error), repr(error))
                     if isinstance(error, ConnectionRefusedError):
-                        time.sleep(0.05)
+                        time.sleep(0.05)  # nothing listens: do not spin
                     break
                 self._count("keep-alive", _status_kind(response.status), f"status {response.status}")
                 if response.will_close:
@@ -193,7 +193,7 @@ class Mix:
                 self._count("h2", kind, repr(error))
                 connection = _close(connection)
                 if kind == "refused":
-                    time.sleep(0.05)
+                    time.sleep(0.05)  # nothing listens: do not spin
         _close(connection)
 
 

@@ -13,7 +13,6 @@ import re
 import socket
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Optional
 import pytest
 
 from tests.support import ROOT, TWISTD, EchoBackend, Manifests, free_port
+from tests.waiting import eventually
 
 REQUEST = b"GET / HTTP/1.1\r\nHost: w.test\r\nConnection: close\r\n\r\n"
 
@@ -103,13 +103,8 @@ class Node:
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str, node: Optional[Node] = None) -> None:
-    """Poll C{condition} until it holds; fail with C{what} (and the node's log) at the deadline."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"no {what} within {timeout}s" + (f":\n{node.log()[-3000:]}" if node else ""))
+    """L{eventually} in these tests' argument order: C{condition} within C{timeout}, failing with C{what} and the node's log tail."""
+    eventually(condition, what, timeout=timeout, interval=0.02, context=(lambda: node.log()[-3000:]) if node is not None else None)
 
 
 def listening_inodes(port: int) -> set[int]:

@@ -38,7 +38,7 @@ def _recording(builds: list[int], cost: float = 0.0) -> Callable[[ClusterState, 
 
     def build(state: ClusterState, generation: int) -> Built:
         if cost:
-            time.sleep(cost)
+            time.sleep(cost)  # not a wait: the build's own cost on the build thread, the pace under test
         builds.append(generation)
         return Built(RoutingTable(generation=generation), EMPTY_REPORT)
 

@@ -22,6 +22,7 @@ import pytest
 from tests.proxy.certs import CertificateAuthority, tls_secret
 from tests.proxy.gateway_support import GATEWAY_CLASS, apply, gateway, route
 from tests.support import EchoBackend, Manifests, Twingress, free_port, wait_for_port
+from tests.waiting import eventually
 
 
 def _gateway(listeners: list[dict[str, Any]]) -> dict[str, Any]:
@@ -109,15 +110,15 @@ def test_http_and_https_listeners_on_ports_of_their_own(tmp_path: Path, echoes: 
         generation = process.generation()
         manifests.write("gateway.yaml", GATEWAY_CLASS, _gateway(listeners[1:]), tls_secret("secure-tls", root.issue(["secure.ports.test"], "ec")))
         process.wait_generation_above(generation)
-        assert _wait(lambda: _refused(alt_port))
+        eventually(lambda: _refused(alt_port), "the removed listener's port closed (when the worker's table arrives)")
         assert not _refused(secure_port)
 
         generation = process.generation()
         manifests.write("gateway.yaml", GATEWAY_CLASS, _gateway(listeners[:1]), _route("alt", "v1", "alt", "alt.ports.test"))
         process.wait_generation_above(generation)
         wait_for_port("127.0.0.1", alt_port, process.process)
-        assert _wait(lambda: all(_pod(alt_port, "alt.ports.test") == "pod-v1" for _ in range(8)))
-        assert _wait(lambda: _refused(secure_port))
+        eventually(lambda: all(_pod(alt_port, "alt.ports.test") == "pod-v1" for _ in range(8)), "the listener back on its port, serving its route")
+        eventually(lambda: _refused(secure_port), "the removed HTTPS listener's port closed")
     finally:
         process.stop()
 
@@ -143,18 +144,6 @@ def test_a_port_that_cannot_be_bound_is_reported(tmp_path: Path) -> None:
     finally:
         process.stop()
         taken.close()
-
-
-def _wait(check: Any, timeout: float = 10.0) -> bool:
-    """Whether C{check()} holds within C{timeout} (a port closes when the worker's table arrives)."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return bool(check())
 
 
 @contextlib.contextmanager

@@ -372,8 +372,13 @@ def test_sigterm_sends_goaway_and_open_streams_finish(tmp_path_factory: pytest.T
     try:
         client = H2Client(draining.https_port)
         assert client.get("/").status == 200
+        # The first request's upstream connection parked; the next request takes it (or opens another) once forwarded.
+        eventually(lambda: draining.metric("twingress_upstream_idle_connections") == 1, "the first request's upstream connection parked")
         stream_id = client.request("/?delay=2")
-        time.sleep(0.3)
+        eventually(
+            lambda: draining.metric("twingress_upstream_idle_connections") == 0 or draining.metric("twingress_upstream_connections_opened_total", protocol="http/1.1") > 1,
+            "the stream's request forwarded before the signal",
+        )
         draining.twingress.process.send_signal(signal.SIGTERM)
         response = client.wait(stream_id, timeout=15)
         assert response.status == 200 and json.loads(bytes(response.body))["uri"] == "/?delay=2"

@@ -16,6 +16,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from functools import partial
 
 import pytest
 
@@ -112,34 +113,47 @@ def test_refusals_are_counted(proxy: Twingress) -> None:
     assert refused() == statuses[503]
 
 
-def _waiting_request(port: int) -> socket.socket:
+def _upstream_uses(proxy: Twingress) -> float:
+    """Upstream connections opened, less those parked now: it grows when a request is forwarded (on a new or a pooled connection)."""
+    return proxy.metric("twingress_upstream_connections_opened_total", protocol="http/1.1") - proxy.metric("twingress_upstream_idle_connections")
+
+
+def _forwarded_or_answered(proxy: Twingress, client: socket.socket, before: float) -> str:
+    """"answered" once the proxy answered C{client} (refused it), "forwarded" once it sent the request upstream, else ""."""
+    if select.select([client], [], [], 0)[0]:
+        return "answered"
+    return "forwarded" if _upstream_uses(proxy) > before and not select.select([client], [], [], 0)[0] else ""
+
+
+def _waiting_request(proxy: Twingress) -> socket.socket:
     """
     A request in progress: its head sent, its body not (the proxy has let it through and waits for the body).
-    The pause lets the proxy take its place before the test's probes come: a probe in progress at the same
-    moment would hold a place itself and the waiting request would be refused (as it should be).
+    It is in progress once the proxy forwarded its head (it took its place before that), which the test waits
+    for before its probes come: a probe in progress at the same moment would hold a place itself and the
+    waiting request would be refused (as it should be).
     With worker processes the primary counts, and hears of a probe's place given back from the
     worker that served it: another worker's request may come first and be refused (a CI run under
-    load most likely did so: "full again" never came). So a request the proxy has already answered is made again.
+    load most likely did so: "full again" never came). So a request the proxy has answered is made again.
     """
     for _ in range(20):
-        client = socket.create_connection(("127.0.0.1", port), timeout=10)
+        before = _upstream_uses(proxy)
+        client = socket.create_connection(("127.0.0.1", proxy.http_port), timeout=10)
         client.sendall(b"POST /?delay=0 HTTP/1.1\r\nHost: concurrent.test\r\nContent-Length: 4\r\n\r\n")
-        time.sleep(0.3)
-        if not select.select([client], [], [], 0)[0]:
-            return client  # no answer: in progress
+        if eventually(partial(_forwarded_or_answered, proxy, client, before), "the request forwarded, or answered") == "forwarded":
+            return client  # forwarded, no answer: in progress
         client.close()
     raise AssertionError("no request stayed in progress")
 
 
 def test_limit_connections_counts_requests_in_progress(proxy: Twingress) -> None:
     """ "limit-connections": concurrent requests of one address (limit_conn); a finished or dropped one frees its place."""
-    first, second = _waiting_request(proxy.http_port), _waiting_request(proxy.http_port)
+    first, second = _waiting_request(proxy), _waiting_request(proxy)
     eventually(lambda: _status(proxy.http_port, "concurrent.test") == 503, "a third request refused while two are in progress")
     first.sendall(b"body")
     assert first.recv(65536).startswith(b"HTTP/1.1 200 ")
     first.close()
     eventually(lambda: _status(proxy.http_port, "concurrent.test") == 200, "a place free again once a request finished")
-    third = _waiting_request(proxy.http_port)
+    third = _waiting_request(proxy)
     eventually(lambda: _status(proxy.http_port, "concurrent.test") == 503, "full again")
     second.close()  # the client goes away mid-request
     third.close()

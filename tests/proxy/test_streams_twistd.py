@@ -8,7 +8,6 @@ listeners, including one whose port is taken.
 from __future__ import annotations
 
 import socket
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -16,6 +15,7 @@ import pytest
 from tests.kube.twingress import wait_until
 from tests.proxy.streams_support import BlockingEchoes, external_stream, tcp_answer, udp_answer
 from tests.support import Manifests, Twingress, free_port
+from tests.waiting import eventually
 
 
 @pytest.fixture
@@ -61,9 +61,6 @@ def test_a_taken_port_shows_in_debug_routes_and_the_rest_works(manifests: Manife
             assert "in use" in failed[f"TCP/{taken}"]
             metrics = proxy.admin("/metrics")[1].decode()
             assert f'twingress_stream_listener_errors_total{{port="{taken}",protocol="TCP"}} 1.0' in metrics
-            deadline = time.monotonic() + 5
-            while "cannot be opened" not in proxy.log() and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert f"stream listener TCP/{taken} for default/taken cannot be opened" in proxy.log()
+            eventually(lambda: f"stream listener TCP/{taken} for default/taken cannot be opened" in proxy.log(), "the bind failure logged", timeout=5.0)
         finally:
             proxy.stop()

@@ -28,8 +28,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.proxy.clients import HeldBackend
 from tests.proxy.streams_support import BlockingEchoes, external_stream, many_clients, tcp_answer
 from tests.support import ROOT, EchoBackend, Manifests, Twingress, free_port, http_status, twistd_command
+from tests.waiting import at_least, eventually
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +47,15 @@ def start(manifests: Manifests, echoes: tuple[EchoBackend, EchoBackend], twingre
     """twingress on a directory routing C{w.test} to both echo backends."""
     manifests.route("web", "w.test", [e.address for e in echoes])
     return twingress
+
+
+@pytest.fixture
+def held(manifests: Manifests) -> Iterator[HeldBackend]:
+    """held.test routed to a L{HeldBackend} (a request in flight for as long as the test says); written before start()."""
+    backend = HeldBackend()
+    manifests.route("held", "held.test", [backend.address])
+    yield backend
+    backend.stop()
 
 
 def _get(port: int, host: str = "w.test", path: str = "/") -> int:
@@ -69,14 +80,6 @@ def _metric(proxy: Twingress, name: str, labels: str = "") -> float:
     return 0.0
 
 
-def _until(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 @pytest.mark.parametrize("count", [2, 4])
 def test_every_worker_serves_http_and_https(start, count: int) -> None:
     https_port = free_port()
@@ -98,7 +101,7 @@ def test_a_change_is_live_in_every_worker(start, manifests: Manifests, echoes) -
     generation = proxy.generation()
     manifests.route("late", "late.test", [echoes[0].address])
     proxy.wait_generation_above(generation)
-    _until(lambda: all(w["generation"] > generation for w in _workers(proxy)), "every worker on the new table")
+    eventually(lambda: all(w["generation"] > generation for w in _workers(proxy)), "every worker on the new table")
     statuses = [_get(proxy.http_port, "late.test") for _ in range(64)]  # 64 new connections, spread over the workers
     assert statuses == [200] * 64
 
@@ -128,20 +131,21 @@ def test_a_killed_worker_is_replaced_and_the_others_keep_serving(start) -> None:
     for thread in threads:
         thread.start()
     try:
-        time.sleep(0.5)
+        at_least(lambda: results, 20, "answers before the kill")
         victim = _workers(proxy)[0]["pid"]
         os.kill(victim, signal.SIGKILL)
         killed_at = time.monotonic()
-        _until(lambda: _workers(proxy)[0]["pid"] != victim and _workers(proxy)[0]["generation"] >= 1, "a replacement serving", 5.0)
+        eventually(lambda: _workers(proxy)[0]["pid"] != victim and _workers(proxy)[0]["generation"] >= 1, "a replacement serving", timeout=5.0)
         replaced_in = time.monotonic() - killed_at
-        time.sleep(0.5)
+        at_least(lambda: results, len(results) + 20, "answers after the replacement")
     finally:
         stop.set()
         for thread in threads:
             thread.join()
     failed = sum(1 for status in results if status != 200)
     assert replaced_in < 5.0
-    assert failed / len(results) < 0.01, f"{failed} of {len(results)} requests failed"
+    # Each client loses at most the one request the killed worker held: a bound by the event, not by how many answers a loaded machine gave meanwhile.
+    assert failed <= len(threads), f"{failed} of {len(results)} requests failed"
     assert _metric(proxy, "twingress_worker_restarts_total") == 1
 
 
@@ -151,10 +155,7 @@ def test_a_killed_primary_leaves_no_worker(start) -> None:
     assert len(workers) == 2
     proxy.process.kill()
     proxy.process.wait()
-    deadline = time.monotonic() + 5.0
-    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not any(_alive(pid) for pid in workers)
+    eventually(lambda: not any(_alive(pid) for pid in workers), "every worker gone after the primary", timeout=5.0)
 
 
 def _alive(pid: int) -> bool:
@@ -165,14 +166,17 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_sigterm_drains_every_worker_and_the_tree_exits_0(start) -> None:
+def test_sigterm_drains_every_worker_and_the_tree_exits_0(held: HeldBackend, start) -> None:
     proxy = start("--workers", "2", "--shutdown-delay", "0.5", "--drain-timeout", "10")
     workers = _children(proxy.process.pid)
     slow: list[int] = []
-    request = threading.Thread(target=lambda: slow.append(_get(proxy.http_port, path="/slow?delay=1.5")))
+    request = threading.Thread(target=lambda: slow.append(_get(proxy.http_port, host="held.test", path="/slow")))
     request.start()
-    time.sleep(0.3)
+    eventually(held.arrived, "the request to reach the backend before the signal")
     proxy.process.send_signal(signal.SIGTERM)
+    eventually(lambda: "listeners closed" in proxy.log(), "the listeners closed after the shutdown delay", context=lambda: proxy.log()[-2000:])
+    assert proxy.process.poll() is None, "the request in flight holds the drain"
+    held.released.set()
     assert proxy.process.wait(20) == 0
     request.join()
     assert slow == [200]  # the request in flight finished
@@ -182,7 +186,7 @@ def test_sigterm_drains_every_worker_and_the_tree_exits_0(start) -> None:
     assert_clean_stop(log)
 
 
-def test_once_the_workers_close_their_listeners_new_connections_are_refused(start) -> None:
+def test_once_the_workers_close_their_listeners_new_connections_are_refused(held: HeldBackend, start) -> None:
     """
     The primary keeps a copy of every worker's listening socket (to give a replaced worker its
     slot's socket); kept open through the drain, a socket went on completing handshakes that no
@@ -192,24 +196,24 @@ def test_once_the_workers_close_their_listeners_new_connections_are_refused(star
     """
     proxy = start("--workers", "2", "--shutdown-delay", "0.3", "--drain-timeout", "20")
     slow: list[int] = []
-    request = threading.Thread(target=lambda: slow.append(_get(proxy.http_port, path="/slow?delay=4")))
+    request = threading.Thread(target=lambda: slow.append(_get(proxy.http_port, host="held.test", path="/slow")))
     request.start()
-    time.sleep(0.3)
+    eventually(held.arrived, "the request to reach the backend before the signal")
     proxy.process.send_signal(signal.SIGTERM)
-    outcome = "no attempt"
-    deadline = time.monotonic() + 3.0
-    while time.monotonic() < deadline:
+
+    def refused_at_once() -> bool:
+        """A new connection refused (not accepted, nor left unanswered by a socket still open that drops it)."""
         try:
             socket.create_connection(("127.0.0.1", proxy.http_port), timeout=0.5).close()
-            outcome = "accepted"
         except ConnectionRefusedError:
-            outcome = "refused"
-            break
+            return True
         except TimeoutError:
-            outcome = "no answer (a socket still open, dropping the attempt)"
-        time.sleep(0.05)
-    assert outcome == "refused", outcome
+            raise AssertionError("no answer (a socket still open, dropping the attempt)") from None
+        raise AssertionError("accepted")
+
+    eventually(refused_at_once, "new connections refused once the workers closed their listeners", timeout=3.0)
     assert proxy.process.poll() is None  # the primary still drains the slow request
+    held.released.set()
     request.join()
     assert slow == [200]
     assert proxy.process.wait(20) == 0
@@ -251,7 +255,7 @@ def test_workers_serve_when_the_primary_is_pid_1(manifests: Manifests, echoes, t
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
-        _until(lambda: _ready(admin_port) or process.poll() is not None, "/readyz 200 with the primary as PID 1", 30.0)
+        eventually(lambda: _ready(admin_port) or process.poll() is not None, "/readyz 200 with the primary as PID 1", timeout=30.0)
         assert process.poll() is None, log_path.read_text()
         (primary,) = _children(process.pid)
         assert _namespaced_pid(primary) == 1  # twistd really is PID 1 of its PID namespace
@@ -323,8 +327,8 @@ def test_a_replacement_worker_accepts_only_once_it_serves_the_table(manifests: M
         for _ in range(3):
             victim = _workers(proxy)[0]["pid"]
             os.kill(victim, signal.SIGKILL)
-            _until(lambda victim=victim: _workers(proxy)[0]["pid"] != victim and _workers(proxy)[0]["generation"] >= 1, "a replacement serving", 30.0)
-            time.sleep(0.3)
+            eventually(lambda victim=victim: _workers(proxy)[0]["pid"] != victim and _workers(proxy)[0]["generation"] >= 1, "a replacement serving", timeout=30.0)
+            at_least(lambda: statuses, len(statuses) + 20, "answers after the replacement", timeout=30.0)
     finally:
         stop.set()
         for thread in threads:
@@ -347,7 +351,7 @@ def test_access_log_lines_stay_whole_under_load_from_four_workers(start, tmp_pat
         thread.start()
     for thread in threads:
         thread.join()
-    _until(lambda: access.exists() and len(access.read_text().splitlines()) >= 800, "800 access-log lines", 5.0)
+    eventually(lambda: access.exists() and len(access.read_text().splitlines()) >= 800, "800 access-log lines", timeout=5.0)
     lines = access.read_text().splitlines()
     assert len(lines) == 800
     line_re = re.compile(r'^127\.0\.0\.1 - - \[[^\]]+\] "GET /x{200} HTTP/1\.1" 200 \d+ "-" "[^"]*" host=w\.test route=default/web ')
@@ -374,12 +378,12 @@ def test_a_stream_port_opens_and_closes_in_every_worker(start, manifests: Manife
     try:
         proxy = start("--workers", "4", "--stream-interface", "127.0.0.1", "--stream-drain-timeout", "1")
         manifests.write("s.yaml", external_stream("s-tcp", "TCP", port, echo.port))
-        _until(lambda: _stream_ports(proxy) == [[f"TCP/{port}"]] * 4, "every worker listening on the new port")
+        eventually(lambda: _stream_ports(proxy) == [[f"TCP/{port}"]] * 4, "every worker listening on the new port")
         assert [tcp_answer(port) for _ in range(64)] == [b"a"] * 64  # new connections, hashed over the four sockets
         assert proxy.routes()["streamListeners"]["listening"][f"TCP/{port}"]["route"] == "default/s-tcp"
 
         manifests.remove("s.yaml")
-        _until(lambda: _stream_ports(proxy) == [[]] * 4, "every worker closed the port")
+        eventually(lambda: _stream_ports(proxy) == [[]] * 4, "every worker closed the port")
         assert tcp_answer(port) == b"<ConnectionRefusedError>"
         assert proxy.routes()["streamListeners"] == {"listening": {}, "failed": {}}
     finally:
@@ -392,7 +396,7 @@ def test_udp_sessions_with_four_workers_get_only_their_own_replies(start, manife
     manifests.write("s.yaml", external_stream("s-udp", "UDP", port, echo.udp_port))
     try:
         proxy = start("--workers", "4", "--stream-interface", "127.0.0.1")
-        _until(lambda: _stream_ports(proxy) == [[f"UDP/{port}"]] * 4, "every worker listening on the UDP port")
+        eventually(lambda: _stream_ports(proxy) == [[f"UDP/{port}"]] * 4, "every worker listening on the UDP port")
         answers = many_clients(port, clients=100, rounds=3)
         for index, replies in enumerate(answers):
             assert replies == [f"u:client {index} message {n}".encode() for n in range(3)]
@@ -425,13 +429,13 @@ def test_a_killed_workers_stream_connections_wait_for_its_replacement(start, man
     try:
         proxy = start("--workers", "2", "--stream-interface", "127.0.0.1")
         manifests.write("s.yaml", external_stream("s-tcp", "TCP", port, echo.port))
-        _until(lambda: _stream_ports(proxy) == [[f"TCP/{port}"]] * 2, "both workers listening on the stream port")
+        eventually(lambda: _stream_ports(proxy) == [[f"TCP/{port}"]] * 2, "both workers listening on the stream port")
         victim = _workers(proxy)[0]["pid"]
         os.kill(victim, signal.SIGSTOP)
         clients = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(32)]  # queued on the stopped worker's socket, or answered
         os.kill(victim, signal.SIGKILL)
         clients += [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(32)]  # while no process accepts on that socket
-        _until(lambda: _workers(proxy)[0]["pid"] != victim and _stream_ports(proxy)[0] == [f"TCP/{port}"], "a replacement serving the stream port", 15.0)
+        eventually(lambda: _workers(proxy)[0]["pid"] != victim and _stream_ports(proxy)[0] == [f"TCP/{port}"], "a replacement serving the stream port", timeout=15.0)
         answers = []
         for client in clients:
             with client:
