@@ -21,7 +21,6 @@ import socket
 import ssl
 import subprocess
 import threading
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -134,16 +133,14 @@ def test_a_killed_worker_is_replaced_and_the_others_keep_serving(start) -> None:
         at_least(lambda: results, 20, "answers before the kill")
         victim = _workers(proxy)[0]["pid"]
         os.kill(victim, signal.SIGKILL)
-        killed_at = time.monotonic()
+        # The deadline is the promise (a replacement within 5 s), waited on as an event, not timed.
         eventually(lambda: _workers(proxy)[0]["pid"] != victim and _workers(proxy)[0]["generation"] >= 1, "a replacement serving", timeout=5.0)
-        replaced_in = time.monotonic() - killed_at
         at_least(lambda: results, len(results) + 20, "answers after the replacement")
     finally:
         stop.set()
         for thread in threads:
             thread.join()
     failed = sum(1 for status in results if status != 200)
-    assert replaced_in < 5.0
     # Each client loses at most the one request the killed worker held: a bound by the event, not by how many answers a loaded machine gave meanwhile.
     assert failed <= len(threads), f"{failed} of {len(results)} requests failed"
     assert _metric(proxy, "twingress_worker_restarts_total") == 1
