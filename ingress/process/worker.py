@@ -51,7 +51,7 @@ from ingress.observe.logs import in_worker, json_observer
 from ingress.observe.metrics import Metrics, created_series
 from ingress.observe.nginx_metrics import NginxMetrics, controller_identity, gauge_total, recorder, served_certificates
 from ingress.process.channel import Channel, ChannelFactory
-from ingress.process.dataplane import DataPlane, data_plane
+from ingress.process.dataplane import DataPlane, ListenerOptions, data_plane
 from ingress.process.drain import GracefulShutdown
 from ingress.process.workersettings import WorkerConfig, WorkerConfigError
 from ingress.proxy.request.accesslines import FORMATS as ACCESS_LOG_FORMATS
@@ -213,9 +213,10 @@ def main(argv: list[str]) -> None:
     rates = RemoteRates(reactor)  # the rate limits are counted in the primary, for every worker
     plane = data_plane(
         reactor, live, upstreams, settings, metrics, recorder(access_log, nginx),
-        http="http" in names, https="https" in names,
-        tls_min_version=config.tls_min_version, tls_ciphers=config.tls_ciphers, http2=config.http2,
-        behind_proxy=frozenset(spec.name for spec in config.listeners if spec.proxy_protocol),
+        ListenerOptions(
+            http="http" in names, https="https" in names, tls_min_version=config.tls_min_version, tls_ciphers=config.tls_ciphers,
+            behind_proxy=frozenset(spec.name for spec in config.listeners if spec.proxy_protocol), http2=config.http2,
+        ),
         guards=Guards(reactor, rates),
     )
     if nginx is not None and plane.store is not None:
