@@ -35,7 +35,7 @@ from ingress.options import PARAMETERS, build_arguments, given_once, given_optio
 from ingress.process.adoption import Handing, Scrapes, handover_options, opened_sockets, serve_adopted, serve_metrics
 from ingress.process.builder import TableBuilder
 from ingress.process.cpus import worker_count
-from ingress.process.dataplane import data_plane
+from ingress.process.dataplane import ListenerOptions, data_plane
 from ingress.process.drain import GracefulShutdown
 from ingress.process.streamports import WorkerStreams, primary_streams
 from ingress.process.streamsockets import ClosedAtDrain, inherited_streams
@@ -272,9 +272,10 @@ def makeService(options: Options, reactor: Optional[IProcessReactor] = None) -> 
         return _finish(reactor, options, top, admin, listeners, drainables, handing)
     plane = data_plane(
         reactor, live, pool, settings, metrics, recorder(access_log, nginx),
-        http=bool(options["http"]), https=bool(options["https"]),
-        tls_min_version=options["tls-min-version"], tls_ciphers=options["tls-ciphers"], http2=options["http2-settings"],
-        behind_proxy=frozenset(name for name in ("http", "https") if (options[name] or "").startswith("haproxy:")),
+        ListenerOptions(
+            http=bool(options["http"]), https=bool(options["https"]), tls_min_version=options["tls-min-version"], tls_ciphers=options["tls-ciphers"],
+            behind_proxy=frozenset(name for name in ("http", "https") if (options[name] or "").startswith("haproxy:")), http2=options["http2-settings"],
+        ),
     )
     drainables.extend(plane.drainables)
     if nginx is not None and plane.store is not None:

@@ -59,6 +59,24 @@ class DataPlane:
         return commit
 
 
+@dataclass(frozen=True, slots=True)
+class ListenerOptions:
+    """
+    The HTTP and HTTPS listeners to make and how they listen: the command line's in a single process,
+    the primary's L{ingress.process.workersettings.WorkerConfig} in a worker.
+
+    A listener not in C{behind_proxy} (those given as C{haproxy:} endpoints) expects a PROXY
+    header on new connections while the table says so (the ConfigMap's use-proxy-protocol).
+    """
+
+    http: bool
+    https: bool
+    tls_min_version: str
+    tls_ciphers: str
+    behind_proxy: frozenset[str] = frozenset()  # "http", "https": the names of those behind a haproxy: endpoint
+    http2: Optional[HTTP2Settings] = None  # None: HTTP/2's defaults
+
+
 def data_plane(
     reactor: IProcessReactor,
     live: LiveTable,
@@ -66,27 +84,18 @@ def data_plane(
     settings: ProxySettings,
     metrics: Metrics,
     access_log: Optional[RequestRecorder],
-    http: bool,
-    https: bool,
-    tls_min_version: str,
-    tls_ciphers: str,
-    behind_proxy: frozenset[str] = frozenset(),
-    http2: Optional[HTTP2Settings] = None,
+    listeners: ListenerOptions,
     guards: Optional[Guards] = None,
 ) -> DataPlane:
-    """
-    Factories for the listeners asked for; the caller listens (on endpoints, or on adopted sockets).
-
-    A listener not in C{behind_proxy} (those given as C{haproxy:} endpoints) expects a PROXY
-    header on new connections while the table says so (the ConfigMap's use-proxy-protocol).
-    """
+    """Factories for the listeners asked for; the caller listens (on endpoints, or on adopted sockets)."""
     plane = DataPlane()
+    http2, behind_proxy = listeners.http2, listeners.behind_proxy
     patch_libraries()  # hpack's debug records dropped, h2's Enums hashed by identity (ingress.speedups; none when off)
     guards = guards if guards is not None else Guards(reactor)  # one for both listeners: their rate limits are one count
     factories: weakref.WeakSet[HTTPProxyFactory] = weakref.WeakSet()
     http2_upstreams = H2UpstreamPool(reactor, settings, http2 or HTTP2Settings())
     metrics.registry.register(UpstreamConnectionMetrics(pool, http2_upstreams))
-    if http:
+    if listeners.http:
         factory = HTTPProxyFactory(live, pool, settings, metrics, reactor, access_log=access_log, http2=http2, http2_upstreams=http2_upstreams, guards=guards)
         plane.http = factory if "http" in behind_proxy else ProxyProtocolWhenAsked(factory, live)
         plane.drainables.append(HTTPConnections(factory))
@@ -99,7 +108,7 @@ def data_plane(
         if not default_certificate:
             default_certificate.append(self_signed_certificate())
         generated = default_certificate[0]
-        return CertificateStore(metrics, load_certificate(*generated, http2=offer_h2), tls_min_version, tls_ciphers, generated, offer_h2, exports_expiry)
+        return CertificateStore(metrics, load_certificate(*generated, http2=offer_h2), listeners.tls_min_version, listeners.tls_ciphers, generated, offer_h2, exports_expiry)
 
     def tls_front(store: CertificateStore, terminating: HTTPProxyFactory, view: TableView, challenges: ChallengeContexts = NO_CHALLENGES) -> TLSFrontFactory:
         """The TLS listener's front door: SNI passthrough, TLS to TCP backends, TLS-ALPN-01 answers, or HTTP over TLS with C{store}'s certificates."""
@@ -107,7 +116,7 @@ def data_plane(
         terminate = tls_factory(creator, False, terminating)
         return TLSFrontFactory(terminate, view, pool, reactor, settings.header_timeout, metrics, settings.server_name, creator, challenges)
 
-    if https:
+    if listeners.https:
         store = new_store()
         terminating = HTTPProxyFactory(
             live, pool, settings, metrics, reactor, scheme=b"https", listener="https", access_log=access_log, http2=http2, http2_upstreams=http2_upstreams, guards=guards

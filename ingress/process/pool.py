@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import os
 import signal
 import socket
 import sys
 from collections import Counter as Tally
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, Optional
 
 from prometheus_client import Counter, Gauge
@@ -38,6 +38,7 @@ from ingress.observe.metrics import Metrics
 from ingress.process.adoption import Shared, slot_sockets
 from ingress.process.channel import Channel, ChannelFactory, encoded
 from ingress.process.streamsockets import StreamSockets
+from ingress.process.workersettings import WorkerConfig
 from ingress.proxy.request.ratelimit import RequestRates
 from ingress.routing.delta import table_change
 from ingress.routing.table import RoutingTable
@@ -86,7 +87,7 @@ class WorkerPool(Service):
         reactor: IProcessReactor,
         count: int,
         listeners: Shared,
-        config: dict[str, Any],
+        config: WorkerConfig,
         metrics: Metrics,
         announce: Callable[[str, Any, str], None],  # a shared listener's startup line: name, address, what follows
         streams: Optional[StreamSockets] = None,
@@ -149,18 +150,18 @@ class WorkerPool(Service):
         ours.close()
         child_fds: dict[int, Any] = {0: "w", 1: 1, 2: 2, 3: theirs.fileno()}
         listeners = []
-        for (_, sockets), described in zip(self.listeners, self.config["listeners"], strict=True):
+        for (_, sockets), described in zip(self.listeners, self.config.listeners, strict=True):
             fds = []
             for sock in slot_sockets(sockets, slot.index, len(self.slots)):  # the slot's own sockets, kept across restarts
                 fds.append(len(child_fds))  # 4, 5, ...: after stdin, stdout, stderr and the channel
                 child_fds[fds[-1]] = sock.fileno()
-            listeners.append({**described, "fds": fds})
+            listeners.append(replace(described, fds=tuple(fds)))
         argv = [sys.executable, "-m", "ingress.process.worker", str(slot.index), str(os.getpid())]  # short: ps shows it
         slot.process = self.reactor.spawnProcess(
             _WorkerProtocol(self, slot), sys.executable, argv, env=dict(os.environ), childFDs=child_fds
         )
         theirs.close()
-        slot.process.writeToChild(0, json.dumps({**self.config, "listeners": listeners}).encode())  # the configuration, on the worker's stdin
+        slot.process.writeToChild(0, replace(self.config, listeners=tuple(listeners)).to_json())  # the configuration, on the worker's stdin
         slot.process.closeChildFD(0)
         slot.pid, slot.channel, slot.generation, slot.started = slot.process.pid, channel, 0, self.reactor.seconds()
         log.info("worker {index} started (pid {pid})", index=slot.index, pid=slot.pid)

@@ -4,8 +4,8 @@ A worker process: the HTTP and HTTPS listeners, on sockets the primary opened, a
 
 The primary (L{ingress.process.pool}) runs C{python -m ingress.process.worker
 INDEX PRIMARY_PID} (what C{ps} shows: a short line) with its configuration as
-JSON on stdin, the channel on fd 3 and the listening sockets on fds 4 and up,
-as each of C{config["listeners"]} lists them (C{"fds"}).  Every table generation arrives
+JSON on stdin (L{ingress.process.workersettings.WorkerConfig}), the channel on fd 3 and the
+listening sockets on fds 4 and up, as each of its C{listeners} lists them (C{fds}).  Every table generation arrives
 over the channel; its TLS contexts are built off the reactor thread (cached by
 Secret version, as in a single process) and the table is swapped in with one
 pointer.
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import os
 import signal
 import socket
@@ -52,12 +51,12 @@ from ingress.observe.logs import in_worker, json_observer
 from ingress.observe.metrics import Metrics, created_series
 from ingress.observe.nginx_metrics import NginxMetrics, controller_identity, gauge_total, recorder, served_certificates
 from ingress.process.channel import Channel, ChannelFactory
-from ingress.process.dataplane import DataPlane, data_plane
+from ingress.process.dataplane import DataPlane, ListenerOptions, data_plane
 from ingress.process.drain import GracefulShutdown
+from ingress.process.workersettings import WorkerConfig, WorkerConfigError
 from ingress.proxy.request.accesslines import FORMATS as ACCESS_LOG_FORMATS
 from ingress.proxy.request.guards import Guards
 from ingress.proxy.request.ratelimit import RemoteRates
-from ingress.proxy.request.settings import HTTP2Settings, ProxySettings
 from ingress.proxy.request.upstream import UpstreamPool
 from ingress.proxy.streams.listeners import StreamListeners
 from ingress.routing.delta import TableChange, applied
@@ -187,55 +186,59 @@ class Worker:
 def main(argv: list[str]) -> None:
     index = int(argv[1])
     _die_with_parent(int(argv[2]))
-    config = json.load(sys.stdin)  # written by the primary, then closed: a JSON blob in argv filled ps with it
+    try:
+        config = WorkerConfig.from_json(sys.stdin.buffer.read())  # written by the primary, then closed: a JSON blob in argv filled ps with it
+    except WorkerConfigError as error:
+        raise SystemExit(f"twingress worker: {error}") from None
     from twisted.internet import reactor as default_reactor
 
     reactor: Any = default_reactor
-    observer = json_observer() if config["log_format"] == "json" else textFileLogObserver(sys.stdout)
-    globalLogBeginner.beginLoggingTo([in_worker(observer, index, config["log_format"])], redirectStandardIO=False)
-    created_series(config["metrics_created"])
-    settings = ProxySettings(**{**config["settings"], "server_name": config["settings"]["server_name"].encode()})
+    observer = json_observer() if config.log_format == "json" else textFileLogObserver(sys.stdout)
+    globalLogBeginner.beginLoggingTo([in_worker(observer, index, config.log_format)], redirectStandardIO=False)
+    created_series(config.metrics_created)
+    settings = config.settings
     metrics, live = Metrics(worker=index), LiveTable()
     top = MultiService()
     access_log = None
-    if config["access_log"] != "off":
-        access_log = AccessLog(reactor, config["access_log"], ACCESS_LOG_FORMATS[config["access_log_format"]])
+    if config.access_log != "off":
+        access_log = AccessLog(reactor, config.access_log, ACCESS_LOG_FORMATS[config.access_log_format])
         access_log.setServiceParent(top)
         live.subscribe(access_log.use_table)  # the ConfigMap's log-format-upstream
     nginx = None
-    if config.get("nginx_metrics"):
-        nginx = NginxMetrics(controller_identity(controller_class=config["ingress_class"]), lambda: gauge_total(metrics.open_connections))
+    if config.nginx_metrics:
+        nginx = NginxMetrics(controller_identity(controller_class=config.ingress_class), lambda: gauge_total(metrics.open_connections))
         metrics.registry.register(nginx)
-    names = [spec["name"] for spec in config["listeners"]]
+    names = [spec.name for spec in config.listeners]
     upstreams = UpstreamPool(reactor, settings)
     rates = RemoteRates(reactor)  # the rate limits are counted in the primary, for every worker
     plane = data_plane(
         reactor, live, upstreams, settings, metrics, recorder(access_log, nginx),
-        http="http" in names, https="https" in names,
-        tls_min_version=config["tls_min_version"], tls_ciphers=config["tls_ciphers"], http2=HTTP2Settings(**config["http2"]),
-        behind_proxy=frozenset(spec["name"] for spec in config["listeners"] if spec["proxy_protocol"]),
+        ListenerOptions(
+            http="http" in names, https="https" in names, tls_min_version=config.tls_min_version, tls_ciphers=config.tls_ciphers,
+            behind_proxy=frozenset(spec.name for spec in config.listeners if spec.proxy_protocol), http2=config.http2,
+        ),
         guards=Guards(reactor, rates),
     )
     if nginx is not None and plane.store is not None:
         nginx.certificates = served_certificates(metrics, plane.store)
     given: list[Worker] = []  # the worker, made below: the stream listeners take the primary's sockets from it
     streams = StreamListeners(
-        reactor, upstreams, metrics, config["stream_interface"], config["stream_drain_timeout"], reuse_port=True,
-        gateway_listener=plane.gateway_listener, gateway_interface=config["gateway_interface"], announce=index == 0,
+        reactor, upstreams, metrics, config.stream_interface, config.stream_drain_timeout, reuse_port=True,
+        gateway_listener=plane.gateway_listener, gateway_interface=config.gateway_interface, announce=index == 0,
         sockets=lambda key, route: given[0].take_sockets(key, route),
     )
     live.subscribe(streams.apply)
     listening = MultiService()  # a child of top from the first table on (Worker._swap)
     listeners: list[IService] = []
-    for spec in config["listeners"]:
-        for fd in spec["fds"]:  # one socket of the listener's SO_REUSEPORT group, or several (L{ingress.process.adoption})
-            endpoint: IStreamServerEndpoint = AdoptedStreamServerEndpoint(reactor, fd, spec["family"])
-            if spec["proxy_protocol"]:
+    for spec in config.listeners:
+        for fd in spec.fds:  # one socket of the listener's SO_REUSEPORT group, or several (L{ingress.process.adoption})
+            endpoint: IStreamServerEndpoint = AdoptedStreamServerEndpoint(reactor, fd, spec.family)
+            if spec.proxy_protocol:
                 endpoint = proxyEndpoint(endpoint)
-            service = DrainableListener(endpoint, plane.http if spec["name"] == "http" else plane.https)
+            service = DrainableListener(endpoint, plane.http if spec.name == "http" else plane.https)
             service.setServiceParent(listening)
             listeners.append(service)
-    shutdown = GracefulShutdown(reactor, listeners, [streams, *plane.drainables], 0.0, config["drain_timeout"], interrupt=False)  # the primary says when
+    shutdown = GracefulShutdown(reactor, listeners, [streams, *plane.drainables], 0.0, config.drain_timeout, interrupt=False)  # the primary says when
     shutdown.setServiceParent(top)
     FrozenWatch(reactor, metrics.collector).setServiceParent(top)
     worker = Worker(reactor, live, plane, streams, metrics, access_log, rates, listening, top)

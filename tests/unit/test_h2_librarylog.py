@@ -13,7 +13,7 @@ from hpack import Decoder, Encoder
 from twisted.internet.testing import MemoryReactorClock
 
 from ingress.observe.metrics import Metrics
-from ingress.process.dataplane import data_plane
+from ingress.process.dataplane import ListenerOptions, data_plane
 from ingress.proxy.request.settings import ProxySettings
 from ingress.proxy.request.upstream import UpstreamPool
 from ingress.runtime.live import LiveTable
@@ -72,5 +72,5 @@ def test_a_logger_with_debug_enabled_keeps_its_records(caplog: pytest.LogCapture
 def test_the_data_plane_drops_them_for_its_process_unless_the_speed_ups_are_off() -> None:
     """Dropped by the data plane with the speed-ups on; hpack's loggers left as they are with TWINGRESS_SPEEDUPS=0."""
     reactor, settings = MemoryReactorClock(), ProxySettings()  # type: ignore[no-untyped-call]  # Twisted's testing reactor is not annotated
-    data_plane(reactor, LiveTable(), UpstreamPool(reactor, settings), settings, Metrics(), None, http=False, https=False, tls_min_version="1.2", tls_ciphers="")  # type: ignore[arg-type]  # the testing reactor stands for the process's
+    data_plane(reactor, LiveTable(), UpstreamPool(reactor, settings), settings, Metrics(), None, ListenerOptions(http=False, https=False, tls_min_version="1.2", tls_ciphers=""))  # type: ignore[arg-type]  # the testing reactor stands for the process's
     assert all((logging.getLogger(name).debug is dropped) is ENABLED for name in HPACK_LOGGERS)

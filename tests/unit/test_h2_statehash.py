@@ -19,7 +19,7 @@ from h2.events import DataReceived, RequestReceived, ResponseReceived, StreamEnd
 from twisted.internet.testing import MemoryReactorClock
 
 from ingress.observe.metrics import Metrics
-from ingress.process.dataplane import data_plane
+from ingress.process.dataplane import ListenerOptions, data_plane
 from ingress.proxy.request.settings import ProxySettings
 from ingress.proxy.request.upstream import UpstreamPool
 from ingress.runtime.live import LiveTable
@@ -120,5 +120,5 @@ def test_the_data_plane_applies_it_for_its_process_unless_the_speed_ups_are_off(
     """Applied by the data plane with the speed-ups on; h2 left as it is with TWINGRESS_SPEEDUPS=0 (make test's pure rerun)."""
     assert not identity_hashed()
     reactor, settings = MemoryReactorClock(), ProxySettings()  # type: ignore[no-untyped-call]  # Twisted's testing reactor is not annotated
-    data_plane(reactor, LiveTable(), UpstreamPool(reactor, settings), settings, Metrics(), None, http=False, https=False, tls_min_version="1.2", tls_ciphers="")  # type: ignore[arg-type]  # the testing reactor stands for the process's
+    data_plane(reactor, LiveTable(), UpstreamPool(reactor, settings), settings, Metrics(), None, ListenerOptions(http=False, https=False, tls_min_version="1.2", tls_ciphers=""))  # type: ignore[arg-type]  # the testing reactor stands for the process's
     assert identity_hashed() is ENABLED

@@ -28,7 +28,7 @@ from twisted.internet import reactor, protocol
 from twisted.internet.testing import MemoryReactorClock
 import ingress.speedups
 from ingress.observe.metrics import Metrics
-from ingress.process.dataplane import data_plane
+from ingress.process.dataplane import ListenerOptions, data_plane
 from ingress.runtime.live import LiveTable
 from ingress.proxy.request.settings import ProxySettings
 from ingress.proxy.request.upstream import UpstreamPool
@@ -41,7 +41,7 @@ from ingress.speedups.tlsdirect import tls_factory
 from twisted.internet.ssl import CertificateOptions
 
 clock, settings = MemoryReactorClock(), ProxySettings()
-data_plane(clock, LiveTable(), UpstreamPool(clock, settings), settings, Metrics(), None, http=False, https=False, tls_min_version="1.2", tls_ciphers="")
+data_plane(clock, LiveTable(), UpstreamPool(clock, settings), settings, Metrics(), None, ListenerOptions(http=False, https=False, tls_min_version="1.2", tls_ciphers=""))
 gc.unfreeze()
 frozen_after(lambda: None)
 found = {

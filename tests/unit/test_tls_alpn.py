@@ -22,7 +22,7 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 
 from ingress.acme.tlsalpn import ACME_IDENTIFIER, acme_identifier, challenge_certificate
 from ingress.observe.metrics import Metrics
-from ingress.process.dataplane import DataPlane, data_plane
+from ingress.process.dataplane import DataPlane, ListenerOptions, data_plane
 from ingress.proxy.request.settings import ProxySettings
 from ingress.proxy.request.upstream import UpstreamPool
 from ingress.proxy.tls import sni
@@ -115,7 +115,7 @@ class _Handshake:
 
 def _plane(routing: RoutingTable) -> DataPlane:
     clock, settings, live = MemoryReactorClock(), ProxySettings(), LiveTable()
-    plane = data_plane(clock, live, UpstreamPool(clock, settings), settings, Metrics(), None, http=False, https=True, tls_min_version="1.2", tls_ciphers=MODERN_CIPHERS)  # type: ignore[arg-type]  # the testing reactor stands for the process's
+    plane = data_plane(clock, live, UpstreamPool(clock, settings), settings, Metrics(), None, ListenerOptions(http=False, https=True, tls_min_version="1.2", tls_ciphers=MODERN_CIPHERS))  # type: ignore[arg-type]  # the testing reactor stands for the process's
     plane.prepare(routing)()
     live.swap(routing)
     return plane
