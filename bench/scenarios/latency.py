@@ -50,6 +50,9 @@ def check(args: argparse.Namespace) -> str:
         return "--seconds and --connections at least 1, --warmup at least 0"
     if any("=" not in a for a in args.annotation) or any(":" not in h for h in args.header):
         return "--annotation KEY=VALUE, --header 'NAME: VALUE'"
+    unprefixed = [a.split("=", 1)[0] for a in args.annotation if "/" not in a.split("=", 1)[0]]
+    if unprefixed:  # twingress reads only prefixed keys: an unprefixed one would measure an unguarded route
+        return f"--annotation: {', '.join(unprefixed)} has no prefix (twingress.io/ or nginx.ingress.kubernetes.io/), so no route would read it"
     missing = [str(path) for path in args.manifest if not path.is_file()]
     return f"--manifest: no such file {', '.join(missing)}" if missing else ""
 

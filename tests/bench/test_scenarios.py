@@ -122,7 +122,13 @@ def test_pairs_bad_baseline(tmp_path: Path) -> None:
     assert "not a twingress checkout" in json.loads(out.read_text())["failures"][0]
 
 
-@pytest.mark.parametrize("argv", [["pairs"], ["pairs", "--against", "apache"], ["pairs", "--against", "nginx", "--cpus", "x"], ["node", "--kinds", "h3"], ["latency", "--annotation", "x"]])
+BAD_OPTIONS = [
+    ["pairs"], ["pairs", "--against", "apache"], ["pairs", "--against", "nginx", "--cpus", "x"], ["node", "--kinds", "h3"],
+    ["latency", "--annotation", "x"], ["latency", "--annotation", "auth-type=basic"],  # no prefix: no route would read it
+]
+
+
+@pytest.mark.parametrize("argv", BAD_OPTIONS)
 def test_bad_options(argv: list[str]) -> None:
     done = bench(*argv)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr, done.stderr
