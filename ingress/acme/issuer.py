@@ -11,7 +11,9 @@ logged once; a failed order is logged with the server's error and tried again af
 (30 s, doubling to an hour, at least the server's C{Retry-After}: L{ingress.acme.schedule}), never in
 a loop.  A stored certificate is ordered again at its renewal time (the server's renewalInfo, else two
 thirds of its lifetime); the new one replaces it in one rename, so the old one is served until then.
-The URL of an order in flight is kept in the storage directory: a restart resumes it.
+The URL of an order in flight is kept in the storage directory, and so is a failed certificate's
+backoff (its next order's time and its failures in a row): a restart resumes the order, and not
+before that time.
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ from twisted.web.server import Site
 from ingress.acme.answers import TokenAnswers
 from ingress.acme.client import Attempt, Issued, fetch_token, order_certificate
 from ingress.acme.options import AcmeSettings
-from ingress.acme.schedule import Backoff
-from ingress.acme.storage import MANAGED_BY, stored_hosts, stored_order_url, stored_renewal, write_certificate, write_challenges, write_order_url
+from ingress.acme.schedule import Backoff, pause_of, pause_text
+from ingress.acme.storage import MANAGED_BY, stored_backoff, stored_hosts, stored_order_url, stored_renewal, write_backoff, write_certificate, write_challenges, write_order_url
 from ingress.acme.tlsalpn import answers_handshake, publish_tls_alpn, write_tls_alpn
 from ingress.model import ClusterState, Ingress
 from ingress.routing.selection import select_ingresses
@@ -67,6 +69,7 @@ class AcmeIssuer(Service):
         self._backoff = Backoff(clock=reactor.seconds)
         self._wake: Optional[IDelayedCall] = None  # the next renewal time
         self._reported: set[str] = set()
+        self._restored: set[Entry] = set()  # the entries whose kept backoff this process has read
         self._state: Optional[ClusterState] = None
 
     def startService(self) -> None:
@@ -96,6 +99,7 @@ class AcmeIssuer(Service):
         now = datetime.datetime.fromtimestamp(self.reactor.seconds(), datetime.UTC)
         renewals: list[datetime.datetime] = []
         for entry in self._wanted(state):
+            self._restore(entry)
             if self._backoff.remaining(entry) > 0:  # its failure's callLater comes back for it
                 continue
             if stored_hosts(self.settings.storage, entry[0], entry[1]) == entry[2]:
@@ -107,6 +111,21 @@ class AcmeIssuer(Service):
             self._order(entry)
             return
         self._wake_at(min(renewals) if renewals else None, now)
+
+    def _restore(self, entry: Entry) -> None:
+        """Once per entry and process: take up the backoff a process before this one kept (a restart orders no sooner)."""
+        if entry in self._restored:
+            return
+        self._restored.add(entry)
+        pause = pause_of(stored_backoff(self.settings.storage, entry[0], entry[1]), entry[2])
+        if pause is None:
+            return
+        self._backoff.restore(entry, pause)
+        wait = self._backoff.remaining(entry)
+        if wait > 0:
+            log.info("acme: the certificate for {hosts} waits the backoff kept from before ({failures} failed orders): the next order in {wait:.0f}s",
+                     hosts=", ".join(entry[2]), failures=pause.failures, wait=wait)
+            self.reactor.callLater(wait, self._again)
 
     def _wake_at(self, when: Optional[datetime.datetime], now: datetime.datetime) -> None:
         """Look again at the next renewal time (at most an hour from now)."""
@@ -172,6 +191,7 @@ class AcmeIssuer(Service):
         issued = order_certificate(self.settings, hosts, self._publish, self._self_check, attempt=attempt, resume=resume)
         write_certificate(storage, namespace, name, issued.chain_pem, issued.key_pem, hosts, self.settings.directory, issued.renew_at)
         write_order_url(storage, namespace, name, "")  # finished: nothing to resume
+        write_backoff(storage, namespace, name, "")  # and nothing to wait for
         return issued
 
     def _publish(self, tokens: dict[str, tuple[str, str]]) -> None:
@@ -211,6 +231,7 @@ class AcmeIssuer(Service):
         if self.orders is not None:
             self.orders.labels("failed").inc()
         wait = self._backoff.failed(entry, attempt.retry_after, attempt.rate_limited)
+        self._keep_backoff(entry)
         error = " ".join(str(failure.value).split()) or repr(failure.value)
         asked = f" (the server asked for {attempt.retry_after:.0f}s)" if attempt.retry_after is not None else " (rateLimited)" if attempt.rate_limited else ""
         log.error(
@@ -219,6 +240,16 @@ class AcmeIssuer(Service):
         )
         self.reactor.callLater(wait, self._again)
         self._again()
+
+    def _keep_backoff(self, entry: Entry) -> None:
+        """The failed entry's backoff into the storage directory, where a restarted process reads it (L{_restore})."""
+        pause = self._backoff.pause(entry)
+        if pause is None:
+            return
+        try:
+            write_backoff(self.settings.storage, entry[0], entry[1], pause_text(pause, entry[2]))
+        except OSError as error:
+            log.error("acme: the backoff of {hosts} not kept ({error}): a restart would order sooner", hosts=", ".join(entry[2]), error=str(error))
 
     def _again(self) -> None:
         if self._state is not None and self.running:

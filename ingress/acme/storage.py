@@ -5,7 +5,8 @@ The ACME storage directory (C{--acme-storage}): the account key, and the manifes
 C{account-<sha256 of the directory URL>.pem} is the account key of one ACME server, so staging and
 production live side by side; C{manifests/} holds the issued certificates as C{kubernetes.io/tls}
 Secrets (labelled as twingress's) and the pending HTTP-01 tokens as the ConfigMap
-L{ingress.routing.acme_challenges.CHALLENGES} names.  The manifests source reads C{manifests/} beside
+L{ingress.routing.acme_challenges.CHALLENGES} names; C{order-<namespace>.<name>.url} and
+C{.backoff} beside them the order in flight of a certificate and its backoff after a failure.  The manifests source reads C{manifests/} beside
 the manifests directory.  Every file is written whole and renamed into place: a poll never reads half.
 """
 
@@ -146,6 +147,28 @@ def stored_order_url(storage: str, namespace: str, name: str) -> str:
     try:
         with open(_order_path(storage, namespace, name), "rb") as f:
             return f.read().decode().strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _backoff_path(storage: str, namespace: str, name: str) -> str:
+    return os.path.join(storage, f"order-{namespace}.{name}.backoff")  # beside the order's URL
+
+
+def write_backoff(storage: str, namespace: str, name: str, text: str) -> None:
+    """The backoff of C{namespace/name}'s certificate (L{ingress.acme.schedule.pause_text}; '' forgets it): a restart waits it out."""
+    path = _backoff_path(storage, namespace, name)
+    if text:
+        write_whole(path, text.encode())
+    elif os.path.exists(path):
+        os.unlink(path)
+
+
+def stored_backoff(storage: str, namespace: str, name: str) -> str:
+    """The kept backoff of C{namespace/name}'s certificate, '' when none."""
+    try:
+        with open(_backoff_path(storage, namespace, name), "rb") as f:
+            return f.read().decode()
     except (OSError, UnicodeDecodeError):
         return ""
 

@@ -22,7 +22,8 @@ again for the end of the wait.  An issued certificate is ordered again at its re
 Secret's C{acme.twingress.io/renew-after}: the server's renewalInfo, else two thirds of its
 lifetime), the key queued for then; the Secret is replaced in one write, so every node serves the
 old certificate until the new one is there.  The URL of an order in flight is kept on the account
-Secret (L{ingress.controllers.acmesecrets}), so a new leader resumes it instead of placing another.
+Secret (L{ingress.controllers.acmesecrets}), so a new leader resumes it instead of placing another;
+so is a failed certificate's backoff, which a new leader reads before it orders and waits out.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from twisted.logger import Logger
 from ingress.acme.client import SELF_CHECK_SECONDS, Attempt, Issued, fetch_token, order_certificate
 from ingress.acme.issuer import ANNOTATION, CERT_MANAGER, RECHECK_SECONDS
 from ingress.acme.options import AcmeSettings
-from ingress.acme.schedule import Backoff
+from ingress.acme.schedule import Backoff, pause_of, pause_text
 from ingress.acme.storage import certificate_secret, renewal_of
 from ingress.controllers.acmesecrets import ClusterStore, is_ours
 from ingress.controllers.events import NORMAL, WARNING, EventRecorder
@@ -130,6 +131,8 @@ class AcmeOrders:
         renewal = annotations.get(HOSTS_ANNOTATION) == ",".join(hosts) and annotations.get(ISSUER_ANNOTATION) == directory
         if renewal and not self._due(key, existing or {}, annotations):
             return
+        if self._kept_wait(key, namespace, name, hosts):
+            return
         self._issue(ingress, name, hosts, existing, renewal)
 
     def _due(self, key: tuple[str, str], existing: dict[str, Any], annotations: dict[str, str]) -> bool:
@@ -146,6 +149,20 @@ class AcmeOrders:
                  namespace=existing["metadata"]["namespace"], name=existing["metadata"]["name"], when=renew_at.isoformat())
         return True
 
+    def _kept_wait(self, key: tuple[str, str], namespace: str, name: str, hosts: tuple[str, ...]) -> bool:
+        """Whether a backoff kept by a leader before this one (or before a restart) is still running; if so, the key waits it out."""
+        pause = pause_of(self.store.kept_backoff(namespace, name), hosts)
+        if pause is None:
+            return False
+        self.backoff.restore((namespace, name, hosts), pause)
+        waiting = self.backoff.remaining((namespace, name, hosts))
+        if waiting <= 0:
+            return False
+        log.info("acme: the certificate for {hosts} waits the backoff kept on the account Secret ({failures} failed orders): the next order in {wait:.0f}s",
+                 hosts=", ".join(hosts), failures=pause.failures, wait=waiting)
+        self.requeue(key, waiting)
+        return True
+
     def _issue(self, ingress: Ingress, name: str, hosts: tuple[str, ...], existing: Any, renewal: bool) -> None:
         namespace, directory = ingress.meta.namespace, self.options.settings.directory
         log.info("acme: ordering a certificate for {hosts} from {directory}", hosts=", ".join(hosts), directory=directory)
@@ -154,6 +171,7 @@ class AcmeOrders:
             issued = self._order(hosts, attempt, self.store.order_url(namespace, name))
             self.store.write_certificate(certificate_secret(namespace, name, issued.chain_pem, issued.key_pem, hosts, directory, issued.renew_at), existing)
             self.store.keep_order_url(namespace, name, "")
+            self.store.keep_backoff(namespace, name, "")
         except NotLeader:
             raise
         except Exception as error:  # noqa: BLE001 - the server's or a node's error, said on the Ingress; the loop goes on
@@ -175,12 +193,25 @@ class AcmeOrders:
     def _failed(self, ingress: Ingress, name: str, hosts: tuple[str, ...], attempt: Attempt, message: str) -> None:
         """A failed order: its Event and line, and the backoff before the next one (the key queued for its end)."""
         wait = self.backoff.failed((ingress.meta.namespace, name, hosts), attempt.retry_after, attempt.rate_limited)
+        self._keep_backoff(ingress.meta.namespace, name, hosts)
         self.requeue((ingress.meta.namespace, ingress.meta.name), wait)
         self.metrics.acme_orders.labels("failed").inc()
         asked = f" (the server asked for {attempt.retry_after:.0f}s)" if attempt.retry_after is not None else " (rateLimited)" if attempt.rate_limited else ""
         log.error("acme: ordering a certificate for {hosts} failed: {error}; trying again in {wait:.0f}s{asked}, {requests} requests to the ACME server",
                   hosts=", ".join(hosts), error=message, wait=wait, asked=asked, requests=attempt.requests)
         self.events.record(ingress.meta, "Ingress", WARNING, "AcmeOrderFailed", "Order", f"certificate for {', '.join(hosts)}: {message}; trying again in {wait:.0f}s")
+
+    def _keep_backoff(self, namespace: str, name: str, hosts: tuple[str, ...]) -> None:
+        """The failed certificate's backoff onto the account Secret, for the next leader (L{_kept_wait})."""
+        pause = self.backoff.pause((namespace, name, hosts))
+        if pause is None:
+            return
+        try:
+            self.store.keep_backoff(namespace, name, pause_text(pause, hosts))
+        except NotLeader:
+            raise
+        except Exception as error:  # noqa: BLE001 - this leader still waits it; only a successor would order sooner
+            log.error("acme: the backoff of {hosts} not kept on the account Secret ({error})", hosts=", ".join(hosts), error=" ".join(str(error).split()))
 
     def _order(self, hosts: tuple[str, ...], attempt: Attempt, resume: str) -> Issued:
         key, made = self.store.account_key()

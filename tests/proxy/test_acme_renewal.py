@@ -9,7 +9,9 @@ When the ACME issuer orders again (issue 64, Renewal), without a cluster, agains
   Pebble has no rate limits), longer than the first backoff's 30 s, so the server's word is what
   is waited: no request to the newOrder URL before 35 s, then the certificate.
 - Pebble stopped: one failed order (one request, refused), then nothing for its 30 s backoff (the
-  attempts counted), and the certificate comes from the next order once Pebble is back.  The
+  attempts counted) although the process is restarted in it (the backoff is kept in the storage
+  directory beside the order's URL: the restarted one waits what is left), and the certificate
+  comes from the next order once Pebble is back.  The
   doubling after that (60 s, ... an hour) is the arithmetic of L{ingress.acme.schedule.Backoff},
   proven with a fake clock in tests/unit/test_acme_schedule.py; here one real wait.
 - An order that failed after it was placed (the challenge's answer refused once, by the proxy) is
@@ -18,6 +20,7 @@ When the ACME issuer orders again (issue 64, Renewal), without a cluster, agains
 
 from __future__ import annotations
 
+import json
 import re
 import ssl
 import time
@@ -125,17 +128,25 @@ def test_an_outage_of_the_acme_server_backs_off_and_the_certificate_comes_when_i
     waits = [int(wait) for _, wait, _ in FAILED.findall(proxy.log())]
     requests = [int(sent) for _, _, sent in FAILED.findall(proxy.log())]
     assert waits == [30] and requests == [1], (waits, requests)  # the directory, refused; then the first backoff
+    kept = json.loads((tmp_path / "acme" / "order-default.app-tls.backoff").read_text())
+    assert kept["hosts"] == "app.example.com" and kept["failures"] == 1, kept
+    proxy.stop()  # a restart in the backoff: the new process reads it rather than order at once
+    proxy = twingress(*_acme_args(pebble.directory, pebble.ca_file, tmp_path / "acme"), "--https", f"tcp:{https_port}:interface=127.0.0.1",
+                      "--http", f"tcp:{proxy.http_port}:interface=127.0.0.1")
     pebble.start_server()  # back at once: only the backoff holds the next order up
     root = tmp_path / "pebble-root.pem"
     root.write_bytes(pebble.root_pem())  # a new Pebble, a new root
-    wait_until(lambda: proxy.log().count(ORDERING) >= 2, timeout=60, what="the next order")
+    wait_until(lambda: "waits the backoff kept from before (1 failed orders)" in proxy.log(), timeout=30, what="the restarted process reading the backoff")
+    wait_until(lambda: ORDERING in proxy.log(), timeout=60, what="the next order")
     waited = time.monotonic() - failed_at  # both lines seen within a poll (0.1 s) of their writing
     assert waited >= 29, f"the next order came {waited:.0f}s after the failure, inside its 30 s backoff"
     found = _issued(proxy, pebble, timeout=90)[0]
-    assert proxy.log().count(ORDERING) == 2  # no storm: nothing in the 30 s, then the order that gets it
+    assert proxy.log().count(ORDERING) == 1  # no storm: nothing in the 30 s (nor at the restart), then the order that gets it
+    assert not (tmp_path / "acme" / "order-default.app-tls.backoff").exists(), "a certificate issued forgets its backoff"
     served = wait_until(lambda: _served_certificate(https_port, "app.example.com", root), timeout=20, what="the certificate by SNI")
     assert served.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName) == ["app.example.com"]
-    print(f"outage: 1 order failed (1 request, refused), the next {waited:.0f}s later (its 30 s backoff), {found.group(4)} requests to Pebble")
+    print(f"outage: 1 order failed (1 request, refused), the process restarted, the next order {waited:.0f}s after the failure (its 30 s backoff),"
+          f" {found.group(4)} requests to Pebble")
 
 
 def test_a_restarted_issuer_resumes_the_order_it_placed_instead_of_placing_another(
