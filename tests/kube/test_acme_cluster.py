@@ -13,8 +13,9 @@ ready, nothing listens on its address): the leader's next order fails with an Ev
 no challenge is asked of Pebble; its backoff is kept on the account Secret beside the order's URL.
 The leader is killed in that backoff, after newOrder and before the certificate: the next leader
 finds the account Secret (Pebble makes no new account), waits the kept backoff out (its first order
-comes 30 s after the failure, not at its takeover) and resumes that order by its URL: one newOrder
-in Pebble's log for the second certificate.
+comes 30 s after the failure, not at its takeover, through its status write of the Ingress and three
+changes of it, each synced by the ACME loop) and resumes that order by its URL: one newOrder in
+Pebble's log for the second certificate.
 """
 
 from __future__ import annotations
@@ -233,8 +234,16 @@ def test_the_leader_orders_every_replica_answers_and_the_next_leader_keeps_the_a
     ready_pod(kube, namespace, "twingress-" + str(addresses.index(address_of[id(leader)])), node, address_of[id(leader)], ready=False)
     pebble.resolve_to(address_of[id(follower)])
     wait_until(lambda: holder_process(kube, namespace, [follower]), timeout=40, what="the follower taking the Lease")
+    wait_until(lambda: "waits the backoff kept on the account Secret (1 failed orders)" in follower.log(), timeout=20,
+               what="the next leader reading the kept backoff (it took over inside the 30 s)")
+    wait_until(lambda: {entry.ip for entry in kube.networking.read_namespaced_ingress("second", namespace).status.load_balancer.ingress or ()}
+               == {address_of[id(follower)]}, what="the next leader's status write of the second Ingress (a sync of it)")
+    syncs = _acme_syncs(follower)
+    for touch in range(3):  # each change is a sync of the ACME loop in the kept backoff, and none orders
+        kube.networking.patch_namespaced_ingress("second", namespace, {"metadata": {"annotations": {"example.com/touched": str(touch)}}})
+        wait_until(lambda syncs=syncs: _acme_syncs(follower) > syncs, timeout=20, what=f"the ACME loop's sync of change {touch}")
+        syncs = _acme_syncs(follower)
     again = issued_line(follower, pebble, "second.example.com")
-    assert "waits the backoff kept on the account Secret (1 failed orders)" in follower.log(), follower.log()[-4000:]  # taken over inside the 30 s
     ordered = _stamps(follower.log(), "acme: ordering a certificate for second.example.com from")
     waited = (ordered[0] - _stamp(failure.group(1))).total_seconds()
     assert len(ordered) == 1 and waited >= 29, f"the next leader ordered {waited:.0f}s after the failure, inside its 30 s backoff"  # stamps to the second
@@ -249,6 +258,10 @@ def test_the_leader_orders_every_replica_answers_and_the_next_leader_keeps_the_a
     assert served.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName) == ["second.example.com"]
     print(f"after the leader was killed in its backoff: the next leader ordered {waited:.0f}s after the failure, resumed the order: {again.group(3)}s,"
           f" {again.group(4)} requests counted by the client, {pebble.requests() - requests_before} in Pebble's log (with the failed one), 1 newOrder, 0 new accounts")
+
+
+def _acme_syncs(replica: KubeTwingress) -> float:
+    return replica.metric("twingress_controller_syncs_total", controller="acme")
 
 
 def _new_orders(pebble: Pebble) -> int:
