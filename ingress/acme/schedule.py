@@ -6,6 +6,9 @@ When to order again, the same in both modes (the manifests issuer and the cluste
   random point of its C{suggestedWindow}, which the C{acme} library picks), never later than
   L{LATEST} of its lifetime, so that failed renewals still have time to be retried before it
   expires; a server without C{renewalInfo} gets the usual two thirds of the lifetime.
+- The renewal window is asked for again (RFC 9773 4.3.3) at the C{Retry-After} of the last
+  renewalInfo answer, bounded to between a minute and a day (L{next_renewal_poll}), so that a window
+  the server moved (a revoked certificate: renew at once) is acted upon; never after the renewal.
 - A failed order waits, per certificate, 30 s doubling to an hour (L{Backoff}), and at least what the
   server said: its C{Retry-After} (seconds or an HTTP date), or an hour for a C{rateLimited} problem
   that names no time.  Nothing else (a changed Ingress, a status write, a new table) shortens it,
@@ -31,6 +34,8 @@ RATE_LIMITED = "urn:ietf:params:acme:error:rateLimited"
 DEFAULT_SHARE = 2 / 3  # of the lifetime, without renewal information
 LATEST = 5 / 6  # of the lifetime: a window that ends later is cut here
 RENEW_AFTER_ANNOTATION = "acme.twingress.io/renew-after"
+RENEWAL_INFO_ANNOTATION = "acme.twingress.io/renewal-info-at"  # when the renewalInfo is asked for again
+POLL_FLOOR, POLL_CEILING = 60.0, 86400.0  # a renewalInfo Retry-After shorter is a minute, longer a day (RFC 9773 4.3.3)
 
 
 def renewal_at(not_before: datetime.datetime, not_after: datetime.datetime, suggested: Optional[datetime.datetime]) -> datetime.datetime:
@@ -40,6 +45,16 @@ def renewal_at(not_before: datetime.datetime, not_after: datetime.datetime, sugg
     if suggested is None:
         return not_before + lifetime * DEFAULT_SHARE
     return min(suggested, latest)
+
+
+def next_renewal_poll(now: datetime.datetime, retry_after: Optional[datetime.datetime], renew_at: datetime.datetime) -> Optional[datetime.datetime]:
+    """
+    When to fetch the renewalInfo again: at its answer's C{Retry-After} (the C{acme} library's: six hours without one),
+    bounded to between L{POLL_FLOOR} and L{POLL_CEILING} from C{now}; None when the renewal comes first.
+    """
+    wait = (retry_after - now).total_seconds() if retry_after is not None else POLL_CEILING / 4
+    at = now + datetime.timedelta(seconds=min(max(wait, POLL_FLOOR), POLL_CEILING))
+    return at if at < renew_at else None
 
 
 def retry_after_seconds(value: Optional[str], now: datetime.datetime) -> Optional[float]:

@@ -39,11 +39,11 @@ from typing import Any
 
 from twisted.logger import Logger
 
-from ingress.acme.client import SELF_CHECK_SECONDS, Attempt, Issued, fetch_token, order_certificate
+from ingress.acme.client import SELF_CHECK_SECONDS, Attempt, Issued, fetch_token, order_certificate, renewal_again
 from ingress.acme.issuer import ANNOTATION, CERT_MANAGER, RECHECK_SECONDS
 from ingress.acme.options import AcmeSettings
-from ingress.acme.schedule import Backoff, pause_of, pause_text
-from ingress.acme.storage import certificate_secret, renewal_of
+from ingress.acme.schedule import RENEW_AFTER_ANNOTATION, RENEWAL_INFO_ANNOTATION, Backoff, pause_of, pause_text
+from ingress.acme.storage import certificate_secret, renewal_of, renewal_poll_of
 from ingress.controllers.acmesecrets import ClusterStore, is_ours
 from ingress.controllers.events import NORMAL, WARNING, EventRecorder
 from ingress.controllers.leader import NotLeader
@@ -141,9 +141,13 @@ class AcmeOrders:
             renew_at = renewal_of(annotations, base64.b64decode((existing.get("data") or {}).get("tls.crt", ""), validate=True))
         except (binascii.Error, ValueError, TypeError):
             return True  # our Secret without a readable certificate: order one
-        left = (renew_at - datetime.datetime.now(datetime.UTC)).total_seconds()
+        now = datetime.datetime.now(datetime.UTC)
+        poll_at = renewal_poll_of(annotations)
+        if poll_at is not None and poll_at <= now < renew_at:  # the server's window, asked for again (RFC 9773 4.3.3)
+            renew_at, poll_at = self._ask_again(existing, renew_at)
+        left = (renew_at - now).total_seconds()
         if left > 0:
-            self.requeue(key, min(left, RECHECK_SECONDS))
+            self.requeue(key, min(left, (poll_at - now).total_seconds() if poll_at else left, RECHECK_SECONDS))
             return False
         log.info("acme: the certificate in Secret {namespace}/{name} is due for renewal (at {when})",
                  namespace=existing["metadata"]["namespace"], name=existing["metadata"]["name"], when=renew_at.isoformat())
@@ -163,13 +167,27 @@ class AcmeOrders:
         self.requeue(key, waiting)
         return True
 
+    def _ask_again(self, existing: dict[str, Any], renew_at: datetime.datetime) -> tuple[datetime.datetime, datetime.datetime | None]:
+        """The certificate's renewalInfo asked for again, and what it says written onto its Secret (its renew-after, its next check)."""
+        metadata, data = existing["metadata"], existing.get("data") or {}
+        key, _ = self.store.account_key()
+        new_at, poll_at = renewal_again(self.options.settings, base64.b64decode(data.get("tls.crt", "")), key, renew_at)
+        self.store.annotate_secret(existing, {
+            RENEW_AFTER_ANNOTATION: new_at.isoformat(), RENEWAL_INFO_ANNOTATION: poll_at.isoformat() if poll_at else None,
+        })
+        log.info("acme: renewalInfo of the certificate in Secret {namespace}/{name} asked for again: renewal at {renew_at} (was {was}); next check {poll}",
+                 namespace=metadata["namespace"], name=metadata["name"], renew_at=new_at.isoformat(), was=renew_at.isoformat(),
+                 poll=poll_at.isoformat() if poll_at else "none")
+        return new_at, poll_at
+
     def _issue(self, ingress: Ingress, name: str, hosts: tuple[str, ...], existing: Any, renewal: bool) -> None:
         namespace, directory = ingress.meta.namespace, self.options.settings.directory
         log.info("acme: ordering a certificate for {hosts} from {directory}", hosts=", ".join(hosts), directory=directory)
         attempt = Attempt(on_order=lambda url: self.store.keep_order_url(namespace, name, url))
         try:
             issued = self._order(hosts, attempt, self.store.order_url(namespace, name))
-            self.store.write_certificate(certificate_secret(namespace, name, issued.chain_pem, issued.key_pem, hosts, directory, issued.renew_at), existing)
+            secret = certificate_secret(namespace, name, issued.chain_pem, issued.key_pem, hosts, directory, issued.renew_at, issued.poll_at)
+            self.store.write_certificate(secret, existing)
             self.store.keep_order_url(namespace, name, "")
             self.store.keep_backoff(namespace, name, "")
         except NotLeader:

@@ -128,6 +128,21 @@ class ClusterStore:
         path = f"/api/v1/namespaces/{self.namespace}/secrets/{account_secret_name(self.directory)}"
         self.writer.request("PATCH", path, "Secret", "patch", patch, content_type=MERGE_PATCH, timeout=_TIMEOUT)
 
+    def annotate_secret(self, existing: dict[str, Any], annotations: dict[str, str | None]) -> None:
+        """
+        Set (None: remove) annotations of twingress's own certificate Secret, its data as it is: an update (the verb the
+        certificates are written with) at its resourceVersion, so a change meanwhile is a 409, never overwritten.
+        C{existing} takes the written metadata (its new resourceVersion: a renewal's write that follows is not a 409).
+        """
+        if not is_ours(existing):
+            raise ValueError(f"Secret {existing['metadata']['namespace']}/{existing['metadata']['name']} is not twingress's")
+        metadata = existing["metadata"]
+        kept = {key: value for key, value in {**(metadata.get("annotations") or {}), **annotations}.items() if value is not None}
+        body = {**existing, "metadata": {**metadata, "annotations": kept}}
+        path = f"/api/v1/namespaces/{metadata['namespace']}/secrets/{metadata['name']}"
+        written = self.writer.request("PUT", path, "Secret", "update", body, timeout=_TIMEOUT)
+        existing["metadata"] = written.get("metadata") or body["metadata"]
+
     def publish(self, tokens: dict[str, tuple[str, str]]) -> None:
         """The pending tokens (token: (host, key authorization)) into the ConfigMap every node watches; {} empties it."""
         body = {

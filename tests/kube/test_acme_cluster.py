@@ -180,6 +180,8 @@ def test_the_leader_orders_every_replica_answers_and_the_next_leader_keeps_the_a
     assert secret.metadata.annotations["acme.twingress.io/issuer"] == pebble.directory
     leaf = x509.load_pem_x509_certificate(base64.b64decode(secret.data["tls.crt"]))
     assert secret.metadata.annotations["acme.twingress.io/not-after"] == leaf.not_valid_after_utc.isoformat()
+    check_at = datetime.datetime.fromisoformat(secret.metadata.annotations["acme.twingress.io/renewal-info-at"])  # RFC 9773 4.3.3
+    assert datetime.timedelta(hours=5) < check_at - datetime.datetime.now(datetime.UTC) <= datetime.timedelta(hours=6), check_at  # Pebble's Retry-After
     for each in replicas:  # both replicas serve it by SNI, the chain verified against Pebble's root
         served = wait_until(lambda each=each: served_certificate(address_of[id(each)], https_port, "www.site.example.com", root), timeout=30, what="the certificate by SNI")
         assert served.serial_number == leaf.serial_number

@@ -6,7 +6,7 @@ import datetime
 
 import pytest
 
-from ingress.acme.schedule import FIRST_BACKOFF, LAST_BACKOFF, Backoff, Pause, failure_wait, pause_of, pause_text, renewal_at, retry_after_seconds
+from ingress.acme.schedule import FIRST_BACKOFF, LAST_BACKOFF, Backoff, Pause, failure_wait, next_renewal_poll, pause_of, pause_text, renewal_at, retry_after_seconds
 
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 DAY = datetime.timedelta(days=1)
@@ -90,3 +90,25 @@ def test_a_kept_pause_is_json_with_its_hosts_a_utc_time_and_the_failures() -> No
     text = pause_text(Pause(T0.timestamp(), 3), ("a.example.com", "b.example.com"))
     assert text == '{"failures": 3, "hosts": "a.example.com,b.example.com", "until": "2026-01-01T00:00:00+00:00"}'
     assert pause_of(text, ("a.example.com", "b.example.com")) == Pause(T0.timestamp(), 3)
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "expected"),
+    [
+        (datetime.timedelta(hours=6), datetime.timedelta(hours=6)),  # Pebble's and Let's Encrypt's: at it
+        (datetime.timedelta(seconds=5), datetime.timedelta(minutes=1)),  # never more often than a minute
+        (-DAY, datetime.timedelta(minutes=1)),  # a time in the past: the same
+        (30 * DAY, DAY),  # never less often than a day
+        (None, datetime.timedelta(hours=6)),  # no Retry-After: six hours
+    ],
+)
+def test_the_renewal_window_is_asked_for_again_at_the_retry_after_bounded_to_a_minute_and_a_day(
+    retry_after: datetime.timedelta | None, expected: datetime.timedelta,
+) -> None:
+    renew_at = T0 + 60 * DAY
+    assert next_renewal_poll(T0, T0 + retry_after if retry_after is not None else None, renew_at) == T0 + expected
+
+
+def test_no_renewal_window_is_asked_for_after_the_renewal() -> None:
+    assert next_renewal_poll(T0, T0 + datetime.timedelta(hours=6), T0 + datetime.timedelta(hours=1)) is None
+    assert next_renewal_poll(T0, T0 + datetime.timedelta(seconds=1), T0 + datetime.timedelta(seconds=30)) is None  # the minute's floor is after it
