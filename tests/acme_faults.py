@@ -3,8 +3,10 @@ A small fault-injecting HTTPS proxy in front of Pebble (Pebble has no rate limit
 talks to it as to Pebble (the same test CA signs its certificate), it forwards every request to
 Pebble with the client's Host header (Pebble builds its URLs from it, so they name the proxy),
 except the requests a rule picks,
-which it answers itself with a problem document (RFC 7807) and the headers the rule names.  It
-notes the time of every request by path, so a test can say when the client asked again.
+which it answers itself with a problem document (RFC 7807) and the headers the rule names; the
+answers it relays can have headers replaced (L{FaultProxy.answer_headers}: Pebble's renewalInfo
+says C{Retry-After: 21600}, a test wants seconds).  It notes the time of every request by path,
+so a test can say when the client asked again.
 """
 
 from __future__ import annotations
@@ -19,6 +21,13 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Optional
+
+from acme import client as acme_client
+from acme import errors, messages
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from josepy.jwk import JWKRSA
 
 from tests.acme_support import Pebble
 
@@ -45,6 +54,7 @@ class FaultProxy:
     def __init__(self, pebble: Pebble, work: Path) -> None:
         self.pebble = pebble
         self.faults: list[Fault] = []
+        self.answer_headers: list[tuple[str, str, dict[str, str]]] = []  # (method, path prefix, headers replaced in Pebble's answers)
         self.seen: list[tuple[float, str, str, int]] = []  # (monotonic time, method, path, status answered)
         self._lock = threading.Lock()
         leaf = pebble.authority.issue(["localhost", "127.0.0.1"])
@@ -122,9 +132,13 @@ def _handler(proxy: FaultProxy) -> Callable[..., BaseHTTPRequestHandler]:
             data = answer.read()
             proxy._note(self.command, self.path, answer.status)
             self.send_response(answer.status)
+            replaced = {name: value for method, prefix, headers in proxy.answer_headers if method == self.command and self.path.startswith(prefix)
+                        for name, value in headers.items()}
             for name, value in answer.getheaders():
-                if name.lower() not in HOP_BY_HOP:
+                if name.lower() not in HOP_BY_HOP and name.lower() not in {key.lower() for key in replaced}:
                     self.send_header(name, value)
+            for name, value in replaced.items():
+                self.send_header(name, value)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             if self.command != "HEAD":
@@ -132,3 +146,16 @@ def _handler(proxy: FaultProxy) -> Callable[..., BaseHTTPRequestHandler]:
             upstream.close()
 
     return Handler
+
+
+def revoke(directory: str, ca_file: Path, account_key_pem: bytes, certificate: x509.Certificate) -> None:
+    """Revoke C{certificate} as the account of C{account_key_pem} (twingress's), with certbot's client as twingress uses it."""
+    key = serialization.load_pem_private_key(account_key_pem, password=None)
+    assert isinstance(key, rsa.RSAPrivateKey)
+    network = acme_client.ClientNetwork(JWKRSA(key=key), user_agent="twingress-tests", verify_ssl=str(ca_file))  # type: ignore[arg-type]
+    acme = acme_client.ClientV2(acme_client.ClientV2.get_directory(directory, network), network)
+    try:
+        acme.new_account(messages.NewRegistration.from_data(terms_of_service_agreed=True))
+    except errors.ConflictError as existing:  # the key's account: its URL
+        network.account = messages.RegistrationResource(uri=existing.location, body=messages.Registration())
+    acme.revoke(certificate, 0)

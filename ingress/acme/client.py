@@ -30,7 +30,7 @@ from josepy.jwk import JWK, JWKRSA
 from twisted.logger import Logger
 
 from ingress.acme.options import AcmeSettings
-from ingress.acme.schedule import RATE_LIMITED, renewal_at, retry_after_seconds
+from ingress.acme.schedule import RATE_LIMITED, next_renewal_poll, renewal_at, retry_after_seconds
 from ingress.acme.storage import account_key
 from ingress.acme.tlsalpn import TLSALPN01
 
@@ -116,6 +116,7 @@ class Issued:
     renew_at: Optional[datetime.datetime] = None  # when to renew it (L{ingress.acme.schedule.renewal_at})
     renewal_source: str = ""  # what said so: "renewalInfo" (RFC 9773) or "two thirds"
     bad_nonces: int = 0  # badNonce answers retried (RFC 8555 6.5)
+    poll_at: Optional[datetime.datetime] = None  # when to ask for its renewalInfo again (None: the renewal comes first, or no renewalInfo)
 
 
 def order_certificate(
@@ -153,8 +154,8 @@ def order_certificate(
     finally:
         publish({})
     chain_pem = order.fullchain_pem.encode()
-    renew_at, source = _renewal(acme, chain_pem)
-    return Issued(chain_pem, key_pem, network.requests, time.monotonic() - started, new_account, renew_at, source, network.bad_nonces)
+    renew_at, source, poll_at = _renewal(acme, chain_pem)
+    return Issued(chain_pem, key_pem, network.requests, time.monotonic() - started, new_account, renew_at, source, network.bad_nonces, poll_at)
 
 
 def _placed(acme: client.ClientV2, csr_pem: bytes, attempt: Attempt) -> messages.OrderResource:
@@ -185,16 +186,51 @@ def _resumed(acme: client.ClientV2, url: str, csr_pem: bytes, hosts: tuple[str, 
     return messages.OrderResource(body=body, uri=url, authorizations=authorizations, csr_pem=csr_pem)
 
 
-def _renewal(acme: client.ClientV2, chain_pem: bytes) -> tuple[datetime.datetime, str]:
-    """When to renew the certificate: the server's renewalInfo (RFC 9773) where it offers it, else two thirds of its lifetime."""
+def _renewal(acme: client.ClientV2, chain_pem: bytes) -> tuple[datetime.datetime, str, Optional[datetime.datetime]]:
+    """
+    When to renew the certificate: the server's renewalInfo (RFC 9773) where it offers it, else two thirds of its lifetime;
+    and when to ask for the renewalInfo again (its answer's Retry-After, bounded: L{next_renewal_poll}).
+    """
     leaf = x509.load_pem_x509_certificate(chain_pem)
-    try:
-        suggested, _ = acme.renewal_time(chain_pem)
-    except Exception as error:  # noqa: BLE001 - the certificate is issued: a broken renewalInfo only loses the server's advice
-        log.warn("acme: renewalInfo of the new certificate not answered ({error}); renewing at two thirds of its lifetime", error=str(error.__cause__ or error))
-        suggested = None
+    now = datetime.datetime.now(datetime.UTC)
+    suggested, retry_after = _asked(acme, chain_pem)
     source = "renewalInfo" if suggested is not None else "two thirds"
-    return renewal_at(leaf.not_valid_before_utc, leaf.not_valid_after_utc, suggested), source
+    renew_at = renewal_at(leaf.not_valid_before_utc, leaf.not_valid_after_utc, suggested)
+    offered = "renewalInfo" in acme.directory.to_partial_json()
+    return renew_at, source, next_renewal_poll(now, retry_after, renew_at) if offered else None
+
+
+def _asked(acme: client.ClientV2, chain_pem: bytes) -> tuple[Optional[datetime.datetime], Optional[datetime.datetime]]:
+    """The server's suggested renewal time (None: no renewalInfo, or not answered) and when to ask again (UTC)."""
+    try:
+        suggested, retry_after = acme.renewal_time(chain_pem)
+    except Exception as error:  # noqa: BLE001 - the certificate is issued: a broken renewalInfo only loses the server's advice
+        log.warn("acme: renewalInfo of the certificate not answered ({error}); renewing at two thirds of its lifetime", error=str(error.__cause__ or error))
+        later = getattr(error, "retry_after", None)
+        return None, later.astimezone(datetime.UTC) if isinstance(later, datetime.datetime) else None
+    return suggested, retry_after.astimezone(datetime.UTC)  # the library's is local time
+
+
+def renewal_again(
+    settings: AcmeSettings, chain_pem: bytes, key: rsa.RSAPrivateKey, renew_at: datetime.datetime,
+) -> tuple[datetime.datetime, Optional[datetime.datetime]]:
+    """
+    (Blocking.) The renewal time of an issued certificate (now due at C{renew_at}) and its next renewalInfo check, asked
+    of the server again (RFC 9773 4.3.3): a window it moved, e.g. after a revocation, is what is returned.  A server that
+    does not answer now keeps C{renew_at} and is asked again later (L{next_renewal_poll}).
+    """
+    leaf = x509.load_pem_x509_certificate(chain_pem)
+    now = datetime.datetime.now(datetime.UTC)
+    network = CountingNetwork(JWKRSA(key=key), settings.ca_file)
+    try:
+        acme = client.ClientV2(directory_of(settings.directory, network), network)
+    except ValueError as error:
+        log.warn("acme: renewalInfo not asked for again: {error}", error=str(error))
+        return renew_at, next_renewal_poll(now, None, renew_at)
+    suggested, retry_after = _asked(acme, chain_pem)
+    if suggested is not None:
+        renew_at = renewal_at(leaf.not_valid_before_utc, leaf.not_valid_after_utc, suggested)
+    return renew_at, next_renewal_poll(now, retry_after, renew_at)
 
 
 def directory_of(url: str, network: CountingNetwork) -> messages.Directory:

@@ -11,11 +11,14 @@ logged once; a failed order is logged with the server's error and tried again af
 (30 s, doubling to an hour, at least the server's C{Retry-After}: L{ingress.acme.schedule}), never in
 a loop.  A stored certificate is ordered again at its renewal time (the server's renewalInfo, else two
 thirds of its lifetime); the new one replaces it in one rename, so the old one is served until then.
-The URL of an order in flight is kept in the storage directory: a restart resumes it.
+The URL of an order in flight is kept in the storage directory, and so is a failed certificate's
+backoff (its next order's time and its failures in a row): a restart resumes the order, and not
+before that time.
 """
 
 from __future__ import annotations
 
+import base64
 import datetime
 from typing import Optional
 
@@ -31,10 +34,23 @@ from twisted.python.threadpool import ThreadPool
 from twisted.web.server import Site
 
 from ingress.acme.answers import TokenAnswers
-from ingress.acme.client import Attempt, Issued, fetch_token, order_certificate
+from ingress.acme.client import Attempt, Issued, fetch_token, order_certificate, renewal_again
 from ingress.acme.options import AcmeSettings
-from ingress.acme.schedule import Backoff
-from ingress.acme.storage import MANAGED_BY, stored_hosts, stored_order_url, stored_renewal, write_certificate, write_challenges, write_order_url
+from ingress.acme.schedule import POLL_FLOOR, Backoff, pause_of, pause_text
+from ingress.acme.storage import (
+    MANAGED_BY,
+    account_key,
+    renewal_poll_of,
+    stored_backoff,
+    stored_hosts,
+    stored_order_url,
+    stored_renewal,
+    stored_secret,
+    write_backoff,
+    write_certificate,
+    write_challenges,
+    write_order_url,
+)
 from ingress.acme.tlsalpn import answers_handshake, publish_tls_alpn, write_tls_alpn
 from ingress.model import ClusterState, Ingress
 from ingress.routing.selection import select_ingresses
@@ -67,6 +83,7 @@ class AcmeIssuer(Service):
         self._backoff = Backoff(clock=reactor.seconds)
         self._wake: Optional[IDelayedCall] = None  # the next renewal time
         self._reported: set[str] = set()
+        self._restored: set[Entry] = set()  # the entries whose kept backoff this process has read
         self._state: Optional[ClusterState] = None
 
     def startService(self) -> None:
@@ -96,17 +113,69 @@ class AcmeIssuer(Service):
         now = datetime.datetime.fromtimestamp(self.reactor.seconds(), datetime.UTC)
         renewals: list[datetime.datetime] = []
         for entry in self._wanted(state):
+            self._restore(entry)
             if self._backoff.remaining(entry) > 0:  # its failure's callLater comes back for it
                 continue
             if stored_hosts(self.settings.storage, entry[0], entry[1]) == entry[2]:
                 renew_at = stored_renewal(self.settings.storage, entry[0], entry[1])
                 if renew_at is None or renew_at > now:
-                    renewals.extend([renew_at] if renew_at is not None else [])
+                    poll_at = self._poll_time(entry)
+                    if renew_at is not None and poll_at is not None and poll_at <= now:  # the server's window, asked for again
+                        self._ask_again(entry, renew_at)
+                        return
+                    renewals.extend(when for when in (renew_at, poll_at) if when is not None)
                     continue
                 log.info("acme: the certificate in Secret {namespace}/{name} is due for renewal (at {when})", namespace=entry[0], name=entry[1], when=renew_at.isoformat())
             self._order(entry)
             return
         self._wake_at(min(renewals) if renewals else None, now)
+
+    def _poll_time(self, entry: Entry) -> Optional[datetime.datetime]:
+        secret = stored_secret(self.settings.storage, entry[0], entry[1]) or {}
+        return renewal_poll_of((secret.get("metadata") or {}).get("annotations") or {})
+
+    def _ask_again(self, entry: Entry, renew_at: datetime.datetime) -> None:
+        """The stored certificate's renewalInfo asked for again in the thread (RFC 9773 4.3.3); its Secret rewritten with what it says."""
+        self._busy = entry
+        d: Deferred[tuple[datetime.datetime, Optional[datetime.datetime]]] = deferToThreadPool(self.reactor, self._pool, self._renewal_again, entry, renew_at)
+        d.addCallbacks(self._asked_again, self._not_asked_again, callbackArgs=(entry, renew_at), errbackArgs=(entry,))
+
+    def _renewal_again(self, entry: Entry, renew_at: datetime.datetime) -> tuple[datetime.datetime, Optional[datetime.datetime]]:
+        storage, (namespace, name, hosts) = self.settings.storage, entry
+        secret = stored_secret(storage, namespace, name)
+        if secret is None:
+            raise ValueError(f"Secret {namespace}/{name}: not readable in the storage directory")
+        chain_pem, key_pem = (base64.b64decode(secret["data"][field]) for field in ("tls.crt", "tls.key"))
+        key, _ = account_key(storage, self.settings.directory)
+        new_at, poll_at = renewal_again(self.settings, chain_pem, key, renew_at)
+        write_certificate(storage, namespace, name, chain_pem, key_pem, hosts, self.settings.directory, new_at, poll_at)
+        return new_at, poll_at
+
+    def _asked_again(self, answer: tuple[datetime.datetime, Optional[datetime.datetime]], entry: Entry, was: datetime.datetime) -> None:
+        self._busy = None
+        log.info("acme: renewalInfo of the certificate in Secret {namespace}/{name} asked for again: renewal at {renew_at} (was {was}); next check {poll}",
+                 namespace=entry[0], name=entry[1], renew_at=answer[0].isoformat(), was=was.isoformat(), poll=answer[1].isoformat() if answer[1] else "none")
+        self._again()
+
+    def _not_asked_again(self, failure: Failure, entry: Entry) -> None:
+        self._busy = None
+        log.error("acme: renewalInfo of the certificate in Secret {namespace}/{name} not asked for again: {error}", namespace=entry[0], name=entry[1], error=str(failure.value))
+        self.reactor.callLater(POLL_FLOOR, self._again)  # not at once: the same error would come back
+
+    def _restore(self, entry: Entry) -> None:
+        """Once per entry and process: take up the backoff a process before this one kept (a restart orders no sooner)."""
+        if entry in self._restored:
+            return
+        self._restored.add(entry)
+        pause = pause_of(stored_backoff(self.settings.storage, entry[0], entry[1]), entry[2])
+        if pause is None:
+            return
+        self._backoff.restore(entry, pause)
+        wait = self._backoff.remaining(entry)
+        if wait > 0:
+            log.info("acme: the certificate for {hosts} waits the backoff kept from before ({failures} failed orders): the next order in {wait:.0f}s",
+                     hosts=", ".join(entry[2]), failures=pause.failures, wait=wait)
+            self.reactor.callLater(wait, self._again)
 
     def _wake_at(self, when: Optional[datetime.datetime], now: datetime.datetime) -> None:
         """Look again at the next renewal time (at most an hour from now)."""
@@ -170,8 +239,9 @@ class AcmeIssuer(Service):
         storage, (namespace, name, hosts) = self.settings.storage, entry
         resume = stored_order_url(storage, namespace, name)
         issued = order_certificate(self.settings, hosts, self._publish, self._self_check, attempt=attempt, resume=resume)
-        write_certificate(storage, namespace, name, issued.chain_pem, issued.key_pem, hosts, self.settings.directory, issued.renew_at)
+        write_certificate(storage, namespace, name, issued.chain_pem, issued.key_pem, hosts, self.settings.directory, issued.renew_at, issued.poll_at)
         write_order_url(storage, namespace, name, "")  # finished: nothing to resume
+        write_backoff(storage, namespace, name, "")  # and nothing to wait for
         return issued
 
     def _publish(self, tokens: dict[str, tuple[str, str]]) -> None:
@@ -211,6 +281,7 @@ class AcmeIssuer(Service):
         if self.orders is not None:
             self.orders.labels("failed").inc()
         wait = self._backoff.failed(entry, attempt.retry_after, attempt.rate_limited)
+        self._keep_backoff(entry)
         error = " ".join(str(failure.value).split()) or repr(failure.value)
         asked = f" (the server asked for {attempt.retry_after:.0f}s)" if attempt.retry_after is not None else " (rateLimited)" if attempt.rate_limited else ""
         log.error(
@@ -219,6 +290,16 @@ class AcmeIssuer(Service):
         )
         self.reactor.callLater(wait, self._again)
         self._again()
+
+    def _keep_backoff(self, entry: Entry) -> None:
+        """The failed entry's backoff into the storage directory, where a restarted process reads it (L{_restore})."""
+        pause = self._backoff.pause(entry)
+        if pause is None:
+            return
+        try:
+            write_backoff(self.settings.storage, entry[0], entry[1], pause_text(pause, entry[2]))
+        except OSError as error:
+            log.error("acme: the backoff of {hosts} not kept ({error}): a restart would order sooner", hosts=", ".join(entry[2]), error=str(error))
 
     def _again(self) -> None:
         if self._state is not None and self.running:

@@ -5,7 +5,8 @@ The ACME storage directory (C{--acme-storage}): the account key, and the manifes
 C{account-<sha256 of the directory URL>.pem} is the account key of one ACME server, so staging and
 production live side by side; C{manifests/} holds the issued certificates as C{kubernetes.io/tls}
 Secrets (labelled as twingress's) and the pending HTTP-01 tokens as the ConfigMap
-L{ingress.routing.acme_challenges.CHALLENGES} names.  The manifests source reads C{manifests/} beside
+L{ingress.routing.acme_challenges.CHALLENGES} names; C{order-<namespace>.<name>.url} and
+C{.backoff} beside them the order in flight of a certificate and its backoff after a failure.  The manifests source reads C{manifests/} beside
 the manifests directory.  Every file is written whole and renamed into place: a poll never reads half.
 """
 
@@ -23,7 +24,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from ingress.acme.schedule import RENEW_AFTER_ANNOTATION, renewal_at
+from ingress.acme.schedule import RENEW_AFTER_ANNOTATION, RENEWAL_INFO_ANNOTATION, renewal_at
 from ingress.routing.acme_challenges import CHALLENGES, RESPONDER_KEY
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "twingress"}
@@ -70,18 +71,29 @@ def secret_path(storage: str, namespace: str, name: str) -> str:
 
 def write_certificate(
     storage: str, namespace: str, name: str, chain_pem: bytes, key_pem: bytes, hosts: tuple[str, ...], issuer: str, renew_at: Optional[datetime.datetime] = None,
+    poll_at: Optional[datetime.datetime] = None,
 ) -> None:
     """The Secret C{namespace/name} with the chain and its key, annotated with its hosts, issuer, expiry and renewal time (one rename: the old one is served until then)."""
-    secret = certificate_secret(namespace, name, chain_pem, key_pem, hosts, issuer, renew_at)
+    secret = certificate_secret(namespace, name, chain_pem, key_pem, hosts, issuer, renew_at, poll_at)
     write_whole(secret_path(storage, namespace, name), yaml.safe_dump(secret).encode())
 
 
 def certificate_secret(
     namespace: str, name: str, chain_pem: bytes, key_pem: bytes, hosts: tuple[str, ...], issuer: str, renew_at: Optional[datetime.datetime] = None,
+    poll_at: Optional[datetime.datetime] = None,
 ) -> dict[str, Any]:
-    """The C{kubernetes.io/tls} Secret of an issued certificate, as a manifest file or the cluster holds it."""
+    """The C{kubernetes.io/tls} Secret of an issued certificate, as a manifest file or the cluster holds it (C{poll_at}: its next renewalInfo check)."""
     leaf = x509.load_pem_x509_certificate(chain_pem)
     renew_at = renew_at or renewal_at(leaf.not_valid_before_utc, leaf.not_valid_after_utc, None)
+    secret = _secret(namespace, name, chain_pem, key_pem, hosts, issuer, renew_at, leaf)
+    if poll_at is not None:
+        secret["metadata"]["annotations"][RENEWAL_INFO_ANNOTATION] = poll_at.isoformat()
+    return secret
+
+
+def _secret(
+    namespace: str, name: str, chain_pem: bytes, key_pem: bytes, hosts: tuple[str, ...], issuer: str, renew_at: datetime.datetime, leaf: x509.Certificate,
+) -> dict[str, Any]:
     return {
         "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
         "metadata": {
@@ -116,6 +128,25 @@ def stored_renewal(storage: str, namespace: str, name: str) -> Optional[datetime
         return None
 
 
+def stored_secret(storage: str, namespace: str, name: str) -> Optional[dict[str, Any]]:
+    """The stored certificate Secret of C{namespace/name} as its manifest holds it, None without a readable one."""
+    try:
+        with open(secret_path(storage, namespace, name), "rb") as f:
+            secret = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError):
+        return None
+    return secret if isinstance(secret, dict) else None
+
+
+def renewal_poll_of(annotations: Mapping[str, str]) -> Optional[datetime.datetime]:
+    """When a certificate Secret's renewalInfo is to be asked for again (RFC 9773 4.3.3), None when never (no renewalInfo, or the renewal first)."""
+    try:
+        when = datetime.datetime.fromisoformat(annotations[RENEWAL_INFO_ANNOTATION])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return when if when.tzinfo is not None else None
+
+
 def renewal_of(annotations: Mapping[str, str], chain_pem: bytes) -> datetime.datetime:
     """The renewal time a certificate Secret carries; one written without it (an older twingress): two thirds of the leaf's lifetime."""
     try:
@@ -146,6 +177,28 @@ def stored_order_url(storage: str, namespace: str, name: str) -> str:
     try:
         with open(_order_path(storage, namespace, name), "rb") as f:
             return f.read().decode().strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _backoff_path(storage: str, namespace: str, name: str) -> str:
+    return os.path.join(storage, f"order-{namespace}.{name}.backoff")  # beside the order's URL
+
+
+def write_backoff(storage: str, namespace: str, name: str, text: str) -> None:
+    """The backoff of C{namespace/name}'s certificate (L{ingress.acme.schedule.pause_text}; '' forgets it): a restart waits it out."""
+    path = _backoff_path(storage, namespace, name)
+    if text:
+        write_whole(path, text.encode())
+    elif os.path.exists(path):
+        os.unlink(path)
+
+
+def stored_backoff(storage: str, namespace: str, name: str) -> str:
+    """The kept backoff of C{namespace/name}'s certificate, '' when none."""
+    try:
+        with open(_backoff_path(storage, namespace, name), "rb") as f:
+            return f.read().decode()
     except (OSError, UnicodeDecodeError):
         return ""
 

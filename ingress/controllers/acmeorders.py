@@ -26,7 +26,8 @@ again for the end of the wait.  An issued certificate is ordered again at its re
 Secret's C{acme.twingress.io/renew-after}: the server's renewalInfo, else two thirds of its
 lifetime), the key queued for then; the Secret is replaced in one write, so every node serves the
 old certificate until the new one is there.  The URL of an order in flight is kept on the account
-Secret (L{ingress.controllers.acmesecrets}), so a new leader resumes it instead of placing another.
+Secret (L{ingress.controllers.acmesecrets}), so a new leader resumes it instead of placing another;
+so is a failed certificate's backoff, which a new leader reads before it orders and waits out.
 """
 
 from __future__ import annotations
@@ -42,11 +43,11 @@ from typing import Any, Union
 
 from twisted.logger import Logger
 
-from ingress.acme.client import SELF_CHECK_SECONDS, Attempt, Issued, fetch_token, order_certificate
+from ingress.acme.client import SELF_CHECK_SECONDS, Attempt, Issued, fetch_token, order_certificate, renewal_again
 from ingress.acme.issuer import ANNOTATION, CERT_MANAGER, RECHECK_SECONDS
 from ingress.acme.options import AcmeSettings
-from ingress.acme.schedule import Backoff
-from ingress.acme.storage import certificate_secret, renewal_of
+from ingress.acme.schedule import RENEW_AFTER_ANNOTATION, RENEWAL_INFO_ANNOTATION, Backoff, pause_of, pause_text
+from ingress.acme.storage import certificate_secret, renewal_of, renewal_poll_of
 from ingress.acme.tlsalpn import answers_handshake
 from ingress.controllers.acmesecrets import ClusterStore, is_ours
 from ingress.controllers.events import NORMAL, WARNING, EventRecorder
@@ -156,6 +157,8 @@ class AcmeOrders:
         renewal = annotations.get(HOSTS_ANNOTATION) == ",".join(hosts) and annotations.get(ISSUER_ANNOTATION) == directory
         if renewal and not self._due(key, existing or {}, annotations):
             return
+        if self._kept_wait(key, namespace, name, hosts):
+            return
         self._issue(ingress, name, hosts, existing, renewal)
 
     def _due(self, key: Hashable, existing: dict[str, Any], annotations: dict[str, str]) -> bool:
@@ -164,13 +167,44 @@ class AcmeOrders:
             renew_at = renewal_of(annotations, base64.b64decode((existing.get("data") or {}).get("tls.crt", ""), validate=True))
         except (binascii.Error, ValueError, TypeError):
             return True  # our Secret without a readable certificate: order one
-        left = (renew_at - datetime.datetime.now(datetime.UTC)).total_seconds()
+        now = datetime.datetime.now(datetime.UTC)
+        poll_at = renewal_poll_of(annotations)
+        if poll_at is not None and poll_at <= now < renew_at:  # the server's window, asked for again (RFC 9773 4.3.3)
+            renew_at, poll_at = self._ask_again(existing, renew_at)
+        left = (renew_at - now).total_seconds()
         if left > 0:
-            self.requeue(key, min(left, RECHECK_SECONDS))
+            self.requeue(key, min(left, (poll_at - now).total_seconds() if poll_at else left, RECHECK_SECONDS))
             return False
         log.info("acme: the certificate in Secret {namespace}/{name} is due for renewal (at {when})",
                  namespace=existing["metadata"]["namespace"], name=existing["metadata"]["name"], when=renew_at.isoformat())
         return True
+
+    def _kept_wait(self, key: Hashable, namespace: str, name: str, hosts: tuple[str, ...]) -> bool:
+        """Whether a backoff kept by a leader before this one (or before a restart) is still running; if so, the key waits it out."""
+        pause = pause_of(self.store.kept_backoff(namespace, name), hosts)
+        if pause is None:
+            return False
+        self.backoff.restore((namespace, name, hosts), pause)
+        waiting = self.backoff.remaining((namespace, name, hosts))
+        if waiting <= 0:
+            return False
+        log.info("acme: the certificate for {hosts} waits the backoff kept on the account Secret ({failures} failed orders): the next order in {wait:.0f}s",
+                 hosts=", ".join(hosts), failures=pause.failures, wait=waiting)
+        self.requeue(key, waiting)
+        return True
+
+    def _ask_again(self, existing: dict[str, Any], renew_at: datetime.datetime) -> tuple[datetime.datetime, datetime.datetime | None]:
+        """The certificate's renewalInfo asked for again, and what it says written onto its Secret (its renew-after, its next check)."""
+        metadata, data = existing["metadata"], existing.get("data") or {}
+        key, _ = self.store.account_key()
+        new_at, poll_at = renewal_again(self.options.settings, base64.b64decode(data.get("tls.crt", "")), key, renew_at)
+        self.store.annotate_secret(existing, {
+            RENEW_AFTER_ANNOTATION: new_at.isoformat(), RENEWAL_INFO_ANNOTATION: poll_at.isoformat() if poll_at else None,
+        })
+        log.info("acme: renewalInfo of the certificate in Secret {namespace}/{name} asked for again: renewal at {renew_at} (was {was}); next check {poll}",
+                 namespace=metadata["namespace"], name=metadata["name"], renew_at=new_at.isoformat(), was=renew_at.isoformat(),
+                 poll=poll_at.isoformat() if poll_at else "none")
+        return new_at, poll_at
 
     def _issue(self, ingress: Subject, name: str, hosts: tuple[str, ...], existing: Any, renewal: bool) -> None:
         namespace, directory = ingress.meta.namespace, self.options.settings.directory
@@ -178,8 +212,10 @@ class AcmeOrders:
         attempt = Attempt(on_order=lambda url: self.store.keep_order_url(namespace, name, url))
         try:
             issued = self._order(hosts, attempt, self.store.order_url(namespace, name))
-            self.store.write_certificate(certificate_secret(namespace, name, issued.chain_pem, issued.key_pem, hosts, directory, issued.renew_at), existing)
+            secret = certificate_secret(namespace, name, issued.chain_pem, issued.key_pem, hosts, directory, issued.renew_at, issued.poll_at)
+            self.store.write_certificate(secret, existing)
             self.store.keep_order_url(namespace, name, "")
+            self.store.keep_backoff(namespace, name, "")
         except NotLeader:
             raise
         except Exception as error:  # noqa: BLE001 - the server's or a node's error, said on the Ingress; the loop goes on
@@ -201,12 +237,25 @@ class AcmeOrders:
     def _failed(self, ingress: Subject, name: str, hosts: tuple[str, ...], attempt: Attempt, message: str) -> None:
         """A failed order: its Event and line, and the backoff before the next one (the key queued for its end)."""
         wait = self.backoff.failed((ingress.meta.namespace, name, hosts), attempt.retry_after, attempt.rate_limited)
+        self._keep_backoff(ingress.meta.namespace, name, hosts)
         self.requeue(queue_key(ingress), wait)
         self.metrics.acme_orders.labels("failed").inc()
         asked = f" (the server asked for {attempt.retry_after:.0f}s)" if attempt.retry_after is not None else " (rateLimited)" if attempt.rate_limited else ""
         log.error("acme: ordering a certificate for {hosts} failed: {error}; trying again in {wait:.0f}s{asked}, {requests} requests to the ACME server",
                   hosts=", ".join(hosts), error=message, wait=wait, asked=asked, requests=attempt.requests)
         self.events.record(ingress.meta, ingress.ref.kind, WARNING, "AcmeOrderFailed", "Order", f"certificate for {', '.join(hosts)}: {message}; trying again in {wait:.0f}s")
+
+    def _keep_backoff(self, namespace: str, name: str, hosts: tuple[str, ...]) -> None:
+        """The failed certificate's backoff onto the account Secret, for the next leader (L{_kept_wait})."""
+        pause = self.backoff.pause((namespace, name, hosts))
+        if pause is None:
+            return
+        try:
+            self.store.keep_backoff(namespace, name, pause_text(pause, hosts))
+        except NotLeader:
+            raise
+        except Exception as error:  # noqa: BLE001 - this leader still waits it; only a successor would order sooner
+            log.error("acme: the backoff of {hosts} not kept on the account Secret ({error})", hosts=", ".join(hosts), error=" ".join(str(error).split()))
 
     def _order(self, hosts: tuple[str, ...], attempt: Attempt, resume: str) -> Issued:
         key, made = self.store.account_key()

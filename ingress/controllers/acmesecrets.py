@@ -9,7 +9,8 @@ What the ACME controller keeps in the cluster: the account key, the pending toke
 - The URL of each order in flight is an annotation of that account Secret,
   C{order.acme.twingress.io/<digest of namespace/secretName>}: the next leader (or this one after a
   restart) reads it there and resumes the order instead of placing another; it is removed when the
-  certificate is written.
+  certificate is written.  Beside it, C{backoff.acme.twingress.io/<the same digest>} keeps a failed
+  certificate's backoff (L{ingress.acme.schedule.pause_text}): the next leader orders no sooner.
 - The pending tokens are the ConfigMap L{ingress.acme.answers.CHALLENGES_NAME} beside it, which every
   node watches (why a ConfigMap: that module's docstring).
 - The pending TLS-ALPN-01 challenge certificates are the Secret
@@ -41,6 +42,7 @@ ACCOUNT_PREFIX = "twingress-acme-account-"
 ACCOUNT_FIELD = "key.pem"
 DIRECTORY_ANNOTATION = "acme.twingress.io/directory"
 ORDER_ANNOTATION_PREFIX = "order.acme.twingress.io/"
+BACKOFF_ANNOTATION_PREFIX = "backoff.acme.twingress.io/"
 _TIMEOUT = (5.0, 15.0)
 
 
@@ -52,6 +54,11 @@ def account_secret_name(directory: str) -> str:
 def order_annotation(namespace: str, name: str) -> str:
     """The account Secret's annotation that keeps the order URL of the certificate Secret C{namespace/name} (a key of at most 63 characters)."""
     return ORDER_ANNOTATION_PREFIX + hashlib.sha256(f"{namespace}/{name}".encode()).hexdigest()[:16]
+
+
+def backoff_annotation(namespace: str, name: str) -> str:
+    """The account Secret's annotation that keeps the backoff of the certificate Secret C{namespace/name}."""
+    return BACKOFF_ANNOTATION_PREFIX + order_annotation(namespace, name).removeprefix(ORDER_ANNOTATION_PREFIX)
 
 
 def is_ours(secret: dict[str, Any]) -> bool:
@@ -112,6 +119,33 @@ class ClusterStore:
         patch = {"metadata": {"annotations": {order_annotation(namespace, name): url or None}}}
         path = f"/api/v1/namespaces/{self.namespace}/secrets/{account_secret_name(self.directory)}"
         self.writer.request("PATCH", path, "Secret", "patch", patch, content_type=MERGE_PATCH, timeout=_TIMEOUT)
+
+    def kept_backoff(self, namespace: str, name: str) -> str:
+        """The backoff kept for the certificate Secret C{namespace/name} ('' when none)."""
+        found = self.get_secret(self.namespace, account_secret_name(self.directory))
+        annotations = ((found or {}).get("metadata") or {}).get("annotations") or {}
+        return str(annotations.get(backoff_annotation(namespace, name), ""))
+
+    def keep_backoff(self, namespace: str, name: str, text: str) -> None:
+        """Note (or with '', forget) the backoff of C{namespace/name} on the account Secret, where the next leader looks."""
+        patch = {"metadata": {"annotations": {backoff_annotation(namespace, name): text or None}}}
+        path = f"/api/v1/namespaces/{self.namespace}/secrets/{account_secret_name(self.directory)}"
+        self.writer.request("PATCH", path, "Secret", "patch", patch, content_type=MERGE_PATCH, timeout=_TIMEOUT)
+
+    def annotate_secret(self, existing: dict[str, Any], annotations: dict[str, str | None]) -> None:
+        """
+        Set (None: remove) annotations of twingress's own certificate Secret, its data as it is: an update (the verb the
+        certificates are written with) at its resourceVersion, so a change meanwhile is a 409, never overwritten.
+        C{existing} takes the written metadata (its new resourceVersion: a renewal's write that follows is not a 409).
+        """
+        if not is_ours(existing):
+            raise ValueError(f"Secret {existing['metadata']['namespace']}/{existing['metadata']['name']} is not twingress's")
+        metadata = existing["metadata"]
+        kept = {key: value for key, value in {**(metadata.get("annotations") or {}), **annotations}.items() if value is not None}
+        body = {**existing, "metadata": {**metadata, "annotations": kept}}
+        path = f"/api/v1/namespaces/{metadata['namespace']}/secrets/{metadata['name']}"
+        written = self.writer.request("PUT", path, "Secret", "update", body, timeout=_TIMEOUT)
+        existing["metadata"] = written.get("metadata") or body["metadata"]
 
     def publish(self, tokens: dict[str, tuple[str, str]]) -> None:
         """The pending tokens (token: (host, key authorization)) into the ConfigMap every node watches; {} empties it."""

@@ -149,7 +149,7 @@ PORTED: dict[str, tuple[list[str], list[str], Callable[[dict[str, Any]], Any]]] 
     "latency": (["--seconds", "1", "--warmup", "1"], ["nginx", "wrk", "taskset", "go"], lambda row: row["rps"]),
     "tls": (["--seconds", "1", "--warmup", "1", "--sni-certs", "20", "--sni-rounds", "1"], ["nginx", "wrk", "taskset", "go"],
             lambda row: row["ratio_many_to_one"] if row["target"] == "sni" else row["handshakes"]["rate"] * row["keepalive"]["rps"]),
-    "streams": (["--seconds", "2", "--streams", "2", "--udp-clients", "1"], ["haproxy", "socat", "iperf3", "taskset", "go"],
+    "streams": (["--seconds", "1", "--streams", "2", "--udp-clients", "1"], ["haproxy", "socat", "iperf3", "taskset", "go"],
                 lambda row: row.get("tcp_1_stream_MBps") or row["udp_pps"]),
     "h2-path": (["--requests", "2000", "--rounds", "1"], ["taskset"], lambda row: row["best_us"]),
     "floor-h2": (["--requests", "2000", "--rounds", "1"], ["taskset"], lambda row: row["best_us"]),
@@ -259,7 +259,7 @@ CLUSTER: dict[str, tuple[list[str], Callable[[dict[str, Any]], None]]] = {
     "endpoint-removal": (["--scale", "20", "--trials", "3", "--run", "1"], check_endpoint_removal),
     "watch-floor": (["--routes", "50"], check_watch_floor),
     "renewal": (["--secrets", "10", "--sample", "5", "--before", "1", "--after", "1"], check_renewal),
-    "soak": (["--duration", "20", "--warmup", "5", "--ingresses", "10", "--connections", "16", "--kill-interval", "10"], check_soak),
+    "soak": (["--duration", "10", "--warmup", "3", "--ingresses", "10", "--connections", "16", "--kill-interval", "5"], check_soak),
 }
 
 

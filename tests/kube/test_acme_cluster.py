@@ -8,14 +8,21 @@ pebble-challtestsrv answers every name with the NON-leader's address, so Pebble'
 the replica that placed no order: the certificate is issued only if the leader's tokens reached the
 other replica's table and workers.  Then: the Secret holds the chain (verified against Pebble's root,
 from its management API, by a TLS client of each replica by SNI), someone else's Secret and a
-cert-manager Ingress are left alone, and after the leader is killed the next leader finds the account
-Secret and Pebble makes no new account; while the killed replica's Pod still says ready, the order
-fails with an Event naming it, and nothing is asked of Pebble.
+cert-manager Ingress are left alone.  Then a node whose listener does not answer (its Pod says
+ready, nothing listens on its address): the leader's next order fails with an Event naming it, and
+no challenge is asked of Pebble; its backoff is kept on the account Secret beside the order's URL.
+The leader is killed in that backoff, after newOrder and before the certificate: the next leader
+finds the account Secret (Pebble makes no new account), waits the kept backoff out (its first order
+comes 30 s after the failure, not at its takeover, through its status write of the Ingress and three
+changes of it, each synced by the ACME loop) and resumes that order by its URL: one newOrder in
+Pebble's log for the second certificate.
 """
 
 from __future__ import annotations
 
 import base64
+import datetime
+import json
 import re
 import signal
 import socket
@@ -39,6 +46,7 @@ from tests.kube.twingress import KubeTwingress, next_pod_ip, wait_until
 from tests.support import ROOT, free_port, twistd_command
 
 POD_LABELS = {"app.kubernetes.io/name": "twingress"}
+FAILED = re.compile(r"^(\S+) .*acme: ordering a certificate for second\.example\.com failed: ", re.MULTILINE)
 ISSUED = re.compile(r"acme: certificate for (.+?) issued into Secret (\S+) in ([\d.]+)s, (\d+) requests to the ACME server \((.+?)\)")
 ORDER_TIMEOUT = 90.0  # an order (two hosts), with the tokens' round trip through the apiserver to both replicas, on a loaded machine
 
@@ -172,6 +180,8 @@ def test_the_leader_orders_every_replica_answers_and_the_next_leader_keeps_the_a
     assert secret.metadata.annotations["acme.twingress.io/issuer"] == pebble.directory
     leaf = x509.load_pem_x509_certificate(base64.b64decode(secret.data["tls.crt"]))
     assert secret.metadata.annotations["acme.twingress.io/not-after"] == leaf.not_valid_after_utc.isoformat()
+    check_at = datetime.datetime.fromisoformat(secret.metadata.annotations["acme.twingress.io/renewal-info-at"])  # RFC 9773 4.3.3
+    assert datetime.timedelta(hours=5) < check_at - datetime.datetime.now(datetime.UTC) <= datetime.timedelta(hours=6), check_at  # Pebble's Retry-After
     for each in replicas:  # both replicas serve it by SNI, the chain verified against Pebble's root
         served = wait_until(lambda each=each: served_certificate(address_of[id(each)], https_port, "www.site.example.com", root), timeout=30, what="the certificate by SNI")
         assert served.serial_number == leaf.serial_number
@@ -202,34 +212,77 @@ def test_the_leader_orders_every_replica_answers_and_the_next_leader_keeps_the_a
     assert not events_of(kube, namespace, "plain")
     assert all(f"ordering a certificate for {host}" not in leader.log() for host in ("plain.", "*.wild", "notls.", "taken.", "cm."))
 
-    # The leader is killed; its Pod still says ready (no kubelet noticed yet): the next leader's order fails naming it.
+    # A node that does not answer the token (its Pod ready, nothing listening): the order of "second" fails naming it, before any validation.
     accounts = [s for s in kube.core.list_namespaced_secret(namespace).items if s.metadata.name.startswith("twingress-acme-account-")]
     assert len(accounts) == 1, [s.metadata.name for s in accounts]
     account = accounts[0]
-    dead = address_of[id(leader)]
-    leader.process.send_signal(signal.SIGKILL)
-    leader.process.wait()
-    wait_until(lambda: holder_process(kube, namespace, [follower]), timeout=40, what="the follower taking the Lease")
-    pebble.resolve_to(address_of[id(follower)])
-    requests_before, answered_before = pebble.requests(), pebble.log().count("POST /chalZ/")
+    stale = next_pod_ip()
+    ready_pod(kube, namespace, "twingress-stale", node, stale)
+    wait_until(lambda: stale in {entry.ip for entry in kube.networking.read_namespaced_ingress("site", namespace).status.load_balancer.ingress or ()},
+               what="the leader seeing the third node's Pod (the Ingress status lists it)")
+    requests_before, orders_before, answered_before = pebble.requests(), _new_orders(pebble), pebble.log().count("POST /chalZ/")
     kube.networking.create_namespaced_ingress(namespace, acme_ingress(namespace, "second", ["second.example.com"], "second-tls"))
     failed = event(kube, namespace, "second", "AcmeOrderFailed", timeout=ORDER_TIMEOUT)
-    assert f"{dead}:{http_port}" in failed.note and address_of[id(follower)] not in failed.note, failed.note
+    assert f"{stale}:{http_port}" in failed.note and all(address not in failed.note for address in addresses), failed.note
     assert pebble.log().count("POST /chalZ/") == answered_before, "no challenge was answered: Pebble spent no validation"
-    ready_pod(kube, namespace, "twingress-" + str(addresses.index(dead)), node, dead, ready=False)  # the kubelet's word, at last
-    kube.networking.patch_namespaced_ingress("second", namespace, {"metadata": {"annotations": {"example.com/touched": "1"}}})  # a sync, in the backoff: nothing
-    again = issued_line(follower, pebble, "second.example.com")  # the retry at the end of the failure's 30 s backoff
+    failure = wait_until(lambda: FAILED.search(leader.log()), what="the leader's failure line")
+    kept = wait_until(lambda: _kept(kube, namespace, account.metadata.name), what="the order's URL and backoff on the account Secret")
+    assert json.loads(kept["backoff"])["failures"] == 1 and kept["order"].startswith(pebble.directory.rsplit("/", 1)[0]), kept
+
+    # The leader is killed in that backoff, its order placed and not finished; the third node's Pod goes unready (its kubelet's word).
+    leader.process.send_signal(signal.SIGKILL)
+    leader.process.wait()
+    ready_pod(kube, namespace, "twingress-stale", node, stale, ready=False)
+    ready_pod(kube, namespace, "twingress-" + str(addresses.index(address_of[id(leader)])), node, address_of[id(leader)], ready=False)
+    pebble.resolve_to(address_of[id(follower)])
+    wait_until(lambda: holder_process(kube, namespace, [follower]), timeout=40, what="the follower taking the Lease")
+    wait_until(lambda: "waits the backoff kept on the account Secret (1 failed orders)" in follower.log(), timeout=20,
+               what="the next leader reading the kept backoff (it took over inside the 30 s)")
+    wait_until(lambda: {entry.ip for entry in kube.networking.read_namespaced_ingress("second", namespace).status.load_balancer.ingress or ()}
+               == {address_of[id(follower)]}, what="the next leader's status write of the second Ingress (a sync of it)")
+    syncs = _acme_syncs(follower)
+    for touch in range(3):  # each change is a sync of the ACME loop in the kept backoff, and none orders
+        kube.networking.patch_namespaced_ingress("second", namespace, {"metadata": {"annotations": {"example.com/touched": str(touch)}}})
+        wait_until(lambda syncs=syncs: _acme_syncs(follower) > syncs, timeout=20, what=f"the ACME loop's sync of change {touch}")
+        syncs = _acme_syncs(follower)
+    again = issued_line(follower, pebble, "second.example.com")
+    ordered = _stamps(follower.log(), "acme: ordering a certificate for second.example.com from")
+    waited = (ordered[0] - _stamp(failure.group(1))).total_seconds()
+    assert len(ordered) == 1 and waited >= 29, f"the next leader ordered {waited:.0f}s after the failure, inside its 30 s backoff"  # stamps to the second
+    assert f"acme: resuming the order {kept['order']} (pending)" in follower.log(), follower.log()[-4000:]
+    assert _new_orders(pebble) - orders_before == 1, "one newOrder for the second certificate: the next leader resumed it"
     assert again.group(5) == "its existing account", again.group(0)
     assert pebble.new_accounts() == 1, "the next leader made no new account"
     after = kube.core.read_namespaced_secret(account.metadata.name, namespace)
-    assert (after.metadata.uid, after.data) == (account.metadata.uid, account.data)  # the same key (its annotations keep the orders in flight)
-    assert not [key for key in (after.metadata.annotations or {}) if key.startswith("order.acme.twingress.io/")], "the finished order's URL is forgotten"
-    resumed = follower.log().count("acme: resuming the order")
-    assert resumed == 1, follower.log()[-4000:]  # the retry carried on the order the failed attempt had placed
+    assert (after.metadata.uid, after.data) == (account.metadata.uid, account.data)  # the same key
+    assert not _kept(kube, namespace, account.metadata.name), "the finished order's URL and backoff are forgotten"
     served = wait_until(lambda: served_certificate(address_of[id(follower)], https_port, "second.example.com", root), timeout=30, what="the second certificate by SNI")
     assert served.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName) == ["second.example.com"]
-    print(f"after the leader was killed: the order {again.group(3)}s, {again.group(4)} requests counted by the client, {pebble.requests() - requests_before} in Pebble's log"
-          f" (with the failed one), 0 new accounts")
+    print(f"after the leader was killed in its backoff: the next leader ordered {waited:.0f}s after the failure, resumed the order: {again.group(3)}s,"
+          f" {again.group(4)} requests counted by the client, {pebble.requests() - requests_before} in Pebble's log (with the failed one), 1 newOrder, 0 new accounts")
+
+
+def _acme_syncs(replica: KubeTwingress) -> float:
+    return replica.metric("twingress_controller_syncs_total", controller="acme")
+
+
+def _new_orders(pebble: Pebble) -> int:
+    return len(re.findall(r"^Pebble \S+ \S+ POST /order-plz -> calling handler", pebble.log(), re.MULTILINE))
+
+
+def _kept(kube: Kube, namespace: str, account: str) -> dict[str, str]:
+    """The order URLs and backoffs the account Secret keeps, by kind (order, backoff)."""
+    annotations = kube.core.read_namespaced_secret(account, namespace).metadata.annotations or {}
+    return {key.split(".", 1)[0]: value for key, value in annotations.items() if key.startswith(("order.acme.twingress.io/", "backoff.acme.twingress.io/"))}
+
+
+def _stamp(line_start: str) -> datetime.datetime:
+    """The time of a twistd log line (its first field, to the second)."""
+    return datetime.datetime.strptime(line_start, "%Y-%m-%dT%H:%M:%S%z")
+
+
+def _stamps(log: str, text: str) -> list[datetime.datetime]:
+    return [_stamp(line.split(" ", 1)[0]) for line in log.splitlines() if text in line]
 
 
 @pytest.mark.parametrize(

@@ -5,16 +5,22 @@ When the ACME issuer orders again (issue 64, Renewal), without a cluster, agains
   issuer renews inside it (at most at 5/6 of the lifetime) and a TLS client handshaking all along
   gets the new serial by SNI, never a failed handshake (the old certificate is served until the new
   one is written).
-- A C{rateLimited} problem with C{Retry-After: 40} (a fault-injecting proxy in front of Pebble:
-  Pebble has no rate limits): no request to the newOrder URL before 40 s, then the certificate.
-- Pebble stopped, then started again: the orders back off (counted: bounded by 30 s, 60 s...), and the
-  certificate comes once it is back.
+- A C{rateLimited} problem with C{Retry-After: 35} (a fault-injecting proxy in front of Pebble:
+  Pebble has no rate limits), longer than the first backoff's 30 s, so the server's word is what
+  is waited: no request to the newOrder URL before 35 s, then the certificate.
+- Pebble stopped: one failed order (one request, refused), then nothing for its 30 s backoff (the
+  attempts counted) although the process is restarted in it (the backoff is kept in the storage
+  directory beside the order's URL: the restarted one waits what is left), and the certificate
+  comes from the next order once Pebble is back.  The
+  doubling after that (60 s, ... an hour) is the arithmetic of L{ingress.acme.schedule.Backoff},
+  proven with a fake clock in tests/unit/test_acme_schedule.py; here one real wait.
 - An order that failed after it was placed (the challenge's answer refused once, by the proxy) is
   resumed by the restarted process from the URL kept in the storage directory: one newOrder in all.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import ssl
 import time
@@ -31,6 +37,8 @@ from tests.proxy.test_acme import _acme_args, _acme_ingress, _served_certificate
 from tests.support import EchoBackend, Manifests, Twingress, free_port
 
 ISSUED = re.compile(r"acme: certificate for (.+?) issued into Secret (\S+) in ([\d.]+)s, (\d+) requests to the ACME server; renewal at (\S+) \((.+?)\)")
+RETRY_AFTER = 35  # seconds: more than the first backoff (30 s), or the backoff alone would be waited
+ORDERING = "acme: ordering a certificate for app.example.com from"
 FAILED = re.compile(r"acme: ordering a certificate for (.+?) failed: .*?; trying again in (\d+)s.*?, (\d+) requests to the ACME server")
 
 
@@ -93,17 +101,17 @@ def test_a_rate_limited_order_waits_the_servers_retry_after_then_gets_its_certif
 ) -> None:
     faults = FaultProxy(pebble, tmp_path)
     try:
-        faults.faults.append(Fault("POST", "/order-plz", 429, RATE_LIMITED, "too many new orders recently", {"Retry-After": "40"}))
+        faults.faults.append(Fault("POST", "/order-plz", 429, RATE_LIMITED, "too many new orders recently", {"Retry-After": str(RETRY_AFTER)}))
         proxy, https_port = _start(tmp_path, manifests, twingress, faults.directory, pebble, echo_pair[0])
         pebble.start(proxy.http_port, https_port)
         manifests.write("app-ingress.yaml", _acme_ingress("app", ["app.example.com"], "app"))
         failed = wait_until(lambda: FAILED.search(proxy.log()), timeout=30, what="the rate-limited order")
-        assert failed.group(2) == "40" and "(the server asked for 40s)" in failed.group(0) + proxy.log(), failed.group(0)
+        assert failed.group(2) == str(RETRY_AFTER) and f"(the server asked for {RETRY_AFTER}s)" in failed.group(0) + proxy.log(), failed.group(0)
         _issued(proxy, pebble, timeout=90)
         orders = faults.times("POST", "/order-plz")
         assert len(orders) == 2, orders
-        assert orders[1] - orders[0] >= 40, f"the next new-order request came {orders[1] - orders[0]:.1f}s after the rateLimited answer"
-        print(f"new-order requests: 2, {orders[1] - orders[0]:.1f}s apart (Retry-After: 40)")
+        assert orders[1] - orders[0] >= RETRY_AFTER, f"the next new-order request came {orders[1] - orders[0]:.1f}s after the rateLimited answer"
+        print(f"new-order requests: 2, {orders[1] - orders[0]:.1f}s apart (Retry-After: {RETRY_AFTER})")
     finally:
         faults.stop()
 
@@ -114,24 +122,30 @@ def test_an_outage_of_the_acme_server_backs_off_and_the_certificate_comes_when_i
     proxy, https_port = _start(tmp_path, manifests, twingress, pebble.directory, pebble, echo_pair[0])
     pebble.start(proxy.http_port, https_port)
     pebble.stop_server()
-    down = time.monotonic()
     manifests.write("app-ingress.yaml", _acme_ingress("app", ["app.example.com"], "app"))
-    wait_until(lambda: len(FAILED.findall(proxy.log())) >= 2, timeout=60, what="two failed orders")
-    outage = time.monotonic() - down
+    wait_until(lambda: FAILED.search(proxy.log()), timeout=30, what="the failed order")
+    failed_at = time.monotonic()
     waits = [int(wait) for _, wait, _ in FAILED.findall(proxy.log())]
     requests = [int(sent) for _, _, sent in FAILED.findall(proxy.log())]
-    attempts = proxy.log().count("acme: ordering a certificate for app.example.com from")
-    assert waits[:2] == [30, 60] and attempts == 2, (waits, attempts)  # 2 attempts in the outage's first 30+ s, not a storm
-    assert requests[:2] == [1, 1], requests  # each: the directory, refused
-    pebble.start_server()
-    back = time.monotonic()
-    found = _issued(proxy, pebble, timeout=90)[0]
+    assert waits == [30] and requests == [1], (waits, requests)  # the directory, refused; then the first backoff
+    kept = json.loads((tmp_path / "acme" / "order-default.app-tls.backoff").read_text())
+    assert kept["hosts"] == "app.example.com" and kept["failures"] == 1, kept
+    proxy.stop()  # a restart in the backoff: the new process reads it rather than order at once
+    proxy = twingress(*_acme_args(pebble.directory, pebble.ca_file, tmp_path / "acme"), "--https", f"tcp:{https_port}:interface=127.0.0.1",
+                      "--http", f"tcp:{proxy.http_port}:interface=127.0.0.1")
+    pebble.start_server()  # back at once: only the backoff holds the next order up
     root = tmp_path / "pebble-root.pem"
     root.write_bytes(pebble.root_pem())  # a new Pebble, a new root
+    wait_until(lambda: "waits the backoff kept from before (1 failed orders)" in proxy.log(), timeout=30, what="the restarted process reading the backoff")
+    wait_until(lambda: ORDERING in proxy.log(), timeout=60, what="the next order")
+    waited = time.monotonic() - failed_at  # both lines seen within a poll (0.1 s) of their writing
+    assert waited >= 29, f"the next order came {waited:.0f}s after the failure, inside its 30 s backoff"
+    found = _issued(proxy, pebble, timeout=90)[0]
+    assert proxy.log().count(ORDERING) == 1  # no storm: nothing in the 30 s (nor at the restart), then the order that gets it
+    assert not (tmp_path / "acme" / "order-default.app-tls.backoff").exists(), "a certificate issued forgets its backoff"
     served = wait_until(lambda: _served_certificate(https_port, "app.example.com", root), timeout=20, what="the certificate by SNI")
     assert served.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName) == ["app.example.com"]
-    assert proxy.log().count("acme: ordering a certificate for app.example.com from") == 3
-    print(f"outage {outage:.0f}s: 2 orders failed (each 1 request, refused), then the third {time.monotonic() - back:.0f}s after Pebble was back,"
+    print(f"outage: 1 order failed (1 request, refused), the process restarted, the next order {waited:.0f}s after the failure (its 30 s backoff),"
           f" {found.group(4)} requests to Pebble")
 
 
