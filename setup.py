@@ -40,6 +40,7 @@ HOT_MODULES = [
     "ingress/proxy/http1/h1response.py",
     "ingress/proxy/request/exchange.py",
     "ingress/proxy/request/admission.py",
+    "ingress/proxy/request/limits.py",
     "ingress/proxy/request/routed.py",
     "ingress/proxy/request/requestid.py",
     "ingress/routing/lookup.py",

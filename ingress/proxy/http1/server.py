@@ -26,14 +26,11 @@ from ingress.proxy.message import h1, headend
 from ingress.proxy.message.chunked import ChunkedFramer, RequestBody
 from ingress.proxy.message.compression import GzipBody
 from ingress.proxy.message.responses import error_response
-from ingress.proxy.request.admission import route_and_admit
 from ingress.proxy.request.exchange import Exchange
-from ingress.proxy.request.extauth import Verdict
 from ingress.proxy.request.forwarding import UNKNOWN_PEER, ForwardedFor, response_head_bytes
-from ingress.proxy.request.guards import Guards
+from ingress.proxy.request.limits import RequestLimits
 from ingress.proxy.request.shared import Shared
 from ingress.proxy.request.states import AUTH, AWAIT, BODY, TUNNEL
-from ingress.proxy.request.trusted import trusted_forwarding
 from ingress.speedups.fastwrite import direct_writer
 from ingress.speedups.nativeprotocol import NativeProtocol
 
@@ -52,6 +49,7 @@ class HTTPProxyProtocol(NativeProtocol):
     def __init__(self, factory: Shared) -> None:
         self.factory = factory
         self.settings = factory.settings
+        self.limits = RequestLimits.of(self.settings)  # every request's on a route without limits of its own
         self.timer = Deadline(factory.reactor, self._timed_out)  # idle or header; the exchange's body, upstream or send wait
         self.client_full = False
         self._buffer = b""
@@ -213,55 +211,31 @@ class HTTPProxyProtocol(NativeProtocol):
         return not self._closed
 
     def _begin(self, head: h1.Head) -> None:
-        """Route a parsed head: its exchange begins."""
+        """A parsed head: its exchange begins, and runs it."""
         self._requests += 1
-        if self._peer is UNKNOWN_PEER:
-            self._learn_peer()
         factory = self.factory
-        table = factory.live.table
-        if table.addresses:  # Gateways with addresses of their own: the address reached picks the table
-            table = table.addresses.get(str(getattr(self.transport.getHost(), "host", "")), table)
-        if table.trust is None:
-            self._forwarded = self._peer
-        else:  # the connection's peer, unless it is a proxy the table trusts to forward for another
-            port = getattr(self.transport.getHost(), "port", 0) or 0
-            self._forwarded = trusted_forwarding(table.trust, self._peer, head, b"%d" % port)
-        exchange = self._exchange = Exchange(self, factory, self.settings, head, self._forwarded, PROTOCOL)
+        exchange = self._exchange = Exchange(self, factory, self.settings, self.limits, self._forwarded, PROTOCOL)
         self._keep_alive = keeps_alive(head, self._requests, factory.draining, factory.settings)  # the settings of the table live now
-        if route_and_admit(exchange, table, head, self.transport) is None:
-            return
-        route = exchange.route
-        policies = route.policies if route is not None else None
-        if policies is not None and Guards.wanted(policies):
-            exchange.guard(policies)
-            return
-        self._forward(exchange, head)
+        framing = head.framing
+        exchange.run(head, bool(framing.chunked or framing.content_length))
+        self._forwarded = exchange.forwarded
 
-    def guarded(self, verdict: Verdict) -> None:
-        """A guard's verdict: a denial is answered; else the request goes on, and any pipelined after it."""
-        exchange = self._exchange
-        assert exchange is not None and exchange.request is not None
-        if verdict.status:
-            exchange.state = AWAIT
-            exchange.answer(verdict.status, fields=verdict.fields)
-            return
-        self._forward(exchange, exchange.request)
-        if self._buffer and not self._driving and not self._closed:
+    def guarded(self, passed: bool) -> None:
+        """A guard let the request on: any requests pipelined after it are read now."""
+        if passed and self._buffer and not self._driving and not self._closed:
             self._drive()
 
-    def _forward(self, exchange: Exchange, head: h1.Head) -> None:
-        """A routed request that passed its guards: read its body (if any) and send it upstream."""
-        framing = head.framing
-        if framing.content_length and framing.content_length > exchange.max_body:
-            self.refuse(413, "request body too large")
-            return
-        self.timer.set(exchange.read_timeout, "upstream")
-        if framing.chunked or framing.content_length:
-            self._body = RequestBody(framing, exchange.max_body)
-            exchange.reading_body()
-        else:
-            exchange.body_done()
-        exchange.start_upstream()
+    def read_body(self, framing: h1.Framing, max_body: int) -> None:
+        self._body = RequestBody(framing, max_body)
+
+    def relay_http2(self) -> None:
+        raise AssertionError("an HTTP/1.1 request is not relayed to an HTTP/2 endpoint")  # routing answers it 426
+
+    def local_host(self) -> str:
+        return str(getattr(self.transport.getHost(), "host", ""))
+
+    def local_port(self) -> bytes:
+        return b"%d" % (getattr(self.transport.getHost(), "port", 0) or 0)
 
     def _read_body(self, exchange: Exchange) -> None:
         assert self._body is not None
@@ -276,6 +250,8 @@ class HTTPProxyProtocol(NativeProtocol):
             exchange.body_done()
 
     def peer(self) -> ForwardedFor:
+        if self._peer is UNKNOWN_PEER:
+            self._learn_peer()
         return self._peer
 
     def _learn_peer(self) -> None:
@@ -289,7 +265,7 @@ class HTTPProxyProtocol(NativeProtocol):
         if request is not None and request.version >= (1, 1):
             self._write(response_head_bytes(head, request, self.settings.server_name, True, False))
 
-    def send_head(self, head: h1.Head, body: bytes, complete: bool, added: bytes) -> None:
+    def send_head(self, head: h1.Head, body: bytes, complete: bool, added: bytes) -> int:
         exchange = self._exchange
         assert exchange is not None and exchange.request is not None
         transform = self._transform = body_transform(exchange.request, head, self.settings.gzip)
@@ -300,23 +276,21 @@ class HTTPProxyProtocol(NativeProtocol):
         if body:
             body = transformed(transform, body) if transform is not None else body
             out += body
-        exchange.body_sent = len(body)
         self._write(out)
+        return len(body)
 
-    def send_body(self, data: bytes) -> None:
+    def send_body(self, data: bytes) -> int:
         if self._transform is not None:
             data = transformed(self._transform, data)
-        exchange = self._exchange
-        if exchange is not None:
-            exchange.body_sent += len(data)
         self._write(data)
+        return len(data)
 
     def end_response(self) -> None:
         exchange = self._exchange
         assert exchange is not None
         if type(self._transform) is GzipBody:
             tail = self._transform.finish()
-            exchange.body_sent += len(tail)
+            exchange.sent(len(tail))
             self._write(tail)
         self._finish(exchange, exchange.status)
 
@@ -339,9 +313,8 @@ class HTTPProxyProtocol(NativeProtocol):
         unread_body = request is not None and not exchange.request_complete and request.framing.has_body
         close = close or unread_body or not self._keep_alive or (request is not None and not request.keep_alive)
         self._keep_alive = not close
-        exchange.request_complete = exchange.request_complete or not unread_body
         response = local_answer(status, self.settings.server_name, close, location, fields)
-        exchange.body_sent = body_length(response)
+        exchange.sent(body_length(response))
         self._write(response)
         self._finish(exchange, status)
 
@@ -350,17 +323,18 @@ class HTTPProxyProtocol(NativeProtocol):
         if self._peer is UNKNOWN_PEER:
             self._learn_peer()
         self.factory.metrics.malformed_requests.labels(str(status)).inc()
-        log.info("refused request from {peer}: {status} {detail}", peer=self._forwarded.ip or "?", status=status, detail=detail)
         exchange = self._exchange
+        forwarded = exchange.forwarded if exchange is not None else self._forwarded
+        log.info("refused request from {peer}: {status} {detail}", peer=forwarded.ip or "?", status=status, detail=detail)
         if exchange is not None and exchange.responded:
             exchange.end()
             self._closed = True
             self.transport.abortConnection()
             return
         if exchange is None:  # no head was read: the log line has none
-            exchange = self._exchange = Exchange(self, self.factory, self.settings, None, self._forwarded, PROTOCOL)
+            exchange = self._exchange = Exchange(self, self.factory, self.settings, self.limits, self._forwarded, PROTOCOL)
         response = error_response(status, self.settings.server_name, True)
-        exchange.body_sent = body_length(response)
+        exchange.sent(body_length(response))
         self._write(response)
         exchange.done(status)
         exchange.end()

@@ -52,6 +52,7 @@ from ingress.proxy.http2.validate import MalformedHeaders, check_trailers
 from ingress.proxy.idle import Deadline, DeadlineGroup, GroupDeadline
 from ingress.proxy.message import h1
 from ingress.proxy.request.forwarding import UNKNOWN_PEER, ForwardedFor
+from ingress.proxy.request.limits import RequestLimits
 from ingress.proxy.request.shared import Shared
 from ingress.proxy.transport import IConnectionTransport, hand_over
 from ingress.speedups.reactorstep import run_before_next_poll
@@ -67,6 +68,7 @@ class H2ServerProtocol(StreamConnection):
     def __init__(self, factory: Shared) -> None:
         self.factory = factory
         self.settings = factory.settings
+        self.limits = RequestLimits.of(self.settings)
         self.streams: dict[int, H2Stream] = {}
         self.paused = False  # the client's socket is full: every stream's upstream waits
         self.h2 = GoawayTolerant(

@@ -14,7 +14,6 @@ rather than a reset or an HTML 502.
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import Final, Optional, Protocol, cast
@@ -28,7 +27,6 @@ from ingress.proxy.http2.fields import Headers, upstream_request_headers
 from ingress.proxy.http2.upstream import H2UpstreamConnection, H2UpstreamPool
 from ingress.proxy.message import h1
 from ingress.proxy.request.exchange import Exchange
-from ingress.proxy.request.routed import Routed
 from ingress.proxy.request.shared import Shared
 from ingress.proxy.request.upstream import Address
 
@@ -74,16 +72,16 @@ class H2Exchange:
     to the client through its L{StreamClient}.
     """
 
-    def __init__(self, exchange: Exchange, stream: StreamClient, client_headers: Headers, routed: Routed, client_done: bool) -> None:
+    def __init__(self, exchange: Exchange, stream: StreamClient, client_headers: Headers, client_done: bool) -> None:
         self.exchange = exchange
         self.stream = stream
-        route = routed.route
+        route = exchange.route
         assert route is not None and route.policies is not None
         self.route = route
         self.tls = route.policies.backend_tls
         self.grpc = any(name == b"content-type" and value.startswith(b"application/grpc") for name, value in client_headers)
         te = [(name, value) for name, value in client_headers if name == b"te" and value == b"trailers"]
-        self.headers = upstream_request_headers(routed.head_bytes, b"https" if self.tls is not None else b"http") + te
+        self.headers = upstream_request_headers(exchange.head_bytes, b"https" if self.tls is not None else b"http") + te
         self.client_done = client_done
         self.connection: Optional[H2UpstreamConnection] = None
         self.upstream_id = 0
@@ -109,10 +107,10 @@ class H2Exchange:
             self._unavailable(503, "no endpoint" if not tried else "every endpoint failed")
             return
         tried.add(address)
-        exchange.tried = address
+        exchange.attempt(address, sent=False)
         upstreams = cast(H2Shared, exchange.shared).http2_upstreams  # the factory that made the stream has it
         self._connecting = upstreams.get(
-            address, self.tls, self._ready, lambda detail, timed_out: self._failed(address, detail, timed_out), exchange.connect_timeout
+            address, self.tls, self._ready, lambda detail, timed_out: self._failed(address, detail, timed_out), exchange.limits.connect_timeout
         )
 
     def _ready(self, connection: H2UpstreamConnection) -> None:
@@ -122,8 +120,7 @@ class H2Exchange:
         exchange = self.exchange
         exchange.shared.pool.mark_up(exchange.tried or ("", 0))
         self.connection = connection
-        exchange.sent_at = time.monotonic()
-        exchange.attempts += 1
+        exchange.attempt(exchange.tried, sent=True)
         self.upstream_id = connection.open_stream(self, self.headers, end_stream=self.client_done and not self._to_upstream)
         if self.client_done and not self._to_upstream:
             self._trailers_sent = True
@@ -265,7 +262,7 @@ class H2Exchange:
         """No frame either way for the route's read timeout (proxy-read-timeout, 60 s by default): ended."""
         if self._gone:
             return
-        detail = f"no frame either way for {self.exchange.read_timeout:g} s"
+        detail = f"no frame either way for {self.exchange.limits.read_timeout:g} s"
         log.info("upstream timeout for {route}: {detail}", route=self.route.name, detail=detail)
         self.cancel()
         self._gone = False  # cancel() marked it gone; the client still gets its answer

@@ -27,6 +27,7 @@ from ingress.proxy.message.chunked import ChunkedFramer
 from ingress.proxy.message.compression import ADDED_FIELDS, GzipBody, compressed_block, should_compress
 from ingress.proxy.request.exchange import Exchange
 from ingress.proxy.request.forwarding import ForwardedFor
+from ingress.proxy.request.limits import RequestLimits
 from ingress.proxy.request.shared import Shared
 from ingress.speedups.nativeprotocol import NativeProtocol
 
@@ -40,6 +41,7 @@ class StreamConnection(NativeProtocol):
 
     factory: Shared
     paused: bool  # the client's socket is full: every stream's upstream waits
+    limits: RequestLimits  # every stream's on a route without limits of its own
     deadlines: DeadlineGroup  # the streams' deadlines, on the connection's one DelayedCall
     h2: GoawayTolerant
 
@@ -75,8 +77,8 @@ class StreamOutput:
         self.on_sent: Optional[Callable[[int], None]] = None  # an HTTP/2 endpoint's exchange hears what left
         self.decode: Optional[ChunkedFramer | GzipBody] = None  # the upstream body's transform: from chunks, or gzip
 
-    def send_head(self, exchange: Exchange, head: h1.Head, body: bytes, complete: bool, added: bytes) -> None:
-        """An HTTP/1.1 upstream's final response head as HEADERS; a small whole response ends the stream in one DATA frame."""
+    def send_head(self, exchange: Exchange, head: h1.Head, body: bytes, complete: bool, added: bytes) -> int:
+        """An HTTP/1.1 upstream's final response head as HEADERS, and how many body bytes came with it; a small whole response ends the stream in one DATA frame."""
         request, route = exchange.request, exchange.route
         assert request is not None and route is not None
         settings = exchange.settings
@@ -96,22 +98,23 @@ class StreamOutput:
         connection = self._connection
         h2 = connection.h2
         h2.send_headers(self._stream_id, headers, end_stream=bodiless)
+        sent = 0
         if bodiless:
             self.ended = True  # the exchange's end only finishes the stream
         elif body and complete and self.decode is None and len(body) <= min(h2.local_flow_control_window(self._stream_id), h2.max_outbound_frame_size):
             h2.send_data(self._stream_id, body, end_stream=True)  # the whole small response: one DATA frame that ends the stream
-            exchange.body_sent = len(body)
+            sent = len(body)
             self.ended = True
         elif body:
-            self.add(exchange, body)
+            sent = self.add(body)
         connection.flush()
+        return sent
 
     def respond(self, exchange: Exchange, status: int, headers: Headers, trailers: Optional[Headers]) -> bool:
         """An HTTP/2 endpoint's response head as HEADERS: True if it ended the stream (C{trailers}: a trailers-only answer)."""
         if not exchange.responded and exchange.route is not None:
             exchange.shared.metrics.upstream_answered(exchange.route.name, time.monotonic() - exchange.sent_at)
-        exchange.responded = True
-        exchange.status = status
+        exchange.responding(status)
         headers = [(b":status", b"%d" % status), *(field for field in headers if field[0] != b":status")]
         connection = self._connection
         if trailers is not None:
@@ -126,28 +129,26 @@ class StreamOutput:
         headers, body = local_response(status, exchange.settings.server_name, location, fields)
         if exchange.request_method == b"HEAD":
             body = b""
-        exchange.status = status
-        exchange.responded = True
+        exchange.responding(status)
         connection = self._connection
         connection.h2.send_headers(self._stream_id, headers, end_stream=not body)
         if not body:
             connection.flush()  # answered outside a read too (a guard's verdict)
             return True
-        exchange.body_sent = len(body)
+        exchange.sent(len(body))
         self.queue(body)
         self.end_pending = True
         return False
 
-    def add(self, exchange: Exchange, data: bytes) -> bool:
-        """Upstream body bytes, decoded: held for the window (False: nothing came of them)."""
+    def add(self, data: bytes) -> int:
+        """Upstream body bytes, decoded: held for the window; how many (0: nothing came of them)."""
         if self.decode is not None:
             data = self.decoded(data)
             if not data:
-                return False
-        exchange.body_sent += len(data)
+                return 0
         self._out.append(data)
         self.size += len(data)
-        return True
+        return len(data)
 
     def decoded(self, data: bytes) -> bytes:
         framer = self.decode
@@ -161,7 +162,7 @@ class StreamOutput:
         """The upstream's body is complete: a gzip stream's last bytes, and the stream ends once all is sent."""
         if type(self.decode) is GzipBody:
             tail = self.decode.finish()
-            exchange.body_sent += len(tail)
+            exchange.sent(len(tail))
             self._out.append(tail)
             self.size += len(tail)
         self.end_pending = True

@@ -28,14 +28,9 @@ from ingress.proxy.http2.response import StreamConnection, StreamOutput
 from ingress.proxy.idle import Deadline, GroupDeadline
 from ingress.proxy.message import h1
 from ingress.proxy.request import failures
-from ingress.proxy.request.admission import route_and_admit
 from ingress.proxy.request.exchange import Exchange
-from ingress.proxy.request.extauth import Verdict
 from ingress.proxy.request.forwarding import UNKNOWN_PEER, ForwardedFor
-from ingress.proxy.request.guards import Guards
-from ingress.proxy.request.routed import Routed
-from ingress.proxy.request.states import AUTH, AWAIT, BODY, CLOSED, HEAD
-from ingress.proxy.request.trusted import trusted_forwarding
+from ingress.proxy.request.states import AUTH, BODY, CLOSED
 
 log = Logger(namespace=__name__)  # named: compiled (mypyc) modules have no frame to infer it from
 
@@ -53,7 +48,7 @@ class H2Stream:
     _body_received = 0
     _chunked_upstream = False
     _h2_exchange: Optional[H2Exchange] = None  # an HTTP/2 endpoint's stream (backend-protocol GRPC, GRPCS, H2C)
-    _waiting: Optional[tuple[Headers, bool, Routed]] = None  # the request while a guard decides
+    _headers: Optional[Headers] = None  # the request's fields as received, for an HTTP/2 endpoint
     _held_end = False
 
     def __init__(self, connection: StreamConnection, stream_id: int) -> None:
@@ -62,7 +57,7 @@ class H2Stream:
         factory = connection.factory
         self.transport = connection.transport
         self.timer: Deadline = GroupDeadline(connection.deadlines, self._timed_out)
-        self.exchange = Exchange(self, factory, factory.settings, None, UNKNOWN_PEER, "h2")
+        self.exchange = Exchange(self, factory, factory.settings, connection.limits, UNKNOWN_PEER, "h2")
         self.out = StreamOutput(connection, stream_id)
         self._read_pauses: set[str] = set()
         self._held: list[tuple[bytes, int]] = []  # request DATA while a guard decides (basic or external auth)
@@ -70,78 +65,45 @@ class H2Stream:
     # -- the request ------------------------------------------------------------
 
     def begin(self, head: h1.Head, headers: Headers, has_body: bool) -> None:
-        """The request's HEADERS arrived (C{head}: as L{ingress.proxy.http2.fields.request_head} read them): route it and start forwarding."""
-        exchange = self.exchange
-        exchange.request = head
-        exchange.request_method = head.method
-        connection = self.connection
-        table = connection.factory.live.table
-        if table.addresses:  # Gateways with addresses of their own: the address reached picks the table
-            table = table.addresses.get(connection.local_host(), table)
-        peer = connection.peer()
-        exchange.forwarded = trusted_forwarding(table.trust, peer, head, connection.local_port()) if table.trust is not None else peer
-        exchange.request_complete = not has_body
-        routed = route_and_admit(exchange, table, head, connection.transport)
-        if routed is None:
-            return
-        routed.head_bytes = exchange.head_bytes  # with a client certificate's fields: an HTTP/2 endpoint's request is made from it too
-        route = exchange.route
-        policies = route.policies if route is not None else None
-        if policies is not None and Guards.wanted(policies):
-            self._waiting = (headers, has_body, routed)
-            exchange.guard(policies)
-            return
-        self._forward(head, headers, has_body, routed)
+        """The request's HEADERS arrived (C{head}: as L{ingress.proxy.http2.fields.request_head} read them): its exchange runs it."""
+        self._headers = headers
+        self.exchange.run(head, has_body)
 
     def refuse_request(self, error: h1.HTTPError, has_body: bool) -> None:
         """The request's HEADERS ask for what HTTP/1.1 would refuse too: its answer, on this stream."""
-        self.exchange.request_complete = not has_body
+        if not has_body:
+            self.exchange.body_done()
         self.refuse(error.status, error.detail)
 
-    def guarded(self, verdict: Verdict) -> None:
+    def guarded(self, passed: bool) -> None:
         """Basic or external auth decided: the request's DATA, held (not acknowledged) until now, goes on or is dropped."""
-        exchange = self.exchange
-        waiting, self._waiting = self._waiting, None
-        assert waiting is not None and exchange.request is not None
-        headers, has_body, routed = waiting
-        if verdict.status:
-            exchange.state = AWAIT
-            for _, flow_length in self._held:
-                self._acknowledge(flow_length)
-            exchange.request_complete = self._held_end
-            exchange.answer(verdict.status, fields=verdict.fields)
-            return
-        exchange.state = HEAD
-        routed.head_bytes = exchange.head_bytes  # an HTTP/2 endpoint's request is made from it too
-        self._forward(exchange.request, headers, has_body, routed)
         held, self._held = self._held, []
+        if not passed:
+            for _, flow_length in held:
+                self._acknowledge(flow_length)
+            if self._held_end:
+                self.exchange.body_done()
+            return
         for data, flow_length in held:
             self.receive_body(data, flow_length)
         if self._held_end:
             self.end_of_body()
 
-    def _forward(self, head: h1.Head, headers: Headers, has_body: bool, routed: Routed) -> None:
-        """A routed request that passed its guards: to an HTTP/2 endpoint's stream, or the HTTP/1.1 pools."""
-        exchange = self.exchange
-        route = exchange.route
-        policies = route.policies if route is not None else None
-        if policies is not None and policies.backend_http2:
-            exchange.state = BODY if has_body else AWAIT
-            self.timer.set(exchange.read_timeout, "upstream")  # no frame either way for this long ends the exchange
-            self._h2_exchange = H2Exchange(exchange, self, headers, routed, not has_body)
-            self._h2_exchange.start()
-            return
-        framing = head.framing
-        if framing.content_length and framing.content_length > exchange.max_body:
-            exchange.answer(413)
-            return
-        if has_body:
-            self._chunked_upstream = framing.chunked
-            exchange.reading_body()
-        else:
-            self.timer.set(exchange.read_timeout, "upstream")
-            exchange.body_done()
-        exchange.start_upstream()
+    def read_body(self, framing: h1.Framing, max_body: int) -> None:
+        self._chunked_upstream = framing.chunked
+
+    def relay_http2(self) -> None:
+        """To an HTTP/2 endpoint's stream (L{H2Exchange}), frames as they come."""
+        exchange, headers = self.exchange, self._headers
+        assert headers is not None
+        self._h2_exchange = H2Exchange(exchange, self, headers, exchange.request_complete)
+        self._h2_exchange.start()
+
+    def local_host(self) -> str:
+        return self.connection.local_host()
+
+    def local_port(self) -> bytes:
+        return self.connection.local_port()
 
     def receive_body(self, data: bytes, flow_length: int) -> None:
         """A DATA frame of the request: on upstream, acknowledged now or once the upstream takes more."""
@@ -157,7 +119,7 @@ class H2Stream:
             self._acknowledge(flow_length)
             return
         self._body_received += len(data)
-        if self._body_received > exchange.max_body:
+        if self._body_received > exchange.limits.max_body:
             self._acknowledge(flow_length)
             self.refuse(413, "request body too large")
             return
@@ -172,18 +134,17 @@ class H2Stream:
     def end_of_body(self) -> None:
         """The client's half is closed (END_STREAM)."""
         exchange = self.exchange
-        if exchange.state == AUTH:
+        state = exchange.state
+        if state == AUTH:
             self._held_end = True
             return
-        exchange.request_complete = True
-        if exchange.state != BODY:
-            return
-        if self._h2_exchange is not None:
-            exchange.state = AWAIT
-            self._h2_exchange.client_end()
-            return
-        if self._chunked_upstream:
-            exchange.send_upstream(b"0\r\n\r\n")
+        if state == BODY:
+            if self._h2_exchange is not None:
+                exchange.body_done()
+                self._h2_exchange.client_end()
+                return
+            if self._chunked_upstream:
+                exchange.send_upstream(b"0\r\n\r\n")
         exchange.body_done()
 
     def trailers(self, headers: Headers) -> None:
@@ -218,15 +179,18 @@ class H2Stream:
     def send_interim(self, head: h1.Head) -> None:
         pass  # interim responses are not passed on
 
-    def send_head(self, head: h1.Head, body: bytes, complete: bool, added: bytes) -> None:
-        self.out.send_head(self.exchange, head, body, complete, added)
+    def send_head(self, head: h1.Head, body: bytes, complete: bool, added: bytes) -> int:
+        sent = self.out.send_head(self.exchange, head, body, complete, added)
         if self.out.size:  # the body read with the head, held for the window
             self.exchange.touch_timer()
             self.pump()
+        return sent
 
-    def send_body(self, data: bytes) -> None:
-        if self.out.add(self.exchange, data):
+    def send_body(self, data: bytes) -> int:
+        sent = self.out.add(data)
+        if sent:
             self.pump()
+        return sent
 
     def end_response(self) -> None:
         self.timer.cancel()
@@ -361,7 +325,7 @@ class H2Stream:
         if self.exchange.state == CLOSED:
             return
         self.out.on_sent = on_sent
-        self.exchange.body_sent += len(data)
+        self.exchange.sent(len(data))
         self.out.queue(data)
         self.pump()
 

@@ -6,6 +6,9 @@ Two implementations: the HTTP/1.1 connection (L{ingress.proxy.http1.server}), wh
 its requests one exchange at a time, and the HTTP/2 stream (L{ingress.proxy.http2.stream}),
 one per exchange.  Neither inherits from the exchange, nor it from them: this interface is
 all they share (as Envoy's ActiveStream talks to its codec through an encoder interface).
+A client side hands its exchange a parsed head (C{Exchange.run}) and the body's events
+(C{send_upstream}, C{body_done}); the exchange runs the request and asks of the client side
+what is below.  A new framing is a new client side (tests/unit/test_toy_framing.py).
 """
 
 from __future__ import annotations
@@ -14,12 +17,11 @@ from typing import Any, Protocol
 
 from ingress.proxy.idle import Deadline, retired
 from ingress.proxy.message import h1
-from ingress.proxy.request.extauth import Verdict
 from ingress.proxy.request.forwarding import UNKNOWN_PEER, ForwardedFor
 
 
 class ClientSide(Protocol):
-    """Sending the response to the client, and pausing the request's reading."""
+    """Where the client reached, its request's body and the response to it, and pausing the request's reading."""
 
     timer: Deadline  # the client side's progress timer: the exchange sets its body, upstream and send waits on it
     transport: Any  # the client's connection (its TLS certificate, for auth-tls-*)
@@ -29,11 +31,23 @@ class ClientSide(Protocol):
     def send_interim(self, head: h1.Head) -> None:
         """A 1xx response other than 101 (passed on where the client's protocol has them)."""
 
-    def send_head(self, head: h1.Head, body: bytes, complete: bool, added: bytes) -> None:
-        """The upstream's final response head (with C{added} fields), and the body bytes read with it."""
+    def local_host(self) -> str:
+        """The address the client connected to (asked only where a Gateway's own address picks the table)."""
 
-    def send_body(self, data: bytes) -> None:
-        """More of the upstream's response body."""
+    def local_port(self) -> bytes:
+        """The port the client connected to (asked after L{peer}, only where the table trusts forwarding proxies)."""
+
+    def read_body(self, framing: h1.Framing, max_body: int) -> None:
+        """The request has a body (delimited by C{framing}, at most C{max_body} bytes): read it, to C{send_upstream} and C{body_done}."""
+
+    def relay_http2(self) -> None:
+        """The route's endpoints speak HTTP/2 (gRPC, h2c): the request's frames pass to one as they are (HTTP/2 only)."""
+
+    def send_head(self, head: h1.Head, body: bytes, complete: bool, added: bytes) -> int:
+        """The upstream's final response head (with C{added} fields), and the body bytes read with it: how many body bytes went out."""
+
+    def send_body(self, data: bytes) -> int:
+        """More of the upstream's response body: how many bytes of it went out (after any transform)."""
 
     def end_response(self) -> None:
         """The upstream's response is complete: end it for the client (then the exchange is done)."""
@@ -65,8 +79,11 @@ class ClientSide(Protocol):
     def peer(self) -> ForwardedFor:
         """The client's connection as it says (a PROXY header's address): the access log's C{$proxy_protocol_addr}."""
 
-    def guarded(self, verdict: Verdict) -> None:
-        """A guard's verdict, taken by the exchange: answer a denial, or go on with the request."""
+    def guarded(self, passed: bool) -> None:
+        """
+        A guard decided: the request went on (C{passed}: what was held back for the verdict goes on too), or is
+        about to be answered (what was held is dropped).
+        """
 
 
 class Departed:
@@ -91,11 +108,23 @@ class Departed:
     def send_interim(self, head: h1.Head) -> None:
         pass
 
-    def send_head(self, head: h1.Head, body: bytes, complete: bool, added: bytes) -> None:
+    def local_host(self) -> str:
+        return ""
+
+    def local_port(self) -> bytes:
+        return b"0"
+
+    def read_body(self, framing: h1.Framing, max_body: int) -> None:
         pass
 
-    def send_body(self, data: bytes) -> None:
+    def relay_http2(self) -> None:
         pass
+
+    def send_head(self, head: h1.Head, body: bytes, complete: bool, added: bytes) -> int:
+        return 0
+
+    def send_body(self, data: bytes) -> int:
+        return 0
 
     def end_response(self) -> None:
         pass
@@ -127,7 +156,7 @@ class Departed:
     def peer(self) -> ForwardedFor:
         return UNKNOWN_PEER
 
-    def guarded(self, verdict: Verdict) -> None:
+    def guarded(self, passed: bool) -> None:
         pass
 
 

@@ -46,6 +46,13 @@ class RequestDeadlines:
         self._request_at = _NEVER
         self._backend: Optional[float] = None
 
+    @staticmethod
+    def started(reactor: Any, on_expiry: Callable[[str], None], deadlines: Deadlines) -> RequestDeadlines:
+        """A request's deadlines, running from now."""
+        running = RequestDeadlines(reactor, on_expiry)
+        running.start(deadlines)
+        return running
+
     def start(self, deadlines: Deadlines) -> None:
         """The request was routed to a route with C{deadlines}: they run from now (its first attempt starts now too)."""
         self._request_at = self._reactor.seconds() + deadlines.request if deadlines.request is not None else _NEVER

@@ -1,22 +1,19 @@
 # -*- test-case-name: tests.proxy.test_http_behaviour -*-
 """
-One request, from its routing to its log line: an L{Exchange}.
-
-An exchange holds everything one request is: its head and route, its limits, the
-endpoint it was sent to and the connection it uses, its retries, its deadlines, the
-fields its policies add, and the record the access log writes.  It is the
-L{ingress.proxy.request.sink.ResponseSink} its upstream connection reports to, and it
-talks to its client through a L{ClientSide} (an HTTP/1.1 connection or an HTTP/2 stream),
-which frames the answer.  Its collaborators keep their own state: the route's deadlines
-(L{RequestDeadlines}), the fields and place its policies hold (L{ResponseFields}); what
-routing decided is applied by L{ingress.proxy.request.admission}, what a failure becomes is
-L{ingress.proxy.request.failures}'.  A request costs this one allocation
-(with C{__slots__}; in the optional mypyc build, a C struct).
+One request, from its routing to its log line: an L{Exchange}, which holds all of its state (head,
+route, limits, endpoint and connection, retries, deadlines, its policies' fields, the access log's
+record) and runs its steps, the same for every framing.  Its client side (L{ClientSide}: an HTTP/1.1
+connection, an HTTP/2 stream) hands it the head (L{Exchange.run}) and body, and frames the answer.
+Only it and its collaborators write its fields (tests/unit/test_exchange_writers.py): admission
+(L{route_for}), limits (L{RequestLimits}), deadlines (L{RequestDeadlines}), its policies' fields
+(L{ResponseFields}), failures (L{ingress.proxy.request.failures}).  It is the L{ResponseSink} its
+upstream connection reports to.  A request costs this one allocation (C{__slots__}; compiled: a C struct).
 """
 
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Final, Optional
 
 from twisted.internet.interfaces import IConnector
@@ -24,20 +21,23 @@ from twisted.internet.interfaces import IConnector
 from ingress.observe.metrics import NO_ROUTE
 from ingress.proxy.message import h1
 from ingress.proxy.request import failures
+from ingress.proxy.request.admission import route_for
 from ingress.proxy.request.client import DEPARTED, ClientSide
 from ingress.proxy.request.deadlines import RequestDeadlines
 from ingress.proxy.request.extauth import Verdict
 from ingress.proxy.request.forwarding import ForwardedFor
+from ingress.proxy.request.guards import Guards
+from ingress.proxy.request.limits import RequestLimits
 from ingress.proxy.request.mirror import MirrorCopy, start_copies
-from ingress.proxy.request.policy import chosen_endpoint
+from ingress.proxy.request.policy import endpoint_for
 from ingress.proxy.request.settings import ProxySettings
 from ingress.proxy.request.shared import Shared
 from ingress.proxy.request.sink import ResponseSink
 from ingress.proxy.request.states import AUTH, AWAIT, BODY, CLOSED, HEAD, TUNNEL
 from ingress.proxy.request.steps import ResponseFields
+from ingress.proxy.request.trusted import trusted_forwarding
 from ingress.proxy.request.upstream import Address, UpstreamConnection
 from ingress.routing.policies import EWMA
-from ingress.routing.route import Policies
 from ingress.routing.table import Route
 
 _PENDING_LIMIT: Final = 1 << 20  # request bytes held while the upstream connection is being opened
@@ -50,17 +50,17 @@ class Exchange(ResponseSink):
         "client", "shared", "settings", "timer", "protocol", "request", "request_method", "forwarded", "state",
         "route", "head_bytes", "upstream", "connecting", "pending", "pending_size", "attempts", "tried",
         "started_at", "sent_at", "status", "responded", "request_complete", "body_sent",
-        "max_body", "connect_timeout", "read_timeout", "send_timeout", "fields", "error_code", "mirrors", "deadlines",
+        "limits", "fields", "error_code", "mirrors", "deadlines",
     )  # fmt: skip
 
-    def __init__(self, client: ClientSide, shared: Shared, settings: ProxySettings, request: Optional[h1.Head], forwarded: ForwardedFor, protocol: str) -> None:
+    def __init__(self, client: ClientSide, shared: Shared, settings: ProxySettings, limits: RequestLimits, forwarded: ForwardedFor, protocol: str) -> None:
         self.client = client
         self.shared = shared
         self.settings = settings
         self.timer = client.timer
         self.protocol = protocol  # the metrics' label: "http/1.1" or "h2"
-        self.request = request  # None: a request refused before its head could be read
-        self.request_method = request.method if request is not None else b""
+        self.request: Optional[h1.Head] = None  # the head L{run} was given; None: a request refused before its head could be read
+        self.request_method = b""
         self.forwarded = forwarded  # the client as forwarded upstream and logged
         self.state = HEAD
         self.route: Optional[Route] = None
@@ -77,77 +77,132 @@ class Exchange(ResponseSink):
         self.responded = False  # the response head went to the client
         self.request_complete = False  # the whole request was read
         self.body_sent = 0  # response body bytes sent (counted by the client side)
-        self.max_body = settings.max_body_bytes  # the route's limits may change these
-        self.connect_timeout = settings.connect_timeout
-        self.read_timeout = settings.upstream_timeout
-        self.send_timeout = settings.upstream_timeout
+        self.limits = limits  # its client connection's; a route's limits make the request its own
         self.fields: Optional[ResponseFields] = None  # made for a request whose policies add fields or hold a place
         self.error_code = 0  # the status an error backend is asked to answer for (custom-http-errors), else 0
         self.mirrors: tuple[MirrorCopy, ...] = ()  # RequestMirror copies of this request (usually none)
         self.deadlines: Optional[RequestDeadlines] = None  # the route's deadlines (Gateway API timeouts), if any
 
-    # -- routing, guards, the request ---------------------------------------------------
+
+    def run(self, head: h1.Head, has_body: bool) -> None:
+        """
+        Its client side read a request's head (C{has_body}: a body follows): the table for the address it reached,
+        who it is forwarded for, its admission (L{route_for}), then its guards or its forwarding.
+        """
+        self.request = head
+        self.request_method = head.method
+        self.request_complete = not has_body
+        client = self.client
+        table = self.shared.live.table
+        if table.addresses:  # Gateways with addresses of their own: the address reached picks the table
+            table = table.addresses.get(client.local_host(), table)
+        forwarded = self.forwarded = client.peer() if table.trust is None else trusted_forwarding(table.trust, client.peer(), head, client.local_port())
+        routed = route_for(table, head, forwarded, self.settings, client.transport)
+        route = self.route = routed.route
+        if routed.status:
+            if routed.denied:
+                self.shared.metrics.denied.labels(routed.denied, self.route_name()).inc()
+            if routed.refused:
+                client.refuse(routed.status, routed.detail)
+            else:
+                self.answer(routed.status, location=routed.location, fields=routed.fields)
+            return
+        limits = routed.limits
+        if limits is not None:
+            self.limits = self.limits.with_route(limits)
+            if limits.deadlines is not None:
+                self.deadlines = RequestDeadlines.started(self.shared.reactor, partial(failures.deadline_passed, self), limits.deadlines)
+        self.head_bytes = routed.head_bytes
+        self.fields = ResponseFields(routed.fields) if routed.fields else None
+        policies = route.policies if route is not None else None
+        if policies is not None and Guards.wanted(policies):  # rate limits, basic or external auth: the request waits for its verdict
+            self.state = AUTH
+            timeout = self.limits.connect_timeout + self.limits.read_timeout
+            self.shared.guards.wait(policies, head, forwarded, timeout, client, self._guarded)
+            return
+        self._forward()
 
     def route_name(self) -> str:
         return self.route.name if self.route is not None else NO_ROUTE
-
-    def guard(self, policies: Policies) -> None:
-        """
-        Rate limits, basic or external auth: the request waits (reading paused) for its verdict; one known at
-        once pauses nothing (a pause and a resume are two changes of the reactor's interest in the socket).
-        """
-        self.state = AUTH
-        request = self.request
-        assert request is not None
-        timeout = self.connect_timeout + self.read_timeout
-        checking = self.shared.guards.check(policies, request, self.forwarded.ip, self.forwarded.scheme, timeout)
-        if not checking.called:
-            self.client.pause_reading("auth")
-        checking.addCallback(self._guarded)
 
     def _guarded(self, verdict: Verdict) -> None:
         if self.state != AUTH:  # answered meanwhile (a deadline), or the client went away
             if verdict.hold is not None:
                 self.shared.guards.leave(verdict.hold)
             return
-        self.client.resume_reading("auth")
+        client = self.client
+        client.resume_reading("auth")
         if verdict.status:
             self.shared.metrics.denied.labels(verdict.reason, self.route_name()).inc()
+            self.state = AWAIT
+            client.guarded(False)
+            self.answer(verdict.status, fields=verdict.fields)
+            return
+        self.head_bytes = verdict.applied_to(self.head_bytes)
+        if verdict.hold is not None or verdict.cookies:
+            self._fields().take_verdict(verdict, self.route)
+        self.state = HEAD
+        self._forward()
+        client.guarded(True)
+
+    def _forward(self) -> None:
+        """A routed request that passed its guards: relayed to an HTTP/2 endpoint, or its body (if any) read and sent upstream."""
+        request, route = self.request, self.route
+        assert request is not None and route is not None
+        policies = route.policies
+        if policies is not None and policies.backend_http2:
+            self.state = AWAIT if self.request_complete else BODY
+            self.timer.set(self.limits.read_timeout, "upstream")  # no frame either way for this long ends the exchange
+            self.client.relay_http2()
+            return
+        framing = request.framing
+        max_body = self.limits.max_body
+        if framing.content_length and framing.content_length > max_body:
+            self.client.refuse(413, "request body too large")
+            return
+        if self.request_complete:
+            self.timer.set(self.limits.read_timeout, "upstream")
+            self.state = AWAIT
         else:
-            self.head_bytes = verdict.applied_to(self.head_bytes)
-            if verdict.hold is not None or verdict.cookies:
-                self._fields().take_verdict(verdict, self.route)
-        self.client.guarded(verdict)
+            self.client.read_body(framing, max_body)
+            self.state = BODY
+            self.timer.set(self.limits.body_timeout, "body")  # the client's wait for its body
+        if policies is not None and policies.mirror is not None:  # the mirrors' copies start with it
+            shared = self.shared
+            self.mirrors = start_copies(
+                policies.mirror, self.head_bytes, shared.pool, shared.reactor, shared.metrics, route.name, self.limits.connect_timeout,
+                self.limits.read_timeout, request, (self.forwarded.ip, self.forwarded.scheme),
+            )  # fmt: skip
+        self.dispatch()
 
     def _fields(self) -> ResponseFields:
         if self.fields is None:
             self.fields = ResponseFields(b"")
         return self.fields
 
-    def reading_body(self) -> None:
-        """The request's body is being read: the client's wait for it runs."""
-        self.state = BODY
-        self.timer.set(self.settings.client_body_timeout, "body")
-
     def body_done(self) -> None:
-        """The whole request was read: the wait is the upstream's now."""
+        """The whole request was read (or the client's half ended): the wait, if its body was read, is the upstream's now."""
         self.request_complete = True
-        self.state = AWAIT
-        if self.timer.kind == "body":
-            self.timer.set(self.read_timeout, "upstream")
+        if self.state == BODY:
+            self.state = AWAIT
+            if self.timer.kind == "body":
+                self.timer.set(self.limits.read_timeout, "upstream")
 
-    def start_upstream(self) -> None:
-        """A routed request that passed its guards: its mirrors' copies (if any) start, and it is sent."""
-        route = self.route
-        assert route is not None
-        policies = route.policies
-        if policies is not None and policies.mirror is not None:
-            shared = self.shared
-            self.mirrors = start_copies(
-                policies.mirror, self.head_bytes, shared.pool, shared.reactor, shared.metrics, route.name, self.connect_timeout,
-                self.read_timeout, self.request, (self.forwarded.ip, self.forwarded.scheme),
-            )  # fmt: skip
-        self.dispatch()
+    def sent(self, size: int) -> None:
+        """C{size} more bytes of the response's body went to the client side (an answer of its own, a body's last bytes)."""
+        self.body_sent += size
+
+    def responding(self, status: int) -> None:
+        """A response of C{status} began for the client (an HTTP/2 endpoint's, or an answer of this proxy's own)."""
+        self.responded = True
+        self.status = status
+
+    def attempt(self, address: Optional[Address], sent: bool) -> None:
+        """An HTTP/2 endpoint's relay tries C{address}; C{sent}: it sent the request there, an attempt timed from now."""
+        self.tried = address
+        if sent:
+            self.sent_at = time.monotonic()
+            self.attempts += 1
 
     def send_upstream(self, data: bytes) -> None:
         """Request bytes: to the upstream connection, or held (up to a limit) while it is being opened."""
@@ -164,14 +219,9 @@ class Exchange(ResponseSink):
             self.client.pause_reading("connecting")
 
     def touch_timer(self) -> None:
-        """Progress was made: push the body or upstream deadline out by its full length again."""
-        kind = self.timer.kind
-        if kind == "upstream":
-            self.timer.push(self.read_timeout)
-        elif kind == "body":
-            self.timer.push(self.settings.client_body_timeout)
+        """Progress was made: the body or upstream wait starts again (L{RequestLimits.touch})."""
+        self.limits.touch(self.timer)
 
-    # -- the upstream exchange ------------------------------------------------------------
 
     def dispatch(self) -> None:
         """Pick an endpoint and send the request there (pooled connection first)."""
@@ -181,10 +231,7 @@ class Exchange(ResponseSink):
         policies = route.policies
         address = self.choose_endpoint(route) if policies is not None else pool.choose(route.upstream, exclude=self.tried)
         if address is None:
-            if self.tried is None:
-                self.answer(503)
-            else:
-                failures.fail_upstream(self, 502, "no other endpoint to retry on")
+            failures.no_endpoint(self)
             return
         self.attempts += 1
         self.tried = address
@@ -193,16 +240,11 @@ class Exchange(ResponseSink):
         if connection is not None:
             self._bind(connection)
         else:
-            self.connecting = pool.connect(address, self._connected, self._connect_failed, self.connect_timeout, tls)
+            self.connecting = pool.connect(address, self._connected, partial(failures.connect_failed, self), self.limits.connect_timeout, tls)
 
     def choose_endpoint(self, route: Route) -> Optional[Address]:
-        """The endpoint the route's policies pick, never the one just tried (L{chosen_endpoint}); a sticky cookie is kept."""
-        if self.error_code:
-            pages = route.policies.error_pages if route.policies is not None else None
-            assert pages is not None and pages.backend is not None
-            return self.shared.pool.choose(pages.backend, exclude=self.tried)
-        https = self.shared.scheme == b"https"
-        address, cookie = chosen_endpoint(route, self.request, self.forwarded.ip, self.shared.pool, self.tried, https)
+        """The endpoint the route's policies pick, never the one just tried (L{endpoint_for}); a sticky cookie is kept."""
+        address, cookie = endpoint_for(route, self.request, self.forwarded.ip, self.shared, self.tried, self.error_code)
         if cookie is not None:
             self._fields().set_cookie = cookie
         return address
@@ -215,12 +257,6 @@ class Exchange(ResponseSink):
         self.shared.pool.mark_up(connection.address)
         self._bind(connection)
 
-    def _connect_failed(self, address: Address, detail: str, timed_out: bool) -> None:
-        if self.state == CLOSED:
-            return
-        self.connecting = None
-        failures.connect_failed(self, address, detail, timed_out)
-
     def _bind(self, connection: UpstreamConnection) -> None:
         self.upstream = connection
         if self.client.client_full:
@@ -229,8 +265,7 @@ class Exchange(ResponseSink):
         self.sent_at = time.monotonic()
         if pending:
             data = self.head_bytes + b"".join(pending)
-            self.pending = []
-            self.pending_size = 0
+            self.pending, self.pending_size = [], 0
             self.client.resume_reading("connecting")
         else:
             data = self.head_bytes
@@ -252,7 +287,6 @@ class Exchange(ResponseSink):
             self.connecting.disconnect()
             self.connecting = None
 
-    # -- ResponseSink: what the upstream connection reports ------------------------------
 
     def upstream_head(self, head: h1.Head, body: bytes, complete: bool) -> None:
         status = head.status
@@ -269,7 +303,7 @@ class Exchange(ResponseSink):
             self._switch_to_tunnel(head, body)
             return
         fields = self.fields
-        client.send_head(head, body, complete, fields.added(status) if fields is not None else b"")
+        self.body_sent = client.send_head(head, body, complete, fields.added(status) if fields is not None else b"")
 
     def _accept_response(self, head: h1.Head) -> bool:
         """A final response head: retried or replaced where the route's policies say so (False), or taken, timed and scored for ewma."""
@@ -288,23 +322,16 @@ class Exchange(ResponseSink):
         return True
 
     def upstream_data(self, data: bytes) -> None:
-        self.client.send_body(data)
-        self.touch_timer()
+        self.body_sent += self.client.send_body(data)
+        self.limits.touch(self.timer)
 
     def upstream_tunnel_data(self, data: bytes) -> None:
         self.client.send_tunnel(data)
 
     def upstream_write_paused(self, paused: bool) -> None:
-        """While the upstream takes none of the request we send, the send timeout runs (nginx's proxy_send_timeout)."""
-        if paused:
-            self.client.pause_reading("upstream")
-            self.timer.set(self.send_timeout, "send")
-        else:
-            self.client.resume_reading("upstream")
-            if self.state == BODY:
-                self.timer.set(self.settings.client_body_timeout, "body")
-            elif self.timer.kind == "send":
-                self.timer.set(self.read_timeout, "upstream")
+        """While the upstream takes none of the request we send, reading stops and the send timeout runs."""
+        (self.client.pause_reading if paused else self.client.resume_reading)("upstream")
+        self.limits.write_paused(self.timer, paused, self.state == BODY)
 
     def upstream_done(self) -> None:
         if self.state == TUNNEL:
@@ -342,10 +369,6 @@ class Exchange(ResponseSink):
         """The client side's timer passed while the upstream (or a body it held back) made no progress."""
         failures.timed_out(self)
 
-    def deadline_passed(self, kind: str) -> None:
-        """A route's deadline (Gateway API timeouts) passed."""
-        failures.deadline_passed(self, kind)
-
     def answer(self, status: int, close: bool = False, location: bytes = b"", fields: bytes = b"") -> None:
         """An answer of this proxy's own (404, 503, 502...; a CORS preflight's 204 with C{fields})."""
         self.client.answer(status, close, location, fields)
@@ -360,11 +383,7 @@ class Exchange(ResponseSink):
             shared.access_log.record(self, status)
 
     def let_go(self) -> None:
-        """
-        Its client side has ended and is done with it (after L{done} and L{end}): the exchange
-        stops holding it (L{ingress.proxy.request.client.Departed}: no reference cycle outlives the
-        request), and anything that still reaches the exchange late speaks to no one.
-        """
+        """Its client side has ended (after L{done}, L{end}): no reference cycle outlives the request (L{ingress.proxy.request.client.Departed})."""
         self.client = DEPARTED
 
     def end(self) -> bool:

@@ -87,7 +87,10 @@ def upstream_failed(exchange: Attempted, status: int, detail: str, responded: bo
 
 
 def connect_failed(exchange: Attempted, address: Address, detail: str, timed_out: bool) -> None:
-    """No connection to C{address}: the next endpoint where allowed, else 502 (504 for a timeout)."""
+    """No connection to C{address}: the next endpoint where allowed, else 502 (504 for a timeout); nothing once the request is over."""
+    if exchange.state == CLOSED:
+        return
+    exchange.connecting = None
     shared = exchange.shared
     shared.pool.mark_down(address)
     shared.metrics.upstream_failures.labels("connect-timeout" if timed_out else "connect").inc()
@@ -111,6 +114,14 @@ def declines_response(exchange: Attempted, head: h1.Head) -> bool:
     if policies.retry is not None and head.status in policies.retry.statuses and _retry_after(exchange, f"http_{head.status}"):
         return True
     return policies.error_pages is not None and _error_page_taken(exchange, head.status, upstream_sent=True)
+
+
+def no_endpoint(exchange: Attempted) -> None:
+    """No endpoint to send the request to: 503, or 502 when the endpoints tried so far failed."""
+    if exchange.tried is None:
+        exchange.answer(503)
+    else:
+        fail_upstream(exchange, 502, "no other endpoint to retry on")
 
 
 def timed_out(exchange: Attempted) -> None:

@@ -26,7 +26,9 @@ from twisted.internet.interfaces import IReactorTime
 
 from ingress.proxy.message import h1
 from ingress.proxy.request.auth import PasswordChecker
+from ingress.proxy.request.client import ClientSide
 from ingress.proxy.request.extauth import ExternalAuthChecker, Verdict
+from ingress.proxy.request.forwarding import ForwardedFor
 from ingress.proxy.request.ratelimit import Rates, RequestRates
 from ingress.routing.policies.extauth import ExternalAuth
 from ingress.routing.route import Policies
@@ -70,6 +72,16 @@ class Guards:
     @staticmethod
     def wanted(policies: Policies) -> bool:
         return policies.rate_limit is not None or policies.basic_auth is not None or policies.external_auth is not None
+
+    def wait(self, policies: Policies, request: h1.Head, forwarded: ForwardedFor, timeout: float, client: ClientSide, then: Callable[[Verdict], None]) -> None:
+        """
+        The verdict on C{request}, to C{then}; its client reads no more of it while the verdict takes time.  One
+        known at once pauses nothing (a pause and a resume are two changes of the reactor's interest in the socket).
+        """
+        checking = self.check(policies, request, forwarded.ip, forwarded.scheme, timeout)
+        if not checking.called:
+            client.pause_reading("auth")
+        checking.addCallback(then)
 
     def check(self, policies: Policies, request: h1.Head, client_ip: str, scheme: bytes, timeout: float) -> Deferred[Verdict]:
         """The verdict on C{request}: rate limits first, then the password and the auth service; C{timeout} bounds the wait for one."""

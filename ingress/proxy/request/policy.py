@@ -16,6 +16,7 @@ from ingress.proxy.message.fields import cookie_value, field_value
 from ingress.proxy.message.target import origin_form
 from ingress.proxy.request.affinity import sticky_endpoint
 from ingress.proxy.request.forwarding import ForwardedFor, request_head_bytes
+from ingress.proxy.request.shared import Shared
 from ingress.proxy.request.upstream import Address, UpstreamPool
 from ingress.proxy.request.variables import expand
 from ingress.routing.policies import EWMA, Affinity
@@ -105,6 +106,20 @@ def hashed_endpoint(hash_by: HashBy, upstream: Upstream, request: h1.Head, clien
         subset = rendezvous_top(key, usable, hash_by.subset_size)
         return random.choice(subset) if subset else pool.choose(upstream, exclude)
     return rendezvous(key, usable) or pool.choose(upstream, exclude)
+
+
+def endpoint_for(
+    route: Route, request: Optional[h1.Head], client_ip: str, shared: Shared, tried: Optional[Address], error_code: int
+) -> tuple[Optional[Address], Optional[bytes]]:
+    """
+    The endpoint of C{route} for a request (never C{tried}), and a sticky cookie to send (else None): the error
+    backend's for an error page (C{error_code}: custom-http-errors), else the one its policies pick (L{chosen_endpoint}).
+    """
+    if error_code:
+        pages = route.policies.error_pages if route.policies is not None else None
+        assert pages is not None and pages.backend is not None
+        return shared.pool.choose(pages.backend, exclude=tried), None
+    return chosen_endpoint(route, request, client_ip, shared.pool, tried, shared.scheme == b"https")
 
 
 def chosen_endpoint(
