@@ -119,6 +119,7 @@ ACME_SECRETS = [install.Permission("ClusterRole", "", "secrets", verb) for verb 
 ACME_TOKENS = [
     install.Permission("Role", "", "configmaps", "update", "twingress-acme-challenges"), install.Permission("Role", "", "configmaps", "create"),
     install.Permission("Role", "", "secrets", "delete", "twingress-acme-tls-alpn"),  # the TLS-ALPN-01 challenge certificates, when the order ends
+    install.Permission("Role", "", "secrets", "patch"),  # the account Secret's kept order URL and backoff (acmesecrets.keep_order_url, keep_backoff)
 ]
 
 
