@@ -159,48 +159,46 @@ def renewal_of(annotations: Mapping[str, str], chain_pem: bytes) -> datetime.dat
     return renewal_at(leaf.not_valid_before_utc, leaf.not_valid_after_utc, None)
 
 
-def _order_path(storage: str, namespace: str, name: str) -> str:
-    return os.path.join(storage, f"order-{namespace}.{name}.url")  # beside manifests/, not in it: no source reads it
+def _kept_path(storage: str, namespace: str, name: str, kind: str) -> str:
+    """Where C{namespace/name}'s certificate keeps an order's C{kind} ("url", "backoff"): beside manifests/, not in it, so no source reads it."""
+    return os.path.join(storage, f"order-{namespace}.{name}.{kind}")
 
 
-def write_order_url(storage: str, namespace: str, name: str, url: str) -> None:
-    """The URL of the order placed for C{namespace/name}'s certificate ('' forgets it): a restart resumes it."""
-    path = _order_path(storage, namespace, name)
-    if url:
-        write_whole(path, url.encode())
-    elif os.path.exists(path):
-        os.unlink(path)
-
-
-def stored_order_url(storage: str, namespace: str, name: str) -> str:
-    """The order placed for C{namespace/name}'s certificate and not finished, '' when none."""
-    try:
-        with open(_order_path(storage, namespace, name), "rb") as f:
-            return f.read().decode().strip()
-    except (OSError, UnicodeDecodeError):
-        return ""
-
-
-def _backoff_path(storage: str, namespace: str, name: str) -> str:
-    return os.path.join(storage, f"order-{namespace}.{name}.backoff")  # beside the order's URL
-
-
-def write_backoff(storage: str, namespace: str, name: str, text: str) -> None:
-    """The backoff of C{namespace/name}'s certificate (L{ingress.acme.schedule.pause_text}; '' forgets it): a restart waits it out."""
-    path = _backoff_path(storage, namespace, name)
+def _write_kept(path: str, text: str) -> None:
+    """C{text} into C{path} whole, or with '' the file gone."""
     if text:
         write_whole(path, text.encode())
     elif os.path.exists(path):
         os.unlink(path)
 
 
-def stored_backoff(storage: str, namespace: str, name: str) -> str:
-    """The kept backoff of C{namespace/name}'s certificate, '' when none."""
+def _read_kept(path: str) -> str:
+    """What C{path} keeps, '' when nothing (no file, or not text)."""
     try:
-        with open(_backoff_path(storage, namespace, name), "rb") as f:
+        with open(path, "rb") as f:
             return f.read().decode()
     except (OSError, UnicodeDecodeError):
         return ""
+
+
+def write_order_url(storage: str, namespace: str, name: str, url: str) -> None:
+    """The URL of the order placed for C{namespace/name}'s certificate ('' forgets it): a restart resumes it."""
+    _write_kept(_kept_path(storage, namespace, name, "url"), url)
+
+
+def stored_order_url(storage: str, namespace: str, name: str) -> str:
+    """The order placed for C{namespace/name}'s certificate and not finished, '' when none."""
+    return _read_kept(_kept_path(storage, namespace, name, "url")).strip()
+
+
+def write_backoff(storage: str, namespace: str, name: str, text: str) -> None:
+    """The backoff of C{namespace/name}'s certificate (L{ingress.acme.schedule.pause_text}; '' forgets it): a restart waits it out."""
+    _write_kept(_kept_path(storage, namespace, name, "backoff"), text)
+
+
+def stored_backoff(storage: str, namespace: str, name: str) -> str:
+    """The kept backoff of C{namespace/name}'s certificate, '' when none."""
+    return _read_kept(_kept_path(storage, namespace, name, "backoff"))
 
 
 def write_challenges(storage: str, tokens: Mapping[str, str], responder: str) -> None:
