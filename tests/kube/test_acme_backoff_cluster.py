@@ -29,6 +29,7 @@ from tests.acme_faults import FaultProxy, revoke
 from tests.acme_support import Pebble
 from tests.kube.api import Kube
 from tests.kube.controller_support import start_controller
+from tests.kube.test_acme_cluster import acme_ingress
 from tests.kube.test_leader import wait_leader
 from tests.kube.twingress import KubeTwingress, next_pod_ip, wait_until
 from tests.support import free_port
@@ -47,10 +48,7 @@ def test_the_leader_renews_a_short_lived_certificate_into_the_same_secret(
         wait_leader(kube, namespace, [proxy])
         pebble.start(http_port, https_port, address=address, validity=60)
         kube.create_service(namespace, "app")
-        body = Kube.ingress_body(namespace, "short", "short.example.com", "app")
-        body["metadata"]["annotations"] = {"twingress.io/acme": "true"}
-        body["spec"]["tls"] = [{"hosts": ["short.example.com"], "secretName": "short-tls"}]
-        kube.networking.create_namespaced_ingress(namespace, body)
+        kube.networking.create_namespaced_ingress(namespace, acme_ingress(namespace, "short", ["short.example.com"], "short-tls"))
 
         def leaf() -> x509.Certificate:
             secret = kube.core.read_namespaced_secret("short-tls", namespace)
@@ -86,10 +84,7 @@ def test_the_leader_asks_for_the_renewal_window_again_and_renews_a_revoked_certi
         wait_leader(kube, namespace, [proxy])
         pebble.start(http_port, https_port, address=address)
         kube.create_service(namespace, "app")
-        body = Kube.ingress_body(namespace, "long", "long.example.com", "app")
-        body["metadata"]["annotations"] = {"twingress.io/acme": "true"}
-        body["spec"]["tls"] = [{"hosts": ["long.example.com"], "secretName": "long-tls"}]
-        kube.networking.create_namespaced_ingress(namespace, body)
+        kube.networking.create_namespaced_ingress(namespace, acme_ingress(namespace, "long", ["long.example.com"], "long-tls"))
 
         def secret() -> client.V1Secret:
             return kube.core.read_namespaced_secret("long-tls", namespace)
