@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.proxy.clients import HeldBackend
 from tests.proxy.promql import promql_binary
 from tests.support import EchoBackend, Manifests, Twingress
 
@@ -49,6 +50,15 @@ def twingress(manifests: Manifests) -> Iterator[Callable[..., Twingress]]:
     yield start
     for process in started:
         process.stop()
+
+
+@pytest.fixture
+def held(manifests: Manifests) -> Iterator[HeldBackend]:
+    """held.test routed to a L{HeldBackend} (a request in flight for as long as the test says); write it before start() so the first table has it."""
+    backend = HeldBackend()
+    manifests.route("held", "held.test", [backend.address])
+    yield backend
+    backend.stop()
 
 
 @pytest.fixture(scope="session")

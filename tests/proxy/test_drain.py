@@ -101,15 +101,6 @@ class _InFlight:
         assert not self._thread.is_alive(), "the in-flight request got no answer and no close"
 
 
-@pytest.fixture
-def held(manifests: Manifests) -> Iterator[HeldBackend]:
-    """held.test routed to a L{HeldBackend}; write it before start() so the first table has it."""
-    backend = HeldBackend()
-    manifests.route("held", "held.test", [backend.address])
-    yield backend
-    backend.stop()
-
-
 def _idle_keepalive(port: int) -> http.client.HTTPConnection:
     """A connection that has had one request answered and is now idle between requests."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)

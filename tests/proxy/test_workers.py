@@ -48,15 +48,6 @@ def start(manifests: Manifests, echoes: tuple[EchoBackend, EchoBackend], twingre
     return twingress
 
 
-@pytest.fixture
-def held(manifests: Manifests) -> Iterator[HeldBackend]:
-    """held.test routed to a L{HeldBackend} (a request in flight for as long as the test says); written before start()."""
-    backend = HeldBackend()
-    manifests.route("held", "held.test", [backend.address])
-    yield backend
-    backend.stop()
-
-
 def _get(port: int, host: str = "w.test", path: str = "/") -> int:
     return http_status(port, host, path)
 
