@@ -110,25 +110,29 @@ class ClusterStore:
 
     def order_url(self, namespace: str, name: str) -> str:
         """The order placed for the certificate Secret C{namespace/name} and not finished ('' when none)."""
-        found = self.get_secret(self.namespace, account_secret_name(self.directory))
-        annotations = ((found or {}).get("metadata") or {}).get("annotations") or {}
-        return str(annotations.get(order_annotation(namespace, name), ""))
+        return self._account_annotation(order_annotation(namespace, name))
 
     def keep_order_url(self, namespace: str, name: str, url: str) -> None:
         """Note (or with '', forget) the order of C{namespace/name} on the account Secret, where the next leader looks."""
-        patch = {"metadata": {"annotations": {order_annotation(namespace, name): url or None}}}
-        path = f"/api/v1/namespaces/{self.namespace}/secrets/{account_secret_name(self.directory)}"
-        self.writer.request("PATCH", path, "Secret", "patch", patch, content_type=MERGE_PATCH, timeout=_TIMEOUT)
+        self._annotate_account(order_annotation(namespace, name), url)
 
     def kept_backoff(self, namespace: str, name: str) -> str:
         """The backoff kept for the certificate Secret C{namespace/name} ('' when none)."""
-        found = self.get_secret(self.namespace, account_secret_name(self.directory))
-        annotations = ((found or {}).get("metadata") or {}).get("annotations") or {}
-        return str(annotations.get(backoff_annotation(namespace, name), ""))
+        return self._account_annotation(backoff_annotation(namespace, name))
 
     def keep_backoff(self, namespace: str, name: str, text: str) -> None:
         """Note (or with '', forget) the backoff of C{namespace/name} on the account Secret, where the next leader looks."""
-        patch = {"metadata": {"annotations": {backoff_annotation(namespace, name): text or None}}}
+        self._annotate_account(backoff_annotation(namespace, name), text)
+
+    def _account_annotation(self, key: str) -> str:
+        """The account Secret's annotation C{key} ('' when it or the Secret is missing)."""
+        found = self.get_secret(self.namespace, account_secret_name(self.directory))
+        annotations = ((found or {}).get("metadata") or {}).get("annotations") or {}
+        return str(annotations.get(key, ""))
+
+    def _annotate_account(self, key: str, value: str) -> None:
+        """The account Secret's annotation C{key} set to C{value} ('' removes it), by a merge patch."""
+        patch = {"metadata": {"annotations": {key: value or None}}}
         path = f"/api/v1/namespaces/{self.namespace}/secrets/{account_secret_name(self.directory)}"
         self.writer.request("PATCH", path, "Secret", "patch", patch, content_type=MERGE_PATCH, timeout=_TIMEOUT)
 
